@@ -1,0 +1,146 @@
+"""Where a Helm chart comes from, and how that turns into `helm.v4.Chart` arguments.
+
+Every chart the stack installs (Kueue, the descheduler, the DCGM exporter) is pinned and its source is data in
+the stack file, one of:
+
+* ``oci``      — an OCI reference, e.g. ``oci://registry.k8s.io/kueue/charts/kueue`` (production default);
+* ``repo``     — a classic chart repository URL plus the chart ``name`` in it;
+* ``path``     — a chart directory on disk (relative paths are taken from the project root);
+* ``goModule`` — a chart carried inside a Go module that the Go module proxy serves, read from the local
+  module cache (``go mod download`` fills it when missing). The simulated cluster uses this: the production
+  code path, with no chart registry in reach.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import Field, model_validator
+from pydantic.alias_generators import to_camel
+
+from components.model import ConfigModel
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+_SEMVER = r"^v?\d+\.\d+\.\d+(?:[-+][0-9A-Za-z.-]+)?$"
+
+
+class GoModuleChart(ConfigModel):
+    module: Annotated[str, Field(min_length=3, pattern=r"^[A-Za-z0-9.\-_~/]+$")]
+    version: Annotated[str, Field(pattern=_SEMVER)]
+    path: Annotated[str, Field(min_length=1)]
+
+    @model_validator(mode="after")
+    def _relative_path(self) -> GoModuleChart:
+        if self.path.startswith("/") or ".." in Path(self.path).parts:
+            raise ValueError(f"path {self.path!r} must be relative to the module root and stay inside it")
+        return self
+
+
+class ChartSource(ConfigModel):
+    """Exactly one of ``oci``, ``repo`` (+ ``name``), ``path`` or ``goModule``."""
+
+    oci: Annotated[str | None, Field(pattern=r"^oci://\S+$")] = None
+    repo: Annotated[str | None, Field(pattern=r"^https?://\S+$")] = None
+    name: str | None = None
+    path: str | None = None
+    go_module: GoModuleChart | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> ChartSource:
+        given = [k for k in ("oci", "repo", "path", "go_module") if getattr(self, k) is not None]
+        if len(given) != 1:
+            shown = ", ".join(to_camel(k) for k in given) or "none"
+            raise ValueError(f"give exactly one of oci, repo, path, goModule (got {shown})")
+        if self.repo is not None and not self.name:
+            raise ValueError("a repo source needs the chart name in `name`")
+        if self.repo is None and self.name is not None:
+            raise ValueError("`name` only goes with a repo source")
+        return self
+
+    @property
+    def kind(self) -> Literal["oci", "repo", "path", "goModule"]:
+        if self.oci is not None:
+            return "oci"
+        if self.repo is not None:
+            return "repo"
+        if self.path is not None:
+            return "path"
+        return "goModule"
+
+
+class ChartResolutionError(RuntimeError):
+    """A chart source that cannot be turned into a chart on disk or a reference."""
+
+
+@dataclass(frozen=True)
+class ResolvedChart:
+    """What `helm.v4.Chart` needs: the chart reference, an optional version and repository."""
+
+    chart: str
+    version: str | None
+    repo: str | None
+
+
+def escape_module_path(module: str) -> str:
+    """Spell a module path as the module cache does: each capital as ``!`` + lower case.
+
+    ``github.com/NVIDIA/dcgm-exporter`` -> ``github.com/!n!v!i!d!i!a/dcgm-exporter``.
+    """
+    return re.sub(r"[A-Z]", lambda m: "!" + m.group(0).lower(), module)
+
+
+def go_module_dir(module: str, version: str) -> Path:
+    """The module's directory in the Go module cache, downloading it through the module proxy when absent."""
+    try:
+        gomodcache = (
+            os.environ.get("GOMODCACHE")
+            or subprocess.run(
+                ["go", "env", "GOMODCACHE"], check=True, capture_output=True, text=True
+            ).stdout.strip()
+        )
+    except (OSError, subprocess.CalledProcessError) as exc:
+        raise ChartResolutionError(f"cannot find the Go module cache (is `go` installed?): {exc}") from exc
+    cached = Path(gomodcache) / f"{escape_module_path(module)}@{version}"
+    if cached.is_dir():
+        return cached
+    proc = subprocess.run(
+        ["go", "mod", "download", "-json", f"{module}@{version}"], capture_output=True, text=True, check=False
+    )
+    try:
+        info = json.loads(proc.stdout or "{}")
+    except json.JSONDecodeError:
+        info = {}
+    if proc.returncode != 0 or "Dir" not in info:
+        reason = info.get("Error") or proc.stderr.strip() or f"exit {proc.returncode}"
+        raise ChartResolutionError(f"go mod download {module}@{version} failed: {reason}")
+    return Path(info["Dir"])
+
+
+def resolve_chart(source: ChartSource, version: str) -> ResolvedChart:
+    """Turn a configured source and pinned chart version into `helm.v4.Chart` arguments.
+
+    Local sources (``path``, ``goModule``) are checked to be chart directories; their pin is the directory
+    (or module version) itself, so no version is passed to Helm.
+    """
+    if source.oci is not None:
+        return ResolvedChart(chart=source.oci, version=version, repo=None)
+    if source.repo is not None:
+        assert source.name is not None  # enforced by the model
+        return ResolvedChart(chart=source.name, version=version, repo=source.repo)
+    if source.path is not None:
+        directory = Path(source.path)
+        if not directory.is_absolute():
+            directory = PROJECT_ROOT / directory
+    else:
+        assert source.go_module is not None
+        gm = source.go_module
+        directory = go_module_dir(gm.module, gm.version) / gm.path
+    if not (directory / "Chart.yaml").is_file():
+        raise ChartResolutionError(f"{directory} is not a Helm chart directory (no Chart.yaml)")
+    return ResolvedChart(chart=str(directory), version=None, repo=None)
