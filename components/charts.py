@@ -100,9 +100,7 @@ def go_module_dir(module: str, version: str) -> Path:
     try:
         gomodcache = (
             os.environ.get("GOMODCACHE")
-            or subprocess.run(
-                ["go", "env", "GOMODCACHE"], check=True, capture_output=True, text=True
-            ).stdout.strip()
+            or subprocess.run(["go", "env", "GOMODCACHE"], check=True, capture_output=True, text=True).stdout.strip()
         )
     except (OSError, subprocess.CalledProcessError) as exc:
         raise ChartResolutionError(f"cannot find the Go module cache (is `go` installed?): {exc}") from exc

@@ -1,0 +1,735 @@
+"""One validated model of a whole stack, and the offline checker for stack files.
+
+A stack file (``stacks/Pulumi.<stack>.yaml``) holds its settings under ``config:`` as ``gpucluster:<key>``. The
+same settings reach the program through the Pulumi engine at ``pulumi up``; both paths end in
+:func:`parse_stack_config`, which either returns a :class:`StackConfig` or raises :class:`StackConfigError`
+listing *every* problem it found, each with its key path, the offending value and why it is wrong. Nothing is
+registered with the engine before the whole config is known to be valid.
+
+Offline use (pre-commit, CI)::
+
+    python -m components.config check stacks/Pulumi.prod.yaml [more files ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import sys
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import pulumi
+import yaml
+from pulumi.runtime import config as runtime_config
+from pydantic import AfterValidator, Field, TypeAdapter, ValidationError, field_validator, model_validator
+from pydantic.alias_generators import to_camel
+
+from components.charts import ChartSource
+from components.model import ConfigModel
+
+PROJECT = "gpucluster"
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_BURST_TAINT_KEY = "gpucluster.io/in-cluster-capacity"
+KUEUE_CHART_VERSION = "0.17.0"
+#: Largest value a user-defined Kubernetes PriorityClass may take (bigger values are reserved for the system).
+MAX_USER_PRIORITY = 1_000_000_000
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DURATION = re.compile(r"^(\d+(\.\d+)?(ns|us|ms|s|m|h))+$")
+_SEMVER = re.compile(r"^\d+\.\d+\.\d+(?:[-+][0-9A-Za-z.-]+)?$")
+
+
+def _dns_label(v: str) -> str:
+    if len(v) > 63 or not _DNS_LABEL.match(v):
+        raise ValueError(f"{v!r} is not a DNS label (lower-case letters, digits and '-', at most 63)")
+    return v
+
+
+def _duration(v: str) -> str:
+    if not _DURATION.match(v):
+        raise ValueError(f"{v!r} is not a duration such as 90s, 5m or 1h30m")
+    return v
+
+
+def _semver(v: str) -> str:
+    if not _SEMVER.match(v):
+        raise ValueError(f"{v!r} is not an exact version such as 1.2.3 (ranges are not pins)")
+    return v
+
+
+DnsLabel = Annotated[str, AfterValidator(_dns_label)]
+Duration = Annotated[str, AfterValidator(_duration)]
+SemVer = Annotated[str, AfterValidator(_semver)]
+_QUALIFIED_NAME = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+_QUANTITY = re.compile(r"^\d+(\.\d+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$")
+
+
+def _check_qualified_name(value: str, what: str) -> str:
+    if len(value) > 316 or not _QUALIFIED_NAME.match(value):
+        raise ValueError(f"{what} {value!r} is not a valid Kubernetes qualified name (prefix/name)")
+    return value
+
+
+# ----------------------------------------------------------------------------------------------------
+# Sections
+# ----------------------------------------------------------------------------------------------------
+
+
+class Toleration(ConfigModel):
+    key: str
+    operator: Literal["Equal", "Exists"] = "Equal"
+    value: str | None = None
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+
+    @field_validator("key")
+    @classmethod
+    def _key(cls, v: str) -> str:
+        return _check_qualified_name(v, "toleration key")
+
+    @model_validator(mode="after")
+    def _exists_has_no_value(self) -> Toleration:
+        if self.operator == "Exists" and self.value is not None:
+            raise ValueError("operator Exists takes no value")
+        return self
+
+    def to_k8s(self) -> dict[str, str]:
+        out = {"key": self.key, "operator": self.operator}
+        if self.value is not None:
+            out["value"] = self.value
+        if self.effect is not None:
+            out["effect"] = self.effect
+        return out
+
+
+class GpuFlavor(ConfigModel):
+    """One kind of GPU node: becomes a Kueue ResourceFlavor and a quota column in every ClusterQueue."""
+
+    name: DnsLabel
+    node_labels: Annotated[dict[str, str], Field(min_length=1)]
+    gpus_per_node: Annotated[int, Field(ge=1, le=16)]
+    node_count: Annotated[int, Field(ge=1, le=10_000)]
+    gpu_resource: str = "nvidia.com/gpu"
+    tolerations: list[Toleration] = []
+
+    @field_validator("node_labels")
+    @classmethod
+    def _labels(cls, v: dict[str, str]) -> dict[str, str]:
+        for key, value in v.items():
+            _check_qualified_name(key, "label key")
+            if len(value) > 63 or not re.match(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$", value):
+                raise ValueError(f"label value {value!r} of {key!r} is not a valid Kubernetes label value")
+        return v
+
+    @field_validator("gpu_resource")
+    @classmethod
+    def _resource(cls, v: str) -> str:
+        return _check_qualified_name(v, "resource name")
+
+    @property
+    def capacity(self) -> int:
+        """GPUs the flavor declares: nodes x GPUs per node."""
+        return self.gpus_per_node * self.node_count
+
+
+class ClusterQueueSpec(ConfigModel):
+    """A Kueue ClusterQueue in the cohort: GPU quota per flavor, optional borrowing limits."""
+
+    quota: Annotated[dict[str, Annotated[int, Field(ge=0)]], Field(min_length=1)]
+    borrowing_limit: dict[str, Annotated[int, Field(ge=0)]] = {}
+    queueing_strategy: Literal["BestEffortFIFO", "StrictFIFO"] = "BestEffortFIFO"
+
+
+class Team(ConfigModel):
+    """A research team: a namespace that only submits, through a LocalQueue onto a ClusterQueue."""
+
+    name: DnsLabel
+    namespace: DnsLabel
+    cluster_queue: DnsLabel
+    local_queue: DnsLabel = "training"
+
+
+class WorkloadPriority(ConfigModel):
+    name: DnsLabel
+    value: Annotated[int, Field(ge=-MAX_USER_PRIORITY, le=MAX_USER_PRIORITY)]
+    description: str = ""
+
+
+class PodPriority(ConfigModel):
+    name: DnsLabel
+    value: Annotated[int, Field(ge=-MAX_USER_PRIORITY, le=MAX_USER_PRIORITY)]
+    preemption_policy: Literal["PreemptLowerPriority", "Never"] = "PreemptLowerPriority"
+    description: str = ""
+
+
+class PodPriorities(ConfigModel):
+    training: PodPriority
+    inference: PodPriority
+
+
+class Priorities(ConfigModel):
+    """Two tiers: Kueue WorkloadPriorityClasses order research workloads (listed highest first); Kubernetes
+    PriorityClasses make the scheduler put training above inference."""
+
+    workload: Annotated[list[WorkloadPriority], Field(min_length=1)]
+    pod: PodPriorities
+    default_workload: DnsLabel | None = None
+
+
+class WaitForPodsReady(ConfigModel):
+    """Kueue's all-or-nothing gate: a gang that cannot get every pod ready in time is evicted and requeued."""
+
+    enable: bool = True
+    timeout: Duration = "10m"
+    recovery_timeout: Duration | None = "3m"
+    block_admission: bool = True
+    backoff_base_seconds: Annotated[int, Field(ge=1)] = 60
+    backoff_max_seconds: Annotated[int, Field(ge=1)] = 3600
+
+
+class LocalWebhooks(ConfigModel):
+    """Local-stack only: serve Kueue's admission webhooks from a controller running outside the cluster."""
+
+    url: Annotated[str, Field(pattern=r"^https://(127\.0\.0\.1|localhost|\[::1\]):\d+$")]
+    ca_bundle_file: str
+
+
+class KueueSettings(ConfigModel):
+    chart_version: SemVer = KUEUE_CHART_VERSION
+    chart: ChartSource = ChartSource(oci="oci://registry.k8s.io/kueue/charts/kueue")
+    namespace: DnsLabel = "kueue-system"
+    wait_for_pods_ready: WaitForPodsReady = WaitForPodsReady()
+    #: The controller Deployment is not run in-cluster (the simulated cluster runs Kueue as a local process).
+    controller_in_cluster: bool = True
+    local_webhooks: LocalWebhooks | None = None
+    extra_values: dict[str, Any] = {}
+
+
+class DeschedulerSettings(ConfigModel):
+    """The gradual return of inference from the virtual node: bounded evictions every interval."""
+
+    enabled: bool = True
+    chart_version: SemVer = "0.36.0"
+    chart: ChartSource = ChartSource(repo="https://kubernetes-sigs.github.io/descheduler/", name="descheduler")
+    namespace: DnsLabel = "kube-system"
+    interval: Duration = "1m"
+    max_pods_to_evict_per_node: Annotated[int, Field(ge=1, le=100)] = 2
+    max_pods_to_evict_total: Annotated[int, Field(ge=1, le=1000)] = 4
+    max_pods_to_evict_per_namespace: Annotated[int, Field(ge=1, le=1000)] | None = None
+    #: The controller is not run in-cluster (the simulated cluster runs it as a local process).
+    controller_in_cluster: bool = True
+
+
+StorageDriver = Literal["lustre", "weka", "vast", "gpfs", "nfs"]
+
+
+class Claim(ConfigModel):
+    size: str
+    read_only: bool = False
+
+    @field_validator("size")
+    @classmethod
+    def _size(cls, v: str) -> str:
+        if not _QUANTITY.match(v) or float(re.sub(r"[A-Za-z]+$", "", v)) <= 0:
+            raise ValueError(f"{v!r} is not a positive Kubernetes quantity such as 50Ti")
+        return v
+
+
+class Checkpointing(ConfigModel):
+    """Inputs of the Young/Daly checkpoint cadence."""
+
+    size_tb: Annotated[float, Field(gt=0)] = 1.0
+    write_seconds: Annotated[float, Field(gt=0)] = 30.0
+    mtbf_hours: Annotated[float, Field(gt=0)] = 8.0
+
+
+class StorageSettings(ConfigModel):
+    """A parallel filesystem reached through its CSI driver; one RWX checkpoint and dataset claim per team."""
+
+    driver: StorageDriver
+    provisioner: Annotated[str, Field(min_length=3)]
+    mode: Literal["dynamic", "static"] = "dynamic"
+    storage_class_name: DnsLabel = "parallel-fs"
+    parameters: dict[str, str] = {}
+    mount_options: list[str] = []
+    #: static mode: the CSI volumeHandle of each PV is ``<volumeHandlePrefix>/<namespace>/<claim>``.
+    volume_handle_prefix: str | None = None
+    volume_attributes: dict[str, str] = {}
+    checkpoints: Claim = Claim(size="50Ti")
+    datasets: Claim = Claim(size="200Ti", read_only=True)
+    checkpointing: Checkpointing = Checkpointing()
+
+
+#: Parameters each driver's StorageClass cannot work without (dynamic provisioning).
+_DRIVER_PARAMETERS: dict[str, tuple[str, ...]] = {"nfs": ("server", "share")}
+
+
+# ----------------------------------------------------------------------------------------------------
+# The whole stack
+# ----------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StackConfig:
+    """The validated settings of one stack, each section typed."""
+
+    environment: str
+    cluster_name: str
+    cohort: str
+    burst_taint_key: str
+    flavors: tuple[GpuFlavor, ...]
+    queues: Mapping[str, ClusterQueueSpec]
+    teams: tuple[Team, ...]
+    inference_namespaces: tuple[str, ...]
+    priorities: Priorities
+    kueue: KueueSettings
+    descheduler: DeschedulerSettings
+    storage: StorageSettings
+
+    def flavor(self, name: str) -> GpuFlavor:
+        return next(f for f in self.flavors if f.name == name)
+
+    @property
+    def total_gpus(self) -> int:
+        return sum(f.capacity for f in self.flavors)
+
+    @property
+    def training_namespaces(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(t.namespace for t in self.teams))
+
+
+@dataclass(frozen=True)
+class ConfigIssue:
+    """One problem in a stack config: where, what was there, why it is wrong."""
+
+    path: str
+    value: Any
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.reason}"
+
+
+class StackConfigError(ValueError):
+    """Raised with every problem of a stack config at once."""
+
+    def __init__(self, issues: Sequence[ConfigIssue], source: str = "stack config") -> None:
+        self.issues = list(issues)
+        self.source = source
+        lines = "\n".join(f"  - {issue}" for issue in self.issues)
+        super().__init__(f"{source}: {len(self.issues)} problem(s)\n{lines}")
+
+
+_MISSING = object()
+_Section = tuple[str, Any, Any]  # key, type adapter or None (scalar str), default or _MISSING
+
+
+def _adapter(tp: Any) -> TypeAdapter[Any]:
+    return TypeAdapter(tp)
+
+
+_SECTIONS: dict[str, tuple[TypeAdapter[Any], Any]] = {
+    "environment": (_adapter(DnsLabel), _MISSING),
+    "clusterName": (_adapter(DnsLabel), _MISSING),
+    "cohort": (_adapter(DnsLabel), "research"),
+    "burstTaintKey": (_adapter(str), DEFAULT_BURST_TAINT_KEY),
+    "flavors": (_adapter(Annotated[list[GpuFlavor], Field(min_length=1)]), _MISSING),
+    "queues": (_adapter(Annotated[dict[DnsLabel, ClusterQueueSpec], Field(min_length=1)]), _MISSING),
+    "teams": (_adapter(Annotated[list[Team], Field(min_length=1)]), _MISSING),
+    "inferenceNamespaces": (_adapter(Annotated[list[DnsLabel], Field(min_length=1)]), _MISSING),
+    "priorities": (_adapter(Priorities), _MISSING),
+    "kueue": (_adapter(KueueSettings), {}),
+    "descheduler": (_adapter(DeschedulerSettings), {}),
+    "storage": (_adapter(StorageSettings), _MISSING),
+}
+
+#: Keys other rooms read from the same stack file (validated by their own components).
+_OTHER_KEYS: set[str] = set()
+
+
+def _loc_to_path(section: str, loc: Iterable[int | str]) -> str:
+    path = section
+    for part in loc:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        else:
+            path += f".{to_camel(part) if '_' in part else part}"
+    return path
+
+
+def _value_at(value: Any, loc: Iterable[int | str]) -> Any:
+    for part in loc:
+        try:
+            value = value[part]
+        except (KeyError, IndexError, TypeError):
+            return None
+    return value
+
+
+def _pydantic_issues(section: str, raw: Any, err: ValidationError) -> list[ConfigIssue]:
+    issues = []
+    for e in err.errors(include_url=False):
+        # Model-level validators report at their model; drop pydantic's internal union/function tags.
+        loc = [p for p in e["loc"] if not (isinstance(p, str) and ("[" in p or p.startswith("function-")))]
+        reason = e["msg"].removeprefix("Value error, ")
+        if e["type"] == "missing":
+            reason = "required key is missing"
+        elif e["type"] == "extra_forbidden":
+            reason = "unknown key (check the spelling against README's config reference)"
+        value = e.get("input") if e["type"] != "missing" else None
+        if e["type"] not in ("missing", "extra_forbidden", "value_error") and not isinstance(value, (dict, list)):
+            reason = f"{reason} (got {value!r})"
+        issues.append(ConfigIssue(_loc_to_path(section, loc), value, reason))
+    return issues
+
+
+def _semantic_issues(v: Mapping[str, Any]) -> list[ConfigIssue]:
+    """Rules that span sections. Each runs only when the sections it reads validated on their own."""
+    issues: list[ConfigIssue] = []
+    add = issues.append
+    flavors: list[GpuFlavor] | None = v.get("flavors")
+    queues: dict[str, ClusterQueueSpec] | None = v.get("queues")
+    teams: list[Team] | None = v.get("teams")
+    priorities: Priorities | None = v.get("priorities")
+    inference_ns: list[str] | None = v.get("inferenceNamespaces")
+
+    if flavors is not None:
+        seen: set[str] = set()
+        for i, f in enumerate(flavors):
+            if f.name in seen:
+                add(ConfigIssue(f"flavors[{i}].name", f.name, f"flavor {f.name!r} is declared twice"))
+            seen.add(f.name)
+        label_sets: dict[tuple[tuple[str, str], ...], str] = {}
+        for i, f in enumerate(flavors):
+            key = tuple(sorted(f.node_labels.items()))
+            if key in label_sets and label_sets[key] != f.name:
+                add(
+                    ConfigIssue(
+                        f"flavors[{i}].nodeLabels",
+                        f.node_labels,
+                        f"same node labels as flavor {label_sets[key]!r}: Kueue could not tell their nodes apart",
+                    )
+                )
+            label_sets.setdefault(key, f.name)
+
+    if flavors is not None and queues is not None:
+        capacity = {f.name: f.capacity for f in flavors}
+        totals: dict[str, int] = {}
+        for qname, q in queues.items():
+            for fname, gpus in q.quota.items():
+                path = f"queues.{qname}.quota.{fname}"
+                if fname not in capacity:
+                    add(ConfigIssue(path, gpus, f"unknown flavor {fname!r} (declared: {sorted(capacity)})"))
+                    continue
+                if gpus > capacity[fname]:
+                    add(
+                        ConfigIssue(
+                            path,
+                            gpus,
+                            f"{gpus} exceeds the {capacity[fname]} GPUs the {fname} flavor declares",
+                        )
+                    )
+                totals[fname] = totals.get(fname, 0) + gpus
+            for fname in q.borrowing_limit:
+                if fname not in q.quota:
+                    add(
+                        ConfigIssue(
+                            f"queues.{qname}.borrowingLimit.{fname}",
+                            q.borrowing_limit[fname],
+                            f"borrowing limit for {fname!r}, which has no quota in this queue",
+                        )
+                    )
+        for fname, total in totals.items():
+            contributing = [q for q in queues.values() if fname in q.quota]
+            if len(contributing) > 1 and total > capacity[fname]:
+                add(
+                    ConfigIssue(
+                        f"queues.*.quota.{fname}",
+                        total,
+                        f"the queues' nominal quotas add up to {total}, more than the {capacity[fname]} "
+                        f"{fname} GPUs declared",
+                    )
+                )
+
+    if teams is not None:
+        names: set[str] = set()
+        for i, t in enumerate(teams):
+            if t.name in names:
+                add(ConfigIssue(f"teams[{i}].name", t.name, f"team {t.name!r} is declared twice"))
+            names.add(t.name)
+            if queues is not None and t.cluster_queue not in queues:
+                add(
+                    ConfigIssue(
+                        f"teams[{i}].clusterQueue",
+                        t.cluster_queue,
+                        f"no ClusterQueue named {t.cluster_queue!r} in queues (have: {sorted(queues)})",
+                    )
+                )
+            if inference_ns is not None and t.namespace in inference_ns:
+                add(
+                    ConfigIssue(
+                        f"teams[{i}].namespace",
+                        t.namespace,
+                        "is also an inference namespace: training and inference must not share a namespace",
+                    )
+                )
+        ns_queues: dict[tuple[str, str], str] = {}
+        for i, t in enumerate(teams):
+            nsq = (t.namespace, t.local_queue)
+            if nsq in ns_queues and ns_queues[nsq] != t.cluster_queue:
+                add(
+                    ConfigIssue(
+                        f"teams[{i}].localQueue",
+                        t.local_queue,
+                        f"LocalQueue {t.local_queue!r} in {t.namespace!r} already points at {ns_queues[nsq]!r}",
+                    )
+                )
+            ns_queues.setdefault(nsq, t.cluster_queue)
+
+    if inference_ns is not None and len(set(inference_ns)) != len(inference_ns):
+        add(ConfigIssue("inferenceNamespaces", inference_ns, "lists a namespace twice"))
+
+    if priorities is not None:
+        train, infer = priorities.pod.training, priorities.pod.inference
+        if train.value <= infer.value:
+            add(
+                ConfigIssue(
+                    "priorities.pod.training.value",
+                    train.value,
+                    f"training priority {train.value} must be above inference's {infer.value}: training always wins",
+                )
+            )
+        if train.name == infer.name:
+            add(ConfigIssue("priorities.pod.inference.name", infer.name, "same name as the training class"))
+        wl = priorities.workload
+        for i in range(1, len(wl)):
+            if wl[i].value >= wl[i - 1].value:
+                add(
+                    ConfigIssue(
+                        f"priorities.workload[{i}].value",
+                        wl[i].value,
+                        f"workload priorities are listed highest first: {wl[i].name!r} ({wl[i].value}) must be "
+                        f"below {wl[i - 1].name!r} ({wl[i - 1].value})",
+                    )
+                )
+        wl_names = [w.name for w in wl]
+        for i, n in enumerate(wl_names):
+            if n in wl_names[:i]:
+                add(ConfigIssue(f"priorities.workload[{i}].name", n, f"{n!r} is declared twice"))
+        if priorities.default_workload is not None and priorities.default_workload not in wl_names:
+            add(
+                ConfigIssue(
+                    "priorities.defaultWorkload",
+                    priorities.default_workload,
+                    f"not one of the workload priorities {wl_names}",
+                )
+            )
+
+    desched: DeschedulerSettings | None = v.get("descheduler")
+    if desched is not None and desched.max_pods_to_evict_per_node > desched.max_pods_to_evict_total:
+        add(
+            ConfigIssue(
+                "descheduler.maxPodsToEvictPerNode",
+                desched.max_pods_to_evict_per_node,
+                f"{desched.max_pods_to_evict_per_node} exceeds maxPodsToEvictTotal "
+                f"({desched.max_pods_to_evict_total}): the total bound would never apply",
+            )
+        )
+
+    storage: StorageSettings | None = v.get("storage")
+    if storage is not None:
+        if storage.mode == "static" and not storage.volume_handle_prefix:
+            add(
+                ConfigIssue(
+                    "storage.volumeHandlePrefix",
+                    None,
+                    "static mode needs it (the CSI volumeHandle of each PV)",
+                )
+            )
+        if storage.mode == "dynamic" and storage.volume_handle_prefix:
+            add(ConfigIssue("storage.volumeHandlePrefix", storage.volume_handle_prefix, "only applies to mode: static"))
+        if storage.mode == "dynamic":
+            for needed in _DRIVER_PARAMETERS.get(storage.driver, ()):
+                if needed not in storage.parameters:
+                    add(
+                        ConfigIssue(
+                            f"storage.parameters.{needed}",
+                            None,
+                            f"the {storage.driver} driver's StorageClass needs it",
+                        )
+                    )
+
+    burst_key = v.get("burstTaintKey")
+    if isinstance(burst_key, str):
+        try:
+            _check_qualified_name(burst_key, "taint key")
+        except ValueError as exc:
+            add(ConfigIssue("burstTaintKey", burst_key, str(exc)))
+    return issues
+
+
+def parse_stack_config(raw: Mapping[str, Any], source: str = "stack config") -> StackConfig:
+    """Validate the ``gpucluster:*`` settings (keys without the project prefix) and build the model.
+
+    Raises :class:`StackConfigError` with every problem found; never returns a partly valid config.
+    """
+    issues: list[ConfigIssue] = []
+    values: dict[str, Any] = {}
+    for key in sorted(set(raw) - set(_SECTIONS) - _OTHER_KEYS):
+        issues.append(ConfigIssue(f"{key}", raw[key], f"unknown key gpucluster:{key} (known: {', '.join(_SECTIONS)})"))
+    for key, (adapter, default) in _SECTIONS.items():
+        if key in raw and raw[key] is not None:
+            data = raw[key]
+        elif default is _MISSING:
+            issues.append(ConfigIssue(key, None, f"required key gpucluster:{key} is missing"))
+            continue
+        else:
+            data = default
+        try:
+            values[key] = adapter.validate_python(data)
+        except ValidationError as err:
+            issues.extend(_pydantic_issues(key, data, err))
+    issues.extend(_semantic_issues(values))
+    if issues:
+        raise StackConfigError(issues, source)
+    return StackConfig(
+        environment=values["environment"],
+        cluster_name=values["clusterName"],
+        cohort=values["cohort"],
+        burst_taint_key=values["burstTaintKey"],
+        flavors=tuple(values["flavors"]),
+        queues=dict(values["queues"]),
+        teams=tuple(values["teams"]),
+        inference_namespaces=tuple(values["inferenceNamespaces"]),
+        priorities=values["priorities"],
+        kueue=values["kueue"],
+        descheduler=values["descheduler"],
+        storage=values["storage"],
+    )
+
+
+# ----------------------------------------------------------------------------------------------------
+# Loading: from a stack file (offline) or from the engine (pulumi up)
+# ----------------------------------------------------------------------------------------------------
+
+
+def project_defaults(project_file: Path = PROJECT_ROOT / "Pulumi.yaml") -> dict[str, Any]:
+    """Defaults declared in Pulumi.yaml's ``config:`` schema, as the engine applies them."""
+    try:
+        doc = yaml.safe_load(project_file.read_text()) or {}
+    except (OSError, yaml.YAMLError):
+        return {}
+    out: dict[str, Any] = {}
+    for key, spec in (doc.get("config") or {}).items():
+        if isinstance(spec, dict) and "default" in spec:
+            out[key.removeprefix(f"{PROJECT}:")] = spec["default"]
+    return out
+
+
+def read_stack_file(path: Path) -> dict[str, Any]:
+    """The ``gpucluster:*`` settings of a stack file, project defaults applied, prefix stripped."""
+    try:
+        doc = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise StackConfigError([ConfigIssue(str(path), None, f"cannot read: {exc.strerror}")], str(path)) from exc
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise StackConfigError([ConfigIssue(str(path), None, f"{where}invalid YAML: {problem}")], str(path)) from exc
+    if not isinstance(doc, dict) or not isinstance(doc.get("config"), dict):
+        raise StackConfigError([ConfigIssue("config", None, "the stack file has no `config:` map")], str(path))
+    raw: dict[str, Any] = project_defaults()
+    foreign: list[ConfigIssue] = []
+    for key, value in doc["config"].items():
+        if not isinstance(key, str) or ":" not in key:
+            foreign.append(ConfigIssue(str(key), value, f"config keys are namespaced: write {PROJECT}:{key}"))
+        elif key.startswith(f"{PROJECT}:"):
+            raw[key.removeprefix(f"{PROJECT}:")] = value
+        # other namespaces (kubernetes:context, pulumi:...) belong to providers and the engine
+    if foreign:
+        raise StackConfigError(foreign, str(path))
+    return raw
+
+
+def load_stack_file(path: Path | str) -> StackConfig:
+    path = Path(path)
+    return parse_stack_config(read_stack_file(path), str(path))
+
+
+def from_pulumi_config() -> StackConfig:
+    """Read the settings the engine passed to this program run and validate them."""
+    raw: dict[str, Any] = project_defaults()
+    for full_key, value in runtime_config.get_config_env().items():
+        if not full_key.startswith(f"{PROJECT}:"):
+            continue
+        key = full_key.removeprefix(f"{PROJECT}:")
+        raw[key] = _decode(value)
+    return parse_stack_config(raw, f"stack {_stack_name()}")
+
+
+def _decode(value: Any) -> Any:
+    if not isinstance(value, str):
+        return value
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError:
+        return value
+
+
+def _stack_name() -> str:
+    return pulumi.get_stack()
+
+
+# ----------------------------------------------------------------------------------------------------
+# Checkpoint cadence (Young/Daly)
+# ----------------------------------------------------------------------------------------------------
+
+
+def checkpoint_interval_seconds(write_seconds: float, mtbf_seconds: float) -> float:
+    """Young/Daly first-order optimum: sqrt(2 x checkpoint write time x mean time between failures)."""
+    if write_seconds <= 0 or mtbf_seconds <= 0:
+        raise ValueError("write time and MTBF must both be positive")
+    return math.sqrt(2.0 * write_seconds * mtbf_seconds)
+
+
+# ----------------------------------------------------------------------------------------------------
+# CLI
+# ----------------------------------------------------------------------------------------------------
+
+
+def _cmd_check(paths: Sequence[str], out: Callable[[str], None]) -> int:
+    failed = 0
+    for p in paths:
+        try:
+            cfg = load_stack_file(p)
+        except StackConfigError as err:
+            failed += 1
+            out(str(err))
+            continue
+        out(
+            f"{p}: ok ({cfg.environment}: {len(cfg.flavors)} flavor(s), {cfg.total_gpus} GPUs, "
+            f"{len(cfg.queues)} ClusterQueue(s), {len(cfg.teams)} team(s))"
+        )
+    return 1 if failed else 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m components.config", description="Validate gpucluster stack files without the engine."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    check = sub.add_parser("check", help="validate stack files; exit 1 if any has a problem")
+    check.add_argument("files", nargs="+", metavar="stacks/Pulumi.<stack>.yaml")
+    args = parser.parse_args(argv)
+    if args.command == "check":
+        return _cmd_check(args.files, print)
+    return 2  # pragma: no cover - argparse enforces the choices
+
+
+if __name__ == "__main__":
+    sys.exit(main())
