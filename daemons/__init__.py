@@ -1,0 +1,1 @@
+"""Node daemons of the GPU cluster (one container image, one console script each)."""

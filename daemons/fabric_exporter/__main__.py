@@ -1,0 +1,193 @@
+"""``gpucluster-fabric-exporter``: InfiniBand and NVLink metrics for Prometheus.
+
+Serves ``/metrics`` (Prometheus text format) and ``/healthz``. Logs are JSON, one object per line, on
+stderr. SIGTERM and SIGINT stop the server gracefully: the in-flight scrape finishes, NVML is shut down,
+exit status 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from socketserver import ThreadingMixIn
+from types import FrameType
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from daemons.fabric_exporter.collectors import (
+    FabricCollector,
+    InfinibandCollector,
+    NvlinkCollector,
+    SubCollector,
+)
+from daemons.fabric_exporter.logs import OnceLogger, setup_logging
+from daemons.fabric_exporter.nvml_api import FakeNvml, NvmlApi, PynvmlApi
+
+log = logging.getLogger("fabric_exporter")
+
+StartResponse = Callable[[str, list[tuple[str, str]]], Any]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="gpucluster-fabric-exporter",
+        description=(
+            "Export InfiniBand port counters (from sysfs) and NVLink state/error counters (from NVML) "
+            "for Prometheus. Every metric is prefixed gpucluster_fabric_; "
+            "gpucluster_fabric_collector_success{collector} is 0 when a collector failed."
+        ),
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("--listen-address", default="0.0.0.0", help="address to serve /metrics on")
+    p.add_argument("--port", type=int, default=9402, help="TCP port to serve /metrics on (0: pick a free one)")
+    p.add_argument(
+        "--sysfs-root",
+        default="/sys",
+        help="sysfs mount point; InfiniBand devices are read from <root>/class/infiniband",
+    )
+    p.add_argument(
+        "--collectors",
+        default="infiniband,nvlink",
+        help="comma-separated collectors to run: infiniband, nvlink",
+    )
+    p.add_argument(
+        "--node-name",
+        default=os.environ.get("NODE_NAME") or socket.gethostname(),
+        help="value of the `node` label on every series (default: $NODE_NAME, else the hostname); "
+        "an empty string leaves the label off",
+    )
+    p.add_argument(
+        "--nvml-fixture",
+        default=None,
+        metavar="JSON",
+        help="serve NVLink data from this JSON description instead of the NVML library "
+        "(tests and benchmarks; see daemons/fabric_exporter/nvml_api.py FakeNvml.from_json)",
+    )
+    p.add_argument(
+        "--log-level",
+        default="info",
+        choices=["debug", "info", "warning", "error"],
+        help="minimum level of the JSON log lines written to stderr",
+    )
+    return p
+
+
+class _ThreadingWSGIServer(ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("http request", extra={"client": self.client_address[0], "request": format % args})
+
+
+def make_app(registry: CollectorRegistry) -> Callable[[dict[str, Any], StartResponse], Iterable[bytes]]:
+    def app(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+        path = environ.get("PATH_INFO", "/")
+        if path == "/metrics":
+            body = generate_latest(registry)
+            start_response("200 OK", [("Content-Type", CONTENT_TYPE_LATEST)])
+            return [body]
+        if path == "/healthz":
+            start_response("200 OK", [("Content-Type", "text/plain")])
+            return [b"ok\n"]
+        if path == "/":
+            start_response("200 OK", [("Content-Type", "text/html")])
+            return [b"<html><body><a href='/metrics'>/metrics</a></body></html>\n"]
+        start_response("404 Not Found", [("Content-Type", "text/plain")])
+        return [b"not found\n"]
+
+    return app
+
+
+def build_collectors(
+    args: argparse.Namespace, parser: argparse.ArgumentParser
+) -> tuple[list[SubCollector], NvlinkCollector | None, dict[str, str]]:
+    const_labels = {"node": args.node_name} if args.node_name else {}
+    wanted = [c.strip() for c in args.collectors.split(",") if c.strip()]
+    unknown = sorted(set(wanted) - {"infiniband", "nvlink"})
+    if unknown or not wanted:
+        parser.error(f"--collectors: unknown or empty {unknown or wanted}; choose from infiniband, nvlink")
+    subs: list[SubCollector] = []
+    nvlink: NvlinkCollector | None = None
+    if "infiniband" in wanted:
+        subs.append(InfinibandCollector(args.sysfs_root, const_labels))
+    if "nvlink" in wanted:
+        api: NvmlApi
+        if args.nvml_fixture:
+            try:
+                api = FakeNvml.from_json(args.nvml_fixture)
+            except ValueError as exc:
+                parser.error(f"--nvml-fixture: {exc}")
+        else:
+            api = PynvmlApi()
+        nvlink = NvlinkCollector(api, const_labels)
+        subs.append(nvlink)
+    return subs, nvlink, const_labels
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not 0 <= args.port <= 65535:
+        parser.error(f"--port: {args.port} is not a TCP port (0-65535)")
+    setup_logging(args.log_level)
+    subs, nvlink, const_labels = build_collectors(args, parser)
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(FabricCollector(subs, OnceLogger(log), const_labels))
+
+    try:
+        server = make_server(
+            args.listen_address,
+            args.port,
+            make_app(registry),
+            server_class=_ThreadingWSGIServer,
+            handler_class=_QuietHandler,
+        )
+    except OSError as exc:
+        log.error("cannot listen", extra={"address": args.listen_address, "port": args.port, "error": str(exc)})
+        return 1
+
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        log.info("shutting down", extra={"signal": signal.Signals(signum).name})
+        stop.set()
+        # shutdown() blocks until serve_forever returns, so it must not run on the serving thread.
+        threading.Thread(target=server.shutdown, daemon=True).start()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    log.info(
+        "serving",
+        extra={
+            "address": args.listen_address,
+            "port": server.server_address[1],
+            "sysfs_root": args.sysfs_root,
+            "collectors": [s.name for s in subs],
+            "node": args.node_name,
+        },
+    )
+    try:
+        server.serve_forever(poll_interval=0.2)
+    finally:
+        server.server_close()
+        if nvlink is not None:
+            nvlink.close()
+    log.info("stopped")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

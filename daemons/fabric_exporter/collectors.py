@@ -1,0 +1,205 @@
+"""prometheus_client custom collectors: InfiniBand (sysfs), NVLink (NVML) and the per-collector health."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import pynvml
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from daemons.fabric_exporter import METRIC_PREFIX
+from daemons.fabric_exporter.infiniband import metrics_from_snapshot, read_infiniband
+from daemons.fabric_exporter.logs import OnceLogger
+from daemons.fabric_exporter.nvml_api import MAX_LINKS, NVLINK_ERROR_COUNTERS, NvmlApi
+
+log = logging.getLogger("fabric_exporter")
+NVL = f"{METRIC_PREFIX}_nvlink"
+
+
+@dataclass
+class CollectResult:
+    metrics: list[Metric]
+    problems: list[tuple[str, str]]  # (where, what) — partial failures; the metrics are still served
+
+
+class SubCollector(Protocol):
+    name: str
+
+    def collect(self) -> CollectResult: ...
+
+
+class InfinibandCollector:
+    name = "infiniband"
+
+    def __init__(self, sysfs_root: str, const_labels: dict[str, str]) -> None:
+        self.sysfs_root = sysfs_root
+        self.const_labels = const_labels
+
+    def collect(self) -> CollectResult:
+        snap = read_infiniband(self.sysfs_root)
+        return CollectResult(
+            list(metrics_from_snapshot(snap, self.const_labels)),
+            [(p.path, p.reason) for p in snap.problems],
+        )
+
+
+class NvlinkCollector:
+    """Per GPU and link: state, speed and the DL-layer error counters, read through ``NvmlApi``."""
+
+    name = "nvlink"
+
+    def __init__(self, nvml: NvmlApi, const_labels: dict[str, str]) -> None:
+        self.nvml = nvml
+        self.const_labels = const_labels
+        self._devices: list[tuple[str, str, Any]] | None = None  # (index, uuid, handle)
+        self._lock = threading.Lock()
+
+    def _ensure_devices(self) -> list[tuple[str, str, Any]]:
+        if self._devices is None:
+            self.nvml.init()
+            devices = []
+            for i in range(self.nvml.device_count()):
+                handle = self.nvml.device_handle(i)
+                devices.append((str(i), self.nvml.device_uuid(handle), handle))
+            self._devices = devices
+        return self._devices
+
+    def close(self) -> None:
+        with self._lock:
+            if self._devices is not None:
+                with contextlib.suppress(pynvml.NVMLError):
+                    self.nvml.shutdown()
+                self._devices = None
+
+    def collect(self) -> CollectResult:
+        with self._lock:
+            try:
+                return self._collect()
+            except pynvml.NVMLError:
+                self._devices = None  # re-initialise on the next scrape (driver reload, GPU reset)
+                raise
+
+    def _collect(self) -> CollectResult:
+        extra_names = list(self.const_labels)
+        extra_values = list(self.const_labels.values())
+        gpu_labels = ["gpu", "uuid", *extra_names]
+        link_labels = ["gpu", "uuid", "link", *extra_names]
+        supported = GaugeMetricFamily(f"{NVL}_supported", "1 when NVML reports NVLink on this GPU.", labels=gpu_labels)
+        up = GaugeMetricFamily(f"{NVL}_link_up", "1 when the NVLink link is active.", labels=link_labels)
+        speed = GaugeMetricFamily(
+            f"{NVL}_link_speed_bytes_per_second", "NVLink link speed in bytes per second.", labels=link_labels
+        )
+        errors = CounterMetricFamily(
+            f"{NVL}_errors",
+            "NVLink data-link-layer error counters (crc_flit, crc_data, replay, recovery).",
+            labels=[*link_labels, "type"],
+        )
+        problems: list[tuple[str, str]] = []
+        for index, uuid, handle in self._ensure_devices():
+            g = [index, uuid, *extra_values]
+            has_nvlink = True
+            for link in range(MAX_LINKS):
+                try:
+                    state = self.nvml.nvlink_state(handle, link)
+                except pynvml.NVMLError_NotSupported:
+                    if link == 0:
+                        has_nvlink = False
+                        break
+                    continue
+                except pynvml.NVMLError_InvalidArgument:
+                    break  # no more links on this GPU
+                lk = [index, uuid, str(link), *extra_values]
+                up.add_metric(lk, 1.0 if state == pynvml.NVML_FEATURE_ENABLED else 0.0)
+                try:
+                    speed.add_metric(lk, self.nvml.nvlink_speed_mbytes(handle, link) * 1e6)
+                except pynvml.NVMLError as exc:
+                    if not isinstance(exc, pynvml.NVMLError_NotSupported):
+                        problems.append((f"gpu {index} link {link} speed", str(exc)))
+                for counter_id, type_name in NVLINK_ERROR_COUNTERS.items():
+                    try:
+                        value = self.nvml.nvlink_error_counter(handle, link, counter_id)
+                    except pynvml.NVMLError_NotSupported:
+                        continue  # inactive link or counter not on this architecture
+                    except pynvml.NVMLError as exc:
+                        problems.append((f"gpu {index} link {link} {type_name}", str(exc)))
+                        continue
+                    errors.add_metric([*lk, type_name], value)
+            supported.add_metric(g, 1.0 if has_nvlink else 0.0)
+        return CollectResult([supported, up, speed, errors], problems)
+
+
+class FabricCollector(Collector):
+    """Runs every sub-collector on each scrape and reports each one's success and duration.
+
+    A sub-collector that raises reports success 0 and contributes no series; one with partial problems
+    (an unreadable or malformed file) reports success 0 but still serves what it could read. Each distinct
+    problem is logged once per process.
+    """
+
+    def __init__(self, subs: Sequence[SubCollector], once: OnceLogger, const_labels: dict[str, str]) -> None:
+        self.subs = list(subs)
+        self.once = once
+        self.const_labels = const_labels
+
+    def describe(self) -> Iterable[Metric]:
+        return []  # unchecked collector: the series set depends on the hardware
+
+    def collect(self) -> Iterator[Metric]:
+        extra_names = list(self.const_labels)
+        extra_values = list(self.const_labels.values())
+        success = GaugeMetricFamily(
+            f"{METRIC_PREFIX}_collector_success",
+            "1 when the collector read everything it found without error in this scrape.",
+            labels=["collector", *extra_names],
+        )
+        duration = GaugeMetricFamily(
+            f"{METRIC_PREFIX}_collector_duration_seconds",
+            "Time the collector took in this scrape.",
+            labels=["collector", *extra_names],
+        )
+        problems_g = GaugeMetricFamily(
+            f"{METRIC_PREFIX}_collector_problems",
+            "Files or calls that failed in this scrape (the rest was still served).",
+            labels=["collector", *extra_names],
+        )
+        for sub in self.subs:
+            start = time.perf_counter()
+            ok = 1.0
+            n_problems = 0
+            try:
+                result = sub.collect()
+            except Exception as exc:  # a collector must never take the scrape down
+                ok = 0.0
+                n_problems = 1
+                self.once.error(
+                    (sub.name, "failed", type(exc).__name__, str(exc)),
+                    f"collector {sub.name} failed: {exc}",
+                    collector=sub.name,
+                    error_type=type(exc).__name__,
+                )
+            else:
+                yield from result.metrics
+                n_problems = len(result.problems)
+                if result.problems:
+                    ok = 0.0
+                for where, what in result.problems:
+                    self.once.error(
+                        (sub.name, where, what),
+                        f"collector {sub.name}: {what}",
+                        collector=sub.name,
+                        where=where,
+                    )
+            labels = [sub.name, *extra_values]
+            success.add_metric(labels, ok)
+            problems_g.add_metric(labels, n_problems)
+            duration.add_metric(labels, time.perf_counter() - start)
+        yield success
+        yield problems_g
+        yield duration

@@ -1,0 +1,306 @@
+"""InfiniBand port counters from sysfs (``<sysfs-root>/class/infiniband/<device>/ports/<n>/...``).
+
+Units and widths follow the InfiniBand Architecture Specification (PortCounters / PortCountersExtended):
+
+* ``port_xmit_data`` / ``port_rcv_data`` count 4-octet words; they are exported in bytes (x4).
+* The legacy PortCounters fields have fixed widths and *saturate* (stop at their maximum) instead of
+  wrapping: 32 bits for data/packets/xmit_wait, 16 or 8 bits for most error counters and 4 bits for
+  LocalLinkIntegrityErrors / ExcessiveBufferOverrunErrors. A counter that sits at its maximum carries no
+  rate information any more, so it is *withheld* from its counter family (a rate over it would read as
+  "no errors") and flagged by ``gpucluster_fabric_infiniband_counter_saturated{counter=...} 1`` instead.
+  Kernels that read PortCountersExtended report 64-bit data counters; those only reach 2^32-1 by
+  coincidence for one scrape, which costs one missing sample.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from daemons.fabric_exporter import METRIC_PREFIX
+
+IB = f"{METRIC_PREFIX}_infiniband"
+
+
+@dataclass(frozen=True)
+class CounterSpec:
+    """How one ``counters/<file>`` maps to a metric."""
+
+    family: str  # key into FAMILIES
+    label: str | None  # value of the family's extra label (error type), None for single-purpose families
+    scale: int = 1
+    width_bits: int | None = None  # None: 64-bit, never saturates in practice
+
+
+# family key -> (metric name without _total, help, extra label name or None)
+FAMILIES: dict[str, tuple[str, str, str | None]] = {
+    "errors": (f"{IB}_port_errors", "Port error counters by error type (IB PortCounters).", "type"),
+    "xmit_wait": (
+        f"{IB}_port_transmit_wait",
+        "Ticks during which the port had data to send but no flow-control credits (congestion).",
+        None,
+    ),
+    "xmit_data": (f"{IB}_port_transmit_data_bytes", "Data octets transmitted on the port.", None),
+    "rcv_data": (f"{IB}_port_receive_data_bytes", "Data octets received on the port.", None),
+    "xmit_packets": (f"{IB}_port_transmit_packets", "Packets transmitted on the port.", None),
+    "rcv_packets": (f"{IB}_port_receive_packets", "Packets received on the port.", None),
+    "unicast_xmit": (f"{IB}_port_unicast_transmit_packets", "Unicast packets transmitted.", None),
+    "unicast_rcv": (f"{IB}_port_unicast_receive_packets", "Unicast packets received.", None),
+    "multicast_xmit": (f"{IB}_port_multicast_transmit_packets", "Multicast packets transmitted.", None),
+    "multicast_rcv": (f"{IB}_port_multicast_receive_packets", "Multicast packets received.", None),
+}
+
+COUNTERS: dict[str, CounterSpec] = {
+    "symbol_error": CounterSpec("errors", "symbol_error", width_bits=16),
+    "link_downed": CounterSpec("errors", "link_downed", width_bits=8),
+    "link_error_recovery": CounterSpec("errors", "link_error_recovery", width_bits=8),
+    "port_rcv_errors": CounterSpec("errors", "port_rcv_errors", width_bits=16),
+    "port_rcv_remote_physical_errors": CounterSpec("errors", "port_rcv_remote_physical_errors", width_bits=16),
+    "port_rcv_switch_relay_errors": CounterSpec("errors", "port_rcv_switch_relay_errors", width_bits=16),
+    "port_xmit_discards": CounterSpec("errors", "port_xmit_discards", width_bits=16),
+    "port_rcv_constraint_errors": CounterSpec("errors", "port_rcv_constraint_errors", width_bits=8),
+    "port_xmit_constraint_errors": CounterSpec("errors", "port_xmit_constraint_errors", width_bits=8),
+    "local_link_integrity_errors": CounterSpec("errors", "local_link_integrity_errors", width_bits=4),
+    "excessive_buffer_overrun_errors": CounterSpec("errors", "excessive_buffer_overrun_errors", width_bits=4),
+    "VL15_dropped": CounterSpec("errors", "VL15_dropped", width_bits=16),
+    "port_xmit_wait": CounterSpec("xmit_wait", None, width_bits=32),
+    "port_xmit_data": CounterSpec("xmit_data", None, scale=4, width_bits=32),
+    "port_rcv_data": CounterSpec("rcv_data", None, scale=4, width_bits=32),
+    "port_xmit_packets": CounterSpec("xmit_packets", None, width_bits=32),
+    "port_rcv_packets": CounterSpec("rcv_packets", None, width_bits=32),
+    "unicast_xmit_packets": CounterSpec("unicast_xmit", None),
+    "unicast_rcv_packets": CounterSpec("unicast_rcv", None),
+    "multicast_xmit_packets": CounterSpec("multicast_xmit", None),
+    "multicast_rcv_packets": CounterSpec("multicast_rcv", None),
+}
+
+_RATE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*Gb/sec")
+_STATE_RE = re.compile(r"^\s*(\d+)\s*:\s*(\S.*?)\s*$")
+
+
+class SysfsParseError(ValueError):
+    """A sysfs file whose content is not what the kernel writes there."""
+
+
+@dataclass
+class PortReading:
+    device: str
+    port: str
+    counters: dict[str, int] = field(default_factory=dict)
+    hw_counters: dict[str, int] = field(default_factory=dict)
+    state: tuple[int, str] | None = None
+    phys_state: tuple[int, str] | None = None
+    rate_bytes: float | None = None
+    rate_text: str = ""
+    link_layer: str = ""
+
+
+@dataclass
+class DeviceReading:
+    device: str
+    fw_ver: str = ""
+    board_id: str = ""
+    hca_type: str = ""
+    ports: list[PortReading] = field(default_factory=list)
+
+
+@dataclass
+class FileProblem:
+    path: str
+    reason: str
+
+
+@dataclass
+class Snapshot:
+    devices: list[DeviceReading]
+    problems: list[FileProblem]
+
+
+def parse_state(text: str, path: str) -> tuple[int, str]:
+    """``"4: ACTIVE"`` -> ``(4, "ACTIVE")``."""
+    m = _STATE_RE.match(text)
+    if not m:
+        raise SysfsParseError(f"{path}: expected '<number>: <NAME>', got {text.strip()[:60]!r}")
+    return int(m.group(1)), m.group(2)
+
+
+def parse_rate(text: str, path: str) -> float:
+    """``"400 Gb/sec (4X NDR)"`` -> bytes per second (5e10)."""
+    m = _RATE_RE.match(text)
+    if not m:
+        raise SysfsParseError(f"{path}: expected '<n> Gb/sec (...)', got {text.strip()[:60]!r}")
+    return float(m.group(1)) * 1e9 / 8
+
+
+def parse_counter(text: str, path: str) -> int:
+    raw = text.strip()
+    if not raw.isdigit():
+        raise SysfsParseError(f"{path}: expected a non-negative integer, got {raw[:60]!r}")
+    return int(raw)
+
+
+def _read(path: str) -> str:
+    with open(path, "rb") as fh:
+        return fh.read(4096).decode("ascii", errors="replace")
+
+
+def _read_counter_dir(directory: str, out: dict[str, int], problems: list[FileProblem]) -> None:
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        problems.append(FileProblem(directory, f"cannot list: {exc.strerror or exc}"))
+        return
+    for name in names:
+        path = f"{directory}/{name}"
+        try:
+            out[name] = parse_counter(_read(path), path)
+        except SysfsParseError as exc:
+            problems.append(FileProblem(path, str(exc)))
+        except OSError as exc:
+            # Some drivers expose counters that error on read (EINVAL) when the port does not support them.
+            problems.append(FileProblem(path, f"cannot read: {exc.strerror or exc}"))
+
+
+def read_infiniband(sysfs_root: str) -> Snapshot:
+    """Read every device and port below ``<sysfs_root>/class/infiniband``.
+
+    Raises ``OSError`` only when the class directory itself is unreadable; per-file problems are returned.
+    A missing class directory (no InfiniBand driver loaded) is an empty snapshot.
+    """
+    base = os.path.join(sysfs_root, "class", "infiniband")
+    problems: list[FileProblem] = []
+    devices: list[DeviceReading] = []
+    if not os.path.isdir(base):
+        return Snapshot(devices, problems)
+    for dev_name in sorted(os.listdir(base)):
+        dev_dir = f"{base}/{dev_name}"
+        dev = DeviceReading(dev_name)
+        for attr in ("fw_ver", "board_id", "hca_type"):
+            with contextlib.suppress(OSError):  # optional identity attributes
+                setattr(dev, attr, _read(f"{dev_dir}/{attr}").strip())
+        ports_dir = f"{dev_dir}/ports"
+        try:
+            port_names = sorted(os.listdir(ports_dir), key=lambda p: (len(p), p))
+        except OSError as exc:
+            problems.append(FileProblem(ports_dir, f"cannot list: {exc.strerror or exc}"))
+            port_names = []
+        for port_name in port_names:
+            port_dir = f"{ports_dir}/{port_name}"
+            port = PortReading(dev_name, port_name)
+            _read_counter_dir(f"{port_dir}/counters", port.counters, problems)
+            _read_counter_dir(f"{port_dir}/hw_counters", port.hw_counters, problems)
+            for attr in ("state", "phys_state", "rate", "link_layer"):
+                path = f"{port_dir}/{attr}"
+                try:
+                    text = _read(path)
+                    if attr == "state":
+                        port.state = parse_state(text, path)
+                    elif attr == "phys_state":
+                        port.phys_state = parse_state(text, path)
+                    elif attr == "rate":
+                        port.rate_bytes = parse_rate(text, path)
+                        port.rate_text = text.strip()
+                    else:
+                        port.link_layer = text.strip()
+                except FileNotFoundError:
+                    continue
+                except SysfsParseError as exc:
+                    problems.append(FileProblem(path, str(exc)))
+                except OSError as exc:
+                    problems.append(FileProblem(path, f"cannot read: {exc.strerror or exc}"))
+            dev.ports.append(port)
+        devices.append(dev)
+    return Snapshot(devices, problems)
+
+
+def saturation_limit(spec: CounterSpec) -> int | None:
+    return None if spec.width_bits is None else (1 << spec.width_bits) - 1
+
+
+def metrics_from_snapshot(snapshot: Snapshot, const_labels: dict[str, str]) -> Iterator[Metric]:
+    """Turn a snapshot into metric families (deterministic order, for golden files)."""
+    extra_names = list(const_labels)
+    extra_values = list(const_labels.values())
+    base_labels = ["device", "port", *extra_names]
+    families: dict[str, CounterMetricFamily] = {}
+    for key, (name, doc, label) in FAMILIES.items():
+        labels = [*base_labels, label] if label else base_labels
+        families[key] = CounterMetricFamily(name, doc, labels=labels)
+    hw = CounterMetricFamily(
+        f"{IB}_hw_counters",
+        "Driver (hw_counters) port counters, e.g. out_of_buffer, local_ack_timeout_err.",
+        labels=[*base_labels, "counter"],
+    )
+    saturated = GaugeMetricFamily(
+        f"{IB}_counter_saturated",
+        "1 when a fixed-width legacy counter sits at its maximum and is withheld from its counter family.",
+        labels=[*base_labels, "counter"],
+    )
+    state = GaugeMetricFamily(f"{IB}_port_state_id", "Logical port state (4 = ACTIVE).", labels=base_labels)
+    phys = GaugeMetricFamily(f"{IB}_port_physical_state_id", "Physical port state (5 = LinkUp).", labels=base_labels)
+    rate = GaugeMetricFamily(
+        f"{IB}_port_rate_bytes_per_second", "Port signalling rate in bytes per second.", labels=base_labels
+    )
+    info = GaugeMetricFamily(
+        f"{IB}_port_info",
+        "Port description (value 1).",
+        labels=[*base_labels, "state", "physical_state", "link_layer", "rate"],
+    )
+    dev_info = GaugeMetricFamily(
+        f"{IB}_device_info",
+        "HCA description (value 1).",
+        labels=["device", *extra_names, "fw_ver", "board_id", "hca_type"],
+    )
+    for dev in snapshot.devices:
+        dev_info.add_metric([dev.device, *extra_values, dev.fw_ver, dev.board_id, dev.hca_type], 1)
+        for port in dev.ports:
+            pl = [port.device, port.port, *extra_values]
+            for cname in sorted(port.counters):
+                value = port.counters[cname]
+                spec = COUNTERS.get(cname)
+                if spec is None:
+                    continue  # counters the kernel adds that we do not map yet
+                limit = saturation_limit(spec)
+                if limit is not None:
+                    is_sat = value == limit
+                    saturated.add_metric([*pl, cname], 1.0 if is_sat else 0.0)
+                    if is_sat:
+                        continue
+                fam = families[spec.family]
+                if spec.label is not None:
+                    fam.add_metric([*pl, spec.label], value * spec.scale)
+                else:
+                    fam.add_metric(pl, value * spec.scale)
+            for hname in sorted(port.hw_counters):
+                hw.add_metric([*pl, hname], port.hw_counters[hname])
+            if port.state is not None:
+                state.add_metric(pl, port.state[0])
+            if port.phys_state is not None:
+                phys.add_metric(pl, port.phys_state[0])
+            if port.rate_bytes is not None:
+                rate.add_metric(pl, port.rate_bytes)
+            info.add_metric(
+                [
+                    *pl,
+                    port.state[1] if port.state else "",
+                    port.phys_state[1] if port.phys_state else "",
+                    port.link_layer,
+                    port.rate_text,
+                ],
+                1,
+            )
+    yield dev_info
+    yield info
+    yield state
+    yield phys
+    yield rate
+    yield from families.values()
+    yield hw
+    yield saturated
