@@ -177,7 +177,6 @@ class Priorities(ConfigModel):
 
     workload: Annotated[list[WorkloadPriority], Field(min_length=1)]
     pod: PodPriorities
-    default_workload: DnsLabel | None = None
 
 
 class WaitForPodsReady(ConfigModel):
@@ -220,8 +219,10 @@ class DeschedulerSettings(ConfigModel):
     max_pods_to_evict_per_node: Annotated[int, Field(ge=1, le=100)] = 2
     max_pods_to_evict_total: Annotated[int, Field(ge=1, le=1000)] = 4
     max_pods_to_evict_per_namespace: Annotated[int, Field(ge=1, le=1000)] | None = None
-    #: The controller is not run in-cluster (the simulated cluster runs it as a local process).
-    controller_in_cluster: bool = True
+    #: Only nodes matching this selector are descheduled: the virtual node(s) inference bursts to.
+    node_selector: str = "type=virtual-kubelet"
+    #: Evict a pod only when it fits on another node, so a replica leaves only when it has somewhere to go.
+    node_fit: bool = True
 
 
 StorageDriver = Literal["lustre", "weka", "vast", "gpfs", "nfs"]
@@ -520,14 +521,6 @@ def _semantic_issues(v: Mapping[str, Any]) -> list[ConfigIssue]:
         for i, n in enumerate(wl_names):
             if n in wl_names[:i]:
                 add(ConfigIssue(f"priorities.workload[{i}].name", n, f"{n!r} is declared twice"))
-        if priorities.default_workload is not None and priorities.default_workload not in wl_names:
-            add(
-                ConfigIssue(
-                    "priorities.defaultWorkload",
-                    priorities.default_workload,
-                    f"not one of the workload priorities {wl_names}",
-                )
-            )
 
     desched: DeschedulerSettings | None = v.get("descheduler")
     if desched is not None and desched.max_pods_to_evict_per_node > desched.max_pods_to_evict_total:

@@ -1,0 +1,18 @@
+"""gpucluster: the Pulumi program. Validate the whole stack config, then build one GpuCluster."""
+
+import pulumi
+
+from components.cluster import GpuCluster, GpuClusterArgs
+from components.config import StackConfigError, from_pulumi_config
+
+try:
+    config = from_pulumi_config()
+except StackConfigError as err:
+    # Nothing has been registered yet: report every problem and stop cleanly, without a traceback.
+    for issue in err.issues:
+        pulumi.log.error(str(issue))
+    raise pulumi.RunError(f"{err.source}: {len(err.issues)} config problem(s); nothing was changed") from None
+
+cluster = GpuCluster(config.cluster_name, GpuClusterArgs(config=config))
+for key, value in cluster.outputs.items():
+    pulumi.export(key, value)

@@ -1,0 +1,257 @@
+"""Queues and priorities: Kueue, its ResourceFlavors, ClusterQueues, LocalQueues and both priority tiers.
+
+Researchers only submit. Kueue admits a training gang all-or-nothing (``waitForPodsReady``), orders research work
+by WorkloadPriorityClass inside a ClusterQueue and reclaims lent quota across the cohort; the Kubernetes
+PriorityClasses then let the scheduler evict inference pods when admitted training pods need their GPUs.
+
+Kueue queues GPUs only: CPU, memory and storage requests are left to the scheduler
+(``resources.excludeResourcePrefixes``), so a ClusterQueue's quota is exactly the GPUs it may hold.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+import yaml
+
+from components.charts import resolve_chart
+from components.config import ClusterQueueSpec, GpuFlavor, KueueSettings, Priorities, Team
+
+KUEUE_API = "kueue.x-k8s.io/v1beta2"
+_K8S_PROVIDER_VERSION = importlib.metadata.version("pulumi_kubernetes")
+#: Resources Kueue does not account for: the scheduler handles them; quotas are about GPUs.
+NON_GPU_RESOURCE_PREFIXES = ("cpu", "memory", "ephemeral-storage", "hugepages-", "pods")
+
+
+@dataclass(frozen=True)
+class QueuesArgs:
+    kueue: KueueSettings
+    cohort: str
+    flavors: Sequence[GpuFlavor]
+    queues: Mapping[str, ClusterQueueSpec]
+    teams: Sequence[Team]
+    priorities: Priorities
+    labels: Mapping[str, str] = field(default_factory=dict)
+    #: Team namespaces created elsewhere; the LocalQueues wait for them.
+    namespaces: Mapping[str, pulumi.Resource] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.flavors:
+            raise ValueError("QueuesArgs.flavors: at least one GPU flavor is needed")
+        known = {f.name for f in self.flavors}
+        for qname, q in self.queues.items():
+            unknown = sorted(set(q.quota) - known)
+            if unknown:
+                raise ValueError(f"QueuesArgs.queues.{qname}.quota: unknown flavor(s) {unknown}")
+        for t in self.teams:
+            if t.cluster_queue not in self.queues:
+                raise ValueError(f"QueuesArgs.teams: team {t.name!r} points at unknown queue {t.cluster_queue!r}")
+
+
+def kueue_manager_config(settings: KueueSettings) -> dict[str, Any]:
+    """Kueue's Configuration (config.kueue.x-k8s.io/v1beta2) with the all-or-nothing gate switched on."""
+    wfpr = settings.wait_for_pods_ready
+    config: dict[str, Any] = {
+        "apiVersion": "config.kueue.x-k8s.io/v1beta2",
+        "kind": "Configuration",
+        "health": {"healthProbeBindAddress": ":8081"},
+        "metrics": {"bindAddress": ":8443"},
+        "webhook": {"port": 9443},
+        "leaderElection": {"leaderElect": True, "resourceName": "c1f6bfd2.kueue.x-k8s.io"},
+        "controller": {"groupKindConcurrency": {"Job.batch": 5, "Pod": 5, "Workload.kueue.x-k8s.io": 5}},
+        "clientConnection": {"qps": 50, "burst": 100},
+        "integrations": {"frameworks": ["batch/job", "jobset.x-k8s.io/jobset", "kubeflow.org/pytorchjob"]},
+        "resources": {"excludeResourcePrefixes": list(NON_GPU_RESOURCE_PREFIXES)},
+    }
+    if wfpr.enable:
+        gate: dict[str, Any] = {
+            "timeout": wfpr.timeout,
+            "blockAdmission": wfpr.block_admission,
+            "requeuingStrategy": {
+                "timestamp": "Eviction",
+                "backoffBaseSeconds": wfpr.backoff_base_seconds,
+                "backoffMaxSeconds": wfpr.backoff_max_seconds,
+            },
+        }
+        if wfpr.recovery_timeout is not None:
+            gate["recoveryTimeout"] = wfpr.recovery_timeout
+        config["waitForPodsReady"] = gate
+    return config
+
+
+def kueue_chart_values(settings: KueueSettings) -> dict[str, Any]:
+    values: dict[str, Any] = {
+        "managerConfig": {
+            "controllerManagerConfigYaml": yaml.safe_dump(kueue_manager_config(settings), sort_keys=False)
+        },
+    }
+    return _deep_merge(values, settings.extra_values)
+
+
+def _deep_merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in extra.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), dict):
+            out[key] = _deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def cluster_queue_spec(
+    spec: ClusterQueueSpec, cohort: str, flavors: Sequence[GpuFlavor], namespaces: Sequence[str]
+) -> dict[str, Any]:
+    """A ClusterQueue: GPU quota per flavor (one resource group per GPU resource name), cohort and preemption."""
+    by_resource: dict[str, list[dict[str, Any]]] = {}
+    for flavor in flavors:
+        if flavor.name not in spec.quota:
+            continue
+        resource: dict[str, Any] = {"name": flavor.gpu_resource, "nominalQuota": spec.quota[flavor.name]}
+        if flavor.name in spec.borrowing_limit:
+            resource["borrowingLimit"] = spec.borrowing_limit[flavor.name]
+        by_resource.setdefault(flavor.gpu_resource, []).append({"name": flavor.name, "resources": [resource]})
+    return {
+        "cohortName": cohort,
+        "queueingStrategy": spec.queueing_strategy,
+        "namespaceSelector": {
+            "matchExpressions": [
+                {"key": "kubernetes.io/metadata.name", "operator": "In", "values": sorted(set(namespaces))}
+            ]
+        },
+        "resourceGroups": [
+            {"coveredResources": [resource], "flavors": entries} for resource, entries in by_resource.items()
+        ],
+        "preemption": {
+            "withinClusterQueue": "LowerPriority",
+            "reclaimWithinCohort": "Any",
+            "borrowWithinCohort": {"policy": "Never"},
+        },
+    }
+
+
+class KueueObject(pulumi.CustomResource):
+    """A Kueue object whose fields sit beside ``metadata`` rather than in a ``spec`` (WorkloadPriorityClass).
+
+    ``apiextensions.CustomResource`` only carries ``spec``; this registers the same Kubernetes provider type
+    (``kubernetes:<apiVersion>:<kind>``) with the object's own top-level fields.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        kind: str,
+        metadata: Mapping[str, Any],
+        fields: Mapping[str, Any],
+        opts: pulumi.ResourceOptions | None = None,
+        api_version: str = KUEUE_API,
+    ) -> None:
+        props = {"apiVersion": api_version, "kind": kind, "metadata": dict(metadata), **fields}
+        opts = pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(version=_K8S_PROVIDER_VERSION))
+        super().__init__(f"kubernetes:{api_version}:{kind}", name, props, opts)
+
+
+class Queues(pulumi.ComponentResource):
+    """Kueue installed from its pinned chart, plus the flavors, queues and priority classes of the stack."""
+
+    def __init__(self, name: str, args: QueuesArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("gpucluster:queues:Queues", name, None, opts)
+        labels = dict(args.labels)
+        settings = args.kueue
+
+        self.namespace = k8s.core.v1.Namespace(
+            f"{name}-namespace",
+            metadata={"name": settings.namespace, "labels": labels},
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        chart = resolve_chart(settings.chart, settings.chart_version)
+        self.chart = k8s.helm.v4.Chart(
+            f"{name}-kueue",
+            chart=chart.chart,
+            version=chart.version,
+            repository_opts=k8s.helm.v4.RepositoryOptsArgs(repo=chart.repo) if chart.repo else None,
+            namespace=settings.namespace,
+            values=kueue_chart_values(settings),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.namespace]),
+        )
+        # Every Kueue object waits for the chart: its CRDs and webhooks must exist first, so a fresh cluster
+        # converges in a single `pulumi up`.
+        after_chart = pulumi.ResourceOptions(parent=self, depends_on=[self.chart])
+
+        self.flavors = {
+            f.name: k8s.apiextensions.CustomResource(
+                f"{name}-flavor-{f.name}",
+                api_version=KUEUE_API,
+                kind="ResourceFlavor",
+                metadata={"name": f.name, "labels": labels},
+                spec={"nodeLabels": dict(f.node_labels), "tolerations": [t.to_k8s() for t in f.tolerations]},
+                opts=after_chart,
+            )
+            for f in args.flavors
+        }
+        team_namespaces: dict[str, list[str]] = {}
+        for team in args.teams:
+            team_namespaces.setdefault(team.cluster_queue, []).append(team.namespace)
+        self.cluster_queues = {
+            qname: k8s.apiextensions.CustomResource(
+                f"{name}-cq-{qname}",
+                api_version=KUEUE_API,
+                kind="ClusterQueue",
+                metadata={"name": qname, "labels": labels},
+                spec=cluster_queue_spec(q, args.cohort, args.flavors, team_namespaces.get(qname, [])),
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[self.chart, *self.flavors.values()]),
+            )
+            for qname, q in args.queues.items()
+        }
+        self.local_queues: dict[str, k8s.apiextensions.CustomResource] = {}
+        for team in args.teams:
+            key = f"{team.namespace}/{team.local_queue}"
+            if key in self.local_queues:
+                continue  # two teams sharing a namespace share its queue (config checks they agree)
+            deps: list[pulumi.Resource] = [self.chart, self.cluster_queues[team.cluster_queue]]
+            if team.namespace in args.namespaces:
+                deps.append(args.namespaces[team.namespace])
+            self.local_queues[key] = k8s.apiextensions.CustomResource(
+                f"{name}-lq-{team.namespace}-{team.local_queue}",
+                api_version=KUEUE_API,
+                kind="LocalQueue",
+                metadata={"name": team.local_queue, "namespace": team.namespace, "labels": labels},
+                spec={"clusterQueue": team.cluster_queue},
+                opts=pulumi.ResourceOptions(parent=self, depends_on=deps),
+            )
+        self.workload_priorities = {
+            wp.name: KueueObject(
+                f"{name}-wpc-{wp.name}",
+                kind="WorkloadPriorityClass",
+                metadata={"name": wp.name, "labels": labels},
+                fields={"value": wp.value, "description": wp.description or f"research workload priority {wp.name}"},
+                opts=after_chart,
+            )
+            for wp in args.priorities.workload
+        }
+        self.pod_priorities = {
+            tier: k8s.scheduling.v1.PriorityClass(
+                f"{name}-pc-{tier}",
+                metadata={"name": pc.name, "labels": labels},
+                value=pc.value,
+                preemption_policy=pc.preemption_policy,
+                global_default=False,
+                description=pc.description or f"gpucluster {tier} pods",
+                opts=pulumi.ResourceOptions(parent=self),
+            )
+            for tier, pc in (("training", args.priorities.pod.training), ("inference", args.priorities.pod.inference))
+        }
+        self.register_outputs(
+            {
+                "namespace": settings.namespace,
+                "clusterQueues": sorted(self.cluster_queues),
+                "localQueues": sorted(self.local_queues),
+                "resourceFlavors": sorted(self.flavors),
+                "workloadPriorityClasses": [wp.name for wp in args.priorities.workload],
+            }
+        )
