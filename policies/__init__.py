@@ -1,0 +1,26 @@
+"""The gpucluster CrossGuard policy pack: one module per concern, all mandatory by default."""
+
+from __future__ import annotations
+
+from pulumi_policy import Policy
+
+from policies.descheduler import descheduler_bounded
+from policies.images import images_pinned
+from policies.priorities import training_above_inference, workload_priorities_ordered
+from policies.quota import quota_within_capacity
+from policies.secrets import no_secrets_in_clear
+from policies.security import no_privileged_or_host_path
+from policies.storage import checkpoint_claims_rwx
+from policies.taints import burst_taint_never_noexecute
+
+ALL_POLICIES: list[Policy] = [
+    training_above_inference,
+    workload_priorities_ordered,
+    burst_taint_never_noexecute,
+    descheduler_bounded,
+    quota_within_capacity,
+    checkpoint_claims_rwx,
+    images_pinned,
+    no_privileged_or_host_path,
+    no_secrets_in_clear,
+]
