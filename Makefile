@@ -44,5 +44,8 @@ test: lint ## the test command: lint, then every test (unit, Ansible, integratio
 unit: $(STAMP) ## unit tests only (no simulated cluster)
 	$(PY) -m pytest -m "not integration and not molecule"
 
+bench: $(STAMP) ## run every benchmark script in benchmarks/ and print its figures
+	@set -e; for b in benchmarks/bench_*; do echo "== $$b"; case $$b in *.py) $(PY) $$b ;; *) bash $$b ;; esac; done
+
 clean: ## remove local build state (not the tool cache)
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .state rendered
