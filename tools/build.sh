@@ -66,7 +66,7 @@ ldflags() {
       v="$(version descheduler sigs.k8s.io/descheduler)"
       echo "-X sigs.k8s.io/descheduler/pkg/version.version=$v"
       ;;
-    kube-apiserver | kube-controller-manager | kube-scheduler)
+    kube-apiserver | kube-controller-manager | kube-scheduler | kubectl)
       v="$(version kubernetes k8s.io/kubernetes)"
       local major minor
       major="$(echo "${v#v}" | cut -d. -f1)"
@@ -101,6 +101,7 @@ STEPS=(
   "kube-scheduler kubernetes k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes"
   "kube-controller-manager kubernetes k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes"
   "kube-apiserver kubernetes k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes"
+  "kubectl kubernetes k8s.io/kubernetes/cmd/kubectl k8s.io/kubernetes"
   "pulumi-language-python pulumi gpucluster.local/tools/pulumi/cmd/pulumi-language-python github.com/pulumi/pulumi/pkg/v3"
   "pulumi pulumi github.com/pulumi/pulumi/pkg/v3/cmd/pulumi github.com/pulumi/pulumi/pkg/v3"
   "pulumi-resource-kubernetes pulumi-kubernetes gpucluster.local/tools/pulumi-kubernetes/cmd/pulumi-resource-kubernetes github.com/pulumi/pulumi-kubernetes/provider/v4"
