@@ -23,6 +23,9 @@ from components.charts import resolve_chart
 from components.config import ClusterQueueSpec, GpuFlavor, KueueSettings, Priorities, Team
 
 KUEUE_API = "kueue.x-k8s.io/v1beta2"
+#: Labels and annotations the policy pack reads: which tier a PriorityClass is, how many GPUs a flavor has.
+TIER_LABEL = "gpucluster.io/tier"
+DECLARED_GPUS_ANNOTATION = "gpucluster.io/declared-gpus"
 _K8S_PROVIDER_VERSION = importlib.metadata.version("pulumi_kubernetes")
 #: Resources Kueue does not account for: the scheduler handles them; quotas are about GPUs.
 NON_GPU_RESOURCE_PREFIXES = ("cpu", "memory", "ephemeral-storage", "hugepages-", "pods")
@@ -188,7 +191,12 @@ class Queues(pulumi.ComponentResource):
                 f"{name}-flavor-{f.name}",
                 api_version=KUEUE_API,
                 kind="ResourceFlavor",
-                metadata={"name": f.name, "labels": labels},
+                metadata={
+                    "name": f.name,
+                    "labels": labels,
+                    # What the quota policy checks every ClusterQueue against.
+                    "annotations": {DECLARED_GPUS_ANNOTATION: str(f.capacity)},
+                },
                 spec={"nodeLabels": dict(f.node_labels), "tolerations": [t.to_k8s() for t in f.tolerations]},
                 opts=after_chart,
             )
@@ -237,7 +245,7 @@ class Queues(pulumi.ComponentResource):
         self.pod_priorities = {
             tier: k8s.scheduling.v1.PriorityClass(
                 f"{name}-pc-{tier}",
-                metadata={"name": pc.name, "labels": labels},
+                metadata={"name": pc.name, "labels": {**labels, TIER_LABEL: tier}},
                 value=pc.value,
                 preemption_policy=pc.preemption_policy,
                 global_default=False,

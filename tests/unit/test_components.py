@@ -117,6 +117,7 @@ def test_cluster_queues_quota_cohort_and_preemption(prod: Graph) -> None:
 def test_resource_flavors_carry_node_labels_and_tolerations(prod: Graph) -> None:
     rf = prod.one(f"{KUEUE}:ResourceFlavor", "prod-queues-flavor-h100")
     assert rf.inputs["metadata"]["name"] == "h100"
+    assert rf.inputs["metadata"]["annotations"] == {"gpucluster.io/declared-gpus": "512"}
     assert rf.inputs["spec"]["nodeLabels"]["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"
     assert rf.inputs["spec"]["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
 
@@ -129,6 +130,8 @@ def test_priority_tiers(local: Graph) -> None:
     }
     assert pcs["gpucluster-training"]["value"] > pcs["gpucluster-inference"]["value"]
     assert pcs["gpucluster-training"]["globalDefault"] is False
+    assert pcs["gpucluster-training"]["metadata"]["labels"]["gpucluster.io/tier"] == "training"
+    assert pcs["gpucluster-inference"]["metadata"]["labels"]["gpucluster.io/tier"] == "inference"
 
 
 def test_queues_args_refuse_inconsistent_input(local_cfg: StackConfig) -> None:
