@@ -162,7 +162,7 @@ class FakeNvml:
 
     def nvlink_state(self, handle: Any, link: int) -> int:
         lk = self._link(handle, link)
-        return pynvml.NVML_FEATURE_ENABLED if lk.up else pynvml.NVML_FEATURE_DISABLED
+        return int(pynvml.NVML_FEATURE_ENABLED if lk.up else pynvml.NVML_FEATURE_DISABLED)
 
     def nvlink_speed_mbytes(self, handle: Any, link: int) -> int:
         lk = self._link(handle, link)

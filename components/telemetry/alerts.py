@@ -1,0 +1,152 @@
+"""Alert rules for GPUs and the fabric, as a pure function of the settings.
+
+``rule_groups(settings)`` returns the ``groups:`` document that both a ``PrometheusRule`` spec and a plain
+Prometheus rule file take, so tests can write it to a file and run ``promtool test rules`` against it.
+
+Every alert carries ``node`` (DCGM's ``Hostname`` is copied into ``node``) and, for GPU alerts, ``gpu``.
+``GpuTemperatureHigh`` also carries ``gpucluster_signal: gpu-quarantine``: the label a quarantine controller
+selects on.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from components.telemetry.settings import TelemetrySettings
+
+QUARANTINE_SIGNAL_LABEL = "gpucluster_signal"
+QUARANTINE_SIGNAL_VALUE = "gpu-quarantine"
+
+FABRIC = "gpucluster_fabric"
+
+
+def _dcgm(metric: str) -> str:
+    """A DCGM series with ``node`` taken from dcgm-exporter's ``Hostname`` label."""
+    return f'label_replace({metric}, "node", "$1", "Hostname", "(.+)")'
+
+
+def _num(v: float) -> str:
+    return f"{v:g}"
+
+
+def rule_groups(settings: TelemetrySettings) -> dict[str, Any]:
+    a = settings.alerts
+    window = f"{a.error_window_minutes}m"
+    gpu_rules: list[dict[str, Any]] = [
+        {
+            "alert": "GpuTemperatureHigh",
+            "expr": f"max by (node, gpu, UUID) ({_dcgm('DCGM_FI_DEV_GPU_TEMP')}) > {_num(a.gpu_temp_limit_c)}",
+            "for": f"{a.for_minutes}m",
+            "labels": {"severity": "critical", QUARANTINE_SIGNAL_LABEL: QUARANTINE_SIGNAL_VALUE},
+            "annotations": {
+                "summary": "GPU {{ $labels.gpu }} on {{ $labels.node }} is above "
+                f"{_num(a.gpu_temp_limit_c)} °C",
+                "description": "GPU {{ $labels.gpu }} ({{ $labels.UUID }}) on node {{ $labels.node }} has been "
+                f"above {_num(a.gpu_temp_limit_c)} °C for {a.for_minutes} minutes "
+                "(now {{ $value }} °C); it should be quarantined.",
+            },
+        },
+        {
+            "alert": "GpuBusyTensorCoresIdle",
+            "expr": (
+                f"(max by (node, gpu, UUID) ({_dcgm('DCGM_FI_DEV_GPU_UTIL')}) > {_num(a.util_high_pct)})"
+                " and on (node, gpu, UUID) "
+                f"(max by (node, gpu, UUID) ({_dcgm('DCGM_FI_PROF_PIPE_TENSOR_ACTIVE')})"
+                f" < {_num(a.tensor_active_low_ratio)})"
+            ),
+            "for": f"{a.util_tensor_for_minutes}m",
+            "labels": {"severity": "info"},
+            "annotations": {
+                "summary": "GPU {{ $labels.gpu }} on {{ $labels.node }} is busy but its tensor cores are idle",
+                "description": f"Utilisation above {_num(a.util_high_pct)}% with tensor pipe activity below "
+                f"{_num(a.tensor_active_low_ratio)} for {a.util_tensor_for_minutes} minutes: the job is "
+                "probably not using mixed precision or is bound elsewhere.",
+            },
+        },
+        {
+            "alert": "GpuXidError",
+            "expr": (
+                "label_replace("
+                f"(changes(DCGM_FI_DEV_XID_ERRORS[{window}]) > 0 and DCGM_FI_DEV_XID_ERRORS > 0)"
+                f" or (DCGM_FI_DEV_XID_ERRORS > 0 unless DCGM_FI_DEV_XID_ERRORS offset {window})"
+                ', "node", "$1", "Hostname", "(.+)")'
+            ),
+            "labels": {"severity": "warning"},
+            "annotations": {
+                "summary": "New XID error on GPU {{ $labels.gpu }} of {{ $labels.node }}",
+                "description": "DCGM_FI_DEV_XID_ERRORS changed in the last "
+                f"{window}; look up the XID code in NVIDIA's XID catalogue.",
+            },
+        },
+    ]
+    fabric_rules: list[dict[str, Any]] = [
+        {
+            "alert": "NvlinkErrorsIncreasing",
+            "expr": f"sum by (node, gpu, uuid, link, type) (increase({FABRIC}_nvlink_errors_total[{window}])) > 0",
+            "labels": {"severity": "warning"},
+            "annotations": {
+                "summary": "NVLink {{ $labels.type }} errors on GPU {{ $labels.gpu }} link {{ $labels.link }} "
+                "of {{ $labels.node }}",
+                "description": "{{ $value }} new {{ $labels.type }} errors in " + window + ".",
+            },
+        },
+        {
+            "alert": "InfinibandLinkErrorsIncreasing",
+            "expr": (
+                f"sum by (node, device, port, type) (increase({FABRIC}_infiniband_port_errors_total"
+                f'{{type=~"symbol_error|link_downed|link_error_recovery"}}[{window}])) > 0'
+            ),
+            "labels": {"severity": "warning"},
+            "annotations": {
+                "summary": "InfiniBand {{ $labels.type }} increasing on {{ $labels.device }} port "
+                "{{ $labels.port }} of {{ $labels.node }}",
+                "description": "{{ $value }} new {{ $labels.type }} events in " + window + ".",
+            },
+        },
+        {
+            "alert": "InfinibandPortCongested",
+            "expr": (
+                f"sum by (node, device, port) (rate({FABRIC}_infiniband_port_transmit_wait_total[{window}]))"
+                f" > {_num(a.xmit_wait_rate)}"
+            ),
+            "for": f"{a.xmit_wait_for_minutes}m",
+            "labels": {"severity": "warning"},
+            "annotations": {
+                "summary": "InfiniBand port {{ $labels.device }}/{{ $labels.port }} on {{ $labels.node }} is congested",
+                "description": "Transmit wait above " + _num(a.xmit_wait_rate) + " ticks/s for "
+                f"{a.xmit_wait_for_minutes} minutes (now {{{{ $value }}}}).",
+            },
+        },
+        {
+            "alert": "InfinibandCounterSaturated",
+            "expr": f"max by (node, device, port, counter) ({FABRIC}_infiniband_counter_saturated) == 1",
+            "for": "30m",
+            "labels": {"severity": "info"},
+            "annotations": {
+                "summary": "InfiniBand counter {{ $labels.counter }} on {{ $labels.device }} of "
+                "{{ $labels.node }} is saturated",
+                "description": "The legacy counter sits at its maximum and is no longer exported; "
+                "reset it (perfquery -R) to see new errors.",
+            },
+        },
+        {
+            "alert": "FabricExporterCollectorFailing",
+            "expr": f"min by (node, collector) ({FABRIC}_collector_success) == 0",
+            "for": f"{a.collector_failing_minutes}m",
+            "labels": {"severity": "warning"},
+            "annotations": {
+                "summary": "Fabric exporter collector {{ $labels.collector }} failing on {{ $labels.node }}",
+                "description": "See the exporter's logs on the node; the other collectors still report.",
+            },
+        },
+    ]
+    return {
+        "groups": [
+            {"name": "gpucluster-gpu", "rules": gpu_rules},
+            {"name": "gpucluster-fabric", "rules": fabric_rules},
+        ]
+    }
+
+
+def alert_names(settings: TelemetrySettings) -> list[str]:
+    return [r["alert"] for g in rule_groups(settings)["groups"] for r in g["rules"]]

@@ -1,0 +1,238 @@
+"""The "GPU and fabric" Grafana dashboard, as a pure function of the settings.
+
+Queries use two Grafana variables: ``$node`` (multi-value regex over nodes) and ``$__rate_interval``.
+``panel_queries(dashboard)`` lists every query so tests can run them against a real Prometheus.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from components.telemetry.settings import TelemetrySettings
+
+UID = "gpucluster-gpu-fabric"
+FABRIC = "gpucluster_fabric"
+DS = {"type": "prometheus", "uid": "${datasource}"}
+
+
+def _dcgm(metric: str) -> str:
+    """DCGM series of the selected nodes, with ``node`` copied from ``Hostname``."""
+    return f'label_replace({metric}{{Hostname=~"$node"}}, "node", "$1", "Hostname", "(.+)")'
+
+
+def _panel(
+    pid: int,
+    title: str,
+    targets: list[tuple[str, str]],
+    grid: tuple[int, int, int, int],
+    *,
+    unit: str = "short",
+    thresholds: list[dict[str, Any]] | None = None,
+    description: str = "",
+) -> dict[str, Any]:
+    x, y, w, h = grid
+    defaults: dict[str, Any] = {"unit": unit, "custom": {"lineWidth": 1, "fillOpacity": 0}}
+    if thresholds is not None:
+        defaults["thresholds"] = {"mode": "absolute", "steps": thresholds}
+        defaults["custom"]["thresholdsStyle"] = {"mode": "line+area"}
+    return {
+        "id": pid,
+        "type": "timeseries",
+        "title": title,
+        "description": description,
+        "datasource": DS,
+        "gridPos": {"x": x, "y": y, "w": w, "h": h},
+        "fieldConfig": {"defaults": defaults, "overrides": []},
+        "options": {"legend": {"displayMode": "table", "placement": "right"}, "tooltip": {"mode": "multi"}},
+        "targets": [
+            {"refId": chr(ord("A") + i), "expr": expr, "legendFormat": legend, "datasource": DS}
+            for i, (expr, legend) in enumerate(targets)
+        ],
+    }
+
+
+def dashboard(settings: TelemetrySettings) -> dict[str, Any]:
+    limit = settings.alerts.gpu_temp_limit_c
+    node_sel = '{node=~"$node"}'
+    ri = "$__rate_interval"
+    panels = [
+        _panel(
+            1,
+            "GPU temperature (limit line)",
+            [
+                (f"max by (node, gpu) ({_dcgm('DCGM_FI_DEV_GPU_TEMP')})", "{{node}} GPU{{gpu}}"),
+                (f"max by (node, gpu) ({_dcgm('DCGM_FI_DEV_MEMORY_TEMP')})", "{{node}} GPU{{gpu}} HBM"),
+            ],
+            (0, 0, 12, 8),
+            unit="celsius",
+            thresholds=[{"color": "green", "value": None}, {"color": "red", "value": limit}],
+            description=f"GPUs above {limit:g} °C for {settings.alerts.for_minutes} minutes are quarantined.",
+        ),
+        _panel(
+            2,
+            "Tensor-core activity vs GPU utilisation",
+            [
+                (f"avg by (node, gpu) ({_dcgm('DCGM_FI_PROF_PIPE_TENSOR_ACTIVE')})", "{{node}} GPU{{gpu}} tensor"),
+                (f"avg by (node, gpu) ({_dcgm('DCGM_FI_DEV_GPU_UTIL')}) / 100", "{{node}} GPU{{gpu}} util"),
+            ],
+            (12, 0, 12, 8),
+            unit="percentunit",
+            description="Utilisation high while tensor activity stays low: the GPU is busy without tensor cores.",
+        ),
+        _panel(
+            3,
+            "GPU engine and memory activity",
+            [
+                (f"avg by (node, gpu) ({_dcgm('DCGM_FI_PROF_GR_ENGINE_ACTIVE')})", "{{node}} GPU{{gpu}} engine"),
+                (f"avg by (node, gpu) ({_dcgm('DCGM_FI_PROF_DRAM_ACTIVE')})", "{{node}} GPU{{gpu}} DRAM"),
+            ],
+            (0, 8, 12, 8),
+            unit="percentunit",
+        ),
+        _panel(
+            4,
+            "Thermal throttling and clock events",
+            [
+                (
+                    f"sum by (node, gpu) (rate({_dcgm('DCGM_FI_DEV_THERMAL_VIOLATION')}[{ri}])) / 1e6",
+                    "{{node}} GPU{{gpu}} thermal violation s/s",
+                ),
+                (
+                    f"max by (node, gpu) ({_dcgm('DCGM_FI_DEV_CLOCKS_EVENT_REASONS')})",
+                    "{{node}} GPU{{gpu}} clock-event mask",
+                ),
+            ],
+            (12, 8, 12, 8),
+        ),
+        _panel(
+            5,
+            "InfiniBand throughput",
+            [
+                (
+                    f"sum by (node, device) (rate({FABRIC}_infiniband_port_transmit_data_bytes_total{node_sel}[{ri}]))",
+                    "{{node}} {{device}} tx",
+                ),
+                (
+                    f"sum by (node, device) (rate({FABRIC}_infiniband_port_receive_data_bytes_total{node_sel}[{ri}]))",
+                    "{{node}} {{device}} rx",
+                ),
+            ],
+            (0, 16, 12, 8),
+            unit="Bps",
+        ),
+        _panel(
+            6,
+            "InfiniBand transmit wait (congestion)",
+            [
+                (
+                    f"sum by (node, device, port) (rate({FABRIC}_infiniband_port_transmit_wait_total{node_sel}[{ri}]))",
+                    "{{node}} {{device}}/{{port}}",
+                )
+            ],
+            (12, 16, 12, 8),
+            thresholds=[
+                {"color": "green", "value": None},
+                {"color": "orange", "value": settings.alerts.xmit_wait_rate},
+            ],
+        ),
+        _panel(
+            7,
+            "InfiniBand errors by type",
+            [
+                (
+                    f"sum by (node, device, type) (increase({FABRIC}_infiniband_port_errors_total{node_sel}[{ri}]))",
+                    "{{node}} {{device}} {{type}}",
+                ),
+                (
+                    f"sum by (node, device, counter) (increase({FABRIC}_infiniband_hw_counters_total"
+                    f'{{node=~"$node",counter=~".*err.*|out_of_buffer|out_of_sequence"}}[{ri}]))',
+                    "{{node}} {{device}} {{counter}}",
+                ),
+            ],
+            (0, 24, 12, 8),
+        ),
+        _panel(
+            8,
+            "NVLink errors",
+            [
+                (
+                    f"sum by (node, gpu, type) (increase({FABRIC}_nvlink_errors_total{node_sel}[{ri}]))",
+                    "{{node}} GPU{{gpu}} {{type}}",
+                ),
+                (
+                    "sum by (node, gpu) (increase("
+                    + _dcgm("DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL")
+                    + f"[{ri}]))",
+                    "{{node}} GPU{{gpu}} DCGM crc_flit",
+                ),
+                (
+                    "sum by (node, gpu) (increase("
+                    + _dcgm("DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL")
+                    + f"[{ri}]))",
+                    "{{node}} GPU{{gpu}} DCGM replay",
+                ),
+            ],
+            (12, 24, 12, 8),
+        ),
+        _panel(
+            9,
+            "GPU memory health and XID",
+            [
+                (
+                    f"max by (node, gpu) ({_dcgm('DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS')})",
+                    "{{node}} GPU{{gpu}} uncorrectable remapped rows",
+                ),
+                (
+                    f"max by (node, gpu) ({_dcgm('DCGM_FI_DEV_ECC_DBE_VOL_TOTAL')})",
+                    "{{node}} GPU{{gpu}} volatile DBE",
+                ),
+                (f"max by (node, gpu) ({_dcgm('DCGM_FI_DEV_XID_ERRORS')})", "{{node}} GPU{{gpu}} last XID"),
+            ],
+            (0, 32, 12, 8),
+        ),
+        _panel(
+            10,
+            "Fabric exporter collector health",
+            [(f"min by (node, collector) ({FABRIC}_collector_success{node_sel})", "{{node}} {{collector}}")],
+            (12, 32, 12, 8),
+        ),
+    ]
+    return {
+        "uid": UID,
+        "title": "GPU and fabric",
+        "tags": ["gpucluster", "gpu", "infiniband", "nvlink"],
+        "schemaVersion": 39,
+        "version": 1,
+        "editable": False,
+        "time": {"from": "now-6h", "to": "now"},
+        "refresh": "30s",
+        "templating": {
+            "list": [
+                {
+                    "name": "datasource",
+                    "type": "datasource",
+                    "query": "prometheus",
+                    "current": {},
+                    "hide": 0,
+                },
+                {
+                    "name": "node",
+                    "type": "query",
+                    "datasource": DS,
+                    "query": {"query": f"label_values({FABRIC}_collector_success, node)", "refId": "node"},
+                    "definition": f"label_values({FABRIC}_collector_success, node)",
+                    "includeAll": True,
+                    "multi": True,
+                    "allValue": ".*",
+                    "current": {"text": "All", "value": "$__all"},
+                    "refresh": 2,
+                },
+            ]
+        },
+        "panels": panels,
+    }
+
+
+def panel_queries(doc: dict[str, Any]) -> list[tuple[str, str]]:
+    """``(panel title, expr)`` for every query of the dashboard."""
+    return [(p["title"], t["expr"]) for p in doc["panels"] for t in p["targets"]]

@@ -1,0 +1,233 @@
+"""Stack-config section ``gpucluster:telemetry``: DCGM exporter, fabric exporter, alert thresholds.
+
+Example (stack YAML)::
+
+    gpucluster:telemetry:
+      namespace: gpu-telemetry
+      prometheusOperator: true
+      gpuNodeSelector: {nvidia.com/gpu.present: "true"}
+      dcgmExporter:
+        chartVersion: 4.2.3
+        chart: {repo: https://nvidia.github.io/dcgm-exporter/helm-charts, name: dcgm-exporter}
+        imageTag: 4.2.3-4.1.3-ubuntu22.04
+      fabricExporter:
+        image: registry.example.com/gpucluster/daemons:0.1.0
+        port: 9402
+        scrape: serviceMonitor
+      alerts:
+        gpuTempLimitC: 78
+        forMinutes: 2
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, ValidationError, field_validator, model_validator
+
+from components.charts import ChartSource
+from components.model import ConfigModel
+
+STACK_KEY = "gpucluster:telemetry"
+#: Hard ceiling for the GPU temperature alert: the quarantine signal must never be configured later than this.
+GPU_TEMP_CEILING_C = 78.0
+DEFAULT_DCGM_CHART_VERSION = "4.2.3"
+DEFAULT_DCGM_IMAGE_TAG = "4.2.3-4.1.3-ubuntu22.04"
+DEFAULT_DCGM_CHART_REPO = "https://nvidia.github.io/dcgm-exporter/helm-charts"
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DURATION = re.compile(r"^(\d+(ms|s|m|h))+$")
+_SEMVER = re.compile(r"^v?\d+\.\d+\.\d+(?:[-+][0-9A-Za-z.-]+)?$")
+_IMAGE = re.compile(
+    r"^(?P<name>[a-z0-9]+(?:[._\-/:][a-z0-9]+)*?)"
+    r"(?::(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}))?"
+    r"(?:@(?P<digest>sha256:[a-f0-9]{64}))?$"
+)
+_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+_LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
+
+
+def _dns_label(v: str) -> str:
+    if len(v) > 63 or not _DNS_LABEL.match(v):
+        raise ValueError(f"{v!r} is not a DNS label (lower-case letters, digits and '-', at most 63)")
+    return v
+
+
+def check_image(ref: str) -> str:
+    """An image reference pinned by a tag other than ``latest`` or by a sha256 digest."""
+    m = _IMAGE.match(ref)
+    if not m:
+        raise ValueError(f"{ref!r} is not an image reference such as registry/name:1.2.3 or name@sha256:<64 hex>")
+    tag, digest = m.group("tag"), m.group("digest")
+    if not tag and not digest:
+        raise ValueError(f"{ref!r} is not pinned: give a version tag or a sha256 digest")
+    if tag == "latest" and not digest:
+        raise ValueError(f"{ref!r} uses the moving tag 'latest': pin a version tag or a digest")
+    return ref
+
+
+class TolerationSpec(ConfigModel):
+    key: Annotated[str, Field(min_length=1)]
+    operator: Literal["Equal", "Exists"] = "Exists"
+    value: str | None = None
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+
+    def to_k8s(self) -> dict[str, str]:
+        out = {"key": self.key, "operator": self.operator}
+        if self.value is not None:
+            out["value"] = self.value
+        if self.effect is not None:
+            out["effect"] = self.effect
+        return out
+
+
+class DcgmExporterSettings(ConfigModel):
+    chart_version: str = DEFAULT_DCGM_CHART_VERSION
+    chart: ChartSource = ChartSource(repo=DEFAULT_DCGM_CHART_REPO, name="dcgm-exporter")
+    image_repository: str = "nvcr.io/nvidia/k8s/dcgm-exporter"
+    image_tag: str = DEFAULT_DCGM_IMAGE_TAG
+    scrape_interval: str = "15s"
+
+    @field_validator("chart_version")
+    @classmethod
+    def _chart_version(cls, v: str) -> str:
+        if not _SEMVER.match(v):
+            raise ValueError(f"{v!r} is not an exact chart version such as 4.2.3 (ranges are not pins)")
+        return v
+
+    @field_validator("image_tag")
+    @classmethod
+    def _tag(cls, v: str) -> str:
+        if not _TAG.match(v):
+            raise ValueError(f"{v!r} is not an image tag")
+        if v == "latest":
+            raise ValueError("the moving tag 'latest' is refused: pin a version tag")
+        return v
+
+    @field_validator("scrape_interval")
+    @classmethod
+    def _interval(cls, v: str) -> str:
+        if not _DURATION.match(v):
+            raise ValueError(f"{v!r} is not a duration such as 15s or 1m")
+        return v
+
+
+class FabricExporterSettings(ConfigModel):
+    image: str = "ghcr.io/gpucluster/daemons:0.1.0"
+    port: Annotated[int, Field(ge=1024, le=65535)] = 9402
+    #: How Prometheus finds the exporter; unset follows ``prometheusOperator``.
+    scrape: Literal["serviceMonitor", "annotations"] | None = None
+    scrape_interval: str = "15s"
+    #: RuntimeClass that injects the NVIDIA driver libraries and device nodes (GPU operator: "nvidia").
+    runtime_class_name: str | None = "nvidia"
+
+    @field_validator("image")
+    @classmethod
+    def _image(cls, v: str) -> str:
+        return check_image(v)
+
+    @field_validator("scrape_interval")
+    @classmethod
+    def _interval(cls, v: str) -> str:
+        if not _DURATION.match(v):
+            raise ValueError(f"{v!r} is not a duration such as 15s or 1m")
+        return v
+
+
+class AlertSettings(ConfigModel):
+    #: GPU core temperature (°C) above which a GPU is reported for quarantine; at most 78.
+    gpu_temp_limit_c: Annotated[float, Field(gt=0)] = GPU_TEMP_CEILING_C
+    #: Minutes the temperature must stay above the limit before the alert fires.
+    for_minutes: Annotated[int, Field(ge=1, le=60)] = 2
+    #: GPU utilisation (%) considered "busy" for the tensor-core efficiency alert.
+    util_high_pct: Annotated[float, Field(gt=0, le=100)] = 80.0
+    #: Tensor pipe activity ratio (0-1) below which a busy GPU is "not using tensor cores".
+    tensor_active_low_ratio: Annotated[float, Field(gt=0, lt=1)] = 0.05
+    util_tensor_for_minutes: Annotated[int, Field(ge=1, le=240)] = 15
+    #: Port transmit-wait ticks per second above which a port is congested.
+    xmit_wait_rate: Annotated[float, Field(gt=0)] = 1_000_000.0
+    xmit_wait_for_minutes: Annotated[int, Field(ge=1, le=240)] = 10
+    #: Window over which error counters are checked for an increase.
+    error_window_minutes: Annotated[int, Field(ge=1, le=240)] = 5
+    #: Minutes a fabric-exporter collector may fail before alerting.
+    collector_failing_minutes: Annotated[int, Field(ge=1, le=240)] = 10
+
+    @field_validator("gpu_temp_limit_c")
+    @classmethod
+    def _ceiling(cls, v: float) -> float:
+        if v > GPU_TEMP_CEILING_C:
+            raise ValueError(f"{v:g} °C is above the {GPU_TEMP_CEILING_C:g} °C ceiling; the limit may only be lowered")
+        return v
+
+
+class TelemetrySettings(ConfigModel):
+    namespace: str = "gpu-telemetry"
+    create_namespace: bool = True
+    #: True when the Prometheus operator CRDs (ServiceMonitor, PrometheusRule) are installed.
+    prometheus_operator: bool = True
+    gpu_node_selector: dict[str, str] = {"nvidia.com/gpu.present": "true"}
+    gpu_tolerations: list[TolerationSpec] = [TolerationSpec(key="nvidia.com/gpu", operator="Exists")]
+    #: Namespace the Grafana sidecar watches for dashboards; unset: ``namespace``.
+    grafana_dashboard_namespace: str | None = None
+    dcgm_exporter: DcgmExporterSettings = DcgmExporterSettings()
+    fabric_exporter: FabricExporterSettings = FabricExporterSettings()
+    alerts: AlertSettings = AlertSettings()
+
+    @field_validator("namespace", "grafana_dashboard_namespace")
+    @classmethod
+    def _ns(cls, v: str | None) -> str | None:
+        return None if v is None else _dns_label(v)
+
+    @field_validator("gpu_node_selector")
+    @classmethod
+    def _selector(cls, v: dict[str, str]) -> dict[str, str]:
+        if not v:
+            raise ValueError("must select GPU nodes: give at least one label")
+        for key, value in v.items():
+            if len(key) > 316 or not _LABEL_KEY.match(key):
+                raise ValueError(f"label key {key!r} is not a valid Kubernetes label key")
+            if len(value) > 63 or not _LABEL_VALUE.match(value):
+                raise ValueError(f"label value {value!r} of {key!r} is not a valid Kubernetes label value")
+        return v
+
+    @model_validator(mode="after")
+    def _scrape_needs_operator(self) -> TelemetrySettings:
+        if self.fabric_exporter.scrape == "serviceMonitor" and not self.prometheus_operator:
+            raise ValueError(
+                "fabricExporter.scrape is serviceMonitor but prometheusOperator is false "
+                "(ServiceMonitor needs the Prometheus operator CRDs); use annotations"
+            )
+        return self
+
+    @property
+    def fabric_scrape(self) -> Literal["serviceMonitor", "annotations"]:
+        if self.fabric_exporter.scrape is not None:
+            return self.fabric_exporter.scrape
+        return "serviceMonitor" if self.prometheus_operator else "annotations"
+
+    @property
+    def dashboard_namespace(self) -> str:
+        return self.grafana_dashboard_namespace or self.namespace
+
+
+class TelemetrySettingsError(ValueError):
+    """Bad ``gpucluster:telemetry`` config; the message names every offending field."""
+
+
+def parse_telemetry_settings(raw: Any, where: str = STACK_KEY) -> TelemetrySettings:
+    """Validate a raw mapping (from the stack YAML) into settings, or raise one error naming each field."""
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise TelemetrySettingsError(f"{where}: expected a mapping, got {type(raw).__name__}")
+    try:
+        return TelemetrySettings.model_validate(raw)
+    except ValidationError as exc:
+        lines = []
+        for err in exc.errors():
+            path = ".".join(str(p) for p in err["loc"])
+            field = f"{where}.{path}" if path else where
+            lines.append(f"  - {field}: {err['msg']} (got {err.get('input')!r})")
+        raise TelemetrySettingsError(f"{where}: {len(lines)} problem(s)\n" + "\n".join(lines)) from None
