@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,11 +28,12 @@ DCGM_COUNTERS_CONFIGMAP = "dcgm-exporter-counters"
 DCGM_COUNTERS_KEY = "counters.csv"
 DCGM_COUNTERS_PATH = "/etc/dcgm-exporter/gpucluster-counters.csv"
 FABRIC_APP = "gpucluster-fabric-exporter"
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 PART_OF = {"app.kubernetes.io/part-of": "gpucluster", "app.kubernetes.io/component": "telemetry"}
 
 
 def _check_namespace(namespace: str, what: str) -> None:
-    if not namespace or len(namespace) > 63 or not namespace.replace("-", "").isalnum():
+    if len(namespace) > 63 or not _DNS_LABEL.match(namespace):
         raise ValueError(f"{what}.namespace: {namespace!r} is not a Kubernetes namespace name")
 
 

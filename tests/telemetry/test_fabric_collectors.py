@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import shutil
 from pathlib import Path
 
 import pynvml
@@ -75,7 +76,8 @@ def test_fixture_tree_reads_every_device_and_reports_malformed_files() -> None:
         "mlx5_3/ports/1/rate",
     ]
     mlx3 = snap.devices[3].ports[0]
-    assert "port_rcv_errors" not in mlx3.counters and mlx3.counters["symbol_error"] == 3  # the rest still read
+    assert "port_rcv_errors" not in mlx3.counters
+    assert mlx3.counters["symbol_error"] == 3
 
 
 def test_data_counters_are_bytes_and_errors_share_one_family(sysfs_copy: Path) -> None:
@@ -114,9 +116,11 @@ def test_saturated_legacy_counter_is_flagged_and_withheld(sysfs_copy: Path, coun
     else:
         exported = sample(s, f"{IB}_port_transmit_data_bytes_total", device="mlx5_0", port="1")
     if at_limit:
-        assert flag == 1 and exported is None
+        assert flag == 1
+        assert exported is None
     else:
-        assert flag == 0 and exported == value * spec.scale
+        assert flag == 0
+        assert exported == value * spec.scale
 
 
 def test_64bit_extended_counters_above_32_bits_are_not_saturated(sysfs_copy: Path) -> None:
@@ -140,7 +144,6 @@ def test_malformed_file_keeps_the_scrape_and_flags_the_collector(
 
 
 def test_clean_tree_reports_success(tmp_path: Path) -> None:
-    import shutil
 
     shutil.copytree(SYSFS_FIXTURE / "class/infiniband/mlx5_0", tmp_path / "class/infiniband/mlx5_0")
     s = scrape(InfinibandCollector(str(tmp_path), NODE))
@@ -157,7 +160,6 @@ def test_unreadable_file_is_a_problem_not_a_crash(sysfs_copy: Path) -> None:
 
 def test_unreadable_counter_directory_is_a_problem_not_a_crash(sysfs_copy: Path) -> None:
     d = sysfs_copy / "class/infiniband/mlx5_0/ports/1/counters"
-    import shutil
 
     shutil.rmtree(d)
     d.write_text("not a directory")  # listing fails with ENOTDIR, as a broken driver entry would
