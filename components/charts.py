@@ -17,6 +17,7 @@ import json
 import os
 import re
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Literal
@@ -120,12 +121,49 @@ def go_module_dir(module: str, version: str) -> Path:
     return Path(info["Dir"])
 
 
+#: Registry charts whose upstream Go module carries the same chart: ``(oci ref or repo URL + name) ->
+#: (module, module version for a chart version, path in the module)``. Offline mode uses them, so the real
+#: engine can preview a production stack with no chart registry in reach.
+OFFLINE_MIRRORS: dict[str, tuple[str, Callable[[str], str], str]] = {
+    "oci://registry.k8s.io/kueue/charts/kueue": ("sigs.k8s.io/kueue", lambda v: f"v{v}", "charts/kueue"),
+    "https://kubernetes-sigs.github.io/descheduler/descheduler": (
+        "sigs.k8s.io/descheduler",
+        lambda v: f"v{v}",
+        "charts/descheduler",
+    ),
+}
+#: Set (to any non-empty value) to resolve registry charts through OFFLINE_MIRRORS.
+OFFLINE_ENV = "GPUCLUSTER_OFFLINE_CHARTS"
+
+
+def offline_equivalent(source: ChartSource, version: str) -> ChartSource | None:
+    """The Go-module source carrying the same chart as a registry source, if one is known."""
+    if source.oci is not None:
+        key = source.oci
+    elif source.repo is not None:
+        key = source.repo.rstrip("/") + "/" + (source.name or "")
+    else:
+        return None
+    mirror = OFFLINE_MIRRORS.get(key)
+    if mirror is None:
+        return None
+    module, module_version, path = mirror
+    return ChartSource(go_module=GoModuleChart(module=module, version=module_version(version), path=path))
+
+
 def resolve_chart(source: ChartSource, version: str) -> ResolvedChart:
     """Turn a configured source and pinned chart version into `helm.v4.Chart` arguments.
 
     Local sources (``path``, ``goModule``) are checked to be chart directories; their pin is the directory
-    (or module version) itself, so no version is passed to Helm.
+    (or module version) itself, so no version is passed to Helm. With ``GPUCLUSTER_OFFLINE_CHARTS`` set, a
+    registry source is read from the Go module that carries the same chart, or refused when none is known.
     """
+    if os.environ.get(OFFLINE_ENV) and source.kind in ("oci", "repo"):
+        mirrored = offline_equivalent(source, version)
+        if mirrored is None:
+            ref = source.oci or f"{source.repo} {source.name}"
+            raise ChartResolutionError(f"offline mode: no Go module is known to carry chart {ref} {version}")
+        source = mirrored
     if source.oci is not None:
         return ResolvedChart(chart=source.oci, version=version, repo=None)
     if source.repo is not None:

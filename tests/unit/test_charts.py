@@ -7,7 +7,13 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from components.charts import ChartResolutionError, ChartSource, escape_module_path, resolve_chart
+from components.charts import (
+    ChartResolutionError,
+    ChartSource,
+    escape_module_path,
+    offline_equivalent,
+    resolve_chart,
+)
 
 
 def test_oci_and_repo_pass_through_with_the_pinned_version() -> None:
@@ -67,3 +73,18 @@ def test_module_path_escaping() -> None:
 def test_bad_sources_are_refused(data: dict[str, object], message: str) -> None:
     with pytest.raises(ValidationError, match=message):
         ChartSource.model_validate(data)
+
+
+def test_offline_mode_reads_registry_charts_from_their_go_modules(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GPUCLUSTER_OFFLINE_CHARTS", "1")
+    resolved = resolve_chart(ChartSource(oci="oci://registry.k8s.io/kueue/charts/kueue"), "0.17.0")
+    assert resolved.chart.endswith("sigs.k8s.io/kueue@v0.17.0/charts/kueue")
+    assert resolved.version is None
+    repo = offline_equivalent(
+        ChartSource(repo="https://kubernetes-sigs.github.io/descheduler/", name="descheduler"), "0.36.0"
+    )
+    assert repo is not None
+    assert repo.go_module is not None
+    assert (repo.go_module.module, repo.go_module.version) == ("sigs.k8s.io/descheduler", "v0.36.0")
+    with pytest.raises(ChartResolutionError, match="offline mode: no Go module is known to carry chart"):
+        resolve_chart(ChartSource(oci="oci://example.invalid/charts/other"), "1.0.0")
