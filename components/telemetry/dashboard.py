@@ -20,6 +20,12 @@ def _dcgm(metric: str) -> str:
     return f'label_replace({metric}{{Hostname=~"$node"}}, "node", "$1", "Hostname", "(.+)")'
 
 
+def _dcgm_over_time(fn: str, metric: str, window: str) -> str:
+    """``fn(metric[window])`` per node and GPU; ``node`` is copied from ``Hostname`` after the range function."""
+    inner = f'sum by (Hostname, gpu) ({fn}({metric}{{Hostname=~"$node"}}[{window}]))'
+    return f'label_replace({inner}, "node", "$1", "Hostname", "(.+)")'
+
+
 def _panel(
     pid: int,
     title: str,
@@ -94,7 +100,7 @@ def dashboard(settings: TelemetrySettings) -> dict[str, Any]:
             "Thermal throttling and clock events",
             [
                 (
-                    f"sum by (node, gpu) (rate({_dcgm('DCGM_FI_DEV_THERMAL_VIOLATION')}[{ri}])) / 1e6",
+                    _dcgm_over_time("rate", "DCGM_FI_DEV_THERMAL_VIOLATION", ri) + " / 1e6",
                     "{{node}} GPU{{gpu}} thermal violation s/s",
                 ),
                 (
@@ -160,15 +166,11 @@ def dashboard(settings: TelemetrySettings) -> dict[str, Any]:
                     "{{node}} GPU{{gpu}} {{type}}",
                 ),
                 (
-                    "sum by (node, gpu) (increase("
-                    + _dcgm("DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL")
-                    + f"[{ri}]))",
+                    _dcgm_over_time("increase", "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL", ri),
                     "{{node}} GPU{{gpu}} DCGM crc_flit",
                 ),
                 (
-                    "sum by (node, gpu) (increase("
-                    + _dcgm("DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL")
-                    + f"[{ri}]))",
+                    _dcgm_over_time("increase", "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL", ri),
                     "{{node}} GPU{{gpu}} DCGM replay",
                 ),
             ],
