@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import threading
 import time
@@ -124,7 +125,6 @@ def wait_for(port: int, query: str, timeout: float = 40) -> list[dict[str, Any]]
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     prometheus = debian_tool("prometheus")
     tmp = tmp_path_factory.mktemp("prom-e2e")
-    import shutil
 
     sysfs = tmp / "sys"
     shutil.copytree(SYSFS_FIXTURE, sysfs)
