@@ -53,8 +53,9 @@ def taint_reason(report: dict[str, Any]) -> str:
     return value.strip("._-") or "unknown"
 
 
-def admission_summary(run_id: str, reports: dict[str, Any], all_hosts: list[str]) -> dict[str, Any]:
+def admission_summary(run_id: str, report_list: list[dict[str, Any]], all_hosts: list[str]) -> dict[str, Any]:
     """Fleet summary: every host's status and every failing host's reasons."""
+    reports = {r["host"]: r for r in report_list}
     hosts: dict[str, Any] = {}
     for host in all_hosts:
         rep = reports.get(host)

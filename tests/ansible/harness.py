@@ -1,0 +1,168 @@
+"""Build simulated GPU nodes (knob files, sysfs trees, mount tables) and run the acceptance playbooks.
+
+Every simulated node is a local-connection host whose PATH starts with the tool shims in
+tests/fixtures/ansible/shims; its condition is the knob file named by GPUCLUSTER_SHIM_KNOBS.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+ANSIBLE_DIR = REPO / "ansible"
+ROLES_DIR = ANSIBLE_DIR / "roles"
+SHIMS = REPO / "tests" / "fixtures" / "ansible" / "shims"
+VENV_BIN = Path(sys.executable).parent
+
+IB_COUNTERS = ("symbol_error", "link_downed", "link_error_recovery", "port_rcv_errors")
+HCAS = [f"mlx5_{i}" for i in range(8)]
+
+# Seeded faults: knob sets the shims turn into the matching tool output, and the check that must catch each.
+FAULTS: dict[str, tuple[dict[str, Any], str]] = {
+    "hot_gpu": ({"hot_gpu": {"index": 3, "temp_c": 79}}, "gpu_thermal_acceptance"),
+    "warm_gpu": ({"warm_gpu": {"index": 5, "delta_c": 9}}, "gpu_thermal_acceptance"),
+    "thermal_slowdown": ({"clock_events": {"4": "0x0000000000000040"}}, "gpu_thermal_acceptance"),
+    "nvlink_replay": (
+        {"nvlink_growth": {"gpu": 6, "link": 3, "counter": "Replay Errors", "step": 4}},
+        "nvlink_acceptance",
+    ),
+    "nvlink_down": ({"nvlink_inactive": [[1, 4]]}, "nvlink_acceptance"),
+    "ib_down": ({"ib_down": ["mlx5_3"]}, "ib_acceptance"),
+    "ib_half_rate": ({"ib_half_rate": ["mlx5_1"]}, "ib_acceptance"),
+    "ib_symbol_errors": (
+        {"ib_counter_growth": {"hca": "mlx5_2", "counter": "symbol_error", "step": 3}},
+        "ib_acceptance",
+    ),
+    "slow_fs": ({"fs_write_gbs": 0.2}, "storage_acceptance"),
+    "wrong_fstype": ({"mount_fstype": "nfs4"}, "storage_acceptance"),
+    "diag_fail": (
+        {"diag_fail": [{"test": "GPU Memory", "gpu": 2, "info": "DBE detected on GPU 2"}]},
+        "gpu_burn_in",
+    ),
+    "burn_faulty": ({"burn_faulty": [6]}, "gpu_burn_in"),
+}
+
+
+def seed_node(root: Path, name: str, knobs: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Create one simulated node's fixtures under root/name and return its inventory variables."""
+    knobs = dict(knobs or {})
+    node = root / name
+    node.mkdir(parents=True, exist_ok=True)
+    sysfs = node / "sys"
+    for hca in knobs.get("ib_hcas", HCAS):
+        counters = sysfs / "class" / "infiniband" / hca / "ports" / "1" / "counters"
+        counters.mkdir(parents=True, exist_ok=True)
+        for counter in IB_COUNTERS:
+            (counters / counter).write_text("0\n")
+    mount = node / "lustre"
+    mount.mkdir(exist_ok=True)
+    fstype = knobs.pop("mount_fstype", "lustre")
+    lines = [
+        "sysfs /sys sysfs rw,nosuid,nodev,noexec,relatime 0 0",
+        "/dev/nvme0n1p2 / ext4 rw,relatime 0 0",
+    ]
+    if not knobs.pop("mount_missing", False):
+        lines.append(f"10.40.1.5@o2ib:/scratch {mount} {fstype} rw,flock,lazystatfs,user_xattr 0 0")
+    (node / "mounts").write_text("\n".join(lines) + "\n")
+    burn_dir = node / "gpu-burn"
+    burn_dir.mkdir(exist_ok=True)
+    (burn_dir / "compare.ptx").write_text("// compare kernel\n")
+    knobs["sysfs_root"] = str(sysfs)
+    knob_file = node / "knobs.json"
+    knob_file.write_text(json.dumps(knobs, indent=2))
+    state = Path(str(knob_file) + ".state.json")
+    if state.exists():
+        state.unlink()
+    return {
+        "ansible_connection": "local",
+        "ansible_python_interpreter": sys.executable,
+        "acceptance_environment": {
+            "PATH": f"{SHIMS}:{VENV_BIN}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+            "GPUCLUSTER_SHIM_KNOBS": str(knob_file),
+        },
+        "ib_acceptance_sysfs_root": str(sysfs),
+        "storage_acceptance_mounts_file": str(node / "mounts"),
+        "storage_acceptance_mountpoint": str(mount),
+        "storage_acceptance_required_options": ["rw", "flock"],
+        "storage_acceptance_test_size": "64M",
+        "gpu_burn_in_gpu_burn_dir": str(burn_dir),
+        "gpu_burn_in_load_duration_s": 1,
+        "gpu_burn_in_load_poll_s": 1,
+        "gpu_thermal_acceptance_samples": 2,
+        "gpu_thermal_acceptance_interval_s": 0,
+    }
+
+
+def write_inventory(path: Path, hosts: dict[str, dict[str, Any]], group_vars: dict[str, Any]) -> Path:
+    doc = {"all": {"children": {"gpu_nodes": {"hosts": hosts, "vars": group_vars}}}}
+    path.write_text(yaml.safe_dump(doc, sort_keys=True))
+    return path
+
+
+def ansible_env(tmp: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        {
+            "ANSIBLE_CONFIG": str(ANSIBLE_DIR / "ansible.cfg"),
+            "ANSIBLE_ROLES_PATH": str(ROLES_DIR),
+            "ANSIBLE_HOME": str(tmp / "ansible-home"),
+            "ANSIBLE_LOCAL_TEMP": str(tmp / "ansible-tmp"),
+            "ANSIBLE_REMOTE_TMP": str(tmp / "ansible-tmp"),
+            "ANSIBLE_ASYNC_DIR": str(tmp / "ansible-async"),
+            "ANSIBLE_NOCOLOR": "1",
+            "ANSIBLE_FORCE_COLOR": "0",
+            "PATH": f"{VENV_BIN}:{env.get('PATH', '/usr/bin:/bin')}",
+        }
+    )
+    return env
+
+
+def run_playbook(
+    playbook: str, inventory: Path, tmp: Path, *extra: str, timeout: int = 900
+) -> subprocess.CompletedProcess[str]:
+    cmd = [
+        str(VENV_BIN / "ansible-playbook"),
+        "-i",
+        str(inventory),
+        str(ANSIBLE_DIR / "playbooks" / playbook),
+        *extra,
+    ]
+    return subprocess.run(
+        cmd, env=ansible_env(tmp), capture_output=True, text=True, timeout=timeout, check=False, cwd=ANSIBLE_DIR
+    )
+
+
+def build_fleet(
+    tmp: Path, size: int, faults: dict[str, str], kubeconfig: Path | None = None
+) -> tuple[Path, dict[str, str]]:
+    """Inventory of ``size`` simulated nodes; ``faults`` maps host name to a FAULTS key.
+
+    Returns the inventory path and {host: check expected to fail}.
+    """
+    hosts: dict[str, dict[str, Any]] = {}
+    expected: dict[str, str] = {}
+    for i in range(size):
+        name = f"gpu-sim-{i:03d}"
+        fault = faults.get(name)
+        knobs: dict[str, Any] = {}
+        if fault:
+            knobs, check = FAULTS[fault]
+            expected[name] = check
+        hosts[name] = seed_node(tmp / "nodes", name, knobs)
+    group_vars: dict[str, Any] = {
+        "node_admission_artifacts_dir": str(tmp / "artifacts"),
+        "node_admission_run_id": "test-run",
+        # The simulated fleet stands for a 64-node pool writing one checkpoint together.
+        "node_checkpoint_writers": 64,
+    }
+    if kubeconfig is not None:
+        group_vars["node_admission_kubeconfig"] = str(kubeconfig)
+        group_vars["node_admission_kubectl_bin"] = str(SHIMS / "kubectl")
+    return write_inventory(tmp / "inventory.yml", hosts, group_vars), expected

@@ -1,0 +1,78 @@
+"""The whole acceptance pipeline over a 64-node simulated fleet, and the burn-in playbook.
+
+One node per seeded fault; the run must keep going across hosts, end non-zero, and its summary
+must list exactly the seeded nodes, each with the check that caught it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.ansible.harness import FAULTS, build_fleet, run_playbook
+
+# Real ansible-playbook runs against simulated hosts: grouped with the molecule scenarios.
+pytestmark = pytest.mark.molecule
+
+FLEET_SIZE = 64
+# Spread the seeded faults across the fleet, one node each.
+SEEDED = {f"gpu-sim-{5 * i + 3:03d}": fault for i, fault in enumerate(sorted(FAULTS))}
+
+
+def test_fleet_summary_lists_exactly_the_seeded_nodes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text("apiVersion: v1\nkind: Config\n")
+    inventory, expected = build_fleet(tmp_path, FLEET_SIZE, SEEDED, kubeconfig=kubeconfig)
+    log = tmp_path / "kubectl.log"
+    # Every host's kubectl calls go to one log (the controller runs kubectl).
+    monkeypatch.setenv("KUBECTL_SHIM_LOG", str(log))
+    res = run_playbook("acceptance.yml", inventory, tmp_path, "--forks", "16", timeout=1500)
+    assert res.returncode != 0, "a fleet with failing nodes must end the play non-zero"
+    summary = json.loads((tmp_path / "artifacts/acceptance/test-run/summary.json").read_text())
+    assert summary["hosts_total"] == FLEET_SIZE
+    assert sorted(summary["failed"]) == sorted(expected), res.stdout[-4000:]
+    assert len(summary["passed"]) == FLEET_SIZE - len(expected)
+    for host, check in expected.items():
+        reasons = summary["failed"][host]
+        assert reasons, host
+        assert all(r.startswith(f"{check}: ") for r in reasons), (host, SEEDED[host], reasons)
+        report = json.loads((tmp_path / f"artifacts/acceptance/test-run/{host}.json").read_text())
+        assert report["failed_checks"] == [check]
+    # Every node got past every check: the failing ones were not stopped mid-pipeline.
+    for i in range(FLEET_SIZE):
+        report = json.loads((tmp_path / f"artifacts/acceptance/test-run/gpu-sim-{i:03d}.json").read_text())
+        assert all(v["status"] in {"pass", "fail"} for v in report["checks"].values()), report
+    calls = [json.loads(line) for line in log.read_text().splitlines()]
+    tainted = {c[3] for c in calls if c[1] == "taint" and not c[4].endswith("-")}
+    labeled = {c[3] for c in calls if c[1] == "label" and c[4].endswith("=true")}
+    assert tainted == set(expected)
+    assert labeled == {f"gpu-sim-{i:03d}" for i in range(FLEET_SIZE)} - set(expected)
+    thermal_host = next(h for h, f in SEEDED.items() if f == "hot_gpu")
+    assert [
+        c[4] for c in calls if c[1] == "taint" and c[3] == thermal_host
+    ] == ["gpucluster.io/acceptance-failed=thermal:NoSchedule"]
+
+
+def test_burn_in_playbook_fails_only_the_hot_node_and_names_the_gpu(tmp_path: Path) -> None:
+    inventory, _ = build_fleet(tmp_path, 2, {"gpu-sim-001": "hot_gpu"})
+    res = run_playbook("burn_in.yml", inventory, tmp_path)
+    assert res.returncode != 0
+    out = res.stdout
+    assert "GPU 3 (GPU-00000003" in out and "above thermal_limit_c 78" in out, out[-3000:]
+    assert re.search(r"gpu-sim-000\s+: ok=\d+\s+changed=\d+\s+unreachable=0\s+failed=0", out), out[-1500:]
+    assert re.search(r"gpu-sim-001\s+: ok=\d+\s+changed=\d+\s+unreachable=0\s+failed=1", out), out[-1500:]
+
+
+def test_check_mode_changes_nothing_and_runs_no_load(tmp_path: Path) -> None:
+    inventory, _ = build_fleet(tmp_path, 1, {})
+    log = tmp_path / "nodes/gpu-sim-000/knobs.json.state.json"
+    res = run_playbook("acceptance.yml", inventory, tmp_path, "--check")
+    assert res.returncode == 0, res.stdout[-3000:]
+    assert not (tmp_path / "artifacts").exists(), "check mode must not write reports"
+    assert not list((tmp_path / "nodes/gpu-sim-000/lustre").iterdir()), "check mode must not write test files"
+    # Read-only queries still ran (NVLink counters were read twice), the load did not.
+    assert json.loads(log.read_text())["nvlink_e_calls"] == 2
+    assert "Start gpu_burn" in res.stdout and "skipping: [gpu-sim-000]" in res.stdout

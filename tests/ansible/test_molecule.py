@@ -1,0 +1,167 @@
+"""Molecule scenarios per role, run against an unmanaged local host whose tools are shims.
+
+``default``: a healthy node; converge, idempotence (the role changes nothing on a second run),
+check mode, and verify that the verdict is pass. ``failing``: a seeded fault; verify that the
+verdict is fail and names the GPU/link/port/test.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.ansible.harness import FAULTS, ROLES_DIR, SHIMS, VENV_BIN, ansible_env, seed_node
+
+pytestmark = pytest.mark.molecule
+
+PASS = {"status": "pass", "reasons": [], "details": {}}
+
+
+def _role_vars(role: str, tmp: Path, knobs: dict[str, Any]) -> dict[str, Any]:
+    node = seed_node(tmp / "node", "instance", knobs)
+    extra: dict[str, Any] = {
+        "gpu_burn_in": {},
+        "gpu_thermal_acceptance": {},
+        "nvlink_acceptance": {},
+        "ib_acceptance": {
+            "ib_acceptance_write_bw_enabled": True,
+            "ib_acceptance_write_bw_duration_s": 1,
+        },
+        "storage_acceptance": {"storage_acceptance_writers": 64},
+        "node_admission": {
+            "node_admission_artifacts_dir": str(tmp / "artifacts"),
+            "node_admission_run_id": "molecule",
+            "node_admission_kubeconfig": str(tmp / "kubeconfig"),
+            "node_admission_kubectl_bin": str(SHIMS / "kubectl"),
+            "node_admission_node_name": "gpu-sim-instance",
+            "gpu_burn_in_verdict": PASS,
+            "gpu_thermal_acceptance_verdict": PASS,
+            "nvlink_acceptance_verdict": PASS,
+            "ib_acceptance_verdict": PASS,
+            "storage_acceptance_verdict": PASS,
+        },
+    }[role]
+    (tmp / "kubeconfig").write_text("apiVersion: v1\nkind: Config\nclusters: []\n")
+    node["acceptance_environment"]["KUBECTL_SHIM_LOG"] = str(tmp / "kubectl.log")
+    return {**node, **extra, "acceptance_verdict_file": str(tmp / "verdict.json")}
+
+
+def _molecule(role: str, scenario: str, tmp: Path, variables: dict[str, Any]) -> subprocess.CompletedProcess[str]:
+    vars_file = tmp / "node-vars.yml"
+    vars_file.write_text(yaml.safe_dump(variables, sort_keys=True))
+    env = ansible_env(tmp)
+    env["ACCEPTANCE_NODE_VARS"] = str(vars_file)
+    env["MOLECULE_NO_LOG"] = "false"
+    # Each test gets its own molecule state directory.
+    env["XDG_CACHE_HOME"] = str(tmp / "cache")
+    return subprocess.run(
+        [str(VENV_BIN / "molecule"), "test", "-s", scenario],
+        cwd=ROLES_DIR / role,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+
+
+def _explain(res: subprocess.CompletedProcess[str]) -> str:
+    return f"rc={res.returncode}\n--- stdout\n{res.stdout[-6000:]}\n--- stderr\n{res.stderr[-3000:]}"
+
+
+ROLES = [
+    "gpu_burn_in",
+    "gpu_thermal_acceptance",
+    "nvlink_acceptance",
+    "ib_acceptance",
+    "storage_acceptance",
+    "node_admission",
+]
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_default_scenario_passes_is_idempotent_and_check_safe(role: str, tmp_path: Path) -> None:
+    variables = _role_vars(role, tmp_path, {})
+    variables.update({"acceptance_expect_status": "pass", "acceptance_expect_reasons": []})
+    res = _molecule(role, "default", tmp_path, variables)
+    assert res.returncode == 0, _explain(res)
+    out = res.stdout + res.stderr
+    assert "idempotence" in out.lower(), _explain(res)
+    verdict = json.loads((tmp_path / "verdict.json").read_text())
+    assert verdict["status"] == "pass", verdict
+    if role == "node_admission":
+        calls = [json.loads(line) for line in (tmp_path / "kubectl.log").read_text().splitlines()]
+        labels = [c for c in calls if c[1] == "label"]
+        # converge and idempotence each label the node; check mode runs no kubectl.
+        assert len(labels) == 2, calls
+        assert labels[0][-2:] == ["gpucluster.io/accepted=true", "--overwrite"], labels
+        assert all(c[0] == f"--kubeconfig={tmp_path / 'kubeconfig'}" for c in calls), calls
+
+
+# (role, fault from harness.FAULTS, reasons the verdict must name)
+FAILING = [
+    ("gpu_burn_in", "diag_fail", ["dcgmi diag test 'GPU Memory' failed on GPU 2", "DBE detected"]),
+    ("gpu_thermal_acceptance", "hot_gpu", ["GPU 3 (", "above thermal_limit_c 78"]),
+    ("gpu_thermal_acceptance", "warm_gpu", ["GPU 5 (", "9 C above the node median"]),
+    ("nvlink_acceptance", "nvlink_replay", ["GPU 6 link 3 Replay Errors grew from 0 to 4"]),
+    ("ib_acceptance", "ib_down", ["mlx5_3 port 1: State Down", "Physical state Polling"]),
+    ("storage_acceptance", "slow_fs", ["direct write", "below the per-node floor 0.521 GB/s"]),
+]
+
+
+@pytest.mark.parametrize(("role", "fault", "reasons"), FAILING, ids=[f"{r}-{f}" for r, f, _ in FAILING])
+def test_failing_scenario_names_the_fault(role: str, fault: str, reasons: list[str], tmp_path: Path) -> None:
+    knobs, check = FAULTS[fault]
+    assert check == role
+    variables = _role_vars(role, tmp_path, knobs)
+    variables.update(
+        {
+            f"{role}_defer_failure": True,
+            "acceptance_expect_status": "fail",
+            "acceptance_expect_reasons": reasons,
+        }
+    )
+    res = _molecule(role, "failing", tmp_path, variables)
+    assert res.returncode == 0, _explain(res)
+    verdict = json.loads((tmp_path / "verdict.json").read_text())
+    assert verdict["status"] == "fail"
+    for reason in reasons:
+        assert any(reason in r for r in verdict["reasons"]), (reason, verdict["reasons"])
+
+
+def test_node_admission_failing_node_is_tainted_and_fails(tmp_path: Path) -> None:
+    variables = _role_vars("node_admission", tmp_path, {})
+    variables["gpu_thermal_acceptance_verdict"] = {
+        "status": "fail",
+        "reasons": ["GPU 3 (GPU-3) reached 79 C, above thermal_limit_c 78 C"],
+        "details": {},
+    }
+    del variables["storage_acceptance_verdict"]  # a check that never ran fails the node too
+    variables.update(
+        {
+            "acceptance_expect_status": "fail",
+            "acceptance_expect_reasons": ["gpu_thermal_acceptance: GPU 3", "storage_acceptance did not run"],
+        }
+    )
+    res = _molecule("node_admission", "failing", tmp_path, variables)
+    assert res.returncode == 0, _explain(res)
+    calls = [json.loads(line) for line in (tmp_path / "kubectl.log").read_text().splitlines()]
+    taints = [c for c in calls if c[1] == "taint"]
+    assert taints == [
+        [
+            f"--kubeconfig={tmp_path / 'kubeconfig'}",
+            "taint",
+            "node",
+            "gpu-sim-instance",
+            "gpucluster.io/acceptance-failed=thermal.storage:NoSchedule",
+            "--overwrite",
+        ]
+    ], calls
+    assert not [c for c in calls if "gpucluster.io/accepted=true" in c], calls
+    summary = json.loads((tmp_path / "artifacts/acceptance/molecule/summary.json").read_text())
+    assert list(summary["failed"]) == ["instance"]
