@@ -49,3 +49,25 @@ bench: $(STAMP) ## run every benchmark script in benchmarks/ and print its figur
 
 clean: ## remove local build state (not the tool cache)
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .state rendered
+
+# --- the simulated cluster (sim/) -------------------------------------------------------------------------------
+STACK ?= prod
+DIR   ?= rendered/$(STACK)
+
+tools: ## build the pinned Go tools into ~/.cache/gpucluster/tools/<pin-hash>/bin (idempotent)
+	@tools/build.sh
+
+sim-up: tools venv ## start the simulated GPU cluster (kwok nodes from the local stack, kubeconfig .state/sim/kubeconfig)
+	@sim/up.sh
+
+sim-down: ## delete the simulated cluster and its state
+	@sim/down.sh
+
+up: tools venv ## simulated cluster + the local stack applied by Pulumi + the Kueue controller, then a summary
+	@sim/stack-up.sh
+
+down: ## stop Kueue, drop the local stack's state, delete the simulated cluster
+	@sim/stack-down.sh
+
+render: tools venv ## write a stack's manifests with the provider's render mode: make render STACK=prod DIR=rendered/prod
+	@sim/render.sh "$(STACK)" "$(DIR)"

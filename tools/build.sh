@@ -30,6 +30,14 @@ command -v go >/dev/null 2>&1 || die "go is not on PATH (Go >= 1.26 is needed to
 mkdir -p "$BIN" "$LOGS" || die "cannot create the cache directory $ROOT (set GPUCLUSTER_CACHE to a writable path)"
 touch "$TIMES"
 
+# One build at a time per cache: a second `make tools` waits for the first instead of linking the same
+# multi-GiB binaries next to it.
+exec 9>"$ROOT/.build.lock"
+if ! flock -n 9; then
+  echo "tools: another tools/build.sh is building into $ROOT; waiting for it to finish"
+  flock 9
+fi
+
 export GOFLAGS="${GOFLAGS:+$GOFLAGS }-mod=mod"
 export CGO_ENABLED=0
 # The pins are exact; never let the go command switch toolchains behind our back.

@@ -1,0 +1,90 @@
+# Shared by the sim/*.sh scripts: where things live and small helpers. Source it; it sets no shell options.
+# shellcheck shell=bash
+
+ROOT="${ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}"
+# shellcheck source=tools/lib.sh
+source "$ROOT/tools/lib.sh"
+
+NAME="${GPUCLUSTER_SIM_NAME:-gpucluster}"
+STACK_NAME="${GPUCLUSTER_STACK:-local}"
+STACK="${GPUCLUSTER_SIM_STACK:-$ROOT/stacks/Pulumi.$STACK_NAME.yaml}"
+STATE="$ROOT/.state"
+SIM_STATE="$STATE/sim"
+KUEUE_STATE="$STATE/kueue"
+KUBECONFIG_FILE="$SIM_STATE/kubeconfig"
+# kwokctl keeps each cluster (pki, configs, logs, pids) under its workdir; ours lives in the repository's state.
+export KWOK_WORKDIR="$SIM_STATE/kwok"
+CLUSTER_DIR="$KWOK_WORKDIR/clusters/$NAME"
+BIN="$(gpucluster_tools_root)/bin"
+export PATH="$BIN:$PATH"
+
+step() { printf '==> %s\n' "$*"; }
+warn() { printf 'warning: %s\n' "$*" >&2; }
+die() {
+  printf '%s: error: %s\n' "$(basename "${0:-sim}")" "$*" >&2
+  exit 1
+}
+
+# sim_require_tools NAME...: every tool must be in the pinned cache (nothing is downloaded).
+sim_require_tools() {
+  local missing=()
+  for t in "$@"; do [[ -x "$BIN/$t" ]] || missing+=("$t"); done
+  if [[ ${#missing[@]} -gt 0 ]]; then
+    die "not built: ${missing[*]} (expected in $BIN); run make tools"
+  fi
+}
+
+# sim_python: the project's interpreter (the venv's when it exists).
+sim_python() {
+  if [[ -x "$ROOT/.venv/bin/python" ]]; then echo "$ROOT/.venv/bin/python"; else command -v python3; fi
+}
+
+sim_exists() { [[ -f "$CLUSTER_DIR/kwok.yaml" ]]; }
+
+# sim_answers: the API server of the cluster answers /readyz with the cluster's kubeconfig.
+sim_answers() {
+  [[ -f "$KUBECONFIG_FILE" ]] &&
+    kubectl --kubeconfig "$KUBECONFIG_FILE" --request-timeout=5s get --raw /readyz >/dev/null 2>&1
+}
+
+# pid_alive FILE: the process whose id FILE holds is running.
+pid_alive() {
+  local pid
+  [[ -f "$1" ]] || return 1
+  pid="$(cat "$1" 2>/dev/null)"
+  [[ "$pid" =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null
+}
+
+# stop_pid FILE WHAT: stop the process whose id FILE holds (TERM, then KILL after 15s), remove FILE.
+stop_pid() {
+  local file="$1" what="$2" pid
+  if ! pid_alive "$file"; then
+    rm -f "$file"
+    return 0
+  fi
+  pid="$(cat "$file")"
+  step "stopping $what (pid $pid)"
+  kill -TERM "$pid" 2>/dev/null || true
+  for _ in $(seq 1 30); do
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.5
+  done
+  if kill -0 "$pid" 2>/dev/null; then
+    warn "$what (pid $pid) did not stop after 15s: killing it"
+    kill -KILL "$pid" 2>/dev/null || true
+  fi
+  rm -f "$file"
+}
+
+# The engine's environment for the local stack (see sim/env.sh).
+pulumi_env() {
+  export PULUMI_SKIP_UPDATE_CHECK=1
+  # The local stack's secrets passphrase: it protects nothing but the simulated cluster (see README).
+  export PULUMI_CONFIG_PASSPHRASE="${PULUMI_CONFIG_PASSPHRASE:-gpucluster-local}"
+  export PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION=1
+  # Keep the engine's own files (plugins, credentials, logs) beside the state, not in ~/.pulumi.
+  export PULUMI_HOME="$STATE/pulumi-home"
+  export PULUMI_BACKEND_URL="file://$STATE/pulumi"
+  export KUBECONFIG="$KUBECONFIG_FILE"
+  mkdir -p "$STATE/pulumi" "$PULUMI_HOME"
+}

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# make down: tear down what make up built: stop the local Kueue controller, drop the local stack's state (the
+# cluster it describes is deleted next, so nothing is destroyed object by object), delete the simulated cluster
+# and the local state (.state/sim, .state/kueue, .state/descheduler, .state/pulumi). The tool cache stays.
+set -euo pipefail
+
+# shellcheck source=sim/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+"$ROOT/sim/kueue.sh" stop
+if [[ -d "$STATE/pulumi" ]]; then
+  step "dropping the Pulumi state of the local stack ($STATE/pulumi)"
+  rm -rf "$STATE/pulumi" "$STATE/pulumi-home"
+fi
+"$ROOT/sim/down.sh"
+rm -rf "$KUEUE_STATE" "$STATE/descheduler"
+rmdir "$STATE" 2>/dev/null || true
+step "down"

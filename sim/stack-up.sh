@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# make up: the local stack deployed by the real engine onto the simulated GPU cluster, then Kueue running
+# against it. The Makefile has built the tools and the venv before this runs. Steps:
+#
+#   1. sim/up.sh                      the simulated cluster (idempotent)
+#   2. sim/kueue.sh certs             the loopback certificate the stack's webhook objects trust
+#   3. pulumi up --stack local        Pulumi CLI + Python host + Kubernetes provider from the tool cache,
+#                                     state in .state/pulumi (file backend)
+#   4. sim/kueue.sh start             the Kueue controller with the Configuration Pulumi deployed
+#   5. wait for every ClusterQueue to be Active, the descheduler dry run, a summary
+#
+# Kueue's webhooks (failurePolicy Fail) guard the ResourceFlavors, ClusterQueues and LocalQueues, so they can
+# only be created while the controller serves them, and the controller's Configuration is only known once the
+# chart's ConfigMap exists. On a fresh cluster the first update therefore leaves out the Kueue objects
+# (--exclude), the controller starts, and the second update creates them. When the ConfigMap is already there,
+# the controller is started (or kept) before the one update.
+#
+# Environment: GPUCLUSTER_UP_SKIP_PREVIEW=1 skips the engine's preview pass (faster; the default keeps it).
+set -euo pipefail
+
+# shellcheck source=sim/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+t_start=$SECONDS
+sim_require_tools pulumi pulumi-language-python pulumi-language-python-exec pulumi-resource-kubernetes kueue \
+  descheduler kubectl
+[[ -x "$ROOT/.venv/bin/python" ]] || die "the Python venv is missing (make venv)"
+
+"$ROOT/sim/up.sh"
+"$ROOT/sim/kueue.sh" certs
+
+pulumi_env
+cd "$ROOT"
+step "Pulumi $(pulumi version) with $(pulumi-resource-kubernetes --version 2>/dev/null || echo 'the pinned Kubernetes provider'), backend $PULUMI_BACKEND_URL"
+pulumi login --non-interactive "$PULUMI_BACKEND_URL" >/dev/null || die "pulumi login $PULUMI_BACKEND_URL failed"
+pulumi stack select --create --non-interactive "$STACK_NAME" || die "cannot select or create stack $STACK_NAME"
+
+up_args=(--stack "$STACK_NAME" --yes --non-interactive --suppress-progress --diff=false)
+[[ "${GPUCLUSTER_UP_SKIP_PREVIEW:-0}" == 1 ]] && up_args+=(--skip-preview)
+
+kueue_configmap_exists() {
+  kubectl --kubeconfig "$KUBECONFIG_FILE" get configmap -A -l app.kubernetes.io/name=kueue -o name 2>/dev/null |
+    grep -q -- '-manager-config$'
+}
+
+if pid_alive "$KUEUE_STATE/kueue.pid" || kueue_configmap_exists; then
+  "$ROOT/sim/kueue.sh" start
+else
+  step "fresh cluster: first update without the Kueue objects (their webhooks need the controller running)"
+  pulumi up "${up_args[@]}" --exclude '**kueue.x-k8s.io**' --exclude-dependents ||
+    die "pulumi up (without the Kueue objects) failed"
+  "$ROOT/sim/kueue.sh" start
+fi
+
+step "pulumi up --stack $STACK_NAME"
+pulumi up "${up_args[@]}" || die "pulumi up failed (the engine's message is above)"
+# The update may have changed Kueue's Configuration: restart the controller if so.
+"$ROOT/sim/kueue.sh" start
+
+export KUBECONFIG="$KUBECONFIG_FILE"
+step "waiting for every ClusterQueue to be Active"
+kubectl wait --for=condition=Active clusterqueues.kueue.x-k8s.io --all --timeout=120s >/dev/null ||
+  die "ClusterQueues not Active after 120s: $(kubectl get clusterqueues.kueue.x-k8s.io -o wide 2>&1 | tail -n +2)"
+
+"$ROOT/sim/descheduler.sh"
+
+step "summary"
+"$ROOT/.venv/bin/python" "$ROOT/sim/summary.py" || die "the summary could not be built"
+step "up in $((SECONDS - t_start))s; source sim/env.sh for KUBECONFIG and the engine's environment"
