@@ -51,9 +51,9 @@ def test_fleet_summary_lists_exactly_the_seeded_nodes(tmp_path: Path, monkeypatc
     assert tainted == set(expected)
     assert labeled == {f"gpu-sim-{i:03d}" for i in range(FLEET_SIZE)} - set(expected)
     thermal_host = next(h for h, f in SEEDED.items() if f == "hot_gpu")
-    assert [
-        c[4] for c in calls if c[1] == "taint" and c[3] == thermal_host
-    ] == ["gpucluster.io/acceptance-failed=thermal:NoSchedule"]
+    assert [c[4] for c in calls if c[1] == "taint" and c[3] == thermal_host] == [
+        "gpucluster.io/acceptance-failed=thermal:NoSchedule"
+    ]
 
 
 def test_burn_in_playbook_fails_only_the_hot_node_and_names_the_gpu(tmp_path: Path) -> None:
@@ -61,7 +61,8 @@ def test_burn_in_playbook_fails_only_the_hot_node_and_names_the_gpu(tmp_path: Pa
     res = run_playbook("burn_in.yml", inventory, tmp_path)
     assert res.returncode != 0
     out = res.stdout
-    assert "GPU 3 (GPU-00000003" in out and "above thermal_limit_c 78" in out, out[-3000:]
+    assert "GPU 3 (GPU-00000003" in out, out[-3000:]
+    assert "above thermal_limit_c 78" in out, out[-3000:]
     assert re.search(r"gpu-sim-000\s+: ok=\d+\s+changed=\d+\s+unreachable=0\s+failed=0", out), out[-1500:]
     assert re.search(r"gpu-sim-001\s+: ok=\d+\s+changed=\d+\s+unreachable=0\s+failed=1", out), out[-1500:]
 
@@ -75,4 +76,5 @@ def test_check_mode_changes_nothing_and_runs_no_load(tmp_path: Path) -> None:
     assert not list((tmp_path / "nodes/gpu-sim-000/lustre").iterdir()), "check mode must not write test files"
     # Read-only queries still ran (NVLink counters were read twice), the load did not.
     assert json.loads(log.read_text())["nvlink_e_calls"] == 2
-    assert "Start gpu_burn" in res.stdout and "skipping: [gpu-sim-000]" in res.stdout
+    assert "Start gpu_burn" in res.stdout
+    assert "skipping: [gpu-sim-000]" in res.stdout

@@ -1,0 +1,408 @@
+"""The roles' parsers and verdicts, fed with shim output and hand-written samples of the real formats.
+
+Every threshold has a passing and a failing case.
+"""
+
+from __future__ import annotations
+
+import base64
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from tests.ansible.harness import ROLES_DIR, SHIMS
+
+SAMPLES = Path(__file__).resolve().parents[1] / "fixtures" / "ansible" / "outputs"
+
+
+def _plugin(role: str) -> ModuleType:
+    path = ROLES_DIR / role / "filter_plugins" / f"{role}.py"
+    spec = importlib.util.spec_from_file_location(f"acceptance_{role}", path)
+    assert spec
+    assert spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+burn = _plugin("gpu_burn_in")
+thermal = _plugin("gpu_thermal_acceptance")
+nvlink = _plugin("nvlink_acceptance")
+ib = _plugin("ib_acceptance")
+storage = _plugin("storage_acceptance")
+admission = _plugin("node_admission")
+
+
+def shim(tool: str, *args: str, knobs: dict[str, Any] | None = None, tmp: Path | None = None) -> dict[str, Any]:
+    """Run a shim like the role's command task would, returning a registered-result dict."""
+    env = dict(os.environ)
+    if knobs is not None:
+        assert tmp is not None
+        path = tmp / "knobs.json"
+        path.write_text(json.dumps(knobs))
+        env["GPUCLUSTER_SHIM_KNOBS"] = str(path)
+    else:
+        env.pop("GPUCLUSTER_SHIM_KNOBS", None)
+    res = subprocess.run([str(SHIMS / tool), *args], capture_output=True, text=True, env=env, check=False, cwd=tmp)
+    return {"rc": res.returncode, "stdout": res.stdout, "stderr": res.stderr}
+
+
+THERMAL_ARGS = (
+    "--query-gpu=index,uuid,temperature.gpu,clocks_event_reasons.active",
+    "--format=csv,noheader,nounits",
+)
+FAIL_EVENTS = ["hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown"]
+
+
+def _thermal(knobs: dict[str, Any], tmp: Path, limit: float = 78, outlier: float = 8) -> dict[str, Any]:
+    samples = [shim("nvidia-smi", *THERMAL_ARGS, knobs=knobs, tmp=tmp) for _ in range(2)]
+    verdict: dict[str, Any] = thermal.gpu_thermal_verdict(samples, limit, outlier, 8, FAIL_EVENTS)
+    return verdict
+
+
+# ----------------------------------------------------------------------------------------------- thermal
+def test_thermal_at_limit_passes_and_one_degree_over_fails(tmp_path: Path) -> None:
+    at = _thermal({"temp_c": 70, "hot_gpu": {"index": 3, "temp_c": 78}}, tmp_path)
+    assert at["status"] == "pass", at["reasons"]
+    over = _thermal({"temp_c": 70, "hot_gpu": {"index": 3, "temp_c": 79}}, tmp_path)
+    assert over["status"] == "fail"
+    assert over["reasons"] == [
+        "GPU 3 (GPU-00000003-5a1e-4c0d-9f00-000000000003) reached 79 C, above thermal_limit_c 78 C"
+    ]
+
+
+def test_thermal_outlier_at_margin_passes_and_beyond_fails(tmp_path: Path) -> None:
+    at = _thermal({"temp_c": 60, "warm_gpu": {"index": 5, "delta_c": 8}}, tmp_path)
+    assert at["status"] == "pass", at["reasons"]
+    beyond = _thermal({"temp_c": 60, "warm_gpu": {"index": 5, "delta_c": 9}}, tmp_path)
+    assert beyond["status"] == "fail"
+    assert len(beyond["reasons"]) == 1
+    assert beyond["reasons"][0].startswith("GPU 5 (")
+    assert "9 C above the node median 61 C" in beyond["reasons"][0]
+
+
+def test_thermal_clock_event_fails_only_when_listed(tmp_path: Path) -> None:
+    knobs = {"clock_events": {"4": "0x0000000000000040", "2": "0x0000000000000004"}}
+    verdict = _thermal(knobs, tmp_path)
+    assert verdict["reasons"] == [
+        "GPU 4 (GPU-00000004-5a1e-4c0d-9f00-000000000004) clocks slowed by hw_thermal_slowdown"
+    ]
+    # sw_power_cap on GPU 2 is recorded but not failing.
+    gpu2 = next(g for g in verdict["details"]["gpus"] if g["index"] == 2)
+    assert gpu2["clock_events"] == ["sw_power_cap"]
+
+
+def test_thermal_unreadable_or_missing_gpu_fails_with_its_name(tmp_path: Path) -> None:
+    bad = {"rc": 0, "stdout": "0, GPU-a, 61, 0x0\n1, GPU-b, [N/A], 0x0\n"}
+    verdict = thermal.gpu_thermal_verdict([bad], 78, 8, 2, FAIL_EVENTS)
+    assert verdict["reasons"] == ["nvidia-smi sample 1: GPU 1 (GPU-b): temperature '[N/A]' is not a number"]
+    seven = _thermal({"gpus": 7}, tmp_path)
+    assert seven["reasons"] == ["nvidia-smi reports 7 GPUs, expected 8"]
+    err = thermal.gpu_thermal_verdict([{"rc": 9, "stderr": "NVML: GPU is lost"}], 78, 8, 8, FAIL_EVENTS)
+    assert err["reasons"][0] == "nvidia-smi sample 1 exited rc=9: NVML: GPU is lost"
+
+
+def test_thermal_check_mode_skips(tmp_path: Path) -> None:
+    verdict = thermal.gpu_thermal_verdict([{"skipped": True}], 78, 8, 8, FAIL_EVENTS)
+    assert verdict["status"] == "skipped"
+
+
+# ----------------------------------------------------------------------------------------------- burn-in
+def test_dcgm_diag_pass_and_named_failure(tmp_path: Path) -> None:
+    ok = shim("dcgmi", "diag", "-r", "3", "-j", knobs={}, tmp=tmp_path)
+    load = {"rc": 0, "stdout": "Tested 8 GPUs:\n\tGPU 0: OK\n" + "".join(f"\tGPU {g}: OK\n" for g in range(1, 8))}
+    assert burn.gpu_burn_in_verdict(ok, load, 3, 8)["status"] == "pass"
+    knobs = {"diag_fail": [{"test": "Targeted Stress", "gpu": 1, "info": "GPU 1 missed its target"}]}
+    bad = shim("dcgmi", "diag", "-r", "3", "-j", knobs=knobs, tmp=tmp_path)
+    assert bad["rc"] != 0
+    verdict = burn.gpu_burn_in_verdict(bad, load, 3, 8)
+    assert verdict["reasons"] == ["dcgmi diag test 'Targeted Stress' failed on GPU 1: GPU 1 missed its target"]
+
+
+def test_dcgm_warn_fails_only_when_configured(tmp_path: Path) -> None:
+    knobs = {"diag_warn": [{"test": "Memory Bandwidth", "gpu": 0, "info": "Clocks are being throttled"}]}
+    res = shim("dcgmi", "diag", "-r", "3", "-j", knobs=knobs, tmp=tmp_path)
+    assert burn.gpu_burn_in_verdict(res, None, 3, 8, False, True)["status"] == "fail"
+    assert burn.gpu_burn_in_verdict(res, None, 3, 8, False, False)["status"] == "pass"
+
+
+def test_dcgm_3x_sample_with_null_placeholders_parses() -> None:
+    text = (SAMPLES / "dcgmi_diag_r1_warning_prefix.txt").read_text()
+    rows = burn.dcgm_diag_tests(text)
+    assert [r["test"] for r in rows] == ["Denylist", "NVML Library", "PCIe", "PCIe"]
+    verdict = burn.gpu_burn_in_verdict({"rc": 226, "stdout": text}, None, 1, 2, False)
+    assert verdict["reasons"] == ["dcgmi diag test 'PCIe' failed on GPU 1: PCIe replay count 310 exceeds 250"]
+
+
+def test_burn_faulty_gpu_and_truncated_run_fail() -> None:
+    lines = "".join(f"\tGPU {g}: {'FAULTY' if g == 6 else 'OK'}\n" for g in range(8))
+    diag = {
+        "rc": 0,
+        "stdout": json.dumps(
+            {
+                "DCGM GPU Diagnostic": {
+                    "test_categories": [
+                        {
+                            "category": "Deployment",
+                            "tests": [{"name": "Denylist", "results": [{"gpu_ids": "0", "status": "Pass"}]}],
+                        }
+                    ]
+                }
+            }
+        ),
+    }
+    faulty = burn.gpu_burn_in_verdict(diag, {"rc": 0, "stdout": f"Tested 8 GPUs:\n{lines}"}, 3, 8)
+    assert faulty["reasons"] == ["gpu_burn reported GPU 6 FAULTY (computation errors under load)"]
+    cut = burn.gpu_burn_in_verdict(diag, {"rc": -9, "stdout": "Burning for 600 seconds.\n", "stderr": "Killed"}, 3, 8)
+    assert cut["status"] == "fail"
+    assert "Tested N GPUs" in cut["reasons"][0]
+    assert "rc=-9" in cut["reasons"][0]
+    garbage = burn.gpu_burn_in_verdict(
+        {"rc": 255, "stdout": "", "stderr": "Error: unable to connect to host engine"}, None, 3, 8, False
+    )
+    assert garbage["reasons"][0] == "dcgmi diag -r 3 exited rc=255: Error: unable to connect to host engine"
+
+
+# ----------------------------------------------------------------------------------------------- nvlink
+def _nvlink(knobs: dict[str, Any], tmp: Path, min_speed: float = 26.0) -> dict[str, Any]:
+    status = shim("nvidia-smi", "nvlink", "--status", knobs=knobs, tmp=tmp)
+    topo = shim("nvidia-smi", "topo", "-m", knobs=knobs, tmp=tmp)
+    before = shim("nvidia-smi", "nvlink", "-e", knobs=knobs, tmp=tmp)
+    after = shim("nvidia-smi", "nvlink", "-e", knobs=knobs, tmp=tmp)
+    topology = nvlink.nvlink_topology_verdict(status, topo, 8, 18, min_speed, 18)
+    result: dict[str, Any] = nvlink.nvlink_verdict(topology, nvlink.nvlink_counters_verdict(before, after))
+    return result
+
+
+def test_nvlink_healthy_passes(tmp_path: Path) -> None:
+    verdict = _nvlink({}, tmp_path)
+    assert verdict["status"] == "pass", verdict["reasons"]
+    assert verdict["details"]["gpus"]["0"]["active_links"] == 18
+
+
+def test_nvlink_inactive_link_and_topology_fail(tmp_path: Path) -> None:
+    verdict = _nvlink({"nvlink_inactive": [[1, 4]], "topo_override": {"2,7": "SYS"}}, tmp_path)
+    assert verdict["reasons"] == [
+        "GPU 1: 17 active NVLinks, expected 18 (inactive: link 4)",
+        "topo -m: GPU2 to GPU7 is SYS, expected NV18 or more",
+    ]
+
+
+def test_nvlink_speed_floor(tmp_path: Path) -> None:
+    knobs = {"nvlink_slow": [[2, 9, 13.281]]}
+    assert _nvlink(knobs, tmp_path, min_speed=13.0)["status"] == "pass"
+    assert _nvlink(knobs, tmp_path, min_speed=26.0)["reasons"] == ["GPU 2 link 9: 13.281 GB/s, below 26 GB/s"]
+
+
+def test_nvlink_counter_growth_fails_and_steady_passes(tmp_path: Path) -> None:
+    grow = _nvlink({"nvlink_growth": {"gpu": 6, "link": 3, "counter": "Replay Errors", "step": 4}}, tmp_path)
+    assert grow["reasons"] == ["GPU 6 link 3 Replay Errors grew from 0 to 4 during the load"]
+    (tmp_path / "knobs.json.state.json").unlink()
+    assert (
+        _nvlink({"nvlink_growth": {"gpu": 6, "link": 3, "counter": "Replay Errors", "step": 0}}, tmp_path)["status"]
+        == "pass"
+    )
+
+
+def test_topo_sample_from_a_real_dgx_layout_parses() -> None:
+    cells = nvlink.parse_topo_matrix((SAMPLES / "topo_m_dgx_h100.txt").read_text())
+    assert cells[(0, 1)] == "NV18"
+    assert cells[(3, 7)] == "NV18"
+    assert cells[(0, 0)] == "X"
+
+
+# ----------------------------------------------------------------------------------------------- infiniband
+def _counters(tmp: Path, values: dict[str, int]) -> dict[str, Any]:
+    lines = [f"{tmp}/class/infiniband/{k.split()[0]}/ports/1/counters/{k.split()[-1]}:{v}" for k, v in values.items()]
+    return {"rc": 0, "stdout": "\n".join(lines)}
+
+
+def _ib(knobs: dict[str, Any], tmp: Path, floor: float = 40.0, after: dict[str, int] | None = None) -> dict[str, Any]:
+    stat = shim("ibstat", knobs=knobs, tmp=tmp)
+    hcas = [f"mlx5_{i}" for i in range(8)]
+    bws = []
+    for hca in hcas:
+        res = shim("ib_write_bw", "-d", hca, "-i", "1", "-D", "1", "--report_gbits", "localhost", knobs=knobs, tmp=tmp)
+        bws.append({**res, "item": hca})
+    base = {"mlx5_0 port 1 symbol_error": 0, "mlx5_2 port 1 link_downed": 1}
+    verdict: dict[str, Any] = ib.ib_verdict(
+        stat, _counters(tmp, base), _counters(tmp, after or base), bws, hcas, 1, 400, floor
+    )
+    return verdict
+
+
+def test_ib_healthy_passes_and_records_bandwidth(tmp_path: Path) -> None:
+    verdict = _ib({}, tmp_path)
+    assert verdict["status"] == "pass", verdict["reasons"]
+    assert verdict["details"]["write_bw_gbs"]["mlx5_0"] == pytest.approx(48.75)
+
+
+def test_ib_port_down_and_half_rate_are_named(tmp_path: Path) -> None:
+    verdict = _ib({"ib_down": ["mlx5_3"], "ib_half_rate": ["mlx5_1"]}, tmp_path, floor=20.0)
+    assert verdict["reasons"] == [
+        "mlx5_1 port 1: Rate 200 Gb/s, expected 400 Gb/s",
+        "mlx5_3 port 1: State Down, expected Active",
+        "mlx5_3 port 1: Physical state Polling, expected LinkUp",
+        "mlx5_3 port 1: Rate 10 Gb/s, expected 400 Gb/s",
+        "ib_write_bw loopback on mlx5_3 exited rc=1: Couldn't connect to the remote side: port is not active",
+    ]
+
+
+def test_ib_bandwidth_floor(tmp_path: Path) -> None:
+    assert _ib({"ib_bw_gbps": 320}, tmp_path, floor=40.0)["status"] == "pass"
+    low = _ib({"ib_bw_gbps": 319}, tmp_path, floor=40.0)
+    assert low["reasons"][0] == "ib_write_bw loopback on mlx5_0: 39.88 GB/s, below floor 40 GB/s"
+
+
+def test_ib_counter_growth_fails(tmp_path: Path) -> None:
+    grown = {"mlx5_0 port 1 symbol_error": 5, "mlx5_2 port 1 link_downed": 1}
+    assert _ib({}, tmp_path, after=grown)["reasons"] == ["mlx5_0 port 1 symbol_error grew from 0 to 5 during traffic"]
+
+
+def test_ib_missing_hca_and_missing_counter_file(tmp_path: Path) -> None:
+    stat = shim("ibstat", knobs={"ib_hcas": ["mlx5_0"]}, tmp=tmp_path)
+    missing = {
+        "rc": 2,
+        "stdout": "",
+        "stderr": "grep: /sys/class/infiniband/mlx5_1/ports/1/counters/symbol_error: No such file",
+    }
+    verdict = ib.ib_verdict(stat, missing, missing, [], ["mlx5_0", "mlx5_1"], 1, 400, 40.0)
+    assert verdict["reasons"][0] == "mlx5_1 port 1: not listed by ibstat"
+    assert (
+        "reading IB counters (before traffic) exited rc=2: grep: /sys/class/infiniband/mlx5_1" in verdict["reasons"][1]
+    )
+
+
+def test_ibstat_sample_parses() -> None:
+    cas = ib.parse_ibstat((SAMPLES / "ibstat_two_cas.txt").read_text())
+    assert cas["mlx5_0"][1]["State"] == "Active"
+    assert cas["mlx5_0"][1]["Rate"] == "400"
+    assert cas["mlx5_1"][1]["Physical state"] == "Disabled"
+    assert "CA type" not in cas["mlx5_0"][1]
+
+
+# ----------------------------------------------------------------------------------------------- storage
+MOUNTS = "sysfs /sys sysfs rw 0 0\n10.0.0.1@o2ib:/fs /lustre lustre rw,flock,lazystatfs 0 0\n"
+
+
+def _fio(gbs: float, direction: str) -> dict[str, Any]:
+    job = {"jobname": "j", "error": 0, direction: {"bw_bytes": int(gbs * 1e9)}}
+    return {"rc": 0, "stdout": json.dumps({"jobs": [job]})}
+
+
+def _storage(write_gbs: float, read_gbs: float = 5.0, mounts: str = MOUNTS, writers: int = 64) -> dict[str, Any]:
+    slurp = {"content": base64.b64encode(mounts.encode()).decode()}
+    verdict: dict[str, Any] = storage.storage_verdict(
+        slurp,
+        _fio(write_gbs, "write"),
+        _fio(read_gbs, "read"),
+        "/lustre",
+        "lustre",
+        ["rw", "flock"],
+        1e12,
+        30.0,
+        writers,
+        43200.0,
+    )
+    return verdict
+
+
+def test_storage_floor_is_one_tb_in_30s_across_writers() -> None:
+    # 1e12 B / 30 s / 64 writers = 0.5208 GB/s per node.
+    assert _storage(0.53)["status"] == "pass"
+    slow = _storage(0.52)
+    assert slow["reasons"] == [
+        "direct write on /lustre: 0.520 GB/s, below the per-node floor 0.521 GB/s "
+        "(1 checkpoint of 1 TB in 30 s across 64 writers)"
+    ]
+
+
+def test_storage_recommends_young_interval() -> None:
+    plan = _storage(1.0)["details"]["checkpoint"]
+    # aggregate 64 GB/s -> 15.625 s per checkpoint; sqrt(2 * 15.625 * 43200) = 1161.9 s.
+    assert plan == {"aggregate_write_gbs": 64.0, "checkpoint_write_s": 15.62, "recommended_interval_s": 1161.9}
+
+
+def test_storage_mount_type_options_and_absence() -> None:
+    wrong = _storage(1.0, mounts=MOUNTS.replace(" lustre rw,flock", " nfs4 rw"))
+    assert wrong["reasons"] == ["/lustre is nfs4, expected lustre", "/lustre lacks mount option(s) flock"]
+    gone = _storage(1.0, mounts="sysfs /sys sysfs rw 0 0\n")
+    assert gone["reasons"] == ["/lustre is not mounted"]
+    unreadable = storage.storage_verdict(
+        {"failed": True, "msg": "file not found: /proc/mounts"},
+        {"skipped": True},
+        {"skipped": True},
+        "/lustre",
+        "lustre",
+        [],
+        1e12,
+        30.0,
+        64,
+        43200.0,
+    )
+    assert unreadable["reasons"] == ["cannot read mounts file: file not found: /proc/mounts"]
+
+
+# ----------------------------------------------------------------------------------------------- admission
+def test_admission_report_taint_and_summary() -> None:
+    ok = {"status": "pass", "reasons": [], "details": {}}
+    bad = {"status": "fail", "reasons": ["GPU 3 hot"], "details": {}}
+    roles = ["gpu_burn_in", "gpu_thermal_acceptance", "nvlink_acceptance"]
+    host_vars = {"gpu_burn_in_verdict": ok, "gpu_thermal_acceptance_verdict": bad}
+    report = admission.admission_report("n1", "r", host_vars, roles)
+    assert report["status"] == "fail"
+    assert report["failed_checks"] == ["gpu_thermal_acceptance", "nvlink_acceptance"]
+    assert report["reasons"] == [
+        "gpu_thermal_acceptance: GPU 3 hot",
+        "nvlink_acceptance: nvlink_acceptance did not run or left no verdict",
+    ]
+    assert admission.taint_reason(report) == "thermal.nvlink"
+    good = admission.admission_report("n2", "r", {f"{r}_verdict": ok for r in roles}, roles)
+    summary = admission.admission_summary("r", [report, good], ["n1", "n2", "n3"])
+    assert summary["passed"] == ["n2"]
+    assert sorted(summary["failed"]) == ["n1", "n3"]
+    assert summary["failed"]["n3"] == ["no report: the host failed or was unreachable before admission"]
+
+
+# ----------------------------------------------------------------------------------------------- shims
+@pytest.mark.parametrize(
+    ("tool", "args", "stderr"),
+    [
+        ("nvidia-smi", ["--query-gpu=index,temp.gpu", "--format=csv"], 'Field "temp.gpu" is not a valid field'),
+        ("nvidia-smi", ["--query-gpu=index"], "Missing --format"),
+        ("nvidia-smi", ["nvlink", "--bogus"], "Invalid combination"),
+        ("nvidia-smi", ["topo"], "Invalid combination"),
+        ("dcgmi", ["diag", "-r", "7", "-j"], "Invalid value '7'"),
+        ("dcgmi", ["diag", "-j"], "Must specify a diagnostic"),
+        ("gpu_burn", ["-x", "10"], "Syntax error near `-x'"),
+        ("ibstat", ["-z"], "invalid option"),
+        ("ibstat", ["mlx5_9"], "'mlx5_9' failed"),
+        ("ib_write_bw", ["-d", "mlx5_0", "--bogus"], "unrecognized option"),
+        ("fio", ["--name=x", "--rw=write", "--size=1G"], "no filename"),
+        ("fio", ["--name=x", "--rw=sideways", "--size=1G", "--filename=/tmp/x"], "failed parsing rw"),
+        ("kubectl", ["label", "node", "n1"], "unknown command"),
+        ("kubectl", ["taint", "node", "n1", "k=v:Sometimes"], "invalid taint spec"),
+    ],
+)
+def test_shims_reject_what_the_real_tool_rejects(tool: str, args: list[str], stderr: str, tmp_path: Path) -> None:
+    res = shim(tool, *args, knobs={}, tmp=tmp_path)
+    assert res["rc"] != 0
+    assert stderr in res["stderr"]
+
+
+def test_gpu_burn_shim_needs_compare_ptx(tmp_path: Path) -> None:
+    res = shim("gpu_burn", "-tc", "1", knobs={}, tmp=tmp_path)
+    assert res["rc"] != 0
+    assert "compare.ptx" in res["stderr"]
+    (tmp_path / "compare.ptx").write_text("")
+    res = shim("gpu_burn", "-tc", "1", knobs={"burn_sleep_cap_s": 0}, tmp=tmp_path)
+    assert res["rc"] == 0
+    assert "Tested 8 GPUs:" in res["stdout"]
