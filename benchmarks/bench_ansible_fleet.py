@@ -1,0 +1,58 @@
+"""Wall time of the acceptance pipeline over a simulated fleet against a 1-host run.
+
+Every host is a local-connection node whose GPU/IB/storage tools are the test shims, so the figure
+is Ansible's own cost of the pipeline (task dispatch, module runs, verdicts, reports) with the
+hardware steps shortened to about a second. Prints one line per run and the scaling ratio.
+
+    .venv/bin/python benchmarks/bench_ansible_fleet.py [--hosts 64] [--forks 16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tests.ansible.harness import FAULTS, build_fleet, run_playbook  # noqa: E402
+
+
+def run(hosts: int, forks: int, root: Path) -> tuple[float, int, int]:
+    tmp = root / f"fleet-{hosts}"
+    tmp.mkdir()
+    # Seed every known fault once so failing paths are part of the measured work.
+    faults = {f"gpu-sim-{i:03d}": f for i, f in enumerate(sorted(FAULTS))} if hosts > len(FAULTS) else {}
+    inventory, expected = build_fleet(tmp, hosts, faults)
+    start = time.monotonic()
+    res = run_playbook("acceptance.yml", inventory, tmp, "--forks", str(forks), timeout=3600)
+    wall = time.monotonic() - start
+    if not (tmp / "artifacts/acceptance/test-run/summary.json").exists():
+        sys.exit(f"run with {hosts} hosts wrote no summary (rc={res.returncode}):\n{res.stdout[-3000:]}")
+    return wall, res.returncode, len(expected)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--hosts", type=int, default=64)
+    parser.add_argument("--forks", type=int, default=16)
+    args = parser.parse_args()
+    if args.hosts < 2 or args.forks < 1:
+        parser.error("--hosts must be at least 2 and --forks at least 1")
+    with tempfile.TemporaryDirectory(prefix="bench-ansible-fleet-") as d:
+        root = Path(d)
+        one, rc1, _ = run(1, 1, root)
+        print(f"acceptance.yml   1 host           wall {one:7.1f} s  rc={rc1}")
+        many, rcn, failing = run(args.hosts, args.forks, root)
+        print(
+            f"acceptance.yml {args.hosts:3d} hosts forks={args.forks:<3d} wall {many:7.1f} s  rc={rcn} "
+            f"({failing} seeded to fail)"
+        )
+        print(f"fleet / 1-host wall ratio {many / one:5.2f}  ({many / args.hosts:.2f} s per host)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
