@@ -14,13 +14,11 @@ import signal
 import socket
 import sys
 import threading
-from collections.abc import Callable, Iterable, Sequence
-from socketserver import ThreadingMixIn
+from collections.abc import Sequence
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import FrameType
 from typing import Any
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from daemons.fabric_exporter.collectors import (
@@ -33,8 +31,6 @@ from daemons.fabric_exporter.logs import OnceLogger, setup_logging
 from daemons.fabric_exporter.nvml_api import FakeNvml, NvmlApi, PynvmlApi
 
 log = logging.getLogger("fabric_exporter")
-
-StartResponse = Callable[[str, list[tuple[str, str]]], Any]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -81,33 +77,43 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-class _ThreadingWSGIServer(ThreadingMixIn, WSGIServer):
+class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
 
 
-class _QuietHandler(WSGIRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:
-        log.debug("http request", extra={"client": self.client_address[0], "request": format % args})
+def make_handler(collector: FabricCollector) -> type[BaseHTTPRequestHandler]:
+    """``/metrics`` (Prometheus text), ``/healthz``, a link page at ``/``; 404 elsewhere."""
 
+    class Handler(BaseHTTPRequestHandler):
+        server_version = "gpucluster-fabric-exporter"
 
-def make_app(registry: CollectorRegistry) -> Callable[[dict[str, Any], StartResponse], Iterable[bytes]]:
-    def app(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
-        path = environ.get("PATH_INFO", "/")
-        if path == "/metrics":
-            body = generate_latest(registry)
-            start_response("200 OK", [("Content-Type", CONTENT_TYPE_LATEST)])
-            return [body]
-        if path == "/healthz":
-            start_response("200 OK", [("Content-Type", "text/plain")])
-            return [b"ok\n"]
-        if path == "/":
-            start_response("200 OK", [("Content-Type", "text/html")])
-            return [b"<html><body><a href='/metrics'>/metrics</a></body></html>\n"]
-        start_response("404 Not Found", [("Content-Type", "text/plain")])
-        return [b"not found\n"]
+        def _send(self, code: int, content_type: str, body: bytes) -> None:
+            self.send_response(code)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(body)
 
-    return app
+        def do_GET(self) -> None:
+            path = self.path.split("?", 1)[0]
+            if path == "/metrics":
+                self._send(200, CONTENT_TYPE_LATEST, collector.render())
+            elif path == "/healthz":
+                self._send(200, "text/plain", b"ok\n")
+            elif path == "/":
+                self._send(200, "text/html", b"<html><body><a href='/metrics'>/metrics</a></body></html>\n")
+            else:
+                self._send(404, "text/plain", b"not found\n")
+
+        def do_HEAD(self) -> None:
+            self.do_GET()
+
+        def log_message(self, format: str, *args: Any) -> None:
+            log.debug("http request", extra={"client": self.client_address[0], "request": format % args})
+
+    return Handler
 
 
 def build_collectors(
@@ -142,19 +148,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not 0 <= args.port <= 65535:
         parser.error(f"--port: {args.port} is not a TCP port (0-65535)")
     setup_logging(args.log_level)
-    subs, nvlink, const_labels = build_collectors(args, parser)
+    subs, _, const_labels = build_collectors(args, parser)
 
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(FabricCollector(subs, OnceLogger(log), const_labels))
+    collector = FabricCollector(subs, OnceLogger(log), const_labels)
 
     try:
-        server = make_server(
-            args.listen_address,
-            args.port,
-            make_app(registry),
-            server_class=_ThreadingWSGIServer,
-            handler_class=_QuietHandler,
-        )
+        server = _Server((args.listen_address, args.port), make_handler(collector))
     except OSError as exc:
         log.error("cannot listen", extra={"address": args.listen_address, "port": args.port, "error": str(exc)})
         return 1
@@ -183,8 +182,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         server.serve_forever(poll_interval=0.2)
     finally:
         server.server_close()
-        if nvlink is not None:
-            nvlink.close()
+        for sub in subs:
+            if isinstance(sub, NvlinkCollector | InfinibandCollector):
+                sub.close()
     log.info("stopped")
     return 0
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import resource
 import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
@@ -11,11 +12,12 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import pynvml
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
 from daemons.fabric_exporter import METRIC_PREFIX
-from daemons.fabric_exporter.infiniband import metrics_from_snapshot, read_infiniband
+from daemons.fabric_exporter.families import Family, TextRenderer
+from daemons.fabric_exporter.infiniband import SysfsReader, families_from_snapshot, read_infiniband
 from daemons.fabric_exporter.logs import OnceLogger
 from daemons.fabric_exporter.nvml_api import MAX_LINKS, NVLINK_ERROR_COUNTERS, NvmlApi
 
@@ -25,7 +27,7 @@ NVL = f"{METRIC_PREFIX}_nvlink"
 
 @dataclass
 class CollectResult:
-    metrics: list[Metric]
+    families: list[Family]
     problems: list[tuple[str, str]]  # (where, what) — partial failures; the metrics are still served
 
 
@@ -35,17 +37,35 @@ class SubCollector(Protocol):
     def collect(self) -> CollectResult: ...
 
 
+def _fd_budget() -> int:
+    """Descriptors the sysfs reader may keep: a quarter of the soft RLIMIT_NOFILE, at most 4096."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return 4096
+    return max(0, min(4096, soft // 4))
+
+
 class InfinibandCollector:
     name = "infiniband"
 
-    def __init__(self, sysfs_root: str, const_labels: dict[str, str]) -> None:
+    def __init__(self, sysfs_root: str, const_labels: dict[str, str], keep_files_open: bool = True) -> None:
         self.sysfs_root = sysfs_root
         self.const_labels = const_labels
+        self.reader = SysfsReader(keep_open=keep_files_open, max_open=_fd_budget())
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        with self._lock:
+            self.reader.close()
 
     def collect(self) -> CollectResult:
-        snap = read_infiniband(self.sysfs_root)
+        with self._lock:  # concurrent scrapes share the reader's descriptors
+            try:
+                snap = read_infiniband(self.sysfs_root, self.reader)
+            finally:
+                self.reader.sweep()
         return CollectResult(
-            list(metrics_from_snapshot(snap, self.const_labels)),
+            families_from_snapshot(snap, self.const_labels),
             [(p.path, p.reason) for p in snap.problems],
         )
 
@@ -87,27 +107,28 @@ class NvlinkCollector:
                 raise
 
     def _collect(self) -> CollectResult:
-        extra_names = list(self.const_labels)
-        extra_values = list(self.const_labels.values())
-        gpu_labels = ["gpu", "uuid", *extra_names]
-        link_labels = ["gpu", "uuid", "link", *extra_names]
-        supported = GaugeMetricFamily(f"{NVL}_supported", "1 when NVML reports NVLink on this GPU.", labels=gpu_labels)
-        up = GaugeMetricFamily(f"{NVL}_link_up", "1 when the NVLink link is active.", labels=link_labels)
-        speed = GaugeMetricFamily(
-            f"{NVL}_link_speed_bytes_per_second", "NVLink link speed in bytes per second.", labels=link_labels
+        extra_names = tuple(self.const_labels)
+        extra_values = tuple(self.const_labels.values())
+        gpu_labels = ("gpu", "uuid", *extra_names)
+        link_labels = ("gpu", "uuid", "link", *extra_names)
+        supported = Family(f"{NVL}_supported", "gauge", "1 when NVML reports NVLink on this GPU.", gpu_labels)
+        up = Family(f"{NVL}_link_up", "gauge", "1 when the NVLink link is active.", link_labels)
+        speed = Family(
+            f"{NVL}_link_speed_bytes_per_second", "gauge", "NVLink link speed in bytes per second.", link_labels
         )
-        errors = CounterMetricFamily(
+        errors = Family(
             f"{NVL}_errors",
+            "counter",
             "NVLink data-link-layer error counters (crc_flit, crc_data, replay, recovery).",
-            labels=[*link_labels, "type"],
+            (*link_labels, "type"),
         )
         problems: list[tuple[str, str]] = []
+        nvml = self.nvml
         for index, uuid, handle in self._ensure_devices():
-            g = [index, uuid, *extra_values]
             has_nvlink = True
             for link in range(MAX_LINKS):
                 try:
-                    state = self.nvml.nvlink_state(handle, link)
+                    state = nvml.nvlink_state(handle, link)
                 except pynvml.NVMLError_NotSupported:
                     if link == 0:
                         has_nvlink = False
@@ -115,23 +136,24 @@ class NvlinkCollector:
                     continue
                 except pynvml.NVMLError_InvalidArgument:
                     break  # no more links on this GPU
-                lk = [index, uuid, str(link), *extra_values]
-                up.add_metric(lk, 1.0 if state == pynvml.NVML_FEATURE_ENABLED else 0.0)
+                lk = (index, uuid, str(link), *extra_values)
+                up.add(lk, 1.0 if state == pynvml.NVML_FEATURE_ENABLED else 0.0)
                 try:
-                    speed.add_metric(lk, self.nvml.nvlink_speed_mbytes(handle, link) * 1e6)
+                    speed.add(lk, nvml.nvlink_speed_mbytes(handle, link) * 1e6)
+                except pynvml.NVMLError_NotSupported:
+                    pass
                 except pynvml.NVMLError as exc:
-                    if not isinstance(exc, pynvml.NVMLError_NotSupported):
-                        problems.append((f"gpu {index} link {link} speed", str(exc)))
+                    problems.append((f"gpu {index} link {link} speed", str(exc)))
                 for counter_id, type_name in NVLINK_ERROR_COUNTERS.items():
                     try:
-                        value = self.nvml.nvlink_error_counter(handle, link, counter_id)
+                        value = nvml.nvlink_error_counter(handle, link, counter_id)
                     except pynvml.NVMLError_NotSupported:
                         continue  # inactive link or counter not on this architecture
                     except pynvml.NVMLError as exc:
                         problems.append((f"gpu {index} link {link} {type_name}", str(exc)))
                         continue
-                    errors.add_metric([*lk, type_name], value)
-            supported.add_metric(g, 1.0 if has_nvlink else 0.0)
+                    errors.add((*lk, type_name), float(value))
+            supported.add((index, uuid, *extra_values), 1.0 if has_nvlink else 0.0)
         return CollectResult([supported, up, speed, errors], problems)
 
 
@@ -147,28 +169,39 @@ class FabricCollector(Collector):
         self.subs = list(subs)
         self.once = once
         self.const_labels = const_labels
+        self._renderer = TextRenderer()
 
     def describe(self) -> Iterable[Metric]:
         return []  # unchecked collector: the series set depends on the hardware
 
     def collect(self) -> Iterator[Metric]:
-        extra_names = list(self.const_labels)
-        extra_values = list(self.const_labels.values())
-        success = GaugeMetricFamily(
+        for fam in self.collect_families():
+            yield fam.to_metric()
+
+    def render(self) -> bytes:
+        """The scrape as Prometheus text; same bytes as ``generate_latest`` over this collector."""
+        return self._renderer.render(self.collect_families())
+
+    def collect_families(self) -> list[Family]:
+        extra_names = tuple(self.const_labels)
+        extra_values = tuple(self.const_labels.values())
+        labels = ("collector", *extra_names)
+        success = Family(
             f"{METRIC_PREFIX}_collector_success",
+            "gauge",
             "1 when the collector read everything it found without error in this scrape.",
-            labels=["collector", *extra_names],
+            labels,
         )
-        duration = GaugeMetricFamily(
-            f"{METRIC_PREFIX}_collector_duration_seconds",
-            "Time the collector took in this scrape.",
-            labels=["collector", *extra_names],
+        duration = Family(
+            f"{METRIC_PREFIX}_collector_duration_seconds", "gauge", "Time the collector took in this scrape.", labels
         )
-        problems_g = GaugeMetricFamily(
+        problems_g = Family(
             f"{METRIC_PREFIX}_collector_problems",
+            "gauge",
             "Files or calls that failed in this scrape (the rest was still served).",
-            labels=["collector", *extra_names],
+            labels,
         )
+        out: list[Family] = []
         for sub in self.subs:
             start = time.perf_counter()
             ok = 1.0
@@ -185,7 +218,7 @@ class FabricCollector(Collector):
                     error_type=type(exc).__name__,
                 )
             else:
-                yield from result.metrics
+                out.extend(result.families)
                 n_problems = len(result.problems)
                 if result.problems:
                     ok = 0.0
@@ -196,10 +229,9 @@ class FabricCollector(Collector):
                         collector=sub.name,
                         where=where,
                     )
-            labels = [sub.name, *extra_values]
-            success.add_metric(labels, ok)
-            problems_g.add_metric(labels, n_problems)
-            duration.add_metric(labels, time.perf_counter() - start)
-        yield success
-        yield problems_g
-        yield duration
+            lv = (sub.name, *extra_values)
+            success.add(lv, ok)
+            problems_g.add(lv, float(n_problems))
+            duration.add(lv, time.perf_counter() - start)
+        out += [success, problems_g, duration]
+        return out

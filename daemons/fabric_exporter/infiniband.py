@@ -17,12 +17,10 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-
 from daemons.fabric_exporter import METRIC_PREFIX
+from daemons.fabric_exporter.families import Family
 
 IB = f"{METRIC_PREFIX}_infiniband"
 
@@ -144,12 +142,73 @@ def parse_counter(text: str, path: str) -> int:
     return int(raw)
 
 
-def _read(path: str) -> str:
-    with open(path, "rb") as fh:
-        return fh.read(4096).decode("ascii", errors="replace")
+class SysfsReader:
+    """Reads small sysfs attribute files.
+
+    With ``keep_open`` the descriptors stay open between scrapes and each read is one ``pread`` at offset 0:
+    for sysfs attributes a read from offset 0 makes the kernel call the attribute's ``show()`` again, so the
+    value is current. A descriptor whose read fails (device removed: ENODEV) is reopened once; files not seen
+    in a scrape are closed by ``sweep()``. At most ``max_open`` descriptors are kept; beyond that files are
+    opened per read. Without ``keep_open`` every read opens and closes the file.
+
+    Held descriptors follow the inode, not the path: a file *replaced* by rename keeps returning the old
+    content. sysfs never does that (attributes are rewritten in place by the kernel); test fixtures that
+    advance counters must write in place too.
+    """
+
+    def __init__(self, keep_open: bool = False, max_open: int = 4096) -> None:
+        self.keep_open = keep_open
+        self.max_open = max_open
+        self._fds: dict[str, int] = {}
+        self._seen: set[str] = set()
+
+    def read(self, path: str) -> str:
+        if not self.keep_open:
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                return os.read(fd, 4096).decode("ascii", errors="replace")
+            finally:
+                os.close(fd)
+        self._seen.add(path)
+        fd = self._fds.get(path)
+        if fd is not None:
+            try:
+                return os.pread(fd, 4096, 0).decode("ascii", errors="replace")
+            except OSError:
+                os.close(self._fds.pop(path))
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            data = os.pread(fd, 4096, 0).decode("ascii", errors="replace")
+        except OSError:
+            os.close(fd)
+            raise
+        if len(self._fds) < self.max_open:
+            self._fds[path] = fd
+        else:
+            os.close(fd)
+        return data
+
+    def sweep(self) -> None:
+        """Close descriptors of files that were not read since the last sweep (removed devices)."""
+        for path in [p for p in self._fds if p not in self._seen]:
+            os.close(self._fds.pop(path))
+        self._seen = set()
+
+    def close(self) -> None:
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
+        self._seen = set()
+
+    @property
+    def open_count(self) -> int:
+        return len(self._fds)
 
 
-def _read_counter_dir(directory: str, out: dict[str, int], problems: list[FileProblem]) -> None:
+_ONE_SHOT = SysfsReader(keep_open=False)
+
+
+def _read_counter_dir(directory: str, out: dict[str, int], problems: list[FileProblem], reader: SysfsReader) -> None:
     try:
         names = os.listdir(directory)
     except FileNotFoundError:
@@ -160,7 +219,7 @@ def _read_counter_dir(directory: str, out: dict[str, int], problems: list[FilePr
     for name in names:
         path = f"{directory}/{name}"
         try:
-            out[name] = parse_counter(_read(path), path)
+            out[name] = parse_counter(reader.read(path), path)
         except SysfsParseError as exc:
             problems.append(FileProblem(path, str(exc)))
         except OSError as exc:
@@ -168,7 +227,7 @@ def _read_counter_dir(directory: str, out: dict[str, int], problems: list[FilePr
             problems.append(FileProblem(path, f"cannot read: {exc.strerror or exc}"))
 
 
-def read_infiniband(sysfs_root: str) -> Snapshot:
+def read_infiniband(sysfs_root: str, reader: SysfsReader = _ONE_SHOT) -> Snapshot:
     """Read every device and port below ``<sysfs_root>/class/infiniband``.
 
     Raises ``OSError`` only when the class directory itself is unreadable; per-file problems are returned.
@@ -184,7 +243,7 @@ def read_infiniband(sysfs_root: str) -> Snapshot:
         dev = DeviceReading(dev_name)
         for attr in ("fw_ver", "board_id", "hca_type"):
             with contextlib.suppress(OSError):  # optional identity attributes
-                setattr(dev, attr, _read(f"{dev_dir}/{attr}").strip())
+                setattr(dev, attr, reader.read(f"{dev_dir}/{attr}").strip())
         ports_dir = f"{dev_dir}/ports"
         try:
             port_names = sorted(os.listdir(ports_dir), key=lambda p: (len(p), p))
@@ -194,12 +253,12 @@ def read_infiniband(sysfs_root: str) -> Snapshot:
         for port_name in port_names:
             port_dir = f"{ports_dir}/{port_name}"
             port = PortReading(dev_name, port_name)
-            _read_counter_dir(f"{port_dir}/counters", port.counters, problems)
-            _read_counter_dir(f"{port_dir}/hw_counters", port.hw_counters, problems)
+            _read_counter_dir(f"{port_dir}/counters", port.counters, problems, reader)
+            _read_counter_dir(f"{port_dir}/hw_counters", port.hw_counters, problems, reader)
             for attr in ("state", "phys_state", "rate", "link_layer"):
                 path = f"{port_dir}/{attr}"
                 try:
-                    text = _read(path)
+                    text = reader.read(path)
                     if attr == "state":
                         port.state = parse_state(text, path)
                     elif attr == "phys_state":
@@ -224,44 +283,45 @@ def saturation_limit(spec: CounterSpec) -> int | None:
     return None if spec.width_bits is None else (1 << spec.width_bits) - 1
 
 
-def metrics_from_snapshot(snapshot: Snapshot, const_labels: dict[str, str]) -> Iterator[Metric]:
+def families_from_snapshot(snapshot: Snapshot, const_labels: dict[str, str]) -> list[Family]:
     """Turn a snapshot into metric families (deterministic order, for golden files)."""
-    extra_names = list(const_labels)
-    extra_values = list(const_labels.values())
-    base_labels = ["device", "port", *extra_names]
-    families: dict[str, CounterMetricFamily] = {}
+    extra_names = tuple(const_labels)
+    extra_values = tuple(const_labels.values())
+    base = ("device", "port", *extra_names)
+    families: dict[str, Family] = {}
     for key, (name, doc, label) in FAMILIES.items():
-        labels = [*base_labels, label] if label else base_labels
-        families[key] = CounterMetricFamily(name, doc, labels=labels)
-    hw = CounterMetricFamily(
+        families[key] = Family(name, "counter", doc, (*base, label) if label else base)
+    hw = Family(
         f"{IB}_hw_counters",
+        "counter",
         "Driver (hw_counters) port counters, e.g. out_of_buffer, local_ack_timeout_err.",
-        labels=[*base_labels, "counter"],
+        (*base, "counter"),
     )
-    saturated = GaugeMetricFamily(
+    saturated = Family(
         f"{IB}_counter_saturated",
+        "gauge",
         "1 when a fixed-width legacy counter sits at its maximum and is withheld from its counter family.",
-        labels=[*base_labels, "counter"],
+        (*base, "counter"),
     )
-    state = GaugeMetricFamily(f"{IB}_port_state_id", "Logical port state (4 = ACTIVE).", labels=base_labels)
-    phys = GaugeMetricFamily(f"{IB}_port_physical_state_id", "Physical port state (5 = LinkUp).", labels=base_labels)
-    rate = GaugeMetricFamily(
-        f"{IB}_port_rate_bytes_per_second", "Port signalling rate in bytes per second.", labels=base_labels
-    )
-    info = GaugeMetricFamily(
+    state = Family(f"{IB}_port_state_id", "gauge", "Logical port state (4 = ACTIVE).", base)
+    phys = Family(f"{IB}_port_physical_state_id", "gauge", "Physical port state (5 = LinkUp).", base)
+    rate = Family(f"{IB}_port_rate_bytes_per_second", "gauge", "Port signalling rate in bytes per second.", base)
+    info = Family(
         f"{IB}_port_info",
+        "gauge",
         "Port description (value 1).",
-        labels=[*base_labels, "state", "physical_state", "link_layer", "rate"],
+        (*base, "state", "physical_state", "link_layer", "rate"),
     )
-    dev_info = GaugeMetricFamily(
+    dev_info = Family(
         f"{IB}_device_info",
+        "gauge",
         "HCA description (value 1).",
-        labels=["device", *extra_names, "fw_ver", "board_id", "hca_type"],
+        ("device", *extra_names, "fw_ver", "board_id", "hca_type"),
     )
     for dev in snapshot.devices:
-        dev_info.add_metric([dev.device, *extra_values, dev.fw_ver, dev.board_id, dev.hca_type], 1)
+        dev_info.add((dev.device, *extra_values, dev.fw_ver, dev.board_id, dev.hca_type), 1.0)
         for port in dev.ports:
-            pl = [port.device, port.port, *extra_values]
+            pl = (port.device, port.port, *extra_values)
             for cname in sorted(port.counters):
                 value = port.counters[cname]
                 spec = COUNTERS.get(cname)
@@ -270,37 +330,27 @@ def metrics_from_snapshot(snapshot: Snapshot, const_labels: dict[str, str]) -> I
                 limit = saturation_limit(spec)
                 if limit is not None:
                     is_sat = value == limit
-                    saturated.add_metric([*pl, cname], 1.0 if is_sat else 0.0)
+                    saturated.add((*pl, cname), 1.0 if is_sat else 0.0)
                     if is_sat:
                         continue
                 fam = families[spec.family]
-                if spec.label is not None:
-                    fam.add_metric([*pl, spec.label], value * spec.scale)
-                else:
-                    fam.add_metric(pl, value * spec.scale)
+                fam.add((*pl, spec.label) if spec.label is not None else pl, float(value * spec.scale))
             for hname in sorted(port.hw_counters):
-                hw.add_metric([*pl, hname], port.hw_counters[hname])
+                hw.add((*pl, hname), float(port.hw_counters[hname]))
             if port.state is not None:
-                state.add_metric(pl, port.state[0])
+                state.add(pl, float(port.state[0]))
             if port.phys_state is not None:
-                phys.add_metric(pl, port.phys_state[0])
+                phys.add(pl, float(port.phys_state[0]))
             if port.rate_bytes is not None:
-                rate.add_metric(pl, port.rate_bytes)
-            info.add_metric(
-                [
+                rate.add(pl, port.rate_bytes)
+            info.add(
+                (
                     *pl,
                     port.state[1] if port.state else "",
                     port.phys_state[1] if port.phys_state else "",
                     port.link_layer,
                     port.rate_text,
-                ],
-                1,
+                ),
+                1.0,
             )
-    yield dev_info
-    yield info
-    yield state
-    yield phys
-    yield rate
-    yield from families.values()
-    yield hw
-    yield saturated
+    return [dev_info, info, state, phys, rate, *families.values(), hw, saturated]

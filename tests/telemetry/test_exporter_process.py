@@ -40,8 +40,8 @@ def test_serves_metrics_logs_json_and_stops_on_sigterm(sysfs_copy: Path) -> None
     exp = start_exporter(f"--sysfs-root={sysfs_copy}", f"--nvml-fixture={NVML_FIXTURE}", "--node-name=n1")
     try:
         body = exp.get("/metrics")
-        assert 'gpucluster_fabric_collector_success{collector="nvlink",node="n1"} 1.0' in body
-        assert 'gpucluster_fabric_collector_success{collector="infiniband",node="n1"} 0.0' in body  # malformed files
+        assert 'gpucluster_fabric_collector_success{collector="nvlink",node="n1"} 1\n' in body
+        assert 'gpucluster_fabric_collector_success{collector="infiniband",node="n1"} 0\n' in body  # malformed files
         exp.get("/metrics")
         assert exp.get("/healthz") == "ok\n"
         with pytest.raises(urllib.error.HTTPError, match="404"):
@@ -65,7 +65,7 @@ def test_without_nvml_library_the_infiniband_series_are_still_served(sysfs_copy:
         body = exp.get("/metrics")
     finally:
         code, logs = exp.stop()
-    assert 'gpucluster_fabric_collector_success{collector="nvlink",node="n1"} 0.0' in body
+    assert 'gpucluster_fabric_collector_success{collector="nvlink",node="n1"} 0\n' in body
     assert "gpucluster_fabric_infiniband_port_errors_total{" in body
     assert code == 0
     assert any(e.get("collector") == "nvlink" and e["level"] == "error" for e in logs)

@@ -14,6 +14,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from daemons.fabric_exporter.collectors import FabricCollector, InfinibandCollector, NvlinkCollector
+from daemons.fabric_exporter.families import Family, TextRenderer
 from daemons.fabric_exporter.infiniband import (
     COUNTERS,
     SysfsParseError,
@@ -237,19 +238,69 @@ def test_missing_nvml_library_fails_only_its_collector(sysfs_copy: Path, caplog:
 _VOLATILE = re.compile(r"^gpucluster_fabric_collector_duration_seconds\{")
 
 
-def exposition(sysfs_root: Path, nvml: FakeNvml) -> str:
-    reg = CollectorRegistry(auto_describe=False)
+def collector_for(sysfs_root: Path, nvml: FakeNvml) -> FabricCollector:
     subs = [InfinibandCollector(str(sysfs_root), NODE), NvlinkCollector(nvml, NODE)]
-    reg.register(FabricCollector(subs, OnceLogger(logging.getLogger("golden")), NODE))  # type: ignore[arg-type]
-    text = generate_latest(reg).decode()
-    # absolute fixture paths never reach the output; durations vary run to run
+    return FabricCollector(subs, OnceLogger(logging.getLogger("golden")), NODE)  # type: ignore[arg-type]
+
+
+def stable(text: str) -> str:
+    """Durations vary from run to run; absolute fixture paths never reach the output."""
     return "".join(line + "\n" for line in text.splitlines() if not _VOLATILE.match(line))
 
 
+def parsed(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    return {
+        (s.name, frozenset(s.labels.items())): s.value
+        for fam in text_string_to_metric_families(text)
+        for s in fam.samples
+        if fam.name != "gpucluster_fabric_collector_duration_seconds"
+    }
+
+
 def test_golden_exposition(update_golden: bool) -> None:
+    """What /metrics serves for the fixture tree and the fake NVML, byte for byte."""
     golden = GOLDEN / "fixture-sysfs-hgx-2gpu.prom"
-    got = exposition(SYSFS_FIXTURE, FakeNvml.from_json(NVML_FIXTURE))
+    got = stable(collector_for(SYSFS_FIXTURE, FakeNvml.from_json(NVML_FIXTURE)).render().decode())
     if update_golden:
         golden.write_text(got)
     assert golden.exists(), f"{golden} missing: run pytest tests/telemetry --update-golden"
     assert got == golden.read_text(), "exposition changed: review, then regenerate with --update-golden"
+
+
+def test_served_text_parses_to_what_generate_latest_writes() -> None:
+    collector = collector_for(SYSFS_FIXTURE, FakeNvml.from_json(NVML_FIXTURE))
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(collector)
+    reference = generate_latest(reg).decode()
+    first, second = collector.render().decode(), collector.render().decode()  # second from the series cache
+    assert parsed(first) == parsed(reference)
+    assert parsed(second) == parsed(reference)
+    assert len(parsed(reference)) > 250
+    # same families, HELP and TYPE lines, in the same order
+    assert [ln for ln in first.splitlines() if ln.startswith("#")] == [
+        ln for ln in reference.splitlines() if ln.startswith("#")
+    ]
+
+
+def test_held_descriptors_see_in_place_updates_and_removed_devices(sysfs_copy: Path) -> None:
+    ib = InfinibandCollector(str(sysfs_copy), NODE)
+    s1 = scrape(ib)
+    assert ib.reader.open_count > 100
+    f = sysfs_copy / "class/infiniband/mlx5_0/ports/1/counters/symbol_error"
+    f.write_text("42\n")  # in place, as the kernel updates an attribute
+    s2 = scrape(ib)
+    assert sample(s1, f"{IB}_port_errors_total", device="mlx5_0", port="1", type="symbol_error") == 3
+    assert sample(s2, f"{IB}_port_errors_total", device="mlx5_0", port="1", type="symbol_error") == 42
+    before = ib.reader.open_count
+    shutil.rmtree(sysfs_copy / "class/infiniband/mlx5_1")  # hot-removed HCA
+    s3 = scrape(ib)
+    assert sample(s3, f"{IB}_port_state_id", device="mlx5_1", port="1") is None
+    assert ib.reader.open_count < before  # its descriptors were closed
+    ib.close()
+    assert ib.reader.open_count == 0
+
+
+def test_renderer_escapes_label_values() -> None:
+    fam = Family("x_info", "gauge", "h", ("b", "a"))
+    fam.add(('q"uote', "back\\slash\nnl"), 1.0)
+    assert TextRenderer().render([fam]).decode().splitlines()[-1] == r'x_info{a="back\\slash\nnl",b="q\"uote"} 1'

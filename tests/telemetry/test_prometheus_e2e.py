@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import threading
@@ -83,7 +84,11 @@ class FakeDcgm(BaseHTTPRequestHandler):
 
 
 class CounterPacer(threading.Thread):
-    """Keeps sysfs counters at base + pace x elapsed seconds, rewritten every 50 ms."""
+    """Keeps sysfs counters at base + pace x elapsed seconds, rewritten in place every 50 ms.
+
+    In place, as the kernel updates an attribute: the exporter keeps descriptors open and re-reads them.
+    The value is padded to a fixed width so a concurrent read never sees a shorter, truncated number.
+    """
 
     def __init__(self, files: dict[Path, float]) -> None:
         super().__init__(daemon=True)
@@ -95,9 +100,11 @@ class CounterPacer(threading.Thread):
         while not self.stop.is_set():
             dt = time.monotonic() - self.t0
             for path, (base, pace) in self.files.items():
-                tmp = path.with_suffix(".tmp")
-                tmp.write_text(f"{int(base + pace * dt)}\n")
-                tmp.replace(path)  # atomic: a scrape never reads a half-written file
+                fd = os.open(path, os.O_WRONLY)
+                try:
+                    os.pwrite(fd, f"{int(base + pace * dt):>20d}\n".encode(), 0)
+                finally:
+                    os.close(fd)
             self.stop.wait(0.05)
 
 
