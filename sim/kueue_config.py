@@ -8,7 +8,9 @@ rather than in a pod:
 * ``webhook.host``/``webhook.port``: the host and port of the stack's ``kueue.localWebhooks.url`` (what the
   webhook configurations call), ``webhook.certDir``: the directory with ``tls.crt``/``tls.key`` for it;
 * ``health.healthProbeBindAddress``, ``metrics.bindAddress`` and ``visibilityServer.bindAddress``: loopback
-  ports (``--health``, ``--metrics``), so nothing else on the machine is reached and nothing is exposed.
+  ports (``--health``, ``--metrics``), so nothing else on the machine is reached and nothing is exposed;
+* ``leaderElection.resourceNamespace``, when leader election is on and it is unset: Kueue's namespace (in a
+  pod the lease goes to the pod's namespace; a process outside the cluster has to be told).
 
 Every other setting (queueing, waitForPodsReady, integrations, resources, leader election, internal
 certificate management ...) is the deployed one; ``--diff`` prints the changed keys on stderr. A ConfigMap
@@ -31,6 +33,17 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG_KEY = "controller_manager_config.yaml"
+DEFAULT_NAMESPACE = "kueue-system"
+#: The only settings the local process may differ in from the deployed Configuration.
+LOCAL_KEYS = (
+    "webhook.host",
+    "webhook.port",
+    "webhook.certDir",
+    "health.healthProbeBindAddress",
+    "metrics.bindAddress",
+    "visibilityServer.bindAddress",
+    "leaderElection.resourceNamespace",
+)
 
 
 class LocalConfigError(ValueError):
@@ -72,12 +85,19 @@ def local_config(
     config["health"] = {**(config.get("health") or {}), "healthProbeBindAddress": health}
     config["metrics"] = {**(config.get("metrics") or {}), "bindAddress": metrics}
     config["visibilityServer"] = {**(config.get("visibilityServer") or {}), "bindAddress": "127.0.0.1"}
+    election = config.get("leaderElection")
+    if isinstance(election, dict) and election.get("leaderElect") and not election.get("resourceNamespace"):
+        # In a pod the lease goes to the pod's namespace; outside one it must be named.
+        config["leaderElection"] = {**election, "resourceNamespace": config.get("namespace") or DEFAULT_NAMESPACE}
     return config
 
 
 def changed_keys(before: Any, after: Any, prefix: str = "") -> list[str]:
     """Dotted paths whose values differ between two configurations."""
-    if isinstance(before, dict) and isinstance(after, dict):
+    if isinstance(before, dict) or isinstance(after, dict):
+        # A section present on one side only differs in each of its keys.
+        before = before if isinstance(before, dict) else {}
+        after = after if isinstance(after, dict) else {}
         out: list[str] = []
         for key in sorted(set(before) | set(after)):
             out += changed_keys(before.get(key), after.get(key), f"{prefix}{key}.")

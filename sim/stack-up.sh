@@ -47,7 +47,7 @@ if pid_alive "$KUEUE_STATE/kueue.pid" || kueue_configmap_exists; then
   "$ROOT/sim/kueue.sh" start
 else
   step "fresh cluster: first update without the Kueue objects (their webhooks need the controller running)"
-  pulumi up "${up_args[@]}" --exclude '**kueue.x-k8s.io**' --exclude-dependents ||
+  pulumi up "${up_args[@]}" --exclude '**kubernetes:kueue.x-k8s.io/**' --exclude-dependents ||
     die "pulumi up (without the Kueue objects) failed"
   "$ROOT/sim/kueue.sh" start
 fi

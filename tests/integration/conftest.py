@@ -8,13 +8,16 @@ cluster the session created. Tests skip, saying why, only when the pinned tools 
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -36,6 +39,17 @@ NEEDED_TOOLS = (
     "pulumi-language-python",
     "pulumi-resource-kubernetes",
 )
+
+
+def load_sim_module(name: str) -> ModuleType:
+    """A script under sim/ imported as a module (sim/ is not a package)."""
+    spec = importlib.util.spec_from_file_location(f"sim_{name}", ROOT / "sim" / f"{name}.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 def tools_bin() -> Path:

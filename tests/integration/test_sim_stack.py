@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from components.config import load_stack_file
-from tests.integration.conftest import LocalStack, condition, delete, gpu_job, wait_for
+from tests.integration.conftest import LocalStack, condition, delete, gpu_job, load_sim_module, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -23,6 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CFG = load_stack_file(ROOT / "stacks" / "Pulumi.local.yaml")
 KUEUE = "kueue.x-k8s.io"
 TEST_LABEL = "gpucluster.io/integration-test"
+kueue_config = load_sim_module("kueue_config")
 
 
 def workload_of(stack: LocalStack, namespace: str, job: str) -> dict[str, Any] | None:
@@ -177,10 +178,8 @@ def test_local_kueue_runs_the_deployed_configuration(local_stack: LocalStack) ->
     )
     deployed = yaml.safe_load(cm["data"]["controller_manager_config.yaml"])
     running_cfg = yaml.safe_load((ROOT / ".state" / "kueue" / "config.yaml").read_text())
-    allowed = {"webhook", "health", "metrics", "visibilityServer"}
-    for key in set(deployed) | set(running_cfg):
-        if key not in allowed:
-            assert running_cfg.get(key) == deployed.get(key), f"local Kueue differs from the deployed config at {key}"
+    changed = kueue_config.changed_keys(deployed, running_cfg)
+    assert set(changed) <= set(kueue_config.LOCAL_KEYS), f"local Kueue differs from the deployed config: {changed}"
     assert deployed["internalCertManagement"] == {"enable": False}
     assert deployed["waitForPodsReady"]["timeout"] == CFG.kueue.wait_for_pods_ready.timeout
     assert running_cfg["webhook"]["port"] == int(CFG.kueue.local_webhooks.url.rsplit(":", 1)[1])  # type: ignore[union-attr]

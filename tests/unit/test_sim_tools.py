@@ -117,9 +117,20 @@ def test_only_listeners_and_cert_dir_change() -> None:
     assert local["health"]["healthProbeBindAddress"] == "127.0.0.1:18081"
     assert local["metrics"]["bindAddress"] == "127.0.0.1:18443"
     changed = kueue_config.changed_keys(DEPLOYED, local)
-    assert {k.split(".")[0] for k in changed} == {"webhook", "health", "metrics", "visibilityServer"}
+    assert set(changed) <= set(kueue_config.LOCAL_KEYS)
+    assert {"webhook.port", "webhook.certDir", "metrics.bindAddress"} <= set(changed)
     assert local["waitForPodsReady"] == DEPLOYED["waitForPodsReady"]
     assert DEPLOYED["webhook"] == {"port": 9443}, "the deployed config must not be modified in place"
+
+
+def test_leader_election_gets_kueue_namespace_only_when_unset() -> None:
+    kw = {"webhook_url": "https://127.0.0.1:1", "cert_dir": Path("/c"), "health": "h", "metrics": "m"}
+    on = {**DEPLOYED, "leaderElection": {"leaderElect": True}}
+    assert kueue_config.local_config(on, **kw)["leaderElection"]["resourceNamespace"] == "kueue-system"
+    named = {**DEPLOYED, "namespace": "q", "leaderElection": {"leaderElect": True, "resourceNamespace": "x"}}
+    assert kueue_config.local_config(named, **kw)["leaderElection"]["resourceNamespace"] == "x"
+    off = {**DEPLOYED, "leaderElection": {"leaderElect": False}}
+    assert "resourceNamespace" not in kueue_config.local_config(off, **kw)["leaderElection"]
 
 
 def test_configmap_round_trip() -> None:
