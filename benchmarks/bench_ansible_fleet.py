@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.ansible.harness import FAULTS, build_fleet, run_playbook  # noqa: E402
+from tests.ansible.harness import FAULTS, build_fleet, run_playbook
 
 
 def run(hosts: int, forks: int, root: Path) -> tuple[float, int, int]:

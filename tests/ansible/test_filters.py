@@ -356,8 +356,8 @@ def test_admission_report_taint_and_summary() -> None:
     ok = {"status": "pass", "reasons": [], "details": {}}
     bad = {"status": "fail", "reasons": ["GPU 3 hot"], "details": {}}
     roles = ["gpu_burn_in", "gpu_thermal_acceptance", "nvlink_acceptance"]
-    host_vars = {"gpu_burn_in_verdict": ok, "gpu_thermal_acceptance_verdict": bad}
-    report = admission.admission_report("n1", "r", host_vars, roles)
+    verdicts = {"gpu_burn_in": ok, "gpu_thermal_acceptance": bad, "nvlink_acceptance": None}
+    report = admission.admission_report("n1", "r", verdicts, roles)
     assert report["status"] == "fail"
     assert report["failed_checks"] == ["gpu_thermal_acceptance", "nvlink_acceptance"]
     assert report["reasons"] == [
@@ -365,7 +365,7 @@ def test_admission_report_taint_and_summary() -> None:
         "nvlink_acceptance: nvlink_acceptance did not run or left no verdict",
     ]
     assert admission.taint_reason(report) == "thermal.nvlink"
-    good = admission.admission_report("n2", "r", {f"{r}_verdict": ok for r in roles}, roles)
+    good = admission.admission_report("n2", "r", dict.fromkeys(roles, ok), roles)
     summary = admission.admission_summary("r", [report, good], ["n1", "n2", "n3"])
     assert summary["passed"] == ["n2"]
     assert sorted(summary["failed"]) == ["n1", "n3"]

@@ -15,13 +15,13 @@ SHORT = {
 }
 
 
-def admission_report(host: str, run_id: str, host_vars: Any, roles: list[str]) -> dict[str, Any]:
-    """One node's report: every required role's ``<role>_verdict`` fact, and the node's overall status."""
+def admission_report(host: str, run_id: str, verdicts: dict[str, Any], roles: list[str]) -> dict[str, Any]:
+    """One node's report from each required role's ``<role>_verdict`` (``verdicts[role]``), and its status."""
     checks: dict[str, Any] = {}
     failing: list[str] = []
     skipped = 0
     for role in roles:
-        verdict = host_vars.get(f"{role}_verdict")
+        verdict = verdicts.get(role)
         if not isinstance(verdict, dict) or verdict.get("status") not in {"pass", "fail", "skipped"}:
             verdict = {"status": "fail", "reasons": [f"{role} did not run or left no verdict"], "details": {}}
         checks[role] = verdict
