@@ -78,3 +78,19 @@ def test_check_mode_changes_nothing_and_runs_no_load(tmp_path: Path) -> None:
     assert json.loads(log.read_text())["nvlink_e_calls"] == 2
     assert "Start gpu_burn" in res.stdout
     assert "skipping: [gpu-sim-000]" in res.stdout
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ("gpu_thermal_acceptance_thermal_limit_c=79", "thermal_limit_c=79 (must be at most 78)"),
+        ("gpu_burn_in_diag_level=7", "value of gpu_burn_in_diag_level must be one of: 1, 2, 3, 4, got: 7"),
+        ("gpu_thermal_acceptance_samples=many", "gpu_thermal_acceptance_samples"),
+    ],
+)
+def test_bad_settings_are_refused_with_their_name(extra: str, message: str, tmp_path: Path) -> None:
+    inventory, _ = build_fleet(tmp_path, 1, {})
+    res = run_playbook("burn_in.yml", inventory, tmp_path, "-e", extra)
+    assert res.returncode != 0
+    assert message in res.stdout, res.stdout[-3000:]
+    assert "Traceback" not in res.stdout + res.stderr
