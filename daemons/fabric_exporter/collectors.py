@@ -17,7 +17,7 @@ from prometheus_client.registry import Collector
 
 from daemons.fabric_exporter import METRIC_PREFIX
 from daemons.fabric_exporter.families import Family, TextRenderer
-from daemons.fabric_exporter.infiniband import SysfsReader, families_from_snapshot, read_infiniband
+from daemons.fabric_exporter.infiniband import InfinibandScraper, SysfsReader
 from daemons.fabric_exporter.logs import OnceLogger
 from daemons.fabric_exporter.nvml_api import MAX_LINKS, NVLINK_ERROR_COUNTERS, NvmlApi
 
@@ -52,6 +52,7 @@ class InfinibandCollector:
         self.sysfs_root = sysfs_root
         self.const_labels = const_labels
         self.reader = SysfsReader(keep_open=keep_files_open, max_open=_fd_budget())
+        self.scraper = InfinibandScraper(sysfs_root, const_labels, self.reader)
         self._lock = threading.Lock()
 
     def close(self) -> None:
@@ -61,13 +62,10 @@ class InfinibandCollector:
     def collect(self) -> CollectResult:
         with self._lock:  # concurrent scrapes share the reader's descriptors
             try:
-                snap = read_infiniband(self.sysfs_root, self.reader)
+                families, problems = self.scraper.scrape()
             finally:
                 self.reader.sweep()
-        return CollectResult(
-            families_from_snapshot(snap, self.const_labels),
-            [(p.path, p.reason) for p in snap.problems],
-        )
+        return CollectResult(families, [(p.path, p.reason) for p in problems])
 
 
 class NvlinkCollector:

@@ -53,6 +53,7 @@ class TextRenderer:
     def __init__(self) -> None:
         self._prefix: dict[tuple[str, tuple[str, ...], tuple[str, ...]], str] = {}
         self._order: dict[tuple[str, ...], list[int]] = {}
+        self._line: dict[tuple[str, tuple[str, ...], tuple[str, ...]], tuple[float, str]] = {}
 
     def _label_order(self, labelnames: tuple[str, ...]) -> list[int]:
         order = self._order.get(labelnames)
@@ -64,31 +65,37 @@ class TextRenderer:
     def render(self, families: Iterable[Family]) -> bytes:
         out: list[str] = []
         ap = out.append
-        cache = self._prefix
-        if len(cache) > self.MAX_CACHED:
-            cache.clear()
-        fmt = floatToGoString
+        prefixes = self._prefix
+        lines = self._line
+        if len(prefixes) > self.MAX_CACHED:
+            prefixes.clear()
+            lines.clear()
         for fam in families:
             name = fam.name + "_total" if fam.type == "counter" else fam.name
             ap(f"# HELP {name} {fam.help.replace(chr(92), chr(92) * 2).replace(chr(10), chr(92) + 'n')}\n")
             ap(f"# TYPE {name} {fam.type}\n")
             names = fam.labelnames
-            order = self._label_order(names)
             for labelvalues, value in fam.rows:
                 key = (name, names, labelvalues)
-                prefix = cache.get(key)
+                last = lines.get(key)
+                if last is not None and last[0] == value:
+                    ap(last[1])  # unchanged since the previous scrape (most error counters, states, info)
+                    continue
+                prefix = prefixes.get(key)
                 if prefix is None:
-                    if names:
-                        inner = ",".join(f'{names[i]}="{_escape(labelvalues[i])}"' for i in order)
-                        prefix = f"{name}{{{inner}}} "
-                    else:
-                        prefix = f"{name} "
-                    cache[key] = prefix
-                ap(prefix)
+                    prefix = self._prefix_for(name, names, labelvalues)
+                    prefixes[key] = prefix
                 # integral values (almost all counters) print as integers: cheaper than the Go-style float
                 if value.is_integer() and -1e15 < value < 1e15:
-                    ap(str(int(value)))
+                    line = f"{prefix}{int(value)}\n"
                 else:
-                    ap(fmt(value))
-                ap("\n")
+                    line = f"{prefix}{floatToGoString(value)}\n"
+                lines[key] = (value, line)
+                ap(line)
         return "".join(out).encode()
+
+    def _prefix_for(self, name: str, names: tuple[str, ...], labelvalues: tuple[str, ...]) -> str:
+        if not names:
+            return f"{name} "
+        inner = ",".join(f'{names[i]}="{_escape(labelvalues[i])}"' for i in self._label_order(names))
+        return f"{name}{{{inner}}} "

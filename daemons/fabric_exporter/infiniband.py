@@ -163,22 +163,25 @@ class SysfsReader:
         self._seen: set[str] = set()
 
     def read(self, path: str) -> str:
+        return self.read_raw(path).decode("ascii", errors="replace")
+
+    def read_raw(self, path: str) -> bytes:
         if not self.keep_open:
             fd = os.open(path, os.O_RDONLY)
             try:
-                return os.read(fd, 4096).decode("ascii", errors="replace")
+                return os.read(fd, 4096)
             finally:
                 os.close(fd)
         self._seen.add(path)
         fd = self._fds.get(path)
         if fd is not None:
             try:
-                return os.pread(fd, 4096, 0).decode("ascii", errors="replace")
+                return os.pread(fd, 4096, 0)
             except OSError:
                 os.close(self._fds.pop(path))
         fd = os.open(path, os.O_RDONLY)
         try:
-            data = os.pread(fd, 4096, 0).decode("ascii", errors="replace")
+            data = os.pread(fd, 4096, 0)
         except OSError:
             os.close(fd)
             raise
@@ -216,15 +219,60 @@ def _read_counter_dir(directory: str, out: dict[str, int], problems: list[FilePr
     except OSError as exc:
         problems.append(FileProblem(directory, f"cannot list: {exc.strerror or exc}"))
         return
+    read = reader.read_raw
     for name in names:
         path = f"{directory}/{name}"
         try:
-            out[name] = parse_counter(reader.read(path), path)
-        except SysfsParseError as exc:
-            problems.append(FileProblem(path, str(exc)))
+            raw = read(path)
         except OSError as exc:
             # Some drivers expose counters that error on read (EINVAL) when the port does not support them.
             problems.append(FileProblem(path, f"cannot read: {exc.strerror or exc}"))
+            continue
+        try:
+            value = int(raw)  # int() takes ASCII bytes and ignores surrounding whitespace
+        except ValueError:
+            value = -1
+        if value < 0 or b"_" in raw:
+            text = raw.decode("ascii", errors="replace").strip()
+            problems.append(FileProblem(path, f"{path}: expected a non-negative integer, got {text[:60]!r}"))
+            continue
+        out[name] = value
+
+
+def _read_port_attrs(port_dir: str, port: PortReading, problems: list[FileProblem], reader: SysfsReader) -> None:
+    for attr in ("state", "phys_state", "rate", "link_layer"):
+        path = f"{port_dir}/{attr}"
+        try:
+            text = reader.read(path)
+            if attr == "state":
+                port.state = parse_state(text, path)
+            elif attr == "phys_state":
+                port.phys_state = parse_state(text, path)
+            elif attr == "rate":
+                port.rate_bytes = parse_rate(text, path)
+                port.rate_text = text.strip()
+            else:
+                port.link_layer = text.strip()
+        except FileNotFoundError:
+            continue
+        except SysfsParseError as exc:
+            problems.append(FileProblem(path, str(exc)))
+        except OSError as exc:
+            problems.append(FileProblem(path, f"cannot read: {exc.strerror or exc}"))
+
+
+def _read_device_attrs(dev_dir: str, dev: DeviceReading, reader: SysfsReader) -> None:
+    for attr in ("fw_ver", "board_id", "hca_type"):
+        with contextlib.suppress(OSError):  # optional identity attributes
+            setattr(dev, attr, reader.read(f"{dev_dir}/{attr}").strip())
+
+
+def _list_ports(ports_dir: str, problems: list[FileProblem]) -> list[str]:
+    try:
+        return sorted(os.listdir(ports_dir), key=lambda p: (len(p), p))
+    except OSError as exc:
+        problems.append(FileProblem(ports_dir, f"cannot list: {exc.strerror or exc}"))
+        return []
 
 
 def read_infiniband(sysfs_root: str, reader: SysfsReader = _ONE_SHOT) -> Snapshot:
@@ -241,39 +289,14 @@ def read_infiniband(sysfs_root: str, reader: SysfsReader = _ONE_SHOT) -> Snapsho
     for dev_name in sorted(os.listdir(base)):
         dev_dir = f"{base}/{dev_name}"
         dev = DeviceReading(dev_name)
-        for attr in ("fw_ver", "board_id", "hca_type"):
-            with contextlib.suppress(OSError):  # optional identity attributes
-                setattr(dev, attr, reader.read(f"{dev_dir}/{attr}").strip())
+        _read_device_attrs(dev_dir, dev, reader)
         ports_dir = f"{dev_dir}/ports"
-        try:
-            port_names = sorted(os.listdir(ports_dir), key=lambda p: (len(p), p))
-        except OSError as exc:
-            problems.append(FileProblem(ports_dir, f"cannot list: {exc.strerror or exc}"))
-            port_names = []
-        for port_name in port_names:
+        for port_name in _list_ports(ports_dir, problems):
             port_dir = f"{ports_dir}/{port_name}"
             port = PortReading(dev_name, port_name)
             _read_counter_dir(f"{port_dir}/counters", port.counters, problems, reader)
             _read_counter_dir(f"{port_dir}/hw_counters", port.hw_counters, problems, reader)
-            for attr in ("state", "phys_state", "rate", "link_layer"):
-                path = f"{port_dir}/{attr}"
-                try:
-                    text = reader.read(path)
-                    if attr == "state":
-                        port.state = parse_state(text, path)
-                    elif attr == "phys_state":
-                        port.phys_state = parse_state(text, path)
-                    elif attr == "rate":
-                        port.rate_bytes = parse_rate(text, path)
-                        port.rate_text = text.strip()
-                    else:
-                        port.link_layer = text.strip()
-                except FileNotFoundError:
-                    continue
-                except SysfsParseError as exc:
-                    problems.append(FileProblem(path, str(exc)))
-                except OSError as exc:
-                    problems.append(FileProblem(path, f"cannot read: {exc.strerror or exc}"))
+            _read_port_attrs(port_dir, port, problems, reader)
             dev.ports.append(port)
         devices.append(dev)
     return Snapshot(devices, problems)
@@ -283,43 +306,84 @@ def saturation_limit(spec: CounterSpec) -> int | None:
     return None if spec.width_bits is None else (1 << spec.width_bits) - 1
 
 
+class _Families:
+    """The InfiniBand metric families of one scrape."""
+
+    def __init__(self, extra_names: tuple[str, ...]) -> None:
+        base = ("device", "port", *extra_names)
+        self.by_key: dict[str, Family] = {}
+        for key, (name, doc, label) in FAMILIES.items():
+            self.by_key[key] = Family(name, "counter", doc, (*base, label) if label else base)
+        self.hw = Family(
+            f"{IB}_hw_counters",
+            "counter",
+            "Driver (hw_counters) port counters, e.g. out_of_buffer, local_ack_timeout_err.",
+            (*base, "counter"),
+        )
+        self.saturated = Family(
+            f"{IB}_counter_saturated",
+            "gauge",
+            "1 when a fixed-width legacy counter sits at its maximum and is withheld from its counter family.",
+            (*base, "counter"),
+        )
+        self.state = Family(f"{IB}_port_state_id", "gauge", "Logical port state (4 = ACTIVE).", base)
+        self.phys = Family(f"{IB}_port_physical_state_id", "gauge", "Physical port state (5 = LinkUp).", base)
+        self.rate = Family(
+            f"{IB}_port_rate_bytes_per_second", "gauge", "Port signalling rate in bytes per second.", base
+        )
+        self.info = Family(
+            f"{IB}_port_info",
+            "gauge",
+            "Port description (value 1).",
+            (*base, "state", "physical_state", "link_layer", "rate"),
+        )
+        self.dev_info = Family(
+            f"{IB}_device_info",
+            "gauge",
+            "HCA description (value 1).",
+            ("device", *extra_names, "fw_ver", "board_id", "hca_type"),
+        )
+
+    def add_device(self, dev: DeviceReading, extra_values: tuple[str, ...]) -> None:
+        self.dev_info.add((dev.device, *extra_values, dev.fw_ver, dev.board_id, dev.hca_type), 1.0)
+
+    def add_port_attrs(self, port: PortReading, pl: tuple[str, ...]) -> None:
+        if port.state is not None:
+            self.state.add(pl, float(port.state[0]))
+        if port.phys_state is not None:
+            self.phys.add(pl, float(port.phys_state[0]))
+        if port.rate_bytes is not None:
+            self.rate.add(pl, port.rate_bytes)
+        self.info.add(
+            (
+                *pl,
+                port.state[1] if port.state else "",
+                port.phys_state[1] if port.phys_state else "",
+                port.link_layer,
+                port.rate_text,
+            ),
+            1.0,
+        )
+
+    def ordered(self) -> list[Family]:
+        return [
+            self.dev_info,
+            self.info,
+            self.state,
+            self.phys,
+            self.rate,
+            *self.by_key.values(),
+            self.hw,
+            self.saturated,
+        ]
+
+
 def families_from_snapshot(snapshot: Snapshot, const_labels: dict[str, str]) -> list[Family]:
     """Turn a snapshot into metric families (deterministic order, for golden files)."""
-    extra_names = tuple(const_labels)
     extra_values = tuple(const_labels.values())
-    base = ("device", "port", *extra_names)
-    families: dict[str, Family] = {}
-    for key, (name, doc, label) in FAMILIES.items():
-        families[key] = Family(name, "counter", doc, (*base, label) if label else base)
-    hw = Family(
-        f"{IB}_hw_counters",
-        "counter",
-        "Driver (hw_counters) port counters, e.g. out_of_buffer, local_ack_timeout_err.",
-        (*base, "counter"),
-    )
-    saturated = Family(
-        f"{IB}_counter_saturated",
-        "gauge",
-        "1 when a fixed-width legacy counter sits at its maximum and is withheld from its counter family.",
-        (*base, "counter"),
-    )
-    state = Family(f"{IB}_port_state_id", "gauge", "Logical port state (4 = ACTIVE).", base)
-    phys = Family(f"{IB}_port_physical_state_id", "gauge", "Physical port state (5 = LinkUp).", base)
-    rate = Family(f"{IB}_port_rate_bytes_per_second", "gauge", "Port signalling rate in bytes per second.", base)
-    info = Family(
-        f"{IB}_port_info",
-        "gauge",
-        "Port description (value 1).",
-        (*base, "state", "physical_state", "link_layer", "rate"),
-    )
-    dev_info = Family(
-        f"{IB}_device_info",
-        "gauge",
-        "HCA description (value 1).",
-        ("device", *extra_names, "fw_ver", "board_id", "hca_type"),
-    )
+    fams = _Families(tuple(const_labels))
     for dev in snapshot.devices:
-        dev_info.add((dev.device, *extra_values, dev.fw_ver, dev.board_id, dev.hca_type), 1.0)
+        fams.add_device(dev, extra_values)
         for port in dev.ports:
             pl = (port.device, port.port, *extra_values)
             for cname in sorted(port.counters):
@@ -330,27 +394,109 @@ def families_from_snapshot(snapshot: Snapshot, const_labels: dict[str, str]) -> 
                 limit = saturation_limit(spec)
                 if limit is not None:
                     is_sat = value == limit
-                    saturated.add((*pl, cname), 1.0 if is_sat else 0.0)
+                    fams.saturated.add((*pl, cname), 1.0 if is_sat else 0.0)
                     if is_sat:
                         continue
-                fam = families[spec.family]
+                fam = fams.by_key[spec.family]
                 fam.add((*pl, spec.label) if spec.label is not None else pl, float(value * spec.scale))
             for hname in sorted(port.hw_counters):
-                hw.add((*pl, hname), float(port.hw_counters[hname]))
-            if port.state is not None:
-                state.add(pl, float(port.state[0]))
-            if port.phys_state is not None:
-                phys.add(pl, float(port.phys_state[0]))
-            if port.rate_bytes is not None:
-                rate.add(pl, port.rate_bytes)
-            info.add(
-                (
-                    *pl,
-                    port.state[1] if port.state else "",
-                    port.phys_state[1] if port.phys_state else "",
-                    port.link_layer,
-                    port.rate_text,
-                ),
-                1.0,
-            )
-    return [dev_info, info, state, phys, rate, *families.values(), hw, saturated]
+                fams.hw.add((*pl, hname), float(port.hw_counters[hname]))
+            fams.add_port_attrs(port, pl)
+    return fams.ordered()
+
+
+class InfinibandScraper:
+    """The scrape path of the collector: same output as ``families_from_snapshot(read_infiniband(...))``.
+
+    Per port it keeps a *plan* (which file feeds which series, sorted as the reference path sorts them),
+    rebuilt whenever the port's counter directories list different files; a scrape is then one ``pread`` and
+    one ``int()`` per counter file.
+    """
+
+    def __init__(self, sysfs_root: str, const_labels: dict[str, str], reader: SysfsReader) -> None:
+        self.base = os.path.join(sysfs_root, "class", "infiniband")
+        self.extra_names = tuple(const_labels)
+        self.extra_values = tuple(const_labels.values())
+        self.reader = reader
+        self._plans: dict[str, tuple[tuple[tuple[str, ...], tuple[str, ...]], list[tuple[str, str, str]]]] = {}
+
+    def _listing(self, directory: str, problems: list[FileProblem]) -> tuple[str, ...]:
+        try:
+            return tuple(sorted(os.listdir(directory)))
+        except FileNotFoundError:
+            return ()
+        except OSError as exc:
+            problems.append(FileProblem(directory, f"cannot list: {exc.strerror or exc}"))
+            return ()
+
+    def scrape(self) -> tuple[list[Family], list[FileProblem]]:
+        problems: list[FileProblem] = []
+        fams = _Families(self.extra_names)
+        if not os.path.isdir(self.base):
+            self._plans.clear()
+            return fams.ordered(), problems
+        extra_values = self.extra_values
+        read = self.reader.read_raw
+        sat_rows = fams.saturated.rows
+        hw_rows = fams.hw.rows
+        rows_by_key = {k: f.rows for k, f in fams.by_key.items()}
+        live: set[str] = set()
+        for dev_name in sorted(os.listdir(self.base)):
+            dev_dir = f"{self.base}/{dev_name}"
+            dev = DeviceReading(dev_name)
+            _read_device_attrs(dev_dir, dev, self.reader)
+            fams.add_device(dev, extra_values)
+            ports_dir = f"{dev_dir}/ports"
+            for port_name in _list_ports(ports_dir, problems):
+                port_dir = f"{ports_dir}/{port_name}"
+                live.add(port_dir)
+                pl = (dev_name, port_name, *extra_values)
+                listing = (
+                    self._listing(f"{port_dir}/counters", problems),
+                    self._listing(f"{port_dir}/hw_counters", problems),
+                )
+                plan = self._plans.get(port_dir)
+                if plan is None or plan[0] != listing:
+                    plan = (listing, self._plan(port_dir, listing))
+                    self._plans[port_dir] = plan
+                for path, kind, name in plan[1]:
+                    try:
+                        raw = read(path)
+                    except OSError as exc:
+                        problems.append(FileProblem(path, f"cannot read: {exc.strerror or exc}"))
+                        continue
+                    try:
+                        value = int(raw)  # ASCII bytes, surrounding whitespace ignored
+                    except ValueError:
+                        value = -1
+                    if value < 0 or b"_" in raw:
+                        text = raw.decode("ascii", errors="replace").strip()
+                        problems.append(
+                            FileProblem(path, f"{path}: expected a non-negative integer, got {text[:60]!r}")
+                        )
+                        continue
+                    if kind == "hw":
+                        hw_rows.append(((*pl, name), float(value)))
+                        continue
+                    spec = COUNTERS[name]
+                    if spec.width_bits is not None:
+                        is_sat = value == (1 << spec.width_bits) - 1
+                        sat_rows.append(((*pl, name), 1.0 if is_sat else 0.0))
+                        if is_sat:
+                            continue
+                    rows_by_key[spec.family].append(
+                        ((*pl, spec.label) if spec.label is not None else pl, float(value * spec.scale))
+                    )
+                port = PortReading(dev_name, port_name)
+                _read_port_attrs(port_dir, port, problems, self.reader)
+                fams.add_port_attrs(port, pl)
+        for gone in [p for p in self._plans if p not in live]:
+            del self._plans[gone]
+        return fams.ordered(), problems
+
+    @staticmethod
+    def _plan(port_dir: str, listing: tuple[tuple[str, ...], tuple[str, ...]]) -> list[tuple[str, str, str]]:
+        counters, hw = listing
+        plan = [(f"{port_dir}/counters/{n}", "counters", n) for n in counters if n in COUNTERS]
+        plan += [(f"{port_dir}/hw_counters/{n}", "hw", n) for n in hw]
+        return plan

@@ -17,7 +17,10 @@ from daemons.fabric_exporter.collectors import FabricCollector, InfinibandCollec
 from daemons.fabric_exporter.families import Family, TextRenderer
 from daemons.fabric_exporter.infiniband import (
     COUNTERS,
+    InfinibandScraper,
     SysfsParseError,
+    SysfsReader,
+    families_from_snapshot,
     parse_rate,
     parse_state,
     read_infiniband,
@@ -304,3 +307,17 @@ def test_renderer_escapes_label_values() -> None:
     fam = Family("x_info", "gauge", "h", ("b", "a"))
     fam.add(('q"uote', "back\\slash\nnl"), 1.0)
     assert TextRenderer().render([fam]).decode().splitlines()[-1] == r'x_info{a="back\\slash\nnl",b="q\"uote"} 1'
+
+
+def test_scrape_path_matches_the_reference_reader(sysfs_copy: Path) -> None:
+    """The planned scrape path and read_infiniband + families_from_snapshot give the same families."""
+    scraper = InfinibandScraper(str(sysfs_copy), NODE, SysfsReader(keep_open=True))
+    for round_ in range(3):
+        if round_ == 2:  # a new counter file appears and one HCA goes away: plans are rebuilt
+            (sysfs_copy / "class/infiniband/mlx5_0/ports/1/hw_counters/roce_slow_restart").write_text("7\n")
+            shutil.rmtree(sysfs_copy / "class/infiniband/mlx5_2")
+        fams, problems = scraper.scrape()
+        snap = read_infiniband(str(sysfs_copy))
+        ref = families_from_snapshot(snap, NODE)
+        assert [(f.name, f.labelnames, f.rows) for f in fams] == [(f.name, f.labelnames, f.rows) for f in ref]
+        assert {p.path for p in problems} == {p.path for p in snap.problems}
