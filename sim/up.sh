@@ -22,6 +22,14 @@ PY="$(sim_python)"
 [[ -f "$STACK" ]] || step "stack file $STACK not found: using the default inventory (h100, 4 nodes x 8 GPUs)"
 # Read the inventory before touching the cluster, so a broken stack file stops us with its own message.
 NODES_JSON="$("$PY" "$ROOT/sim/nodes.py" "$STACK")" || die "cannot build the node list from $STACK (see above)"
+SUMMARY="$(python3 -c 'import json, sys
+counts = {}
+for n in json.load(sys.stdin)["items"]:
+    f = n["metadata"]["labels"]["gpucluster.io/flavor"]
+    gpus = sum(int(v) for k, v in n["status"]["capacity"].items() if k.endswith("/gpu"))
+    c = counts.setdefault(f, [0, gpus])
+    c[0] += 1
+print("; ".join(f"{f}: {c[0]} nodes x {c[1]} GPUs" for f, c in counts.items()))' <<<"$NODES_JSON")"
 
 mkdir -p "$SIM_STATE"
 start=$SECONDS
@@ -61,15 +69,15 @@ for _ in $(seq 1 90); do
 done
 kubectl get serviceaccount default >/dev/null || die "the API server is up but the default service account never appeared"
 
-summary="$("$PY" "$ROOT/sim/nodes.py" "$STACK" --summary | paste -sd';' -)"
-step "applying GPU nodes: $summary"
+step "applying GPU nodes: $SUMMARY"
 kubectl apply -f - <<<"$NODES_JSON" >/dev/null || die "kubectl apply of the GPU nodes failed"
 # Capacity and allocatable live in the status subresource: set them there so they hold on a re-run too.
-for node in $("$PY" -c 'import json,sys; print(" ".join(n["metadata"]["name"] for n in json.load(sys.stdin)["items"]))' <<<"$NODES_JSON"); do
-  kubectl patch node "$node" --subresource=status --type=merge \
-    -p "$("$PY" "$ROOT/sim/nodes.py" "$STACK" --status "$node")" >/dev/null ||
+while IFS=$'\t' read -r node patch; do
+  kubectl patch node "$node" --subresource=status --type=merge -p "$patch" >/dev/null ||
     die "could not set the capacity of node $node"
-done
+done < <(python3 -c 'import json, sys
+for n in json.load(sys.stdin)["items"]:
+    print(n["metadata"]["name"], json.dumps({"status": {k: n["status"][k] for k in ("capacity", "allocatable")}}), sep="\t")' <<<"$NODES_JSON")
 
 step "waiting for the nodes to be Ready"
 kubectl wait --for=condition=Ready node -l gpucluster.io/flavor --timeout=120s >/dev/null ||
