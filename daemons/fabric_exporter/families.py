@@ -13,10 +13,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
+from prometheus_client import utils as _prom_utils
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.utils import floatToGoString
 
 Row = tuple[tuple[str, ...], float]
+
+
+def float_to_go(value: float) -> str:
+    """Go's float formatting, as prometheus_client writes sample values."""
+    return str(_prom_utils.floatToGoString(value))  # type: ignore[no-untyped-call]
 
 
 @dataclass
@@ -89,7 +94,7 @@ class TextRenderer:
                 if value.is_integer() and -1e15 < value < 1e15:
                     line = f"{prefix}{int(value)}\n"
                 else:
-                    line = f"{prefix}{floatToGoString(value)}\n"
+                    line = f"{prefix}{float_to_go(value)}\n"
                 lines[key] = (value, line)
                 ap(line)
         return "".join(out).encode()

@@ -173,10 +173,10 @@ class SysfsReader:
             finally:
                 os.close(fd)
         self._seen.add(path)
-        fd = self._fds.get(path)
-        if fd is not None:
+        held = self._fds.get(path)
+        if held is not None:
             try:
-                return os.pread(fd, 4096, 0)
+                return os.pread(held, 4096, 0)
             except OSError:
                 os.close(self._fds.pop(path))
         fd = os.open(path, os.O_RDONLY)
