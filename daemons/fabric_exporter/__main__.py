@@ -87,6 +87,9 @@ def make_handler(collector: FabricCollector) -> type[BaseHTTPRequestHandler]:
 
     class Handler(BaseHTTPRequestHandler):
         server_version = "gpucluster-fabric-exporter"
+        # keep-alive, as Prometheus scrapes: no new connection and thread per scrape
+        protocol_version = "HTTP/1.1"
+        timeout = 60  # an idle kept-alive connection is closed after a minute
 
         def _send(self, code: int, content_type: str, body: bytes) -> None:
             self.send_response(code)
@@ -111,7 +114,8 @@ def make_handler(collector: FabricCollector) -> type[BaseHTTPRequestHandler]:
             self.do_GET()
 
         def log_message(self, format: str, *args: Any) -> None:
-            log.debug("http request", extra={"client": self.client_address[0], "request": format % args})
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug("http request", extra={"client": self.client_address[0], "request": format % args})
 
     return Handler
 
