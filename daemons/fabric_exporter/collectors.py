@@ -19,7 +19,7 @@ from daemons.fabric_exporter import METRIC_PREFIX
 from daemons.fabric_exporter.families import Family, TextRenderer
 from daemons.fabric_exporter.infiniband import InfinibandScraper, SysfsReader
 from daemons.fabric_exporter.logs import OnceLogger
-from daemons.fabric_exporter.nvml_api import MAX_LINKS, NVLINK_ERROR_COUNTERS, NvmlApi
+from daemons.fabric_exporter.nvml_api import MAX_LINKS, NvmlApi
 
 log = logging.getLogger("fabric_exporter")
 NVL = f"{METRIC_PREFIX}_nvlink"
@@ -122,11 +122,12 @@ class NvlinkCollector:
         )
         problems: list[tuple[str, str]] = []
         nvml = self.nvml
+        up_rows, speed_rows, error_rows = up.rows, speed.rows, errors.rows
         for index, uuid, handle in self._ensure_devices():
             has_nvlink = True
             for link in range(MAX_LINKS):
                 try:
-                    state = nvml.nvlink_state(handle, link)
+                    reading = nvml.nvlink_link(handle, link)
                 except pynvml.NVMLError_NotSupported:
                     if link == 0:
                         has_nvlink = False
@@ -135,22 +136,13 @@ class NvlinkCollector:
                 except pynvml.NVMLError_InvalidArgument:
                     break  # no more links on this GPU
                 lk = (index, uuid, str(link), *extra_values)
-                up.add(lk, 1.0 if state == pynvml.NVML_FEATURE_ENABLED else 0.0)
-                try:
-                    speed.add(lk, nvml.nvlink_speed_mbytes(handle, link) * 1e6)
-                except pynvml.NVMLError_NotSupported:
-                    pass
-                except pynvml.NVMLError as exc:
-                    problems.append((f"gpu {index} link {link} speed", str(exc)))
-                for counter_id, type_name in NVLINK_ERROR_COUNTERS.items():
-                    try:
-                        value = nvml.nvlink_error_counter(handle, link, counter_id)
-                    except pynvml.NVMLError_NotSupported:
-                        continue  # inactive link or counter not on this architecture
-                    except pynvml.NVMLError as exc:
-                        problems.append((f"gpu {index} link {link} {type_name}", str(exc)))
-                        continue
-                    errors.add((*lk, type_name), float(value))
+                up_rows.append((lk, 1.0 if reading.up else 0.0))
+                if reading.speed_mbytes is not None:
+                    speed_rows.append((lk, reading.speed_mbytes * 1e6))
+                for type_name, value in reading.errors.items():
+                    error_rows.append(((*lk, type_name), float(value)))
+                for problem in reading.problems:
+                    problems.append((f"gpu {index} link {link}", problem))
             supported.add((index, uuid, *extra_values), 1.0 if has_nvlink else 0.0)
         return CollectResult([supported, up, speed, errors], problems)
 

@@ -30,6 +30,46 @@ NVLINK_ERROR_COUNTERS: dict[int, str] = {
 MAX_LINKS: int = pynvml.NVML_NVLINK_MAX_LINKS
 
 
+@dataclass(frozen=True)
+class LinkReading:
+    """One NVLink link: state, speed (None when NVML does not report it), error counters by type.
+
+    ``errors`` holds only the counters NVML returned (a link that is down, or an architecture without a
+    counter, answers NotSupported and the counter is absent); ``problems`` lists unexpected NVML errors.
+    """
+
+    up: bool
+    speed_mbytes: int | None
+    errors: dict[str, int]
+    problems: tuple[str, ...] = ()
+
+
+def read_link(api: NvmlApi, handle: Any, link: int) -> LinkReading:
+    """Compose a ``LinkReading`` from the single NVML calls.
+
+    Raises ``NVMLError_NotSupported`` when the GPU (or this link) has no NVLink and
+    ``NVMLError_InvalidArgument`` past the GPU's last link, as ``nvmlDeviceGetNvLinkState`` does.
+    """
+    state = api.nvlink_state(handle, link)
+    problems: list[str] = []
+    speed: int | None = None
+    try:
+        speed = api.nvlink_speed_mbytes(handle, link)
+    except pynvml.NVMLError_NotSupported:
+        pass
+    except pynvml.NVMLError as exc:
+        problems.append(f"speed: {exc}")
+    errors: dict[str, int] = {}
+    for counter_id, type_name in NVLINK_ERROR_COUNTERS.items():
+        try:
+            errors[type_name] = api.nvlink_error_counter(handle, link, counter_id)
+        except pynvml.NVMLError_NotSupported:
+            continue
+        except pynvml.NVMLError as exc:
+            problems.append(f"{type_name}: {exc}")
+    return LinkReading(state == pynvml.NVML_FEATURE_ENABLED, speed, errors, tuple(problems))
+
+
 class NvmlApi(Protocol):
     def init(self) -> None: ...
     def shutdown(self) -> None: ...
@@ -39,6 +79,7 @@ class NvmlApi(Protocol):
     def nvlink_state(self, handle: Any, link: int) -> int: ...
     def nvlink_speed_mbytes(self, handle: Any, link: int) -> int: ...
     def nvlink_error_counter(self, handle: Any, link: int, counter: int) -> int: ...
+    def nvlink_link(self, handle: Any, link: int) -> LinkReading: ...
 
 
 class PynvmlApi:
@@ -73,6 +114,9 @@ class PynvmlApi:
 
     def nvlink_error_counter(self, handle: Any, link: int, counter: int) -> int:
         return int(pynvml.nvmlDeviceGetNvLinkErrorCounter(handle, link, counter))
+
+    def nvlink_link(self, handle: Any, link: int) -> LinkReading:
+        return read_link(self, handle, link)
 
 
 @dataclass
@@ -175,3 +219,14 @@ class FakeNvml:
         if counter not in NVLINK_ERROR_COUNTERS:
             raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
         return int(lk.errors.get(NVLINK_ERROR_COUNTERS[counter], 0))
+
+    def nvlink_link(self, handle: Any, link: int) -> LinkReading:
+        """Same result and errors as ``read_link(self, ...)``, without six Python calls per link."""
+        lk = self._link(handle, link)
+        if not lk.up:
+            return LinkReading(False, 0, {})
+        errors = lk.errors
+        return LinkReading(True, lk.speed_mbytes, {name: errors.get(name, 0) for name in _TYPE_NAMES})
+
+
+_TYPE_NAMES = tuple(NVLINK_ERROR_COUNTERS.values())

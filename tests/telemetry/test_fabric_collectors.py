@@ -27,7 +27,7 @@ from daemons.fabric_exporter.infiniband import (
     saturation_limit,
 )
 from daemons.fabric_exporter.logs import OnceLogger
-from daemons.fabric_exporter.nvml_api import FakeGpu, FakeLink, FakeNvml
+from daemons.fabric_exporter.nvml_api import FakeGpu, FakeLink, FakeNvml, read_link
 from tests.telemetry.conftest import GOLDEN, NVML_FIXTURE, SYSFS_FIXTURE
 
 IB = "gpucluster_fabric_infiniband"
@@ -321,3 +321,19 @@ def test_scrape_path_matches_the_reference_reader(sysfs_copy: Path) -> None:
         ref = families_from_snapshot(snap, NODE)
         assert [(f.name, f.labelnames, f.rows) for f in fams] == [(f.name, f.labelnames, f.rows) for f in ref]
         assert {p.path for p in problems} == {p.path for p in snap.problems}
+
+
+def test_fake_link_reading_matches_the_single_nvml_calls() -> None:
+    """FakeNvml.nvlink_link is a shortcut; it must agree with read_link over the per-call API."""
+    nv = FakeNvml.from_json(NVML_FIXTURE)
+    nv.init()
+    for index in range(nv.device_count()):
+        handle = nv.device_handle(index)
+        for link in range(6):
+            try:
+                expected = read_link(nv, handle, link)
+            except pynvml.NVMLError as exc:
+                with pytest.raises(type(exc)):
+                    nv.nvlink_link(handle, link)
+                continue
+            assert nv.nvlink_link(handle, link) == expected
