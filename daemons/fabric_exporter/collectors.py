@@ -57,7 +57,13 @@ class InfinibandCollector:
 
     def close(self) -> None:
         with self._lock:
+            self.scraper.close()
             self.reader.close()
+
+    @property
+    def open_descriptors(self) -> int:
+        """sysfs descriptors held between scrapes (counter files and port/device attributes)."""
+        return self.scraper.held + self.reader.open_count
 
     def collect(self) -> CollectResult:
         with self._lock:  # concurrent scrapes share the reader's descriptors

@@ -405,12 +405,37 @@ def families_from_snapshot(snapshot: Snapshot, const_labels: dict[str, str]) -> 
     return fams.ordered()
 
 
+class _PortPlan:
+    """Which file feeds which series for one port, in the reference path's order, with held descriptors."""
+
+    def __init__(self, port_dir: str, listing: tuple[tuple[str, ...], tuple[str, ...]]) -> None:
+        counters, hw = listing
+        self.listing = listing
+        # (path, hw counter name or None, counter spec or None, counter name)
+        self.entries: list[tuple[str, str | None, CounterSpec | None, str]] = [
+            (f"{port_dir}/counters/{n}", None, COUNTERS[n], n) for n in counters if n in COUNTERS
+        ]
+        self.entries += [(f"{port_dir}/hw_counters/{n}", n, None, n) for n in hw]
+        self.fds: list[int] = [-1] * len(self.entries)
+
+    def close(self) -> int:
+        closed = 0
+        for i, fd in enumerate(self.fds):
+            if fd >= 0:
+                os.close(fd)
+                self.fds[i] = -1
+                closed += 1
+        return closed
+
+
 class InfinibandScraper:
     """The scrape path of the collector: same output as ``families_from_snapshot(read_infiniband(...))``.
 
-    Per port it keeps a *plan* (which file feeds which series, sorted as the reference path sorts them),
-    rebuilt whenever the port's counter directories list different files; a scrape is then one ``pread`` and
-    one ``int()`` per counter file.
+    Per port it keeps a *plan* (which file feeds which series, sorted as the reference path sorts them) that
+    holds the counter files' descriptors; the plan is rebuilt (and its descriptors closed) whenever the port's
+    counter directories list different files, and dropped when the port disappears. A scrape is then one
+    ``pread`` at offset 0 and one ``int()`` per counter file. A held descriptor whose read fails (device
+    removed) is reopened once. Descriptors beyond the reader's ``max_open`` budget are not held.
     """
 
     def __init__(self, sysfs_root: str, const_labels: dict[str, str], reader: SysfsReader) -> None:
@@ -418,7 +443,14 @@ class InfinibandScraper:
         self.extra_names = tuple(const_labels)
         self.extra_values = tuple(const_labels.values())
         self.reader = reader
-        self._plans: dict[str, tuple[tuple[tuple[str, ...], tuple[str, ...]], list[tuple[str, str, str]]]] = {}
+        self.max_held = reader.max_open if reader.keep_open else 0
+        self.held = 0
+        self._plans: dict[str, _PortPlan] = {}
+
+    def close(self) -> None:
+        for plan in self._plans.values():
+            self.held -= plan.close()
+        self._plans.clear()
 
     def _listing(self, directory: str, problems: list[FileProblem]) -> tuple[str, ...]:
         try:
@@ -429,17 +461,67 @@ class InfinibandScraper:
             problems.append(FileProblem(directory, f"cannot list: {exc.strerror or exc}"))
             return ()
 
+    def _read_plan(self, plan: _PortPlan, pl: tuple[str, ...], fams: _Families, problems: list[FileProblem]) -> None:
+        sat_rows = fams.saturated.rows
+        hw_rows = fams.hw.rows
+        by_key = fams.by_key
+        fds = plan.fds
+        pread = os.pread
+        for i, (path, hw_name, spec, name) in enumerate(plan.entries):
+            fd = fds[i]
+            raw: bytes | None = None
+            if fd >= 0:
+                try:
+                    raw = pread(fd, 4096, 0)
+                except OSError:
+                    os.close(fd)
+                    fds[i] = -1
+                    self.held -= 1
+            if raw is None:
+                try:
+                    fd = os.open(path, os.O_RDONLY)
+                except OSError as exc:
+                    problems.append(FileProblem(path, f"cannot read: {exc.strerror or exc}"))
+                    continue
+                try:
+                    raw = pread(fd, 4096, 0)
+                except OSError as exc:
+                    os.close(fd)
+                    problems.append(FileProblem(path, f"cannot read: {exc.strerror or exc}"))
+                    continue
+                if self.held < self.max_held:
+                    fds[i] = fd
+                    self.held += 1
+                else:
+                    os.close(fd)
+            try:
+                value = int(raw)  # ASCII bytes, surrounding whitespace ignored
+            except ValueError:
+                value = -1
+            if value < 0 or b"_" in raw:
+                text = raw.decode("ascii", errors="replace").strip()
+                problems.append(FileProblem(path, f"{path}: expected a non-negative integer, got {text[:60]!r}"))
+                continue
+            if hw_name is not None:
+                hw_rows.append(((*pl, hw_name), float(value)))
+                continue
+            assert spec is not None
+            if spec.width_bits is not None:
+                is_sat = value == (1 << spec.width_bits) - 1
+                sat_rows.append(((*pl, name), 1.0 if is_sat else 0.0))
+                if is_sat:
+                    continue
+            by_key[spec.family].rows.append(
+                ((*pl, spec.label) if spec.label is not None else pl, float(value * spec.scale))
+            )
+
     def scrape(self) -> tuple[list[Family], list[FileProblem]]:
         problems: list[FileProblem] = []
         fams = _Families(self.extra_names)
         if not os.path.isdir(self.base):
-            self._plans.clear()
+            self.close()
             return fams.ordered(), problems
         extra_values = self.extra_values
-        read = self.reader.read_raw
-        sat_rows = fams.saturated.rows
-        hw_rows = fams.hw.rows
-        rows_by_key = {k: f.rows for k, f in fams.by_key.items()}
         live: set[str] = set()
         for dev_name in sorted(os.listdir(self.base)):
             dev_dir = f"{self.base}/{dev_name}"
@@ -456,47 +538,15 @@ class InfinibandScraper:
                     self._listing(f"{port_dir}/hw_counters", problems),
                 )
                 plan = self._plans.get(port_dir)
-                if plan is None or plan[0] != listing:
-                    plan = (listing, self._plan(port_dir, listing))
+                if plan is None or plan.listing != listing:
+                    if plan is not None:
+                        self.held -= plan.close()
+                    plan = _PortPlan(port_dir, listing)
                     self._plans[port_dir] = plan
-                for path, kind, name in plan[1]:
-                    try:
-                        raw = read(path)
-                    except OSError as exc:
-                        problems.append(FileProblem(path, f"cannot read: {exc.strerror or exc}"))
-                        continue
-                    try:
-                        value = int(raw)  # ASCII bytes, surrounding whitespace ignored
-                    except ValueError:
-                        value = -1
-                    if value < 0 or b"_" in raw:
-                        text = raw.decode("ascii", errors="replace").strip()
-                        problems.append(
-                            FileProblem(path, f"{path}: expected a non-negative integer, got {text[:60]!r}")
-                        )
-                        continue
-                    if kind == "hw":
-                        hw_rows.append(((*pl, name), float(value)))
-                        continue
-                    spec = COUNTERS[name]
-                    if spec.width_bits is not None:
-                        is_sat = value == (1 << spec.width_bits) - 1
-                        sat_rows.append(((*pl, name), 1.0 if is_sat else 0.0))
-                        if is_sat:
-                            continue
-                    rows_by_key[spec.family].append(
-                        ((*pl, spec.label) if spec.label is not None else pl, float(value * spec.scale))
-                    )
+                self._read_plan(plan, pl, fams, problems)
                 port = PortReading(dev_name, port_name)
                 _read_port_attrs(port_dir, port, problems, self.reader)
                 fams.add_port_attrs(port, pl)
         for gone in [p for p in self._plans if p not in live]:
-            del self._plans[gone]
+            self.held -= self._plans.pop(gone).close()
         return fams.ordered(), problems
-
-    @staticmethod
-    def _plan(port_dir: str, listing: tuple[tuple[str, ...], tuple[str, ...]]) -> list[tuple[str, str, str]]:
-        counters, hw = listing
-        plan = [(f"{port_dir}/counters/{n}", "counters", n) for n in counters if n in COUNTERS]
-        plan += [(f"{port_dir}/hw_counters/{n}", "hw", n) for n in hw]
-        return plan

@@ -288,19 +288,19 @@ def test_served_text_parses_to_what_generate_latest_writes() -> None:
 def test_held_descriptors_see_in_place_updates_and_removed_devices(sysfs_copy: Path) -> None:
     ib = InfinibandCollector(str(sysfs_copy), NODE)
     s1 = scrape(ib)
-    assert ib.reader.open_count > 100
+    assert ib.open_descriptors > 100
     f = sysfs_copy / "class/infiniband/mlx5_0/ports/1/counters/symbol_error"
     f.write_text("42\n")  # in place, as the kernel updates an attribute
     s2 = scrape(ib)
     assert sample(s1, f"{IB}_port_errors_total", device="mlx5_0", port="1", type="symbol_error") == 3
     assert sample(s2, f"{IB}_port_errors_total", device="mlx5_0", port="1", type="symbol_error") == 42
-    before = ib.reader.open_count
+    before = ib.open_descriptors
     shutil.rmtree(sysfs_copy / "class/infiniband/mlx5_1")  # hot-removed HCA
     s3 = scrape(ib)
     assert sample(s3, f"{IB}_port_state_id", device="mlx5_1", port="1") is None
-    assert ib.reader.open_count < before  # its descriptors were closed
+    assert ib.open_descriptors < before  # its descriptors were closed
     ib.close()
-    assert ib.reader.open_count == 0
+    assert ib.open_descriptors == 0
 
 
 def test_renderer_escapes_label_values() -> None:
