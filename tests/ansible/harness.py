@@ -97,6 +97,7 @@ def seed_node(root: Path, name: str, knobs: dict[str, Any] | None = None) -> dic
         "gpu_burn_in_load_poll_s": 1,
         "gpu_thermal_acceptance_samples": 2,
         "gpu_thermal_acceptance_interval_s": 0,
+        "gpu_thermal_acceptance_settle_s": 0,
     }
 
 
