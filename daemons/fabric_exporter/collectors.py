@@ -19,7 +19,7 @@ from daemons.fabric_exporter import METRIC_PREFIX
 from daemons.fabric_exporter.families import Family, TextRenderer
 from daemons.fabric_exporter.infiniband import InfinibandScraper, SysfsReader
 from daemons.fabric_exporter.logs import OnceLogger
-from daemons.fabric_exporter.nvml_api import MAX_LINKS, NvmlApi
+from daemons.fabric_exporter.nvml_api import MAX_LINKS, NVLINK_ERROR_COUNTERS, NvmlApi
 
 log = logging.getLogger("fabric_exporter")
 NVL = f"{METRIC_PREFIX}_nvlink"
@@ -83,6 +83,8 @@ class NvlinkCollector:
         self.nvml = nvml
         self.const_labels = const_labels
         self._devices: list[tuple[str, str, Any]] | None = None  # (index, uuid, handle)
+        # (index, uuid, link) -> (series labels, error-series labels by type), built once
+        self._labels: dict[tuple[str, str, int], tuple[tuple[str, ...], dict[str, tuple[str, ...]]]] = {}
         self._lock = threading.Lock()
 
     def _ensure_devices(self) -> list[tuple[str, str, Any]]:
@@ -129,6 +131,7 @@ class NvlinkCollector:
         problems: list[tuple[str, str]] = []
         nvml = self.nvml
         up_rows, speed_rows, error_rows = up.rows, speed.rows, errors.rows
+        labels = self._labels
         for index, uuid, handle in self._ensure_devices():
             has_nvlink = True
             for link in range(MAX_LINKS):
@@ -141,12 +144,16 @@ class NvlinkCollector:
                     continue
                 except pynvml.NVMLError_InvalidArgument:
                     break  # no more links on this GPU
-                lk = (index, uuid, str(link), *extra_values)
+                cached = labels.get((index, uuid, link))
+                if cached is None:
+                    lk = (index, uuid, str(link), *extra_values)
+                    cached = labels[(index, uuid, link)] = (lk, {t: (*lk, t) for t in NVLINK_ERROR_COUNTERS.values()})
+                lk, by_type = cached
                 up_rows.append((lk, 1.0 if reading.up else 0.0))
                 if reading.speed_mbytes is not None:
                     speed_rows.append((lk, reading.speed_mbytes * 1e6))
                 for type_name, value in reading.errors.items():
-                    error_rows.append(((*lk, type_name), float(value)))
+                    error_rows.append((by_type.get(type_name) or (*lk, type_name), float(value)))
                 for problem in reading.problems:
                     problems.append((f"gpu {index} link {link}", problem))
             supported.add((index, uuid, *extra_values), 1.0 if has_nvlink else 0.0)

@@ -56,9 +56,10 @@ class TextRenderer:
     MAX_CACHED = 200_000
 
     def __init__(self) -> None:
-        self._prefix: dict[tuple[str, tuple[str, ...], tuple[str, ...]], str] = {}
         self._order: dict[tuple[str, ...], list[int]] = {}
-        self._line: dict[tuple[str, tuple[str, ...], tuple[str, ...]], tuple[float, str]] = {}
+        # (series name, label names) -> label values -> (last value, "name{labels} ", last line)
+        self._lines: dict[tuple[str, tuple[str, ...]], dict[tuple[str, ...], tuple[float, str, str]]] = {}
+        self._size = 0
 
     def _label_order(self, labelnames: tuple[str, ...]) -> list[int]:
         order = self._order.get(labelnames)
@@ -70,32 +71,33 @@ class TextRenderer:
     def render(self, families: Iterable[Family]) -> bytes:
         out: list[str] = []
         ap = out.append
-        prefixes = self._prefix
-        lines = self._line
-        if len(prefixes) > self.MAX_CACHED:
-            prefixes.clear()
-            lines.clear()
+        if self._size > self.MAX_CACHED:
+            self._lines.clear()
+            self._size = 0
         for fam in families:
             name = fam.name + "_total" if fam.type == "counter" else fam.name
             ap(f"# HELP {name} {fam.help.replace(chr(92), chr(92) * 2).replace(chr(10), chr(92) + 'n')}\n")
             ap(f"# TYPE {name} {fam.type}\n")
             names = fam.labelnames
+            lines = self._lines.get((name, names))
+            if lines is None:
+                lines = self._lines[(name, names)] = {}
             for labelvalues, value in fam.rows:
-                key = (name, names, labelvalues)
-                last = lines.get(key)
-                if last is not None and last[0] == value:
-                    ap(last[1])  # unchanged since the previous scrape (most error counters, states, info)
-                    continue
-                prefix = prefixes.get(key)
-                if prefix is None:
+                last = lines.get(labelvalues)
+                if last is not None:
+                    if last[0] == value:
+                        ap(last[2])  # unchanged since the previous scrape (most error counters, states, info)
+                        continue
+                    prefix = last[1]
+                else:
                     prefix = self._prefix_for(name, names, labelvalues)
-                    prefixes[key] = prefix
+                    self._size += 1
                 # integral values (almost all counters) print as integers: cheaper than the Go-style float
                 if value.is_integer() and -1e15 < value < 1e15:
                     line = f"{prefix}{int(value)}\n"
                 else:
                     line = f"{prefix}{float_to_go(value)}\n"
-                lines[key] = (value, line)
+                lines[labelvalues] = (value, prefix, line)
                 ap(line)
         return "".join(out).encode()
 

@@ -406,16 +406,33 @@ def families_from_snapshot(snapshot: Snapshot, const_labels: dict[str, str]) -> 
 
 
 class _PortPlan:
-    """Which file feeds which series for one port, in the reference path's order, with held descriptors."""
+    """Which file feeds which series for one port, in the reference path's order, with held descriptors.
 
-    def __init__(self, port_dir: str, listing: tuple[tuple[str, ...], tuple[str, ...]]) -> None:
+    Each entry: (path, family key or "" for hw_counters, series labels, scale, saturation limit or -1,
+    saturation-gauge labels). Label tuples are built once per plan, not per scrape.
+    """
+
+    def __init__(self, port_dir: str, listing: tuple[tuple[str, ...], tuple[str, ...]], pl: tuple[str, ...]) -> None:
         counters, hw = listing
         self.listing = listing
-        # (path, hw counter name or None, counter spec or None, counter name)
-        self.entries: list[tuple[str, str | None, CounterSpec | None, str]] = [
-            (f"{port_dir}/counters/{n}", None, COUNTERS[n], n) for n in counters if n in COUNTERS
-        ]
-        self.entries += [(f"{port_dir}/hw_counters/{n}", n, None, n) for n in hw]
+        self.pl = pl
+        self.entries: list[tuple[str, str, tuple[str, ...], int, int, tuple[str, ...]]] = []
+        for n in counters:
+            spec = COUNTERS.get(n)
+            if spec is None:
+                continue
+            limit = saturation_limit(spec)
+            self.entries.append(
+                (
+                    f"{port_dir}/counters/{n}",
+                    spec.family,
+                    (*pl, spec.label) if spec.label is not None else pl,
+                    spec.scale,
+                    -1 if limit is None else limit,
+                    (*pl, n),
+                )
+            )
+        self.entries += [(f"{port_dir}/hw_counters/{n}", "", (*pl, n), 1, -1, ()) for n in hw]
         self.fds: list[int] = [-1] * len(self.entries)
 
     def close(self) -> int:
@@ -461,13 +478,13 @@ class InfinibandScraper:
             problems.append(FileProblem(directory, f"cannot list: {exc.strerror or exc}"))
             return ()
 
-    def _read_plan(self, plan: _PortPlan, pl: tuple[str, ...], fams: _Families, problems: list[FileProblem]) -> None:
+    def _read_plan(self, plan: _PortPlan, fams: _Families, problems: list[FileProblem]) -> None:
         sat_rows = fams.saturated.rows
         hw_rows = fams.hw.rows
         by_key = fams.by_key
         fds = plan.fds
         pread = os.pread
-        for i, (path, hw_name, spec, name) in enumerate(plan.entries):
+        for i, (path, family, labels, scale, limit, sat_labels) in enumerate(plan.entries):
             fd = fds[i]
             raw: bytes | None = None
             if fd >= 0:
@@ -502,18 +519,15 @@ class InfinibandScraper:
                 text = raw.decode("ascii", errors="replace").strip()
                 problems.append(FileProblem(path, f"{path}: expected a non-negative integer, got {text[:60]!r}"))
                 continue
-            if hw_name is not None:
-                hw_rows.append(((*pl, hw_name), float(value)))
+            if not family:
+                hw_rows.append((labels, float(value)))
                 continue
-            assert spec is not None
-            if spec.width_bits is not None:
-                is_sat = value == (1 << spec.width_bits) - 1
-                sat_rows.append(((*pl, name), 1.0 if is_sat else 0.0))
-                if is_sat:
+            if limit >= 0:
+                if value == limit:
+                    sat_rows.append((sat_labels, 1.0))
                     continue
-            by_key[spec.family].rows.append(
-                ((*pl, spec.label) if spec.label is not None else pl, float(value * spec.scale))
-            )
+                sat_rows.append((sat_labels, 0.0))
+            by_key[family].rows.append((labels, float(value * scale)))
 
     def scrape(self) -> tuple[list[Family], list[FileProblem]]:
         problems: list[FileProblem] = []
@@ -538,12 +552,12 @@ class InfinibandScraper:
                     self._listing(f"{port_dir}/hw_counters", problems),
                 )
                 plan = self._plans.get(port_dir)
-                if plan is None or plan.listing != listing:
+                if plan is None or plan.listing != listing or plan.pl != pl:
                     if plan is not None:
                         self.held -= plan.close()
-                    plan = _PortPlan(port_dir, listing)
+                    plan = _PortPlan(port_dir, listing, pl)
                     self._plans[port_dir] = plan
-                self._read_plan(plan, pl, fams, problems)
+                self._read_plan(plan, fams, problems)
                 port = PortReading(dev_name, port_name)
                 _read_port_attrs(port_dir, port, problems, self.reader)
                 fams.add_port_attrs(port, pl)
