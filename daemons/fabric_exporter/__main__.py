@@ -8,6 +8,7 @@ exit status 0.
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import os
 import signal
@@ -159,6 +160,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     subs, _, const_labels = build_collectors(args, parser)
 
     collector = FabricCollector(subs, OnceLogger(log), const_labels)
+    # One scrape before serving opens the sysfs descriptors and fills the series caches (problems found here
+    # are logged now, at start). The caches live as long as the process: freezing them keeps the garbage
+    # collector from re-scanning them, and a larger first-generation threshold lets a scrape's short-lived
+    # rows go without a collection in the middle of a scrape.
+    collector.render()
+    gc.freeze()
+    gc.set_threshold(20_000, 10, 10)
 
     try:
         server = _Server((args.listen_address, args.port), make_handler(collector))
