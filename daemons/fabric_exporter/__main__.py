@@ -160,6 +160,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     subs, _, const_labels = build_collectors(args, parser)
 
     collector = FabricCollector(subs, OnceLogger(log), const_labels)
+    try:
+        server = _Server((args.listen_address, args.port), make_handler(collector))
+    except OSError as exc:
+        log.error("cannot listen", extra={"address": args.listen_address, "port": args.port, "error": str(exc)})
+        return 1
+
     # One scrape before serving opens the sysfs descriptors and fills the series caches (problems found here
     # are logged now, at start). The caches live as long as the process: freezing them keeps the garbage
     # collector from re-scanning them, and a larger first-generation threshold lets a scrape's short-lived
@@ -167,12 +173,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     collector.render()
     gc.freeze()
     gc.set_threshold(20_000, 10, 10)
-
-    try:
-        server = _Server((args.listen_address, args.port), make_handler(collector))
-    except OSError as exc:
-        log.error("cannot listen", extra={"address": args.listen_address, "port": args.port, "error": str(exc)})
-        return 1
 
     stop = threading.Event()
 
