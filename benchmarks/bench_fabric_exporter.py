@@ -129,7 +129,7 @@ def series(body: str, prefix: str = "") -> int:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--scrapes", type=int, default=60, help="scrapes of each exporter (after 5 warm-up scrapes)")
+    ap.add_argument("--scrapes", type=int, default=200, help="scrapes of each exporter (after 5 warm-up scrapes)")
     args = ap.parse_args()
     node_exporter = shutil.which("prometheus-node-exporter") or shutil.which("node_exporter")
     if node_exporter is None:
