@@ -74,6 +74,20 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
             [],
         ),
     ),
+    "GpuBusyTensorCoresIdle-tensor-at-threshold": (
+        case(
+            [(f"DCGM_FI_DEV_GPU_UTIL{GPU_SEL}", "95x20"), (f"DCGM_FI_PROF_PIPE_TENSOR_ACTIVE{GPU_SEL}", "0.049x20")],
+            "GpuBusyTensorCoresIdle",
+            "16m",
+            [{**GPU_OUT, "severity": "info"}],
+        ),
+        case(
+            [(f"DCGM_FI_DEV_GPU_UTIL{GPU_SEL}", "95x20"), (f"DCGM_FI_PROF_PIPE_TENSOR_ACTIVE{GPU_SEL}", "0.05x20")],
+            "GpuBusyTensorCoresIdle",
+            "16m",
+            [],
+        ),
+    ),
     "GpuXidError": (
         case(
             [(f"DCGM_FI_DEV_XID_ERRORS{GPU_SEL}", "0 0 0 79 79")],
