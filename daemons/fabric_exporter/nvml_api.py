@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import pynvml
 
@@ -30,8 +30,7 @@ NVLINK_ERROR_COUNTERS: dict[int, str] = {
 MAX_LINKS: int = pynvml.NVML_NVLINK_MAX_LINKS
 
 
-@dataclass(frozen=True)
-class LinkReading:
+class LinkReading(NamedTuple):
     """One NVLink link: state, speed (None when NVML does not report it), error counters by type.
 
     ``errors`` holds only the counters NVML returned (a link that is down, or an architecture without a
