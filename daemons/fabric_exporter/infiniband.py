@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import time
 from dataclasses import dataclass, field
 
 from daemons.fabric_exporter import METRIC_PREFIX
@@ -455,7 +456,13 @@ class InfinibandScraper:
     removed) is reopened once. Descriptors beyond the reader's ``max_open`` budget are not held.
     """
 
+    #: A counter directory whose inode and mtime are unchanged is re-listed after this many seconds anyway.
+    RELIST_SECONDS = 60.0
+
     def __init__(self, sysfs_root: str, const_labels: dict[str, str], reader: SysfsReader) -> None:
+        self.relist_seconds = self.RELIST_SECONDS
+        # directory -> ((inode, mtime_ns), listed at (monotonic), sorted names)
+        self._listings: dict[str, tuple[tuple[int, int], float, tuple[str, ...]]] = {}
         self.base = os.path.join(sysfs_root, "class", "infiniband")
         self.extra_names = tuple(const_labels)
         self.extra_values = tuple(const_labels.values())
@@ -468,15 +475,34 @@ class InfinibandScraper:
         for plan in self._plans.values():
             self.held -= plan.close()
         self._plans.clear()
+        self._listings.clear()
 
-    def _listing(self, directory: str, problems: list[FileProblem]) -> tuple[str, ...]:
+    def _listing(self, directory: str, problems: list[FileProblem], now: float) -> tuple[str, ...]:
+        """The directory's sorted names; re-listed only when its inode or mtime changed, or once a minute.
+
+        A port's sysfs attribute files are created with the port and never change while it exists; a device
+        that is registered again gets new directories (new inode numbers). On ordinary filesystems (test
+        fixtures) adding or removing a file updates the directory's mtime.
+        """
         try:
-            return tuple(sorted(os.listdir(directory)))
+            st = os.stat(directory)
         except FileNotFoundError:
+            self._listings.pop(directory, None)
             return ()
         except OSError as exc:
             problems.append(FileProblem(directory, f"cannot list: {exc.strerror or exc}"))
             return ()
+        key = (st.st_ino, st.st_mtime_ns)
+        cached = self._listings.get(directory)
+        if cached is not None and cached[0] == key and now - cached[1] < self.relist_seconds:
+            return cached[2]
+        try:
+            names = tuple(sorted(os.listdir(directory)))
+        except OSError as exc:
+            problems.append(FileProblem(directory, f"cannot list: {exc.strerror or exc}"))
+            return ()
+        self._listings[directory] = (key, now, names)
+        return names
 
     def _read_plan(self, plan: _PortPlan, fams: _Families, problems: list[FileProblem]) -> None:
         sat_rows = fams.saturated.rows
@@ -536,6 +562,7 @@ class InfinibandScraper:
             self.close()
             return fams.ordered(), problems
         extra_values = self.extra_values
+        now = time.monotonic()
         live: set[str] = set()
         for dev_name in sorted(os.listdir(self.base)):
             dev_dir = f"{self.base}/{dev_name}"
@@ -548,8 +575,8 @@ class InfinibandScraper:
                 live.add(port_dir)
                 pl = (dev_name, port_name, *extra_values)
                 listing = (
-                    self._listing(f"{port_dir}/counters", problems),
-                    self._listing(f"{port_dir}/hw_counters", problems),
+                    self._listing(f"{port_dir}/counters", problems, now),
+                    self._listing(f"{port_dir}/hw_counters", problems, now),
                 )
                 plan = self._plans.get(port_dir)
                 if plan is None or plan.listing != listing or plan.pl != pl:
@@ -563,4 +590,6 @@ class InfinibandScraper:
                 fams.add_port_attrs(port, pl)
         for gone in [p for p in self._plans if p not in live]:
             self.held -= self._plans.pop(gone).close()
+            self._listings.pop(f"{gone}/counters", None)
+            self._listings.pop(f"{gone}/hw_counters", None)
         return fams.ordered(), problems

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import re
 import shutil
 from pathlib import Path
@@ -316,13 +317,33 @@ def test_scrape_path_matches_the_reference_reader(sysfs_copy: Path) -> None:
     scraper = InfinibandScraper(str(sysfs_copy), NODE, SysfsReader(keep_open=True))
     for round_ in range(3):
         if round_ == 2:  # a new counter file appears and one HCA goes away: plans are rebuilt
-            (sysfs_copy / "class/infiniband/mlx5_0/ports/1/hw_counters/roce_slow_restart").write_text("7\n")
+            hw = sysfs_copy / "class/infiniband/mlx5_0/ports/1/hw_counters"
+            before = hw.stat().st_mtime_ns
+            (hw / "roce_slow_restart").write_text("7\n")
+            # the filesystem moves the directory's mtime on; its clock is coarse, so make sure it moved
+            os.utime(hw, ns=(before + 10**9, before + 10**9))
             shutil.rmtree(sysfs_copy / "class/infiniband/mlx5_2")
         fams, problems = scraper.scrape()
         snap = read_infiniband(str(sysfs_copy))
         ref = families_from_snapshot(snap, NODE)
         assert [(f.name, f.labelnames, f.rows) for f in fams] == [(f.name, f.labelnames, f.rows) for f in ref]
         assert {p.path for p in problems} == {p.path for p in snap.problems}
+
+
+def test_unchanged_counter_directories_are_listed_again_after_the_relist_period(sysfs_copy: Path) -> None:
+    scraper = InfinibandScraper(str(sysfs_copy), NODE, SysfsReader(keep_open=True))
+    hw = sysfs_copy / "class/infiniband/mlx5_0/ports/1/hw_counters"
+    st = hw.stat()
+    scraper.scrape()
+    (hw / "roce_slow_restart").write_text("7\n")
+    os.utime(hw, ns=(st.st_atime_ns, st.st_mtime_ns))  # a directory whose mtime did not move
+    fams, _ = scraper.scrape()
+    hw_rows = next(f for f in fams if f.name == f"{IB}_hw_counters").rows
+    assert not [r for r in hw_rows if r[0][-1] == "roce_slow_restart"]  # cached listing
+    scraper.relist_seconds = 0.0
+    fams, _ = scraper.scrape()
+    hw_rows = next(f for f in fams if f.name == f"{IB}_hw_counters").rows
+    assert [r[1] for r in hw_rows if r[0][0] == "mlx5_0" and r[0][-1] == "roce_slow_restart"] == [7.0]
 
 
 def test_fake_link_reading_matches_the_single_nvml_calls() -> None:
