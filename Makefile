@@ -38,7 +38,10 @@ lint-ansible: $(STAMP)
 check-stacks: $(STAMP) ## validate every stack file offline
 	@for f in stacks/Pulumi.*.yaml; do $(PY) -m components.config check $$f || exit 1; done
 
-test: lint ## the test command: lint, then every test (unit, Ansible, integration)
+debian-deps: ## install the Debian packages the tests use (promtool/prometheus, node_exporter), if missing
+	@bash tools/install-debian-deps.sh
+
+test: lint debian-deps ## the test command: lint, then every test (unit, Ansible, integration)
 	$(PY) -m pytest
 
 unit: $(STAMP) ## unit tests only (no simulated cluster)

@@ -151,6 +151,16 @@ def offline_equivalent(source: ChartSource, version: str) -> ChartSource | None:
     return ChartSource(go_module=GoModuleChart(module=module, version=module_version(version), path=path))
 
 
+def offline_without_mirror(source: ChartSource, version: str) -> bool:
+    """True when offline mode is on and this registry chart has no Go module carrying it.
+
+    A component may then leave the chart out (and say so) rather than fail a whole offline preview.
+    """
+    return bool(os.environ.get(OFFLINE_ENV)) and source.kind in ("oci", "repo") and not offline_equivalent(
+        source, version
+    )
+
+
 def resolve_chart(source: ChartSource, version: str) -> ResolvedChart:
     """Turn a configured source and pinned chart version into `helm.v4.Chart` arguments.
 

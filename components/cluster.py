@@ -11,6 +11,7 @@ from components.config import StackConfig
 from components.descheduler import Descheduler, DeschedulerArgs
 from components.queues import Queues, QueuesArgs
 from components.storage import Storage, StorageArgs
+from components.telemetry import Telemetry, TelemetryArgs
 
 
 @dataclass(frozen=True)
@@ -24,7 +25,7 @@ class GpuClusterArgs:
 
 
 class GpuCluster(pulumi.ComponentResource):
-    """Namespaces, queues and priorities, checkpoint storage and the gradual-return descheduler."""
+    """Namespaces, queues and priorities, checkpoint storage, the gradual-return descheduler and telemetry."""
 
     def __init__(self, name: str, args: GpuClusterArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("gpucluster:cluster:GpuCluster", name, None, opts)
@@ -79,6 +80,10 @@ class GpuCluster(pulumi.ComponentResource):
                 opts=pulumi.ResourceOptions(parent=self),
             )
 
+        self.telemetry = Telemetry(
+            f"{name}-telemetry", TelemetryArgs(settings=cfg.telemetry), opts=pulumi.ResourceOptions(parent=self)
+        )
+
         self.outputs: dict[str, object] = {
             "environment": cfg.environment,
             "gpus": {f.name: f.capacity for f in cfg.flavors},
@@ -92,5 +97,6 @@ class GpuCluster(pulumi.ComponentResource):
             "storageClass": cfg.storage.storage_class_name,
             "checkpointIntervalMinutes": round(self.storage.checkpoint_interval_minutes, 1),
             "burstTaintKey": cfg.burst_taint_key,
+            "gpuTempLimitC": cfg.telemetry.alerts.gpu_temp_limit_c,
         }
         self.register_outputs(self.outputs)

@@ -31,6 +31,7 @@ from pydantic.alias_generators import to_camel
 
 from components.charts import ChartSource
 from components.model import ConfigModel
+from components.telemetry.settings import TelemetrySettings
 
 PROJECT = "gpucluster"
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -290,6 +291,7 @@ class StackConfig:
     kueue: KueueSettings
     descheduler: DeschedulerSettings
     storage: StorageSettings
+    telemetry: TelemetrySettings
 
     def flavor(self, name: str) -> GpuFlavor:
         return next(f for f in self.flavors if f.name == name)
@@ -346,11 +348,8 @@ _SECTIONS: dict[str, tuple[TypeAdapter[Any], Any]] = {
     "kueue": (_adapter(KueueSettings), {}),
     "descheduler": (_adapter(DeschedulerSettings), {}),
     "storage": (_adapter(StorageSettings), _MISSING),
+    "telemetry": (_adapter(TelemetrySettings), {}),
 }
-
-#: Keys other rooms read from the same stack file (validated by their own components).
-_OTHER_KEYS: set[str] = set()
-
 
 def _loc_to_path(section: str, loc: Iterable[int | str]) -> str:
     path = section
@@ -572,7 +571,7 @@ def parse_stack_config(raw: Mapping[str, Any], source: str = "stack config") -> 
     """
     issues: list[ConfigIssue] = []
     values: dict[str, Any] = {}
-    for key in sorted(set(raw) - set(_SECTIONS) - _OTHER_KEYS):
+    for key in sorted(set(raw) - set(_SECTIONS)):
         issues.append(ConfigIssue(f"{key}", raw[key], f"unknown key gpucluster:{key} (known: {', '.join(_SECTIONS)})"))
     for key, (adapter, default) in _SECTIONS.items():
         if key in raw and raw[key] is not None:
@@ -602,6 +601,7 @@ def parse_stack_config(raw: Mapping[str, Any], source: str = "stack config") -> 
         kueue=values["kueue"],
         descheduler=values["descheduler"],
         storage=values["storage"],
+        telemetry=values["telemetry"],
     )
 
 

@@ -12,6 +12,7 @@ from policies.secrets import no_secrets_in_clear
 from policies.security import no_privileged_or_host_path
 from policies.storage import checkpoint_claims_rwx
 from policies.taints import burst_taint_never_noexecute
+from policies.telemetry import dcgm_counters_complete
 
 ALL_POLICIES: list[Policy] = [
     training_above_inference,
@@ -23,4 +24,5 @@ ALL_POLICIES: list[Policy] = [
     images_pinned,
     no_privileged_or_host_path,
     no_secrets_in_clear,
+    dcgm_counters_complete,
 ]

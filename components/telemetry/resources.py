@@ -18,7 +18,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 import yaml
 
-from components.charts import resolve_chart
+from components.charts import offline_without_mirror, resolve_chart
 from components.telemetry.alerts import rule_groups
 from components.telemetry.counters import counters_csv
 from components.telemetry.dashboard import dashboard
@@ -109,7 +109,20 @@ class DcgmExporter(pulumi.ComponentResource):
             data={DCGM_COUNTERS_KEY: counters_csv()},
             opts=pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on)),
         )
-        resolved = resolve_chart(s.dcgm_exporter.chart, s.dcgm_exporter.chart_version)
+        self.chart: k8s.helm.v4.Chart | None = None
+        dcgm = s.dcgm_exporter
+        if not dcgm.install_chart:
+            self.register_outputs({"countersConfigMap": self.counters.metadata["name"], "chart": None})
+            return
+        if offline_without_mirror(dcgm.chart, dcgm.chart_version):
+            pulumi.log.warn(
+                f"offline charts: no Go module carries the dcgm-exporter chart {dcgm.chart_version}; "
+                "previewing without it (its counters ConfigMap is still checked)",
+                resource=self,
+            )
+            self.register_outputs({"countersConfigMap": self.counters.metadata["name"], "chart": None})
+            return
+        resolved = resolve_chart(dcgm.chart, dcgm.chart_version)
         self.chart = k8s.helm.v4.Chart(
             f"{name}-chart",
             chart=resolved.chart,
@@ -119,7 +132,7 @@ class DcgmExporter(pulumi.ComponentResource):
             values=dcgm_values(s),
             opts=pulumi.ResourceOptions(parent=self, depends_on=[self.counters, *args.depends_on]),
         )
-        self.register_outputs({"countersConfigMap": self.counters.metadata["name"]})
+        self.register_outputs({"countersConfigMap": self.counters.metadata["name"], "chart": resolved.chart})
 
 
 # ------------------------------------------------------------------------------------------------ fabric

@@ -84,6 +84,9 @@ class TolerationSpec(ConfigModel):
 
 
 class DcgmExporterSettings(ConfigModel):
+    #: Install NVIDIA's chart. The simulated cluster has neither GPUs nor a chart registry: it applies only
+    #: our counters ConfigMap.
+    install_chart: bool = True
     chart_version: str = DEFAULT_DCGM_CHART_VERSION
     chart: ChartSource = ChartSource(repo=DEFAULT_DCGM_CHART_REPO, name="dcgm-exporter")
     image_repository: str = "nvcr.io/nvidia/k8s/dcgm-exporter"

@@ -49,7 +49,12 @@ def prod(prod_cfg: StackConfig) -> Graph:
 def test_component_tokens_and_parents(local: Graph) -> None:
     root = local.one("gpucluster:cluster:GpuCluster", "sim")
     children = {c.type for c in local.children_of(root)}
-    assert {"gpucluster:queues:Queues", "gpucluster:storage:Storage", "gpucluster:descheduler:Descheduler"} <= children
+    assert {
+        "gpucluster:queues:Queues",
+        "gpucluster:storage:Storage",
+        "gpucluster:descheduler:Descheduler",
+        "gpucluster:telemetry:Telemetry",
+    } <= children
     for r in local.resources:
         if r is root:
             continue
@@ -259,3 +264,20 @@ def test_cluster_args_refuse_shared_namespaces(local_cfg: StackConfig) -> None:
     cfg = dataclasses.replace(local_cfg, inference_namespaces=("team-vision",))
     with pytest.raises(ValueError, match="both training and inference"):
         GpuClusterArgs(config=cfg)
+
+
+def test_local_telemetry_applies_the_counters_but_not_nvidias_chart(local: Graph, prod: Graph) -> None:
+    local_dcgm = local.one("gpucluster:telemetry:DcgmExporter", "sim-telemetry-dcgm")
+    assert [c.type for c in local.children_of(local_dcgm)] == ["kubernetes:core/v1:ConfigMap"]
+    prod_dcgm = prod.one("gpucluster:telemetry:DcgmExporter", "prod-telemetry-dcgm")
+    assert CHART in {c.type for c in prod.children_of(prod_dcgm)}
+
+
+def test_offline_preview_leaves_out_a_chart_no_go_module_carries(
+    prod_cfg: StackConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GPUCLUSTER_OFFLINE_CHARTS", "1")
+    graph = deploy(lambda: GpuCluster("prod", GpuClusterArgs(config=prod_cfg)))
+    dcgm = graph.one("gpucluster:telemetry:DcgmExporter", "prod-telemetry-dcgm")
+    assert [c.type for c in graph.children_of(dcgm)] == ["kubernetes:core/v1:ConfigMap"]
+    assert graph.one(CHART, "prod-queues-kueue").inputs["chart"].endswith("sigs.k8s.io/kueue@v0.17.0/charts/kueue")

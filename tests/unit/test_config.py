@@ -80,6 +80,18 @@ def _delete(path: str) -> Callable[[dict[str, Any]], None]:
 
 # (id, mutation, the key path the message must name, a fragment of the reason)
 INVALID: list[tuple[str, Callable[[dict[str, Any]], None], str, str]] = [
+    (
+        "telemetry-temperature-above-ceiling",
+        lambda r: r["telemetry"]["alerts"].update(gpuTempLimitC=79),
+        "telemetry.alerts.gpuTempLimitC",
+        "ceiling",
+    ),
+    (
+        "telemetry-floating-image",
+        lambda r: r["telemetry"]["fabricExporter"].update(image="registry.example/daemons:latest"),
+        "telemetry.fabricExporter.image",
+        "latest",
+    ),
     ("quota-over-capacity", _set("queues.pretraining.quota.h100", 640), "queues.pretraining.quota.h100", "exceeds"),
     (
         "quota-unknown-flavor",

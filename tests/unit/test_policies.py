@@ -23,6 +23,7 @@ from pulumi_policy.policy import _NotApplicableError
 
 from components.cluster import GpuCluster, GpuClusterArgs
 from components.config import load_stack_file
+from components.telemetry import DCGM_COUNTERS_CONFIGMAP, DCGM_COUNTERS_KEY, counters_csv
 from policies import ALL_POLICIES
 from policies.descheduler import descheduler_bounded
 from policies.images import image_problem, images_pinned
@@ -32,6 +33,7 @@ from policies.secrets import no_secrets_in_clear
 from policies.security import no_privileged_or_host_path
 from policies.storage import checkpoint_claims_rwx
 from policies.taints import burst_taint_never_noexecute
+from policies.telemetry import dcgm_counters_complete
 from tests.pulumi_harness import Graph, deploy
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -298,6 +300,26 @@ def test_no_secrets_in_clear() -> None:
     assert check_resource(no_secrets_in_clear, DEPLOY, ref) == []
 
 
+# --- DCGM counters ----------------------------------------------------------------------------------------------
+
+
+def _counters(text: str) -> dict[str, Any]:
+    return {
+        "metadata": {"name": DCGM_COUNTERS_CONFIGMAP, "namespace": "gpu-telemetry"},
+        "data": {DCGM_COUNTERS_KEY: text},
+    }
+
+
+def test_dcgm_counters_keep_the_alert_fields() -> None:
+    assert check_resource(dcgm_counters_complete, CM, _counters(counters_csv())) == []
+    without_temp = "\n".join(line for line in counters_csv().splitlines() if "DCGM_FI_DEV_GPU_TEMP" not in line)
+    (violation,) = check_resource(dcgm_counters_complete, CM, _counters(without_temp))
+    assert "drops fields the alerts and dashboard need: ['DCGM_FI_DEV_GPU_TEMP']" in violation
+    (violation,) = check_resource(dcgm_counters_complete, CM, _counters("DCGM_FI_DEV_GPU_TEMP gauge\n"))
+    assert "line 1: expected" in violation
+    assert check_resource(dcgm_counters_complete, CM, {"metadata": {"name": "other"}, "data": {}}) == NA
+
+
 # --- the real program -------------------------------------------------------------------------------------------
 
 
@@ -326,5 +348,5 @@ def test_the_real_stacks_pass_every_policy(stack: str) -> None:
 
 def test_the_pack_is_mandatory_by_default() -> None:
     names = [p.name for p in ALL_POLICIES]
-    assert len(names) == len(set(names)) >= 9
+    assert len(names) == len(set(names)) >= 10
     assert all(p.enforcement_level.value == "mandatory" for p in ALL_POLICIES)
