@@ -351,6 +351,7 @@ _SECTIONS: dict[str, tuple[TypeAdapter[Any], Any]] = {
     "telemetry": (_adapter(TelemetrySettings), {}),
 }
 
+
 def _loc_to_path(section: str, loc: Iterable[int | str]) -> str:
     path = section
     for part in loc:
