@@ -156,8 +156,8 @@ def offline_without_mirror(source: ChartSource, version: str) -> bool:
 
     A component may then leave the chart out (and say so) rather than fail a whole offline preview.
     """
-    return bool(os.environ.get(OFFLINE_ENV)) and source.kind in ("oci", "repo") and not offline_equivalent(
-        source, version
+    return (
+        bool(os.environ.get(OFFLINE_ENV)) and source.kind in ("oci", "repo") and not offline_equivalent(source, version)
     )
 
 
