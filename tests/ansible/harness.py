@@ -20,6 +20,7 @@ ANSIBLE_DIR = REPO / "ansible"
 ROLES_DIR = ANSIBLE_DIR / "roles"
 SHIMS = REPO / "tests" / "fixtures" / "ansible" / "shims"
 VENV_BIN = Path(sys.executable).parent
+MODULE_PYTHON = "/usr/bin/python3" if Path("/usr/bin/python3").exists() else sys.executable
 
 IB_COUNTERS = ("symbol_error", "link_downed", "link_error_recovery", "port_rcv_errors")
 HCAS = [f"mlx5_{i}" for i in range(8)]
@@ -82,7 +83,8 @@ def seed_node(root: Path, name: str, knobs: dict[str, Any] | None = None) -> dic
         state.unlink()
     return {
         "ansible_connection": "local",
-        "ansible_python_interpreter": sys.executable,
+        # Modules need only the standard library; the system interpreter starts faster than the venv's.
+        "ansible_python_interpreter": MODULE_PYTHON,
         "acceptance_environment": {
             "PATH": f"{SHIMS}:{VENV_BIN}:{os.environ.get('PATH', '/usr/bin:/bin')}",
             "GPUCLUSTER_SHIM_KNOBS": str(knob_file),
