@@ -6,7 +6,7 @@
 // the handshake, plugin info, the required-packages query (answered with none: the providers are found on
 // PATH and loaded when the program registers resources) and Run, which starts the Python SDK's own
 // `pulumi-language-python-exec` (installed next to this binary by tools/build.sh) with the interpreter of
-// the project's virtual environment. Code generation, `pulumi new` templates, dependency installation and
+// the project's virtual environment, and RunPlugin, which runs a Python policy pack the same way. Code generation, `pulumi new` templates, dependency installation and
 // Python plugins are not supported and answer with a clear error.
 //
 // The interpreter is chosen as upstream does for the plain pip toolchain: runtime option `virtualenv` in
@@ -199,6 +199,42 @@ func (h *host) Run(ctx context.Context, req *pulumirpc.RunRequest) (*pulumirpc.R
 		}, nil
 	}
 	return &pulumirpc.RunResponse{}, nil
+}
+
+// RunPlugin runs a Python plugin — for this project, the CrossGuard policy pack of `pulumi preview
+// --policy-pack policies`: `python <plugin dir> <args...>` with the interpreter of the plugin's own runtime
+// options (policies/PulumiPolicy.yaml names the project's virtual environment), its output streamed back to
+// the engine and its exit code reported as upstream's host does.
+func (h *host) RunPlugin(
+	req *pulumirpc.RunPluginRequest, server grpc.ServerStreamingServer[pulumirpc.RunPluginResponse],
+) error {
+	py, extraEnv, err := python(req.GetInfo())
+	if err != nil {
+		return err
+	}
+	args := append([]string{req.GetInfo().GetProgramDirectory()}, req.GetArgs()...)
+	closer, stdout, stderr, err := rpcutil.MakeRunPluginStreams(server, false)
+	if err != nil {
+		return err
+	}
+	defer closer.Close()
+
+	cmd := exec.CommandContext(server.Context(), py, args...) //nolint:gosec // the plugin dir comes from the engine
+	cmd.Dir = req.GetPwd()
+	cmd.Env = append(append(os.Environ(), req.GetEnv()...), extraEnv...)
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	if err := cmd.Run(); err != nil {
+		var exitErr *exec.ExitError
+		if errors.As(err, &exitErr) {
+			if ws, ok := exitErr.Sys().(syscall.WaitStatus); ok {
+				return server.Send(&pulumirpc.RunPluginResponse{
+					Output: &pulumirpc.RunPluginResponse_Exitcode{Exitcode: int32(ws.ExitStatus())},
+				})
+			}
+		}
+		return fmt.Errorf("running the Python plugin in %s: %w", req.GetInfo().GetProgramDirectory(), err)
+	}
+	return closer.Close()
 }
 
 func main() {
