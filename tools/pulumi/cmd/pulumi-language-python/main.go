@@ -6,8 +6,9 @@
 // the handshake, plugin info, the required-packages query (answered with none: the providers are found on
 // PATH and loaded when the program registers resources) and Run, which starts the Python SDK's own
 // `pulumi-language-python-exec` (installed next to this binary by tools/build.sh) with the interpreter of
-// the project's virtual environment, and RunPlugin, which runs a Python policy pack the same way. Code generation, `pulumi new` templates, dependency installation and
-// Python plugins are not supported and answer with a clear error.
+// the project's virtual environment, and RunPlugin, which runs a Python policy pack the same way. Code
+// generation, `pulumi new` templates and dependency installation are not supported and answer with a clear
+// error.
 //
 // The interpreter is chosen as upstream does for the plain pip toolchain: runtime option `virtualenv` in
 // Pulumi.yaml (relative to the project root), else $PULUMI_PYTHON_CMD, else python3 on PATH.
