@@ -38,6 +38,9 @@ lint-ansible: $(STAMP)
 check-stacks: $(STAMP) ## validate every stack file offline
 	@for f in stacks/Pulumi.*.yaml; do $(PY) -m components.config check $$f || exit 1; done
 
+policy: tools venv ## the real engine previews every stack with the policy pack (local against the sim)
+	@bash policies/preview-stacks.sh $(STACKS)
+
 debian-deps: ## install the Debian packages the tests use (promtool/prometheus, node_exporter), if missing
 	@bash tools/install-debian-deps.sh
 
