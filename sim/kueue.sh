@@ -25,7 +25,6 @@ LOG_FILE="$KUEUE_STATE/kueue.log"
 CONFIG_FILE="$KUEUE_STATE/config.yaml"
 HEALTH_ADDR="${GPUCLUSTER_KUEUE_HEALTH:-127.0.0.1:18081}"
 METRICS_ADDR="${GPUCLUSTER_KUEUE_METRICS:-127.0.0.1:18443}"
-VISIBILITY_PORT="${GPUCLUSTER_KUEUE_VISIBILITY_PORT:-18082}"
 METRICS_CERTS=/etc/kueue/metrics/certs
 METRICS_MARK="$METRICS_CERTS/.installed-by-gpucluster"
 
@@ -114,8 +113,7 @@ cmd_start() {
   install_metrics_cert
   step "starting the Kueue controller (config $CONFIG_FILE, log $LOG_FILE)"
   # setsid: the controller outlives the make that started it; it is stopped by pid (kueue.sh stop).
-  setsid kueue --config "$CONFIG_FILE" --visibility-server-port "$VISIBILITY_PORT" --zap-log-level=2 \
-    >>"$LOG_FILE" 2>&1 </dev/null &
+  setsid kueue --config "$CONFIG_FILE" --zap-log-level=2 >>"$LOG_FILE" 2>&1 </dev/null &
   echo $! >"$PID_FILE"
   local t0=$SECONDS
   until kueue_ready; do

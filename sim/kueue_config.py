@@ -7,8 +7,10 @@ rather than in a pod:
 
 * ``webhook.host``/``webhook.port``: the host and port of the stack's ``kueue.localWebhooks.url`` (what the
   webhook configurations call), ``webhook.certDir``: the directory with ``tls.crt``/``tls.key`` for it;
-* ``health.healthProbeBindAddress``, ``metrics.bindAddress`` and ``visibilityServer.bindAddress``: loopback
-  ports (``--health``, ``--metrics``), so nothing else on the machine is reached and nothing is exposed;
+* ``health.healthProbeBindAddress`` and ``metrics.bindAddress``: loopback ports (``--health``, ``--metrics``),
+  so nothing else on the machine is reached and nothing is exposed;
+* ``featureGates.VisibilityOnDemand: false``: the visibility API server needs its certificate at the fixed
+  path /visibility and would be reached through an APIService whose Service has no backend here;
 * ``leaderElection.resourceNamespace``, when leader election is on and it is unset: Kueue's namespace (in a
   pod the lease goes to the pod's namespace; a process outside the cluster has to be told).
 
@@ -41,8 +43,8 @@ LOCAL_KEYS = (
     "webhook.certDir",
     "health.healthProbeBindAddress",
     "metrics.bindAddress",
-    "visibilityServer.bindAddress",
     "leaderElection.resourceNamespace",
+    "featureGates.VisibilityOnDemand",
 )
 
 
@@ -84,7 +86,7 @@ def local_config(
     config["webhook"] = webhook
     config["health"] = {**(config.get("health") or {}), "healthProbeBindAddress": health}
     config["metrics"] = {**(config.get("metrics") or {}), "bindAddress": metrics}
-    config["visibilityServer"] = {**(config.get("visibilityServer") or {}), "bindAddress": "127.0.0.1"}
+    config["featureGates"] = {**(config.get("featureGates") or {}), "VisibilityOnDemand": False}
     election = config.get("leaderElection")
     if isinstance(election, dict) and election.get("leaderElect") and not election.get("resourceNamespace"):
         # In a pod the lease goes to the pod's namespace; outside one it must be named.

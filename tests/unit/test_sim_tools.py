@@ -118,7 +118,7 @@ def test_only_listeners_and_cert_dir_change() -> None:
     assert local["metrics"]["bindAddress"] == "127.0.0.1:18443"
     changed = kueue_config.changed_keys(DEPLOYED, local)
     assert set(changed) <= set(kueue_config.LOCAL_KEYS)
-    assert {"webhook.port", "webhook.certDir", "metrics.bindAddress"} <= set(changed)
+    assert {"webhook.port", "webhook.certDir", "metrics.bindAddress", "featureGates.VisibilityOnDemand"} <= set(changed)
     assert local["waitForPodsReady"] == DEPLOYED["waitForPodsReady"]
     assert DEPLOYED["webhook"] == {"port": 9443}, "the deployed config must not be modified in place"
 
