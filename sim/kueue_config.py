@@ -11,8 +11,8 @@ rather than in a pod:
   so nothing else on the machine is reached and nothing is exposed;
 * ``featureGates.VisibilityOnDemand: false``: the visibility API server needs its certificate at the fixed
   path /visibility and would be reached through an APIService whose Service has no backend here;
-* ``leaderElection.resourceNamespace``, when leader election is on and it is unset: Kueue's namespace (in a
-  pod the lease goes to the pod's namespace; a process outside the cluster has to be told).
+* ``leaderElection.leaderElect: false``: there is one local process, and on a starved machine a missed lease
+  renewal would make it exit (in a pod, Kubernetes would restart it; nothing restarts this one).
 
 Every other setting (queueing, waitForPodsReady, integrations, resources, leader election, internal
 certificate management ...) is the deployed one; ``--diff`` prints the changed keys on stderr. A ConfigMap
@@ -35,7 +35,6 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG_KEY = "controller_manager_config.yaml"
-DEFAULT_NAMESPACE = "kueue-system"
 #: The only settings the local process may differ in from the deployed Configuration.
 LOCAL_KEYS = (
     "webhook.host",
@@ -43,7 +42,7 @@ LOCAL_KEYS = (
     "webhook.certDir",
     "health.healthProbeBindAddress",
     "metrics.bindAddress",
-    "leaderElection.resourceNamespace",
+    "leaderElection.leaderElect",
     "featureGates.VisibilityOnDemand",
 )
 
@@ -87,10 +86,9 @@ def local_config(
     config["health"] = {**(config.get("health") or {}), "healthProbeBindAddress": health}
     config["metrics"] = {**(config.get("metrics") or {}), "bindAddress": metrics}
     config["featureGates"] = {**(config.get("featureGates") or {}), "VisibilityOnDemand": False}
-    election = config.get("leaderElection")
-    if isinstance(election, dict) and election.get("leaderElect") and not election.get("resourceNamespace"):
-        # In a pod the lease goes to the pod's namespace; outside one it must be named.
-        config["leaderElection"] = {**election, "resourceNamespace": config.get("namespace") or DEFAULT_NAMESPACE}
+    if isinstance(config.get("leaderElection"), dict):
+        # One local process: no lease to hold, and on a starved machine a missed renewal would stop it.
+        config["leaderElection"] = {**config["leaderElection"], "leaderElect": False}
     return config
 
 

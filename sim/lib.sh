@@ -47,6 +47,18 @@ sim_answers() {
     kubectl --kubeconfig "$KUBECONFIG_FILE" --request-timeout=5s get --raw /readyz >/dev/null 2>&1
 }
 
+# sim_components_dead: the names of the cluster's components whose process is gone (empty when all run).
+sim_components_dead() {
+  local f dead=()
+  for f in "$CLUSTER_DIR"/pids/*.pid; do
+    [[ -e "$f" ]] || continue
+    pid_alive "$f" || dead+=("$(basename "$f" .pid)")
+  done
+  echo "${dead[*]}"
+}
+
+sim_components_alive() { [[ -d "$CLUSTER_DIR/pids" && -z "$(sim_components_dead)" ]]; }
+
 # pid_alive FILE: the process whose id FILE holds is running.
 pid_alive() {
   local pid

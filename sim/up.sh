@@ -7,8 +7,9 @@
 # kwok manages only nodes annotated kwok.x-k8s.io/node=fake, so a node run by something else (a virtual node)
 # can join the cluster and is left alone.
 #
-# Idempotent: a cluster that is up is reported and its nodes reconciled; one that exists but is stopped is
-# started again. State: .state/sim (kubeconfig, kwokctl workdir with logs under kwok/clusters/<name>/logs).
+# Idempotent: a cluster that is up is reported and its nodes reconciled; one that exists but is stopped, or lost
+# a component, is (re)started. The controller manager and scheduler run without leader election: there is one
+# of each, and on a starved machine a missed lease renewal would otherwise make them exit. State: .state/sim (kubeconfig, kwokctl workdir with logs under kwok/clusters/<name>/logs).
 #
 # Environment: GPUCLUSTER_SIM_NAME (cluster name, default gpucluster), GPUCLUSTER_SIM_STACK (stack file,
 # default stacks/Pulumi.local.yaml), GPUCLUSTER_CACHE (tool cache root, see tools/bin-dir.sh).
@@ -34,8 +35,12 @@ print("; ".join(f"{f}: {c[0]} nodes x {c[1]} GPUs" for f, c in counts.items()))'
 mkdir -p "$SIM_STATE"
 start=$SECONDS
 if sim_exists; then
-  if sim_answers; then
+  if sim_answers && sim_components_alive; then
     step "cluster '$NAME' is already up (kubeconfig $KUBECONFIG_FILE)"
+  elif sim_answers; then
+    step "cluster '$NAME' lost component(s): $(sim_components_dead); restarting its control plane"
+    kwokctl stop cluster --name "$NAME" >/dev/null 2>&1 || true
+    kwokctl start cluster --name "$NAME" --wait 3m || die "kwokctl could not start cluster '$NAME' (logs: $CLUSTER_DIR/logs)"
   else
     step "cluster '$NAME' exists but its API server does not answer: starting it"
     kwokctl start cluster --name "$NAME" --wait 3m || die "kwokctl could not start cluster '$NAME' (logs: $CLUSTER_DIR/logs)"
@@ -55,6 +60,8 @@ else
     --kwok-controller-binary "$BIN/kwok" \
     --extra-args "kwok-controller=manage-all-nodes=false" \
     --extra-args "kwok-controller=manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake" \
+    --extra-args "kube-controller-manager=leader-elect=false" \
+    --extra-args "kube-scheduler=leader-elect=false" \
     --wait 3m; then
     die "kwokctl could not create cluster '$NAME'; logs: $CLUSTER_DIR/logs (make sim-down removes the remains)"
   fi
@@ -63,7 +70,7 @@ fi
 export KUBECONFIG="$KUBECONFIG_FILE"
 
 step "waiting for the API server to accept objects"
-for _ in $(seq 1 90); do
+for _ in $(seq 1 180); do
   kubectl get serviceaccount default >/dev/null 2>&1 && break
   sleep 1
 done

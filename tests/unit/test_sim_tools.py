@@ -123,14 +123,13 @@ def test_only_listeners_and_cert_dir_change() -> None:
     assert DEPLOYED["webhook"] == {"port": 9443}, "the deployed config must not be modified in place"
 
 
-def test_leader_election_gets_kueue_namespace_only_when_unset() -> None:
+def test_leader_election_is_off_for_the_single_local_process() -> None:
     kw = {"webhook_url": "https://127.0.0.1:1", "cert_dir": Path("/c"), "health": "h", "metrics": "m"}
-    on = {**DEPLOYED, "leaderElection": {"leaderElect": True}}
-    assert kueue_config.local_config(on, **kw)["leaderElection"]["resourceNamespace"] == "kueue-system"
-    named = {**DEPLOYED, "namespace": "q", "leaderElection": {"leaderElect": True, "resourceNamespace": "x"}}
-    assert kueue_config.local_config(named, **kw)["leaderElection"]["resourceNamespace"] == "x"
-    off = {**DEPLOYED, "leaderElection": {"leaderElect": False}}
-    assert "resourceNamespace" not in kueue_config.local_config(off, **kw)["leaderElection"]
+    on = {**DEPLOYED, "leaderElection": {"leaderElect": True, "resourceName": "c1f6bfd2.kueue.x-k8s.io"}}
+    local = kueue_config.local_config(on, **kw)
+    assert local["leaderElection"] == {"leaderElect": False, "resourceName": "c1f6bfd2.kueue.x-k8s.io"}
+    assert kueue_config.changed_keys(on, local) == sorted(kueue_config.changed_keys(on, local))
+    assert "leaderElection.leaderElect" in kueue_config.changed_keys(on, local)
 
 
 def test_configmap_round_trip() -> None:
