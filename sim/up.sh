@@ -42,7 +42,8 @@ if sim_exists; then
     kwokctl stop cluster --name "$NAME" >/dev/null 2>&1 || true
     kwokctl start cluster --name "$NAME" --wait 3m || die "kwokctl could not start cluster '$NAME' (logs: $CLUSTER_DIR/logs)"
   else
-    step "cluster '$NAME' exists but its API server does not answer: starting it"
+    step "cluster '$NAME' exists but its API server does not answer: (re)starting its control plane"
+    kwokctl stop cluster --name "$NAME" >/dev/null 2>&1 || true
     kwokctl start cluster --name "$NAME" --wait 3m || die "kwokctl could not start cluster '$NAME' (logs: $CLUSTER_DIR/logs)"
   fi
 else
