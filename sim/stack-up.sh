@@ -38,6 +38,15 @@ pulumi stack select --create --non-interactive "$STACK_NAME" || die "cannot sele
 up_args=(--stack "$STACK_NAME" --yes --non-interactive --suppress-progress --diff=false)
 [[ "${GPUCLUSTER_UP_SKIP_PREVIEW:-0}" == 1 ]] && up_args+=(--skip-preview)
 
+# pulumi_up ARGS...: one update, retried once: on a starved machine the API server can time out a request
+# (e.g. the OpenAPI schema fetch) that succeeds a moment later; a second failure is reported.
+pulumi_up() {
+  pulumi up "${up_args[@]}" "$@" && return 0
+  warn "pulumi up failed; retrying once in 10s (a real problem fails again and stops here)"
+  sleep 10
+  pulumi up "${up_args[@]}" "$@"
+}
+
 kueue_configmap_exists() {
   kubectl --kubeconfig "$KUBECONFIG_FILE" get configmap -A -l app.kubernetes.io/name=kueue -o name 2>/dev/null |
     grep -q -- '-manager-config$'
@@ -47,13 +56,13 @@ if pid_alive "$KUEUE_STATE/kueue.pid" || kueue_configmap_exists; then
   "$ROOT/sim/kueue.sh" start
 else
   step "fresh cluster: first update without the Kueue objects (their webhooks need the controller running)"
-  pulumi up "${up_args[@]}" --exclude '**kubernetes:kueue.x-k8s.io/**' --exclude-dependents ||
+  pulumi_up --exclude '**kubernetes:kueue.x-k8s.io/**' --exclude-dependents ||
     die "pulumi up (without the Kueue objects) failed"
   "$ROOT/sim/kueue.sh" start
 fi
 
 step "pulumi up --stack $STACK_NAME"
-pulumi up "${up_args[@]}" || die "pulumi up failed (the engine's message is above)"
+pulumi_up || die "pulumi up failed twice (the engine's message is above)"
 # The update may have changed Kueue's Configuration: restart the controller if so.
 "$ROOT/sim/kueue.sh" start
 
