@@ -52,10 +52,11 @@ kueue_configmap_exists() {
     grep -q -- '-manager-config$'
 }
 
-if pid_alive "$KUEUE_STATE/kueue.pid" || kueue_configmap_exists; then
-  "$ROOT/sim/kueue.sh" start
+if (pid_alive "$KUEUE_STATE/kueue.pid" || kueue_configmap_exists) && "$ROOT/sim/kueue.sh" start; then
+  : # the controller serves the webhooks the update will call
 else
-  step "fresh cluster: first update without the Kueue objects (their webhooks need the controller running)"
+  # A fresh cluster, or one where an earlier update stopped before the chart was complete.
+  step "first update without the Kueue objects (their webhooks need the controller, which needs the chart)"
   pulumi_up --exclude '**kubernetes:kueue.x-k8s.io/**' --exclude-dependents ||
     die "pulumi up (without the Kueue objects) failed"
   "$ROOT/sim/kueue.sh" start
