@@ -26,11 +26,11 @@ from typing import Annotated, Any, Literal
 import pulumi
 import yaml
 from pulumi.runtime import config as runtime_config
-from pydantic import AfterValidator, Field, TypeAdapter, ValidationError, field_validator, model_validator
+from pydantic import Field, TypeAdapter, ValidationError, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
 from components.charts import ChartSource
-from components.model import ConfigModel
+from components.model import ConfigModel, DnsLabel, Duration, SemVer, check_labels, check_qualified_name
 from components.telemetry.settings import TelemetrySettings
 
 PROJECT = "gpucluster"
@@ -40,40 +40,7 @@ KUEUE_CHART_VERSION = "0.17.0"
 #: Largest value a user-defined Kubernetes PriorityClass may take (bigger values are reserved for the system).
 MAX_USER_PRIORITY = 1_000_000_000
 
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_DURATION = re.compile(r"^(\d+(\.\d+)?(ns|us|ms|s|m|h))+$")
-_SEMVER = re.compile(r"^\d+\.\d+\.\d+(?:[-+][0-9A-Za-z.-]+)?$")
-
-
-def _dns_label(v: str) -> str:
-    if len(v) > 63 or not _DNS_LABEL.match(v):
-        raise ValueError(f"{v!r} is not a DNS label (lower-case letters, digits and '-', at most 63)")
-    return v
-
-
-def _duration(v: str) -> str:
-    if not _DURATION.match(v):
-        raise ValueError(f"{v!r} is not a duration such as 90s, 5m or 1h30m")
-    return v
-
-
-def _semver(v: str) -> str:
-    if not _SEMVER.match(v):
-        raise ValueError(f"{v!r} is not an exact version such as 1.2.3 (ranges are not pins)")
-    return v
-
-
-DnsLabel = Annotated[str, AfterValidator(_dns_label)]
-Duration = Annotated[str, AfterValidator(_duration)]
-SemVer = Annotated[str, AfterValidator(_semver)]
-_QUALIFIED_NAME = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 _QUANTITY = re.compile(r"^\d+(\.\d+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$")
-
-
-def _check_qualified_name(value: str, what: str) -> str:
-    if len(value) > 316 or not _QUALIFIED_NAME.match(value):
-        raise ValueError(f"{what} {value!r} is not a valid Kubernetes qualified name (prefix/name)")
-    return value
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -90,7 +57,7 @@ class Toleration(ConfigModel):
     @field_validator("key")
     @classmethod
     def _key(cls, v: str) -> str:
-        return _check_qualified_name(v, "toleration key")
+        return check_qualified_name(v, "toleration key")
 
     @model_validator(mode="after")
     def _exists_has_no_value(self) -> Toleration:
@@ -120,16 +87,12 @@ class GpuFlavor(ConfigModel):
     @field_validator("node_labels")
     @classmethod
     def _labels(cls, v: dict[str, str]) -> dict[str, str]:
-        for key, value in v.items():
-            _check_qualified_name(key, "label key")
-            if len(value) > 63 or not re.match(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$", value):
-                raise ValueError(f"label value {value!r} of {key!r} is not a valid Kubernetes label value")
-        return v
+        return check_labels(v)
 
     @field_validator("gpu_resource")
     @classmethod
     def _resource(cls, v: str) -> str:
-        return _check_qualified_name(v, "resource name")
+        return check_qualified_name(v, "resource name")
 
     @property
     def capacity(self) -> int:
@@ -559,7 +522,7 @@ def _semantic_issues(v: Mapping[str, Any]) -> list[ConfigIssue]:
     burst_key = v.get("burstTaintKey")
     if isinstance(burst_key, str):
         try:
-            _check_qualified_name(burst_key, "taint key")
+            check_qualified_name(burst_key, "taint key")
         except ValueError as exc:
             add(ConfigIssue("burstTaintKey", burst_key, str(exc)))
     return issues

@@ -1,8 +1,11 @@
-"""The base every stack-config section derives from."""
+"""The base every stack-config section derives from, and the Kubernetes name rules they share."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+import re
+from typing import Annotated
+
+from pydantic import AfterValidator, BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
 
 
@@ -16,3 +19,48 @@ class ConfigModel(BaseModel):
         frozen=True,
         str_strip_whitespace=True,
     )
+
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_QUALIFIED_NAME = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
+_DURATION = re.compile(r"^(\d+(\.\d+)?(ns|us|ms|s|m|h))+$")
+_SEMVER = re.compile(r"^\d+\.\d+\.\d+(?:[-+][0-9A-Za-z.-]+)?$")
+
+
+def check_dns_label(v: str) -> str:
+    if len(v) > 63 or not _DNS_LABEL.match(v):
+        raise ValueError(f"{v!r} is not a DNS label (lower-case letters, digits and '-', at most 63)")
+    return v
+
+
+def check_qualified_name(value: str, what: str) -> str:
+    """A label key, taint key or extended resource name: an optional DNS prefix and a name."""
+    if len(value) > 316 or not _QUALIFIED_NAME.match(value):
+        raise ValueError(f"{what} {value!r} is not a valid Kubernetes qualified name (prefix/name)")
+    return value
+
+
+def check_labels(labels: dict[str, str]) -> dict[str, str]:
+    for key, value in labels.items():
+        check_qualified_name(key, "label key")
+        if len(value) > 63 or not _LABEL_VALUE.match(value):
+            raise ValueError(f"label value {value!r} of {key!r} is not a valid Kubernetes label value")
+    return labels
+
+
+def check_duration(v: str) -> str:
+    if not _DURATION.match(v):
+        raise ValueError(f"{v!r} is not a duration such as 90s, 5m or 1h30m")
+    return v
+
+
+def check_semver(v: str) -> str:
+    if not _SEMVER.match(v):
+        raise ValueError(f"{v!r} is not an exact version such as 1.2.3 (ranges are not pins)")
+    return v
+
+
+DnsLabel = Annotated[str, AfterValidator(check_dns_label)]
+Duration = Annotated[str, AfterValidator(check_duration)]
+SemVer = Annotated[str, AfterValidator(check_semver)]

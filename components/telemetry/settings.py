@@ -27,7 +27,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from components.charts import ChartSource
-from components.model import ConfigModel
+from components.model import ConfigModel, check_dns_label, check_labels
 
 STACK_KEY = "gpucluster:telemetry"
 #: Hard ceiling for the GPU temperature alert: the quarantine signal must never be configured later than this.
@@ -36,7 +36,6 @@ DEFAULT_DCGM_CHART_VERSION = "4.2.3"
 DEFAULT_DCGM_IMAGE_TAG = "4.2.3-4.1.3-ubuntu22.04"
 DEFAULT_DCGM_CHART_REPO = "https://nvidia.github.io/dcgm-exporter/helm-charts"
 
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DURATION = re.compile(r"^(\d+(ms|s|m|h))+$")
 _SEMVER = re.compile(r"^v?\d+\.\d+\.\d+(?:[-+][0-9A-Za-z.-]+)?$")
 _IMAGE = re.compile(
@@ -45,14 +44,6 @@ _IMAGE = re.compile(
     r"(?:@(?P<digest>sha256:[a-f0-9]{64}))?$"
 )
 _TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
-_LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
-_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
-
-
-def _dns_label(v: str) -> str:
-    if len(v) > 63 or not _DNS_LABEL.match(v):
-        raise ValueError(f"{v!r} is not a DNS label (lower-case letters, digits and '-', at most 63)")
-    return v
 
 
 def check_image(ref: str) -> str:
@@ -181,18 +172,14 @@ class TelemetrySettings(ConfigModel):
     @field_validator("namespace", "grafana_dashboard_namespace")
     @classmethod
     def _ns(cls, v: str | None) -> str | None:
-        return None if v is None else _dns_label(v)
+        return None if v is None else check_dns_label(v)
 
     @field_validator("gpu_node_selector")
     @classmethod
     def _selector(cls, v: dict[str, str]) -> dict[str, str]:
         if not v:
             raise ValueError("must select GPU nodes: give at least one label")
-        for key, value in v.items():
-            if len(key) > 316 or not _LABEL_KEY.match(key):
-                raise ValueError(f"label key {key!r} is not a valid Kubernetes label key")
-            if len(value) > 63 or not _LABEL_VALUE.match(value):
-                raise ValueError(f"label value {value!r} of {key!r} is not a valid Kubernetes label value")
+        check_labels(v)
         return v
 
     @model_validator(mode="after")
