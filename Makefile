@@ -44,7 +44,7 @@ policy: tools venv ## the real engine previews every stack with the policy pack 
 debian-deps: ## install the Debian packages the tests use (promtool/prometheus, node_exporter), if missing
 	@bash tools/install-debian-deps.sh
 
-test: lint debian-deps ## the test command: lint, then every test (unit, Ansible, integration)
+test: lint debian-deps tools ## the test command: lint, then every test (unit, Ansible, telemetry, integration)
 	$(PY) -m pytest
 
 unit: $(STAMP) ## unit tests only (no simulated cluster)
