@@ -9,7 +9,8 @@
 #
 # Charts come from the stack's own sources (OCI registry / chart repository for prod). Where those are out of
 # reach, CHARTS=gomodule reads the Kueue and descheduler charts from their Go modules at the stack's chart
-# versions instead; those copies are the projects' source trees, not the published packages (Kueue's points
+# versions instead (GPUCLUSTER_OFFLINE_CHARTS; NVIDIA's dcgm-exporter chart, which no module carries, is left
+# out); those copies are the projects' source trees, not the published packages (Kueue's points
 # at its staging image, the descheduler module v0.36.0 carries chart 0.35.0), so that output is for review,
 # not for GitOps.
 #
@@ -58,19 +59,15 @@ Path(work, "Pulumi.yaml").write_text(yaml.safe_dump(project, sort_keys=False))
 doc = yaml.safe_load(Path(src).read_text())
 cfg = doc["config"]
 cfg["kubernetes:renderYamlToDirectory"] = out
-if charts == "gomodule":
-    modules = {"kueue": ("sigs.k8s.io/kueue", "charts/kueue", "0.17.0"),
-               "descheduler": ("sigs.k8s.io/descheduler", "charts/descheduler", "0.36.0")}
-    for key, (module, path, default) in modules.items():
-        section = cfg.setdefault(f"gpucluster:{key}", {}) or {}
-        version = section.get("chartVersion", default)
-        section["chart"] = {"goModule": {"module": module, "version": f"v{version}", "path": path}}
-        cfg[f"gpucluster:{key}"] = section
 Path(work, "stacks", f"Pulumi.{stack}.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
 PYEOF
 
-[[ "$CHARTS" == gomodule ]] &&
+if [[ "$CHARTS" == gomodule ]]; then
+  # components/charts.py maps each registry chart to the Go module carrying it; a chart no module carries
+  # (NVIDIA's dcgm-exporter) is left out with a warning.
+  export GPUCLUSTER_OFFLINE_CHARTS=1
   warn "CHARTS=gomodule: Kueue and descheduler charts from their Go modules, not the published packages"
+fi
 
 export PULUMI_SKIP_UPDATE_CHECK=1 PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION=1
 export PULUMI_HOME="$WORK/pulumi-home" PULUMI_BACKEND_URL="file://$WORK/state"
