@@ -166,8 +166,6 @@ class KueueSettings(ConfigModel):
     chart: ChartSource = ChartSource(oci="oci://registry.k8s.io/kueue/charts/kueue")
     namespace: DnsLabel = "kueue-system"
     wait_for_pods_ready: WaitForPodsReady = WaitForPodsReady()
-    #: The controller Deployment is not run in-cluster (the simulated cluster runs Kueue as a local process).
-    controller_in_cluster: bool = True
     local_webhooks: LocalWebhooks | None = None
     extra_values: dict[str, Any] = {}
 
