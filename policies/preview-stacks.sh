@@ -3,8 +3,8 @@
 #
 #   local   against the simulated cluster and its state (run `make up` first; skipped, and said so, when the
 #           cluster is not up)
-#   others  offline: the Kubernetes provider renders instead of contacting a cluster (GPUCLUSTER_RENDER_DIR)
-#           and registry charts are read from the Go modules that carry them (GPUCLUSTER_OFFLINE_CHARTS), in a
+#   others  offline: the Kubernetes provider renders instead of contacting a cluster
+#           (kubernetes:renderYamlToDirectory) and registry charts are read from the Go modules that carry them (GPUCLUSTER_OFFLINE_CHARTS), in a
 #           scratch project under .state/policy/<stack>, so the stack file is never touched
 #
 # Usage: policies/preview-stacks.sh [STACK | FILE ...]   (no names: every stacks/Pulumi.*.yaml; a FILE is a
@@ -57,25 +57,27 @@ for stack in "${stacks[@]}"; do
   work="$STATE/policy/$stack"
   rm -rf "$work"
   mkdir -p "$work/stacks" "$work/state" "$work/rendered"
-  "$PY" - "$ROOT" "$work" "$src" "$stack" <<'PYEOF'
+  "$PY" - "$ROOT" "$work" "$src" "$stack" "$work/rendered" <<'PYEOF'
 import sys
 from pathlib import Path
 
 import yaml
 
-root, work, src, stack = sys.argv[1:]
+root, work, src, stack, rendered = sys.argv[1:]
 project = yaml.safe_load(Path(root, "Pulumi.yaml").read_text())
 project["main"] = root
 project["runtime"] = {"name": "python", "options": {"virtualenv": str(Path(root, ".venv"))}}
 Path(work, "Pulumi.yaml").write_text(yaml.safe_dump(project, sort_keys=False))
-Path(work, "stacks", f"Pulumi.{stack}.yaml").write_text(Path(src).read_text())
+doc = yaml.safe_load(Path(src).read_text())
+doc["config"]["kubernetes:renderYamlToDirectory"] = rendered
+Path(work, "stacks", f"Pulumi.{stack}.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
 PYEOF
   (
     export PULUMI_SKIP_UPDATE_CHECK=1 PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION=1
     export PULUMI_HOME="$work/pulumi-home" PULUMI_BACKEND_URL="file://$work/state"
     # A throwaway state of a preview holds no secret; the passphrase only seals it.
     export PULUMI_CONFIG_PASSPHRASE="policy-$stack"
-    export GPUCLUSTER_RENDER_DIR="$work/rendered" GPUCLUSTER_OFFLINE_CHARTS=1
+    export GPUCLUSTER_OFFLINE_CHARTS=1
     cd "$work"
     pulumi login --non-interactive "$PULUMI_BACKEND_URL" >/dev/null
     pulumi stack init --non-interactive "$stack" >/dev/null
