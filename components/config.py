@@ -26,11 +26,19 @@ from typing import Annotated, Any, Literal
 import pulumi
 import yaml
 from pulumi.runtime import config as runtime_config
-from pydantic import Field, TypeAdapter, ValidationError, field_validator, model_validator
+from pydantic import Field, TypeAdapter, ValidationError, field_validator
 from pydantic.alias_generators import to_camel
 
 from components.charts import ChartSource
-from components.model import ConfigModel, DnsLabel, Duration, SemVer, check_labels, check_qualified_name
+from components.model import (
+    ConfigModel,
+    DnsLabel,
+    Duration,
+    SemVer,
+    Toleration,
+    check_labels,
+    check_qualified_name,
+)
 from components.telemetry.settings import TelemetrySettings
 
 PROJECT = "gpucluster"
@@ -46,32 +54,6 @@ _QUANTITY = re.compile(r"^\d+(\.\d+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$")
 # ----------------------------------------------------------------------------------------------------
 # Sections
 # ----------------------------------------------------------------------------------------------------
-
-
-class Toleration(ConfigModel):
-    key: str
-    operator: Literal["Equal", "Exists"] = "Equal"
-    value: str | None = None
-    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
-
-    @field_validator("key")
-    @classmethod
-    def _key(cls, v: str) -> str:
-        return check_qualified_name(v, "toleration key")
-
-    @model_validator(mode="after")
-    def _exists_has_no_value(self) -> Toleration:
-        if self.operator == "Exists" and self.value is not None:
-            raise ValueError("operator Exists takes no value")
-        return self
-
-    def to_k8s(self) -> dict[str, str]:
-        out = {"key": self.key, "operator": self.operator}
-        if self.value is not None:
-            out["value"] = self.value
-        if self.effect is not None:
-            out["effect"] = self.effect
-        return out
 
 
 class GpuFlavor(ConfigModel):

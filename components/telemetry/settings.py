@@ -27,7 +27,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from components.charts import ChartSource
-from components.model import ConfigModel, check_dns_label, check_labels
+from components.model import ConfigModel, Duration, Toleration, check_dns_label, check_labels
 
 STACK_KEY = "gpucluster:telemetry"
 #: Hard ceiling for the GPU temperature alert: the quarantine signal must never be configured later than this.
@@ -36,7 +36,6 @@ DEFAULT_DCGM_CHART_VERSION = "4.2.3"
 DEFAULT_DCGM_IMAGE_TAG = "4.2.3-4.1.3-ubuntu22.04"
 DEFAULT_DCGM_CHART_REPO = "https://nvidia.github.io/dcgm-exporter/helm-charts"
 
-_DURATION = re.compile(r"^(\d+(ms|s|m|h))+$")
 _SEMVER = re.compile(r"^v?\d+\.\d+\.\d+(?:[-+][0-9A-Za-z.-]+)?$")
 _IMAGE = re.compile(
     r"^(?P<name>[a-z0-9]+(?:[._\-/:][a-z0-9]+)*?)"
@@ -59,21 +58,6 @@ def check_image(ref: str) -> str:
     return ref
 
 
-class TolerationSpec(ConfigModel):
-    key: Annotated[str, Field(min_length=1)]
-    operator: Literal["Equal", "Exists"] = "Exists"
-    value: str | None = None
-    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
-
-    def to_k8s(self) -> dict[str, str]:
-        out = {"key": self.key, "operator": self.operator}
-        if self.value is not None:
-            out["value"] = self.value
-        if self.effect is not None:
-            out["effect"] = self.effect
-        return out
-
-
 class DcgmExporterSettings(ConfigModel):
     #: Install NVIDIA's chart. The simulated cluster has neither GPUs nor a chart registry: it applies only
     #: our counters ConfigMap.
@@ -82,7 +66,7 @@ class DcgmExporterSettings(ConfigModel):
     chart: ChartSource = ChartSource(repo=DEFAULT_DCGM_CHART_REPO, name="dcgm-exporter")
     image_repository: str = "nvcr.io/nvidia/k8s/dcgm-exporter"
     image_tag: str = DEFAULT_DCGM_IMAGE_TAG
-    scrape_interval: str = "15s"
+    scrape_interval: Duration = "15s"
 
     @field_validator("chart_version")
     @classmethod
@@ -100,20 +84,13 @@ class DcgmExporterSettings(ConfigModel):
             raise ValueError("the moving tag 'latest' is refused: pin a version tag")
         return v
 
-    @field_validator("scrape_interval")
-    @classmethod
-    def _interval(cls, v: str) -> str:
-        if not _DURATION.match(v):
-            raise ValueError(f"{v!r} is not a duration such as 15s or 1m")
-        return v
-
 
 class FabricExporterSettings(ConfigModel):
     image: str = "ghcr.io/gpucluster/daemons:0.1.0"
     port: Annotated[int, Field(ge=1024, le=65535)] = 9402
     #: How Prometheus finds the exporter; unset follows ``prometheusOperator``.
     scrape: Literal["serviceMonitor", "annotations"] | None = None
-    scrape_interval: str = "15s"
+    scrape_interval: Duration = "15s"
     #: RuntimeClass that injects the NVIDIA driver libraries and device nodes (GPU operator: "nvidia").
     runtime_class_name: str | None = "nvidia"
 
@@ -121,13 +98,6 @@ class FabricExporterSettings(ConfigModel):
     @classmethod
     def _image(cls, v: str) -> str:
         return check_image(v)
-
-    @field_validator("scrape_interval")
-    @classmethod
-    def _interval(cls, v: str) -> str:
-        if not _DURATION.match(v):
-            raise ValueError(f"{v!r} is not a duration such as 15s or 1m")
-        return v
 
 
 class AlertSettings(ConfigModel):
@@ -162,7 +132,7 @@ class TelemetrySettings(ConfigModel):
     #: True when the Prometheus operator CRDs (ServiceMonitor, PrometheusRule) are installed.
     prometheus_operator: bool = True
     gpu_node_selector: dict[str, str] = {"nvidia.com/gpu.present": "true"}
-    gpu_tolerations: list[TolerationSpec] = [TolerationSpec(key="nvidia.com/gpu", operator="Exists")]
+    gpu_tolerations: list[Toleration] = [Toleration(key="nvidia.com/gpu", operator="Exists")]
     #: Namespace the Grafana sidecar watches for dashboards; unset: ``namespace``.
     grafana_dashboard_namespace: str | None = None
     dcgm_exporter: DcgmExporterSettings = DcgmExporterSettings()
