@@ -17,11 +17,13 @@ import json
 import os
 import re
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
+import pulumi
+import pulumi_kubernetes as k8s
 from pydantic import Field, model_validator
 from pydantic.alias_generators import to_camel
 
@@ -190,3 +192,18 @@ def resolve_chart(source: ChartSource, version: str) -> ResolvedChart:
     if not (directory / "Chart.yaml").is_file():
         raise ChartResolutionError(f"{directory} is not a Helm chart directory (no Chart.yaml)")
     return ResolvedChart(chart=str(directory), version=None, repo=None)
+
+
+def helm_chart(
+    name: str, resolved: ResolvedChart, *, namespace: str, values: Mapping[str, Any], opts: pulumi.ResourceOptions
+) -> k8s.helm.v4.Chart:
+    """A resolved chart installed as a `helm.v4.Chart` (``opts`` carries the parent and dependencies)."""
+    return k8s.helm.v4.Chart(
+        name,
+        chart=resolved.chart,
+        version=resolved.version,
+        repository_opts=k8s.helm.v4.RepositoryOptsArgs(repo=resolved.repo) if resolved.repo else None,
+        namespace=namespace,
+        values=dict(values),
+        opts=opts,
+    )

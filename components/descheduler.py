@@ -14,9 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pulumi
-import pulumi_kubernetes as k8s
 
-from components.charts import resolve_chart
+from components.charts import helm_chart, resolve_chart
 from components.config import DeschedulerSettings
 
 POLICY_API_VERSION = "descheduler/v1alpha2"
@@ -86,11 +85,9 @@ class Descheduler(pulumi.ComponentResource):
         s = args.settings
         chart = resolve_chart(s.chart, s.chart_version)
         self.policy = descheduler_policy(s, args.burst_taint_key, args.inference_namespaces)
-        self.chart = k8s.helm.v4.Chart(
+        self.chart = helm_chart(
             f"{name}-chart",
-            chart=chart.chart,
-            version=chart.version,
-            repository_opts=k8s.helm.v4.RepositoryOptsArgs(repo=chart.repo) if chart.repo else None,
+            chart,
             namespace=s.namespace,
             values={
                 **descheduler_chart_values(s, args.burst_taint_key, args.inference_namespaces),

@@ -22,7 +22,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 import yaml
 
-from components.charts import resolve_chart
+from components.charts import helm_chart, resolve_chart
 from components.config import (
     PROJECT_ROOT,
     ClusterQueueSpec,
@@ -270,11 +270,9 @@ class Queues(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self),
         )
         chart = resolve_chart(settings.chart, settings.chart_version)
-        self.chart = k8s.helm.v4.Chart(
+        self.chart = helm_chart(
             f"{name}-kueue",
-            chart=chart.chart,
-            version=chart.version,
-            repository_opts=k8s.helm.v4.RepositoryOptsArgs(repo=chart.repo) if chart.repo else None,
+            chart,
             namespace=settings.namespace,
             values=kueue_chart_values(settings),
             opts=pulumi.ResourceOptions(

@@ -18,7 +18,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 import yaml
 
-from components.charts import offline_without_mirror, resolve_chart
+from components.charts import helm_chart, offline_without_mirror, resolve_chart
 from components.telemetry.alerts import rule_groups
 from components.telemetry.counters import counters_csv
 from components.telemetry.dashboard import dashboard
@@ -123,11 +123,9 @@ class DcgmExporter(pulumi.ComponentResource):
             self.register_outputs({"countersConfigMap": self.counters.metadata["name"], "chart": None})
             return
         resolved = resolve_chart(dcgm.chart, dcgm.chart_version)
-        self.chart = k8s.helm.v4.Chart(
+        self.chart = helm_chart(
             f"{name}-chart",
-            chart=resolved.chart,
-            version=resolved.version,
-            repository_opts=k8s.helm.v4.RepositoryOptsArgs(repo=resolved.repo) if resolved.repo else None,
+            resolved,
             namespace=args.namespace,
             values=dcgm_values(s),
             opts=pulumi.ResourceOptions(parent=self, depends_on=[self.counters, *args.depends_on]),
