@@ -211,9 +211,11 @@ def cluster_queue_spec(
     for flavor in flavors:
         if flavor.name not in spec.quota:
             continue
-        resource: dict[str, Any] = {"name": flavor.gpu_resource, "nominalQuota": spec.quota[flavor.name]}
+        # Quotas are resource.Quantity values: the API server returns them as strings, so they are sent as
+        # strings too, or every `pulumi preview` would see 32 => "32" as a change.
+        resource: dict[str, Any] = {"name": flavor.gpu_resource, "nominalQuota": str(spec.quota[flavor.name])}
         if flavor.name in spec.borrowing_limit:
-            resource["borrowingLimit"] = spec.borrowing_limit[flavor.name]
+            resource["borrowingLimit"] = str(spec.borrowing_limit[flavor.name])
         by_resource.setdefault(flavor.gpu_resource, []).append({"name": flavor.name, "resources": [resource]})
     return {
         "cohortName": cohort,

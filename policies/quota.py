@@ -32,7 +32,7 @@ def _validate(args: StackValidationArgs, report: Report) -> None:
         for group in dig(r.props, "spec", "resourceGroups") or []:
             for flavor in group.get("flavors") or []:
                 for res in flavor.get("resources") or []:
-                    queued.setdefault(flavor["name"], []).append((queue, int(res.get("nominalQuota", 0))))
+                    queued.setdefault(flavor["name"], []).append((queue, int(str(res.get("nominalQuota", 0)))))
     if not queued:
         args.not_applicable("no ClusterQueue in the stack")
     for flavor, entries in queued.items():

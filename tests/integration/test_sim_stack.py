@@ -315,7 +315,7 @@ def test_invalid_stack_config_fails_before_anything_is_applied(local_stack: Loca
     resources = lambda export: sorted(r["urn"] for r in json.loads(export)["deployment"]["resources"])  # noqa: E731
     assert resources(local_stack.pulumi("stack", "export", "--stack", "local").stdout) == resources(before)
     cq = local_stack.get(f"clusterqueues.{KUEUE}", "training")
-    assert cq["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]["nominalQuota"] == 32
+    assert cq["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]["nominalQuota"] == "32"
 
 
 # --- the descheduler ---------------------------------------------------------------------------------------------

@@ -111,8 +111,8 @@ def test_cluster_queues_quota_cohort_and_preemption(prod: Graph) -> None:
     (group,) = spec["resourceGroups"]
     assert group["coveredResources"] == ["nvidia.com/gpu"]
     quotas = {f["name"]: f["resources"][0] for f in group["flavors"]}
-    assert quotas["h100"] == {"name": "nvidia.com/gpu", "nominalQuota": 448, "borrowingLimit": 64}
-    assert quotas["l40s"] == {"name": "nvidia.com/gpu", "nominalQuota": 64}
+    assert quotas["h100"] == {"name": "nvidia.com/gpu", "nominalQuota": "448", "borrowingLimit": "64"}
+    assert quotas["l40s"] == {"name": "nvidia.com/gpu", "nominalQuota": "64"}
     selector = spec["namespaceSelector"]["matchExpressions"][0]
     assert selector["values"] == ["team-foundation", "team-video"]
     evaluation = prod.one(f"{KUEUE}:ClusterQueue", "prod-queues-cq-evaluation")
