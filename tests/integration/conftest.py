@@ -8,19 +8,18 @@ cluster the session created. Tests skip, saying why, only when the pinned tools 
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
+
+from tests.sim_support import tools_bin
 
 ROOT = Path(__file__).resolve().parents[2]
 STATE = ROOT / ".state"
@@ -39,22 +38,6 @@ NEEDED_TOOLS = (
     "pulumi-language-python",
     "pulumi-resource-kubernetes",
 )
-
-
-def load_sim_module(name: str) -> ModuleType:
-    """A script under sim/ imported as a module (sim/ is not a package)."""
-    spec = importlib.util.spec_from_file_location(f"sim_{name}", ROOT / "sim" / f"{name}.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-def tools_bin() -> Path:
-    out = subprocess.run([str(ROOT / "tools" / "bin-dir.sh")], capture_output=True, text=True, check=True)
-    return Path(out.stdout.strip())
 
 
 @dataclass(frozen=True)

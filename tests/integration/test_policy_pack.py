@@ -12,19 +12,15 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.sim_support import tools_bin
+
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.integration
 
 
-def _tools_bin() -> Path:
-    return Path(
-        subprocess.run([str(ROOT / "tools" / "bin-dir.sh")], capture_output=True, text=True, check=True).stdout.strip()
-    )
-
-
 @pytest.fixture(scope="module", autouse=True)
 def _tools() -> None:
-    if not (_tools_bin() / "pulumi").exists():
+    if not (tools_bin() / "pulumi").exists():
         pytest.skip("the pinned tools are not built (make tools)")
 
 

@@ -15,7 +15,8 @@ import pytest
 import yaml
 
 from components.config import load_stack_file
-from tests.integration.conftest import LocalStack, condition, delete, gpu_job, load_sim_module, wait_for
+from tests.integration.conftest import LocalStack, condition, delete, gpu_job, wait_for
+from tests.sim_support import load_sim_module
 
 pytestmark = pytest.mark.integration
 

@@ -2,31 +2,20 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 import yaml
 
+from tests.sim_support import load_sim_module
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _load(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(f"sim_{name}", ROOT / "sim" / f"{name}.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-nodes = _load("nodes")
-kueue_config = _load("kueue_config")
+nodes = load_sim_module("nodes")
+kueue_config = load_sim_module("kueue_config")
 
 
 # --- sim/nodes.py -------------------------------------------------------------------------------------------
