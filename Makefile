@@ -60,7 +60,7 @@ clean: ## remove local build state (not the tool cache)
 STACK ?= prod
 DIR   ?= rendered/$(STACK)
 
-tools: ## build the pinned Go tools into ~/.cache/gpucluster/tools/<pin-hash>/bin (idempotent)
+tools: ## build the pinned Go tools into ~/.cache/gpucluster/tools/bin (idempotent, per source group)
 	@tools/build.sh
 
 sim-up: tools venv ## start the simulated GPU cluster (kwok nodes from the local stack, kubeconfig .state/sim/kubeconfig)

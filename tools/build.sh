@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Build the pinned Go tools into the cache directory printed by tools/bin-dir.sh:
-#   ${GPUCLUSTER_CACHE:-$HOME/.cache/gpucluster}/tools/<pin-hash>/bin
+#   ${GPUCLUSTER_CACHE:-$HOME/.cache/gpucluster}/tools/bin
 #
 # Each directory under tools/ is a small Go module pinning one group of tools whose dependency versions must
-# not mix (Kubernetes 1.36 control plane, kwok, Kueue, descheduler, etcd, Pulumi CLI, Pulumi Kubernetes
-# provider). A binary that is already in the bin directory is skipped, so the script is idempotent and a
-# re-run after a failure resumes where it stopped. Quick builds run first; the Kubernetes and Pulumi builds
+# not mix (Kubernetes 1.36 control plane, kwok, Kueue, descheduler, etcd, kube-state-metrics, Pulumi CLI, Pulumi
+# Kubernetes provider); virtualnode/ is our own virtual-kubelet node. A binary whose recorded group hash (.<name>.pin
+# beside it) matches its group's sources is skipped, so the script is idempotent, a re-run after a failure resumes
+# where it stopped, and changing one group rebuilds only that group. Quick builds run first; the Kubernetes and Pulumi builds
 # take tens of minutes on a cold cache with two cores.
 #
 # Usage: tools/build.sh [name ...]      (no names: every tool)
@@ -16,6 +17,8 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 ROOT="$(gpucluster_tools_root)"
+# Scratch copies of groups that need generated files (see pre_build) live here, never in the repository.
+SRC="$ROOT/src"
 BIN="$ROOT/bin"
 LOGS="$ROOT/logs"
 TIMES="$ROOT/build-times.tsv"
@@ -45,14 +48,14 @@ export GOTOOLCHAIN=local
 
 # version <group> <module>: the version of <module> selected by the group's go.mod.
 version() {
-  (cd "$TOOLS_DIR/$1" && go list -m -f '{{if .Replace}}{{.Replace.Version}}{{else}}{{.Version}}{{end}}' "$2") ||
-    die "cannot resolve the version of $2 in tools/$1/go.mod (see the go error above)"
+  (cd "$REPO_DIR/$1" && go list -m -f '{{if .Replace}}{{.Replace.Version}}{{else}}{{.Version}}{{end}}' "$2") ||
+    die "cannot resolve the version of $2 in $1/go.mod (see the go error above)"
 }
 
 # moddir <group> <module>: the module's directory in the module cache (downloads it if needed).
 moddir() {
-  (cd "$TOOLS_DIR/$1" && go mod download -json "$2" | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p') ||
-    die "cannot download $2 for tools/$1"
+  (cd "$REPO_DIR/$1" && go mod download -json "$2" | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p') ||
+    die "cannot download $2 for $1"
 }
 
 # ldflags <name>: the -X flags that stamp the upstream version into a binary, as upstream's release build does.
@@ -60,22 +63,26 @@ ldflags() {
   local v
   case "$1" in
     kwok | kwokctl)
-      v="$(version kwok sigs.k8s.io/kwok)"
+      v="$(version tools/kwok sigs.k8s.io/kwok)"
       local kv
-      kv="$(version kubernetes k8s.io/kubernetes)"
+      kv="$(version tools/kubernetes k8s.io/kubernetes)"
       echo "-X sigs.k8s.io/kwok/pkg/consts.Version=${v#v} -X sigs.k8s.io/kwok/pkg/consts.KubeVersion=${kv#v}"
       ;;
     etcd) ;; # etcd's version is a constant in go.etcd.io/etcd/api/v3/version
     kueue)
-      v="$(version kueue sigs.k8s.io/kueue)"
+      v="$(version tools/kueue sigs.k8s.io/kueue)"
       echo "-X sigs.k8s.io/kueue/pkg/version.GitVersion=$v"
       ;;
     descheduler)
-      v="$(version descheduler sigs.k8s.io/descheduler)"
+      v="$(version tools/descheduler sigs.k8s.io/descheduler)"
       echo "-X sigs.k8s.io/descheduler/pkg/version.version=$v"
       ;;
+    kube-state-metrics)
+      v="$(version tools/kube-state-metrics k8s.io/kube-state-metrics/v2)"
+      echo "-X github.com/prometheus/common/version.Version=${v#v} -X github.com/prometheus/common/version.Branch=release"
+      ;;
     kube-apiserver | kube-controller-manager | kube-scheduler | kubectl)
-      v="$(version kubernetes k8s.io/kubernetes)"
+      v="$(version tools/kubernetes k8s.io/kubernetes)"
       local major minor
       major="$(echo "${v#v}" | cut -d. -f1)"
       minor="$(echo "${v#v}" | cut -d. -f2)"
@@ -87,32 +94,34 @@ ldflags() {
       echo "$f"
       ;;
     pulumi | pulumi-language-python)
-      v="$(version pulumi github.com/pulumi/pulumi/pkg/v3)"
+      v="$(version tools/pulumi github.com/pulumi/pulumi/pkg/v3)"
       echo "-X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=$v"
       ;;
     pulumi-resource-kubernetes)
       # The provider module is only served as a pseudo-version; stamp that, not a release it is not.
-      v="$(version pulumi-kubernetes github.com/pulumi/pulumi-kubernetes/provider/v4)"
+      v="$(version tools/pulumi-kubernetes github.com/pulumi/pulumi-kubernetes/provider/v4)"
       echo "-X github.com/pulumi/pulumi-kubernetes/provider/v4/pkg/version.Version=${v#v}"
       ;;
   esac
 }
 
-# The build order: quick ones first. Fields: name, group (directory under tools/), package, module whose
-# version is reported.
+# The build order: quick ones first. Fields: name, group (module directory relative to the repository root),
+# package, module whose version is reported.
 STEPS=(
-  "kwokctl kwok sigs.k8s.io/kwok/cmd/kwokctl sigs.k8s.io/kwok"
-  "kwok kwok sigs.k8s.io/kwok/cmd/kwok sigs.k8s.io/kwok"
-  "etcd etcd go.etcd.io/etcd/server/v3 go.etcd.io/etcd/server/v3"
-  "kueue kueue sigs.k8s.io/kueue/cmd/kueue sigs.k8s.io/kueue"
-  "descheduler descheduler sigs.k8s.io/descheduler/cmd/descheduler sigs.k8s.io/descheduler"
-  "kube-scheduler kubernetes k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes"
-  "kube-controller-manager kubernetes k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes"
-  "kube-apiserver kubernetes k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes"
-  "kubectl kubernetes k8s.io/kubernetes/cmd/kubectl k8s.io/kubernetes"
-  "pulumi-language-python pulumi gpucluster.local/tools/pulumi/cmd/pulumi-language-python github.com/pulumi/pulumi/pkg/v3"
-  "pulumi pulumi github.com/pulumi/pulumi/pkg/v3/cmd/pulumi github.com/pulumi/pulumi/pkg/v3"
-  "pulumi-resource-kubernetes pulumi-kubernetes gpucluster.local/tools/pulumi-kubernetes/cmd/pulumi-resource-kubernetes github.com/pulumi/pulumi-kubernetes/provider/v4"
+  "kwokctl tools/kwok sigs.k8s.io/kwok/cmd/kwokctl sigs.k8s.io/kwok"
+  "kwok tools/kwok sigs.k8s.io/kwok/cmd/kwok sigs.k8s.io/kwok"
+  "etcd tools/etcd go.etcd.io/etcd/server/v3 go.etcd.io/etcd/server/v3"
+  "kueue tools/kueue sigs.k8s.io/kueue/cmd/kueue sigs.k8s.io/kueue"
+  "descheduler tools/descheduler sigs.k8s.io/descheduler/cmd/descheduler sigs.k8s.io/descheduler"
+  "gpucluster-virtual-node virtualnode gpucluster.local/virtualnode/cmd/gpucluster-virtual-node github.com/virtual-kubelet/virtual-kubelet"
+  "kube-state-metrics tools/kube-state-metrics k8s.io/kube-state-metrics/v2 k8s.io/kube-state-metrics/v2"
+  "kube-scheduler tools/kubernetes k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes"
+  "kube-controller-manager tools/kubernetes k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes"
+  "kube-apiserver tools/kubernetes k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes"
+  "kubectl tools/kubernetes k8s.io/kubernetes/cmd/kubectl k8s.io/kubernetes"
+  "pulumi-language-python tools/pulumi gpucluster.local/tools/pulumi/cmd/pulumi-language-python github.com/pulumi/pulumi/pkg/v3"
+  "pulumi tools/pulumi github.com/pulumi/pulumi/pkg/v3/cmd/pulumi github.com/pulumi/pulumi/pkg/v3"
+  "pulumi-resource-kubernetes tools/pulumi-kubernetes gpucluster.local/tools/pulumi-kubernetes/cmd/pulumi-resource-kubernetes github.com/pulumi/pulumi-kubernetes/provider/v4"
 )
 
 # Steps that need more than `go build` afterwards / before.
@@ -123,12 +132,12 @@ pre_build() {
       # main embeds the provider module's schema.json and terraform-mapping.json, copied beside it in a
       # scratch copy of the group inside the cache (the repository is never written to).
       local dir f
-      dir="$(moddir pulumi-kubernetes github.com/pulumi/pulumi-kubernetes/provider/v4)"
+      dir="$(moddir tools/pulumi-kubernetes github.com/pulumi/pulumi-kubernetes/provider/v4)"
       [[ -n "$dir" ]] || die "the provider module could not be downloaded"
-      BUILD_DIR="$ROOT/src/pulumi-kubernetes"
+      BUILD_DIR="$SRC/pulumi-kubernetes"
       rm -rf "$BUILD_DIR"
-      mkdir -p "$ROOT/src"
-      cp -r "$TOOLS_DIR/pulumi-kubernetes" "$BUILD_DIR"
+      mkdir -p "$SRC"
+      cp -r "$REPO_DIR/tools/pulumi-kubernetes" "$BUILD_DIR"
       for f in schema.json terraform-mapping.json; do
         [[ -f "$dir/cmd/pulumi-resource-kubernetes/$f" ]] || die "$f not found in $dir/cmd/pulumi-resource-kubernetes"
         install -m 0644 "$dir/cmd/pulumi-resource-kubernetes/$f" "$BUILD_DIR/cmd/pulumi-resource-kubernetes/$f"
@@ -142,7 +151,7 @@ post_build() {
     pulumi-language-python)
       # The language host runs this script from its own directory to execute the Python program.
       local dir
-      dir="$(moddir pulumi github.com/pulumi/pulumi/sdk/v3)"
+      dir="$(moddir tools/pulumi github.com/pulumi/pulumi/sdk/v3)"
       install -m 0755 "$dir/python/cmd/pulumi-language-python-exec" "$BIN/pulumi-language-python-exec" ||
         die "cannot copy pulumi-language-python-exec from $dir/python/cmd"
       ;;
@@ -166,7 +175,7 @@ for s in "${SELECTED[@]}"; do
   [[ $found == 1 ]] || die "unknown tool '$s' (known: $(for step in "${STEPS[@]}"; do printf '%s ' "${step%% *}"; done))"
 done
 
-echo "tools: pins $(gpucluster_pin_hash), installing into $BIN (go build -p $P)"
+echo "tools: installing into $BIN (go build -p $P)"
 total=${#STEPS[@]}
 i=0
 built_secs=0
@@ -178,9 +187,10 @@ for step in "${STEPS[@]}"; do
   if [[ ${#SELECTED[@]} -gt 0 ]] && ! wanted "$name" "${SELECTED[@]}"; then
     continue
   fi
-  [[ -f "$TOOLS_DIR/$group/go.mod" ]] || die "tools/$group/go.mod is missing (needed for $name)"
+  [[ -f "$REPO_DIR/$group/go.mod" ]] || die "$group/go.mod is missing (needed for $name)"
   ver="$(version "$group" "$vmod")"
-  if [[ -x "$BIN/$name" ]]; then
+  pin="$(gpucluster_group_hash "$group")"
+  if [[ -x "$BIN/$name" && "$(cat "$BIN/.$name.pin" 2>/dev/null)" == "$pin" ]]; then
     cold="$(awk -F'\t' -v n="$name" '$1 == n {print $3}' "$TIMES" | tail -1)"
     echo "[$i/$total] $name $ver already built${cold:+ (cold build took ${cold}s)}"
     continue
@@ -188,7 +198,7 @@ for step in "${STEPS[@]}"; do
   printf '[%d/%d] building %s %s ... ' "$i" "$total" "$name" "$ver"
   t0=$SECONDS
   log="$LOGS/$name.log"
-  BUILD_DIR="$TOOLS_DIR/$group"
+  BUILD_DIR="$REPO_DIR/$group"
   pre_build "$name" >"$log" 2>&1 || {
     echo "FAILED"
     tail -n 20 "$log" >&2
@@ -200,7 +210,7 @@ for step in "${STEPS[@]}"; do
     echo "FAILED after $((SECONDS - t0))s"
     tail -n 30 "$log" >&2
     rm -f "$BIN/.$name.tmp"
-    die "building $name ($pkg in tools/$group) failed; full log: $log"
+    die "building $name ($pkg in $group) failed; full log: $log"
   fi
   mv -f "$BIN/.$name.tmp" "$BIN/$name"
   post_build "$name" >>"$log" 2>&1 || {
@@ -209,6 +219,7 @@ for step in "${STEPS[@]}"; do
     rm -f "$BIN/$name"
     die "finishing $name failed; full log: $log"
   }
+  echo "$pin" >"$BIN/.$name.pin"
   dt=$((SECONDS - t0))
   built_secs=$((built_secs + dt))
   built=$((built + 1))

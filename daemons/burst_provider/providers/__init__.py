@@ -1,0 +1,1 @@
+"""External GPU providers behind one interface (base.Provider)."""

@@ -1,0 +1,133 @@
+"""The contract every external GPU provider implements.
+
+A provider runs one pod's containers on rented GPUs as one *instance*. The provider service never keeps state of its
+own that it cannot rebuild: every instance carries `InstanceTags`, and `list_instances(node)` returns the instances
+tagged with that virtual node, straight from the provider's own API.
+"""
+
+from __future__ import annotations
+
+import abc
+import enum
+from dataclasses import dataclass, field
+
+
+class ProviderError(Exception):
+    """A provider call failed: refused, malformed reply, unreachable. The message names the provider and the call."""
+
+    def __init__(self, provider: str, call: str, detail: str) -> None:
+        super().__init__(f"provider {provider}: {call}: {detail}")
+        self.provider = provider
+        self.call = call
+        self.detail = detail
+
+
+class InstanceState(enum.StrEnum):
+    """The lifecycle of one external instance, as the provider reports it."""
+
+    CREATING = "creating"  # accepted, booting or pulling
+    RUNNING = "running"  # containers up
+    EXITED = "exited"  # containers stopped by themselves (exit code known when the provider says it)
+    FAILED = "failed"  # the provider gave up on it (died, preempted, out of capacity after accept)
+    TERMINATED = "terminated"  # deleted; may linger in listings for a while
+
+
+@dataclass(frozen=True)
+class InstanceTags:
+    """What ties an instance back to its pod. Written by create_instance, read back by list_instances."""
+
+    node: str  # the virtual node's name
+    namespace: str
+    pod: str
+    uid: str
+
+    def key(self) -> str:
+        return f"{self.namespace}/{self.pod}/{self.uid}"
+
+
+@dataclass(frozen=True)
+class Port:
+    port: int
+    protocol: str = "TCP"
+    name: str = ""
+
+
+@dataclass(frozen=True)
+class ContainerSpec:
+    name: str
+    image: str
+    command: tuple[str, ...] = ()
+    args: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()  # literal values only; references are resolved by the service first
+    ports: tuple[Port, ...] = ()
+
+
+@dataclass(frozen=True)
+class InstanceSpec:
+    """What to run for one pod: its containers and the GPUs it asked for."""
+
+    tags: InstanceTags
+    gpu_type: str  # our GPU type name (for example "H100"), mapped to a provider's ids by the adapter
+    gpu_count: int
+    containers: tuple[ContainerSpec, ...]
+    cpu_millis: int = 0
+    memory_bytes: int = 0
+    # The whole source pod as JSON, for providers that translate it themselves (another Kubernetes cluster).
+    pod: dict[str, object] = field(default_factory=dict, compare=False, hash=False)
+
+
+@dataclass(frozen=True)
+class Instance:
+    """One external instance as the provider reports it now."""
+
+    provider: str
+    instance_id: str
+    tags: InstanceTags
+    state: InstanceState
+    gpu_type: str = ""
+    gpu_count: int = 0
+    address: str = ""  # where the replica is reachable (IP or hostname), once running
+    ports: tuple[Port, ...] = ()
+    exit_code: int | None = None
+    message: str = ""
+    started_at: float | None = None  # unix seconds
+    finished_at: float | None = None
+
+
+@dataclass(frozen=True)
+class Offer:
+    """A provider's price and free capacity for one GPU type, per GPU."""
+
+    gpu_type: str
+    price_per_gpu_hour: float
+    available_gpus: int
+
+
+class Provider(abc.ABC):
+    """An external GPU provider. Implementations must be safe to call from several threads."""
+
+    name: str
+
+    @abc.abstractmethod
+    def offers(self) -> list[Offer]:
+        """Prices and free capacity per GPU type right now."""
+
+    @abc.abstractmethod
+    def create_instance(self, spec: InstanceSpec) -> Instance:
+        """Ask for an instance; returns once the provider accepted it (state CREATING or RUNNING)."""
+
+    @abc.abstractmethod
+    def get_instance(self, instance_id: str) -> Instance | None:
+        """The instance now, or None if the provider no longer knows it."""
+
+    @abc.abstractmethod
+    def delete_instance(self, instance_id: str) -> None:
+        """Terminate the instance. Deleting an unknown instance is not an error."""
+
+    @abc.abstractmethod
+    def list_instances(self, node: str) -> list[Instance]:
+        """Every instance of this provider tagged with the virtual node `node`."""
+
+    @abc.abstractmethod
+    def logs(self, instance_id: str, container: str, tail: int | None) -> str:
+        """The container's recent log lines, or an explanation when the provider has no log API."""
