@@ -1,1 +1,4 @@
-"""The burst provider service: runs the virtual node's pods on external GPU providers (see docs/burst-provider-api.md)."""
+"""The burst provider service: runs the virtual node's pods on external GPU providers.
+
+See docs/burst-provider-api.md for the API the Go virtual node calls.
+"""
