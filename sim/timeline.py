@@ -1,0 +1,212 @@
+"""The flip's timeline: one sample a second, the figures computed from it, and its chart.
+
+A :class:`Sample` is what an operator would watch on a dashboard during the flip: inference replicas Ready
+in-cluster and on the virtual node (external), inference pods Pending, training pods Running, whether the virtual
+node carries the burst taint, and how many external instances (and GPUs) the providers are billing for. Marks
+(:class:`Mark`) note the moments the scenario caused or observed: training submitted, first preemption, training
+finished, and so on.
+
+:func:`figures` turns a timeline into the numbers ``make bench`` prints; :func:`write_csv` and :func:`chart` write
+the files ``make demo`` leaves behind. Nothing here talks to a cluster, so it is unit-tested on hand-made timelines.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Sample:
+    t: float  # seconds since the scenario started
+    ready_in_cluster: int
+    ready_external: int
+    pending: int
+    training_running: int
+    taint: str  # "" (no burst taint), "NoSchedule" or "NoExecute"
+    external_instances: int
+    external_gpus: int
+
+    @property
+    def ready(self) -> int:
+        return self.ready_in_cluster + self.ready_external
+
+
+@dataclass(frozen=True)
+class Mark:
+    t: float
+    name: str  # submitted, preempted, flipped_out, training_done, taint_added, returned, external_gone
+    detail: str = ""
+
+
+@dataclass
+class Timeline:
+    desired_replicas: int
+    boot_seconds: float  # the fake provider's boot time: not our overhead
+    taint_effect: str  # what the flip-back used: NoSchedule (ours) or NoExecute (the baseline)
+    samples: list[Sample] = field(default_factory=list)
+    marks: list[Mark] = field(default_factory=list)
+
+    def mark(self, t: float, name: str, detail: str = "") -> None:
+        if self.first(name) is None:
+            self.marks.append(Mark(t, name, detail))
+
+    def first(self, name: str) -> Mark | None:
+        return next((m for m in self.marks if m.name == name), None)
+
+
+@dataclass(frozen=True)
+class Figures:
+    taint_effect: str
+    flip_out_seconds: float | None  # first preemption -> every displaced replica Ready externally
+    flip_out_overhead_seconds: float | None  # the same minus the provider's boot time: what we add
+    min_ready: int  # during the whole cycle
+    min_ready_during_return: int  # from training done until every replica is back in-cluster
+    seconds_below_desired: float
+    flip_back_seconds: float | None  # training done -> every replica Ready in-cluster and none external
+    external_gpu_seconds_after_return: float  # GPUs billed after in-cluster capacity came back
+    taint_changes: int
+    taint_flaps: int  # changes beyond the two a cycle needs (remove once, add once)
+
+    def rows(self) -> list[tuple[str, str]]:
+        def s(v: float | None) -> str:
+            return "n/a" if v is None else f"{v:.1f} s"
+
+        return [
+            ("flip-out: preemption -> all displaced replicas Ready externally", s(self.flip_out_seconds)),
+            ("flip-out overhead (minus the provider's boot time)", s(self.flip_out_overhead_seconds)),
+            ("minimum Ready inference replicas, whole cycle", str(self.min_ready)),
+            ("minimum Ready inference replicas, during the return", str(self.min_ready_during_return)),
+            ("time below the desired replica count", s(self.seconds_below_desired)),
+            ("flip-back: training done -> all replicas in-cluster", s(self.flip_back_seconds)),
+            (
+                "external GPU-seconds after in-cluster capacity returned",
+                f"{self.external_gpu_seconds_after_return:.0f}",
+            ),
+            ("taint changes / flaps", f"{self.taint_changes} / {self.taint_flaps}"),
+        ]
+
+
+def _integrate(samples: Sequence[Sample], start: float, attr: str) -> float:
+    """Left Riemann sum of ``attr`` over [start, end of the timeline]."""
+    total = 0.0
+    for a, b in zip(samples, samples[1:], strict=False):
+        if b.t <= start:
+            continue
+        lo = max(a.t, start)
+        total += float(getattr(a, attr)) * (b.t - lo)
+    return total
+
+
+def figures(tl: Timeline) -> Figures:
+    samples = tl.samples
+    if not samples:
+        raise ValueError("the timeline has no samples")
+    preempted = tl.first("preempted")
+    flipped = tl.first("flipped_out")
+    done = tl.first("training_done")
+    returned = tl.first("returned")
+
+    flip_out = flipped.t - preempted.t if preempted and flipped else None
+    overhead = max(0.0, flip_out - tl.boot_seconds) if flip_out is not None else None
+
+    in_return = [s for s in samples if done and s.t >= done.t and (returned is None or s.t <= returned.t)]
+    below = 0.0
+    for a, b in zip(samples, samples[1:], strict=False):
+        if a.ready < tl.desired_replicas:
+            below += b.t - a.t
+
+    changes = sum(1 for a, b in zip(samples, samples[1:], strict=False) if a.taint != b.taint)
+    return Figures(
+        taint_effect=tl.taint_effect,
+        flip_out_seconds=flip_out,
+        flip_out_overhead_seconds=overhead,
+        min_ready=min(s.ready for s in samples),
+        min_ready_during_return=min((s.ready for s in in_return), default=min(s.ready for s in samples)),
+        seconds_below_desired=below,
+        flip_back_seconds=returned.t - done.t if done and returned else None,
+        external_gpu_seconds_after_return=_integrate(samples, done.t, "external_gpus") if done else 0.0,
+        taint_changes=changes,
+        taint_flaps=max(0, changes - 2),
+    )
+
+
+def side_by_side(results: Iterable[Figures]) -> str:
+    """A plain-text table, one column per run (ours with NoSchedule, the NoExecute baseline)."""
+    runs = list(results)
+    rows = [r.rows() for r in runs]
+    header = ["", *[f"{r.taint_effect} flip-back" for r in runs]]
+    table = [header, *[[rows[0][i][0], *[rr[i][1] for rr in rows]] for i in range(len(rows[0]))]]
+    widths = [max(len(row[c]) for row in table) for c in range(len(header))]
+    return "\n".join("  ".join(cell.ljust(widths[c]) for c, cell in enumerate(row)).rstrip() for row in table)
+
+
+def write_csv(tl: Timeline, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    names = [f.name for f in fields(Sample)]
+    with path.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow([*names, "ready", "marks"])
+        marks_at: dict[int, list[str]] = {}
+        for m in tl.marks:
+            nearest = min(range(len(tl.samples)), key=lambda i: abs(tl.samples[i].t - m.t)) if tl.samples else 0
+            marks_at.setdefault(nearest, []).append(m.name)
+        for i, s in enumerate(tl.samples):
+            row = asdict(s)
+            w.writerow([f"{row['t']:.1f}", *[row[n] for n in names[1:]], s.ready, ";".join(marks_at.get(i, []))])
+    return path
+
+
+def chart(tl: Timeline, path: Path, title: str) -> Path:
+    """Ready replicas in-cluster vs external, pending, training pods and the taint, over time (PNG)."""
+    import matplotlib  # noqa: PLC0415 (heavy; only the demo draws)
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    t = [s.t for s in tl.samples]
+    fig, (ax, axt) = plt.subplots(
+        2, 1, figsize=(11, 6), sharex=True, gridspec_kw={"height_ratios": [5, 1]}, constrained_layout=True
+    )
+    ax.stackplot(
+        t,
+        [s.ready_in_cluster for s in tl.samples],
+        [s.ready_external for s in tl.samples],
+        labels=["inference Ready in-cluster", "inference Ready external (rented GPUs)"],
+        colors=["#2b8cbe", "#fdae61"],
+        alpha=0.85,
+        step="post",
+    )
+    ax.step(t, [s.pending for s in tl.samples], where="post", color="#d7191c", label="inference Pending")
+    ax.step(t, [s.training_running for s in tl.samples], where="post", color="#1a9641", lw=2, label="training pods")
+    ax.axhline(tl.desired_replicas, color="grey", ls=":", lw=1, label=f"desired replicas ({tl.desired_replicas})")
+    top = max([tl.desired_replicas, *(s.pending for s in tl.samples), *(s.training_running for s in tl.samples)])
+    for m in tl.marks:
+        ax.axvline(m.t, color="black", lw=0.6, alpha=0.5)
+        ax.text(m.t, top + 0.6, m.name.replace("_", " "), rotation=90, va="bottom", ha="right", fontsize=7)
+    ax.set_ylim(0, top + 4)
+    ax.set_ylabel("pods")
+    ax.set_title(title)
+    ax.legend(loc="upper right", fontsize=8, ncols=2)
+    effects = {"": 0, "NoSchedule": 1, "NoExecute": 2}
+    axt.step(t, [effects.get(s.taint, 0) for s in tl.samples], where="post", color="#7b3294")
+    axt.set_yticks([0, 1, 2], ["none", "NoSchedule", "NoExecute"], fontsize=7)
+    axt.set_ylabel("burst taint", fontsize=8)
+    axt.set_xlabel("seconds")
+    axt.set_xlim(0, max(t) if t else 1)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    k = (len(ordered) - 1) * q
+    lo, hi = math.floor(k), math.ceil(k)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
