@@ -13,6 +13,7 @@ the files ``make demo`` leaves behind. Nothing here talks to a cluster, so it is
 from __future__ import annotations
 
 import csv
+import itertools
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field, fields
@@ -93,7 +94,7 @@ class Figures:
 def _integrate(samples: Sequence[Sample], start: float, attr: str) -> float:
     """Left Riemann sum of ``attr`` over [start, end of the timeline]."""
     total = 0.0
-    for a, b in zip(samples, samples[1:], strict=False):
+    for a, b in itertools.pairwise(samples):
         if b.t <= start:
             continue
         lo = max(a.t, start)
@@ -115,11 +116,11 @@ def figures(tl: Timeline) -> Figures:
 
     in_return = [s for s in samples if done and s.t >= done.t and (returned is None or s.t <= returned.t)]
     below = 0.0
-    for a, b in zip(samples, samples[1:], strict=False):
+    for a, b in itertools.pairwise(samples):
         if a.ready < tl.desired_replicas:
             below += b.t - a.t
 
-    changes = sum(1 for a, b in zip(samples, samples[1:], strict=False) if a.taint != b.taint)
+    changes = sum(1 for a, b in itertools.pairwise(samples) if a.taint != b.taint)
     return Figures(
         taint_effect=tl.taint_effect,
         flip_out_seconds=flip_out,
