@@ -1,0 +1,178 @@
+"""``gpucluster-burst-provider``: runs the virtual node's pods on external GPU providers.
+
+Serves the provider API of docs/burst-provider-api.md on loopback for the virtual node container, plus
+``/metrics`` and ``/healthz``. Logs are JSON, one object per line, on stderr. SIGTERM and SIGINT stop the background
+loops and the server, exit status 0. Bad settings: one error message listing every problem, exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+from types import FrameType
+
+from daemons.burst_provider.api import serve
+from daemons.burst_provider.endpoints import EndpointManager
+from daemons.burst_provider.kube import KubeSourceCluster
+from daemons.burst_provider.reconcile import Reconciler
+from daemons.burst_provider.registry import ProviderBuildError, build_providers
+from daemons.burst_provider.secrets import SecretStore
+from daemons.burst_provider.service import BurstService
+from daemons.burst_provider.settings import BurstSettings, SettingsError, load_settings
+from daemons.burst_provider.source import SourceCluster
+from daemons.fabric_exporter.logs import setup_logging
+
+log = logging.getLogger("burst_provider")
+
+DEFAULT_SECRETS_DIR = "/var/run/secrets/gpucluster/providers"
+EXIT_BAD_CONFIG = 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="gpucluster-burst-provider",
+        description=(
+            "Provider service of the burst virtual node: chooses an external GPU provider for each pod the node "
+            "is given, creates and watches the instance, reports pod status, deletes orphaned instances and keeps "
+            "EndpointSlices for external replicas. API: docs/burst-provider-api.md."
+        ),
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument(
+        "--settings",
+        required=True,
+        metavar="FILE",
+        help="settings file (JSON or YAML): the gpucluster:burst section, see daemons/burst_provider/README.md",
+    )
+    p.add_argument("--node-name", default=None, help="virtual node name; overrides virtualNode.nodeName")
+    p.add_argument(
+        "--listen",
+        default=None,
+        metavar="HOST:PORT",
+        help="address of the API (default 127.0.0.1:<virtualNode.port>, 10299 unless set); port 0 picks a free one",
+    )
+    p.add_argument(
+        "--kubeconfig",
+        default=None,
+        help="kubeconfig of the source cluster (default: the in-cluster service account)",
+    )
+    p.add_argument(
+        "--no-source-cluster",
+        action="store_true",
+        help="run without the source cluster: no env references, no orphan deletion, no EndpointSlices (tests)",
+    )
+    p.add_argument(
+        "--secrets-dir",
+        default=DEFAULT_SECRETS_DIR,
+        help="directory with one file per provider secret, named as the settings reference it",
+    )
+    p.add_argument(
+        "--poll-interval",
+        type=float,
+        default=2.0,
+        help="seconds between status polls of in-flight instances (reconciliation runs every reconcileInterval)",
+    )
+    p.add_argument(
+        "--log-level",
+        default="info",
+        choices=["debug", "info", "warning", "error"],
+        help="minimum level of the JSON log lines written to stderr",
+    )
+    return p
+
+
+def _listen(value: str | None, settings: BurstSettings) -> tuple[str, int]:
+    if not value:
+        return "127.0.0.1", settings.virtual_node.port
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"--listen: {value!r} is not HOST:PORT")
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+class _NoSource:
+    """The source cluster stand-in of --no-source-cluster: references resolve to nothing."""
+
+    def config_map(self, namespace: str, name: str) -> dict[str, str] | None:
+        return None
+
+    def secret(self, namespace: str, name: str) -> dict[str, str] | None:
+        return None
+
+
+def _settings(args: argparse.Namespace) -> BurstSettings:
+    settings = load_settings(args.settings)
+    if args.node_name:
+        vn = settings.virtual_node.model_copy(update={"node_name": args.node_name})
+        settings = settings.model_copy(update={"virtual_node": vn})
+    return settings
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    setup_logging(args.log_level)
+    try:
+        settings = _settings(args)
+        host, port = _listen(args.listen, settings)
+    except (SettingsError, ValueError) as exc:
+        print(f"gpucluster-burst-provider: {exc}", file=sys.stderr)
+        return EXIT_BAD_CONFIG
+
+    source: SourceCluster | None = None
+    if not args.no_source_cluster:
+        try:
+            source = KubeSourceCluster(args.kubeconfig)
+        except Exception as exc:
+            print(f"gpucluster-burst-provider: cannot reach the source cluster: {exc}", file=sys.stderr)
+            return EXIT_BAD_CONFIG
+    try:
+        providers = build_providers(settings, SecretStore(args.secrets_dir), source=source)
+    except ProviderBuildError as exc:
+        print(f"gpucluster-burst-provider: {exc}", file=sys.stderr)
+        return EXIT_BAD_CONFIG
+
+    service = BurstService(settings, providers, source if source is not None else _NoSource())
+    endpoints = EndpointManager(source, settings) if source is not None else None
+    reconciler = Reconciler(service, source, endpoints)
+    stop = threading.Event()
+
+    def _stop(signum: int, _frame: FrameType | None) -> None:
+        log.info("stopping", extra={"signal": signal.Signals(signum).name})
+        stop.set()
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+
+    try:
+        server, server_thread = serve(service, settings, host, port, reconciler.ready.is_set)
+    except OSError as exc:
+        print(f"gpucluster-burst-provider: cannot listen on {host}:{port}: {exc.strerror}", file=sys.stderr)
+        return EXIT_BAD_CONFIG
+    log.info(
+        "serving",
+        extra={
+            "address": f"{server.server_address[0]!s}:{server.server_address[1]}",
+            "node": service.node,
+            "providers": list(providers),
+        },
+    )
+    reconciler.startup()
+    loop = threading.Thread(
+        target=reconciler.run_forever, args=(stop, args.poll_interval), name="reconcile", daemon=True
+    )
+    loop.start()
+    stop.wait()
+    server.shutdown()
+    server.server_close()
+    server_thread.join(timeout=5)
+    loop.join(timeout=10)
+    log.info("stopped")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

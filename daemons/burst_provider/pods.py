@@ -1,0 +1,232 @@
+"""From a v1.Pod (as JSON) to the InstanceSpec a provider runs.
+
+Everything a provider needs is resolved here, in the source cluster, before any provider is called: environment
+references (ConfigMap and Secret keys, the pod's own name/namespace/uid) become literal values, so no provider ever
+needs access to the source cluster. Whatever cannot be carried over raises :class:`PodTranslationError`, whose
+message becomes the Failed pod's message.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from daemons.burst_provider.providers.base import ContainerSpec, InstanceSpec, InstanceTags, Port
+from daemons.burst_provider.settings import BurstSettings
+
+GPU_RESOURCE = "nvidia.com/gpu"
+GPU_TYPE_ANNOTATION = "burst.gpucluster.io/gpu-type"
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+
+_QUANTITY = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(m|Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$")
+_FACTORS = {
+    "": 1.0,
+    "m": 1e-3,
+    "k": 1e3,
+    "M": 1e6,
+    "G": 1e9,
+    "T": 1e12,
+    "P": 1e15,
+    "E": 1e18,
+    "Ki": 2.0**10,
+    "Mi": 2.0**20,
+    "Gi": 2.0**30,
+    "Ti": 2.0**40,
+    "Pi": 2.0**50,
+    "Ei": 2.0**60,
+}
+
+
+class PodTranslationError(ValueError):
+    """The pod cannot run on a provider as written; the message says which field or reference and why."""
+
+
+class ReferenceResolver(Protocol):
+    """Reads the objects a pod's environment refers to, in the source cluster. None: the object does not exist."""
+
+    def config_map(self, namespace: str, name: str) -> dict[str, str] | None: ...
+
+    def secret(self, namespace: str, name: str) -> dict[str, str] | None:
+        """The Secret's data, already base64-decoded."""
+        ...
+
+
+def parse_quantity(value: object, where: str) -> float:
+    """A Kubernetes quantity (``500m``, ``2``, ``16Gi``) as a number of base units."""
+    text = str(value).strip()
+    m = _QUANTITY.match(text)
+    if not m:
+        raise PodTranslationError(f"{where}: {text!r} is not a quantity such as 500m or 16Gi")
+    return float(m.group(1)) * _FACTORS[m.group(2) or ""]
+
+
+def pod_identity(pod: Mapping[str, Any]) -> tuple[str, str, str]:
+    """(namespace, name, uid); PodTranslationError when one is missing."""
+    meta = pod.get("metadata") or {}
+    ns, name, uid = meta.get("namespace") or "default", meta.get("name"), meta.get("uid")
+    if not name or not uid:
+        raise PodTranslationError("pod.metadata: name and uid are required")
+    return str(ns), str(name), str(uid)
+
+
+def _containers(pod: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    return list((pod.get("spec") or {}).get("containers") or [])
+
+
+def gpu_count(pod: Mapping[str, Any]) -> int:
+    """The sum of the containers' ``nvidia.com/gpu`` limits (requests when a container gives no limit)."""
+    total = 0
+    for i, c in enumerate(_containers(pod)):
+        res = c.get("resources") or {}
+        value = (res.get("limits") or {}).get(GPU_RESOURCE, (res.get("requests") or {}).get(GPU_RESOURCE))
+        if value is not None:
+            n = parse_quantity(value, f"spec.containers[{i}].resources.limits[{GPU_RESOURCE}]")
+            if n != int(n) or n < 0:
+                raise PodTranslationError(f"spec.containers[{i}]: {GPU_RESOURCE} must be a whole number, got {value}")
+            total += int(n)
+    return total
+
+
+def gpu_type(pod: Mapping[str, Any], settings: BurstSettings) -> str:
+    """The annotation, else the ``nvidia.com/gpu.product`` node selector, else the default type.
+
+    A node-selector value that is not itself one of our GPU types (the GPU feature discovery label reads like
+    ``NVIDIA-H100-80GB-HBM3``) maps to the one configured type whose name it contains.
+    """
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    if annotations.get(GPU_TYPE_ANNOTATION):
+        return str(annotations[GPU_TYPE_ANNOTATION])
+    product = ((pod.get("spec") or {}).get("nodeSelector") or {}).get(GPU_PRODUCT_LABEL)
+    if product:
+        known = settings.gpu_types()
+        if product in known:
+            return str(product)
+        contained = [t for t in known if t.lower() in str(product).lower()]
+        if len(contained) == 1:
+            return contained[0]
+        return str(product)
+    return settings.virtual_node.default_gpu_type
+
+
+def _field_ref(path: str, pod: Mapping[str, Any], where: str) -> str:
+    meta = pod.get("metadata") or {}
+    simple = {"metadata.name": "name", "metadata.namespace": "namespace", "metadata.uid": "uid"}
+    if path in simple:
+        return str(meta.get(simple[path]) or "")
+    m = re.match(r"^metadata\.(labels|annotations)\['([^']+)'\]$", path)
+    if m:
+        return str((meta.get(m.group(1)) or {}).get(m.group(2), ""))
+    if path == "spec.nodeName":
+        return str((pod.get("spec") or {}).get("nodeName") or "")
+    raise PodTranslationError(f"{where}: fieldRef {path!r} cannot be resolved for an external instance")
+
+
+def _key_ref(kind: str, ref: Mapping[str, Any], namespace: str, resolver: ReferenceResolver, where: str) -> str | None:
+    name, key, optional = ref.get("name"), ref.get("key"), bool(ref.get("optional"))
+    data = resolver.config_map(namespace, str(name)) if kind == "ConfigMap" else resolver.secret(namespace, str(name))
+    if data is None:
+        if optional:
+            return None
+        raise PodTranslationError(f"{where}: {kind} {namespace}/{name} not found")
+    if key not in data:
+        if optional:
+            return None
+        raise PodTranslationError(f"{where}: key {key!r} not found in {kind} {namespace}/{name}")
+    return data[str(key)]
+
+
+def _env(
+    c: Mapping[str, Any], i: int, pod: Mapping[str, Any], namespace: str, resolver: ReferenceResolver
+) -> tuple[tuple[str, str], ...]:
+    env: dict[str, str] = {}
+    for j, src in enumerate(c.get("envFrom") or []):
+        where = f"spec.containers[{i}].envFrom[{j}]"
+        prefix = str(src.get("prefix") or "")
+        for kind, field in (("ConfigMap", "configMapRef"), ("Secret", "secretRef")):
+            ref = src.get(field)
+            if ref is None:
+                continue
+            name = str(ref.get("name"))
+            data = resolver.config_map(namespace, name) if kind == "ConfigMap" else resolver.secret(namespace, name)
+            if data is None:
+                if ref.get("optional"):
+                    continue
+                raise PodTranslationError(f"{where}: {kind} {namespace}/{name} not found")
+            env.update({prefix + k: v for k, v in data.items()})
+    for j, var in enumerate(c.get("env") or []):
+        where = f"spec.containers[{i}].env[{j}] ({var.get('name')})"
+        source = var.get("valueFrom")
+        if source is None:
+            env[str(var["name"])] = str(var.get("value") or "")
+            continue
+        value: str | None
+        if "configMapKeyRef" in source:
+            value = _key_ref("ConfigMap", source["configMapKeyRef"], namespace, resolver, where)
+        elif "secretKeyRef" in source:
+            value = _key_ref("Secret", source["secretKeyRef"], namespace, resolver, where)
+        elif "fieldRef" in source:
+            value = _field_ref(str(source["fieldRef"].get("fieldPath")), pod, where)
+        else:
+            raise PodTranslationError(f"{where}: valueFrom {sorted(source)} is not supported on external instances")
+        if value is not None:
+            env[str(var["name"])] = value
+    return tuple(env.items())
+
+
+def _ports(c: Mapping[str, Any]) -> tuple[Port, ...]:
+    return tuple(
+        Port(port=int(p["containerPort"]), protocol=str(p.get("protocol") or "TCP"), name=str(p.get("name") or ""))
+        for p in c.get("ports") or []
+    )
+
+
+def _requests(pod: Mapping[str, Any]) -> tuple[int, int]:
+    cpu = 0.0
+    memory = 0.0
+    for i, c in enumerate(_containers(pod)):
+        res = c.get("resources") or {}
+        merged = {**(res.get("limits") or {}), **(res.get("requests") or {})}
+        if "cpu" in merged:
+            cpu += parse_quantity(merged["cpu"], f"spec.containers[{i}].resources.requests.cpu")
+        if "memory" in merged:
+            memory += parse_quantity(merged["memory"], f"spec.containers[{i}].resources.requests.memory")
+    return round(cpu * 1000), round(memory)
+
+
+def translate_pod(
+    pod: Mapping[str, Any], node: str, settings: BurstSettings, resolver: ReferenceResolver
+) -> InstanceSpec:
+    """The InstanceSpec for `pod`, every reference resolved; PodTranslationError names what cannot be carried."""
+    namespace, name, uid = pod_identity(pod)
+    spec = pod.get("spec") or {}
+    if spec.get("initContainers"):
+        raise PodTranslationError("spec.initContainers: init containers are not supported on external providers")
+    containers = _containers(pod)
+    if not containers:
+        raise PodTranslationError("spec.containers: the pod has no containers")
+    out = []
+    for i, c in enumerate(containers):
+        if not c.get("image"):
+            raise PodTranslationError(f"spec.containers[{i}].image: required")
+        out.append(
+            ContainerSpec(
+                name=str(c.get("name") or f"c{i}"),
+                image=str(c["image"]),
+                command=tuple(str(x) for x in c.get("command") or []),
+                args=tuple(str(x) for x in c.get("args") or []),
+                env=_env(c, i, pod, namespace, resolver),
+                ports=_ports(c),
+            )
+        )
+    count = gpu_count(pod)
+    cpu_millis, memory_bytes = _requests(pod)
+    return InstanceSpec(
+        tags=InstanceTags(node=node, namespace=namespace, pod=name, uid=uid),
+        gpu_type=gpu_type(pod, settings) if count > 0 else "",
+        gpu_count=count,
+        containers=tuple(out),
+        cpu_millis=cpu_millis,
+        memory_bytes=memory_bytes,
+        pod=dict(pod),
+    )

@@ -1,0 +1,555 @@
+"""The per-pod state machine: create in the background, watch until running, report every failure as Failed.
+
+A POST registers the pod and returns at once; a worker translates the pod, chooses a provider and creates the
+instance. :meth:`BurstService.poll_once` (called every few seconds) moves pods along from what the providers report.
+Any failure is final for that pod: no retry on another provider, because the ReplicaSet's replacement pod is placed
+afresh (with the failure now counted against the provider that failed).
+
+Phases: Pending/ProviderCreating -> Running -> (deleted) | Failed/<reason> | Succeeded (containers exited 0).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from daemons.burst_provider.metrics import Metrics
+from daemons.burst_provider.pods import PodTranslationError, ReferenceResolver, pod_identity, translate_pod
+from daemons.burst_provider.providers.base import Instance, InstanceState, Offer, Port, Provider
+from daemons.burst_provider.selection import FailureTracker, choose
+from daemons.burst_provider.settings import BurstSettings
+
+log = logging.getLogger("burst_provider.service")
+
+PENDING, RUNNING, FAILED, SUCCEEDED = "Pending", "Running", "Failed", "Succeeded"
+TERMINAL = frozenset({FAILED, SUCCEEDED})
+CREATING = "ProviderCreating"
+CREATE_FAILED = "ProviderCreateFailed"
+TIMEOUT = "ProviderTimeout"
+VANISHED = "InstanceVanished"
+DIED = "InstanceDied"
+NO_CAPACITY = "NoCapacity"
+#: Exit code reported for containers of an instance that vanished, died or was killed for a timeout.
+KILLED_EXIT_CODE = 137
+#: Exit code reported when the instance was never created.
+REFUSED_EXIT_CODE = 1
+
+Spawn = Callable[[Callable[[], None], str], None]
+
+
+def spawn_thread(target: Callable[[], None], name: str) -> None:
+    """Run `target` on a daemon thread: the default way the service does background work."""
+    threading.Thread(target=target, name=name, daemon=True).start()
+
+
+def rfc3339(ts: float | None) -> str:
+    if ts is None:
+        return ""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
+
+
+@dataclass
+class PodRecord:
+    """What the service knows about one pod (by uid). Mutated only under the service's lock."""
+
+    namespace: str
+    name: str
+    uid: str
+    pod: dict[str, Any]
+    created_at: float
+    phase: str = PENDING
+    reason: str = CREATING
+    message: str = "choosing a provider"
+    provider: str = ""
+    instance_id: str = ""
+    instance_assigned_at: float | None = None
+    gpu_type: str = ""
+    gpu_count: int = 0
+    address: str = ""
+    ports: tuple[Port, ...] = ()
+    start_time: float | None = None
+    finished_at: float | None = None
+    exit_code: int | None = None
+    creating: bool = False  # the create worker is still running
+    deleting: bool = False  # DELETE received; forgotten once the instance is gone
+    instance_gone: bool = False  # the instance is deleted or the provider no longer knows it
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}/{self.uid}"
+
+    @property
+    def holds_gpus(self) -> bool:
+        """Counts against the provider's cap: an instance exists, or is being created, for this pod."""
+        if not self.provider or self.instance_gone:
+            return False
+        return self.phase not in TERMINAL or bool(self.instance_id)
+
+    def _container_status(self, c: Mapping[str, Any]) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": c.get("name", ""), "image": c.get("image", ""), "restartCount": 0}
+        if self.phase == PENDING:
+            out.update(state="waiting", reason=self.reason, message=self.message)
+        elif self.phase == RUNNING:
+            out.update(state="running", startedAt=rfc3339(self.start_time))
+        else:
+            out.update(
+                state="terminated",
+                reason=self.reason or ("Completed" if self.exit_code == 0 else "Error"),
+                message=self.message,
+                exitCode=self.exit_code if self.exit_code is not None else REFUSED_EXIT_CODE,
+                startedAt=rfc3339(self.start_time),
+                finishedAt=rfc3339(self.finished_at),
+            )
+        return out
+
+    def status(self) -> dict[str, Any]:
+        """The PodStatus of docs/burst-provider-api.md."""
+        containers = (self.pod.get("spec") or {}).get("containers") or []
+        return {
+            "namespace": self.namespace,
+            "name": self.name,
+            "uid": self.uid,
+            "phase": self.phase,
+            "reason": self.reason,
+            "message": self.message,
+            "provider": self.provider,
+            "instanceId": self.instance_id,
+            "gpuType": self.gpu_type,
+            "address": self.address,
+            "ports": [{"name": p.name, "port": p.port, "protocol": p.protocol} for p in self.ports],
+            "startTime": rfc3339(self.start_time),
+            "containers": [self._container_status(c) for c in containers],
+        }
+
+
+class BurstService:
+    """Owns the pod records and drives them; thread-safe. Background work goes through `spawn` (tests pass a
+    synchronous or queued one), time through `clock` (unix seconds)."""
+
+    def __init__(
+        self,
+        settings: BurstSettings,
+        providers: Mapping[str, Provider],
+        resolver: ReferenceResolver,
+        *,
+        clock: Callable[[], float] = time.time,
+        spawn: Spawn = spawn_thread,
+        metrics: Metrics | None = None,
+        tracker: FailureTracker | None = None,
+    ) -> None:
+        self.settings = settings
+        self.node = settings.virtual_node.node_name
+        self.providers = dict(providers)
+        self.resolver = resolver
+        self.clock = clock
+        self.spawn = spawn
+        self.metrics = metrics or Metrics()
+        self.tracker = tracker or FailureTracker(settings.virtual_node.failure_window_seconds, clock)
+        self.on_change: Callable[[], None] = lambda: None
+        self._records: dict[str, PodRecord] = {}
+        self._lock = threading.RLock()
+
+    # ------------------------------------------------------------------------------------------------
+    # API calls
+    # ------------------------------------------------------------------------------------------------
+
+    def create_pod(self, pod: dict[str, Any]) -> dict[str, Any]:
+        """Register the pod and start creating it; a known uid returns its current status (idempotent)."""
+        namespace, name, uid = pod_identity(pod)
+        with self._lock:
+            rec = self._records.get(uid)
+            if rec is not None:
+                if not rec.pod:  # rebuilt from a listing after a restart: now we know its containers
+                    rec.pod = dict(pod)
+                return rec.status()
+            rec = PodRecord(namespace, name, uid, dict(pod), self.clock(), creating=True)
+            self._records[uid] = rec
+            status = rec.status()
+        log.info("pod accepted", extra={"pod": rec.key})
+        self.spawn(lambda: self._create(uid), f"create-{namespace}-{name}")
+        return status
+
+    def _find(self, namespace: str, name: str, uid: str | None = None) -> PodRecord | None:
+        matches = [
+            r
+            for r in self._records.values()
+            if r.namespace == namespace and r.name == name and (not uid or r.uid == uid)
+        ]
+        if not matches:
+            return None
+        return max(matches, key=lambda r: (not r.deleting, r.created_at))
+
+    def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        with self._lock:
+            rec = self._find(namespace, name)
+            return rec.status() if rec else None
+
+    def list_pods(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return [r.status() for r in sorted(self._records.values(), key=lambda r: r.key)]
+
+    def delete_pod(self, namespace: str, name: str, uid: str | None = None) -> bool:
+        """Start deleting the pod's instance; False when the pod is unknown."""
+        with self._lock:
+            rec = self._find(namespace, name, uid)
+            if rec is None:
+                return False
+            already = rec.deleting
+            rec.deleting = True
+            creating = rec.creating
+            uid_ = rec.uid
+        if not already and not creating:  # a running create worker deletes the instance itself when done
+            self.spawn(lambda: self._delete(uid_), f"delete-{namespace}-{name}")
+        log.info("pod deletion requested", extra={"pod": f"{namespace}/{name}/{uid_}"})
+        self.on_change()
+        return True
+
+    def logs(self, namespace: str, name: str, container: str, tail: int | None) -> str | None:
+        """The container's logs from its provider; None when the pod is unknown."""
+        with self._lock:
+            rec = self._find(namespace, name)
+            if rec is None:
+                return None
+            provider, instance_id = rec.provider, rec.instance_id
+            message = rec.message
+        if not instance_id or provider not in self.providers:
+            return f"no instance for this pod ({message})\n"
+        try:
+            return self.providers[provider].logs(instance_id, container, tail)
+        except Exception as exc:
+            self.metrics.provider_errors.labels(provider, "logs").inc()
+            return f"logs unavailable: {exc}\n"
+
+    # ------------------------------------------------------------------------------------------------
+    # Views used by reconciliation and endpoints
+    # ------------------------------------------------------------------------------------------------
+
+    def records(self) -> list[PodRecord]:
+        """Copies of every record (safe to read without the lock)."""
+        with self._lock:
+            return [replace(r, pod=r.pod) for r in self._records.values()]
+
+    def used_gpus(self) -> dict[str, int]:
+        with self._lock:
+            used: dict[str, int] = {}
+            for r in self._records.values():
+                if r.holds_gpus:
+                    used[r.provider] = used.get(r.provider, 0) + r.gpu_count
+            return used
+
+    # ------------------------------------------------------------------------------------------------
+    # Creation
+    # ------------------------------------------------------------------------------------------------
+
+    def _gather_offers(self, gpu_type: str, gpu_count: int) -> dict[str, list[Offer] | Exception]:
+        out: dict[str, list[Offer] | Exception] = {}
+        for p in self.settings.providers:
+            if gpu_count > 0 and gpu_type not in p.gpu_types:
+                continue  # rejected by type anyway: do not spend a call
+            provider = self.providers.get(p.name)
+            if provider is None:
+                out[p.name] = RuntimeError("provider not built")
+                continue
+            try:
+                out[p.name] = list(provider.offers())
+            except Exception as exc:
+                self.metrics.provider_errors.labels(p.name, "offers").inc()
+                out[p.name] = exc
+        return out
+
+    def _create(self, uid: str) -> None:
+        """The create worker of one pod. Never raises: every outcome is a state of the record."""
+        try:
+            self._create_steps(uid)
+        except Exception as exc:  # a bug or an unexpected provider exception: the pod still must not hang
+            log.exception("create worker failed", extra={"uid": uid})
+            with self._lock:
+                rec = self._records.get(uid)
+                if rec is not None:
+                    rec.creating = False
+                    self._fail(rec, CREATE_FAILED, f"internal error: {exc}", REFUSED_EXIT_CODE)
+
+    def _create_steps(self, uid: str) -> None:
+        with self._lock:
+            rec = self._records.get(uid)
+            if rec is None:
+                return
+            pod = rec.pod
+        if rec.namespace not in self.settings.virtual_node.inference_namespaces:
+            with self._lock:
+                rec.creating = False
+                self._fail(
+                    rec, CREATE_FAILED, f"namespace {rec.namespace} is not in inferenceNamespaces", REFUSED_EXIT_CODE
+                )
+            self._forget_if_deleting(uid)
+            return
+        try:
+            spec = translate_pod(pod, self.node, self.settings, self.resolver)
+        except PodTranslationError as exc:
+            with self._lock:
+                rec.creating = False
+                self._fail(rec, CREATE_FAILED, str(exc), REFUSED_EXIT_CODE)
+            self._forget_if_deleting(uid)
+            return
+        offers = self._gather_offers(spec.gpu_type, spec.gpu_count)
+        with self._lock:
+            if rec.deleting:
+                rec.creating = False
+                self._forget(uid)
+                return
+            names = [p.name for p in self.settings.providers]
+            rates = self.tracker.rates(names)
+            decision = choose(
+                self.settings,
+                spec.gpu_type,
+                spec.gpu_count,
+                offers=offers,
+                used_gpus=self.used_gpus(),
+                failure_rates=rates,
+            )
+            log.info("placement decision", extra={"pod": rec.key, **decision.log_fields()})
+            for name, rate in rates.items():
+                self.metrics.failure_rate.labels(name).set(rate)
+            for c in decision.ranked:
+                self.metrics.effective_price.labels(c.provider, spec.gpu_type).set(c.effective_price)
+            rec.gpu_type, rec.gpu_count = spec.gpu_type, spec.gpu_count
+            if decision.chosen is None:
+                rec.creating = False
+                self.metrics.no_capacity.labels(spec.gpu_type).inc()
+                self._fail(rec, NO_CAPACITY, decision.summary(), REFUSED_EXIT_CODE)
+                return
+            chosen = decision.chosen.provider
+            self.metrics.decisions.labels(chosen, spec.gpu_type).inc()
+            rec.provider = chosen  # reserves the GPUs against the cap while the create call runs
+            rec.message = f"creating on {chosen}"
+        try:
+            inst = self.providers[chosen].create_instance(spec)
+        except Exception as exc:
+            self.tracker.record_failure(chosen)
+            self.metrics.provider_errors.labels(chosen, "create_instance").inc()
+            with self._lock:
+                rec.creating = False
+                self._fail(rec, CREATE_FAILED, str(exc), REFUSED_EXIT_CODE)
+            self._forget_if_deleting(uid)
+            return
+        with self._lock:
+            rec.creating = False
+            rec.instance_id = inst.instance_id
+            rec.instance_assigned_at = self.clock()
+            rec.message = f"instance {inst.instance_id} on {chosen} is {inst.state.value}"
+            deleting = rec.deleting
+        log.info("instance created", extra={"pod": rec.key, "provider": chosen, "instance": inst.instance_id})
+        if deleting:
+            self._delete(uid)
+        else:
+            self.observe(uid, inst)
+
+    # ------------------------------------------------------------------------------------------------
+    # Observation: the state machine proper
+    # ------------------------------------------------------------------------------------------------
+
+    def _fail(self, rec: PodRecord, reason: str, message: str, exit_code: int) -> None:
+        """Make the record Failed (caller holds the lock). Idempotent: the first failure wins."""
+        if rec.phase in TERMINAL:
+            return
+        was_running = rec.phase == RUNNING
+        rec.phase, rec.reason, rec.message, rec.exit_code = FAILED, reason, message, exit_code
+        rec.finished_at = self.clock()
+        self.metrics.pod_failures.labels(rec.provider or "none", reason).inc()
+        log.warning("pod failed", extra={"pod": rec.key, "reason": reason, "provider": rec.provider, "detail": message})
+        if was_running:
+            self.on_change()
+
+    def _cleanup_instance(self, uid: str) -> None:
+        """Delete the instance of a finished pod, so nothing keeps costing money."""
+        with self._lock:
+            rec = self._records.get(uid)
+            if rec is None or not rec.instance_id or rec.instance_gone:
+                return
+            provider, instance_id = rec.provider, rec.instance_id
+        try:
+            self.providers[provider].delete_instance(instance_id)
+        except Exception as exc:
+            self.metrics.provider_errors.labels(provider, "delete_instance").inc()
+            log.warning(
+                "instance delete failed", extra={"provider": provider, "instance": instance_id, "err": str(exc)}
+            )
+            return
+        with self._lock:
+            rec.instance_gone = True
+
+    def observe(self, uid: str, inst: Instance | None) -> None:
+        """Apply what the provider reports about the pod's instance (None: it no longer knows it)."""
+        cleanup = False
+        with self._lock:
+            rec = self._records.get(uid)
+            if rec is None or rec.deleting or rec.phase in TERMINAL:
+                return
+            if inst is None:
+                rec.instance_gone = True
+                self.tracker.record_failure(rec.provider)
+                self._fail(rec, VANISHED, f"instance {rec.instance_id} is gone from {rec.provider}", KILLED_EXIT_CODE)
+                return
+            if inst.address:
+                rec.address = inst.address
+            if inst.ports:
+                rec.ports = inst.ports
+            if inst.state is InstanceState.RUNNING:
+                if rec.phase == PENDING:
+                    rec.phase, rec.reason = RUNNING, ""
+                    rec.message = f"running on {rec.provider} as {rec.instance_id}"
+                    rec.start_time = inst.started_at or self.clock()
+                    self.tracker.record_success(rec.provider)
+                    log.info("pod running", extra={"pod": rec.key, "provider": rec.provider, "address": rec.address})
+                    self.on_change()
+            elif inst.state is InstanceState.CREATING:
+                timeout = self.settings.virtual_node.creation_timeout_seconds
+                if self.clock() - rec.created_at > timeout:
+                    self.tracker.record_failure(rec.provider)
+                    self._fail(
+                        rec,
+                        TIMEOUT,
+                        f"instance {rec.instance_id} on {rec.provider} not running after "
+                        f"{self.settings.virtual_node.creation_timeout}",
+                        KILLED_EXIT_CODE,
+                    )
+                    cleanup = True
+            else:
+                cleanup = self._ended(rec, inst)
+        if cleanup:
+            self.spawn(lambda: self._cleanup_instance(uid), f"cleanup-{uid}")
+
+    def _ended(self, rec: PodRecord, inst: Instance) -> bool:
+        """The instance stopped (EXITED, FAILED, TERMINATED): exit 0 is Succeeded, anything else InstanceDied."""
+        detail = f": {inst.message}" if inst.message else ""
+        if inst.state is InstanceState.EXITED and inst.exit_code == 0:
+            rec.phase, rec.reason, rec.exit_code = SUCCEEDED, "", 0
+            rec.message = f"instance {rec.instance_id} exited 0{detail}"
+            rec.finished_at = inst.finished_at or self.clock()
+            self.on_change()
+            return True
+        self.tracker.record_failure(rec.provider)
+        code = inst.exit_code if inst.exit_code is not None else KILLED_EXIT_CODE
+        self._fail(rec, DIED, f"instance {rec.instance_id} on {rec.provider} is {inst.state.value}{detail}", code)
+        rec.finished_at = inst.finished_at or rec.finished_at
+        return True
+
+    def poll_once(self) -> None:
+        """Ask the providers about every pod still in flight, and finish pending deletions."""
+        with self._lock:
+            active = [
+                (r.uid, r.provider, r.instance_id)
+                for r in self._records.values()
+                if r.instance_id and not r.creating and (r.deleting or r.phase not in TERMINAL)
+            ]
+            deleting = {r.uid for r in self._records.values() if r.deleting and not r.creating}
+        for uid, provider, instance_id in active:
+            if uid in deleting:
+                continue
+            try:
+                inst = self.providers[provider].get_instance(instance_id)
+            except Exception as exc:
+                self.metrics.provider_errors.labels(provider, "get_instance").inc()
+                log.warning(
+                    "get_instance failed", extra={"provider": provider, "instance": instance_id, "err": str(exc)}
+                )
+                continue
+            self.observe(uid, inst)
+        for uid in deleting:
+            self._delete(uid)
+
+    # ------------------------------------------------------------------------------------------------
+    # Deletion
+    # ------------------------------------------------------------------------------------------------
+
+    def _forget(self, uid: str) -> None:
+        with self._lock:
+            rec = self._records.pop(uid, None)
+        if rec is not None:
+            log.info("pod forgotten", extra={"pod": rec.key})
+            self.on_change()
+
+    def _forget_if_deleting(self, uid: str) -> None:
+        with self._lock:
+            rec = self._records.get(uid)
+            deleting = rec is not None and rec.deleting
+        if deleting:
+            self._forget(uid)
+
+    def _delete(self, uid: str) -> None:
+        """Delete the pod's instance and forget the pod once the provider no longer has it. Retried by poll_once
+        until that is confirmed."""
+        with self._lock:
+            rec = self._records.get(uid)
+            if rec is None or rec.creating:
+                return
+            provider, instance_id, gone = rec.provider, rec.instance_id, rec.instance_gone
+        if not instance_id:
+            self._forget(uid)
+            return
+        p = self.providers.get(provider)
+        if p is None:
+            self._forget(uid)
+            return
+        try:
+            if not gone:
+                p.delete_instance(instance_id)
+            inst = p.get_instance(instance_id)
+        except Exception as exc:
+            self.metrics.provider_errors.labels(provider, "delete_instance").inc()
+            log.warning(
+                "instance delete failed", extra={"provider": provider, "instance": instance_id, "err": str(exc)}
+            )
+            return
+        if inst is None or inst.state is InstanceState.TERMINATED:
+            self._forget(uid)
+        else:
+            log.info("instance still present after delete", extra={"instance": instance_id, "state": inst.state.value})
+
+    # ------------------------------------------------------------------------------------------------
+    # Reconciliation support
+    # ------------------------------------------------------------------------------------------------
+
+    def rebuild(self, listings: Mapping[str, list[Instance]]) -> int:
+        """Records for tagged instances the service does not know (after a restart); returns how many it added."""
+        added = []
+        with self._lock:
+            for provider, instances in listings.items():
+                for inst in instances:
+                    uid = inst.tags.uid
+                    if inst.tags.node != self.node or uid in self._records:
+                        continue
+                    if inst.state is InstanceState.TERMINATED:
+                        continue
+                    rec = PodRecord(
+                        inst.tags.namespace,
+                        inst.tags.pod,
+                        uid,
+                        {},
+                        self.clock(),
+                        provider=provider,
+                        instance_id=inst.instance_id,
+                        instance_assigned_at=self.clock(),
+                        gpu_type=inst.gpu_type,
+                        gpu_count=inst.gpu_count,
+                        message=f"instance {inst.instance_id} on {provider} is {inst.state.value}",
+                    )
+                    self._records[uid] = rec
+                    added.append((uid, inst))
+        for uid, inst in added:
+            self.observe(uid, inst)
+        if added:
+            log.info("records rebuilt from provider listings", extra={"count": len(added)})
+        return len(added)
+
+    def mark_vanished(self, uid: str, instance_id: str) -> None:
+        """Reconciliation found the record's instance missing from its provider's listing."""
+        with self._lock:
+            rec = self._records.get(uid)
+            if rec is None or rec.instance_id != instance_id:
+                return
+        self.observe(uid, None)
