@@ -2,40 +2,67 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.config import StackConfig
+from components.config import PROJECT, StackConfig
 from components.descheduler import Descheduler, DeschedulerArgs
+from components.inference import InferenceService, InferenceServiceArgs
 from components.queues import Queues, QueuesArgs
 from components.storage import Storage, StorageArgs
+from components.taint_controller import TaintController, TaintControllerArgs
 from components.telemetry import Telemetry, TelemetryArgs
+from components.virtual_node import VirtualNode, VirtualNodeArgs
 
 
 @dataclass(frozen=True)
 class GpuClusterArgs:
     config: StackConfig
+    #: The burst providers' secrets (config key name -> value). None: read from the stack's secret config
+    #: (``pulumi.Config("gpucluster").require_secret``) for the names the burst section references.
+    secrets: Mapping[str, pulumi.Input[str]] | None = None
 
     def __post_init__(self) -> None:
         overlap = set(self.config.training_namespaces) & set(self.config.inference_namespaces)
         if overlap:
             raise ValueError(f"GpuClusterArgs.config: namespaces both training and inference: {sorted(overlap)}")
+        if self.secrets is not None:
+            missing = sorted(set(self.config.provider_secret_names) - set(self.secrets))
+            if missing:
+                raise ValueError(f"GpuClusterArgs.secrets: no value for {missing}, which the burst providers name")
+
+    def provider_secrets(self) -> dict[str, pulumi.Input[str]]:
+        """Exactly the secrets the burst providers read, each a Pulumi secret."""
+        names = self.config.provider_secret_names
+        if self.secrets is not None:
+            return {n: self.secrets[n] for n in names}
+        config = pulumi.Config(PROJECT)
+        return {n: config.require_secret(n) for n in names}
 
 
 class GpuCluster(pulumi.ComponentResource):
-    """Namespaces, queues and priorities, checkpoint storage, the gradual-return descheduler and telemetry."""
+    """Namespaces, queues and priorities, checkpoint storage, the gradual-return descheduler, telemetry, the
+    virtual node and taint controller when the stack bursts, and the stack's inference services."""
 
     def __init__(self, name: str, args: GpuClusterArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("gpucluster:cluster:GpuCluster", name, None, opts)
         cfg = args.config
         labels = {"app.kubernetes.io/part-of": "gpucluster", "gpucluster.io/environment": cfg.environment}
 
+        burst = cfg.burst if cfg.burst_enabled else None
+        burst_namespaces: list[str] = []
+        if burst is not None:
+            burst_namespaces.append(burst.settings.virtual_node.namespace)
+            if burst.taint_controller.enabled:
+                burst_namespaces.append(burst.taint_controller.namespace)
         self.namespaces: dict[str, k8s.core.v1.Namespace] = {}
         for ns, role in [
             *((n, "training") for n in cfg.training_namespaces),
             *((n, "inference") for n in cfg.inference_namespaces),
+            *((n, "burst") for n in dict.fromkeys(burst_namespaces)),
         ]:
             self.namespaces[ns] = k8s.core.v1.Namespace(
                 f"{name}-ns-{ns}",
@@ -84,6 +111,47 @@ class GpuCluster(pulumi.ComponentResource):
             f"{name}-telemetry", TelemetryArgs(settings=cfg.telemetry), opts=pulumi.ResourceOptions(parent=self)
         )
 
+        self.virtual_node: VirtualNode | None = None
+        self.taint_controller: TaintController | None = None
+        if burst is not None:
+            vn = burst.settings.virtual_node
+            # The node's Roles live in the inference namespaces: those must exist first.
+            vn_deps = tuple(self.namespaces[n] for n in (vn.namespace, *vn.inference_namespaces))
+            self.virtual_node = VirtualNode(
+                f"{name}-virtual-node",
+                VirtualNodeArgs(
+                    settings=burst.settings, secrets=args.provider_secrets(), labels=labels, depends_on=vn_deps
+                ),
+                opts=pulumi.ResourceOptions(parent=self),
+            )
+            if burst.taint_controller.enabled:
+                self.taint_controller = TaintController(
+                    f"{name}-taint-controller",
+                    TaintControllerArgs(
+                        settings=burst.taint_controller,
+                        labels=labels,
+                        depends_on=(self.namespaces[burst.taint_controller.namespace],),
+                    ),
+                    opts=pulumi.ResourceOptions(parent=self),
+                )
+
+        self.inference_services: dict[str, InferenceService] = {}
+        default_gpu_type = burst.settings.virtual_node.default_gpu_type if burst is not None else None
+        for svc in cfg.inference_services:
+            self.inference_services[f"{svc.namespace}/{svc.name}"] = InferenceService(
+                f"{name}-inference-{svc.namespace}-{svc.name}",
+                InferenceServiceArgs(
+                    spec=svc,
+                    priority_class_name=cfg.priorities.pod.inference.name,
+                    inference_namespaces=cfg.inference_namespaces,
+                    default_gpu_type=default_gpu_type,
+                    labels=labels,
+                    # The PriorityClass must exist before the first pod is admitted.
+                    depends_on=(self.namespaces[svc.namespace], self.queues.pod_priorities["inference"]),
+                ),
+                opts=pulumi.ResourceOptions(parent=self),
+            )
+
         self.outputs: dict[str, object] = {
             "environment": cfg.environment,
             "gpus": {f.name: f.capacity for f in cfg.flavors},
@@ -98,5 +166,16 @@ class GpuCluster(pulumi.ComponentResource):
             "checkpointIntervalMinutes": round(self.storage.checkpoint_interval_minutes, 1),
             "burstTaintKey": cfg.burst_taint_key,
             "gpuTempLimitC": cfg.telemetry.alerts.gpu_temp_limit_c,
+            "burst": (
+                {
+                    "virtualNode": burst.settings.virtual_node.node_name,
+                    "capacity": burst.capacity,
+                    "providers": [p.name for p in burst.settings.providers],
+                    "taintController": burst.taint_controller.enabled,
+                }
+                if burst is not None
+                else None
+            ),
+            "inferenceServices": sorted(self.inference_services),
         }
         self.register_outputs(self.outputs)

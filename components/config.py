@@ -18,7 +18,7 @@ import json
 import math
 import re
 import sys
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -30,6 +30,7 @@ from pydantic import Field, TypeAdapter, ValidationError, field_validator
 from pydantic.alias_generators import to_camel
 
 from components.charts import ChartSource
+from components.inference import InferenceServiceSpec
 from components.model import (
     ConfigModel,
     DnsLabel,
@@ -40,6 +41,8 @@ from components.model import (
     check_qualified_name,
 )
 from components.telemetry.settings import TelemetrySettings
+from daemons.burst_provider.settings import BurstSettings
+from daemons.taint_controller.settings import TaintControllerSettings
 
 PROJECT = "gpucluster"
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -213,6 +216,38 @@ class StorageSettings(ConfigModel):
 _DRIVER_PARAMETERS: dict[str, tuple[str, ...]] = {"nfs": ("server", "share")}
 
 
+@dataclass(frozen=True)
+class BurstConfig:
+    """``gpucluster:burst``: the provider service's settings and the taint controller's, both complete.
+
+    ``settings`` is exactly what the provider service reads (the VirtualNode component renders it); the taint
+    controller's runtime fields (``nodeName``, ``taintKey``, ``inferenceNamespaces``) are filled from the virtual
+    node and the stack, so the two daemons can never disagree about the node or the taint.
+    """
+
+    settings: BurstSettings
+    taint_controller: TaintControllerSettings
+
+    @property
+    def enabled(self) -> bool:
+        return self.settings.enabled
+
+    @property
+    def capacity(self) -> int:
+        """GPUs the virtual node advertises: the sum of the providers' caps."""
+        return sum(p.max_gpus for p in self.settings.providers)
+
+    def secret_paths(self) -> dict[str, str]:
+        """Each secret config key the providers name -> the key path that names it (first one wins)."""
+        out: dict[str, str] = {}
+        for i, p in enumerate(self.settings.providers):
+            if p.runpod is not None:
+                out.setdefault(p.runpod.api_key_secret, f"burst.providers[{i}].runpod.apiKeySecret")
+            if p.kubernetes is not None:
+                out.setdefault(p.kubernetes.kubeconfig_secret, f"burst.providers[{i}].kubernetes.kubeconfigSecret")
+        return out
+
+
 # ----------------------------------------------------------------------------------------------------
 # The whole stack
 # ----------------------------------------------------------------------------------------------------
@@ -235,6 +270,18 @@ class StackConfig:
     descheduler: DeschedulerSettings
     storage: StorageSettings
     telemetry: TelemetrySettings
+    #: None when the stack has no ``gpucluster:burst`` section.
+    burst: BurstConfig | None = None
+    inference_services: tuple[InferenceServiceSpec, ...] = ()
+
+    @property
+    def burst_enabled(self) -> bool:
+        return self.burst is not None and self.burst.enabled
+
+    @property
+    def provider_secret_names(self) -> tuple[str, ...]:
+        """The secret config keys the burst providers read (none while bursting is off)."""
+        return tuple(sorted(self.burst.secret_paths())) if self.burst is not None and self.burst.enabled else ()
 
     def flavor(self, name: str) -> GpuFlavor:
         return next(f for f in self.flavors if f.name == name)
@@ -292,7 +339,16 @@ _SECTIONS: dict[str, tuple[TypeAdapter[Any], Any]] = {
     "descheduler": (_adapter(DeschedulerSettings), {}),
     "storage": (_adapter(StorageSettings), _MISSING),
     "telemetry": (_adapter(TelemetrySettings), {}),
+    "inferenceServices": (_adapter(list[InferenceServiceSpec]), []),
 }
+#: Validated by :func:`_parse_burst`: two daemons' models share the section.
+BURST_KEY = "burst"
+_BURST_SETTINGS = _adapter(BurstSettings)
+_TAINT_CONTROLLER = _adapter(TaintControllerSettings)
+_TAINT_CONTROLLER_KEY = "taintController"
+#: Fields of the taint controller's settings the component fills; the stack does not set them.
+_TAINT_CONTROLLER_FILLED = {"nodeName": "burst.virtualNode.nodeName", "taintKey": "gpucluster:burstTaintKey"}
+_KEY_PATH = re.compile(r"^([A-Za-z]\w*(?:\[\d+\])?(?:\.[A-Za-z]\w*(?:\[\d+\])?)*): (.+)$")
 
 
 def _loc_to_path(section: str, loc: Iterable[int | str]) -> str:
@@ -508,15 +564,177 @@ def _semantic_issues(v: Mapping[str, Any]) -> list[ConfigIssue]:
     return issues
 
 
-def parse_stack_config(raw: Mapping[str, Any], source: str = "stack config") -> StackConfig:
+def _burst_model_issues(err: ValidationError, raw: Any) -> list[ConfigIssue]:
+    """BurstSettings' issues under ``burst``; its cross-field rule names its keys in the text, lifted into paths."""
+    issues = []
+    for issue in _pydantic_issues(BURST_KEY, raw, err):
+        if issue.path != BURST_KEY:
+            issues.append(issue)
+            continue
+        for part in issue.reason.split("; "):
+            m = _KEY_PATH.match(part)
+            if m:
+                issues.append(ConfigIssue(f"{BURST_KEY}.{m.group(1)}", None, m.group(2)))
+            else:
+                issues.append(ConfigIssue(BURST_KEY, None, part))
+    return issues
+
+
+def _parse_burst(raw: Any) -> tuple[BurstConfig | None, list[ConfigIssue]]:
+    """``gpucluster:burst``: the provider service's model for the section, the taint controller's for
+    ``taintController``, each problem with its key path."""
+    if not isinstance(raw, Mapping):
+        return None, [ConfigIssue(BURST_KEY, raw, f"expected a map with virtualNode and providers, got {raw!r}")]
+    issues: list[ConfigIssue] = []
+    burst_raw = {k: v for k, v in raw.items() if k != _TAINT_CONTROLLER_KEY}
+    tc_raw = raw.get(_TAINT_CONTROLLER_KEY)
+    tc_raw = {} if tc_raw is None else tc_raw
+    settings: BurstSettings | None = None
+    controller: TaintControllerSettings | None = None
+    try:
+        settings = _BURST_SETTINGS.validate_python(burst_raw)
+    except ValidationError as err:
+        issues.extend(_burst_model_issues(err, burst_raw))
+    tc_path = f"{BURST_KEY}.{_TAINT_CONTROLLER_KEY}"
+    if isinstance(tc_raw, Mapping):
+        for key, origin in _TAINT_CONTROLLER_FILLED.items():
+            if key in tc_raw:
+                issues.append(ConfigIssue(f"{tc_path}.{key}", tc_raw[key], f"is filled from {origin}; do not set it"))
+    try:
+        controller = _TAINT_CONTROLLER.validate_python(tc_raw)
+    except ValidationError as err:
+        issues.extend(_pydantic_issues(tc_path, tc_raw, err))
+    if settings is None or controller is None or issues:
+        return None, issues
+    filled: dict[str, Any] = {"node_name": settings.virtual_node.node_name}
+    if "inference_namespaces" not in controller.model_fields_set:
+        filled["inference_namespaces"] = list(settings.virtual_node.inference_namespaces)
+    return BurstConfig(settings, controller.model_copy(update=filled)), []
+
+
+def _burst_issues(
+    burst: BurstConfig, v: Mapping[str, Any], raw: Mapping[str, Any], secret_keys: Collection[str] | None
+) -> list[ConfigIssue]:
+    """Rules between the burst section and the rest of the stack, and the provider secrets it names."""
+    issues: list[ConfigIssue] = []
+    add = issues.append
+    inference_ns: list[str] | None = v.get("inferenceNamespaces")
+    teams: list[Team] | None = v.get("teams")
+    training_ns = {t.namespace for t in teams} if teams is not None else set()
+    vn, tc = burst.settings.virtual_node, burst.taint_controller
+    for path, ns in (("burst.virtualNode.namespace", vn.namespace), ("burst.taintController.namespace", tc.namespace)):
+        if ns in training_ns or (inference_ns is not None and ns in inference_ns):
+            add(
+                ConfigIssue(
+                    path, ns, "is a team or inference namespace: the burst daemons get a namespace of their own"
+                )
+            )
+    if inference_ns is not None:
+        for path, listed in (
+            ("burst.virtualNode.inferenceNamespaces", vn.inference_namespaces),
+            ("burst.taintController.inferenceNamespaces", tc.inference_namespaces),
+        ):
+            extra = sorted(set(listed) - set(inference_ns))
+            if extra:
+                add(ConfigIssue(path, listed, f"{extra} not in gpucluster:inferenceNamespaces ({inference_ns})"))
+    burst_key = v.get("burstTaintKey")
+    if isinstance(burst_key, str) and burst_key.startswith("virtual-kubelet.io/"):
+        add(ConfigIssue("burstTaintKey", burst_key, "must differ from the virtual node's own taint key"))
+    flavors: list[GpuFlavor] | None = v.get("flavors")
+    if flavors is not None and tc.enabled:
+        total = sum(f.capacity for f in flavors)
+        if tc.high_mark > total:
+            add(
+                ConfigIssue(
+                    "burst.taintController.highMark",
+                    tc.high_mark,
+                    f"{tc.high_mark} free GPUs can never happen with the {total} GPUs the flavors declare: "
+                    "the burst taint would never go on",
+                )
+            )
+    if not burst.enabled:
+        return issues
+    for name, path in burst.secret_paths().items():
+        if name in _SECTIONS or name == BURST_KEY:
+            add(ConfigIssue(path, name, f"{name!r} is a config section, not a secret config key"))
+        elif name not in raw:
+            add(
+                ConfigIssue(
+                    path,
+                    name,
+                    f"names the secret gpucluster:{name}, which this stack does not set "
+                    f"(pulumi config set --secret {name} ...)",
+                )
+            )
+        elif not _is_secret(name, raw[name], secret_keys):
+            # Never echo the value: it is a credential in clear.
+            add(ConfigIssue(name, None, f"gpucluster:{name} is in clear; set it with `pulumi config set --secret`"))
+    return issues
+
+
+def _is_secret(name: str, value: Any, secret_keys: Collection[str] | None) -> bool:
+    """A stack file holds a secret as ``{secure: ...}``; the engine names its secret keys."""
+    if isinstance(value, Mapping) and "secure" in value:
+        return True
+    return secret_keys is not None and f"{PROJECT}:{name}" in secret_keys
+
+
+def _inference_issues(
+    services: list[InferenceServiceSpec], v: Mapping[str, Any], burst: BurstConfig | None
+) -> list[ConfigIssue]:
+    issues: list[ConfigIssue] = []
+    add = issues.append
+    inference_ns: list[str] | None = v.get("inferenceNamespaces")
+    teams: list[Team] | None = v.get("teams")
+    training_ns = {t.namespace: t.name for t in teams} if teams is not None else {}
+    seen: set[tuple[str, str]] = set()
+    offered = burst.settings.gpu_types() if burst is not None and burst.enabled else None
+    for i, svc in enumerate(services):
+        path = f"inferenceServices[{i}]"
+        if svc.namespace in training_ns:
+            add(
+                ConfigIssue(
+                    f"{path}.namespace",
+                    svc.namespace,
+                    f"is team {training_ns[svc.namespace]!r}'s training namespace: inference never runs there",
+                )
+            )
+        elif inference_ns is not None and svc.namespace not in inference_ns:
+            add(ConfigIssue(f"{path}.namespace", svc.namespace, f"is not an inference namespace ({inference_ns})"))
+        if (svc.namespace, svc.name) in seen:
+            add(ConfigIssue(f"{path}.name", svc.name, f"{svc.namespace}/{svc.name} is declared twice"))
+        seen.add((svc.namespace, svc.name))
+        if offered is not None and svc.gpu_type is not None and svc.gpu_type not in offered:
+            add(
+                ConfigIssue(
+                    f"{path}.gpuType",
+                    svc.gpu_type,
+                    f"no burst provider offers {svc.gpu_type!r} (offered: {list(offered)})",
+                )
+            )
+    return issues
+
+
+def parse_stack_config(
+    raw: Mapping[str, Any], source: str = "stack config", secret_keys: Collection[str] | None = None
+) -> StackConfig:
     """Validate the ``gpucluster:*`` settings (keys without the project prefix) and build the model.
 
+    Keys that are not sections must be the provider secrets the burst section names, and secret: ``{secure:}``
+    in a stack file, or listed in ``secret_keys`` (full ``gpucluster:<name>`` keys, as the engine reports them).
     Raises :class:`StackConfigError` with every problem found; never returns a partly valid config.
     """
     issues: list[ConfigIssue] = []
     values: dict[str, Any] = {}
-    for key in sorted(set(raw) - set(_SECTIONS)):
-        issues.append(ConfigIssue(f"{key}", raw[key], f"unknown key gpucluster:{key} (known: {', '.join(_SECTIONS)})"))
+    burst: BurstConfig | None = None
+    if raw.get(BURST_KEY) is not None:
+        burst, burst_problems = _parse_burst(raw[BURST_KEY])
+        issues.extend(burst_problems)
+    secret_names = set(burst.secret_paths()) if burst is not None and burst.enabled else set()
+    known = [*_SECTIONS, BURST_KEY]
+    for key in sorted(set(raw) - set(known) - secret_names):
+        # The value is not echoed: an unknown key may well be a secret the burst section does not name.
+        issues.append(ConfigIssue(f"{key}", None, f"unknown key gpucluster:{key} (known: {', '.join(known)})"))
     for key, (adapter, default) in _SECTIONS.items():
         if key in raw and raw[key] is not None:
             data = raw[key]
@@ -530,6 +748,10 @@ def parse_stack_config(raw: Mapping[str, Any], source: str = "stack config") -> 
         except ValidationError as err:
             issues.extend(_pydantic_issues(key, data, err))
     issues.extend(_semantic_issues(values))
+    if burst is not None:
+        issues.extend(_burst_issues(burst, values, raw, secret_keys))
+    if "inferenceServices" in values:
+        issues.extend(_inference_issues(values["inferenceServices"], values, burst))
     if issues:
         raise StackConfigError(issues, source)
     return StackConfig(
@@ -546,7 +768,16 @@ def parse_stack_config(raw: Mapping[str, Any], source: str = "stack config") -> 
         descheduler=values["descheduler"],
         storage=values["storage"],
         telemetry=values["telemetry"],
+        burst=_with_taint_key(burst, values["burstTaintKey"]),
+        inference_services=tuple(values["inferenceServices"]),
     )
+
+
+def _with_taint_key(burst: BurstConfig | None, key: str) -> BurstConfig | None:
+    """The taint controller sets the stack's burst taint key, the one the descheduler acts on."""
+    if burst is None:
+        return None
+    return BurstConfig(burst.settings, burst.taint_controller.model_copy(update={"taint_key": key}))
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -606,7 +837,7 @@ def from_pulumi_config() -> StackConfig:
             continue
         key = full_key.removeprefix(f"{PROJECT}:")
         raw[key] = _decode(value)
-    return parse_stack_config(raw, f"stack {_stack_name()}")
+    return parse_stack_config(raw, f"stack {_stack_name()}", runtime_config.get_config_secret_keys_env())
 
 
 def _decode(value: Any) -> Any:
@@ -650,9 +881,15 @@ def _cmd_check(paths: Sequence[str], out: Callable[[str], None]) -> int:
             continue
         out(
             f"{p}: ok ({cfg.environment}: {len(cfg.flavors)} flavor(s), {cfg.total_gpus} GPUs, "
-            f"{len(cfg.queues)} ClusterQueue(s), {len(cfg.teams)} team(s))"
+            f"{len(cfg.queues)} ClusterQueue(s), {len(cfg.teams)} team(s){_burst_summary(cfg)})"
         )
     return 1 if failed else 0
+
+
+def _burst_summary(cfg: StackConfig) -> str:
+    if cfg.burst is None or not cfg.burst.enabled:
+        return ", no bursting"
+    return f", bursts to {cfg.burst.capacity} GPUs through {len(cfg.burst.settings.providers)} provider(s)"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

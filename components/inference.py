@@ -1,0 +1,283 @@
+"""InferenceService: one production inference app that may burst to the virtual node and comes home gradually.
+
+Stack config (``gpucluster:inferenceServices``, a list)::
+
+    gpucluster:inferenceServices:
+      - name: sd-serve
+        namespace: inference          # must be one of gpucluster:inferenceNamespaces
+        image: ghcr.io/example/sd-serve:1.4.2
+        replicas: 8
+        gpusPerReplica: 1
+        gpuType: H100                 # what a burst provider must rent (annotation burst.gpucluster.io/gpu-type)
+        port: 8080
+        resources: {cpu: "4", memory: 16Gi}
+        minAvailable: 75%             # PodDisruptionBudget: the descheduler's evictions never go below it
+        hpa: {minReplicas: 4, maxReplicas: 16, targetCpuUtilization: 70}
+
+The pods tolerate the virtual node's own taint (``virtual-kubelet.io/provider=gpucluster:NoSchedule``), so they
+may run there when the cluster is full, and deliberately do NOT tolerate the burst taint: while the taint
+controller has it on the virtual node, no new replica goes out and the descheduler brings the running ones back.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Annotated, Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+from pydantic import Field, field_validator, model_validator
+
+from components.model import ConfigModel, DnsLabel, check_qualified_name
+from components.telemetry.settings import check_image
+
+GPU_TYPE_ANNOTATION = "burst.gpucluster.io/gpu-type"
+#: The virtual node's own taint (set by the node binary): only pods that tolerate it may burst.
+VIRTUAL_NODE_TAINT_KEY = "virtual-kubelet.io/provider"
+VIRTUAL_NODE_TAINT_VALUE = "gpucluster"
+GPU_RESOURCE = "nvidia.com/gpu"
+PORT_NAME = "http"
+
+_QUANTITY = re.compile(r"^\d+(\.\d+)?(m|Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$")
+_PERCENT = re.compile(r"^(\d{1,3})%$")
+
+
+def _check_quantity(v: str, what: str) -> str:
+    if not _QUANTITY.match(v) or float(re.sub(r"[A-Za-z]+$", "", v)) <= 0:
+        raise ValueError(f"{what} {v!r} is not a positive Kubernetes quantity such as 500m, 2 or 8Gi")
+    return v
+
+
+class InferenceResources(ConfigModel):
+    """Per-replica CPU and memory; the GPUs come from ``gpusPerReplica``."""
+
+    cpu: str = "1"
+    memory: str = "4Gi"
+
+    @field_validator("cpu")
+    @classmethod
+    def _cpu(cls, v: str) -> str:
+        return _check_quantity(v, "cpu")
+
+    @field_validator("memory")
+    @classmethod
+    def _memory(cls, v: str) -> str:
+        return _check_quantity(v, "memory")
+
+
+class InferenceHpa(ConfigModel):
+    """An autoscaling/v2 HorizontalPodAutoscaler on CPU utilisation."""
+
+    min_replicas: Annotated[int, Field(ge=1, le=1000)]
+    max_replicas: Annotated[int, Field(ge=1, le=1000)]
+    target_cpu_utilization: Annotated[int, Field(ge=1, le=100)] = 70
+
+    @model_validator(mode="after")
+    def _ordered(self) -> InferenceHpa:
+        if self.min_replicas > self.max_replicas:
+            raise ValueError(f"minReplicas {self.min_replicas} is above maxReplicas {self.max_replicas}")
+        return self
+
+
+class InferenceServiceSpec(ConfigModel):
+    """One entry of ``gpucluster:inferenceServices``."""
+
+    name: DnsLabel
+    namespace: DnsLabel
+    image: str
+    replicas: Annotated[int, Field(ge=1, le=1000)] = 1
+    gpus_per_replica: Annotated[int, Field(ge=0, le=16)] = 1
+    #: What a burst provider must offer; unset: the burst settings' defaultGpuType.
+    gpu_type: Annotated[str, Field(min_length=1, max_length=63, pattern=r"^[A-Za-z0-9][-A-Za-z0-9_.]*$")] | None = None
+    port: Annotated[int, Field(ge=1, le=65535)] = 8080
+    command: list[str] | None = None
+    args: list[str] | None = None
+    resources: InferenceResources = InferenceResources()
+    #: PodDisruptionBudget minAvailable: a replica count or a percentage such as "75%".
+    min_available: int | str = "50%"
+    hpa: InferenceHpa | None = None
+
+    @field_validator("image")
+    @classmethod
+    def _image(cls, v: str) -> str:
+        return check_image(v)
+
+    @field_validator("min_available")
+    @classmethod
+    def _min_available(cls, v: int | str) -> int | str:
+        if isinstance(v, int):
+            if v < 0:
+                raise ValueError(f"{v} is negative")
+            return v
+        m = _PERCENT.match(v)
+        if not m or int(m.group(1)) > 100:
+            raise ValueError(f"{v!r} is neither a replica count nor a percentage such as '75%'")
+        return v
+
+    @model_validator(mode="after")
+    def _evictable(self) -> InferenceServiceSpec:
+        """A budget that allows no eviction would pin burst replicas on rented GPUs forever."""
+        floor = self.hpa.min_replicas if self.hpa else self.replicas
+        if isinstance(self.min_available, int) and self.min_available >= floor:
+            raise ValueError(
+                f"minAvailable {self.min_available} allows no eviction of {floor} replica(s): the descheduler "
+                "could never bring a replica home"
+            )
+        if self.min_available == "100%":
+            raise ValueError("minAvailable '100%' allows no eviction: the descheduler could never bring a replica home")
+        return self
+
+
+def pod_labels(spec: InferenceServiceSpec) -> dict[str, str]:
+    """The selector labels of the app's pods (Deployment, PDB, Service and HPA agree on them)."""
+    return {"app.kubernetes.io/name": spec.name, "app.kubernetes.io/instance": f"{spec.namespace}.{spec.name}"}
+
+
+def burst_tolerations(spec: InferenceServiceSpec) -> list[dict[str, str]]:
+    """Tolerate the virtual node (to burst) and the GPU nodes' taint; never the burst taint (to come home)."""
+    out = [
+        {
+            "key": VIRTUAL_NODE_TAINT_KEY,
+            "operator": "Equal",
+            "value": VIRTUAL_NODE_TAINT_VALUE,
+            "effect": "NoSchedule",
+        }
+    ]
+    if spec.gpus_per_replica > 0:
+        out.append({"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"})
+    return out
+
+
+def inference_pod_spec(spec: InferenceServiceSpec, priority_class_name: str) -> dict[str, Any]:
+    container: dict[str, Any] = {
+        "name": "server",
+        "image": spec.image,
+        "ports": [{"name": PORT_NAME, "containerPort": spec.port, "protocol": "TCP"}],
+        "resources": {
+            "requests": {"cpu": spec.resources.cpu, "memory": spec.resources.memory},
+            "limits": {"memory": spec.resources.memory},
+        },
+        "readinessProbe": {"tcpSocket": {"port": PORT_NAME}, "periodSeconds": 10},
+        "securityContext": {"allowPrivilegeEscalation": False},
+    }
+    if spec.gpus_per_replica > 0:
+        # Extended resources are requested through limits (requests default to them).
+        container["resources"]["limits"][GPU_RESOURCE] = str(spec.gpus_per_replica)
+    if spec.command is not None:
+        container["command"] = list(spec.command)
+    if spec.args is not None:
+        container["args"] = list(spec.args)
+    return {
+        "priorityClassName": priority_class_name,
+        "tolerations": burst_tolerations(spec),
+        "containers": [container],
+    }
+
+
+@dataclass(frozen=True)
+class InferenceServiceArgs:
+    spec: InferenceServiceSpec
+    #: The stack's inference PriorityClass (``priorities.pod.inference.name``): below training, always.
+    priority_class_name: str
+    #: The inference namespaces of the stack; the app must live in one of them.
+    inference_namespaces: Sequence[str]
+    #: The burst GPU type used when the spec names none (``burst.virtualNode.defaultGpuType``), if bursting is on.
+    default_gpu_type: str | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)
+    depends_on: tuple[pulumi.Resource, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.spec, InferenceServiceSpec):
+            raise TypeError(f"InferenceServiceArgs.spec: expected InferenceServiceSpec, got {type(self.spec).__name__}")
+        if not self.priority_class_name:
+            raise ValueError("InferenceServiceArgs.priority_class_name: the inference PriorityClass is required")
+        if self.spec.namespace not in self.inference_namespaces:
+            raise ValueError(
+                f"InferenceServiceArgs.spec.namespace: {self.spec.namespace!r} is not an inference namespace "
+                f"({sorted(self.inference_namespaces)})"
+            )
+        for key in self.labels:
+            check_qualified_name(key, "InferenceServiceArgs.labels key")
+
+    @property
+    def gpu_type(self) -> str | None:
+        return self.spec.gpu_type or self.default_gpu_type
+
+
+class InferenceService(pulumi.ComponentResource):
+    """Deployment (inference priority, burstable), PodDisruptionBudget, ClusterIP Service and an optional HPA."""
+
+    def __init__(self, name: str, args: InferenceServiceArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("gpucluster:inference:InferenceService", name, None, opts)
+        spec = args.spec
+        selector = pod_labels(spec)
+        labels = {**args.labels, **selector, "gpucluster.io/workload": "inference"}
+        meta = {"name": spec.name, "namespace": spec.namespace, "labels": labels}
+        child = pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on))
+        annotations = {GPU_TYPE_ANNOTATION: args.gpu_type} if args.gpu_type else {}
+
+        deployment_spec: dict[str, Any] = {
+            "selector": {"matchLabels": selector},
+            # Never below the desired count during a rollout: a surge replica may burst, a missing one is an outage.
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": "25%"}},
+            "template": {
+                "metadata": {"labels": labels, "annotations": annotations},
+                "spec": inference_pod_spec(spec, args.priority_class_name),
+            },
+        }
+        if spec.hpa is None:
+            # With an HPA the replica count is its to set; writing it here would undo its scaling on every update.
+            deployment_spec["replicas"] = spec.replicas
+        self.deployment = k8s.apps.v1.Deployment(f"{name}-deployment", metadata=meta, spec=deployment_spec, opts=child)
+        self.pdb = k8s.policy.v1.PodDisruptionBudget(
+            f"{name}-pdb",
+            metadata=meta,
+            spec={"minAvailable": spec.min_available, "selector": {"matchLabels": selector}},
+            opts=child,
+        )
+        self.service = k8s.core.v1.Service(
+            f"{name}-service",
+            metadata=meta,
+            spec={
+                "type": "ClusterIP",
+                "selector": selector,
+                "ports": [{"name": PORT_NAME, "port": spec.port, "targetPort": PORT_NAME, "protocol": "TCP"}],
+            },
+            opts=child,
+        )
+        self.hpa: k8s.autoscaling.v2.HorizontalPodAutoscaler | None = None
+        if spec.hpa is not None:
+            self.hpa = k8s.autoscaling.v2.HorizontalPodAutoscaler(
+                f"{name}-hpa",
+                metadata=meta,
+                spec={
+                    "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": spec.name},
+                    "minReplicas": spec.hpa.min_replicas,
+                    "maxReplicas": spec.hpa.max_replicas,
+                    "metrics": [
+                        {
+                            "type": "Resource",
+                            "resource": {
+                                "name": "cpu",
+                                "target": {
+                                    "type": "Utilization",
+                                    "averageUtilization": spec.hpa.target_cpu_utilization,
+                                },
+                            },
+                        }
+                    ],
+                },
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[self.deployment, *args.depends_on]),
+            )
+        self.register_outputs(
+            {
+                "deployment": spec.name,
+                "namespace": spec.namespace,
+                "service": spec.name,
+                "podDisruptionBudget": spec.name,
+                "horizontalPodAutoscaler": spec.name if spec.hpa is not None else None,
+                "gpuType": args.gpu_type,
+            }
+        )

@@ -1,0 +1,304 @@
+"""VirtualNode: the Node inference bursts to, and the provider service that rents the GPUs behind it.
+
+One pod, two containers talking over loopback (docs/burst-provider-api.md):
+
+* ``node`` — the virtual-kubelet binary: owns the Node object, its lease and the pods bound to it;
+* ``provider`` — ``gpucluster-burst-provider``: picks a provider per pod, runs it there, keeps EndpointSlices.
+
+Only ``provider`` mounts the provider credentials. The Deployment has one replica and the ``Recreate`` strategy:
+two pods claiming the same Node at once would fight over its status and double-create instances.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from components.model import check_qualified_name
+from daemons.burst_provider.settings import BurstSettings, settings_json
+
+APP = "gpucluster-virtual-node"
+SETTINGS_DIR = "/etc/gpucluster/burst"
+SETTINGS_FILE = "settings.json"
+SECRETS_DIR = "/var/run/secrets/gpucluster/providers"
+#: The virtual node's own taint: only pods that tolerate it (InferenceService) are ever scheduled there.
+NODE_TAINT = "virtual-kubelet.io/provider=gpucluster:NoSchedule"
+NODE_LEASE_NAMESPACE = "kube-node-lease"
+PART_OF = {"app.kubernetes.io/part-of": "gpucluster", "app.kubernetes.io/component": "burst"}
+_NONROOT = 65534
+
+
+def _rule(groups: list[str], resources: list[str], verbs: list[str], names: list[str] | None = None) -> dict[str, Any]:
+    rule: dict[str, Any] = {"apiGroups": groups, "resources": resources, "verbs": verbs}
+    if names:
+        rule["resourceNames"] = names
+    return rule
+
+
+def cluster_rules(node_name: str) -> list[dict[str, Any]]:
+    """Cluster-wide: only what a kubelet-like agent of one Node cannot do namespace by namespace."""
+    return [
+        # The node registers its own Node object; create and list/watch cannot be narrowed to a name.
+        _rule([""], ["nodes"], ["create", "list", "watch"]),
+        # ... and then reads and updates only that one (capacity, conditions, taints of its own).
+        _rule([""], ["nodes"], ["get", "update", "patch"], [node_name]),
+        _rule([""], ["nodes/status"], ["update", "patch"], [node_name]),
+        # Pods bound to the node can come from any namespace the scheduler allows; the node watches them by
+        # spec.nodeName, deletes the Failed ones it created once their replacement exists, and the provider
+        # annotates them with the instance that runs them.
+        _rule([""], ["pods"], ["get", "list", "watch", "delete", "patch"]),
+        # Pod phases and container states copied from the external instance.
+        _rule([""], ["pods/status"], ["update", "patch"]),
+        # Events on the pods it runs (ProviderTimeout, InstanceVanished, ...).
+        _rule(["", "events.k8s.io"], ["events"], ["create", "patch"]),
+    ]
+
+
+def lease_rules(node_name: str) -> list[dict[str, Any]]:
+    """kube-node-lease: the node heartbeat. Create cannot be narrowed to a name; renewals only touch its own."""
+    return [
+        _rule(["coordination.k8s.io"], ["leases"], ["create"]),
+        _rule(["coordination.k8s.io"], ["leases"], ["get", "update", "patch"], [node_name]),
+    ]
+
+
+def inference_namespace_rules() -> list[dict[str, Any]]:
+    """Per inference namespace only, never cluster-wide."""
+    return [
+        # Env values from ConfigMaps and Secrets are resolved before a pod's containers go to a provider.
+        _rule([""], ["configmaps", "secrets"], ["get", "list", "watch"]),
+        # Service environment variables of the pod, and the Services external replicas join.
+        _rule([""], ["services"], ["get", "list", "watch"]),
+        # The provider keeps an EndpointSlice per Service with the external replicas' addresses.
+        _rule(
+            ["discovery.k8s.io"],
+            ["endpointslices"],
+            ["create", "get", "list", "watch", "update", "patch", "delete"],
+        ),
+    ]
+
+
+def _resources(cpu: str, memory: str, memory_limit: str) -> dict[str, Any]:
+    return {"requests": {"cpu": cpu, "memory": memory}, "limits": {"memory": memory_limit}}
+
+
+_CONTAINER_SECURITY = {
+    "allowPrivilegeEscalation": False,
+    "readOnlyRootFilesystem": True,
+    "capabilities": {"drop": ["ALL"]},
+}
+
+
+def health_probe(port: int, period: int, failures: int) -> dict[str, Any]:
+    """The provider listens on loopback only (its API has no authentication), which a kubelet httpGet probe
+    cannot reach: the probe runs inside the container instead."""
+    check = f"import urllib.request; urllib.request.urlopen('http://127.0.0.1:{port}/healthz', timeout=3)"
+    return {
+        "exec": {"command": ["python", "-c", check]},
+        "periodSeconds": period,
+        "timeoutSeconds": 5,
+        "failureThreshold": failures,
+    }
+
+
+def virtual_node_pod_spec(settings: BurstSettings, settings_config_map: str, secret_name: str) -> dict[str, Any]:
+    vn = settings.virtual_node
+    provider_url = f"http://127.0.0.1:{vn.port}"
+    return {
+        "serviceAccountName": APP,
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": _NONROOT,
+            "runAsGroup": _NONROOT,
+            "fsGroup": _NONROOT,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "terminationGracePeriodSeconds": 30,
+        "containers": [
+            {
+                "name": "node",
+                "image": vn.node_image,
+                "args": [
+                    f"--nodename={vn.node_name}",
+                    f"--provider-url={provider_url}",
+                    f"--taint={NODE_TAINT}",
+                ],
+                "resources": _resources("50m", "64Mi", "256Mi"),
+                "securityContext": _CONTAINER_SECURITY,
+                "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+            },
+            {
+                "name": "provider",
+                "image": vn.provider_image,
+                "command": ["gpucluster-burst-provider"],
+                "args": [
+                    "--settings",
+                    f"{SETTINGS_DIR}/{SETTINGS_FILE}",
+                    "--secrets-dir",
+                    SECRETS_DIR,
+                    "--listen",
+                    f"127.0.0.1:{vn.port}",
+                ],
+                "resources": _resources("100m", "128Mi", "512Mi"),
+                "securityContext": _CONTAINER_SECURITY,
+                "readinessProbe": health_probe(vn.port, 10, 3),
+                "livenessProbe": {**health_probe(vn.port, 20, 3), "initialDelaySeconds": 30},
+                "volumeMounts": [
+                    {"name": "settings", "mountPath": SETTINGS_DIR, "readOnly": True},
+                    {"name": "provider-secrets", "mountPath": SECRETS_DIR, "readOnly": True},
+                    {"name": "tmp", "mountPath": "/tmp"},
+                ],
+            },
+        ],
+        "volumes": [
+            {"name": "settings", "configMap": {"name": settings_config_map}},
+            # Readable by the pod's group only; each secret becomes a file named after its config key.
+            {"name": "provider-secrets", "secret": {"secretName": secret_name, "defaultMode": 0o440}},
+            # The root filesystems are read-only; scratch space only.
+            {"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}},
+        ],
+    }
+
+
+@dataclass(frozen=True)
+class VirtualNodeArgs:
+    settings: BurstSettings
+    #: Each secret config key the providers name (``apiKeySecret``, ``kubeconfigSecret``) -> its value, a
+    #: Pulumi secret (``pulumi.Config().require_secret(name)``). Exactly the names the settings reference.
+    secrets: Mapping[str, pulumi.Input[str]] = field(default_factory=dict)
+    labels: Mapping[str, str] = field(default_factory=dict)
+    depends_on: tuple[pulumi.Resource, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.settings, BurstSettings):
+            raise TypeError(f"VirtualNodeArgs.settings: expected BurstSettings, got {type(self.settings).__name__}")
+        if not self.settings.enabled:
+            raise ValueError("VirtualNodeArgs.settings: bursting is disabled (enabled: false); build no VirtualNode")
+        if not self.settings.providers:
+            raise ValueError("VirtualNodeArgs.settings.providers: at least one provider is needed")
+        wanted = set(self.settings.secret_names())
+        missing = sorted(wanted - set(self.secrets))
+        if missing:
+            raise ValueError(f"VirtualNodeArgs.secrets: no value for {missing}, which the providers name")
+        extra = sorted(set(self.secrets) - wanted)
+        if extra:
+            raise ValueError(f"VirtualNodeArgs.secrets: {extra} named by no provider; only mount what is read")
+        for key in self.labels:
+            check_qualified_name(key, "VirtualNodeArgs.labels key")
+
+    @property
+    def capacity(self) -> int:
+        return sum(p.max_gpus for p in self.settings.providers)
+
+
+class VirtualNode(pulumi.ComponentResource):
+    """ServiceAccount and least-privilege RBAC, settings ConfigMap, provider Secret, the two-container Deployment."""
+
+    def __init__(self, name: str, args: VirtualNodeArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("gpucluster:burst:VirtualNode", name, None, opts)
+        vn = args.settings.virtual_node
+        ns = vn.namespace
+        labels = {**args.labels, **PART_OF, "app.kubernetes.io/name": APP, "gpucluster.io/virtual-node": vn.node_name}
+        selector = {"app.kubernetes.io/name": APP, "gpucluster.io/virtual-node": vn.node_name}
+        child = pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on))
+        subject = [{"kind": "ServiceAccount", "name": APP, "namespace": ns}]
+        role_name = f"{APP}-{vn.node_name}"
+
+        self.service_account = k8s.core.v1.ServiceAccount(
+            f"{name}-sa", metadata={"name": APP, "namespace": ns, "labels": labels}, opts=child
+        )
+        self.cluster_role = k8s.rbac.v1.ClusterRole(
+            f"{name}-clusterrole",
+            metadata={"name": role_name, "labels": labels},
+            rules=cluster_rules(vn.node_name),
+            opts=child,
+        )
+        self.cluster_role_binding = k8s.rbac.v1.ClusterRoleBinding(
+            f"{name}-clusterrolebinding",
+            metadata={"name": role_name, "labels": labels},
+            role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role_name},
+            subjects=subject,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.cluster_role, self.service_account]),
+        )
+        self.roles: dict[str, k8s.rbac.v1.Role] = {}
+        self.role_bindings: dict[str, k8s.rbac.v1.RoleBinding] = {}
+        role_sets = [(NODE_LEASE_NAMESPACE, lease_rules(vn.node_name))]
+        role_sets += [(n, inference_namespace_rules()) for n in vn.inference_namespaces]
+        for role_ns, rules in role_sets:
+            role = k8s.rbac.v1.Role(
+                f"{name}-role-{role_ns}",
+                metadata={"name": role_name, "namespace": role_ns, "labels": labels},
+                rules=rules,
+                opts=child,
+            )
+            self.roles[role_ns] = role
+            self.role_bindings[role_ns] = k8s.rbac.v1.RoleBinding(
+                f"{name}-rolebinding-{role_ns}",
+                metadata={"name": role_name, "namespace": role_ns, "labels": labels},
+                role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role_name},
+                subjects=subject,
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[role, self.service_account]),
+            )
+
+        config_name = f"{APP}-settings"
+        self.config_map = k8s.core.v1.ConfigMap(
+            f"{name}-settings",
+            metadata={
+                "name": config_name,
+                "namespace": ns,
+                "labels": {**labels, "gpucluster.io/settings": "burst-provider"},
+            },
+            data={SETTINGS_FILE: settings_json(args.settings)},
+            opts=child,
+        )
+        secret_name = f"{APP}-provider-secrets"
+        self.secret = k8s.core.v1.Secret(
+            f"{name}-provider-secrets",
+            metadata={"name": secret_name, "namespace": ns, "labels": labels},
+            type="Opaque",
+            # Always created (the provider's volume needs it), empty while only the fake cloud is used.
+            string_data={key: pulumi.Output.secret(value) for key, value in sorted(args.secrets.items())} or None,
+            # The values are encrypted in state and never shown in a diff.
+            opts=pulumi.ResourceOptions(
+                parent=self, depends_on=list(args.depends_on), additional_secret_outputs=["stringData", "data"]
+            ),
+        )
+        self.deployment = k8s.apps.v1.Deployment(
+            f"{name}-deployment",
+            metadata={"name": APP, "namespace": ns, "labels": labels},
+            spec={
+                "replicas": 1,
+                "strategy": {"type": "Recreate"},
+                "selector": {"matchLabels": selector},
+                "template": {
+                    "metadata": {"labels": labels},
+                    "spec": virtual_node_pod_spec(args.settings, config_name, secret_name),
+                },
+            },
+            opts=pulumi.ResourceOptions(
+                parent=self,
+                depends_on=[
+                    self.service_account,
+                    self.cluster_role_binding,
+                    *self.role_bindings.values(),
+                    self.config_map,
+                    self.secret,
+                    *args.depends_on,
+                ],
+            ),
+        )
+        self.node_name = vn.node_name
+        self.capacity = args.capacity
+        self.register_outputs(
+            {
+                "nodeName": vn.node_name,
+                "capacity": self.capacity,
+                "serviceAccount": APP,
+                "namespace": ns,
+                "providers": [p.name for p in args.settings.providers],
+            }
+        )
