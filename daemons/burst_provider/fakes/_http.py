@@ -10,7 +10,7 @@ import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import FrameType
-from typing import Any
+from typing import Any, Self
 from urllib.parse import parse_qs, urlsplit
 
 Clock = Callable[[], float]
@@ -118,7 +118,7 @@ class BackgroundServer:
         self._server.server_close()
         self._thread.join(timeout=5)
 
-    def __enter__(self) -> BackgroundServer:
+    def __enter__(self) -> Self:
         self.start()
         return self
 
