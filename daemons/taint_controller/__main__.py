@@ -1,0 +1,270 @@
+"""``gpucluster-taint-controller``: puts the NoSchedule burst taint on the virtual node while in-cluster GPUs are free.
+
+Serves ``/metrics`` and ``/healthz``. Logs are JSON, one object per line, on stderr. SIGTERM and SIGINT stop it
+gracefully: the loop ends, the Lease is released (holderIdentity emptied, so a standby takes over at once) and the
+process exits 0. Bad settings: one message naming every problem, exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+from collections.abc import Sequence
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import FrameType
+from typing import Any
+
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from daemons.fabric_exporter.logs import setup_logging
+from daemons.taint_controller.controller import Controller
+from daemons.taint_controller.kube import (
+    KubeEventSink,
+    KubeLeaseApi,
+    KubeNodeApi,
+    LeaderElector,
+    load_kube_config,
+)
+from daemons.taint_controller.metrics import Metrics
+from daemons.taint_controller.prometheus import PrometheusClient
+from daemons.taint_controller.settings import SettingsError, TaintControllerSettings, load_settings
+
+log = logging.getLogger("taint_controller")
+
+EXIT_BAD_SETTINGS = 2
+
+
+def default_identity() -> str:
+    """The pod name (downward API ``POD_NAME``) or the hostname, plus the PID: unique per process."""
+    return f"{os.environ.get('POD_NAME') or socket.gethostname()}_{os.getpid()}"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="gpucluster-taint-controller",
+        description=(
+            "Add the NoSchedule burst taint to the virtual node while in-cluster GPU headroom stays at or above "
+            "highMark for holdAdd; remove it while headroom stays below lowMark with inference pods Pending for "
+            "holdRemove; otherwise change nothing. Only the holder of the Lease acts. Metrics are prefixed "
+            "gpucluster_taint_controller_."
+        ),
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument(
+        "--settings",
+        required=True,
+        metavar="FILE",
+        help="JSON settings file (the TaintControllerSettings model, camelCase keys; see the README)",
+    )
+    p.add_argument(
+        "--kubeconfig",
+        default=None,
+        metavar="FILE",
+        help="kubeconfig to use (default: the in-cluster service account, else ~/.kube/config)",
+    )
+    p.add_argument(
+        "--listen", default=":9102", metavar="[HOST]:PORT", help="where to serve /metrics and /healthz (port 0: any)"
+    )
+    p.add_argument(
+        "--identity",
+        default=None,
+        help="leader election identity (default: $POD_NAME or the hostname, then _<pid>)",
+    )
+    p.add_argument(
+        "--once",
+        action="store_true",
+        help="run one tick (acquiring the Lease if it is free, releasing it after), print the result as JSON on "
+        "stdout and exit; no HTTP server",
+    )
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="query, decide and log what would change, but write nothing to the API server: no taint, no Event, "
+        "no Lease (the replica behaves as leader for its decisions)",
+    )
+    p.add_argument(
+        "--log-level",
+        default="info",
+        choices=["debug", "info", "warning", "error"],
+        help="minimum level of the JSON log lines written to stderr",
+    )
+    return p
+
+
+def parse_listen(value: str) -> tuple[str, int]:
+    """``[host]:port`` -> (host, port); an empty host means every interface."""
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"{value!r} is not [HOST]:PORT such as :9102 or 127.0.0.1:9102")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+
+def make_handler(metrics: Metrics) -> type[BaseHTTPRequestHandler]:
+    """``/metrics`` (Prometheus text) and ``/healthz``; 404 elsewhere."""
+
+    class Handler(BaseHTTPRequestHandler):
+        server_version = "gpucluster-taint-controller"
+        protocol_version = "HTTP/1.1"
+        timeout = 60
+
+        def _send(self, code: int, content_type: str, body: bytes) -> None:
+            self.send_response(code)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(body)
+
+        def do_GET(self) -> None:
+            path = self.path.split("?", 1)[0]
+            if path == "/metrics":
+                self._send(200, CONTENT_TYPE_LATEST, metrics.render())
+            elif path == "/healthz":
+                self._send(200, "text/plain", b"ok\n")
+            else:
+                self._send(404, "text/plain", b"not found\n")
+
+        def do_HEAD(self) -> None:
+            self.do_GET()
+
+        def log_message(self, format: str, *args: Any) -> None:
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug("http request", extra={"client": self.client_address[0], "request": format % args})
+
+    return Handler
+
+
+def _build(
+    args: argparse.Namespace, settings: TaintControllerSettings, identity: str
+) -> tuple[Controller, LeaderElector | None, Metrics]:
+    api_client = load_kube_config(args.kubeconfig)
+    metrics = Metrics()
+    elector: LeaderElector | None = None
+    if not args.dry_run:
+        elector = LeaderElector(
+            KubeLeaseApi(api_client),
+            settings.namespace,
+            settings.lease_name,
+            identity,
+            lease_duration_s=settings.lease_duration_seconds,
+            renew_deadline_s=settings.renew_deadline_seconds,
+            on_change=lambda leader: metrics.is_leader.set(1 if leader else 0),
+        )
+    controller = Controller(
+        settings,
+        PrometheusClient(settings.prometheus_url, settings.query_timeout_seconds),
+        KubeNodeApi(api_client),
+        KubeEventSink(api_client, identity),
+        metrics,
+        is_leader=elector.is_leader if elector else (lambda: True),
+        dry_run=args.dry_run,
+    )
+    return controller, elector, metrics
+
+
+def _run_once(controller: Controller, elector: LeaderElector | None) -> int:
+    if elector is not None:
+        elector.try_acquire_or_renew()
+    try:
+        result = controller.tick()
+    finally:
+        if elector is not None:
+            elector.release()
+    print(
+        json.dumps(
+            {
+                "leader": result.leader,
+                "headroom": result.headroom,
+                "pending": result.pending,
+                "taintPresent": result.taint_present,
+                "action": result.decision.action.value,
+                "reason": result.decision.reason,
+                "detail": result.decision.detail,
+                "changed": result.changed,
+            }
+        )
+    )
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        host, port = parse_listen(args.listen)
+    except ValueError as exc:
+        parser.error(f"--listen: {exc}")
+    setup_logging(args.log_level)
+    try:
+        settings = load_settings(args.settings)
+    except SettingsError as exc:
+        print(f"gpucluster-taint-controller: {exc}", file=sys.stderr)
+        return EXIT_BAD_SETTINGS
+    if not settings.enabled:
+        log.info("disabled in the settings (enabled: false); nothing to do")
+        return 0
+    identity = args.identity or default_identity()
+    try:
+        controller, elector, metrics = _build(args, settings, identity)
+    except Exception as exc:  # no kubeconfig, no service account
+        log.error("cannot configure the Kubernetes client", extra={"error": str(exc)})
+        return 1
+    if args.once:
+        return _run_once(controller, elector)
+
+    try:
+        server = _Server((host, port), make_handler(metrics))
+    except OSError as exc:
+        log.error("cannot listen", extra={"address": host, "port": port, "error": str(exc)})
+        return 1
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        log.info("shutting down", extra={"signal": signal.Signals(signum).name})
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    threads = [threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.5}, daemon=True)]
+    if elector is not None:
+        threads.append(threading.Thread(target=elector.run, args=(stop, settings.retry_period_seconds), daemon=True))
+    for t in threads:
+        t.start()
+    log.info(
+        "running",
+        extra={
+            "identity": identity,
+            "node": settings.node_name,
+            "taint_key": settings.taint_key,
+            "lease": f"{settings.namespace}/{settings.lease_name}",
+            "listen": f"{host}:{server.server_address[1]}",
+            "dry_run": args.dry_run,
+        },
+    )
+    try:
+        controller.run(stop)
+    finally:
+        stop.set()
+        if len(threads) > 1:
+            threads[1].join(timeout=settings.retry_period_seconds + 10)
+        if elector is not None:
+            elector.release()
+        server.shutdown()
+        server.server_close()
+    log.info("stopped")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

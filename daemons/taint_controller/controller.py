@@ -1,0 +1,250 @@
+"""One tick of the taint controller, and the loop that runs ticks every ``interval``.
+
+A tick: query headroom and pending inference, read the virtual node, let the :class:`Decider` decide, and — only
+on the leader, only when not a dry run, and only after checking leadership once more — change the node.
+
+Every replica queries, decides (so a standby that takes over already knows how long a condition has held) and
+exports metrics; only the leader writes (taints, Events). ``decisions_total`` counts the leader's decisions.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from daemons.taint_controller.decide import Action, Decider, Decision, Thresholds
+from daemons.taint_controller.kube import (
+    ConflictError,
+    EventSink,
+    KubeError,
+    NodeApi,
+    NodeState,
+    Taint,
+    add_taint_ops,
+    remove_taint_ops,
+    replace_taint_ops,
+)
+from daemons.taint_controller.metrics import Metrics
+from daemons.taint_controller.prometheus import Querier, QueryError
+from daemons.taint_controller.settings import TAINT_EFFECT, TAINT_VALUE, TaintControllerSettings
+
+log = logging.getLogger("taint_controller")
+
+# Event reasons (``kubectl describe node <virtual node>`` shows them).
+REASON_ADDED = "BurstTaintAdded"
+REASON_REMOVED = "BurstTaintRemoved"
+REASON_REPLACED = "BurstTaintEffectReplaced"
+REASON_QUERY_FAILED = "HeadroomQueryFailed"
+REASON_KUBE_FAILED = "BurstTaintUpdateFailed"
+
+
+@dataclass(frozen=True)
+class TickResult:
+    leader: bool
+    headroom: float | None
+    pending: float | None
+    taint_present: bool | None
+    decision: Decision
+    #: What was written to the node this tick: "add", "remove", "replace" (effect repaired), or None.
+    changed: str | None = None
+
+
+class Controller:
+    def __init__(
+        self,
+        settings: TaintControllerSettings,
+        querier: Querier,
+        nodes: NodeApi,
+        events: EventSink,
+        metrics: Metrics,
+        *,
+        is_leader: Callable[[], bool],
+        dry_run: bool = False,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.settings = settings
+        self.querier = querier
+        self.nodes = nodes
+        self.events = events
+        self.metrics = metrics
+        self.is_leader = is_leader
+        self.dry_run = dry_run
+        self._clock = clock
+        self._wall = wall_clock
+        self.decider = Decider(
+            Thresholds(
+                high_mark=settings.high_mark,
+                low_mark=settings.low_mark,
+                hold_add_s=settings.hold_add_seconds,
+                hold_remove_s=settings.hold_remove_seconds,
+            )
+        )
+        self.wanted_taint = Taint(key=settings.taint_key, effect=TAINT_EFFECT, value=TAINT_VALUE)
+        self._headroom_query = settings.render_query(settings.headroom_query)
+        self._pending_query = settings.render_query(settings.pending_query)
+        self._last_warning: dict[str, float] = {}
+        self._last_transition: tuple[str, float] | None = None
+        self._last_taint_present: bool | None = None
+
+    # --- inputs ---------------------------------------------------------------------------------------------
+
+    def _query(self, what: str, promql: str) -> tuple[float | None, str | None]:
+        """(value, None) or (None, problem); counts and logs the problem."""
+        try:
+            return self.querier.query(promql).single_value(), None
+        except QueryError as exc:
+            self.metrics.query_errors.labels(exc.reason).inc()
+            log.warning(
+                "query failed; changing nothing",
+                extra={"query": what, "reason": exc.reason, "error": str(exc)},
+            )
+            return None, f"{what} query failed ({exc.reason}): {exc}"
+
+    def _read_node(self) -> NodeState | None:
+        try:
+            return self.nodes.get_node(self.settings.node_name)
+        except KubeError as exc:
+            self.metrics.kube_errors.labels("read-node").inc()
+            log.warning("cannot read the virtual node", extra={"node": self.settings.node_name, "error": str(exc)})
+            return None
+
+    # --- outputs --------------------------------------------------------------------------------------------
+
+    def _warn(self, node: NodeState | None, key: str, reason: str, message: str) -> None:
+        """A Warning Event, at most once per warningEventInterval for each kind of problem."""
+        now = self._clock()
+        last = self._last_warning.get(key)
+        if last is not None and now - last < self.settings.warning_event_interval_seconds:
+            return
+        self._last_warning[key] = now
+        if not self.dry_run:
+            self.events.emit(node, self.settings.node_name, "Warning", reason, message)
+
+    def _patch(self, node: NodeState, ops: list[dict[str, object]], what: str) -> NodeState | None:
+        if not self.is_leader():  # leadership may have lapsed while this tick was querying
+            log.info("lost leadership before writing; not changing the node", extra={"change": what})
+            return None
+        try:
+            return self.nodes.patch_node(node.name, ops)
+        except ConflictError as exc:
+            log.info("the node changed while deciding; trying again next tick", extra={"error": str(exc)})
+            return None
+        except KubeError as exc:
+            self.metrics.kube_errors.labels("patch-node").inc()
+            log.error("cannot change the burst taint", extra={"change": what, "error": str(exc)})
+            self._warn(node, "kube", REASON_KUBE_FAILED, f"cannot {what} the burst taint: {exc}")
+            return None
+
+    def _repair(self, node: NodeState) -> bool:
+        """Hand-edited burst taint (wrong effect or value, duplicates) -> exactly ours; True if it was changed."""
+        ops = replace_taint_ops(node, self.settings.taint_key, self.wanted_taint)
+        if not ops:
+            return False
+        found = [t for _, t in node.with_key(self.settings.taint_key)]
+        text = ", ".join(f"{t.key}={t.value or ''}:{t.effect}" for t in found)
+        if self.dry_run:
+            log.info("dry run: would replace the burst taint", extra={"found": text})
+            return False
+        if self._patch(node, ops, "replace") is None:
+            return False
+        log.warning("replaced a hand-edited burst taint with NoSchedule", extra={"found": text})
+        self.events.emit(
+            node,
+            node.name,
+            "Warning",
+            REASON_REPLACED,
+            f"found {text}; replaced with {self.settings.taint_key}={TAINT_VALUE}:{TAINT_EFFECT} "
+            "(the burst taint is never NoExecute)",
+        )
+        return True
+
+    def _transition(self, node: NodeState, decision: Decision) -> bool:
+        action = decision.action.value
+        if decision.action is Action.ADD:
+            ops = add_taint_ops(node, self.wanted_taint)
+        else:
+            ops = remove_taint_ops(node, self.settings.taint_key)
+        if self.dry_run:
+            log.info(f"dry run: would {action} the burst taint", extra={"detail": decision.detail})
+            return False
+        if self._patch(node, ops, action) is None:
+            return False
+        wall = self._wall()
+        if self._last_transition is not None:
+            previous, at = self._last_transition
+            if previous != action and wall - at < self.settings.flap_window_seconds:
+                self.metrics.flaps.inc()
+                log.warning(
+                    "the taint flapped: this reverses the previous change within flapWindow",
+                    extra={"previous": previous, "seconds_ago": round(wall - at, 1)},
+                )
+        self._last_transition = (action, wall)
+        self.metrics.mark_transition(wall)
+        reason = REASON_ADDED if decision.action is Action.ADD else REASON_REMOVED
+        self.events.emit(node, node.name, "Normal", reason, decision.detail)
+        log.info("changed the burst taint", extra={"change": action, "detail": decision.detail, "node": node.name})
+        return True
+
+    # --- the tick -------------------------------------------------------------------------------------------
+
+    def tick(self) -> TickResult:
+        leader = self.is_leader()
+        self.metrics.is_leader.set(1 if leader else 0)
+        headroom, headroom_problem = self._query("headroom", self._headroom_query)
+        pending, pending_problem = self._query("pending", self._pending_query)
+        self.metrics.headroom.set(math.nan if headroom is None else headroom)
+        self.metrics.pending.set(math.nan if pending is None else pending)
+
+        node = self._read_node()
+        changed: str | None = None
+        taint_present: bool | None = None
+        if node is not None:
+            taint_present = bool(node.with_key(self.settings.taint_key))
+            if leader and taint_present and self._repair(node):
+                changed = "replace"
+            self._last_taint_present = taint_present
+            self.metrics.taint_present.set(1 if taint_present else 0)
+
+        known = taint_present if taint_present is not None else bool(self._last_taint_present)
+        decision = self.decider.decide(self._clock(), headroom, pending, known)
+        if node is None and decision.action is not Action.HOLD:
+            decision = Decision(Action.HOLD, "node-unreadable", f"cannot read node {self.settings.node_name}")
+        problems = [p for p in (headroom_problem, pending_problem) if p]
+        if leader:
+            self.metrics.decisions.labels(decision.action.value).inc()
+            if problems:
+                self._warn(node, "query", REASON_QUERY_FAILED, "; ".join(problems) + "; changing nothing")
+
+        acting = leader and node is not None and decision.action is not Action.HOLD and changed is None
+        if acting and node is not None and self._transition(node, decision):
+            changed = decision.action.value
+            self.metrics.taint_present.set(1 if decision.action is Action.ADD else 0)
+        log.log(
+            logging.INFO if changed or leader else logging.DEBUG,
+            "tick",
+            extra={
+                "leader": leader,
+                "headroom": headroom,
+                "pending": pending,
+                "taint_present": taint_present,
+                "action": decision.action.value,
+                "reason": decision.reason,
+                "detail": decision.detail,
+                "changed": changed,
+            },
+        )
+        return TickResult(leader, headroom, pending, taint_present, decision, changed)
+
+    def run(self, stop: threading.Event) -> None:
+        """Ticks every ``interval`` until ``stop`` is set; an unexpected error is logged and the loop goes on."""
+        while not stop.is_set():
+            try:
+                self.tick()
+            except Exception:
+                log.exception("tick failed")
+            stop.wait(self.settings.interval_seconds)

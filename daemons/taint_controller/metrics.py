@@ -1,0 +1,84 @@
+"""The controller's Prometheus metrics, in a registry of their own (no process/platform collectors mixed in).
+
+Every name starts with ``gpucluster_taint_controller_``. ``flaps_total`` counts transitions that reverse the
+previous transition within ``flapWindow`` (an add less than flapWindow after a remove, or the other way
+round): the symptom of marks or hold times set too tight.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+
+from daemons.taint_controller.decide import Action
+from daemons.taint_controller.prometheus import REASONS
+
+PREFIX = "gpucluster_taint_controller"
+
+
+class Metrics:
+    def __init__(self, wall_clock: Callable[[], float] = time.time) -> None:
+        self._wall = wall_clock
+        self._last_change: float | None = None
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.decisions = Counter(
+            f"{PREFIX}_decisions",
+            "Decisions taken, by action (only the leader's add/remove change the node)",
+            ["action"],
+            registry=r,
+        )
+        self.headroom = Gauge(
+            f"{PREFIX}_headroom_gpus", "Free in-cluster GPUs from the headroom query (NaN when unknown)", registry=r
+        )
+        self.pending = Gauge(
+            f"{PREFIX}_pending_inference_pods", "Unbound Pending inference pods (NaN when unknown)", registry=r
+        )
+        self.taint_present = Gauge(
+            f"{PREFIX}_taint_present", "1 when the virtual node carries the burst taint", registry=r
+        )
+        self.query_errors = Counter(
+            f"{PREFIX}_query_errors", "Failed or unusable Prometheus queries, by reason", ["reason"], registry=r
+        )
+        self.kube_errors = Counter(
+            f"{PREFIX}_kube_errors", "Failed Kubernetes API calls, by operation", ["operation"], registry=r
+        )
+        self.is_leader = Gauge(f"{PREFIX}_is_leader", "1 while this replica holds the lease", registry=r)
+        self.last_transition = Gauge(
+            f"{PREFIX}_last_transition_timestamp_seconds",
+            "Unix time this replica last added or removed the taint (0: never)",
+            registry=r,
+        )
+        self.since_change = Gauge(
+            f"{PREFIX}_seconds_since_last_change",
+            "Seconds since this replica last added or removed the taint (NaN: never)",
+            registry=r,
+        )
+        self.since_change.set_function(self._seconds_since_change)
+        self.flaps = Counter(
+            f"{PREFIX}_flaps", "Transitions that reversed the previous one within flapWindow", registry=r
+        )
+        # Every label value exists from the start, so rate() works before the first event.
+        for action in Action:
+            self.decisions.labels(action.value)
+        for reason in REASONS:
+            self.query_errors.labels(reason)
+        for op in ("read-node", "patch-node"):
+            self.kube_errors.labels(op)
+        self.headroom.set(math.nan)
+        self.pending.set(math.nan)
+
+    def mark_transition(self, timestamp: float) -> None:
+        """The taint was added or removed at ``timestamp`` (Unix seconds)."""
+        self._last_change = timestamp
+        self.last_transition.set(timestamp)
+
+    def _seconds_since_change(self) -> float:
+        last = self._last_change
+        return math.nan if last is None else max(0.0, self._wall() - last)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

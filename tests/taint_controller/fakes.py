@@ -1,0 +1,180 @@
+"""In-memory stand-ins for Prometheus, the Node API, Events and the Lease API, with a hand-driven clock."""
+
+from __future__ import annotations
+
+import copy
+import datetime as dt
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from daemons.taint_controller.kube import ConflictError, KubeError, LeaseRecord, NodeState, Taint
+from daemons.taint_controller.prometheus import QueryError, QueryResult, Sample
+
+
+class Clock:
+    """Monotonic seconds and a matching wall clock, both advanced by hand."""
+
+    def __init__(self, start: float = 1000.0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def wall(self) -> float:
+        return 1_800_000_000.0 + self.now
+
+    def utc(self) -> dt.datetime:
+        return dt.datetime.fromtimestamp(self.wall(), dt.UTC)
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+class FakeQuerier:
+    """Answers by query: a float, None (empty result) or a QueryError to raise."""
+
+    def __init__(self, headroom: float | QueryError | None = 0.0, pending: float | QueryError | None = 0.0) -> None:
+        self.headroom = headroom
+        self.pending = pending
+        self.queries: list[str] = []
+
+    def query(self, promql: str) -> QueryResult:
+        self.queries.append(promql)
+        answer = self.headroom if "allocatable" in promql else self.pending
+        if isinstance(answer, QueryError):
+            raise answer
+        if answer is None:
+            return QueryResult("vector", ())
+        return QueryResult("vector", (Sample({}, float(answer), 0.0),))
+
+
+def apply_json_patch(doc: dict[str, Any], ops: list[dict[str, Any]]) -> dict[str, Any]:
+    """The subset of RFC 6902 the controller sends (test, add, remove, replace) on a plain dict."""
+    doc = copy.deepcopy(doc)
+
+    def resolve(path: str) -> tuple[Any, str]:
+        parts = path.lstrip("/").split("/")
+        parent: Any = doc
+        for p in parts[:-1]:
+            parent = parent[int(p)] if isinstance(parent, list) else parent[p]
+        return parent, parts[-1]
+
+    for op in ops:
+        parent, last = resolve(op["path"])
+        kind = op["op"]
+        if kind == "test":
+            current = parent[int(last)] if isinstance(parent, list) else parent.get(last)
+            if current != op["value"]:
+                raise ConflictError(f"test failed at {op['path']}")
+        elif kind == "add":
+            if isinstance(parent, list):
+                parent.append(op["value"]) if last == "-" else parent.insert(int(last), op["value"])
+            else:
+                parent[last] = op["value"]
+        elif kind == "remove":
+            del parent[int(last) if isinstance(parent, list) else last]
+        elif kind == "replace":
+            parent[int(last) if isinstance(parent, list) else last] = op["value"]
+        else:
+            raise AssertionError(f"unexpected op {kind}")
+    return doc
+
+
+class FakeNodes:
+    """One node kept as a dict; patches are applied for real, so ops are checked by their effect."""
+
+    def __init__(self, name: str = "gpu-burst", taints: list[Taint] | None = None) -> None:
+        self.doc: dict[str, Any] = {
+            "metadata": {"name": name, "uid": "uid-1", "resourceVersion": "1"},
+            "spec": {"taints": [t.to_k8s() for t in taints or []]},
+        }
+        self.patches: list[list[dict[str, Any]]] = []
+        self.fail_read: KubeError | None = None
+        self.fail_patch: KubeError | None = None
+        self.before_patch: Any = None  # callable run just before a patch applies (to simulate a race)
+
+    def state(self) -> NodeState:
+        meta = self.doc["metadata"]
+        taints = tuple(Taint(t["key"], t["effect"], t.get("value")) for t in self.doc["spec"].get("taints", []))
+        return NodeState(meta["name"], meta["uid"], meta["resourceVersion"], taints)
+
+    @property
+    def taints(self) -> tuple[Taint, ...]:
+        return self.state().taints
+
+    def get_node(self, name: str) -> NodeState:
+        if self.fail_read:
+            raise self.fail_read
+        assert name == self.doc["metadata"]["name"]
+        return self.state()
+
+    def patch_node(self, name: str, ops: list[dict[str, Any]]) -> NodeState:
+        self.patches.append(ops)
+        if self.before_patch:
+            self.before_patch()
+        if self.fail_patch:
+            raise self.fail_patch
+        self.doc = apply_json_patch(self.doc, ops)
+        self.doc["metadata"]["resourceVersion"] = str(int(self.doc["metadata"]["resourceVersion"]) + 1)
+        return self.state()
+
+    def hand_edit(self, taints: list[Taint]) -> None:
+        self.doc["spec"]["taints"] = [t.to_k8s() for t in taints]
+        self.doc["metadata"]["resourceVersion"] = str(int(self.doc["metadata"]["resourceVersion"]) + 1)
+
+
+@dataclass
+class FakeEvents:
+    events: list[tuple[str, str, str]] = field(default_factory=list)
+
+    def emit(self, node: NodeState | None, node_name: str, event_type: str, reason: str, message: str) -> None:
+        self.events.append((event_type, reason, message))
+
+    def reasons(self) -> list[str]:
+        return [r for _, r, _ in self.events]
+
+
+class FakeLeases:
+    """A Lease store with resourceVersion checks, as the API server does them."""
+
+    def __init__(self) -> None:
+        self.leases: dict[tuple[str, str], LeaseRecord] = {}
+        self._rv = 0
+        self.fail: KubeError | None = None
+        self.before_write: Any = None
+
+    def _bump(self, record: LeaseRecord) -> LeaseRecord:
+        self._rv += 1
+        return replace(record, resource_version=str(self._rv))
+
+    def get(self, namespace: str, name: str) -> LeaseRecord | None:
+        if self.fail:
+            raise self.fail
+        return self.leases.get((namespace, name))
+
+    def create(self, namespace: str, name: str, record: LeaseRecord) -> LeaseRecord:
+        if self.before_write:
+            hook, self.before_write = self.before_write, None
+            hook()
+        if self.fail:
+            raise self.fail
+        if (namespace, name) in self.leases:
+            raise ConflictError("already exists")
+        stored = self._bump(record)
+        self.leases[(namespace, name)] = stored
+        return stored
+
+    def update(self, namespace: str, name: str, record: LeaseRecord) -> LeaseRecord:
+        if self.before_write:
+            hook, self.before_write = self.before_write, None
+            hook()
+        if self.fail:
+            raise self.fail
+        current = self.leases.get((namespace, name))
+        if current is None:
+            raise KubeError("not found")
+        if record.resource_version != current.resource_version:
+            raise ConflictError("stale resourceVersion")
+        stored = self._bump(record)
+        self.leases[(namespace, name)] = stored
+        return stored
