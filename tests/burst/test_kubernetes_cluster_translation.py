@@ -13,6 +13,7 @@ from daemons.burst_provider.providers.kubernetes_cluster import (
     COPY_LABEL,
     NODE_LABEL,
     ObjectRef,
+    Translation,
     TranslationError,
     copy_object,
     free_gpus,
@@ -111,7 +112,7 @@ def source_pod() -> dict[str, Any]:
     }
 
 
-def translate(pod: dict[str, Any] | None = None, tags: InstanceTags = TAGS, **placement: Any) -> Any:
+def translate(pod: dict[str, Any] | None = None, tags: InstanceTags = TAGS, **placement: Any) -> Translation:
     return translate_pod(pod or source_pod(), tags, **{**PLACEMENT, **placement}, gpu_type="H100", gpu_count=2)
 
 
@@ -287,8 +288,7 @@ def test_secret_copies_are_encoded_and_registry_credentials_keep_their_type() ->
 
 
 def target_pod(phase: str, **status: Any) -> dict[str, Any]:
-    t = translate()
-    pod = copy.deepcopy(t.pod)
+    pod: dict[str, Any] = copy.deepcopy(translate().pod)
     pod["status"] = {"phase": phase, **status}
     return pod
 

@@ -895,6 +895,10 @@ class KubernetesClusterProvider(Provider):
             return self._source.secret(namespace, ref.name)
         except LookupError:
             return None
+        except Exception as exc:  # the reader's client library raises its own types; name it, keep the message
+            raise self._error(
+                call, f"cannot read {ref.kind} {namespace}/{ref.name} from the source cluster: {type(exc).__name__}"
+            ) from None
 
     def _copy(self, call: str, ref: ObjectRef, tags: InstanceTags, namespace: str) -> None:
         """Create or replace the target copy of one referenced object (never one this node did not copy)."""
