@@ -31,6 +31,9 @@ from daemons.burst_provider.providers.base import (
 )
 from daemons.burst_provider.providers.fake import FakeCloudProvider
 from daemons.burst_provider.providers.runpod import GpuTypePrice
+from daemons.burst_provider.registry import adapter_class
+from daemons.burst_provider.secrets import SecretStore
+from daemons.burst_provider.settings import ProviderSettings
 
 BOOT = 5.0
 
@@ -268,6 +271,22 @@ def test_logs_tell_the_lifecycle(env: Env) -> None:
     assert "started" in text
     assert "terminated" in text
     assert env.provider.logs(inst.instance_id, "server", 1).count("\n") == 1
+
+
+def test_built_by_the_registry_from_real_settings(env: Env) -> None:
+    settings = ProviderSettings.model_validate(
+        {
+            "name": "fake-a",
+            "kind": "fake",
+            "maxGpus": 3,
+            "gpuTypes": {"H100": {"pricePerGpuHour": 2.5}},
+            "fake": {"url": env.server.url},
+        }
+    )
+    provider = adapter_class("fake")(settings, SecretStore.from_values({}))
+    assert [(o.gpu_type, o.available_gpus) for o in provider.offers()] == [("H100", 3)]
+    inst = provider.create_instance(spec())
+    assert [i.instance_id for i in provider.list_instances("gpu-burst")] == [inst.instance_id]
 
 
 def test_unreachable_cloud_is_a_provider_error() -> None:

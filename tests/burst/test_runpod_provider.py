@@ -22,7 +22,10 @@ from daemons.burst_provider.providers.base import (
     Port,
     ProviderError,
 )
-from daemons.burst_provider.providers.runpod import GpuTypePrice, RunpodProvider, pod_name
+from daemons.burst_provider.providers.runpod import GpuTypePrice, RunPodProvider, pod_name
+from daemons.burst_provider.registry import adapter_class
+from daemons.burst_provider.secrets import SecretStore
+from daemons.burst_provider.settings import ProviderSettings
 
 KEY = "rpa_SECRETKEY0123456789"
 H100_ID = "NVIDIA H100 80GB HBM3"
@@ -34,7 +37,7 @@ class Env:
     clock: ManualClock
     api: FakeRunpod
     server: FakeRunpodServer
-    provider: RunpodProvider
+    provider: RunPodProvider
 
 
 @pytest.fixture
@@ -46,9 +49,9 @@ def env() -> Iterator[Env]:
         yield Env(clock, api, server, provider)
 
 
-def make_provider(url: str, key: str = KEY, **kw: float) -> RunpodProvider:
+def make_provider(url: str, key: str = KEY, **kw: float) -> RunPodProvider:
     opts: dict[str, float] = {"timeout": 2.0, "retries": 2, "backoff": 0.0, **kw}
-    return RunpodProvider(
+    return RunPodProvider(
         "runpod",
         key,
         {"H100": GpuTypePrice(2.99, H100_ID), "A10": GpuTypePrice(0.5, "")},
@@ -115,6 +118,21 @@ def test_pod_body_follows_the_documented_create_input(env: Env) -> None:
     assert sent["env"]["GPUCLUSTER_POD_NAME"] == "sd-serve-abc"
     assert sent["env"]["GPUCLUSTER_POD_UID"] == "7b1c0000-0000-4000-8000-000000000001"
     assert sent["name"] == "gpucluster-gpu-burst-7b1c0000-0000-4000-8000-000000000001"
+
+
+@pytest.mark.parametrize(
+    ("gpu_type", "configured", "sent"),
+    [
+        ("H100", H100_ID, H100_ID),  # providerType given
+        ("H100", "", "NVIDIA H100 80GB HBM3"),  # known name
+        ("A10", "", "A10"),  # unknown name: sent as it is
+    ],
+)
+def test_gpu_type_id_mapping(env: Env, gpu_type: str, configured: str, sent: str) -> None:
+    provider = RunPodProvider("runpod", KEY, {gpu_type: GpuTypePrice(1.0, configured)}, url=env.server.base_url)
+    inst = provider.create_instance(spec(gpu_type=gpu_type))
+    assert env.api._pods[inst.instance_id].body["gpuTypeIds"] == [sent]
+    assert inst.gpu_type == gpu_type
 
 
 def test_pod_name_stays_within_limit_for_long_node_names() -> None:
@@ -249,8 +267,7 @@ def test_capacity_exhausted_is_refused(env: Env) -> None:
     ("kwargs", "problem"),
     [
         ({"containers": 2}, "one container per pod"),
-        ({"gpu_type": "A10"}, "no RunPod gpuTypeId"),
-        ({"gpu_type": "B200"}, "no RunPod gpuTypeId"),
+        ({"gpu_type": "B200"}, "GPU type 'B200' is not configured"),
     ],
 )
 def test_what_runpod_cannot_run_is_refused_before_any_call(
@@ -330,7 +347,7 @@ class _Secrets:
 
 def test_from_settings_reads_the_key_from_the_secret_store(env: Env) -> None:
     settings = _Settings("runpod", 4, {"H100": _GpuType(2.5, H100_ID)}, _Runpod(env.server.base_url, "runpodApiKey"))
-    provider = RunpodProvider.from_settings(settings, _Secrets())
+    provider = RunPodProvider.from_settings(settings, _Secrets())
     inst = provider.create_instance(spec())
     assert env.api._pods[inst.instance_id].body["cloudType"] == "COMMUNITY"
     assert provider.offers()[0].available_gpus == 4
@@ -338,7 +355,23 @@ def test_from_settings_reads_the_key_from_the_secret_store(env: Env) -> None:
 
 def test_from_settings_without_runpod_section_is_refused() -> None:
     with pytest.raises(ValueError, match="needs a runpod section"):
-        RunpodProvider.from_settings(_Settings("runpod", 4), _Secrets())
+        RunPodProvider.from_settings(_Settings("runpod", 4), _Secrets())
+
+
+def test_built_by_the_registry_from_real_settings(env: Env) -> None:
+    settings = ProviderSettings.model_validate(
+        {
+            "name": "runpod",
+            "kind": "runpod",
+            "maxGpus": 2,
+            "gpuTypes": {"H100": {"pricePerGpuHour": 2.99}},
+            "runpod": {"url": env.server.base_url, "apiKeySecret": "runpodApiKey"},
+        }
+    )
+    provider = adapter_class("runpod")(settings, SecretStore.from_values({"runpodApiKey": KEY}))
+    inst = provider.create_instance(spec())
+    assert env.api._pods[inst.instance_id].body["gpuTypeIds"] == ["NVIDIA H100 80GB HBM3"]
+    assert [(o.gpu_type, o.available_gpus) for o in provider.offers()] == [("H100", 2)]
 
 
 def test_cli_help_documents_every_flag() -> None:

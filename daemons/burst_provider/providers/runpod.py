@@ -66,6 +66,14 @@ ENV_POD = "GPUCLUSTER_POD_NAME"
 ENV_UID = "GPUCLUSTER_POD_UID"
 ENV_GPU_TYPE = "GPUCLUSTER_GPU_TYPE"
 ENV_PORTS = "GPUCLUSTER_PORTS"
+#: RunPod gpuTypeIds for our GPU type names, used when a GPU type's ``providerType`` is left empty; any other name
+#: is sent as it is (RunPod answers 400 for an id it does not know, which fails the create with its message).
+DEFAULT_GPU_TYPE_IDS = {
+    "H100": "NVIDIA H100 80GB HBM3",
+    "H200": "NVIDIA H200",
+    "A100": "NVIDIA A100-SXM4-80GB",
+    "L40S": "NVIDIA L40S",
+}
 
 
 # --- what the adapters read from the settings (the real pydantic models satisfy these) ---------------------------
@@ -325,7 +333,7 @@ def pod_name(tags: InstanceTags) -> str:
 # --- the adapter ---------------------------------------------------------------------------------------------------
 
 
-class RunpodProvider(Provider):
+class RunPodProvider(Provider):
     """RunPod pods as instances. Thread-safe: calls share no mutable state beyond the (stateless) HTTP client."""
 
     def __init__(
@@ -352,10 +360,10 @@ class RunpodProvider(Provider):
         self.cloud_type = cloud_type
         self.container_disk_gb = container_disk_gb
         self._http = JsonHttpClient(name, url, token=api_key, timeout=timeout, retries=retries, backoff=backoff)
-        self._by_provider_type = {p.provider_type: ours for ours, p in self.gpu_types.items() if p.provider_type}
+        self._by_provider_type = {self.runpod_gpu_id(ours): ours for ours in self.gpu_types}
 
     @classmethod
-    def from_settings(cls, settings: ProviderSettingsLike, secrets: SecretsLike) -> RunpodProvider:
+    def from_settings(cls, settings: ProviderSettingsLike, secrets: SecretsLike) -> RunPodProvider:
         rp = settings.runpod
         if rp is None:
             raise ValueError(f"provider {settings.name}: kind runpod needs a runpod section")
@@ -369,7 +377,7 @@ class RunpodProvider(Provider):
         )
 
     def __repr__(self) -> str:
-        return f"RunpodProvider(name={self.name!r}, url={self._http.base_url!r})"
+        return f"RunPodProvider(name={self.name!r}, url={self._http.base_url!r})"
 
     # -- Provider --
 
@@ -419,6 +427,13 @@ class RunpodProvider(Provider):
 
     # -- translation --
 
+    def runpod_gpu_id(self, gpu_type: str) -> str:
+        """RunPod's gpuTypeId for our GPU type: the configured providerType, else a known id, else our name."""
+        configured = self.gpu_types.get(gpu_type)
+        if configured is not None and configured.provider_type:
+            return configured.provider_type
+        return DEFAULT_GPU_TYPE_IDS.get(gpu_type, gpu_type)
+
     def pod_body(self, spec: InstanceSpec) -> dict[str, Any]:
         """The ``POST /pods`` body for one pod; refuses what RunPod cannot run."""
         if len(spec.containers) != 1:
@@ -456,12 +471,12 @@ class RunpodProvider(Provider):
             "dockerStartCmd": list(container.args),
         }
         if spec.gpu_count > 0:
-            price = self.gpu_types.get(spec.gpu_type)
-            if price is None or not price.provider_type:
+            if spec.gpu_type not in self.gpu_types:
                 raise ProviderError(
-                    self.name, "create_instance", f"GPU type {spec.gpu_type!r} has no RunPod gpuTypeId (providerType)"
+                    self.name, "create_instance", f"GPU type {spec.gpu_type!r} is not configured for this provider"
                 )
-            body.update({"computeType": "GPU", "gpuTypeIds": [price.provider_type], "gpuCount": spec.gpu_count})
+            gpu_id = self.runpod_gpu_id(spec.gpu_type)
+            body.update({"computeType": "GPU", "gpuTypeIds": [gpu_id], "gpuCount": spec.gpu_count})
         else:
             body["computeType"] = "CPU"
         return body
