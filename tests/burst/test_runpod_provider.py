@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import urllib.error
@@ -383,3 +385,35 @@ def test_cli_help_documents_every_flag() -> None:
     ).stdout
     for flag in ("--listen", "--api-key-env", "--boot-seconds", "--price", "--capacity", "--log-level"):
         assert flag in out
+
+
+def test_cli_serves_with_the_key_from_the_environment() -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "daemons.burst_provider.fakes.runpod_server", "--listen", "127.0.0.1:0",
+         "--boot-seconds", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env={**os.environ, "RUNPOD_API_KEY": KEY},
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        ready = json.loads(proc.stdout.readline())
+        provider = make_provider(ready["baseUrl"])
+        inst = provider.create_instance(spec())
+        assert inst.state is InstanceState.RUNNING
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_cli_refuses_to_start_without_a_key() -> None:
+    env = {k: v for k, v in os.environ.items() if k != "RUNPOD_API_KEY"}
+    bad = subprocess.run(
+        [sys.executable, "-m", "daemons.burst_provider.fakes.runpod_server", "--listen", "127.0.0.1:0"],
+        capture_output=True, text=True, check=False, env=env,
+    )  # fmt: skip
+    assert bad.returncode == 2
+    assert "RUNPOD_API_KEY is empty or unset" in bad.stderr

@@ -11,6 +11,7 @@ is configured with (all of them when none are configured) and to its ``max_gpus`
 
 from __future__ import annotations
 
+import urllib.parse
 from collections.abc import Mapping
 from typing import Any
 
@@ -34,6 +35,10 @@ from daemons.burst_provider.providers.runpod import (
 )
 
 _STATES = {s.value: s for s in InstanceState}
+
+
+def _quote(instance_id: str) -> str:
+    return urllib.parse.quote(instance_id, safe="")
 
 
 def _container_json(c: ContainerSpec) -> dict[str, Any]:
@@ -109,11 +114,11 @@ class FakeCloudProvider(Provider):
         )
 
     def get_instance(self, instance_id: str) -> Instance | None:
-        reply = self._http.request("get_instance", "GET", f"/instances/{instance_id}", missing_ok=True)
+        reply = self._http.request("get_instance", "GET", f"/instances/{_quote(instance_id)}", missing_ok=True)
         return None if reply is None else self._to_instance("get_instance", reply)
 
     def delete_instance(self, instance_id: str) -> None:
-        self._http.request("delete_instance", "DELETE", f"/instances/{instance_id}", missing_ok=True)
+        self._http.request("delete_instance", "DELETE", f"/instances/{_quote(instance_id)}", missing_ok=True)
 
     def list_instances(self, node: str) -> list[Instance]:
         reply = self._http.request("list_instances", "GET", "/instances", query={"node": node})
@@ -126,7 +131,7 @@ class FakeCloudProvider(Provider):
         query = {"container": container}
         if tail is not None:
             query["tail"] = str(tail)
-        text = self._http.request("logs", "GET", f"/instances/{instance_id}/logs", query=query, want_text=True)
+        text = self._http.request("logs", "GET", f"/instances/{_quote(instance_id)}/logs", query=query, want_text=True)
         return str(text)
 
     def _to_instance(self, call: str, item: object) -> Instance:
