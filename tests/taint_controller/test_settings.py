@@ -1,0 +1,139 @@
+"""Settings: defaults, camelCase keys, and every refusal names its key path."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from daemons.taint_controller.settings import (
+    DEFAULT_HEADROOM_QUERY,
+    DEFAULT_PENDING_QUERY,
+    SettingsError,
+    TaintControllerSettings,
+    load_settings,
+    parse_duration,
+    parse_settings,
+)
+
+
+def problems(data: dict[str, Any]) -> str:
+    with pytest.raises(SettingsError) as info:
+        parse_settings(data)
+    return str(info.value)
+
+
+def test_defaults_are_valid_and_round_trip_through_json() -> None:
+    s = TaintControllerSettings()
+    assert (s.high_mark, s.low_mark, s.hold_add_seconds, s.hold_remove_seconds) == (4, 1, 600, 120)
+    assert (s.lease_duration_seconds, s.renew_deadline_seconds, s.retry_period_seconds) == (15, 10, 2)
+    assert s.taint_effect == "NoSchedule"
+    again = parse_settings(json.loads(s.to_json()))
+    assert again == s
+    assert "highMark" in json.loads(s.to_json())
+
+
+def test_camel_case_file(tmp_path: Path) -> None:
+    path = tmp_path / "settings.json"
+    path.write_text(
+        json.dumps(
+            {
+                "nodeName": "burst-1",
+                "taintKey": "example.com/cap",
+                "highMark": 16,
+                "lowMark": 0,
+                "holdAdd": "1h30m",
+                "inferenceNamespaces": ["inference", "serving"],
+                "queryTimeout": "500ms",
+                "prometheusUrl": "http://prom:9090/",
+            }
+        )
+    )
+    s = load_settings(path)
+    assert s.hold_add_seconds == 5400
+    assert s.query_timeout_seconds == 0.5
+    assert s.prometheus_url == "http://prom:9090"
+    assert s.render_query(s.pending_query).count('namespace=~"inference|serving"') == 1
+    assert 'node!="burst-1"' in s.render_query(s.headroom_query)
+
+
+def test_query_timeout_defaults_to_a_third_of_the_interval_capped() -> None:
+    assert TaintControllerSettings(interval="15s").query_timeout_seconds == 5
+    assert TaintControllerSettings(interval="5m").query_timeout_seconds == 10
+
+
+@pytest.mark.parametrize(
+    ("data", "path", "text"),
+    [
+        ({"lowMark": 4, "highMark": 4}, "lowMark", "must be below highMark"),
+        ({"lowMark": 9}, "lowMark", "must be below highMark (4)"),
+        ({"highMark": -1}, "highMark", "greater than or equal to 0"),
+        ({"taintEffect": "NoExecute"}, "taintEffect", "always NoSchedule"),
+        ({"taintEffect": "PreferNoSchedule"}, "taintEffect", "refused"),
+        ({"holdAdd": "ten minutes"}, "holdAdd", "not a duration"),
+        ({"interval": "0s"}, "interval", "longer than zero"),
+        ({"replicas": 4}, "replicas", "less than or equal to 3"),
+        ({"replicas": 0}, "replicas", "greater than or equal to 1"),
+        ({"renewDeadline": "15s"}, "renewDeadline", "shorter than leaseDuration"),
+        ({"retryPeriod": "10s"}, "retryPeriod", "shorter than renewDeadline"),
+        ({"namespace": "Bad_NS"}, "namespace", "DNS label"),
+        ({"inferenceNamespaces": []}, "inferenceNamespaces", "at least 1"),
+        ({"inferenceNamespaces": ["a", "a"]}, "inferenceNamespaces", "listed twice"),
+        ({"inferenceNamespaces": ["ok", "No"]}, "inferenceNamespaces.1", "DNS label"),
+        ({"taintKey": "bad key!"}, "taintKey", "qualified name"),
+        ({"image": "registry/daemons:latest"}, "image", "latest"),
+        ({"image": "registry/daemons"}, "image", "not pinned"),
+        ({"prometheusUrl": "prometheus:9090"}, "prometheusUrl", "http(s) URL"),
+        ({"headroomQuery": "  "}, "headroomQuery", "empty"),
+        ({"highmark": 3}, "highmark", "Extra inputs"),
+    ],
+)
+def test_invalid_settings_name_the_key(data: dict[str, Any], path: str, text: str) -> None:
+    message = problems(data)
+    assert f"  {path}: " in message
+    assert text in message
+
+
+def test_noexecute_cannot_be_constructed_in_python_either() -> None:
+    with pytest.raises(ValueError, match="NoSchedule"):
+        TaintControllerSettings(taint_effect="NoExecute")
+
+
+def test_every_problem_is_reported_at_once() -> None:
+    message = problems({"replicas": 9, "holdRemove": "x", "unknown": 1})
+    assert {"replicas", "holdRemove", "unknown"} <= {line.strip().split(":")[0] for line in message.splitlines()[1:]}
+
+
+def test_settings_are_frozen() -> None:
+    s = TaintControllerSettings()
+    with pytest.raises(ValueError, match="frozen"):
+        s.high_mark = 3  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [("{not json", "not valid JSON (line 1"), ("[1]", "expected a JSON object")],
+)
+def test_unreadable_files(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "s.json"
+    path.write_text(text)
+    with pytest.raises(SettingsError, match=message.replace("(", r"\(")):
+        load_settings(path)
+    with pytest.raises(SettingsError, match="cannot read"):
+        load_settings(tmp_path / "missing.json")
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("90s", 90), ("1h30m", 5400), ("250ms", 0.25), ("2.5m", 150)])
+def test_durations(text: str, seconds: float) -> None:
+    assert parse_duration(text) == seconds
+
+
+def test_default_queries_keep_an_empty_result_possible() -> None:
+    """Only the requests side (headroom) and a ksm-alive guard (pending) fall back to zero."""
+    assert DEFAULT_HEADROOM_QUERY.count("or vector(0)") == 1
+    assert DEFAULT_HEADROOM_QUERY.rstrip().endswith("or vector(0))")  # inside the subtraction's right side
+    assert DEFAULT_HEADROOM_QUERY.startswith("sum(kube_node_status_allocatable")
+    assert "vector(0)" not in DEFAULT_PENDING_QUERY
+    assert "count(kube_node_info) * 0" in DEFAULT_PENDING_QUERY
