@@ -1,0 +1,1 @@
+"""Tests of the burst provider service and its providers."""
