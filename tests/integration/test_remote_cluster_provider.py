@@ -253,6 +253,14 @@ def test_refusals_name_what_is_wrong(remote_kubeconfig: str) -> None:
     with pytest.raises(ProviderError, match=r"target namespace research .* does not exist"):
         p.create_instance(instance_spec(other_ns))
 
+    # A pod the target API refuses leaves no copy behind.
+    source.config_maps["inference", "for-refused"] = {"model": "x"}
+    refused = source_pod("web-f", str(uuid.uuid4()), "for-refused")
+    refused["spec"]["containers"][0]["ports"] = [{"containerPort": 99999}]
+    with pytest.raises(ProviderError, match=r"create_instance: HTTP 422 Unprocessable Entity: .*containerPort"):
+        p.create_instance(instance_spec(refused))
+    assert kubectl("get", "configmap", "-n", TARGET_NAMESPACE, "for-refused").returncode != 0
+
     # An object of the same name that this node did not copy is never overwritten.
     kubectl("create", "configmap", "-n", TARGET_NAMESPACE, "theirs", "--from-literal=model=x")
     source.config_maps["inference", "theirs"] = {"model": "ours"}

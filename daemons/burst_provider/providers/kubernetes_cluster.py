@@ -871,12 +871,20 @@ class KubernetesClusterProvider(Provider):
                 created = self._api.create_pod(call, t.namespace, t.pod)
             except KubernetesApiError as exc:
                 if exc.status != 409:
+                    self._sweep_after_failure(call, t.namespace)
                     raise
                 created = self._existing(call, t, spec.tags)
         inst = instance_from_pod(self.name, created)
         if inst is None:
             raise self._error(call, f"pod {t.namespace}/{t.name} came back without its tags")
         return inst
+
+    def _sweep_after_failure(self, call: str, namespace: str) -> None:
+        """Remove copies a refused pod would have used; the refusal, not a sweep problem, is what gets reported."""
+        try:
+            self._sweep_copies(call, namespace)
+        except ProviderError:
+            return
 
     def _existing(self, call: str, t: Translation, tags: InstanceTags) -> dict[str, Any]:
         """Creating again is idempotent: the pod of the same source uid is the instance."""
