@@ -887,8 +887,10 @@ def _cmd_check(paths: Sequence[str], out: Callable[[str], None]) -> int:
 
 
 def _burst_summary(cfg: StackConfig) -> str:
-    if cfg.burst is None or not cfg.burst.enabled:
+    if cfg.burst is None:
         return ", no bursting"
+    if not cfg.burst.enabled:
+        return ", bursting configured but off"
     return f", bursts to {cfg.burst.capacity} GPUs through {len(cfg.burst.settings.providers)} provider(s)"
 
 

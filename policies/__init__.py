@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from pulumi_policy import Policy
 
+from policies.burst_settings import provider_secrets_not_in_config
 from policies.descheduler import descheduler_bounded
 from policies.images import images_pinned
+from policies.inference import inference_gpu_deployments_burstable, inference_gpu_deployments_have_pdb
 from policies.priorities import training_above_inference, workload_priorities_ordered
 from policies.quota import quota_within_capacity
+from policies.rbac import virtual_node_least_privilege
 from policies.secrets import no_secrets_in_clear
 from policies.security import no_privileged_or_host_path
 from policies.storage import checkpoint_claims_rwx
@@ -25,4 +28,8 @@ ALL_POLICIES: list[Policy] = [
     no_privileged_or_host_path,
     no_secrets_in_clear,
     dcgm_counters_complete,
+    inference_gpu_deployments_burstable,
+    inference_gpu_deployments_have_pdb,
+    virtual_node_least_privilege,
+    provider_secrets_not_in_config,
 ]
