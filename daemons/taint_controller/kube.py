@@ -13,6 +13,7 @@ node changed since it was read) is a :class:`ConflictError`; the next tick reads
 from __future__ import annotations
 
 import datetime as dt
+import json
 import logging
 import threading
 import time
@@ -325,12 +326,24 @@ def _micro_time(value: dt.datetime | None) -> dt.datetime | None:
     return value if value.microsecond else value.replace(microsecond=1)
 
 
+def _has_causes(body: object) -> bool:
+    """Whether a Status body names the fields that failed validation."""
+    try:
+        status = json.loads(body) if isinstance(body, str | bytes) else {}
+    except ValueError:
+        return True
+    details = status.get("details") if isinstance(status, dict) else None
+    return bool(isinstance(details, dict) and details.get("causes"))
+
+
 def _api_error(exc: Exception, what: str) -> KubeError:
     status = getattr(exc, "status", None)
     reason = getattr(exc, "reason", None) or str(exc)
     if status == 409:
         return ConflictError(f"{what}: conflict ({reason})")
-    if status == 422 and "test" in str(getattr(exc, "body", "")).lower():
+    if status == 422 and not _has_causes(getattr(exc, "body", None)):
+        # A JSON patch that cannot be applied (a failed test op) is 422 Invalid without field causes;
+        # a real validation error lists its causes and stays a KubeError.
         return ConflictError(f"{what}: the object changed since it was read")
     return KubeError(f"{what}: HTTP {status}: {reason}" if status else f"{what}: {reason}")
 

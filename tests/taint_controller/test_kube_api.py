@@ -1,0 +1,333 @@
+"""The Kubernetes side against a real etcd + kube-apiserver (the pinned tools): JSON patches, 409s, Events,
+Lease election, and the daemon as a process (taint added, lease released on SIGTERM).
+
+Starts its own API server (no scheduler, no controllers: nothing else touches the objects); skipped, saying why,
+when the pinned tools are not built.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from daemons.taint_controller.kube import (
+    ConflictError,
+    KubeError,
+    KubeEventSink,
+    KubeLeaseApi,
+    KubeNodeApi,
+    LeaderElector,
+    NodeState,
+    Taint,
+    add_taint_ops,
+    load_kube_config,
+    remove_taint_ops,
+    replace_taint_ops,
+)
+from tests.sim_support import ROOT, tools_bin
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.filterwarnings("ignore:Unverified HTTPS request"),
+]
+
+NODE = "gpu-burst"
+NS = "gpucluster-burst"
+KEY = "gpucluster.io/in-cluster-capacity"
+OURS = Taint(KEY, "NoSchedule", "true")
+VK = Taint("virtual-kubelet.io/provider", "NoSchedule", "gpucluster")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for(what: str, check: Callable[[], bool], timeout: float = 90) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if check():
+                return
+        except Exception:  # not up yet
+            pass
+        time.sleep(0.5)
+    pytest.fail(f"{what}: not reached within {timeout:.0f}s")
+
+
+@dataclass
+class ApiServer:
+    kubeconfig: Path
+    api_client: Any
+
+
+@pytest.fixture(scope="module")
+def apiserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
+    bin_dir = tools_bin()
+    missing = [t for t in ("etcd", "kube-apiserver") if not (bin_dir / t).exists()]
+    if missing:
+        pytest.skip(f"pinned tools not built in {bin_dir} (missing: {', '.join(missing)}); run make tools")
+    work = tmp_path_factory.mktemp("apiserver")
+    subprocess.run(["openssl", "genrsa", "-out", str(work / "sa.key"), "2048"], check=True, capture_output=True)
+    (work / "tokens.csv").write_text("test-token,admin,admin,system:masters\n")
+    client_port, peer_port, secure_port = free_port(), free_port(), free_port()
+    etcd_log = (work / "etcd.log").open("w")
+    api_log = (work / "apiserver.log").open("w")
+    etcd = subprocess.Popen(
+        [
+            str(bin_dir / "etcd"),
+            f"--data-dir={work / 'etcd'}",
+            f"--listen-client-urls=http://127.0.0.1:{client_port}",
+            f"--advertise-client-urls=http://127.0.0.1:{client_port}",
+            f"--listen-peer-urls=http://127.0.0.1:{peer_port}",
+            f"--initial-advertise-peer-urls=http://127.0.0.1:{peer_port}",
+            f"--initial-cluster=default=http://127.0.0.1:{peer_port}",
+        ],
+        stdout=etcd_log,
+        stderr=subprocess.STDOUT,
+    )
+    api = subprocess.Popen(
+        [
+            str(bin_dir / "kube-apiserver"),
+            f"--etcd-servers=http://127.0.0.1:{client_port}",
+            f"--secure-port={secure_port}",
+            "--bind-address=127.0.0.1",
+            f"--cert-dir={work / 'certs'}",
+            "--service-account-issuer=https://kubernetes.default.svc",
+            f"--service-account-key-file={work / 'sa.key'}",
+            f"--service-account-signing-key-file={work / 'sa.key'}",
+            f"--token-auth-file={work / 'tokens.csv'}",
+            "--authorization-mode=AlwaysAllow",
+            "--service-cluster-ip-range=10.96.0.0/16",
+            "--enable-priority-and-fairness=false",
+        ],
+        stdout=api_log,
+        stderr=subprocess.STDOUT,
+    )
+    kubeconfig = work / "kubeconfig"
+    kubeconfig.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [
+                    {
+                        "name": "t",
+                        "cluster": {"server": f"https://127.0.0.1:{secure_port}", "insecure-skip-tls-verify": True},
+                    }
+                ],
+                "users": [{"name": "t", "user": {"token": "test-token"}}],
+                "contexts": [{"name": "t", "context": {"cluster": "t", "user": "t"}}],
+                "current-context": "t",
+            }
+        )
+    )
+    try:
+        api_client = load_kube_config(str(kubeconfig))
+        version = client.VersionApi(api_client)
+        wait_for("kube-apiserver ready", lambda: bool(version.get_code(_request_timeout=2)), timeout=180)
+        core = client.CoreV1Api(api_client)
+        wait_for(
+            "namespace default",
+            lambda: bool(core.read_namespace("default", _request_timeout=2)),
+        )
+        core.create_namespace(client.V1Namespace.model_validate({"metadata": {"name": NS}}))
+        yield ApiServer(kubeconfig, api_client)
+    finally:
+        for proc in (api, etcd):
+            proc.terminate()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        etcd_log.close()
+        api_log.close()
+
+
+@pytest.fixture
+def node(apiserver: ApiServer) -> Iterator[KubeNodeApi]:
+    core = client.CoreV1Api(apiserver.api_client)
+    core.create_node(client.V1Node.model_validate({"metadata": {"name": NODE}, "spec": {"taints": [VK.to_k8s()]}}))
+    yield KubeNodeApi(apiserver.api_client)
+    core.delete_node(NODE)
+
+
+def ours_only(state: NodeState) -> tuple[Taint, ...]:
+    """The taints minus the ones the API server adds to a node without a kubelet."""
+    return tuple(t for t in state.taints if not t.key.startswith("node.kubernetes.io/"))
+
+
+def test_taint_patches_touch_only_the_burst_taint(node: KubeNodeApi) -> None:
+    state = node.get_node(NODE)
+    state = node.patch_node(NODE, add_taint_ops(state, OURS))
+    assert ours_only(state) == (VK, OURS)
+    state = node.patch_node(NODE, remove_taint_ops(state, KEY))
+    assert ours_only(state) == (VK,)
+    state = node.patch_node(NODE, add_taint_ops(state, Taint(KEY, "NoExecute", "true")))
+    state = node.patch_node(NODE, replace_taint_ops(state, KEY, OURS))
+    assert ours_only(state) == (VK, OURS)
+
+
+def test_a_stale_read_is_a_conflict_and_a_bad_patch_is_not(node: KubeNodeApi) -> None:
+    stale = node.get_node(NODE)
+    node.patch_node(NODE, add_taint_ops(stale, Taint("example.com/other", "NoSchedule")))
+    with pytest.raises(ConflictError):
+        node.patch_node(NODE, add_taint_ops(stale, OURS))
+    fresh = node.get_node(NODE)
+    with pytest.raises(KubeError) as info:  # the same key and effect twice: a validation error
+        node.patch_node(NODE, add_taint_ops(fresh, VK))
+    assert not isinstance(info.value, ConflictError)
+
+
+def test_a_node_taints_list_is_created_when_absent(apiserver: ApiServer, node: KubeNodeApi) -> None:
+    client.CoreV1Api(apiserver.api_client).patch_node(NODE, {"spec": {"taints": None}})
+    state = node.get_node(NODE)
+    assert state.taints == ()
+    assert node.patch_node(NODE, add_taint_ops(state, OURS)).taints == (OURS,)
+
+
+def test_a_missing_node_is_a_kube_error(apiserver: ApiServer) -> None:
+    with pytest.raises(KubeError, match="404"):
+        KubeNodeApi(apiserver.api_client).get_node("no-such-node")
+
+
+def test_events_land_on_the_node(apiserver: ApiServer, node: KubeNodeApi) -> None:
+    KubeEventSink(apiserver.api_client, "test_1").emit(
+        node.get_node(NODE), NODE, "Warning", "HeadroomQueryFailed", "probe"
+    )
+    events = client.CoreV1Api(apiserver.api_client).list_namespaced_event("default").items
+    found = [e for e in events if e.reason == "HeadroomQueryFailed"]
+    assert len(found) == 1
+    assert (found[0].type, found[0].involved_object.kind, found[0].involved_object.name) == ("Warning", "Node", NODE)
+
+
+def test_lease_election_on_the_real_api(apiserver: ApiServer) -> None:
+    leases = KubeLeaseApi(apiserver.api_client)
+
+    def elector(identity: str) -> LeaderElector:
+        return LeaderElector(leases, NS, "election-test", identity, lease_duration_s=15, renew_deadline_s=10)
+
+    a, b = elector("a"), elector("b")
+    assert a.try_acquire_or_renew()
+    assert not b.try_acquire_or_renew()
+    assert a.try_acquire_or_renew()  # renew
+    stale = leases.get(NS, "election-test")
+    assert stale is not None
+    assert stale.holder == "a"
+    assert a.try_acquire_or_renew()
+    with pytest.raises(ConflictError):
+        leases.update(NS, "election-test", stale)
+    with pytest.raises(ConflictError):
+        leases.create(NS, "election-test", stale)
+    assert a.release()
+    released = leases.get(NS, "election-test")
+    assert released is not None
+    assert released.holder == ""
+    assert b.try_acquire_or_renew()
+    held = leases.get(NS, "election-test")
+    assert held is not None
+    assert (held.holder, held.transitions) == ("b", 1)
+
+
+class _Prometheus(ThreadingHTTPServer):
+    daemon_threads = True
+
+
+@pytest.fixture
+def prometheus() -> Iterator[str]:
+    """Headroom 8 GPUs, nothing pending."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            value = "8" if "allocatable" in self.path else "0"
+            body = json.dumps(
+                {"status": "success", "data": {"resultType": "vector", "result": [{"metric": {}, "value": [0, value]}]}}
+            ).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    server = _Prometheus(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_the_daemon_adds_the_taint_and_releases_its_lease_on_sigterm(
+    apiserver: ApiServer, node: KubeNodeApi, prometheus: str, tmp_path: Path
+) -> None:
+    settings = tmp_path / "settings.json"
+    settings.write_text(
+        json.dumps(
+            {
+                "prometheusUrl": prometheus,
+                "namespace": NS,
+                "leaseName": "daemon-test",
+                "holdAdd": "2s",
+                "interval": "1s",
+                "nodeName": NODE,
+            }
+        )
+    )
+    port = free_port()
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-W",
+            "ignore",
+            "-m",
+            "daemons.taint_controller",
+            "--settings",
+            str(settings),
+            "--kubeconfig",
+            str(apiserver.kubeconfig),
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--identity",
+            "daemon-1",
+        ],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_for("burst taint added", lambda: OURS in node.get_node(NODE).taints)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+            text = r.read().decode().splitlines()
+        assert "gpucluster_taint_controller_is_leader 1.0" in text
+        assert "gpucluster_taint_controller_taint_present 1.0" in text
+        assert 'gpucluster_taint_controller_decisions_total{action="add"} 1.0' in text
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 0, stderr[-2000:]
+    lease = KubeLeaseApi(apiserver.api_client).get(NS, "daemon-test")
+    assert lease is not None
+    assert lease.holder == ""
+    logs = [json.loads(line) for line in stderr.splitlines() if line.startswith("{")]
+    assert any(entry["msg"] == "released the lease" for entry in logs)
+    events = client.CoreV1Api(apiserver.api_client).list_namespaced_event("default").items
+    assert any(e.reason == "BurstTaintAdded" and e.involved_object.name == NODE for e in events)
