@@ -77,6 +77,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds between status polls of in-flight instances (reconciliation runs every reconcileInterval)",
     )
     p.add_argument(
+        "--startup-grace",
+        type=float,
+        default=120.0,
+        help="seconds after which /healthz answers ok even if a provider could not list its instances yet",
+    )
+    p.add_argument(
         "--log-level",
         default="info",
         choices=["debug", "info", "warning", "error"],
@@ -137,7 +143,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     service = BurstService(settings, providers, source if source is not None else _NoSource())
     endpoints = EndpointManager(source, settings) if source is not None else None
-    reconciler = Reconciler(service, source, endpoints)
+    reconciler = Reconciler(service, source, endpoints, startup_grace=args.startup_grace)
     stop = threading.Event()
 
     def _stop(signum: int, _frame: FrameType | None) -> None:

@@ -25,7 +25,15 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_help_documents_every_flag() -> None:
     text = build_parser().format_help()
-    for flag in ("--settings", "--node-name", "--listen", "--kubeconfig", "--secrets-dir", "--log-level"):
+    for flag in (
+        "--settings",
+        "--node-name",
+        "--listen",
+        "--kubeconfig",
+        "--secrets-dir",
+        "--startup-grace",
+        "--log-level",
+    ):
         assert flag in text
 
 
