@@ -22,6 +22,9 @@ from daemons.burst_provider.source import SourceCluster
 
 log = logging.getLogger("burst_provider.reconcile")
 
+#: A finished record whose pod left the cluster is kept this long (the node normally deletes it well before).
+STALE_RECORD_SECONDS = 3600.0
+
 
 @dataclass
 class ReconcileReport:
@@ -30,6 +33,7 @@ class ReconcileReport:
     live_pods: int | None = None  # None: the source cluster could not be read
     orphans_deleted: list[str] = field(default_factory=list)  # provider/instance
     vanished: list[str] = field(default_factory=list)  # pod keys
+    forgotten: list[str] = field(default_factory=list)  # finished records of pods that are gone
     seconds: float = 0.0
 
 
@@ -112,6 +116,8 @@ class Reconciler:
         if pods is not None:
             report.live_pods = len(pods)
             self._delete_orphans(listings, pods, report)
+            live = {str((p.get("metadata") or {}).get("uid")) for p in pods}
+            report.forgotten = self.service.forget_stale(live, STALE_RECORD_SECONDS)
         self._fail_vanished(listings, listing_started, report)
         if self.endpoints is not None:
             try:
@@ -140,6 +146,7 @@ class Reconciler:
                         "orphan delete failed", extra={"provider": name, "instance": inst.instance_id, "err": str(exc)}
                     )
                     continue
+                self.service.orphaned(inst.tags.uid, inst.instance_id)
                 self.service.metrics.orphans_deleted.labels(name).inc()
                 report.orphans_deleted.append(f"{name}/{inst.instance_id}")
                 log.info(

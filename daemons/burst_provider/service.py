@@ -546,6 +546,40 @@ class BurstService:
             log.info("records rebuilt from provider listings", extra={"count": len(added)})
         return len(added)
 
+    def orphaned(self, uid: str, instance_id: str) -> None:
+        """Reconciliation deleted the instance because no live pod owns it. Not the provider's fault: the pod
+        was deleted or finished in the source cluster, so no failure is counted against the provider."""
+        with self._lock:
+            rec = self._records.get(uid)
+            if rec is None or rec.instance_id != instance_id:
+                return
+            rec.instance_gone = True
+            if rec.phase not in TERMINAL and not rec.deleting:
+                self._fail(
+                    rec,
+                    VANISHED,
+                    "the pod is no longer live in the cluster; its instance was deleted",
+                    KILLED_EXIT_CODE,
+                )
+
+    def forget_stale(self, live_uids: set[str], older_than: float) -> list[str]:
+        """Forget finished records whose pod is no longer live, whose instance is gone and which ended more than
+        `older_than` seconds ago: left behind when a pod disappeared while the service was down."""
+        now = self.clock()
+        stale = []
+        with self._lock:
+            for uid, rec in list(self._records.items()):
+                if uid in live_uids or rec.phase not in TERMINAL or rec.creating:
+                    continue
+                if rec.instance_id and not rec.instance_gone:
+                    continue
+                if rec.finished_at is not None and now - rec.finished_at > older_than:
+                    stale.append(rec.key)
+                    del self._records[uid]
+        for key in stale:
+            log.info("stale pod record forgotten", extra={"pod": key})
+        return stale
+
     def mark_vanished(self, uid: str, instance_id: str) -> None:
         """Reconciliation found the record's instance missing from its provider's listing."""
         with self._lock:

@@ -146,3 +146,37 @@ def test_metrics_after_a_pass() -> None:
     assert reg.get_sample_value("gpucluster_burst_instances", {"provider": "fake-a", "state": "running"}) == 1.0
     assert reg.get_sample_value("gpucluster_burst_pods", {"phase": "Running"}) == 1.0
     assert reg.get_sample_value("gpucluster_burst_reconcile_duration_seconds_count") == 1.0
+
+
+def test_orphaned_record_fails_without_blaming_the_provider_and_is_forgotten_later() -> None:
+    p = MemoryProvider("fake-a")
+    p.add(tagged("u1", InstanceState.RUNNING))
+    source = FakeSource()  # the pod was deleted while the service was down
+    svc, rec, clock, _ = build(p, source)
+    rec.startup()
+    assert svc.get_pod("inference", "pod-u1")["phase"] == "Running"  # type: ignore[index]
+    rec.run_once()
+    status = svc.get_pod("inference", "pod-u1")
+    assert status is not None
+    assert (status["phase"], status["reason"]) == ("Failed", "InstanceVanished")
+    assert svc.tracker.rate("fake-a") == 0.0
+    clock.advance(3599)
+    assert rec.run_once().forgotten == []
+    clock.advance(2)
+    assert rec.run_once().forgotten == ["inference/pod-u1/u1"]
+    assert svc.list_pods() == []
+
+
+def test_live_pods_records_are_never_forgotten() -> None:
+    p = MemoryProvider("fake-a")
+    source = FakeSource()
+    svc, rec, clock, spawn = build(p, source)
+    rec.startup()
+    pod = make_pod()
+    source.pods.append(pod)
+    p.create_error = "refused"
+    svc.create_pod(pod)
+    spawn.run_all()
+    clock.advance(7200)
+    assert rec.run_once().forgotten == []
+    assert svc.get_pod("inference", "web-1")["reason"] == "ProviderCreateFailed"  # type: ignore[index]
