@@ -115,6 +115,7 @@ class Reconciler:
                 log.warning("listing the node's pods failed", extra={"err": str(exc)})
         if pods is not None:
             report.live_pods = len(pods)
+            self.service.adopt_pods(pods)
             self._delete_orphans(listings, pods, report)
             live = {str((p.get("metadata") or {}).get("uid")) for p in pods}
             report.forgotten = self.service.forget_stale(live, STALE_RECORD_SECONDS)

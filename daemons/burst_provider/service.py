@@ -52,6 +52,11 @@ def rfc3339(ts: float | None) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
 
 
+def _times(**stamps: float | None) -> dict[str, str]:
+    """RFC 3339 timestamps, leaving out the unknown ones (a client decoding a time must never get "")."""
+    return {k: rfc3339(v) for k, v in stamps.items() if v is not None}
+
+
 @dataclass
 class PodRecord:
     """What the service knows about one pod (by uid). Mutated only under the service's lock."""
@@ -94,15 +99,14 @@ class PodRecord:
         if self.phase == PENDING:
             out.update(state="waiting", reason=self.reason, message=self.message)
         elif self.phase == RUNNING:
-            out.update(state="running", startedAt=rfc3339(self.start_time))
+            out.update(state="running", **_times(startedAt=self.start_time))
         else:
             out.update(
                 state="terminated",
                 reason=self.reason or ("Completed" if self.exit_code == 0 else "Error"),
                 message=self.message,
                 exitCode=self.exit_code if self.exit_code is not None else REFUSED_EXIT_CODE,
-                startedAt=rfc3339(self.start_time),
-                finishedAt=rfc3339(self.finished_at),
+                **_times(startedAt=self.start_time, finishedAt=self.finished_at),
             )
         return out
 
@@ -121,7 +125,7 @@ class PodRecord:
             "gpuType": self.gpu_type,
             "address": self.address,
             "ports": [{"name": p.name, "port": p.port, "protocol": p.protocol} for p in self.ports],
-            "startTime": rfc3339(self.start_time),
+            **_times(startTime=self.start_time),
             "containers": [self._container_status(c) for c in containers],
         }
 
@@ -545,6 +549,14 @@ class BurstService:
         if added:
             log.info("records rebuilt from provider listings", extra={"count": len(added)})
         return len(added)
+
+    def adopt_pods(self, pods: list[dict[str, Any]]) -> None:
+        """Give records rebuilt after a restart their pod (containers, labels) from the source cluster."""
+        by_uid = {str((p.get("metadata") or {}).get("uid")): p for p in pods}
+        with self._lock:
+            for uid, rec in self._records.items():
+                if not rec.pod and uid in by_uid:
+                    rec.pod = dict(by_uid[uid])
 
     def orphaned(self, uid: str, instance_id: str) -> None:
         """Reconciliation deleted the instance because no live pod owns it. Not the provider's fault: the pod

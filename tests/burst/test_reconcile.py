@@ -141,7 +141,10 @@ def test_metrics_after_a_pass() -> None:
     source.pods.append(make_pod("pod-u1", uid="u1"))
     svc, rec, _, _ = build(p, source)
     rec.startup()
+    assert svc.get_pod("inference", "pod-u1")["containers"] == []  # type: ignore[index]
     rec.run_once()
+    # the live pod lends the rebuilt record its containers
+    assert svc.get_pod("inference", "pod-u1")["containers"][0]["state"] == "running"  # type: ignore[index]
     reg = svc.metrics.registry
     assert reg.get_sample_value("gpucluster_burst_instances", {"provider": "fake-a", "state": "running"}) == 1.0
     assert reg.get_sample_value("gpucluster_burst_pods", {"phase": "Running"}) == 1.0

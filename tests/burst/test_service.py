@@ -31,6 +31,7 @@ def test_post_returns_pending_at_once_then_running() -> None:
     status = svc.create_pod(make_pod())
     assert (status["phase"], status["reason"]) == ("Pending", "ProviderCreating")
     assert status["containers"][0]["state"] == "waiting"
+    assert "startTime" not in status  # unknown times are left out, never ""
     assert ps["fake-a"].created == []  # nothing happened in the caller's thread
     spawn.run_all()
     (iid,) = ps["fake-a"].created
