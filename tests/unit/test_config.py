@@ -338,3 +338,223 @@ def test_cli_rejects_a_broken_stack_with_key_paths(tmp_path: Path) -> None:
     assert "queues.pretraining.quota.h100: 640 exceeds the 512 GPUs the h100 flavor declares" in proc.stdout
     assert "descheduler.maxPodsToEvictPerNode" in proc.stdout
     assert "Traceback" not in proc.stdout + proc.stderr
+
+
+# --- gpucluster:burst and gpucluster:inferenceServices ----------------------------------------------------------
+
+SECURE = {"secure": "v1:AAAAAAAAAAAAAAAA:BBBBBBBBBBBBBBBBBBBB"}
+
+
+def bursting(raw: dict[str, Any]) -> None:
+    """prod with its burst section switched on and both provider secrets set (as `pulumi config set --secret`)."""
+    raw["burst"]["enabled"] = True
+    raw["runpodApiKey"] = dict(SECURE)
+    raw["eastKubeconfig"] = dict(SECURE)
+
+
+def _burst(mutate: Callable[[dict[str, Any]], None]) -> Callable[[dict[str, Any]], None]:
+    def both(raw: dict[str, Any]) -> None:
+        bursting(raw)
+        mutate(raw)
+
+    return both
+
+
+def test_prod_burst_turns_on_once_its_secrets_are_set() -> None:
+    raw = base()
+    bursting(raw)
+    cfg = parse_stack_config(raw, "test")
+    assert cfg.burst is not None
+    assert cfg.burst_enabled
+    assert cfg.burst.capacity == 64 + 128
+    assert cfg.provider_secret_names == ("eastKubeconfig", "runpodApiKey")
+    tc = cfg.burst.taint_controller
+    assert (tc.node_name, tc.taint_key) == ("gpu-burst", "gpucluster.io/in-cluster-capacity")
+    assert tc.inference_namespaces == ["inference", "inference-canary"]  # from the virtual node
+
+
+def test_engine_secret_keys_count_as_secret() -> None:
+    raw = base()
+    bursting(raw)
+    raw["runpodApiKey"] = "decrypted-by-the-engine"
+    raw["eastKubeconfig"] = "apiVersion: v1"
+    cfg = parse_stack_config(raw, "test", secret_keys=["gpucluster:runpodApiKey", "gpucluster:eastKubeconfig"])
+    assert cfg.provider_secret_names == ("eastKubeconfig", "runpodApiKey")
+    with pytest.raises(StackConfigError) as caught:
+        parse_stack_config(raw, "test", secret_keys=["gpucluster:eastKubeconfig"])
+    (issue,) = caught.value.issues
+    assert str(issue) == "runpodApiKey: gpucluster:runpodApiKey is in clear; set it with `pulumi config set --secret`"
+    assert issue.value is None  # the credential is never echoed
+
+
+def test_a_disabled_burst_section_needs_no_secrets_and_deploys_nothing() -> None:
+    cfg = parse_stack_config(base(), "test")
+    assert cfg.burst is not None
+    assert not cfg.burst_enabled
+    assert cfg.provider_secret_names == ()
+
+
+def test_stacks_without_a_burst_section() -> None:
+    raw = base()
+    del raw["burst"]
+    cfg = parse_stack_config(raw, "test")
+    assert cfg.burst is None
+    assert not cfg.burst_enabled
+
+
+BURST_INVALID: list[tuple[str, Callable[[dict[str, Any]], None], str, str]] = [
+    ("burst-not-a-map", _set("burst", ["x"]), "burst", "expected a map"),
+    ("burst-bad-provider-kind", _set("burst.providers.0.kind", "aws"), "burst.providers[0].kind", "'fake'"),
+    (
+        "burst-provider-kind-without-section",
+        _set("burst.providers.0.kind", "fake"),
+        "burst.providers[0]",
+        "kind fake needs its section",
+    ),
+    (
+        "burst-duplicate-provider",
+        lambda r: r["burst"]["providers"].append(copy.deepcopy(r["burst"]["providers"][0])),
+        "burst.providers[2].name",
+        "already the name of providers[0]",
+    ),
+    (
+        "burst-default-gpu-type-not-offered",
+        _set("burst.virtualNode.defaultGpuType", "B200"),
+        "burst.virtualNode.defaultGpuType",
+        "in no provider's gpuTypes",
+    ),
+    (
+        "burst-missing-secret",
+        _burst(_delete("runpodApiKey")),
+        "burst.providers[0].runpod.apiKeySecret",
+        "names the secret gpucluster:runpodApiKey, which this stack does not set",
+    ),
+    (
+        "burst-missing-kubeconfig",
+        _burst(_delete("eastKubeconfig")),
+        "burst.providers[1].kubernetes.kubeconfigSecret",
+        "does not set",
+    ),
+    ("burst-secret-in-clear", _burst(_set("runpodApiKey", "rpa_123")), "runpodApiKey", "is in clear"),
+    (
+        "burst-secret-named-like-a-section",
+        _burst(_set("burst.providers.0.runpod.apiKeySecret", "storage")),
+        "burst.providers[0].runpod.apiKeySecret",
+        "is a config section",
+    ),
+    (
+        "burst-node-in-inference-namespace",
+        _set("burst.virtualNode.namespace", "inference"),
+        "burst.virtualNode.namespace",
+        "namespace of their own",
+    ),
+    (
+        "burst-controller-in-team-namespace",
+        _set("burst.taintController.namespace", "team-video"),
+        "burst.taintController.namespace",
+        "namespace of their own",
+    ),
+    (
+        "burst-unknown-inference-namespace",
+        _set("burst.virtualNode.inferenceNamespaces", ["inference", "serving"]),
+        "burst.virtualNode.inferenceNamespaces",
+        "['serving'] not in gpucluster:inferenceNamespaces",
+    ),
+    (
+        "burst-high-mark-beyond-the-cluster",
+        _set("burst.taintController.highMark", 1000),
+        "burst.taintController.highMark",
+        "the burst taint would never go on",
+    ),
+    (
+        "burst-low-mark-not-below-high",
+        _set("burst.taintController.lowMark", 16),
+        "burst.taintController.lowMark",
+        "must be below highMark",
+    ),
+    (
+        "burst-controller-node-name-is-filled",
+        _set("burst.taintController.nodeName", "other"),
+        "burst.taintController.nodeName",
+        "is filled from burst.virtualNode.nodeName",
+    ),
+    (
+        "burst-controller-noexecute",
+        _set("burst.taintController.taintEffect", "NoExecute"),
+        "burst.taintController.taintEffect",
+        "always NoSchedule",
+    ),
+    (
+        "burst-controller-typo",
+        _set("burst.taintController.highmark", 3),
+        "burst.taintController.highmark",
+        "unknown key",
+    ),
+    (
+        "burst-taint-key-is-the-nodes-own",
+        _set("burstTaintKey", "virtual-kubelet.io/provider"),
+        "burstTaintKey",
+        "must differ from the virtual node's own taint key",
+    ),
+    (
+        "inference-service-in-a-training-namespace",
+        _set("inferenceServices.0.namespace", "team-video"),
+        "inferenceServices[0].namespace",
+        "is team 'video''s training namespace",
+    ),
+    (
+        "inference-service-in-an-unknown-namespace",
+        _set("inferenceServices.0.namespace", "serving"),
+        "inferenceServices[0].namespace",
+        "is not an inference namespace",
+    ),
+    (
+        "inference-service-twice",
+        lambda r: r["inferenceServices"].append(copy.deepcopy(r["inferenceServices"][0])),
+        "inferenceServices[1].name",
+        "inference/llm-serve is declared twice",
+    ),
+    (
+        "inference-service-gpu-type-not-offered",
+        _burst(_set("inferenceServices.0.gpuType", "B200")),
+        "inferenceServices[0].gpuType",
+        "no burst provider offers 'B200'",
+    ),
+    (
+        "inference-service-floating-image",
+        _set("inferenceServices.0.image", "registry.internal.example/serving/llm-serve:latest"),
+        "inferenceServices[0].image",
+        "latest",
+    ),
+    (
+        "inference-service-pdb-blocks-the-return",
+        _set("inferenceServices.0.minAvailable", "100%"),
+        "inferenceServices[0]",
+        "allows no eviction",
+    ),
+    (
+        "unknown-key-is-not-echoed",
+        _set("runpodApikey", "rpa_secret"),
+        "runpodApikey",
+        "unknown key gpucluster:runpodApikey",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("mutate", "path", "reason"), [c[1:] for c in BURST_INVALID], ids=[c[0] for c in BURST_INVALID]
+)
+def test_invalid_burst_config_names_the_key(mutate: Callable[[dict[str, Any]], None], path: str, reason: str) -> None:
+    test_invalid_config_names_the_key(mutate, path, reason)
+
+
+def test_unknown_keys_and_secrets_never_carry_their_value() -> None:
+    raw = base()
+    bursting(raw)
+    raw["runpodApiKey"] = "rpa_in_clear"
+    raw["someToken"] = "tok_in_clear"
+    with pytest.raises(StackConfigError) as caught:
+        parse_stack_config(raw, "test")
+    assert {i.path for i in caught.value.issues} == {"runpodApiKey", "someToken"}
+    assert all(i.value is None for i in caught.value.issues)
+    assert "in_clear" not in str(caught.value)

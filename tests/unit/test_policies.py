@@ -4,7 +4,8 @@ local and prod stacks, which must pass the whole pack."""
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping, Sequence
+import json
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,11 +25,20 @@ from pulumi_policy.policy import _NotApplicableError
 from components.cluster import GpuCluster, GpuClusterArgs
 from components.config import load_stack_file
 from components.telemetry import DCGM_COUNTERS_CONFIGMAP, DCGM_COUNTERS_KEY, counters_csv
+from components.virtual_node import cluster_rules as virtual_node_cluster_rules
+from daemons.burst_provider.settings import BurstSettings, settings_json
 from policies import ALL_POLICIES
+from policies.burst_settings import provider_secrets_not_in_config
 from policies.descheduler import descheduler_bounded
 from policies.images import image_problem, images_pinned
+from policies.inference import (
+    inference_gpu_deployments_burstable,
+    inference_gpu_deployments_have_pdb,
+    selector_matches,
+)
 from policies.priorities import training_above_inference, workload_priorities_ordered
 from policies.quota import quota_within_capacity
+from policies.rbac import virtual_node_least_privilege
 from policies.secrets import no_secrets_in_clear
 from policies.security import no_privileged_or_host_path
 from policies.storage import checkpoint_claims_rwx
@@ -350,3 +360,241 @@ def test_the_pack_is_mandatory_by_default() -> None:
     names = [p.name for p in ALL_POLICIES]
     assert len(names) == len(set(names)) >= 10
     assert all(p.enforcement_level.value == "mandatory" for p in ALL_POLICIES)
+
+
+# --- burst: inference Deployments, their budgets, the daemons' RBAC and settings -----------------------------------
+
+VK_TOLERATION = {
+    "key": "virtual-kubelet.io/provider",
+    "operator": "Equal",
+    "value": "gpucluster",
+    "effect": "NoSchedule",
+}
+APP_LABELS = {"app.kubernetes.io/name": "sd-serve", "tier": "web"}
+
+
+def _gpu_deployment(namespace: str = "inference", tolerations: Any = None, gpus: Any = "1") -> dict[str, Any]:
+    c: dict[str, Any] = {"name": "server", "image": "registry.example/sd:1.0.0", "resources": {"limits": {}}}
+    if gpus is not None:
+        c["resources"]["limits"]["nvidia.com/gpu"] = gpus
+    return {
+        "metadata": {"name": "sd-serve", "namespace": namespace},
+        "spec": {
+            "template": {
+                "metadata": {"labels": dict(APP_LABELS)},
+                "spec": {"containers": [c], "tolerations": [VK_TOLERATION] if tolerations is None else tolerations},
+            }
+        },
+    }
+
+
+def test_gpu_inference_deployment_that_can_burst_and_return_passes() -> None:
+    assert check_resource(inference_gpu_deployments_burstable, DEPLOY, _gpu_deployment()) == []
+    exists = _gpu_deployment(tolerations=[{"key": "virtual-kubelet.io/provider", "operator": "Exists"}])
+    assert check_resource(inference_gpu_deployments_burstable, DEPLOY, exists) == []
+    # not applicable: CPU only, a training namespace, not a Deployment
+    assert check_resource(inference_gpu_deployments_burstable, DEPLOY, _gpu_deployment(gpus=None)) == NA
+    assert check_resource(inference_gpu_deployments_burstable, DEPLOY, _gpu_deployment(gpus="0")) == NA
+    assert check_resource(inference_gpu_deployments_burstable, DEPLOY, _gpu_deployment("team-vision", [])) == NA
+    assert check_resource(inference_gpu_deployments_burstable, CM, {"data": {}}) == NA
+
+
+def test_gpu_inference_deployment_without_the_virtual_node_toleration_fails() -> None:
+    (violation,) = check_resource(inference_gpu_deployments_burstable, DEPLOY, _gpu_deployment(tolerations=[]))
+    assert "Deployment inference/sd-serve does not tolerate virtual-kubelet.io/provider=gpucluster" in violation
+    wrong_value = [{**VK_TOLERATION, "value": "other"}]
+    (violation,) = check_resource(inference_gpu_deployments_burstable, DEPLOY, _gpu_deployment(tolerations=wrong_value))
+    assert "cannot burst" in violation
+    canary = _gpu_deployment("inference-canary", tolerations=[])
+    assert len(check_resource(inference_gpu_deployments_burstable, DEPLOY, canary)) == 1  # inference-* by default
+
+
+@pytest.mark.parametrize(
+    "toleration",
+    [
+        {"key": KEY, "operator": "Exists", "effect": "NoSchedule"},
+        {"key": KEY, "operator": "Equal", "value": "true"},
+        {"operator": "Exists"},  # an empty key with Exists tolerates every taint, the burst taint included
+    ],
+)
+def test_gpu_inference_deployment_tolerating_the_burst_taint_fails(toleration: dict[str, str]) -> None:
+    props = _gpu_deployment(tolerations=[VK_TOLERATION, toleration])
+    (violation,) = check_resource(inference_gpu_deployments_burstable, DEPLOY, props)
+    assert f"tolerates the burst taint {KEY}" in violation
+    assert "could never bring its replicas home" in violation
+
+
+def test_burstable_policy_follows_its_config() -> None:
+    props = _gpu_deployment(tolerations=[VK_TOLERATION, {"key": "example.com/burst", "operator": "Exists"}])
+    assert check_resource(inference_gpu_deployments_burstable, DEPLOY, props) == []
+    config = {"burstTaintKey": "example.com/burst"}
+    assert len(check_resource(inference_gpu_deployments_burstable, DEPLOY, props, config)) == 1
+    serving = _gpu_deployment("serving", tolerations=[])
+    assert check_resource(inference_gpu_deployments_burstable, DEPLOY, serving) == NA
+    assert (
+        len(check_resource(inference_gpu_deployments_burstable, DEPLOY, serving, {"inferenceNamespaces": ["serving"]}))
+        == 1
+    )
+
+
+def _pdb(namespace: str = "inference", selector: Any = None) -> PolicyResource:
+    spec = {
+        "minAvailable": "75%",
+        "selector": {"matchLabels": {"app.kubernetes.io/name": "sd-serve"}} if selector is None else selector,
+    }
+    return resource(
+        "kubernetes:policy/v1:PodDisruptionBudget",
+        {"metadata": {"name": "sd", "namespace": namespace}, "spec": spec},
+        f"pdb-{namespace}",
+    )
+
+
+def test_gpu_inference_deployment_with_a_matching_pdb_passes() -> None:
+    deployment = resource(DEPLOY, _gpu_deployment(), "sd")
+    assert check_stack(inference_gpu_deployments_have_pdb, [deployment, _pdb()]) == []
+    expressions = {"matchExpressions": [{"key": "tier", "operator": "In", "values": ["web", "api"]}]}
+    assert check_stack(inference_gpu_deployments_have_pdb, [deployment, _pdb(selector=expressions)]) == []
+    assert check_stack(inference_gpu_deployments_have_pdb, [resource(DEPLOY, _gpu_deployment(gpus=None), "cpu")]) == NA
+
+
+@pytest.mark.parametrize(
+    "pdbs",
+    [
+        [],
+        [_pdb("inference-canary")],
+        [_pdb(selector={"matchLabels": {"app.kubernetes.io/name": "other"}})],
+        [_pdb(selector={"matchExpressions": [{"key": "tier", "operator": "NotIn", "values": ["web"]}]})],
+    ],
+    ids=["none", "other-namespace", "other-labels", "expression-excludes"],
+)
+def test_gpu_inference_deployment_without_a_matching_pdb_fails(pdbs: list[PolicyResource]) -> None:
+    (violation,) = check_stack(inference_gpu_deployments_have_pdb, [resource(DEPLOY, _gpu_deployment(), "sd"), *pdbs])
+    assert "Deployment inference/sd-serve has no PodDisruptionBudget in inference selecting its pods" in violation
+
+
+def test_label_selector_semantics() -> None:
+    labels = {"a": "1"}
+    assert selector_matches({}, labels)  # policy/v1: empty selects all
+    assert not selector_matches(None, labels)
+    assert selector_matches({"matchExpressions": [{"key": "b", "operator": "DoesNotExist"}]}, labels)
+    assert not selector_matches({"matchExpressions": [{"key": "a", "operator": "DoesNotExist"}]}, labels)
+    assert selector_matches({"matchExpressions": [{"key": "a", "operator": "Exists"}]}, labels)
+    assert not selector_matches({"matchExpressions": [{"key": "a", "operator": "Bogus"}]}, labels)
+
+
+CLUSTER_ROLE = "kubernetes:rbac.authorization.k8s.io/v1:ClusterRole"
+
+
+def _cluster_role(rules: list[dict[str, Any]], name: str = "gpucluster-virtual-node-gpu-burst") -> dict[str, Any]:
+    return {"metadata": {"name": name}, "rules": rules}
+
+
+def test_the_virtual_nodes_cluster_role_is_least_privilege() -> None:
+    assert (
+        check_resource(
+            virtual_node_least_privilege, CLUSTER_ROLE, _cluster_role(virtual_node_cluster_rules("gpu-burst"))
+        )
+        == []
+    )
+    other = _cluster_role([{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}], name="cluster-admin")
+    assert check_resource(virtual_node_least_privilege, CLUSTER_ROLE, other) == NA
+
+
+@pytest.mark.parametrize(
+    ("rule", "fragment"),
+    [
+        ({"apiGroups": [""], "resources": ["pods"], "verbs": ["*"]}, "every verb"),
+        ({"apiGroups": [""], "resources": ["*"], "verbs": ["get"]}, "every resource"),
+        ({"apiGroups": ["*"], "resources": ["pods"], "verbs": ["get"]}, "every API group"),
+        ({"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}, "Secrets cluster-wide"),
+        ({"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"], "verbs": ["bind"]}, "['bind']"),
+        ({"apiGroups": [""], "resources": ["users"], "verbs": ["impersonate"]}, "['impersonate']"),
+        ({"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["roles"], "verbs": ["escalate"]}, "['escalate']"),
+    ],
+)
+def test_over_privileged_burst_cluster_roles_fail(rule: dict[str, Any], fragment: str) -> None:
+    for name in ("gpucluster-virtual-node-gpu-burst", "gpucluster-taint-controller-gpu-burst"):
+        (violation,) = check_resource(virtual_node_least_privilege, CLUSTER_ROLE, _cluster_role([rule], name))
+        assert f"ClusterRole {name} rules[0]" in violation
+        assert fragment in violation
+
+
+def test_aggregated_burst_cluster_role_fails() -> None:
+    props = {**_cluster_role([]), "aggregationRule": {"clusterRoleSelectors": [{"matchLabels": {"x": "y"}}]}}
+    (violation,) = check_resource(virtual_node_least_privilege, CLUSTER_ROLE, props)
+    assert "aggregates other roles" in violation
+
+
+def _burst_settings() -> dict[str, Any]:
+    return {
+        "virtualNode": {
+            "nodeImage": "ghcr.io/example/gpucluster-virtual-node:0.1.0",
+            "providerImage": "ghcr.io/example/gpucluster-daemons:0.1.0",
+        },
+        "providers": [
+            {
+                "name": "runpod",
+                "kind": "runpod",
+                "maxGpus": 8,
+                "gpuTypes": {"H100": {"pricePerGpuHour": 2.99}},
+                "runpod": {"apiKeySecret": "runpodApiKey"},
+            }
+        ],
+    }
+
+
+def _settings_cm(document: Any, name: str = "gpucluster-virtual-node-settings") -> dict[str, Any]:
+    text = document if isinstance(document, str) else json.dumps(document)
+    return {"metadata": {"name": name, "namespace": "gpucluster-burst"}, "data": {"settings.json": text}}
+
+
+def test_burst_settings_naming_secrets_pass() -> None:
+    rendered = settings_json(BurstSettings.model_validate(_burst_settings()))
+    assert check_resource(provider_secrets_not_in_config, CM, _settings_cm(rendered)) == []
+    assert check_resource(provider_secrets_not_in_config, CM, _settings_cm({"x": "y"}, name="other")) == NA
+    labelled = {
+        **_settings_cm({"apiKey": "abc"}, name="renamed"),
+        "metadata": {"name": "renamed", "labels": {"gpucluster.io/settings": "burst-provider"}},
+    }
+    assert len(check_resource(provider_secrets_not_in_config, CM, labelled)) == 1
+
+
+@pytest.mark.parametrize(
+    ("mutate", "fragment"),
+    [
+        (
+            lambda d: d["providers"][0]["runpod"].update(apiKey="rpa_live_9f8e7d6c5b4a3928"),
+            "providers[0].runpod.apiKey holds a credential",
+        ),
+        (lambda d: d["providers"][0]["runpod"].update(apiKeySecret="rpa_9F8E7D6C5B4A39281706ABCD"), "must be the NAME"),
+        (
+            lambda d: d["providers"][0]["runpod"].update(url="https://user:hunter2@rest.runpod.io/v1"),
+            "credential material",
+        ),
+        (
+            lambda d: d["providers"][0].update(kubeconfig="apiVersion: v1\nusers:\n- user:\n    token: abc"),
+            "holds a credential",
+        ),
+        (lambda d: d["providers"][0].update(notes="-----BEGIN RSA PRIVATE KEY-----\nMII..."), "credential material"),
+    ],
+    ids=["api-key-field", "token-as-name", "password-in-url", "kubeconfig-field", "private-key-text"],
+)
+def test_burst_settings_with_a_credential_fail(mutate: Callable[[dict[str, Any]], None], fragment: str) -> None:
+    document = _burst_settings()
+    mutate(document)
+    (violation,) = check_resource(provider_secrets_not_in_config, CM, _settings_cm(document))
+    assert violation.startswith("ConfigMap gpucluster-burst/gpucluster-virtual-node-settings data.settings.json: ")
+    assert fragment in violation
+
+
+def test_the_local_stack_exercises_every_burst_policy() -> None:
+    cfg = load_stack_file(ROOT / "stacks" / "Pulumi.local.yaml")
+    resources = _as_policy_resources(deploy(lambda: GpuCluster("local", GpuClusterArgs(config=cfg))))
+    assert check_stack(inference_gpu_deployments_have_pdb, resources) == []
+    for policy, expected in [
+        (inference_gpu_deployments_burstable, 1),  # sd-serve
+        (virtual_node_least_privilege, 2),  # the virtual node's and the taint controller's ClusterRoles
+        (provider_secrets_not_in_config, 1),  # the provider settings
+    ]:
+        applied = [r for r in resources if check_resource(policy, r.resource_type, r.props) == []]  # passed, not NA
+        assert len(applied) == expected, (policy.name, [r.name for r in applied])
