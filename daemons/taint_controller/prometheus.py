@@ -106,7 +106,8 @@ class PrometheusClient:
         self.timeout_s = timeout_s
 
     def query(self, promql: str) -> QueryResult:
-        params = urllib.parse.urlencode({"query": promql, "timeout": f"{self.timeout_s:g}s"})
+        # Plain seconds: Prometheus reads a bare float, but refuses a fractional duration such as "6.67s".
+        params = urllib.parse.urlencode({"query": promql, "timeout": f"{self.timeout_s:.3f}"})
         url = f"{self.base_url}/api/v1/query?{params}"
         request = urllib.request.Request(url, headers={"Accept": "application/json"})
         try:

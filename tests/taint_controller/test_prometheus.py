@@ -33,8 +33,10 @@ def prom() -> Iterator[tuple[str, list[Responder], list[str]]]:
         def do_GET(self) -> None:
             parsed = urllib.parse.urlparse(self.path)
             assert parsed.path == "/api/v1/query"
-            query = urllib.parse.parse_qs(parsed.query)["query"][0]
+            params = urllib.parse.parse_qs(parsed.query)
+            query = params["query"][0]
             seen.append(query)
+            seen.append("timeout=" + params["timeout"][0])
             code, body = responders[0](query)
             self.send_response(code)
             self.send_header("Content-Type", "application/json")
@@ -67,11 +69,11 @@ def reason_of(fn: Callable[[], object]) -> str:
 def test_a_one_sample_vector_is_its_value(prom: tuple[str, list[Responder], list[str]]) -> None:
     url, responders, seen = prom
     responders[0] = lambda q: (200, vector(6))
-    result = PrometheusClient(url + "/", 2).query('sum(up{job="x"})')
+    result = PrometheusClient(url + "/", 20 / 3).query('sum(up{job="x"})')
     assert isinstance(result, QueryResult)
     assert result.single_value() == 6.0
     assert result.samples[0].labels == {"i": "0"}
-    assert seen == ['sum(up{job="x"})']
+    assert seen == ['sum(up{job="x"})', "timeout=6.667"]  # bare seconds: Prometheus refuses "6.667s"
 
 
 def test_an_empty_result_is_an_error_not_zero(prom: tuple[str, list[Responder], list[str]]) -> None:
