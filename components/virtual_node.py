@@ -28,6 +28,8 @@ SECRETS_DIR = "/var/run/secrets/gpucluster/providers"
 #: The virtual node's own taint: only pods that tolerate it (InferenceService) are ever scheduled there.
 NODE_TAINT = "virtual-kubelet.io/provider=gpucluster:NoSchedule"
 NODE_LEASE_NAMESPACE = "kube-node-lease"
+#: The node binary's /metrics and /healthz (the provider's own stay on loopback with its API).
+NODE_METRICS_PORT = 10298
 PART_OF = {"app.kubernetes.io/part-of": "gpucluster", "app.kubernetes.io/component": "burst"}
 _NONROOT = 65534
 
@@ -126,7 +128,21 @@ def virtual_node_pod_spec(settings: BurstSettings, settings_config_map: str, sec
                     f"--nodename={vn.node_name}",
                     f"--provider-url={provider_url}",
                     f"--taint={NODE_TAINT}",
+                    f"--listen-metrics=:{NODE_METRICS_PORT}",
                 ],
+                "env": [
+                    # The Node's InternalIP (the binary's --node-ip default).
+                    {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+                ],
+                "ports": [{"name": "metrics", "containerPort": NODE_METRICS_PORT, "protocol": "TCP"}],
+                "readinessProbe": {"httpGet": {"path": "/healthz", "port": "metrics"}, "periodSeconds": 10},
+                "livenessProbe": {
+                    "httpGet": {"path": "/healthz", "port": "metrics"},
+                    "periodSeconds": 20,
+                    "failureThreshold": 3,
+                    # The node waits for the provider's /healthz and capacity before it registers.
+                    "initialDelaySeconds": 60,
+                },
                 "resources": _resources("50m", "64Mi", "256Mi"),
                 "securityContext": _CONTAINER_SECURITY,
                 "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
@@ -275,7 +291,14 @@ class VirtualNode(pulumi.ComponentResource):
                 "strategy": {"type": "Recreate"},
                 "selector": {"matchLabels": selector},
                 "template": {
-                    "metadata": {"labels": labels},
+                    "metadata": {
+                        "labels": labels,
+                        "annotations": {
+                            "prometheus.io/scrape": "true",
+                            "prometheus.io/port": str(NODE_METRICS_PORT),
+                            "prometheus.io/path": "/metrics",
+                        },
+                    },
                     "spec": virtual_node_pod_spec(args.settings, config_name, secret_name),
                 },
             },

@@ -155,7 +155,10 @@ def test_node_container_registers_the_tainted_node(graph: Graph) -> None:
         "--nodename=gpu-burst",
         "--provider-url=http://127.0.0.1:10299",
         "--taint=virtual-kubelet.io/provider=gpucluster:NoSchedule",
+        "--listen-metrics=:10298",
     ]
+    assert node["readinessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    assert node["ports"] == [{"name": "metrics", "containerPort": 10298, "protocol": "TCP"}]
     assert NODE_TAINT == "virtual-kubelet.io/provider=gpucluster:NoSchedule"
 
 
@@ -187,7 +190,8 @@ def test_the_secret_is_mounted_only_in_the_provider(graph: Graph) -> None:
         "readOnly": True,
     }
     for c in _containers(graph).values():
-        assert "env" not in c  # no credential travels as an environment variable
+        # no credential travels as an environment variable
+        assert all("secretKeyRef" not in e.get("valueFrom", {}) for e in c.get("env", []))
         assert c["securityContext"]["allowPrivilegeEscalation"] is False
         assert c["resources"]["requests"]
         assert c["resources"]["limits"]["memory"]
