@@ -28,6 +28,8 @@ from kubernetes.client.exceptions import ApiException
 log = logging.getLogger("taint_controller.kube")
 
 COMPONENT = "gpucluster-taint-controller"
+#: Where Events about the (cluster-scoped) node must live; see KubeEventSink.
+EVENT_NAMESPACE = "default"
 #: The config loaders carry no annotations; one Any keeps strict mypy quiet at the three call sites.
 _kube_config: Any = _untyped_config
 
@@ -393,7 +395,12 @@ class KubeNodeApi:
 
 
 class KubeEventSink:
-    """core/v1 Events in the ``default`` namespace (where ``kubectl describe node`` looks for a node's)."""
+    """core/v1 Events about the node, in namespace ``default``.
+
+    The API server accepts an Event about a cluster-scoped object (a Node) only in ``default`` (or
+    ``kube-system`` for new-style events), so this is where they must go, whatever namespace the controller
+    runs in; ``kubectl describe node`` shows them.
+    """
 
     def __init__(self, api_client: Any, identity: str, timeout_s: float = 10.0) -> None:
         self._core = client.CoreV1Api(api_client)
@@ -404,7 +411,7 @@ class KubeEventSink:
         now = _micro_time(_utcnow())
         body = client.CoreV1Event.model_validate(
             {
-                "metadata": {"generateName": f"{node_name}.", "namespace": "default"},
+                "metadata": {"generateName": f"{node_name}.", "namespace": EVENT_NAMESPACE},
                 "involvedObject": {
                     "apiVersion": "v1",
                     "kind": "Node",
@@ -423,9 +430,9 @@ class KubeEventSink:
             }
         )
         try:
-            self._core.create_namespaced_event("default", body, _request_timeout=self._timeout)
+            self._core.create_namespaced_event(EVENT_NAMESPACE, body, _request_timeout=self._timeout)
         except Exception as exc:
-            log.warning("cannot record an event", extra={"reason": reason, "error": str(exc)})
+            log.warning("cannot record an event", extra={"reason": reason, "error": str(exc)[:500]})
 
 
 class KubeLeaseApi:

@@ -34,7 +34,7 @@ from daemons.taint_controller.kube import (
     remove_taint_ops,
     replace_taint_ops,
 )
-from tests.sim_support import ROOT
+from tests.sim_support import ROOT, tools_bin
 from tests.taint_controller.conftest import NS, ApiServer, free_port, wait_for
 
 pytestmark = [
@@ -96,6 +96,7 @@ def test_a_missing_node_is_a_kube_error(apiserver: ApiServer) -> None:
 
 
 def test_events_land_on_the_node(apiserver: ApiServer, node: KubeNodeApi) -> None:
+    """In ``default``: the API server refuses an Event about a Node in any other namespace (checked below)."""
     KubeEventSink(apiserver.api_client, "test_1").emit(
         node.get_node(NODE), NODE, "Warning", "HeadroomQueryFailed", "probe"
     )
@@ -103,6 +104,24 @@ def test_events_land_on_the_node(apiserver: ApiServer, node: KubeNodeApi) -> Non
     found = [e for e in events if e.reason == "HeadroomQueryFailed"]
     assert len(found) == 1
     assert (found[0].type, found[0].involved_object.kind, found[0].involved_object.name) == ("Warning", "Node", NODE)
+    described = subprocess.run(
+        [str(tools_bin() / "kubectl"), "--kubeconfig", str(apiserver.kubeconfig), "describe", "node", NODE],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "HeadroomQueryFailed" in described
+    elsewhere = client.CoreV1Event.model_validate(
+        {
+            "metadata": {"generateName": "x.", "namespace": NS},
+            "involvedObject": {"apiVersion": "v1", "kind": "Node", "name": NODE},
+            "reason": "Probe",
+            "message": "probe",
+        }
+    )
+    with pytest.raises(client.ApiException) as info:
+        client.CoreV1Api(apiserver.api_client).create_namespaced_event(NS, elsewhere)
+    assert info.value.status == 422
 
 
 def test_lease_election_on_the_real_api(apiserver: ApiServer) -> None:
