@@ -79,8 +79,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--once",
         action="store_true",
-        help="run one tick (acquiring the Lease if it is free, releasing it after), print the result as JSON on "
-        "stdout and exit; no HTTP server",
+        help="run one tick (acquiring the Lease if it is free, releasing it after), print the inputs and the decision "
+        "as JSON on stdout and exit; no HTTP server. A hold time cannot pass within one tick, so this never adds or "
+        "removes the taint; it does repair a hand-edited one",
     )
     p.add_argument(
         "--dry-run",

@@ -238,3 +238,51 @@ def test_the_daemon_adds_the_taint_and_releases_its_lease_on_sigterm(
     assert any(entry["msg"] == "released the lease" for entry in logs)
     events = client.CoreV1Api(apiserver.api_client).list_namespaced_event("default").items
     assert any(e.reason == "BurstTaintAdded" and e.involved_object.name == NODE for e in events)
+
+
+def test_once_dry_run_prints_the_decision_and_writes_nothing(
+    apiserver: ApiServer, node: KubeNodeApi, prometheus: str, tmp_path: Path
+) -> None:
+    settings = tmp_path / "settings.json"
+    settings.write_text(
+        json.dumps(
+            {
+                "prometheusUrl": prometheus,
+                "namespace": NS,
+                "leaseName": "once-test",
+                "nodeName": NODE,
+                "holdAdd": "1ms",
+            }
+        )
+    )
+    before = node.get_node(NODE)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-W",
+            "ignore",
+            "-m",
+            "daemons.taint_controller",
+            "--settings",
+            str(settings),
+            "--kubeconfig",
+            str(apiserver.kubeconfig),
+            "--once",
+            "--dry-run",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads(proc.stdout)
+    assert result["headroom"] == 8
+    assert result["pending"] == 0
+    assert result["taintPresent"] is False
+    assert result["leader"] is True
+    assert result["action"] == "hold"  # the first observation starts the hold timer
+    assert result["changed"] is None
+    assert node.get_node(NODE).resource_version == before.resource_version
+    assert KubeLeaseApi(apiserver.api_client).get(NS, "once-test") is None
