@@ -237,6 +237,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    if elector is not None:
+        elector.try_acquire_or_renew()  # so the first tick already knows whether it leads
     threads = [threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.5}, daemon=True)]
     if elector is not None:
         threads.append(threading.Thread(target=elector.run, args=(stop, settings.retry_period_seconds), daemon=True))
