@@ -98,11 +98,20 @@ class InferenceServiceSpec(ConfigModel):
     #: PodDisruptionBudget minAvailable: a replica count or a percentage such as "75%".
     min_available: int | str = "50%"
     hpa: InferenceHpa | None = None
+    #: Extra pod template annotations (the simulated cluster reads sim.gpucluster.io/ready-after from here).
+    pod_annotations: dict[str, str] = {}
 
     @field_validator("image")
     @classmethod
     def _image(cls, v: str) -> str:
         return check_image(v)
+
+    @field_validator("pod_annotations")
+    @classmethod
+    def _annotations(cls, v: dict[str, str]) -> dict[str, str]:
+        for key in v:
+            check_qualified_name(key, "annotation key")
+        return v
 
     @field_validator("min_available")
     @classmethod
@@ -216,7 +225,9 @@ class InferenceService(pulumi.ComponentResource):
         labels = {**args.labels, **selector, "gpucluster.io/workload": "inference"}
         meta = {"name": spec.name, "namespace": spec.namespace, "labels": labels}
         child = pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on))
-        annotations = {GPU_TYPE_ANNOTATION: args.gpu_type} if args.gpu_type else {}
+        annotations = dict(spec.pod_annotations)
+        if args.gpu_type:
+            annotations[GPU_TYPE_ANNOTATION] = args.gpu_type
 
         deployment_spec: dict[str, Any] = {
             "selector": {"matchLabels": selector},

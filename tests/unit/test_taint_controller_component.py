@@ -37,7 +37,7 @@ def test_stack_settings_are_completed_from_the_virtual_node_and_burst_taint_key(
         "NoSchedule",
     )
     assert s.inference_namespaces == ["inference"]
-    assert (s.high_mark, s.low_mark, s.hold_add, s.hold_remove, s.interval, s.replicas) == (8, 1, "60s", "10s", "5s", 2)
+    assert (s.high_mark, s.low_mark, s.hold_add, s.hold_remove, s.interval, s.replicas) == (8, 1, "20s", "5s", "2s", 2)
 
 
 def test_cluster_role_allows_only_nodes_and_patches_only_the_virtual_node(graph: Graph) -> None:
