@@ -34,7 +34,7 @@ def cluster_rules(node_name: str) -> list[dict[str, Any]]:
 
 
 def namespace_rules(lease_name: str) -> list[dict[str, Any]]:
-    """In its own namespace: leader election on one Lease, and Events about what it decided."""
+    """In its own namespace: leader election on one Lease."""
     return [
         # A Lease that does not exist yet can only be created without a name restriction.
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
@@ -44,8 +44,16 @@ def namespace_rules(lease_name: str) -> list[dict[str, Any]]:
             "verbs": ["get", "update", "patch"],
             "resourceNames": [lease_name],
         },
-        {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
     ]
+
+
+#: The API server accepts Events about a Node (cluster-scoped) only in this namespace.
+EVENTS_NAMESPACE = "default"
+
+
+def event_rules() -> list[dict[str, Any]]:
+    """In ``default``: Events about the virtual node (what it decided, and why it could not)."""
+    return [{"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]}]
 
 
 def taint_controller_pod_spec(settings: TaintControllerSettings, config_map: str) -> dict[str, Any]:
@@ -167,6 +175,20 @@ class TaintController(pulumi.ComponentResource):
             role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": APP},
             subjects=subject,
             opts=pulumi.ResourceOptions(parent=self, depends_on=[self.role, self.service_account]),
+        )
+        events_name = f"{APP}-events"
+        self.events_role = k8s.rbac.v1.Role(
+            f"{name}-events-role",
+            metadata={"name": events_name, "namespace": EVENTS_NAMESPACE, "labels": labels},
+            rules=event_rules(),
+            opts=child,
+        )
+        self.events_role_binding = k8s.rbac.v1.RoleBinding(
+            f"{name}-events-rolebinding",
+            metadata={"name": events_name, "namespace": EVENTS_NAMESPACE, "labels": labels},
+            role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": events_name},
+            subjects=subject,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.events_role, self.service_account]),
         )
         config_name = f"{APP}-settings"
         self.config_map = k8s.core.v1.ConfigMap(

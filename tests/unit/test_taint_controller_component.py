@@ -52,7 +52,7 @@ def test_cluster_role_allows_only_nodes_and_patches_only_the_virtual_node(graph:
     ]
 
 
-def test_namespace_role_is_its_lease_and_events(graph: Graph) -> None:
+def test_namespace_role_is_its_lease_only(graph: Graph) -> None:
     role = graph.one(f"{RBAC}:Role", "tc-role")
     assert role.inputs["metadata"]["namespace"] == "gpucluster-burst"
     assert role.inputs["rules"] == [
@@ -63,8 +63,19 @@ def test_namespace_role_is_its_lease_and_events(graph: Graph) -> None:
             "verbs": ["get", "update", "patch"],
             "resourceNames": ["gpucluster-taint-controller"],
         },
-        {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
     ]
+
+
+def test_events_about_the_node_are_allowed_in_default_only(graph: Graph) -> None:
+    """The API server takes Events about a Node only in namespace default; nothing else is granted there."""
+    role = graph.one(f"{RBAC}:Role", "tc-events-role")
+    assert role.inputs["metadata"]["namespace"] == "default"
+    assert role.inputs["rules"] == [
+        {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]}
+    ]
+    binding = graph.one(f"{RBAC}:RoleBinding", "tc-events-rolebinding")
+    assert binding.inputs["metadata"]["namespace"] == "default"
+    assert binding.inputs["roleRef"]["name"] == role.inputs["metadata"]["name"]
 
 
 def test_settings_config_map_is_what_the_daemon_loads(graph: Graph) -> None:
