@@ -168,9 +168,17 @@ func run(ctx context.Context, o *options) error {
 	p := provider.New(api, o.pollInterval, metrics)
 	vn, err := nodeutil.NewNode(o.nodeName,
 		func(nodeutil.ProviderConfig) (nodeutil.Provider, node.NodeProvider, error) { return p, nil, nil },
-		nodeutil.WithClient(client),
+		nodeutil.WithClient(newLibraryClient(client)),
 		func(cfg *nodeutil.NodeConfig) error {
 			cfg.NodeSpec, cfg.NumWorkers = *spec, o.workers
+			// The provider service resolves env references (secretKeyRef, configMapKeyRef, envFrom) with Roles
+			// limited to the inference namespaces, so the library must not. The flag makes the pod controller
+			// (node/pod.go, createOrUpdatePod) skip podutils.PopulateEnvironmentVariables entirely, which also
+			// skips: downward-API fieldRef/resourceFieldRef values, $(VAR) expansion, and the service-link
+			// variables (KUBERNETES_SERVICE_HOST, <SVC>_SERVICE_HOST...) it would add from the Service lister.
+			// It also makes the "has the pod changed" check compare the pod as written (podsEqual) instead of
+			// with resolved env. The listers behind it are empty anyway (see libraryClient).
+			cfg.SkipDownwardAPIResolution = true
 			return nil
 		})
 	if err != nil {
