@@ -166,8 +166,11 @@ class DeschedulerSettings(ConfigModel):
     max_pods_to_evict_per_node: Annotated[int, Field(ge=1, le=100)] = 2
     max_pods_to_evict_total: Annotated[int, Field(ge=1, le=1000)] = 4
     max_pods_to_evict_per_namespace: Annotated[int, Field(ge=1, le=1000)] | None = None
-    #: Only nodes matching this selector are descheduled: the virtual node(s) inference bursts to.
-    node_selector: str = "type=virtual-kubelet"
+    #: Limits the nodes the descheduler sees. Unset on purpose: it skips a cycle when it sees fewer than two
+    #: nodes, and nodeFit looks for room only among the nodes it sees, so selecting just the virtual node would
+    #: make it do nothing. Only the virtual node ever carries the burst taint, so includedTaints already confines
+    #: the evictions to it.
+    node_selector: str | None = None
     #: Evict a pod only when it fits on another node, so a replica leaves only when it has somewhere to go.
     node_fit: bool = True
 

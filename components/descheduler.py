@@ -41,7 +41,6 @@ def descheduler_policy(
 ) -> dict[str, Any]:
     """The DeschedulerPolicy (``descheduler/v1alpha2``) without apiVersion/kind, as the chart's values take it."""
     policy: dict[str, Any] = {
-        "nodeSelector": settings.node_selector,
         "maxNoOfPodsToEvictPerNode": settings.max_pods_to_evict_per_node,
         "maxNoOfPodsToEvictTotal": settings.max_pods_to_evict_total,
         "profiles": [
@@ -61,6 +60,8 @@ def descheduler_policy(
             }
         ],
     }
+    if settings.node_selector:
+        policy["nodeSelector"] = settings.node_selector
     if settings.max_pods_to_evict_per_namespace is not None:
         policy["maxNoOfPodsToEvictPerNamespace"] = settings.max_pods_to_evict_per_namespace
     return policy
