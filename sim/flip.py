@@ -1,0 +1,418 @@
+"""One full flip on the simulated cluster: training takes every GPU, inference bursts out, and comes back.
+
+The scenario runs on ``make up``'s cluster with the local stack's daemons running as local processes
+(``sim/processes.py``): the virtual node and its provider service bursting to the fake GPU cloud, the taint
+controller reading kube-state-metrics through Prometheus, and the descheduler. It narrates each step, samples the
+cluster once a second into a :class:`timeline.Timeline`, and leaves a CSV, a PNG chart and the figures (JSON)
+in ``--out``:
+
+1. the inference service runs its replicas in-cluster; the virtual node carries the burst taint;
+2. a training Job asking for every GPU is submitted to Kueue; its pods preempt the inference replicas;
+3. the taint controller sees no headroom and inference pending, and removes the taint;
+4. the replicas land on the virtual node and run on the fake cloud's GPUs;
+5. training finishes; the taint controller adds the taint back (NoSchedule);
+6. the descheduler evicts the external replicas a few at a time, PDB permitting; they return in-cluster;
+7. the external instances are gone.
+
+``--effect NoExecute`` replaces step 5 and 6 with what the design forbids: a NoExecute taint, which evicts every
+external replica at once. It is the baseline ``make bench`` prints beside ours.
+
+Usage: ``python sim/flip.py [--effect NoSchedule|NoExecute] [--out DIR] [--train-for 60s] ...`` (``--help``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(ROOT))
+
+import processes as sim_daemons  # noqa: E402 (sim/processes.py, beside this file)
+import timeline  # noqa: E402
+
+TRAINING_JOB = "flip-pretrain"
+SIM_ANNOTATION_READY_AFTER = "sim.gpucluster.io/ready-after"
+
+
+class ScenarioError(RuntimeError):
+    """The scenario could not go on; the message says which step and why."""
+
+
+def say(msg: str, quiet: bool = False) -> None:
+    if not quiet:
+        print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What the scenario acts on, read from the local stack's config."""
+
+    inference_ns: str
+    service: str
+    selector: str
+    replicas: int
+    gpus_per_replica: int
+    node: str
+    taint_key: str
+    training_ns: str
+    local_queue: str
+    workload_priority: str
+    training_priority_class: str
+    gpus_per_node: int
+    nodes: int
+    hold_add_seconds: float
+    fake_cloud_url: str
+
+
+def setup_from_stack() -> Setup:
+    cfg = sim_daemons.stack_config()
+    if not cfg.inference_services:
+        raise ScenarioError("the local stack has no gpucluster:inferenceServices entry to flip")
+    svc = cfg.inference_services[0]
+    burst = cfg.burst
+    fake = next((p.fake.url for p in burst.settings.providers if p.fake is not None), None)
+    if fake is None:
+        raise ScenarioError("the local stack's burst section has no fake provider: the scenario needs the fake cloud")
+    team = cfg.teams[0]
+    flavor = cfg.flavors[0]
+    names = [w.name for w in cfg.priorities.workload]
+    return Setup(
+        inference_ns=svc.namespace,
+        service=svc.name,
+        selector=f"app.kubernetes.io/name={svc.name}",
+        replicas=svc.replicas,
+        gpus_per_replica=svc.gpus_per_replica,
+        node=burst.settings.virtual_node.node_name,
+        taint_key=cfg.burst_taint_key,
+        training_ns=team.namespace,
+        local_queue=team.local_queue,
+        workload_priority=next((n for n in names if n.endswith("-default")), names[-1]),
+        training_priority_class=cfg.priorities.pod.training.name,
+        gpus_per_node=flavor.gpus_per_node,
+        nodes=flavor.node_count,
+        hold_add_seconds=burst.taint_controller.hold_add_seconds,
+        fake_cloud_url=fake,
+    )
+
+
+# --- reading the cluster --------------------------------------------------------------------------------------------
+
+
+def kget(*args: str) -> dict[str, Any]:
+    out = sim_daemons.kubectl("get", *args, "-o", "json")
+    data = json.loads(out)
+    assert isinstance(data, dict)
+    return data
+
+
+def pod_ready(p: dict[str, Any]) -> bool:
+    if p["metadata"].get("deletionTimestamp") or p.get("status", {}).get("phase") != "Running":
+        return False
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in p["status"].get("conditions") or [])
+
+
+def burst_taint(node: dict[str, Any], key: str) -> str:
+    for t in node.get("spec", {}).get("taints") or []:
+        if t.get("key") == key:
+            return str(t.get("effect", ""))
+    return ""
+
+
+def fake_cloud_stats(url: str) -> dict[str, Any]:
+    try:
+        with urllib.request.urlopen(f"{url}/admin/stats", timeout=2) as r:
+            data = json.loads(r.read())
+            return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+class Sampler:
+    """One sample a second in a background thread."""
+
+    def __init__(self, s: Setup, tl: timeline.Timeline, t0: float) -> None:
+        self.s, self.tl, self.t0 = s, tl, t0
+        self.latest: timeline.Sample | None = None
+        self.latest_pods: list[dict[str, Any]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="sampler", daemon=True)
+
+    def now(self) -> float:
+        return time.monotonic() - self.t0
+
+    def take(self) -> timeline.Sample:
+        s = self.s
+        t = self.now()
+        pods = kget("pods", "-n", s.inference_ns, "-l", s.selector)["items"]
+        node = kget("node", s.node)
+        training = kget("pods", "-n", s.training_ns, "-l", f"job-name={TRAINING_JOB}")["items"]
+        instances = int(fake_cloud_stats(s.fake_cloud_url).get("liveInstances", 0) or 0)
+        live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+        external = [p for p in live if p["spec"].get("nodeName") == s.node]
+        sample = timeline.Sample(
+            t=t,
+            ready_in_cluster=sum(1 for p in live if pod_ready(p) and p["spec"].get("nodeName") != s.node),
+            ready_external=sum(1 for p in external if pod_ready(p)),
+            pending=sum(1 for p in live if p.get("status", {}).get("phase") == "Pending"),
+            training_running=sum(1 for p in training if p.get("status", {}).get("phase") == "Running"),
+            taint=burst_taint(node, s.taint_key),
+            external_instances=instances,
+            # Every instance on the fake cloud is one of this service's replicas.
+            external_gpus=instances * s.gpus_per_replica,
+        )
+        self.latest, self.latest_pods = sample, live
+        return sample
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            started = time.monotonic()
+            try:
+                self.tl.samples.append(self.take())
+            except (sim_daemons.DaemonError, KeyError, ValueError) as e:
+                print(f"sampler: {e}", file=sys.stderr)
+            self._stop.wait(max(0.0, 1.0 - (time.monotonic() - started)))
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+
+# --- acting on the cluster ------------------------------------------------------------------------------------------
+
+
+def training_job(s: Setup, run_for: str) -> dict[str, Any]:
+    """A gang (all-or-nothing) Job that needs every in-cluster GPU, submitted to the team's LocalQueue."""
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": TRAINING_JOB,
+            "namespace": s.training_ns,
+            "labels": {
+                "kueue.x-k8s.io/queue-name": s.local_queue,
+                "kueue.x-k8s.io/priority-class": s.workload_priority,
+            },
+        },
+        "spec": {
+            "parallelism": s.nodes,
+            "completions": s.nodes,
+            "suspend": True,
+            "backoffLimit": 0,
+            "template": {
+                "metadata": {"annotations": {"sim.gpucluster.io/run-for": run_for}},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "priorityClassName": s.training_priority_class,
+                    "containers": [
+                        {
+                            "name": "trainer",
+                            "image": "registry.invalid/pretrain:sim",
+                            "resources": {"limits": {"nvidia.com/gpu": str(s.gpus_per_node)}},
+                        }
+                    ],
+                },
+            },
+        },
+    }
+
+
+def set_taint(s: Setup, effect: str | None) -> None:
+    """Put the burst taint on the virtual node with ``effect`` (None: remove it), as an operator would."""
+    node = kget("node", s.node)
+    taints = [t for t in node["spec"].get("taints") or [] if t.get("key") != s.taint_key]
+    if effect:
+        taints.append({"key": s.taint_key, "value": "true", "effect": effect})
+    patch = json.dumps({"spec": {"taints": taints}})
+    sim_daemons.kubectl("patch", "node", s.node, "--type=merge", "-p", patch)
+
+
+def wait(what: str, check: Callable[[], Any], timeout: float, interval: float = 0.5) -> Any:
+    try:
+        return sim_daemons.wait_for(what, check, timeout, interval)
+    except sim_daemons.DaemonError as e:
+        raise ScenarioError(str(e)) from e
+
+
+@dataclass(frozen=True)
+class Options:
+    effect: str = "NoSchedule"
+    train_for: str = "60s"
+    boot_seconds: float = 5.0
+    timeout: float = 600.0
+    out: Path = ROOT / ".state" / "flip"
+    quiet: bool = False
+    during: Callable[[str, Sampler], None] | None = None  # a hook per phase (chaos injects faults here)
+
+
+def run_cycle(opts: Options) -> tuple[timeline.Timeline, timeline.Figures]:
+    s = setup_from_stack()
+    registry = sim_daemons.registry()
+    q = opts.quiet
+    missing = [n for n, d in registry.items() if not d.running()]
+    if missing:
+        raise ScenarioError(f"daemons not running: {missing} (start them: python sim/processes.py start)")
+    tl = timeline.Timeline(desired_replicas=s.replicas, boot_seconds=opts.boot_seconds, taint_effect=opts.effect)
+    t0 = time.monotonic()
+    sampler = Sampler(s, tl, t0)
+
+    def phase(name: str) -> None:
+        if opts.during:
+            opts.during(name, sampler)
+
+    sim_daemons.kubectl("delete", "job", TRAINING_JOB, "-n", s.training_ns, "--ignore-not-found", "--wait=true")
+    say(f"1. {s.replicas} replicas of {s.inference_ns}/{s.service} should run in-cluster; {s.node} tainted", q)
+    wait(
+        f"{s.replicas} Ready in-cluster replicas and the burst taint on {s.node}",
+        lambda: (x := sampler.take()).ready_in_cluster == s.replicas and x.ready_external == 0 and x.taint,
+        timeout=opts.timeout,
+    )
+    sampler.start()
+    try:
+        say(f"2. submitting {TRAINING_JOB}: {s.nodes} pods x {s.gpus_per_node} GPUs, every in-cluster GPU", q)
+        tl.mark(sampler.now(), "submitted")
+        sim_daemons.kubectl("apply", "-f", "-", input=json.dumps(training_job(s, opts.train_for)))
+        phase("submitted")
+        wait(
+            "the first inference replica to be preempted",
+            lambda: sampler.latest is not None and sampler.latest.ready_in_cluster < s.replicas,
+            opts.timeout,
+            0.2,
+        )
+        tl.mark(sampler.now(), "preempted")
+        say("   training preempts inference: replicas Pending, no in-cluster GPU left", q)
+        phase("preempted")
+        wait(
+            "the taint controller to remove the burst taint",
+            lambda: sampler.latest is not None and not sampler.latest.taint,
+            opts.timeout,
+            0.2,
+        )
+        tl.mark(sampler.now(), "taint_removed")
+        say(f"3. taint removed from {s.node}: pending inference may burst out", q)
+        phase("taint_removed")
+        wait(
+            "every displaced replica Ready on the virtual node",
+            lambda: (x := sampler.latest) is not None and x.ready_external + x.ready_in_cluster >= s.replicas,
+            opts.timeout,
+            0.2,
+        )
+        tl.mark(sampler.now(), "flipped_out")
+        say(f"4. {sampler.latest.ready_external if sampler.latest else '?'} replicas Ready on rented GPUs", q)
+        phase("flipped_out")
+        if opts.effect == "NoExecute":
+            # The baseline: the taint controller refuses NoExecute, so it is stopped and the taint set by hand.
+            for name in ("taint-controller-a", "taint-controller-b"):
+                registry[name].stop()
+        wait(
+            "training to finish",
+            lambda: bool(sampler.latest) and sampler.latest.training_running == 0 and job_done(s),
+            opts.timeout,
+            0.5,
+        )
+        tl.mark(sampler.now(), "training_done")
+        say("5. training finished: in-cluster GPUs are free again", q)
+        phase("training_done")
+        if opts.effect == "NoExecute":
+            time.sleep(s.hold_add_seconds)
+            set_taint(s, "NoExecute")
+        wait(
+            f"the burst taint ({opts.effect}) back on {s.node}",
+            lambda: sampler.latest is not None and sampler.latest.taint == opts.effect,
+            opts.timeout,
+            0.2,
+        )
+        tl.mark(sampler.now(), "taint_added")
+        say(f"6. {opts.effect} taint added; replicas return in-cluster", q)
+        phase("taint_added")
+        wait(
+            "every replica Ready in-cluster, none on the virtual node",
+            lambda: (
+                (x := sampler.latest) is not None
+                and x.ready_in_cluster == s.replicas
+                and not any(p["spec"].get("nodeName") == s.node for p in sampler.latest_pods)
+            ),
+            opts.timeout,
+            0.5,
+        )
+        tl.mark(sampler.now(), "returned")
+        say(f"   all {s.replicas} replicas back in-cluster", q)
+        wait(
+            "the external instances to be gone",
+            lambda: sampler.latest is not None and sampler.latest.external_instances == 0,
+            opts.timeout,
+            0.5,
+        )
+        tl.mark(sampler.now(), "external_gone")
+        say("7. no external instance left: rented GPUs are paid for only while the cluster was full", q)
+        time.sleep(2)
+    finally:
+        sampler.stop()
+        if opts.effect == "NoExecute":
+            set_taint(s, "NoSchedule")
+            for name in ("taint-controller-a", "taint-controller-b"):
+                registry[name].start()
+        sim_daemons.kubectl("delete", "job", TRAINING_JOB, "-n", s.training_ns, "--ignore-not-found", "--wait=false")
+    return tl, timeline.figures(tl)
+
+
+def job_done(s: Setup) -> bool:
+    job = kget("job", TRAINING_JOB, "-n", s.training_ns)
+    return any(
+        c.get("type") in ("Complete", "SuccessCriteriaMet") and c.get("status") == "True"
+        for c in job.get("status", {}).get("conditions") or []
+    )
+
+
+def write_outputs(tl: timeline.Timeline, f: timeline.Figures, out: Path, title: str) -> dict[str, Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    stem = f"flip-{tl.taint_effect.lower()}"
+    files = {
+        "csv": timeline.write_csv(tl, out / f"{stem}.csv"),
+        "png": timeline.chart(tl, out / f"{stem}.png", title),
+        "json": out / f"{stem}.json",
+    }
+    files["json"].write_text(json.dumps({"figures": asdict(f), "marks": [asdict(m) for m in tl.marks]}, indent=2))
+    return files
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="sim/flip.py", description=__doc__.split("\n\n")[0])
+    p.add_argument("--effect", choices=["NoSchedule", "NoExecute"], default="NoSchedule", help="flip-back taint")
+    p.add_argument("--train-for", default="60s", help="how long the training Job runs (Go duration)")
+    p.add_argument("--timeout", type=float, default=600, help="seconds any one step may take")
+    p.add_argument("--out", type=Path, default=ROOT / ".state" / "flip", help="where the CSV, PNG and JSON go")
+    p.add_argument("--quiet", action="store_true", help="no narration")
+    a = p.parse_args(argv)
+    boot = float(os.environ.get("GPUCLUSTER_FAKE_BOOT_SECONDS", sim_daemons.FAKE_CLOUD_DEFAULTS["boot-seconds"]))
+    opts = Options(
+        effect=a.effect, train_for=a.train_for, boot_seconds=boot, timeout=a.timeout, out=a.out, quiet=a.quiet
+    )
+    try:
+        tl, f = run_cycle(opts)
+    except (ScenarioError, sim_daemons.DaemonError) as e:
+        print(f"sim/flip.py: error: {e}", file=sys.stderr)
+        return 1
+    files = write_outputs(tl, f, a.out, f"One flip, {a.effect} flip-back")
+    print(timeline.side_by_side([f]))
+    for kind, path in files.items():
+        print(f"{kind}: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
