@@ -11,7 +11,7 @@ STAMP       := $(VENV)/.installed
 PY_PACKAGES := components policies daemons
 
 .PHONY: help venv lint lint-python lint-ansible test unit ansible-test integration \
-        check-stacks policy render tools debian-deps sim-up sim-down up down bench demo chaos clean
+        check-stacks policy render tools debian-deps sim-up sim-down up down bench demo chaos daemons-status clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | column -t -s $$'\t'
@@ -74,6 +74,15 @@ up: tools venv ## simulated cluster + the local stack applied by Pulumi + the Ku
 
 down: ## stop Kueue, drop the local stack's state, delete the simulated cluster
 	@sim/stack-down.sh
+
+demo: up ## one narrated flip on make up's cluster: .state/flip/flip-noschedule.{csv,png,json}
+	@$(PY) sim/flip.py --out .state/flip
+
+chaos: up ## the flip under faults: 20 SIGKILLs over 4 cycles, 20% failed creates, 5%/min deaths, Prometheus outage
+	@$(PY) sim/chaos.py --kills 20 --cycles 4 --prometheus-outage --out .state/chaos
+
+daemons-status: ## the local daemons make up started (sim/processes.py)
+	@$(PY) sim/processes.py status
 
 render: tools venv ## write a stack's manifests with the provider's render mode: make render STACK=prod DIR=rendered/prod
 	@sim/render.sh "$(STACK)" "$(DIR)"

@@ -378,9 +378,11 @@ def job_done(s: Setup) -> bool:
     )
 
 
-def write_outputs(tl: timeline.Timeline, f: timeline.Figures, out: Path, title: str) -> dict[str, Path]:
+def write_outputs(
+    tl: timeline.Timeline, f: timeline.Figures, out: Path, title: str, stem: str | None = None
+) -> dict[str, Path]:
     out.mkdir(parents=True, exist_ok=True)
-    stem = f"flip-{tl.taint_effect.lower()}"
+    stem = stem or f"flip-{tl.taint_effect.lower()}"
     files = {
         "csv": timeline.write_csv(tl, out / f"{stem}.csv"),
         "png": timeline.chart(tl, out / f"{stem}.png", title),

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# make down: tear down what make up built: stop the local Kueue controller, drop the local stack's state (the
+# make down: tear down what make up built: stop the local daemons and the local Kueue controller, drop the local stack's state (the
 # cluster it describes is deleted next, so nothing is destroyed object by object), delete the simulated cluster
 # and the local state (.state/sim, .state/kueue, .state/descheduler, .state/pulumi). The tool cache stays.
 set -euo pipefail
@@ -7,12 +7,15 @@ set -euo pipefail
 # shellcheck source=sim/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
+if [[ -d "$STATE/daemons" ]]; then
+  "$(sim_python)" "$ROOT/sim/processes.py" stop || warn "some local daemons did not stop cleanly"
+fi
 "$ROOT/sim/kueue.sh" stop
 if [[ -d "$STATE/pulumi" ]]; then
   step "dropping the Pulumi state of the local stack ($STATE/pulumi)"
   rm -rf "$STATE/pulumi" "$STATE/pulumi-home"
 fi
 "$ROOT/sim/down.sh"
-rm -rf "$KUEUE_STATE" "$STATE/descheduler"
+rm -rf "$KUEUE_STATE" "$STATE/descheduler" "$STATE/daemons"
 rmdir "$STATE" 2>/dev/null || true
 step "down"

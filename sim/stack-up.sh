@@ -7,7 +7,11 @@
 #   3. pulumi up --stack local        Pulumi CLI + Python host + Kubernetes provider from the tool cache,
 #                                     state in .state/pulumi (file backend)
 #   4. sim/kueue.sh start             the Kueue controller with the Configuration Pulumi deployed
-#   5. wait for every ClusterQueue to be Active, the descheduler dry run, a summary
+#   5. wait for every ClusterQueue to be Active, the descheduler dry run
+#   6. sim/processes.py start          the stack's daemons as local processes (fake GPU cloud, burst provider
+#                                     service, virtual node, kube-state-metrics, Prometheus, taint controllers,
+#                                     descheduler), each with the config and ServiceAccount Pulumi created
+#   7. a summary
 #
 # Kueue's webhooks (failurePolicy Fail) guard the ResourceFlavors, ClusterQueues and LocalQueues, so they can
 # only be created while the controller serves them, and the controller's Configuration is only known once the
@@ -15,7 +19,8 @@
 # (--exclude), the controller starts, and the second update creates them. When the ConfigMap is already there,
 # the controller is started (or kept) before the one update.
 #
-# Environment: GPUCLUSTER_UP_SKIP_PREVIEW=1 skips the engine's preview pass (faster; the default keeps it).
+# Environment: GPUCLUSTER_UP_SKIP_PREVIEW=1 skips the engine's preview pass (faster; the default keeps it);
+# GPUCLUSTER_UP_SKIP_DAEMONS=1 leaves the local daemons alone.
 set -euo pipefail
 
 # shellcheck source=sim/lib.sh
@@ -73,6 +78,11 @@ kubectl wait --for=condition=Active clusterqueues.kueue.x-k8s.io --all --timeout
   die "ClusterQueues not Active after 120s: $(kubectl get clusterqueues.kueue.x-k8s.io -o wide 2>&1 | tail -n +2)"
 
 "$ROOT/sim/descheduler.sh"
+
+if [[ "${GPUCLUSTER_UP_SKIP_DAEMONS:-0}" != 1 ]]; then
+  step "the stack's daemons as local processes (sim/processes.py; logs in .state/daemons/logs)"
+  "$(sim_python)" "$ROOT/sim/processes.py" start || die "a local daemon did not start (its log is named above)"
+fi
 
 step "summary"
 "$ROOT/.venv/bin/python" "$ROOT/sim/summary.py" || die "the summary could not be built"

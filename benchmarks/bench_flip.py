@@ -1,0 +1,67 @@
+"""Figures of the flip on the simulated cluster: ours (NoSchedule + bounded evictions) beside a NoExecute flip-back.
+
+Runs ``make up`` (idempotent: it reuses a running cluster and its daemons), then one full cycle of
+``sim/flip.py`` with each flip-back effect, and prints the figures side by side:
+
+- flip-out: first preemption -> every displaced replica Ready on the virtual node, and the same minus the fake
+  provider's boot time (our own overhead: the taint controller's hold and scrape lag, the scheduler, the virtual
+  node and the provider service);
+- the minimum number of Ready inference replicas during the return, and the time spent below the desired count;
+- flip-back duration, external GPU-seconds spent after in-cluster capacity returned, taint changes and flaps.
+
+Timelines, charts and figures land in ``.state/bench-flip/``. Nothing is asserted: these are measurements.
+Environment: GPUCLUSTER_FAKE_BOOT_SECONDS (the fake cloud's boot time, default 5) applies when make up starts
+the fake cloud.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "sim"))
+sys.path.insert(0, str(ROOT))
+
+import flip  # noqa: E402 (sim/flip.py)
+import timeline  # noqa: E402
+
+
+def main() -> int:
+    bin_dir = Path(
+        subprocess.run([str(ROOT / "tools" / "bin-dir.sh")], capture_output=True, text=True, check=True).stdout.strip()
+    )
+    needed = ("kwokctl", "kube-apiserver", "pulumi", "gpucluster-virtual-node", "kube-state-metrics")
+    missing = [t for t in needed if not (bin_dir / t).exists()]
+    if missing or not Path("/usr/bin/prometheus").exists():
+        print(f"bench_flip: skipped: not built or installed: {missing or ['prometheus']} (make tools debian-deps)")
+        return 0
+    up = subprocess.run(["make", "--no-print-directory", "up"], cwd=ROOT, capture_output=True, text=True, check=False)
+    if up.returncode != 0:
+        print(up.stdout[-3000:], up.stderr[-3000:], sep="\n", file=sys.stderr)
+        print("bench_flip: make up failed", file=sys.stderr)
+        return 1
+    out = ROOT / ".state" / "bench-flip"
+    boot = float(os.environ.get("GPUCLUSTER_FAKE_BOOT_SECONDS", "5"))
+    results = []
+    for effect in ("NoSchedule", "NoExecute"):
+        print(f"bench_flip: one cycle with a {effect} flip-back ...", flush=True)
+        try:
+            tl, figures = flip.run_cycle(flip.Options(effect=effect, boot_seconds=boot, quiet=True, out=out))
+        except (flip.ScenarioError, flip.sim_daemons.DaemonError) as e:
+            print(f"bench_flip: the {effect} cycle failed: {e}", file=sys.stderr)
+            return 1
+        flip.write_outputs(tl, figures, out, f"One flip, {effect} flip-back")
+        results.append(figures)
+    print(
+        f"\nflip on the simulated cluster (8 x 1-GPU replicas, fake provider boot {boot:.0f} s, in-cluster start 15 s)"
+    )
+    print(timeline.side_by_side(results))
+    print(f"timelines and charts: {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,290 @@
+"""The flip under faults: daemons killed with SIGKILL, failing and dying rented instances, Prometheus gone.
+
+Each cycle is one full flip (``sim/flip.py``). While it runs:
+
+- a daemon picked at random (virtual node, provider service, either taint controller, descheduler) is killed with
+  SIGKILL at a random moment, and started again a few seconds later, as the kubelet would restart its container;
+- the fake GPU cloud refuses ``--create-failure-rate`` of creates and kills running instances at
+  ``--death-rate`` (expected deaths per instance per minute);
+- with ``--prometheus-outage``, Prometheus is stopped for ``--outage-seconds`` once the replicas run externally,
+  so the taint controller sees no data and must change nothing until it is back.
+
+Every cycle must converge: the Deployment back at its desired count, every replica in-cluster, and no external
+instance left (no money leaks). The counts of what happened are printed at the end, and the exit status is 1 if
+any cycle did not converge.
+
+Usage: ``python sim/chaos.py [--kills 20] [--cycles 4] ...`` (``--help``); ``make chaos`` runs the full version
+and ``make test`` a 3-kill one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import threading
+import time
+import urllib.request
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(ROOT))
+
+import flip  # noqa: E402 (sim/flip.py, beside this file)
+import processes  # noqa: E402
+
+#: What may be killed: the daemons the flip depends on. The fake cloud stands for a provider's API, not ours.
+TARGETS = ("virtual-node", "provider", "taint-controller-a", "taint-controller-b", "descheduler")
+
+
+@dataclass
+class Report:
+    cycles: int = 0
+    converged: int = 0
+    kills: Counter[str] = field(default_factory=Counter)
+    restart_seconds: list[float] = field(default_factory=list)
+    outage_seconds: float = 0.0
+    failures: list[str] = field(default_factory=list)
+    cycle_seconds: list[float] = field(default_factory=list)
+    min_ready: list[int] = field(default_factory=list)
+    cloud: dict[str, Any] = field(default_factory=dict)
+    query_errors: float = 0.0
+    orphans_deleted: float = 0.0
+    failed_pods_replaced: int = 0
+
+
+def post_json(url: str, body: dict[str, Any]) -> dict[str, Any]:
+    req = urllib.request.Request(
+        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}, method="POST"
+    )
+    with urllib.request.urlopen(req, timeout=5) as r:
+        data = json.loads(r.read() or b"{}")
+        return data if isinstance(data, dict) else {}
+
+
+def metric_sum(url: str, name: str) -> float:
+    """The sum of every sample of one metric family on a /metrics page (0 when unreachable)."""
+    try:
+        with urllib.request.urlopen(url, timeout=3) as r:
+            text = r.read().decode()
+    except OSError:
+        return 0.0
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith(name) and not line.startswith("#"):
+            head = line.split(" ")[0]
+            if head == name or head.startswith(name + "{"):
+                total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+class Killer:
+    """Kills the planned daemons at their planned moments (seconds after the cycle started), then restarts them."""
+
+    def __init__(self, registry: dict[str, processes.Daemon], plan: list[tuple[float, str]], report: Report) -> None:
+        self.registry, self.plan, self.report = registry, sorted(plan), report
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="killer", daemon=True)
+        self.log: list[str] = []
+
+    def _run(self) -> None:
+        t0 = time.monotonic()
+        for at, name in self.plan:
+            if self._stop.wait(max(0.0, at - (time.monotonic() - t0))):
+                return
+            d = self.registry[name]
+            if d.kill():
+                self.report.kills[name] += 1
+                flip.say(f"   chaos: SIGKILL {name} at t={at:.0f}s")
+                time.sleep(random.uniform(2.0, 5.0))
+                t1 = time.monotonic()
+                try:
+                    d.start()
+                    self.report.restart_seconds.append(time.monotonic() - t1)
+                except processes.DaemonError as e:
+                    self.report.failures.append(f"{name} did not restart: {e}")
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+
+def plan_kills(kills: int, cycles: int, horizon: float, rng: random.Random) -> list[list[tuple[float, str]]]:
+    """``kills`` (moment, daemon) pairs spread over ``cycles``; every target is hit before any is hit twice."""
+    targets: list[str] = []
+    while len(targets) < kills:
+        batch = list(TARGETS)
+        rng.shuffle(batch)
+        targets.extend(batch)
+    per_cycle: list[list[tuple[float, str]]] = [[] for _ in range(cycles)]
+    for i, name in enumerate(targets[:kills]):
+        per_cycle[i % cycles].append((rng.uniform(3.0, horizon), name))
+    return per_cycle
+
+
+def run(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="sim/chaos.py", description=__doc__.split("\n\n")[0])
+    p.add_argument("--kills", type=int, default=20, help="SIGKILLs in all, spread over the cycles")
+    p.add_argument("--cycles", type=int, default=4, help="full flips to run")
+    p.add_argument("--create-failure-rate", type=float, default=0.2, help="share of creates the fake cloud refuses")
+    p.add_argument("--death-rate", type=float, default=0.05, help="expected instance deaths per instance-minute")
+    p.add_argument("--prometheus-outage", action="store_true", help="stop Prometheus for a while in cycle 1")
+    p.add_argument("--outage-seconds", type=float, default=20.0, help="how long Prometheus stays down")
+    p.add_argument("--horizon", type=float, default=150.0, help="kills happen within this many seconds of a cycle")
+    p.add_argument("--train-for", default="45s", help="training Job duration per cycle")
+    p.add_argument("--timeout", type=float, default=420.0, help="seconds any one step of a cycle may take")
+    p.add_argument("--seed", type=int, default=7, help="random seed (kills, moments)")
+    p.add_argument("--out", type=Path, default=ROOT / ".state" / "chaos", help="timelines and the report go here")
+    a = p.parse_args(argv)
+    if a.kills < 0 or a.cycles < 1:
+        p.error("--kills must be >= 0 and --cycles >= 1")
+
+    rng = random.Random(a.seed)
+    try:
+        setup = flip.setup_from_stack()
+        registry = processes.registry()
+    except (flip.ScenarioError, processes.DaemonError) as e:
+        print(f"sim/chaos.py: error: {e}", file=sys.stderr)
+        return 1
+    cloud = setup.fake_cloud_url
+    provider_metrics = f"http://127.0.0.1:{processes.stack_config().burst.settings.virtual_node.port}/metrics"
+    report = Report()
+    before = flip.fake_cloud_stats(cloud)
+    post_json(f"{cloud}/admin/knobs", {"createFailureRate": a.create_failure_rate, "deathRate": a.death_rate})
+    flip.say(
+        f"chaos: {a.kills} kills over {a.cycles} cycle(s); fake cloud refuses {a.create_failure_rate:.0%} of creates, "
+        f"instances die at {a.death_rate}/min; Prometheus outage: {'yes' if a.prometheus_outage else 'no'}"
+    )
+    plans = plan_kills(a.kills, a.cycles, a.horizon, rng)
+    tc_metrics = f"http://127.0.0.1:{processes.TAINT_CONTROLLER_PORTS['taint-controller-a']}/metrics"
+    errors_metric = "gpucluster_taint_controller_query_errors_total"
+
+    def outage(sampler: flip.Sampler, cycle: int) -> None:
+        """Prometheus stopped while the replicas run externally: the taint must stay as it is."""
+        prom = registry["prometheus"]
+        flip.say(f"   chaos: Prometheus stopped for {a.outage_seconds:.0f}s")
+        errors0 = metric_sum(tc_metrics, errors_metric)
+        taints = set()
+        prom.stop()
+        t1 = time.monotonic()
+        while time.monotonic() - t1 < a.outage_seconds:
+            if sampler.latest:
+                taints.add(sampler.latest.taint)
+            time.sleep(0.5)
+        prom.start()
+        report.outage_seconds += time.monotonic() - t1
+        report.query_errors += metric_sum(tc_metrics, errors_metric) - errors0
+        flip.say(f"   chaos: Prometheus back; the taint stayed {sorted(taints)}")
+        if len(taints) > 1:
+            report.failures.append(f"cycle {cycle}: the taint changed while Prometheus was down: {sorted(taints)}")
+
+    try:
+        for cycle, plan in enumerate(plans, start=1):
+            report.cycles += 1
+            flip.say(f"== cycle {cycle}/{a.cycles}: kills {', '.join(f'{n}@{t:.0f}s' for t, n in sorted(plan))}")
+            killer = Killer(registry, plan, report)
+
+            def during(phase: str, sampler: flip.Sampler, cycle: int = cycle, killer: Killer = killer) -> None:
+                if phase == "submitted":
+                    killer.start()
+                if phase == "flipped_out" and a.prometheus_outage and cycle == 1:
+                    threading.Thread(target=outage, args=(sampler, cycle), name="outage", daemon=True).start()
+
+            t0 = time.monotonic()
+            opts = flip.Options(train_for=a.train_for, timeout=a.timeout, quiet=False, during=during)
+            try:
+                tl, figures = flip.run_cycle(opts)
+                report.converged += 1
+                report.cycle_seconds.append(time.monotonic() - t0)
+                report.min_ready.append(figures.min_ready_during_return)
+                flip.write_outputs(tl, figures, a.out, f"Chaos cycle {cycle}", stem=f"cycle-{cycle}")
+            except (flip.ScenarioError, processes.DaemonError) as e:
+                report.failures.append(f"cycle {cycle} did not converge: {e}")
+            finally:
+                killer.stop()
+                for name in TARGETS:
+                    if not registry[name].running():
+                        registry[name].start()
+    finally:
+        post_json(f"{cloud}/admin/knobs", {"createFailureRate": 0.0, "deathRate": 0.0})
+        for d in registry.values():
+            if not d.running():
+                d.start()
+
+    after = flip.fake_cloud_stats(cloud)
+    report.cloud = {k: after.get(k, 0) - before.get(k, 0) for k in ("creates", "createFailures", "deaths", "deletes")}
+    report.orphans_deleted = metric_sum(provider_metrics, "gpucluster_burst_orphans_deleted_total")
+    final = verify_converged(setup)
+    if final:
+        report.failures.append(final)
+    print_report(report, after)
+    a.out.mkdir(parents=True, exist_ok=True)
+    (a.out / "report.json").write_text(json.dumps(report.__dict__, default=dict, indent=2))
+    return 0 if not report.failures and report.converged == report.cycles else 1
+
+
+def verify_converged(s: flip.Setup, timeout: float = 120.0) -> str | None:
+    """The end state every run must reach: desired replicas Ready in-cluster, none external, no live instance.
+
+    Polled for up to ``timeout`` seconds: a pod evicted last may still be in its termination grace period.
+    """
+    deadline = time.monotonic() + timeout
+    while (problem := _convergence_problem(s)) and time.monotonic() < deadline:
+        time.sleep(2)
+    return problem
+
+
+def _convergence_problem(s: flip.Setup) -> str | None:
+    dep = flip.kget("deployment", s.service, "-n", s.inference_ns)
+    desired = dep["spec"].get("replicas", 0)
+    ready = dep.get("status", {}).get("readyReplicas", 0)
+    pods = flip.kget("pods", "-n", s.inference_ns, "-l", s.selector)["items"]
+    external = [p["metadata"]["name"] for p in pods if p["spec"].get("nodeName") == s.node]
+    live = flip.fake_cloud_stats(s.fake_cloud_url).get("liveInstances", -1)
+    problems = []
+    if ready != desired:
+        problems.append(f"{ready}/{desired} replicas Ready")
+    if external:
+        problems.append(f"pods still on {s.node}: {external}")
+    if live != 0:
+        problems.append(f"{live} external instance(s) still live (orphans)")
+    return "not converged at the end: " + "; ".join(problems) if problems else None
+
+
+def print_report(r: Report, cloud_now: dict[str, Any]) -> None:
+    restart = f"{max(r.restart_seconds):.1f}" if r.restart_seconds else "n/a"
+    rows = [
+        ("cycles converged", f"{r.converged}/{r.cycles}"),
+        ("SIGKILLs", f"{sum(r.kills.values())} ({', '.join(f'{k} {v}' for k, v in sorted(r.kills.items()))})"),
+        ("slowest restart to ready", f"{restart} s"),
+        (
+            "fake cloud creates / refused / deaths / deletes",
+            "{creates} / {createFailures} / {deaths} / {deletes}".format(**r.cloud),
+        ),
+        ("instances reconciliation deleted (pod gone or going)", f"{r.orphans_deleted:.0f} since the last start"),
+        ("Prometheus down", f"{r.outage_seconds:.0f} s, {r.query_errors:.0f} failed queries, taint left alone"),
+        ("minimum Ready replicas during each return", ", ".join(str(m) for m in r.min_ready) or "n/a"),
+        ("cycle durations", ", ".join(f"{c:.0f} s" for c in r.cycle_seconds) or "n/a"),
+        ("live external instances at the end", str(cloud_now.get("liveInstances", "?"))),
+        ("lost replicas / orphans at the end", "0 / 0" if not r.failures else "see failures"),
+    ]
+    width = max(len(k) for k, _ in rows)
+    print("\nchaos report")
+    for k, v in rows:
+        print(f"  {k.ljust(width)}  {v}")
+    for f in r.failures:
+        print(f"  FAILURE: {f}")
+
+
+if __name__ == "__main__":
+    sys.exit(run())
