@@ -64,6 +64,8 @@ class Figures:
     taint_effect: str
     flip_out_seconds: float | None  # first preemption -> every displaced replica Ready externally
     flip_out_overhead_seconds: float | None  # the same minus the provider's boot time: what we add
+    taint_removal_seconds: float | None  # first preemption -> burst taint removed (the controller's hold + lag)
+    placement_overhead_seconds: float | None  # taint removed -> all Ready externally, minus the boot time
     min_ready: int  # during the whole cycle
     min_ready_during_return: int  # from training done until every replica is back in-cluster
     seconds_below_desired: float
@@ -79,6 +81,8 @@ class Figures:
         return [
             ("flip-out: preemption -> all displaced replicas Ready externally", s(self.flip_out_seconds)),
             ("flip-out overhead (minus the provider's boot time)", s(self.flip_out_overhead_seconds)),
+            ("  of which: preemption -> taint removed", s(self.taint_removal_seconds)),
+            ("  of which: scheduler, virtual node, provider service", s(self.placement_overhead_seconds)),
             ("minimum Ready inference replicas, whole cycle", str(self.min_ready)),
             ("minimum Ready inference replicas, during the return", str(self.min_ready_during_return)),
             ("time below the desired replica count", s(self.seconds_below_desired)),
@@ -111,7 +115,10 @@ def figures(tl: Timeline) -> Figures:
     done = tl.first("training_done")
     returned = tl.first("returned")
 
+    removed = tl.first("taint_removed")
     flip_out = flipped.t - preempted.t if preempted and flipped else None
+    removal = removed.t - preempted.t if removed and preempted else None
+    placement = max(0.0, flipped.t - removed.t - tl.boot_seconds) if removed and flipped else None
     overhead = max(0.0, flip_out - tl.boot_seconds) if flip_out is not None else None
 
     in_return = [s for s in samples if done and s.t >= done.t and (returned is None or s.t <= returned.t)]
@@ -125,6 +132,8 @@ def figures(tl: Timeline) -> Figures:
         taint_effect=tl.taint_effect,
         flip_out_seconds=flip_out,
         flip_out_overhead_seconds=overhead,
+        taint_removal_seconds=removal,
+        placement_overhead_seconds=placement,
         min_ready=min(s.ready for s in samples),
         min_ready_during_return=min((s.ready for s in in_return), default=min(s.ready for s in samples)),
         seconds_below_desired=below,

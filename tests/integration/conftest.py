@@ -37,6 +37,8 @@ NEEDED_TOOLS = (
     "pulumi",
     "pulumi-language-python",
     "pulumi-resource-kubernetes",
+    "gpucluster-virtual-node",
+    "kube-state-metrics",
 )
 
 

@@ -41,6 +41,7 @@ def _cycle(effect: str) -> object:
             s = Sample(t, 8, 0, 0, 0, taint, 0, 0)
         tl.samples.append(s)
     tl.mark(10, "preempted")
+    tl.mark(12, "taint_removed")
     tl.mark(25, "flipped_out")
     tl.mark(40, "training_done")
     tl.mark(60, "returned")
@@ -51,6 +52,8 @@ def test_figures_of_a_gradual_return() -> None:
     f = tl_mod.figures(_cycle("NoSchedule"))
     assert f.flip_out_seconds == pytest.approx(15.0)
     assert f.flip_out_overhead_seconds == pytest.approx(5.0)
+    assert f.taint_removal_seconds == pytest.approx(2.0)
+    assert f.placement_overhead_seconds == pytest.approx(3.0)
     assert f.flip_back_seconds == pytest.approx(20.0)
     assert f.min_ready == 0  # preemption takes every replica before the flip-out
     assert f.min_ready_during_return == 7
