@@ -275,7 +275,7 @@ def test_the_daemons_run_with_least_privilege(local_stack: LocalStack, tmp_path:
     tc = processes.sa_kubeconfig(CFG.burst.taint_controller.namespace, "gpucluster-taint-controller", tmp_path / "tc")
     # What they need.
     assert _can_i(local_stack, vn, "patch", f"nodes/{NODE}")
-    assert _can_i(local_stack, vn, "update", "pods/status", "-n", NS)
+    assert _can_i(local_stack, vn, "update", "pods", "--subresource=status", "-n", NS)
     assert _can_i(local_stack, vn, "create", "endpointslices.discovery.k8s.io", "-n", NS)
     assert _can_i(local_stack, vn, "get", "secrets", "-n", NS)
     assert _can_i(local_stack, tc, "patch", f"nodes/{NODE}")
