@@ -60,17 +60,36 @@ def labelled(manifest: dict[str, Any]) -> dict[str, Any]:
 
 @pytest.fixture
 def cleanup(local_stack: LocalStack) -> Any:
-    yield
+    """These tests count GPUs: the stack's own inference services are scaled to zero while they run (and back after),
+    and whatever a test created is deleted."""
+    services = [(s.namespace, s.name, s.replicas) for s in CFG.inference_services]
+    for ns, name, _ in services:
+        local_stack.kubectl("scale", "deployment", name, "-n", ns, "--replicas=0")
     namespaces = {t.namespace for t in CFG.teams} | set(CFG.inference_namespaces)
-    for ns in sorted(namespaces):
-        delete(local_stack, ["jobs", "deployments"], ns, TEST_LABEL)
 
-    def no_pods() -> bool:
+    def no_pods(selector: str) -> bool:
         return not any(
-            local_stack.items("pods", "-n", ns, "--field-selector=status.phase!=Succeeded") for ns in namespaces
+            local_stack.items("pods", "-n", ns, "-l", selector, "--field-selector=status.phase!=Succeeded")
+            for ns in namespaces
         )
 
-    wait_for("test pods to be gone", no_pods, timeout=60)
+    names = ",".join(name for _, name, _ in services)
+    stack_pods = f"app.kubernetes.io/name in ({names})" if services else TEST_LABEL
+    wait_for("the stack's inference pods to be gone", lambda: no_pods(stack_pods), timeout=90)
+    yield
+    for ns in sorted(namespaces):
+        delete(local_stack, ["jobs", "deployments"], ns, TEST_LABEL)
+    wait_for("test pods to be gone", lambda: no_pods(TEST_LABEL), timeout=60)
+    for ns, name, replicas in services:
+        local_stack.kubectl("scale", "deployment", name, "-n", ns, f"--replicas={replicas}")
+    for ns, name, replicas in services:
+        wait_for(
+            f"{ns}/{name} back at {replicas} ready replicas",
+            lambda ns=ns, name=name, replicas=replicas: (
+                local_stack.get("deployment", name, "-n", ns).get("status", {}).get("readyReplicas") == replicas
+            ),
+            timeout=120,
+        )
 
 
 # --- what Pulumi applied ------------------------------------------------------------------------------------------
