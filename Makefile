@@ -11,7 +11,7 @@ STAMP       := $(VENV)/.installed
 PY_PACKAGES := components policies daemons
 
 .PHONY: help venv lint lint-python lint-ansible test unit ansible-test integration \
-        check-stacks policy render tools debian-deps sim-up sim-down up down bench demo chaos daemons-status clean
+        lint-go go-test check-stacks policy render tools debian-deps sim-up sim-down up down bench demo chaos daemons-status clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | column -t -s $$'\t'
@@ -24,12 +24,21 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP) ## create .venv with the pinned Python dependencies
 
-lint: lint-python lint-ansible ## ruff, strict mypy, ansible-lint (production profile)
+lint: lint-python lint-ansible lint-go ## ruff, strict mypy, ansible-lint (production profile), gofmt + go vet
 
 lint-python: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+
+# The Go virtual node: formatting and vet (go.sum pins every module; the proxy serves them).
+GO_ENV := GOFLAGS=-mod=mod GOTOOLCHAIN=local
+lint-go:
+	@test -z "$$(gofmt -l virtualnode)" || { gofmt -l virtualnode; echo "gofmt: the files above need formatting"; exit 1; }
+	cd virtualnode && $(GO_ENV) go vet ./...
+
+go-test: ## the virtual node's Go unit tests
+	cd virtualnode && $(GO_ENV) go test -p 2 ./...
 
 lint-ansible: $(STAMP)
 	@if [ -d ansible/roles ]; then cd ansible && ../$(VENV)/bin/ansible-lint --profile production; \
@@ -44,7 +53,7 @@ policy: tools venv ## the real engine previews every stack with the policy pack 
 debian-deps: ## install the Debian packages the tests use (promtool/prometheus, node_exporter), if missing
 	@bash tools/install-debian-deps.sh
 
-test: lint debian-deps tools ## the test command: lint, then every test (unit, Ansible, telemetry, integration)
+test: lint debian-deps tools go-test ## the test command: lint, then every test (Go, unit, Ansible, telemetry, integration)
 	$(PY) -m pytest
 
 unit: $(STAMP) ## unit tests only (no simulated cluster)
