@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import hashlib
 import json
 import os
 import shutil
@@ -125,6 +126,14 @@ class Daemon:
     ready_check: Callable[[], bool] | None = None
     ready_timeout: float = 90.0
     env: dict[str, str] = field(default_factory=dict)
+    #: What the daemon was configured from (e.g. the ConfigMap Pulumi deployed); a running daemon whose
+    #: configuration changed since it started is restarted by ``start``, so ``make up`` after a config change
+    #: leaves no daemon on stale settings.
+    fingerprint: Callable[[], str] | None = None
+
+    @property
+    def fingerprint_file(self) -> Path:
+        return DAEMONS_STATE / f"{self.name}.config-sha256"
 
     @property
     def pid_file(self) -> Path:
@@ -158,9 +167,16 @@ class Daemon:
         return self.pid() is not None
 
     def start(self) -> int:
+        current = hashlib.sha256(self.fingerprint().encode()).hexdigest() if self.fingerprint else ""
         if (pid := self.pid()) is not None:
-            return pid
+            recorded = self.fingerprint_file.read_text() if self.fingerprint_file.exists() else ""
+            if current == recorded:
+                return pid
+            print(f"==> {self.name}: its configuration changed since it started; restarting it")
+            self.stop()
         cmd = self.prepare()
+        self.fingerprint_file.parent.mkdir(parents=True, exist_ok=True)
+        self.fingerprint_file.write_text(current)
         self.log_file.parent.mkdir(parents=True, exist_ok=True)
         with self.log_file.open("ab") as log:
             log.write(f"\n=== {time.strftime('%Y-%m-%dT%H:%M:%S')} start: {' '.join(cmd)}\n".encode())
@@ -313,6 +329,10 @@ def registry(stack_file: Path | None = None) -> dict[str, Daemon]:
 
         out[f"fake-cloud-{p.name}"] = Daemon(f"fake-cloud-{p.name}", fake_cmd, ready_url=f"{url}/offers")
 
+    def provider_config() -> str:
+        secret = json.loads(kubectl("get", "secret", f"{VN_APP}-provider-secrets", "-n", ns, "-o", "json"))
+        return configmap_data(ns, f"{VN_APP}-settings")["settings.json"] + json.dumps(secret.get("data") or {})
+
     def provider_cmd() -> list[str]:
         d = state / "provider"
         kc = sa_kubeconfig(ns, VN_APP, d / "kubeconfig")
@@ -333,7 +353,9 @@ def registry(stack_file: Path | None = None) -> dict[str, Daemon]:
             f"127.0.0.1:{vn.port}",
         ]
 
-    out["provider"] = Daemon("provider", provider_cmd, ready_url=f"http://127.0.0.1:{vn.port}/healthz")
+    out["provider"] = Daemon(
+        "provider", provider_cmd, ready_url=f"http://127.0.0.1:{vn.port}/healthz", fingerprint=provider_config
+    )
 
     def node_cmd() -> list[str]:
         kc = sa_kubeconfig(ns, VN_APP, state / "virtual-node" / "kubeconfig")
@@ -345,7 +367,10 @@ def registry(stack_file: Path | None = None) -> dict[str, Daemon]:
             f"--taint={NODE_TAINT}",
         ]
 
-    out["virtual-node"] = Daemon("virtual-node", node_cmd, ready_check=lambda: _node_ready(vn.node_name))
+    # The node reads its capacity from the provider service once, at start: it follows the provider settings.
+    out["virtual-node"] = Daemon(
+        "virtual-node", node_cmd, ready_check=lambda: _node_ready(vn.node_name), fingerprint=provider_config
+    )
 
     def ksm_cmd() -> list[str]:
         return [
@@ -409,7 +434,12 @@ def registry(stack_file: Path | None = None) -> dict[str, Daemon]:
                 name,
             ]
 
-        out[name] = Daemon(name, tc_cmd, ready_url=f"http://127.0.0.1:{port}/healthz")
+        out[name] = Daemon(
+            name,
+            tc_cmd,
+            ready_url=f"http://127.0.0.1:{port}/healthz",
+            fingerprint=lambda: configmap_data(tc_ns, f"{TC_APP}-settings")["settings.json"],
+        )
 
     dns = cfg.descheduler.namespace
 
@@ -451,7 +481,11 @@ def registry(stack_file: Path | None = None) -> dict[str, Daemon]:
             "--v=3",
         ]
 
-    out["descheduler"] = Daemon("descheduler", descheduler_cmd)
+    def descheduler_config() -> str:
+        cm = kubectl("get", "configmap", "-n", dns, "-l", "app.kubernetes.io/name=descheduler", "-o", "json")
+        return json.dumps([c.get("data") for c in json.loads(cm).get("items", [])], sort_keys=True)
+
+    out["descheduler"] = Daemon("descheduler", descheduler_cmd, fingerprint=descheduler_config)
     return out
 
 
