@@ -166,24 +166,28 @@ def run(argv: Sequence[str] | None = None) -> int:
         f"instances die at {a.death_rate}/min; Prometheus outage: {'yes' if a.prometheus_outage else 'no'}"
     )
     plans = plan_kills(a.kills, a.cycles, a.horizon, rng)
-    tc_metrics = f"http://127.0.0.1:{processes.TAINT_CONTROLLER_PORTS['taint-controller-a']}/metrics"
+    tc_metrics = [f"http://127.0.0.1:{port}/metrics" for port in processes.TAINT_CONTROLLER_PORTS.values()]
     errors_metric = "gpucluster_taint_controller_query_errors_total"
 
     def outage(sampler: flip.Sampler, cycle: int) -> None:
         """Prometheus stopped while the replicas run externally: the taint must stay as it is."""
         prom = registry["prometheus"]
         flip.say(f"   chaos: Prometheus stopped for {a.outage_seconds:.0f}s")
-        errors0 = metric_sum(tc_metrics, errors_metric)
+        # Failed queries, summed over both controllers; a controller killed meanwhile starts its counter at 0 again.
+        last = [metric_sum(u, errors_metric) for u in tc_metrics]
         taints = set()
         prom.stop()
         t1 = time.monotonic()
         while time.monotonic() - t1 < a.outage_seconds:
             if sampler.latest:
                 taints.add(sampler.latest.taint)
+            for i, u in enumerate(tc_metrics):
+                now = metric_sum(u, errors_metric)
+                report.query_errors += now - last[i] if now >= last[i] else now
+                last[i] = now
             time.sleep(0.5)
         prom.start()
         report.outage_seconds += time.monotonic() - t1
-        report.query_errors += metric_sum(tc_metrics, errors_metric) - errors0
         flip.say(f"   chaos: Prometheus back; the taint stayed {sorted(taints)}")
         if len(taints) > 1:
             report.failures.append(f"cycle {cycle}: the taint changed while Prometheus was down: {sorted(taints)}")
