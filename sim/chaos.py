@@ -69,13 +69,13 @@ def post_json(url: str, body: dict[str, Any]) -> dict[str, Any]:
         return data if isinstance(data, dict) else {}
 
 
-def metric_sum(url: str, name: str) -> float:
-    """The sum of every sample of one metric family on a /metrics page (0 when unreachable)."""
+def metric_sum(url: str, name: str) -> float | None:
+    """The sum of every sample of one metric family on a /metrics page (None when unreachable)."""
     try:
         with urllib.request.urlopen(url, timeout=3) as r:
             text = r.read().decode()
     except OSError:
-        return 0.0
+        return None
     total = 0.0
     for line in text.splitlines():
         if line.startswith(name) and not line.startswith("#"):
@@ -174,7 +174,7 @@ def run(argv: Sequence[str] | None = None) -> int:
         prom = registry["prometheus"]
         flip.say(f"   chaos: Prometheus stopped for {a.outage_seconds:.0f}s")
         # Failed queries, summed over both controllers; a controller killed meanwhile starts its counter at 0 again.
-        last = [metric_sum(u, errors_metric) for u in tc_metrics]
+        last = [metric_sum(u, errors_metric) or 0.0 for u in tc_metrics]
         taints = set()
         prom.stop()
         t1 = time.monotonic()
@@ -183,6 +183,8 @@ def run(argv: Sequence[str] | None = None) -> int:
                 taints.add(sampler.latest.taint)
             for i, u in enumerate(tc_metrics):
                 now = metric_sum(u, errors_metric)
+                if now is None:  # killed or restarting: read it again next time
+                    continue
                 report.query_errors += now - last[i] if now >= last[i] else now
                 last[i] = now
             time.sleep(0.5)
@@ -227,7 +229,7 @@ def run(argv: Sequence[str] | None = None) -> int:
 
     after = flip.fake_cloud_stats(cloud)
     report.cloud = {k: after.get(k, 0) - before.get(k, 0) for k in ("creates", "createFailures", "deaths", "deletes")}
-    report.orphans_deleted = metric_sum(provider_metrics, "gpucluster_burst_orphans_deleted_total")
+    report.orphans_deleted = metric_sum(provider_metrics, "gpucluster_burst_orphans_deleted_total") or 0.0
     final = verify_converged(setup)
     if final:
         report.failures.append(final)
