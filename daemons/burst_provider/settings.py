@@ -34,64 +34,32 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import AfterValidator, Field, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
+
+from daemons.settings_rules import (
+    SettingsModel,
+    check_dns_label,
+    check_http_url,
+    check_image,
+    check_positive_duration,
+    check_qualified_name,
+    parse_duration,
+)
 
 STACK_KEY = "gpucluster:burst"
 DEFAULT_PORT = 10299
 PROVIDER_KINDS = ("fake", "runpod", "kubernetes")
 
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ns|us|ms|s|m|h)")
-_DURATION = re.compile(r"^(\d+(\.\d+)?(ns|us|ms|s|m|h))+$")
-_UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 # A Kubernetes Secret data key (the secret becomes a file of that name) that is also a Pulumi config key name.
 _SECRET_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,252}$")
 _GPU_TYPE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
-_QUALIFIED_NAME = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 _QUANTITY = re.compile(r"^\d+(\.\d+)?(m|Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$")
-_IMAGE = re.compile(
-    r"^(?P<name>[a-z0-9]+(?:[._\-/:][a-z0-9]+)*?)"
-    r"(?::(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}))?"
-    r"(?:@(?P<digest>sha256:[a-f0-9]{64}))?$"
-)
-_URL = re.compile(r"^https?://[^\s/]+(/\S*)?$")
-
-
-class SettingsModel(BaseModel):
-    """camelCase keys in YAML/JSON, snake_case in Python; unknown keys are refused, values frozen."""
-
-    model_config = ConfigDict(
-        alias_generator=to_camel,
-        populate_by_name=True,
-        extra="forbid",
-        frozen=True,
-        str_strip_whitespace=True,
-    )
 
 
 # ----------------------------------------------------------------------------------------------------
 # Value rules
 # ----------------------------------------------------------------------------------------------------
-
-
-def parse_duration(text: str) -> float:
-    """Seconds in a Go-style duration such as ``30s``, ``10m`` or ``1h30m``; ValueError names the bad text."""
-    if not _DURATION.match(text):
-        raise ValueError(f"{text!r} is not a duration such as 30s, 10m or 1h30m")
-    return sum(float(n) * _UNIT_SECONDS[unit] for n, unit in _DURATION_PART.findall(text))
-
-
-def _check_duration(v: str) -> str:
-    if parse_duration(v) <= 0:
-        raise ValueError(f"{v!r} must be longer than zero")
-    return v
-
-
-def _check_dns_label(v: str) -> str:
-    if len(v) > 63 or not _DNS_LABEL.match(v):
-        raise ValueError(f"{v!r} is not a DNS label (lower-case letters, digits and '-', at most 63)")
-    return v
 
 
 def _check_secret_name(v: str) -> str:
@@ -109,43 +77,20 @@ def _check_gpu_type(v: str) -> str:
     return v
 
 
-def _check_image(ref: str) -> str:
-    m = _IMAGE.match(ref)
-    if not m:
-        raise ValueError(f"{ref!r} is not an image reference such as registry/name:1.2.3 or name@sha256:<64 hex>")
-    if not m.group("tag") and not m.group("digest"):
-        raise ValueError(f"{ref!r} is not pinned: give a version tag or a sha256 digest")
-    if m.group("tag") == "latest" and not m.group("digest"):
-        raise ValueError(f"{ref!r} uses the moving tag 'latest': pin a version tag or a digest")
-    return ref
-
-
-def _check_url(v: str) -> str:
-    if not _URL.match(v):
-        raise ValueError(f"{v!r} is not an http(s) URL such as http://127.0.0.1:18080")
-    return v.rstrip("/")
-
-
 def _check_quantity(v: str) -> str:
     if not _QUANTITY.match(v):
         raise ValueError(f"{v!r} is not a Kubernetes quantity such as 512, 500m or 4Ti")
     return v
 
 
-def _check_qualified_name(v: str) -> str:
-    if len(v) > 316 or not _QUALIFIED_NAME.match(v):
-        raise ValueError(f"{v!r} is not a valid Kubernetes qualified name (prefix/name)")
-    return v
-
-
-DnsLabel = Annotated[str, AfterValidator(_check_dns_label)]
-Duration = Annotated[str, AfterValidator(_check_duration)]
+DnsLabel = Annotated[str, AfterValidator(check_dns_label)]
+Duration = Annotated[str, AfterValidator(check_positive_duration)]
 SecretName = Annotated[str, AfterValidator(_check_secret_name)]
 GpuTypeName = Annotated[str, AfterValidator(_check_gpu_type)]
-Image = Annotated[str, AfterValidator(_check_image)]
-Url = Annotated[str, AfterValidator(_check_url)]
+Image = Annotated[str, AfterValidator(check_image)]
+Url = Annotated[str, AfterValidator(check_http_url)]
 Quantity = Annotated[str, AfterValidator(_check_quantity)]
-QualifiedName = Annotated[str, AfterValidator(_check_qualified_name)]
+QualifiedName = Annotated[str, AfterValidator(check_qualified_name)]
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -33,14 +33,21 @@ from typing import Annotated, Any
 
 from pydantic import (
     AfterValidator,
-    BaseModel,
-    ConfigDict,
     Field,
     ValidationError,
     ValidationInfo,
     field_validator,
 )
-from pydantic.alias_generators import to_camel
+
+from daemons.settings_rules import (
+    SettingsModel,
+    check_dns_label,
+    check_duration,
+    check_http_url,
+    check_image,
+    check_positive_duration,
+    parse_duration,
+)
 
 DEFAULT_TAINT_KEY = "gpucluster.io/in-cluster-capacity"
 DEFAULT_NODE_NAME = "gpu-burst"
@@ -76,41 +83,8 @@ DEFAULT_PENDING_QUERY = (
     ") or (count(kube_node_info) * 0)"
 )
 
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _QUALIFIED_NAME = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
-_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ns|us|ms|s|m|h)")
-_DURATION = re.compile(r"^(\d+(\.\d+)?(ns|us|ms|s|m|h))+$")
-_UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
-_IMAGE = re.compile(
-    r"^(?P<name>[a-z0-9]+(?:[._\-/:][a-z0-9]+)*?)"
-    r"(?::(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}))?"
-    r"(?:@(?P<digest>sha256:[a-f0-9]{64}))?$"
-)
-
-
-def parse_duration(value: str) -> float:
-    """Seconds in a Go-style duration such as ``90s``, ``10m`` or ``1h30m``; ValueError otherwise."""
-    if not _DURATION.match(value):
-        raise ValueError(f"{value!r} is not a duration such as 90s, 10m or 1h30m")
-    return sum(float(n) * _UNIT_SECONDS[unit] for n, unit in _DURATION_PART.findall(value))
-
-
-def _check_duration(value: str) -> str:
-    parse_duration(value)
-    return value
-
-
-def _check_positive_duration(value: str) -> str:
-    if parse_duration(value) <= 0:
-        raise ValueError(f"{value!r} must be longer than zero")
-    return value
-
-
-def _check_dns_label(value: str) -> str:
-    if len(value) > 63 or not _DNS_LABEL.match(value):
-        raise ValueError(f"{value!r} is not a DNS label (lower-case letters, digits and '-', at most 63)")
-    return value
 
 
 def _check_dns_subdomain(value: str) -> str:
@@ -119,50 +93,19 @@ def _check_dns_subdomain(value: str) -> str:
     return value
 
 
-def _check_image(ref: str) -> str:
-    """An image pinned by a version tag other than ``latest`` or by a sha256 digest."""
-    m = _IMAGE.match(ref)
-    if not m:
-        raise ValueError(f"{ref!r} is not an image reference such as registry/name:1.2.3 or name@sha256:<64 hex>")
-    tag, digest = m.group("tag"), m.group("digest")
-    if not tag and not digest:
-        raise ValueError(f"{ref!r} is not pinned: give a version tag or a sha256 digest")
-    if tag == "latest" and not digest:
-        raise ValueError(f"{ref!r} uses the moving tag 'latest': pin a version tag or a digest")
-    return ref
+Duration = Annotated[str, AfterValidator(check_duration)]
+PositiveDuration = Annotated[str, AfterValidator(check_positive_duration)]
+DnsLabel = Annotated[str, AfterValidator(check_dns_label)]
 
 
-def _check_http_url(value: str) -> str:
-    if not re.match(r"^https?://[^/\s]+(/\S*)?$", value):
-        raise ValueError(f"{value!r} is not an http(s) URL such as http://prometheus.monitoring.svc:9090")
-    return value.rstrip("/")
-
-
-Duration = Annotated[str, AfterValidator(_check_duration)]
-PositiveDuration = Annotated[str, AfterValidator(_check_positive_duration)]
-DnsLabel = Annotated[str, AfterValidator(_check_dns_label)]
-
-
-class _Model(BaseModel):
-    """camelCase keys outside, snake_case in Python; unknown keys refused; values frozen."""
-
-    model_config = ConfigDict(
-        alias_generator=to_camel,
-        populate_by_name=True,
-        extra="forbid",
-        frozen=True,
-        str_strip_whitespace=True,
-    )
-
-
-class TaintControllerSettings(_Model):
+class TaintControllerSettings(SettingsModel):
     """Everything the taint controller needs; see the module docstring for the meaning of the marks."""
 
     enabled: bool = True
     #: Where the Deployment and its Lease live.
     namespace: DnsLabel = "gpucluster-burst"
-    image: Annotated[str, AfterValidator(_check_image)] = "ghcr.io/example/gpucluster-daemons:0.1.0"
-    prometheus_url: Annotated[str, AfterValidator(_check_http_url)] = "http://prometheus-operated.monitoring.svc:9090"
+    image: Annotated[str, AfterValidator(check_image)] = "ghcr.io/example/gpucluster-daemons:0.1.0"
+    prometheus_url: Annotated[str, AfterValidator(check_http_url)] = "http://prometheus-operated.monitoring.svc:9090"
     headroom_query: str = DEFAULT_HEADROOM_QUERY
     pending_query: str = DEFAULT_PENDING_QUERY
     #: At or above this many free in-cluster GPUs (held for holdAdd) the burst taint goes on.
