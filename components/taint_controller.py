@@ -15,6 +15,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.model import check_qualified_name
+from components.rbac import grant
 from daemons.taint_controller.settings import TAINT_EFFECT, TaintControllerSettings
 
 APP = "gpucluster-taint-controller"
@@ -150,45 +151,34 @@ class TaintController(pulumi.ComponentResource):
         self.service_account = k8s.core.v1.ServiceAccount(
             f"{name}-sa", metadata={"name": APP, "namespace": ns, "labels": labels}, opts=child
         )
-        self.cluster_role = k8s.rbac.v1.ClusterRole(
-            f"{name}-clusterrole",
-            metadata={"name": role_name, "labels": labels},
+        rbac = {
+            "service_account": self.service_account,
+            "subject": subject,
+            "labels": labels,
+            "depends_on": list(args.depends_on),
+        }
+        self.cluster_role, self.cluster_role_binding = grant(
+            self,
+            (f"{name}-clusterrole", f"{name}-clusterrolebinding"),
+            name=role_name,
             rules=cluster_rules(s.node_name),
-            opts=child,
+            **rbac,
         )
-        self.cluster_role_binding = k8s.rbac.v1.ClusterRoleBinding(
-            f"{name}-clusterrolebinding",
-            metadata={"name": role_name, "labels": labels},
-            role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role_name},
-            subjects=subject,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.cluster_role, self.service_account]),
-        )
-        self.role = k8s.rbac.v1.Role(
-            f"{name}-role",
-            metadata={"name": APP, "namespace": ns, "labels": labels},
+        self.role, self.role_binding = grant(
+            self,
+            (f"{name}-role", f"{name}-rolebinding"),
+            name=APP,
+            namespace=ns,
             rules=namespace_rules(s.lease_name),
-            opts=child,
+            **rbac,
         )
-        self.role_binding = k8s.rbac.v1.RoleBinding(
-            f"{name}-rolebinding",
-            metadata={"name": APP, "namespace": ns, "labels": labels},
-            role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": APP},
-            subjects=subject,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.role, self.service_account]),
-        )
-        events_name = f"{APP}-events"
-        self.events_role = k8s.rbac.v1.Role(
-            f"{name}-events-role",
-            metadata={"name": events_name, "namespace": EVENTS_NAMESPACE, "labels": labels},
+        self.events_role, self.events_role_binding = grant(
+            self,
+            (f"{name}-events-role", f"{name}-events-rolebinding"),
+            name=f"{APP}-events",
+            namespace=EVENTS_NAMESPACE,
             rules=event_rules(),
-            opts=child,
-        )
-        self.events_role_binding = k8s.rbac.v1.RoleBinding(
-            f"{name}-events-rolebinding",
-            metadata={"name": events_name, "namespace": EVENTS_NAMESPACE, "labels": labels},
-            role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": events_name},
-            subjects=subject,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.events_role, self.service_account]),
+            **rbac,
         )
         config_name = f"{APP}-settings"
         self.config_map = k8s.core.v1.ConfigMap(

@@ -19,6 +19,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.model import check_qualified_name
+from components.rbac import grant
 from daemons.burst_provider.settings import BurstSettings, settings_json
 
 APP = "gpucluster-virtual-node"
@@ -227,37 +228,31 @@ class VirtualNode(pulumi.ComponentResource):
         self.service_account = k8s.core.v1.ServiceAccount(
             f"{name}-sa", metadata={"name": APP, "namespace": ns, "labels": labels}, opts=child
         )
-        self.cluster_role = k8s.rbac.v1.ClusterRole(
-            f"{name}-clusterrole",
-            metadata={"name": role_name, "labels": labels},
+        rbac = {
+            "service_account": self.service_account,
+            "subject": subject,
+            "labels": labels,
+            "depends_on": list(args.depends_on),
+        }
+        self.cluster_role, self.cluster_role_binding = grant(
+            self,
+            (f"{name}-clusterrole", f"{name}-clusterrolebinding"),
+            name=role_name,
             rules=cluster_rules(vn.node_name),
-            opts=child,
-        )
-        self.cluster_role_binding = k8s.rbac.v1.ClusterRoleBinding(
-            f"{name}-clusterrolebinding",
-            metadata={"name": role_name, "labels": labels},
-            role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role_name},
-            subjects=subject,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.cluster_role, self.service_account]),
+            **rbac,
         )
         self.roles: dict[str, k8s.rbac.v1.Role] = {}
         self.role_bindings: dict[str, k8s.rbac.v1.RoleBinding] = {}
         role_sets = [(NODE_LEASE_NAMESPACE, lease_rules(vn.node_name))]
         role_sets += [(n, inference_namespace_rules()) for n in vn.inference_namespaces]
         for role_ns, rules in role_sets:
-            role = k8s.rbac.v1.Role(
-                f"{name}-role-{role_ns}",
-                metadata={"name": role_name, "namespace": role_ns, "labels": labels},
+            self.roles[role_ns], self.role_bindings[role_ns] = grant(
+                self,
+                (f"{name}-role-{role_ns}", f"{name}-rolebinding-{role_ns}"),
+                name=role_name,
+                namespace=role_ns,
                 rules=rules,
-                opts=child,
-            )
-            self.roles[role_ns] = role
-            self.role_bindings[role_ns] = k8s.rbac.v1.RoleBinding(
-                f"{name}-rolebinding-{role_ns}",
-                metadata={"name": role_name, "namespace": role_ns, "labels": labels},
-                role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role_name},
-                subjects=subject,
-                opts=pulumi.ResourceOptions(parent=self, depends_on=[role, self.service_account]),
+                **rbac,
             )
 
         config_name = f"{APP}-settings"
