@@ -1,0 +1,247 @@
+"""Alert rules under ``promtool``: every rule has a case that fires and one that stays quiet.
+
+The rule file is written from ``rule_groups(settings)``. ``promtool check rules`` runs on it as is; for
+``promtool test rules`` the annotations are dropped (they are prose, compared verbatim by promtool), so the
+cases check what matters: when each alert fires and the labels it carries (node, gpu, quarantine signal).
+"""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from components.telemetry.alerts import QUARANTINE_SIGNAL_LABEL, QUARANTINE_SIGNAL_VALUE, rule_groups
+from components.telemetry.settings import TelemetrySettings
+from tests.support.require import debian_tool
+
+GPU = {"Hostname": "gpu-node-1", "gpu": "0", "UUID": "GPU-a"}
+GPU_SEL = '{Hostname="gpu-node-1",gpu="0",UUID="GPU-a"}'
+GPU_OUT = {"node": "gpu-node-1", "gpu": "0", "UUID": "GPU-a"}
+IB_SEL = 'device="mlx5_0",port="1",node="gpu-node-1"'
+IB_OUT = {"node": "gpu-node-1", "device": "mlx5_0", "port": "1"}
+
+
+def case(series: list[tuple[str, str]], alert: str, at: str, fires: list[dict[str, str]]) -> dict[str, Any]:
+    return {
+        "interval": "1m",
+        "input_series": [{"series": s, "values": v} for s, v in series],
+        "alert_rule_test": [{"eval_time": at, "alertname": alert, "exp_alerts": [{"exp_labels": f} for f in fires]}],
+    }
+
+
+HOT = {**GPU_OUT, "severity": "critical", QUARANTINE_SIGNAL_LABEL: QUARANTINE_SIGNAL_VALUE}
+
+CASES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
+    # name: (fires, stays quiet)
+    "GpuTemperatureHigh": (
+        case([(f"DCGM_FI_DEV_GPU_TEMP{GPU_SEL}", "79x5")], "GpuTemperatureHigh", "3m", [HOT]),
+        case([(f"DCGM_FI_DEV_GPU_TEMP{GPU_SEL}", "78x5")], "GpuTemperatureHigh", "3m", []),
+    ),
+    "GpuTemperatureHigh-brief-spike": (
+        case([(f"DCGM_FI_DEV_GPU_TEMP{GPU_SEL}", "90 90 90 90")], "GpuTemperatureHigh", "2m", [HOT]),
+        case([(f"DCGM_FI_DEV_GPU_TEMP{GPU_SEL}", "90 70 70 70")], "GpuTemperatureHigh", "3m", []),
+    ),
+    "GpuBusyTensorCoresIdle": (
+        case(
+            [(f"DCGM_FI_DEV_GPU_UTIL{GPU_SEL}", "95x20"), (f"DCGM_FI_PROF_PIPE_TENSOR_ACTIVE{GPU_SEL}", "0.01x20")],
+            "GpuBusyTensorCoresIdle",
+            "16m",
+            [{**GPU_OUT, "severity": "info"}],
+        ),
+        case(
+            [(f"DCGM_FI_DEV_GPU_UTIL{GPU_SEL}", "95x20"), (f"DCGM_FI_PROF_PIPE_TENSOR_ACTIVE{GPU_SEL}", "0.5x20")],
+            "GpuBusyTensorCoresIdle",
+            "16m",
+            [],
+        ),
+    ),
+    "GpuBusyTensorCoresIdle-util-at-threshold": (
+        case(
+            [(f"DCGM_FI_DEV_GPU_UTIL{GPU_SEL}", "81x20"), (f"DCGM_FI_PROF_PIPE_TENSOR_ACTIVE{GPU_SEL}", "0.04x20")],
+            "GpuBusyTensorCoresIdle",
+            "16m",
+            [{**GPU_OUT, "severity": "info"}],
+        ),
+        case(
+            [(f"DCGM_FI_DEV_GPU_UTIL{GPU_SEL}", "80x20"), (f"DCGM_FI_PROF_PIPE_TENSOR_ACTIVE{GPU_SEL}", "0.04x20")],
+            "GpuBusyTensorCoresIdle",
+            "16m",
+            [],
+        ),
+    ),
+    "GpuBusyTensorCoresIdle-tensor-at-threshold": (
+        case(
+            [(f"DCGM_FI_DEV_GPU_UTIL{GPU_SEL}", "95x20"), (f"DCGM_FI_PROF_PIPE_TENSOR_ACTIVE{GPU_SEL}", "0.049x20")],
+            "GpuBusyTensorCoresIdle",
+            "16m",
+            [{**GPU_OUT, "severity": "info"}],
+        ),
+        case(
+            [(f"DCGM_FI_DEV_GPU_UTIL{GPU_SEL}", "95x20"), (f"DCGM_FI_PROF_PIPE_TENSOR_ACTIVE{GPU_SEL}", "0.05x20")],
+            "GpuBusyTensorCoresIdle",
+            "16m",
+            [],
+        ),
+    ),
+    "GpuXidError": (
+        case(
+            [(f"DCGM_FI_DEV_XID_ERRORS{GPU_SEL}", "0 0 0 79 79")],
+            "GpuXidError",
+            "4m",
+            [{**GPU, "node": "gpu-node-1", "severity": "warning"}],
+        ),
+        case([(f"DCGM_FI_DEV_XID_ERRORS{GPU_SEL}", "79x20")], "GpuXidError", "15m", []),
+    ),
+    "NvlinkErrorsIncreasing": (
+        case(
+            [
+                (
+                    'gpucluster_fabric_nvlink_errors_total{node="gpu-node-1",gpu="0",uuid="GPU-a",link="3",type="replay"}',
+                    "0 0 0 4 8",
+                )
+            ],
+            "NvlinkErrorsIncreasing",
+            "4m",
+            [{"node": "gpu-node-1", "gpu": "0", "uuid": "GPU-a", "link": "3", "type": "replay", "severity": "warning"}],
+        ),
+        case(
+            [
+                (
+                    'gpucluster_fabric_nvlink_errors_total{node="gpu-node-1",gpu="0",uuid="GPU-a",link="3",type="replay"}',
+                    "7x10",
+                )
+            ],
+            "NvlinkErrorsIncreasing",
+            "8m",
+            [],
+        ),
+    ),
+    "InfinibandLinkErrorsIncreasing": (
+        case(
+            [(f'gpucluster_fabric_infiniband_port_errors_total{{{IB_SEL},type="symbol_error"}}', "0 0 1 2 3")],
+            "InfinibandLinkErrorsIncreasing",
+            "4m",
+            [{**IB_OUT, "type": "symbol_error", "severity": "warning"}],
+        ),
+        case(
+            [
+                (f'gpucluster_fabric_infiniband_port_errors_total{{{IB_SEL},type="symbol_error"}}', "3x10"),
+                # other error types are not link errors
+                (f'gpucluster_fabric_infiniband_port_errors_total{{{IB_SEL},type="port_xmit_discards"}}', "0+5x10"),
+            ],
+            "InfinibandLinkErrorsIncreasing",
+            "8m",
+            [],
+        ),
+    ),
+    "InfinibandPortCongested": (
+        # 1.2e8 ticks a minute = 2e6/s, above the 1e6/s default
+        case(
+            [(f"gpucluster_fabric_infiniband_port_transmit_wait_total{{{IB_SEL}}}", "0+120000000x30")],
+            "InfinibandPortCongested",
+            "20m",
+            [{**IB_OUT, "severity": "warning"}],
+        ),
+        # 3e7 a minute = 5e5/s
+        case(
+            [(f"gpucluster_fabric_infiniband_port_transmit_wait_total{{{IB_SEL}}}", "0+30000000x30")],
+            "InfinibandPortCongested",
+            "20m",
+            [],
+        ),
+    ),
+    "InfinibandCounterSaturated": (
+        case(
+            [(f'gpucluster_fabric_infiniband_counter_saturated{{{IB_SEL},counter="symbol_error"}}', "1x40")],
+            "InfinibandCounterSaturated",
+            "35m",
+            [{**IB_OUT, "counter": "symbol_error", "severity": "info"}],
+        ),
+        case(
+            [(f'gpucluster_fabric_infiniband_counter_saturated{{{IB_SEL},counter="symbol_error"}}', "0x40")],
+            "InfinibandCounterSaturated",
+            "35m",
+            [],
+        ),
+    ),
+    "FabricExporterCollectorFailing": (
+        case(
+            [('gpucluster_fabric_collector_success{node="gpu-node-1",collector="nvlink"}', "0x20")],
+            "FabricExporterCollectorFailing",
+            "12m",
+            [{"node": "gpu-node-1", "collector": "nvlink", "severity": "warning"}],
+        ),
+        case(
+            [('gpucluster_fabric_collector_success{node="gpu-node-1",collector="nvlink"}', "1x20")],
+            "FabricExporterCollectorFailing",
+            "12m",
+            [],
+        ),
+    ),
+}
+
+
+def without_annotations(groups: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(groups)
+    for g in out["groups"]:
+        for r in g["rules"]:
+            r.pop("annotations", None)
+    return out
+
+
+def promtool_test(
+    tmp_path: Path, groups: dict[str, Any], tests: list[dict[str, Any]]
+) -> subprocess.CompletedProcess[str]:
+    promtool = debian_tool("promtool")
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump(without_annotations(groups), sort_keys=False))
+    (tmp_path / "test.yaml").write_text(
+        yaml.safe_dump({"rule_files": ["rules.yaml"], "evaluation_interval": "1m", "tests": tests}, sort_keys=False)
+    )
+    return subprocess.run(
+        [promtool, "test", "rules", "test.yaml"], cwd=tmp_path, capture_output=True, text=True, check=False, timeout=120
+    )
+
+
+def test_every_rule_has_cases() -> None:
+    names = {r["alert"] for g in rule_groups(TelemetrySettings())["groups"] for r in g["rules"]}
+    covered = {k.split("-")[0] for k in CASES}
+    assert names == covered
+
+
+def test_rule_file_passes_promtool_check(tmp_path: Path) -> None:
+    promtool = debian_tool("promtool")
+    path = tmp_path / "rules.yaml"
+    path.write_text(yaml.safe_dump(rule_groups(TelemetrySettings()), sort_keys=False))
+    proc = subprocess.run([promtool, "check", "rules", str(path)], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "SUCCESS: 8 rules found" in proc.stdout
+
+
+def test_all_cases_pass_under_promtool(tmp_path: Path) -> None:
+    tests = [c for pair in CASES.values() for c in pair]
+    proc = promtool_test(tmp_path, rule_groups(TelemetrySettings()), tests)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_quiet_case_would_fail_if_expected_to_fire(tmp_path: Path, name: str) -> None:
+    """Guards against cases that pass vacuously: the quiet input must not satisfy the firing expectation."""
+    fires, quiet = CASES[name]
+    flipped = copy.deepcopy(quiet)
+    flipped["alert_rule_test"][0]["exp_alerts"] = fires["alert_rule_test"][0]["exp_alerts"]
+    proc = promtool_test(tmp_path, rule_groups(TelemetrySettings()), [flipped])
+    assert proc.returncode != 0, f"{name}: the quiet series also fire"
+
+
+def test_temperature_limit_comes_from_settings(tmp_path: Path) -> None:
+    settings = TelemetrySettings.model_validate({"alerts": {"gpuTempLimitC": 70, "forMinutes": 3}})
+    fires = case([(f"DCGM_FI_DEV_GPU_TEMP{GPU_SEL}", "75x6")], "GpuTemperatureHigh", "4m", [HOT])
+    early = case([(f"DCGM_FI_DEV_GPU_TEMP{GPU_SEL}", "75x6")], "GpuTemperatureHigh", "2m", [])
+    quiet = case([(f"DCGM_FI_DEV_GPU_TEMP{GPU_SEL}", "70x6")], "GpuTemperatureHigh", "4m", [])
+    proc = promtool_test(tmp_path, rule_groups(settings), [fires, early, quiet])
+    assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -1,0 +1,301 @@
+"""VirtualNode under Pulumi's mocks: RBAC exactly as intended, the provider Secret only in the provider container,
+one replica with Recreate, the node's taint flag, the settings ConfigMap and the capacity output."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pulumi.runtime import config as pulumi_config
+
+from components.cluster import GpuCluster, GpuClusterArgs
+from components.config import load_stack_file
+from components.virtual_node import (
+    NODE_TAINT,
+    SECRETS_DIR,
+    VirtualNode,
+    VirtualNodeArgs,
+)
+from daemons.burst_provider.settings import BurstSettings
+from tests.support.pulumi_harness import Graph, Registered, deploy
+
+ROOT = Path(__file__).resolve().parents[2]
+RBAC = "kubernetes:rbac.authorization.k8s.io/v1"
+#: How the SDK marks a secret value on the wire (pulumi.runtime.rpc): the whole stringData map travels as one.
+SECRET_SIG = "4dabf18193072939515e22adb298388d"
+SECRET_VALUES = {"runpodApiKey": "rpa_0123456789ABCDEFGHIJ", "eastKubeconfig": "apiVersion: v1\nkind: Config\n"}
+
+
+def settings(**virtual_node: Any) -> BurstSettings:
+    return BurstSettings.model_validate(
+        {
+            "virtualNode": {
+                "nodeName": "gpu-burst",
+                "namespace": "gpucluster-burst",
+                "nodeImage": "ghcr.io/example/gpucluster-virtual-node:0.1.0",
+                "providerImage": "ghcr.io/example/gpucluster-daemons:0.1.0",
+                "inferenceNamespaces": ["inference", "inference-canary"],
+                **virtual_node,
+            },
+            "providers": [
+                {"name": "fake-a", "kind": "fake", "maxGpus": 16, "gpuTypes": {"H100": {"pricePerGpuHour": 2.5}},
+                 "fake": {"url": "http://127.0.0.1:18080"}},
+                {"name": "runpod", "kind": "runpod", "maxGpus": 8, "gpuTypes": {"H100": {"pricePerGpuHour": 2.99}},
+                 "runpod": {"apiKeySecret": "runpodApiKey"}},
+                {"name": "east", "kind": "kubernetes", "maxGpus": 32, "gpuTypes": {"H100": {"pricePerGpuHour": 1.8}},
+                 "kubernetes": {"kubeconfigSecret": "eastKubeconfig"}},
+            ],
+        }
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def graph() -> Graph:
+    return deploy(lambda: VirtualNode("vn", VirtualNodeArgs(settings=settings(), secrets=dict(SECRET_VALUES))))
+
+
+def _secret_keys(value: dict[str, Any]) -> list[str]:
+    assert value.get(SECRET_SIG) == "1b47061264138c4ac30d75fd1eb44270", "stringData is not marked secret"
+    return sorted(value["value"])
+
+
+def _deployment(graph: Graph) -> Registered:
+    return graph.one("kubernetes:apps/v1:Deployment", "vn-deployment")
+
+
+def _containers(graph: Graph) -> dict[str, dict[str, Any]]:
+    spec = _deployment(graph).inputs["spec"]["template"]["spec"]
+    return {c["name"]: c for c in spec["containers"]}
+
+
+def test_children_are_parented_and_outputs_registered(graph: Graph) -> None:
+    root = graph.one("gpucluster:burst:VirtualNode", "vn")
+    for r in graph.resources:
+        if r is not root:
+            assert r.parent == root.urn, f"{r.type} {r.name} is not a child of the component"
+    assert root.outputs == {
+        "nodeName": "gpu-burst",
+        "capacity": 16 + 8 + 32,
+        "serviceAccount": "gpucluster-virtual-node",
+        "namespace": "gpucluster-burst",
+        "providers": ["fake-a", "runpod", "east"],
+    }
+
+
+def test_cluster_role_is_exactly_the_node_agent_rules(graph: Graph) -> None:
+    role = graph.one(f"{RBAC}:ClusterRole", "vn-clusterrole")
+    assert role.inputs["metadata"]["name"] == "gpucluster-virtual-node-gpu-burst"
+    assert role.inputs["rules"] == [
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["create", "list", "watch"]},
+        {
+            "apiGroups": [""],
+            "resources": ["nodes"],
+            "verbs": ["get", "update", "patch"],
+            "resourceNames": ["gpu-burst"],
+        },
+        {
+            "apiGroups": [""],
+            "resources": ["nodes/status"],
+            "verbs": ["update", "patch"],
+            "resourceNames": ["gpu-burst"],
+        },
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "delete", "patch"]},
+        {"apiGroups": [""], "resources": ["pods/status"], "verbs": ["update", "patch"]},
+        {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
+    ]
+    binding = graph.one(f"{RBAC}:ClusterRoleBinding", "vn-clusterrolebinding")
+    assert binding.inputs["roleRef"]["name"] == "gpucluster-virtual-node-gpu-burst"
+    assert binding.inputs["subjects"] == [
+        {"kind": "ServiceAccount", "name": "gpucluster-virtual-node", "namespace": "gpucluster-burst"}
+    ]
+
+
+def test_secrets_and_endpointslices_only_in_the_inference_namespaces(graph: Graph) -> None:
+    roles = {r.inputs["metadata"]["namespace"]: r.inputs["rules"] for r in graph.of_type(f"{RBAC}:Role")}
+    assert sorted(roles) == ["inference", "inference-canary", "kube-node-lease"]
+    assert roles["kube-node-lease"] == [
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "verbs": ["get", "update", "patch"],
+            "resourceNames": ["gpu-burst"],
+        },
+    ]
+    for ns in ("inference", "inference-canary"):
+        assert roles[ns] == [
+            {"apiGroups": [""], "resources": ["configmaps", "secrets"], "verbs": ["get", "list", "watch"]},
+            {"apiGroups": [""], "resources": ["services"], "verbs": ["get", "list", "watch"]},
+            {
+                "apiGroups": ["discovery.k8s.io"],
+                "resources": ["endpointslices"],
+                "verbs": ["create", "get", "list", "watch", "update", "patch", "delete"],
+            },
+        ]
+    bindings = {b.inputs["metadata"]["namespace"] for b in graph.of_type(f"{RBAC}:RoleBinding")}
+    assert bindings == set(roles)
+    cluster_resources = {res for rule in graph.one(f"{RBAC}:ClusterRole", "vn-clusterrole").inputs["rules"]
+                         for res in rule["resources"]}  # fmt: skip
+    assert not cluster_resources & {"secrets", "configmaps", "endpointslices", "services"}
+
+
+def test_one_replica_recreated_never_two_nodes_at_once(graph: Graph) -> None:
+    spec = _deployment(graph).inputs["spec"]
+    assert spec["replicas"] == 1
+    assert spec["strategy"] == {"type": "Recreate"}
+
+
+def test_node_container_registers_the_tainted_node(graph: Graph) -> None:
+    node = _containers(graph)["node"]
+    assert node["image"] == "ghcr.io/example/gpucluster-virtual-node:0.1.0"
+    assert node["args"] == [
+        "--nodename=gpu-burst",
+        "--provider-url=http://127.0.0.1:10299",
+        "--taint=virtual-kubelet.io/provider=gpucluster:NoSchedule",
+        "--listen-metrics=:10298",
+    ]
+    assert node["readinessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    assert node["ports"] == [{"name": "metrics", "containerPort": 10298, "protocol": "TCP"}]
+    assert NODE_TAINT == "virtual-kubelet.io/provider=gpucluster:NoSchedule"
+
+
+def test_provider_container_command_and_loopback_probes(graph: Graph) -> None:
+    provider = _containers(graph)["provider"]
+    assert provider["command"] == ["gpucluster-burst-provider"]
+    assert provider["args"] == [
+        "--settings",
+        "/etc/gpucluster/burst/settings.json",
+        "--secrets-dir",
+        "/var/run/secrets/gpucluster/providers",
+        "--listen",
+        "127.0.0.1:10299",
+    ]
+    for probe in ("readinessProbe", "livenessProbe"):
+        assert "http://127.0.0.1:10299/healthz" in " ".join(provider[probe]["exec"]["command"])
+
+
+def test_the_secret_is_mounted_only_in_the_provider(graph: Graph) -> None:
+    spec = _deployment(graph).inputs["spec"]["template"]["spec"]
+    secret_volumes = [v["name"] for v in spec["volumes"] if "secret" in v]
+    assert secret_volumes == ["provider-secrets"]
+    assert spec["volumes"][1]["secret"]["secretName"] == "gpucluster-virtual-node-provider-secrets"
+    mounts = {name: {m["name"]: m for m in c.get("volumeMounts", [])} for name, c in _containers(graph).items()}
+    assert "provider-secrets" not in mounts["node"]
+    assert mounts["provider"]["provider-secrets"] == {
+        "name": "provider-secrets",
+        "mountPath": SECRETS_DIR,
+        "readOnly": True,
+    }
+    for c in _containers(graph).values():
+        # no credential travels as an environment variable
+        assert all("secretKeyRef" not in e.get("valueFrom", {}) for e in c.get("env", []))
+        assert c["securityContext"]["allowPrivilegeEscalation"] is False
+        assert c["resources"]["requests"]
+        assert c["resources"]["limits"]["memory"]
+    assert spec["securityContext"]["runAsNonRoot"] is True
+
+
+def test_secret_holds_exactly_the_named_provider_secrets(graph: Graph) -> None:
+    secret = graph.one("kubernetes:core/v1:Secret", "vn-provider-secrets")
+    assert secret.inputs["metadata"]["namespace"] == "gpucluster-burst"
+    assert _secret_keys(secret.inputs["stringData"]) == ["eastKubeconfig", "runpodApiKey"]
+
+
+def test_settings_config_map_round_trips_and_carries_no_secret_value(graph: Graph) -> None:
+    cm = graph.one("kubernetes:core/v1:ConfigMap", "vn-settings")
+    text = cm.inputs["data"]["settings.json"]
+    assert BurstSettings.model_validate(json.loads(text)) == settings()
+    assert json.loads(text)["providers"][1]["runpod"]["apiKeySecret"] == "runpodApiKey"  # camelCase, by alias
+    for value in SECRET_VALUES.values():
+        assert value not in text
+
+
+def test_port_follows_the_settings() -> None:
+    graph = deploy(lambda: VirtualNode("vn", VirtualNodeArgs(settings=settings(port=11000), secrets=SECRET_VALUES)))
+    assert "--provider-url=http://127.0.0.1:11000" in _containers(graph)["node"]["args"]
+    assert "127.0.0.1:11000" in _containers(graph)["provider"]["args"]
+
+
+def test_args_refuse_missing_extra_or_disabled() -> None:
+    good = VirtualNodeArgs(settings=settings(), secrets=SECRET_VALUES)
+    assert good.capacity == 56
+    with pytest.raises(ValueError, match=r"VirtualNodeArgs\.secrets: no value for \['eastKubeconfig'\]"):
+        dataclasses.replace(good, secrets={"runpodApiKey": "k"})
+    with pytest.raises(ValueError, match=r"VirtualNodeArgs\.secrets: \['other'\] named by no provider"):
+        dataclasses.replace(good, secrets={**SECRET_VALUES, "other": "x"})
+    with pytest.raises(ValueError, match=r"VirtualNodeArgs\.settings: bursting is disabled"):
+        dataclasses.replace(good, settings=settings().model_copy(update={"enabled": False}))
+    with pytest.raises(ValueError, match=r"VirtualNodeArgs\.settings\.providers"):
+        dataclasses.replace(good, settings=settings().model_copy(update={"providers": []}), secrets={})
+    with pytest.raises(TypeError, match=r"VirtualNodeArgs\.settings: expected BurstSettings"):
+        VirtualNodeArgs(settings={"virtualNode": {}}, secrets={})  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"VirtualNodeArgs\.labels key"):
+        dataclasses.replace(good, labels={"bad key!": "x"})
+
+
+# --- wired into GpuCluster --------------------------------------------------------------------------------------
+
+
+def test_local_cluster_bursts_through_the_virtual_node_and_taint_controller() -> None:
+    cfg = load_stack_file(ROOT / "stacks" / "Pulumi.local.yaml")
+    graph = deploy(lambda: GpuCluster("sim", GpuClusterArgs(config=cfg)))
+    root = graph.one("gpucluster:cluster:GpuCluster", "sim")
+    vn = graph.one("gpucluster:burst:VirtualNode", "sim-virtual-node")
+    tc = graph.one("gpucluster:burst:TaintController", "sim-taint-controller")
+    assert graph.parent_of(vn) is root
+    assert graph.parent_of(tc) is root
+    assert vn.outputs["capacity"] == 16
+    ns = graph.one("kubernetes:core/v1:Namespace", "sim-ns-gpucluster-burst")
+    assert ns.inputs["metadata"]["labels"]["gpucluster.io/workload"] == "burst"
+    assert graph.depends_on(graph.one("kubernetes:apps/v1:Deployment", "sim-virtual-node-deployment"), ns)
+    role = graph.one(f"{RBAC}:Role", "sim-virtual-node-role-inference")
+    assert graph.depends_on(role, graph.one("kubernetes:core/v1:Namespace", "sim-ns-inference"))
+    assert root.outputs["burst"] == {
+        "virtualNode": "gpu-burst",
+        "capacity": 16,
+        "providers": ["fake-a"],
+        "taintController": True,
+    }
+    assert not graph.one("kubernetes:core/v1:Secret", "sim-virtual-node-provider-secrets").inputs.get("stringData")
+
+
+def test_a_stack_with_secret_providers_gets_them_from_the_args_or_fails_early() -> None:
+    local = load_stack_file(ROOT / "stacks" / "Pulumi.local.yaml")
+    assert local.burst is not None
+    burst = dataclasses.replace(local.burst, settings=settings(inferenceNamespaces=["inference"]))
+    cfg = dataclasses.replace(local, burst=burst)
+    with pytest.raises(ValueError, match=r"GpuClusterArgs\.secrets: no value for \['eastKubeconfig'\]"):
+        GpuClusterArgs(config=cfg, secrets={"runpodApiKey": "k"})
+    graph = deploy(lambda: GpuCluster("t", GpuClusterArgs(config=cfg, secrets={**SECRET_VALUES, "unused": "x"})))
+    secret = graph.one("kubernetes:core/v1:Secret", "t-virtual-node-provider-secrets")
+    assert _secret_keys(secret.inputs["stringData"]) == ["eastKubeconfig", "runpodApiKey"]
+
+
+def test_disabled_burst_builds_neither_daemon() -> None:
+    cfg = load_stack_file(ROOT / "stacks" / "Pulumi.prod.yaml")
+    assert cfg.burst is not None
+    assert not cfg.burst.enabled
+    graph = deploy(lambda: GpuCluster("prod", GpuClusterArgs(config=cfg)))
+    assert not graph.of_type("gpucluster:burst:VirtualNode")
+    assert not graph.of_type("gpucluster:burst:TaintController")
+    assert graph.one("gpucluster:cluster:GpuCluster", "prod").outputs.get("burst") is None
+
+
+def test_without_explicit_secrets_the_cluster_reads_the_stacks_secret_config() -> None:
+    local = load_stack_file(ROOT / "stacks" / "Pulumi.local.yaml")
+    assert local.burst is not None
+    cfg = dataclasses.replace(
+        local, burst=dataclasses.replace(local.burst, settings=settings(inferenceNamespaces=["inference"]))
+    )
+    config = {f"gpucluster:{k}": v for k, v in SECRET_VALUES.items()}
+    pulumi_config.set_all_config(config, list(config))
+    try:
+        graph = deploy(lambda: GpuCluster("t", GpuClusterArgs(config=cfg)))
+    finally:
+        pulumi_config.set_all_config({}, [])
+    secret = graph.one("kubernetes:core/v1:Secret", "t-virtual-node-provider-secrets")
+    assert _secret_keys(secret.inputs["stringData"]) == ["eastKubeconfig", "runpodApiKey"]
+    assert secret.inputs["stringData"]["value"]["runpodApiKey"] == SECRET_VALUES["runpodApiKey"]

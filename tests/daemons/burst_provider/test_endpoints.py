@@ -1,0 +1,121 @@
+"""EndpointSlices and pod annotations for Running external replicas."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from daemons.burst_provider.endpoints import EndpointManager, address_type, slice_name
+from daemons.burst_provider.providers.base import InstanceState
+from daemons.burst_provider.service import BurstService
+from tests.daemons.burst_provider.support import (
+    FakeSource,
+    ManualClock,
+    MemoryProvider,
+    QueuedSpawn,
+    make_pod,
+    make_settings,
+    provider_entry,
+)
+
+
+def service(name: str, selector: dict[str, str], target: Any = "http", ns: str = "inference") -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"selector": selector, "ports": [{"name": "web", "port": 80, "targetPort": target, "protocol": "TCP"}]},
+    }
+
+
+def running(
+    source: FakeSource, *pods: dict[str, Any], address: str = ""
+) -> tuple[BurstService, EndpointManager, MemoryProvider]:
+    p = MemoryProvider("fake-a")
+    settings = make_settings(provider_entry("fake-a"))
+    spawn = QueuedSpawn()
+    svc = BurstService(settings, {"fake-a": p}, source, clock=ManualClock(), spawn=spawn)
+    for pod in pods:
+        source.pods.append(pod)
+        svc.create_pod(pod)
+    spawn.run_all()
+    for iid in p.created:
+        p.set_state(iid, InstanceState.RUNNING, address=address)
+    svc.poll_once()
+    return svc, EndpointManager(source, settings), p
+
+
+def test_slice_for_a_matching_service() -> None:
+    source = FakeSource()
+    source.svcs["inference"] = [service("web", {"app": "web"}), service("other", {"app": "db"})]
+    svc, em, _ = running(source, make_pod("web-1"), make_pod("web-2"))
+    assert em.sync(svc.records(), source.pods) == 1
+    ((key, es),) = source.slices.items()
+    assert key[0] == "inference"
+    assert es["apiVersion"] == "discovery.k8s.io/v1"
+    assert es["addressType"] == "IPv4"
+    assert es["metadata"]["labels"]["kubernetes.io/service-name"] == "web"
+    assert es["metadata"]["labels"]["endpointslice.kubernetes.io/managed-by"] == "burst.gpucluster.io"
+    assert es["ports"] == [{"name": "web", "port": 8080, "protocol": "TCP"}]
+    assert [e["addresses"] for e in es["endpoints"]] == [["203.0.113.1"], ["203.0.113.2"]]
+    first = es["endpoints"][0]
+    assert first["conditions"]["ready"] is True
+    assert first["targetRef"] == {"kind": "Pod", "namespace": "inference", "name": "web-1", "uid": "uid-web-1"}
+    assert source.annotations[("inference", "web-1")] == {
+        "burst.gpucluster.io/address": "203.0.113.1",
+        "burst.gpucluster.io/provider": "fake-a",
+        "burst.gpucluster.io/instance-id": "fake-a-i1",
+    }
+
+
+def test_second_sync_writes_nothing() -> None:
+    source = FakeSource()
+    source.svcs["inference"] = [service("web", {"app": "web"})]
+    svc, em, _ = running(source, make_pod())
+    em.sync(svc.records(), source.pods)
+    em.sync(svc.records(), source.pods)
+    assert source.applied == 1
+
+
+def test_endpoint_removed_when_the_pod_stops_running() -> None:
+    source = FakeSource()
+    source.svcs["inference"] = [service("web", {"app": "web"})]
+    svc, em, p = running(source, make_pod())
+    em.sync(svc.records(), source.pods)
+    assert len(source.slices) == 1
+    p.set_state(p.created[0], InstanceState.FAILED, exit_code=1)
+    svc.poll_once()
+    assert em.sync(svc.records(), source.pods) == 0
+    assert source.slices == {}
+
+
+def test_hostname_address_gives_an_fqdn_slice_and_numeric_target_port() -> None:
+    source = FakeSource()
+    source.svcs["inference"] = [service("web", {"app": "web"}, target=8080)]
+    svc, em, _ = running(source, make_pod(), address="abc-8080.proxy.example.net")
+    em.sync(svc.records(), source.pods)
+    (es,) = source.slices.values()
+    assert es["addressType"] == "FQDN"
+    assert es["ports"][0]["port"] == 8080
+
+
+def test_no_slice_outside_inference_namespaces_or_without_a_match() -> None:
+    source = FakeSource()
+    source.svcs["inference"] = [service("web", {"app": "other"}), service("all", {})]
+    svc, em, _ = running(source, make_pod())
+    assert em.sync(svc.records(), source.pods) == 0
+    assert source.slices == {}
+
+
+def test_pod_gone_from_the_source_gets_no_endpoint() -> None:
+    source = FakeSource()
+    source.svcs["inference"] = [service("web", {"app": "web"})]
+    svc, em, _ = running(source, make_pod())
+    source.pods.clear()
+    assert em.sync(svc.records(), source.pods) == 0
+
+
+def test_helpers() -> None:
+    assert address_type("10.0.0.1") == "IPv4"
+    assert address_type("2001:db8::1") == "IPv6"
+    assert address_type("host.example.com") == "FQDN"
+    name = slice_name("a" * 60, "provider-with-long-name", "IPv4", [("web", 80, "TCP")])
+    assert len(name) <= 63
+    assert name != slice_name("a" * 60, "provider-with-long-name", "FQDN", [("web", 80, "TCP")])

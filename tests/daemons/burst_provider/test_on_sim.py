@@ -1,0 +1,406 @@
+"""The virtual node on the simulated cluster: pods run on the fake GPU cloud and on a second cluster, every
+failure is a Failed pod with a Running replacement, a crash leaks nothing, and the RBAC Pulumi grants is enough
+and no more.
+
+The daemons run as local processes (``sim/processes.py``, started by ``make up``) with the ServiceAccount tokens
+Pulumi created. A probe Deployment in the inference namespace tolerates the virtual node's taint and the burst
+taint and selects the virtual node, so it lands there whatever the taint controller decides.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from components.config import load_stack_file
+from tests.support.local_stack import ROOT, LocalStack, wait_for
+from tests.support.sim import load_sim_module
+
+pytestmark = pytest.mark.integration
+
+CFG = load_stack_file(ROOT / "stacks" / "Pulumi.local.yaml")
+assert CFG.burst is not None
+BURST = CFG.burst.settings
+NODE = BURST.virtual_node.node_name
+NS = BURST.virtual_node.inference_namespaces[0]
+FAKE = next(p.fake.url for p in BURST.providers if p.fake is not None)
+PROBE = "burst-probe"
+PROVIDER_TAINT = ("virtual-kubelet.io/provider", "gpucluster")
+processes = load_sim_module("processes")
+
+
+def http(method: str, url: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=5) as r:
+        out = json.loads(r.read() or b"{}")
+    assert isinstance(out, dict)
+    return out
+
+
+def knobs(**values: Any) -> None:
+    http("POST", f"{FAKE}/admin/knobs", values)
+
+
+def instances() -> list[dict[str, Any]]:
+    """The fake cloud's live instances of this virtual node (what would be billed)."""
+    listed = http("GET", f"{FAKE}/instances?node={NODE}")["instances"]
+    return [i for i in listed if i["state"] in ("creating", "running")]
+
+
+def probe(replicas: int = 1, name: str = PROBE) -> dict[str, Any]:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}, "annotations": {"burst.gpucluster.io/gpu-type": "H100"}},
+                "spec": {
+                    "nodeSelector": {"type": "virtual-kubelet"},
+                    "tolerations": [
+                        {
+                            "key": PROVIDER_TAINT[0],
+                            "operator": "Equal",
+                            "value": PROVIDER_TAINT[1],
+                            "effect": "NoSchedule",
+                        },
+                        {"key": CFG.burst_taint_key, "operator": "Exists", "effect": "NoSchedule"},
+                    ],
+                    "containers": [
+                        {
+                            "name": "server",
+                            "image": "registry.invalid/probe:1",
+                            "ports": [{"name": "http", "containerPort": 8080}],
+                            "resources": {"limits": {"nvidia.com/gpu": "1"}},
+                        }
+                    ],
+                },
+            },
+        },
+    }
+
+
+def pods(stack: LocalStack, name: str = PROBE) -> list[dict[str, Any]]:
+    return stack.items("pods", "-n", NS, "-l", f"app={name}")
+
+
+def ready(p: dict[str, Any]) -> bool:
+    return p.get("status", {}).get("phase") == "Running" and any(
+        c.get("type") == "Ready" and c.get("status") == "True" for c in p["status"].get("conditions") or []
+    )
+
+
+def running_on_node(stack: LocalStack, n: int, name: str = PROBE) -> list[dict[str, Any]] | None:
+    live = [p for p in pods(stack, name) if not p["metadata"].get("deletionTimestamp")]
+    ok = [p for p in live if ready(p) and p["spec"].get("nodeName") == NODE]
+    return ok if len(ok) == n and len(live) == n else None
+
+
+@pytest.fixture
+def clean(local_stack: LocalStack) -> Iterator[LocalStack]:
+    """Knobs at rest, no probe before or after; waits until the probe's instances are gone."""
+    knobs(createFailureRate=0.0, deathRate=0.0, bootSeconds=2.0)
+    local_stack.kubectl("delete", "deployment", PROBE, "-n", NS, "--ignore-not-found", "--wait=true")
+    yield local_stack
+    knobs(createFailureRate=0.0, deathRate=0.0, bootSeconds=5.0)
+    local_stack.kubectl("delete", "deployment", PROBE, "-n", NS, "--ignore-not-found", "--wait=true")
+    wait_for(
+        "the probe's pods and instances to be gone",
+        lambda: not pods(local_stack) and not [i for i in instances() if i["tags"]["pod"].startswith(PROBE)],
+        timeout=120,
+    )
+
+
+# --- the node -------------------------------------------------------------------------------------------------
+
+
+def test_virtual_node_registers_with_the_providers_caps_and_its_taint(local_stack: LocalStack) -> None:
+    node = local_stack.get("node", NODE)
+    assert node["metadata"]["labels"]["type"] == "virtual-kubelet"
+    assert "kwok.x-k8s.io/node" not in (node["metadata"].get("annotations") or {}), "kwok must not manage it"
+    assert node["status"]["capacity"]["nvidia.com/gpu"] == str(sum(p.max_gpus for p in BURST.providers))
+    taints = {(t["key"], t.get("value"), t["effect"]) for t in node["spec"].get("taints") or []}
+    assert (*PROVIDER_TAINT, "NoSchedule") in taints
+    assert all(t[2] != "NoExecute" for t in taints)
+    assert any(c["type"] == "Ready" and c["status"] == "True" for c in node["status"]["conditions"])
+
+
+def test_a_tolerating_pod_runs_on_the_fake_cloud_and_is_reachable(clean: LocalStack) -> None:
+    stack = clean
+    stack.apply(probe(1))
+    stack.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": PROBE, "namespace": NS},
+            "spec": {"selector": {"app": PROBE}, "ports": [{"name": "http", "port": 80, "targetPort": "http"}]},
+        }
+    )
+    try:
+        (pod,) = wait_for("the probe Ready on the virtual node", lambda: running_on_node(stack, 1), timeout=90)
+        uid = pod["metadata"]["uid"]
+        (inst,) = [i for i in instances() if i["tags"]["uid"] == uid]
+        assert inst["state"] == "running"
+        assert inst["tags"] == {"node": NODE, "namespace": NS, "pod": pod["metadata"]["name"], "uid": uid}
+        address = wait_for(
+            "the external address annotation",
+            lambda: (
+                stack.get("pod", pod["metadata"]["name"], "-n", NS)["metadata"]
+                .get("annotations", {})
+                .get("burst.gpucluster.io/address")
+            ),
+        )
+        assert address == inst["address"]
+        slices = wait_for(
+            "an EndpointSlice for the external replica",
+            lambda: stack.items(
+                "endpointslices", "-n", NS, "-l", "endpointslice.kubernetes.io/managed-by=burst.gpucluster.io"
+            ),
+        )
+        endpoints = [e for s in slices for e in s.get("endpoints") or []]
+        assert [e["addresses"] for e in endpoints] == [[address]]
+        assert all(s["metadata"]["labels"]["kubernetes.io/service-name"] == PROBE for s in slices)
+    finally:
+        stack.kubectl("delete", "service", PROBE, "-n", NS, "--ignore-not-found")
+
+
+def test_deleting_the_pod_deletes_its_instance(clean: LocalStack) -> None:
+    stack = clean
+    stack.apply(probe(1))
+    (pod,) = wait_for("the probe Ready on the virtual node", lambda: running_on_node(stack, 1), timeout=90)
+    uid = pod["metadata"]["uid"]
+    assert [i for i in instances() if i["tags"]["uid"] == uid]
+    stack.kubectl("scale", "deployment", PROBE, "-n", NS, "--replicas=0")
+    wait_for("the instance to be deleted", lambda: not [i for i in instances() if i["tags"]["uid"] == uid], timeout=60)
+
+
+# --- every failure is a Failed pod with a replacement --------------------------------------------------------
+
+
+def _failed_then_replaced(stack: LocalStack, reason: str, heal: Any, timeout: float = 90) -> None:
+    failed = wait_for(
+        f"a Failed probe pod ({reason})",
+        lambda: [p for p in pods(stack) if p.get("status", {}).get("phase") == "Failed"],
+        timeout=timeout,
+    )
+    status = failed[0]["status"]
+    assert status.get("reason") == reason, status
+    for c in status.get("containerStatuses") or []:
+        assert "terminated" in c["state"], c
+    heal()
+    wait_for("a Running replacement on the virtual node", lambda: running_on_node(stack, 1), timeout=120)
+    # The node deletes the Failed pods it created once their replacement exists.
+    wait_for(
+        "the replaced Failed pods to be deleted",
+        lambda: not [p for p in pods(stack) if p.get("status", {}).get("phase") == "Failed"],
+        timeout=90,
+    )
+
+
+def test_a_refused_create_is_a_failed_pod_and_a_replacement_runs(clean: LocalStack) -> None:
+    knobs(createFailureRate=1.0)
+    clean.apply(probe(1))
+    _failed_then_replaced(clean, "ProviderCreateFailed", lambda: knobs(createFailureRate=0.0))
+
+
+def test_a_creation_timeout_is_a_failed_pod_and_a_replacement_runs(clean: LocalStack) -> None:
+    timeout = BURST.virtual_node.creation_timeout_seconds
+    knobs(bootSeconds=timeout * 10)
+    clean.apply(probe(1))
+    _failed_then_replaced(clean, "ProviderTimeout", lambda: knobs(bootSeconds=2.0), timeout=timeout + 60)
+    # The instance that never booted was deleted, not left billing.
+    assert len(instances()) == len([p for p in pods(clean) if p["spec"].get("nodeName") == NODE])
+
+
+def test_an_instance_death_is_a_failed_pod_and_a_replacement_runs(clean: LocalStack) -> None:
+    clean.apply(probe(1))
+    (pod,) = wait_for("the probe Ready on the virtual node", lambda: running_on_node(clean, 1), timeout=90)
+    (inst,) = [i for i in instances() if i["tags"]["uid"] == pod["metadata"]["uid"]]
+    http("POST", f"{FAKE}/admin/instances/{inst['id']}/kill", {"exitCode": 137})
+    _failed_then_replaced(clean, "InstanceDied", lambda: None)
+
+
+# --- crashes ---------------------------------------------------------------------------------------------------
+
+
+def test_killing_the_provider_and_the_node_mid_flight_loses_nothing(clean: LocalStack) -> None:
+    """SIGKILL both containers while pods are being created and one is being deleted; after restart the replicas
+    all run and every live instance belongs to a live pod (no orphan, no lost replica)."""
+    stack = clean
+    registry = processes.registry()
+    knobs(bootSeconds=6.0)
+    stack.apply(probe(3))
+    wait_for(
+        "three probe pods bound to the virtual node",
+        lambda: len([p for p in pods(stack) if p["spec"].get("nodeName") == NODE]) >= 3,
+    )
+    time.sleep(2)  # creates in flight: instances booting
+    registry["provider"].kill()
+    registry["virtual-node"].kill()
+    stack.kubectl("scale", "deployment", PROBE, "-n", NS, "--replicas=2")
+    time.sleep(3)
+    registry["provider"].start()
+    registry["virtual-node"].start()
+    live = wait_for("two probe replicas Ready on the virtual node", lambda: running_on_node(stack, 2), timeout=180)
+    uids = {p["metadata"]["uid"] for p in live}
+    wait_for(
+        "exactly one live instance per live pod",
+        lambda: sorted(i["tags"]["uid"] for i in instances() if i["tags"]["pod"].startswith(PROBE)) == sorted(uids),
+        timeout=60,
+    )
+
+
+# --- RBAC: the ServiceAccount tokens Pulumi created ------------------------------------------------------------
+
+
+def _can_i(stack: LocalStack, kubeconfig: Path, *args: str) -> bool:
+    proc = stack.run("kubectl", "--kubeconfig", str(kubeconfig), "auth", "can-i", *args, check=False)
+    return proc.stdout.strip() == "yes"
+
+
+def test_the_daemons_run_with_least_privilege(local_stack: LocalStack, tmp_path: Path) -> None:
+    vn_ns = BURST.virtual_node.namespace
+    vn = processes.sa_kubeconfig(vn_ns, "gpucluster-virtual-node", tmp_path / "vn")
+    tc = processes.sa_kubeconfig(CFG.burst.taint_controller.namespace, "gpucluster-taint-controller", tmp_path / "tc")
+    # What they need.
+    assert _can_i(local_stack, vn, "patch", f"nodes/{NODE}")
+    assert _can_i(local_stack, vn, "update", "pods", "--subresource=status", "-n", NS)
+    assert _can_i(local_stack, vn, "create", "endpointslices.discovery.k8s.io", "-n", NS)
+    assert _can_i(local_stack, vn, "get", "secrets", "-n", NS)
+    assert _can_i(local_stack, tc, "patch", f"nodes/{NODE}")
+    # What they must not do.
+    assert not _can_i(local_stack, vn, "get", "secrets", "-n", "kube-system")
+    assert not _can_i(local_stack, vn, "patch", "nodes/h100-node-0")
+    assert not _can_i(local_stack, vn, "create", "pods", "-n", NS)
+    assert not _can_i(local_stack, tc, "patch", "nodes/h100-node-0")
+    assert not _can_i(local_stack, tc, "delete", "pods", "-n", NS)
+    # And the API server says so when they try.
+    denied = local_stack.run("kubectl", "--kubeconfig", str(vn), "get", "secrets", "-n", "kube-system", check=False)
+    assert denied.returncode != 0
+    assert "forbidden" in denied.stderr.lower()
+    denied = local_stack.run(
+        "kubectl", "--kubeconfig", str(tc), "taint", "node", "h100-node-0", "x=y:NoSchedule", check=False
+    )
+    assert denied.returncode != 0
+    assert "forbidden" in denied.stderr.lower()
+
+
+# --- the second cluster ------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def remote_provider(clean: LocalStack, tmp_path: Path) -> Iterator[Path]:
+    """The provider service restarted with one provider of kind kubernetes: the second simulated cluster."""
+    remote = ROOT / "sim" / "remote.sh"
+    was_up = (ROOT / ".state" / "remote" / "kubeconfig").exists()
+    subprocess.run([str(remote), "up"], check=True, cwd=ROOT, capture_output=True, timeout=180)
+    kubeconfig = ROOT / ".state" / "remote" / "kubeconfig"
+    secrets = tmp_path / "secrets"
+    secrets.mkdir()
+    shutil.copy(kubeconfig, secrets / "remoteKubeconfig")
+    settings = json.loads(json.dumps(BURST.model_dump(by_alias=True, mode="json")))
+    settings["providers"] = [
+        {
+            "name": "remote",
+            "kind": "kubernetes",
+            "maxGpus": 16,
+            "gpuTypes": {"H100": {"pricePerGpuHour": 1.5}},
+            "kubernetes": {"kubeconfigSecret": "remoteKubeconfig", "namespaceMap": {NS: "burst-inference"}},
+        }
+    ]
+    (tmp_path / "settings.json").write_text(json.dumps(settings))
+    registry = processes.registry()
+    local = registry["provider"]
+    local.stop()
+    vn_ns = BURST.virtual_node.namespace
+    kc = processes.sa_kubeconfig(vn_ns, "gpucluster-virtual-node", tmp_path / "kubeconfig")
+    swapped = processes.Daemon(
+        "provider",
+        lambda: [
+            processes.python(),
+            "-m",
+            "daemons.burst_provider",
+            "--settings",
+            str(tmp_path / "settings.json"),
+            "--kubeconfig",
+            str(kc),
+            "--secrets-dir",
+            str(secrets),
+            "--listen",
+            f"127.0.0.1:{BURST.virtual_node.port}",
+        ],
+        ready_url=f"http://127.0.0.1:{BURST.virtual_node.port}/healthz",
+    )
+    swapped.start()
+    try:
+        yield kubeconfig
+    finally:
+        clean.kubectl("delete", "deployment", PROBE, "-n", NS, "--ignore-not-found", "--wait=true")
+        time.sleep(3)
+        swapped.stop()
+        local.start()
+        if not was_up:
+            subprocess.run([str(remote), "down"], check=False, cwd=ROOT, capture_output=True, timeout=120)
+
+
+def test_a_tolerating_pod_runs_on_the_second_cluster(clean: LocalStack, remote_provider: Path) -> None:
+    stack = clean
+    stack.apply(probe(1))
+    (pod,) = wait_for(
+        "the probe Ready on the virtual node via the second cluster", lambda: running_on_node(stack, 1), timeout=120
+    )
+    uid = pod["metadata"]["uid"]
+    remote_pods = stack.run(
+        "kubectl",
+        "--kubeconfig",
+        str(remote_provider),
+        "get",
+        "pods",
+        "-n",
+        "burst-inference",
+        "-l",
+        f"burst.gpucluster.io/source-uid={uid}",
+        "-o",
+        "json",
+    ).stdout
+    (remote,) = json.loads(remote_pods)["items"]
+    assert remote["metadata"]["name"].endswith(uid)
+    assert remote["status"]["phase"] == "Running"
+    assert pod["status"].get("podIP") == remote["status"]["podIP"]
+    stack.kubectl("delete", "pod", pod["metadata"]["name"], "-n", NS, "--wait=false")
+    wait_for(
+        "the remote pod to be deleted",
+        lambda: (
+            not [
+                p
+                for p in json.loads(
+                    stack.run(
+                        "kubectl",
+                        "--kubeconfig",
+                        str(remote_provider),
+                        "get",
+                        "pods",
+                        "-n",
+                        "burst-inference",
+                        "-l",
+                        f"burst.gpucluster.io/source-uid={uid}",
+                        "-o",
+                        "json",
+                    ).stdout
+                )["items"]
+                if not p["metadata"].get("deletionTimestamp")
+            ]
+        ),
+        timeout=90,
+    )

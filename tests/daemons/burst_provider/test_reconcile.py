@@ -1,0 +1,192 @@
+"""Reconciliation: orphans deleted, records rebuilt after a restart, vanished instances fail their pods."""
+
+from __future__ import annotations
+
+from daemons.burst_provider.providers.base import Instance, InstanceState, InstanceTags
+from daemons.burst_provider.reconcile import Reconciler
+from daemons.burst_provider.service import BurstService
+from tests.daemons.burst_provider.support import (
+    FakeSource,
+    ManualClock,
+    MemoryProvider,
+    QueuedSpawn,
+    make_pod,
+    make_settings,
+)
+
+
+def build(provider: MemoryProvider, source: FakeSource) -> tuple[BurstService, Reconciler, ManualClock, QueuedSpawn]:
+    clock = ManualClock()
+    spawn = QueuedSpawn()
+    svc = BurstService(make_settings(), {provider.name: provider}, source, clock=clock, spawn=spawn)
+    return svc, Reconciler(svc, source, timer=clock), clock, spawn
+
+
+def tagged(uid: str, state: InstanceState, node: str = "gpu-burst", iid: str = "") -> Instance:
+    return Instance(
+        provider="fake-a",
+        instance_id=iid or f"old-{uid}",
+        tags=InstanceTags(node=node, namespace="inference", pod=f"pod-{uid}", uid=uid),
+        state=state,
+        gpu_type="H100",
+        gpu_count=1,
+        address="198.51.100.9" if state is InstanceState.RUNNING else "",
+    )
+
+
+def test_orphan_instance_is_deleted_and_live_ones_are_kept() -> None:
+    p = MemoryProvider("fake-a")
+    source = FakeSource()
+    p.add(tagged("live", InstanceState.RUNNING))
+    p.add(tagged("gone", InstanceState.RUNNING))
+    p.add(tagged("other-node", InstanceState.RUNNING, node="another"))
+    source.pods.append(make_pod("pod-live", uid="live"))
+    svc, rec, _, _ = build(p, source)
+    report = rec.run_once()
+    assert report.orphans_deleted == ["fake-a/old-gone"]
+    assert p.deleted == ["old-gone"]
+    assert "old-other-node" in p.instances  # another node's instance is none of our business
+    metric = svc.metrics.registry.get_sample_value("gpucluster_burst_orphans_deleted_total", {"provider": "fake-a"})
+    assert metric == 1.0
+
+
+def test_nothing_is_deleted_when_the_pods_cannot_be_listed() -> None:
+    p = MemoryProvider("fake-a")
+    source = FakeSource()
+    source.list_error = "apiserver down"
+    p.add(tagged("gone", InstanceState.RUNNING))
+    _, rec, _, _ = build(p, source)
+    report = rec.run_once()
+    assert report.live_pods is None
+    assert p.deleted == []
+
+
+def test_restart_rebuilds_records_from_listings_before_ready() -> None:
+    p = MemoryProvider("fake-a")
+    p.add(tagged("u1", InstanceState.RUNNING))
+    p.add(tagged("u2", InstanceState.CREATING))
+    p.add(tagged("u3", InstanceState.FAILED))
+    p.add(tagged("u4", InstanceState.TERMINATED))
+    svc, rec, _, spawn = build(p, FakeSource())
+    assert not rec.ready.is_set()
+    assert rec.startup()
+    by_name = {s["name"]: s for s in svc.list_pods()}
+    assert set(by_name) == {"pod-u1", "pod-u2", "pod-u3"}
+    assert (by_name["pod-u1"]["phase"], by_name["pod-u1"]["address"]) == ("Running", "198.51.100.9")
+    assert by_name["pod-u2"]["phase"] == "Pending"
+    assert (by_name["pod-u3"]["phase"], by_name["pod-u3"]["reason"]) == ("Failed", "InstanceDied")
+    assert svc.used_gpus() == {"fake-a": 3}  # the dead instance holds its GPUs until deleted
+    spawn.run_all()
+    assert p.deleted == ["old-u3"]
+    assert svc.used_gpus() == {"fake-a": 2}
+    # the node's POST after the restart finds the record and creates nothing
+    status = svc.create_pod(make_pod("pod-u1", uid="u1"))
+    assert status["phase"] == "Running"
+    assert status["containers"][0]["name"] == "server"
+    assert p.created == []
+
+
+def test_not_ready_while_a_provider_cannot_list() -> None:
+    p = MemoryProvider("fake-a")
+    p.list_error = "timeout"
+    _, rec, _, _ = build(p, FakeSource())
+    assert not rec.startup()
+    rec.run_once()
+    assert not rec.ready.is_set()
+    p.list_error = None
+    rec.run_once()
+    assert rec.ready.is_set()
+
+
+def test_ready_after_the_startup_grace_even_if_a_provider_stays_down() -> None:
+    p = MemoryProvider("fake-a")
+    p.list_error = "timeout"
+    svc, _, clock, _ = build(p, FakeSource())
+    rec = Reconciler(svc, None, timer=clock, startup_grace=60)
+    rec.run_once()
+    assert not rec.ready.is_set()
+    clock.advance(61)
+    rec.run_once()
+    assert rec.ready.is_set()
+
+
+def test_record_whose_instance_left_the_listing_fails_as_vanished() -> None:
+    p = MemoryProvider("fake-a")
+    source = FakeSource()
+    svc, rec, clock, spawn = build(p, source)
+    rec.startup()
+    pod = make_pod()
+    source.pods.append(pod)
+    svc.create_pod(pod)
+    spawn.run_all()
+    (iid,) = p.created
+    clock.advance(1)
+    p.vanish(iid)
+    report = rec.run_once()
+    assert report.vanished == ["inference/web-1/uid-web-1"]
+    status = svc.get_pod("inference", "web-1")
+    assert status is not None
+    assert (status["phase"], status["reason"]) == ("Failed", "InstanceVanished")
+
+
+def test_instance_assigned_during_the_listing_is_not_vanished() -> None:
+    p = MemoryProvider("fake-a")
+    source = FakeSource()
+    svc, rec, _, spawn = build(p, source)
+    pod = make_pod()
+    source.pods.append(pod)
+    svc.create_pod(pod)
+    spawn.run_all()  # the clock did not move: assigned "at" the listing start
+    p.vanish(p.created[0])
+    assert rec.run_once().vanished == []
+
+
+def test_metrics_after_a_pass() -> None:
+    p = MemoryProvider("fake-a")
+    p.add(tagged("u1", InstanceState.RUNNING))
+    source = FakeSource()
+    source.pods.append(make_pod("pod-u1", uid="u1"))
+    svc, rec, _, _ = build(p, source)
+    rec.startup()
+    assert svc.get_pod("inference", "pod-u1")["containers"] == []  # type: ignore[index]
+    rec.run_once()
+    # the live pod lends the rebuilt record its containers
+    assert svc.get_pod("inference", "pod-u1")["containers"][0]["state"] == "running"  # type: ignore[index]
+    reg = svc.metrics.registry
+    assert reg.get_sample_value("gpucluster_burst_instances", {"provider": "fake-a", "state": "running"}) == 1.0
+    assert reg.get_sample_value("gpucluster_burst_pods", {"phase": "Running"}) == 1.0
+    assert reg.get_sample_value("gpucluster_burst_reconcile_duration_seconds_count") == 1.0
+
+
+def test_orphaned_record_fails_without_blaming_the_provider_and_is_forgotten_later() -> None:
+    p = MemoryProvider("fake-a")
+    p.add(tagged("u1", InstanceState.RUNNING))
+    source = FakeSource()  # the pod was deleted while the service was down
+    svc, rec, clock, _ = build(p, source)
+    rec.startup()
+    assert svc.get_pod("inference", "pod-u1")["phase"] == "Running"  # type: ignore[index]
+    rec.run_once()
+    status = svc.get_pod("inference", "pod-u1")
+    assert status is not None
+    assert (status["phase"], status["reason"]) == ("Failed", "InstanceVanished")
+    assert svc.tracker.rate("fake-a") == 0.0
+    clock.advance(3599)
+    assert rec.run_once().forgotten == []
+    clock.advance(2)
+    assert rec.run_once().forgotten == ["inference/pod-u1/u1"]
+    assert svc.list_pods() == []
+
+
+def test_live_pods_records_are_never_forgotten() -> None:
+    p = MemoryProvider("fake-a")
+    source = FakeSource()
+    svc, rec, clock, spawn = build(p, source)
+    rec.startup()
+    pod = make_pod()
+    source.pods.append(pod)
+    p.create_error = "refused"
+    svc.create_pod(pod)
+    spawn.run_all()
+    clock.advance(7200)
+    assert rec.run_once().forgotten == []
+    assert svc.get_pod("inference", "web-1")["reason"] == "ProviderCreateFailed"  # type: ignore[index]

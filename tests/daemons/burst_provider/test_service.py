@@ -1,0 +1,251 @@
+"""The per-pod state machine with an in-memory provider, a queued background and a manual clock."""
+
+from __future__ import annotations
+
+from daemons.burst_provider.providers.base import InstanceState
+from daemons.burst_provider.service import BurstService
+from tests.daemons.burst_provider.support import (
+    FakeSource,
+    ManualClock,
+    MemoryProvider,
+    QueuedSpawn,
+    make_pod,
+    make_settings,
+    provider_entry,
+)
+
+
+def setup(
+    *providers: MemoryProvider, **vn: object
+) -> tuple[BurstService, ManualClock, QueuedSpawn, dict[str, MemoryProvider]]:
+    providers = providers or (MemoryProvider("fake-a"),)
+    settings = make_settings(*(provider_entry(p.name, price=p.price) for p in providers), **vn)
+    clock = ManualClock()
+    spawn = QueuedSpawn()
+    svc = BurstService(settings, {p.name: p for p in providers}, FakeSource(), clock=clock, spawn=spawn)
+    return svc, clock, spawn, {p.name: p for p in providers}
+
+
+def test_post_returns_pending_at_once_then_running() -> None:
+    svc, _, spawn, ps = setup()
+    status = svc.create_pod(make_pod())
+    assert (status["phase"], status["reason"]) == ("Pending", "ProviderCreating")
+    assert status["containers"][0]["state"] == "waiting"
+    assert "startTime" not in status  # unknown times are left out, never ""
+    assert ps["fake-a"].created == []  # nothing happened in the caller's thread
+    spawn.run_all()
+    (iid,) = ps["fake-a"].created
+    assert svc.get_pod("inference", "web-1")["instanceId"] == iid  # type: ignore[index]
+    ps["fake-a"].set_state(iid, InstanceState.RUNNING)
+    svc.poll_once()
+    status = svc.get_pod("inference", "web-1")  # type: ignore[assignment]
+    assert status["phase"] == "Running"
+    assert status["provider"] == "fake-a"
+    assert status["gpuType"] == "H100"
+    assert status["address"] == "203.0.113.1"
+    assert status["ports"] == [{"name": "http", "port": 8080, "protocol": "TCP"}]
+    assert status["containers"][0]["state"] == "running"
+    assert status["startTime"]
+
+
+def test_post_is_idempotent_by_uid() -> None:
+    svc, _, spawn, ps = setup()
+    svc.create_pod(make_pod())
+    svc.create_pod(make_pod())
+    spawn.run_all()
+    assert len(ps["fake-a"].created) == 1
+    assert len(svc.list_pods()) == 1
+
+
+def test_create_error_fails_the_pod_without_retrying_elsewhere() -> None:
+    bad = MemoryProvider("cheap", price=1.0)
+    bad.create_error = "quota exceeded"
+    good = MemoryProvider("dear", price=5.0)
+    svc, _, spawn, _ = setup(bad, good)
+    svc.create_pod(make_pod())
+    spawn.run_all()
+    status = svc.get_pod("inference", "web-1")
+    assert status is not None
+    assert (status["phase"], status["reason"]) == ("Failed", "ProviderCreateFailed")
+    assert "quota exceeded" in status["message"]
+    assert status["containers"][0]["state"] == "terminated"
+    assert status["containers"][0]["exitCode"] == 1
+    assert good.created == []
+    assert svc.tracker.rate("cheap") == 1.0
+
+
+def test_failure_penalty_moves_the_replacement_to_another_provider() -> None:
+    cheap = MemoryProvider("cheap", price=1.0)
+    cheap.create_error = "boom"
+    dear = MemoryProvider("dear", price=2.5)
+    svc, _, spawn, _ = setup(cheap, dear, failurePenalty=2.0)
+    svc.create_pod(make_pod("web-1"))
+    spawn.run_all()
+    svc.create_pod(make_pod("web-2"))  # the ReplicaSet's replacement
+    spawn.run_all()
+    assert svc.get_pod("inference", "web-2")["provider"] == "dear"  # type: ignore[index]
+    assert len(dear.created) == 1
+
+
+def test_creation_timeout_fails_and_deletes_the_instance() -> None:
+    svc, clock, spawn, ps = setup(creationTimeout="10m")
+    svc.create_pod(make_pod())
+    spawn.run_all()
+    (iid,) = ps["fake-a"].created
+    clock.advance(599)
+    svc.poll_once()
+    assert svc.get_pod("inference", "web-1")["phase"] == "Pending"  # type: ignore[index]
+    clock.advance(2)
+    svc.poll_once()
+    spawn.run_all()
+    status = svc.get_pod("inference", "web-1")
+    assert status is not None
+    assert (status["phase"], status["reason"]) == ("Failed", "ProviderTimeout")
+    assert status["containers"][0]["exitCode"] == 137
+    assert ps["fake-a"].deleted == [iid]
+
+
+def test_instance_death_fails_the_pod_with_its_exit_code() -> None:
+    svc, _, spawn, ps = setup()
+    svc.create_pod(make_pod())
+    spawn.run_all()
+    (iid,) = ps["fake-a"].created
+    ps["fake-a"].set_state(iid, InstanceState.RUNNING)
+    svc.poll_once()
+    ps["fake-a"].set_state(iid, InstanceState.FAILED, exit_code=3)
+    svc.poll_once()
+    spawn.run_all()
+    status = svc.get_pod("inference", "web-1")
+    assert status is not None
+    assert (status["phase"], status["reason"]) == ("Failed", "InstanceDied")
+    assert status["containers"][0]["exitCode"] == 3
+    assert ps["fake-a"].deleted == [iid]  # a dead instance is not left costing money
+
+
+def test_exit_zero_is_succeeded_and_unknown_exit_is_137() -> None:
+    svc, _, spawn, ps = setup()
+    svc.create_pod(make_pod("a"))
+    svc.create_pod(make_pod("b"))
+    spawn.run_all()
+    ia, ib = ps["fake-a"].created
+    ps["fake-a"].set_state(ia, InstanceState.EXITED, exit_code=0)
+    ps["fake-a"].set_state(ib, InstanceState.TERMINATED)
+    svc.poll_once()
+    assert svc.get_pod("inference", "a")["phase"] == "Succeeded"  # type: ignore[index]
+    b = svc.get_pod("inference", "b")
+    assert b is not None
+    assert (b["phase"], b["reason"], b["containers"][0]["exitCode"]) == ("Failed", "InstanceDied", 137)
+
+
+def test_vanished_instance_fails_the_pod() -> None:
+    svc, _, spawn, ps = setup()
+    svc.create_pod(make_pod())
+    spawn.run_all()
+    (iid,) = ps["fake-a"].created
+    ps["fake-a"].set_state(iid, InstanceState.RUNNING)
+    svc.poll_once()
+    ps["fake-a"].vanish(iid)
+    svc.poll_once()
+    status = svc.get_pod("inference", "web-1")
+    assert status is not None
+    assert (status["phase"], status["reason"]) == ("Failed", "InstanceVanished")
+    assert status["containers"][0]["exitCode"] == 137
+
+
+def test_no_capacity_fails_the_pod() -> None:
+    p = MemoryProvider("fake-a", offers={"H100": 0})
+    svc, _, spawn, _ = setup(p)
+    svc.create_pod(make_pod())
+    spawn.run_all()
+    status = svc.get_pod("inference", "web-1")
+    assert status is not None
+    assert (status["phase"], status["reason"]) == ("Failed", "NoCapacity")
+    assert "capacity: 0 H100 GPUs free" in status["message"]
+
+
+def test_cap_counts_pods_being_created() -> None:
+    p = MemoryProvider("fake-a")
+    settings = make_settings(provider_entry("fake-a", max_gpus=1))
+    spawn = QueuedSpawn()
+    svc = BurstService(settings, {"fake-a": p}, FakeSource(), clock=ManualClock(), spawn=spawn)
+    svc.create_pod(make_pod("a"))
+    svc.create_pod(make_pod("b"))
+    spawn.run_all()
+    assert svc.get_pod("inference", "a")["phase"] == "Pending"  # type: ignore[index]
+    assert svc.get_pod("inference", "b")["reason"] == "NoCapacity"  # type: ignore[index]
+    assert svc.used_gpus() == {"fake-a": 1}
+
+
+def test_translation_failure_names_the_reference() -> None:
+    svc, _, spawn, ps = setup()
+    env = [{"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}}]
+    svc.create_pod(make_pod(env=env))
+    spawn.run_all()
+    status = svc.get_pod("inference", "web-1")
+    assert status is not None
+    assert (status["phase"], status["reason"]) == ("Failed", "ProviderCreateFailed")
+    assert "Secret inference/hf not found" in status["message"]
+    assert ps["fake-a"].created == []
+
+
+def test_pods_outside_inference_namespaces_are_refused() -> None:
+    svc, _, spawn, _ = setup()
+    svc.create_pod(make_pod(namespace="research"))
+    spawn.run_all()
+    status = svc.get_pod("research", "web-1")
+    assert status is not None
+    assert status["reason"] == "ProviderCreateFailed"
+    assert "not in inferenceNamespaces" in status["message"]
+
+
+def test_delete_removes_the_instance_then_forgets_the_pod() -> None:
+    svc, _, spawn, ps = setup()
+    svc.create_pod(make_pod())
+    spawn.run_all()
+    (iid,) = ps["fake-a"].created
+    assert svc.delete_pod("inference", "web-1", "uid-web-1")
+    spawn.run_all()
+    assert ps["fake-a"].deleted == [iid]
+    assert svc.get_pod("inference", "web-1") is None
+    assert not svc.delete_pod("inference", "web-1", "uid-web-1")
+
+
+def test_delete_with_another_uid_is_unknown() -> None:
+    svc, _, spawn, _ = setup()
+    svc.create_pod(make_pod())
+    spawn.run_all()
+    assert not svc.delete_pod("inference", "web-1", "someone-else")
+
+
+def test_delete_during_create_deletes_the_new_instance() -> None:
+    svc, _, spawn, ps = setup()
+    svc.create_pod(make_pod())
+    svc.delete_pod("inference", "web-1", None)  # before the create worker ran
+    spawn.run_all()
+    assert svc.get_pod("inference", "web-1") is None
+    assert ps["fake-a"].instances == {}
+
+
+def test_delete_is_retried_until_the_provider_confirms() -> None:
+    p = MemoryProvider("fake-a")
+    svc, _, spawn, _ = setup(p)
+    svc.create_pod(make_pod())
+    spawn.run_all()
+    (iid,) = p.created
+    original = p.delete_instance
+    p.delete_instance = lambda instance_id: None  # type: ignore[method-assign]  # accepted but not done
+    svc.delete_pod("inference", "web-1", None)
+    spawn.run_all()
+    assert svc.get_pod("inference", "web-1") is not None
+    p.delete_instance = original  # type: ignore[method-assign]
+    svc.poll_once()
+    assert svc.get_pod("inference", "web-1") is None
+    assert p.deleted == [iid]
+
+
+def test_logs_come_from_the_provider() -> None:
+    svc, _, spawn, _ = setup()
+    svc.create_pod(make_pod())
+    spawn.run_all()
+    assert svc.logs("inference", "web-1", "server", 10) == "logs of fake-a-i1/server tail=10\n"
+    assert svc.logs("inference", "nope", "server", None) is None

@@ -1,0 +1,115 @@
+"""The command line and /metrics: help for every flag, exit 2 on bad settings, the exposition text."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from daemons.taint_controller.__main__ import _Server, build_parser, main, make_handler, parse_listen
+from daemons.taint_controller.metrics import Metrics
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def test_help_documents_every_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["--help"])
+    assert info.value.code == 0
+    out = capsys.readouterr().out
+    for flag in ("--settings", "--kubeconfig", "--listen", "--identity", "--once", "--dry-run", "--log-level"):
+        assert flag in out
+    for action in build_parser()._actions:
+        assert action.help, f"{action.option_strings} has no help"
+
+
+def test_bad_settings_exit_2_with_one_clear_message(tmp_path: Path) -> None:
+    path = tmp_path / "settings.json"
+    path.write_text(json.dumps({"lowMark": 8, "highMark": 4, "taintEffect": "NoExecute"}))
+    proc = subprocess.run(
+        [sys.executable, "-m", "daemons.taint_controller", "--settings", str(path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr
+    assert "lowMark: lowMark (8) must be below highMark (4)" in proc.stderr
+    assert "taintEffect: effect 'NoExecute' is refused" in proc.stderr
+
+
+def test_disabled_exits_0_without_touching_the_cluster(tmp_path: Path) -> None:
+    path = tmp_path / "settings.json"
+    path.write_text(json.dumps({"enabled": False}))
+    assert main(["--settings", str(path), "--kubeconfig", str(tmp_path / "nope")]) == 0
+
+
+@pytest.mark.parametrize(
+    ("text", "parsed"), [(":9102", ("0.0.0.0", 9102)), ("127.0.0.1:0", ("127.0.0.1", 0)), ("[::1]:80", ("::1", 80))]
+)
+def test_listen(text: str, parsed: tuple[str, int]) -> None:
+    assert parse_listen(text) == parsed
+
+
+@pytest.mark.parametrize("text", ["9102", ":http", ":70000"])
+def test_bad_listen(text: str) -> None:
+    with pytest.raises(ValueError, match="HOST"):
+        parse_listen(text)
+
+
+def test_metrics_exposition_names_and_initial_values() -> None:
+    text = Metrics(wall_clock=lambda: 100.0).render().decode()
+    for line in (
+        'gpucluster_taint_controller_decisions_total{action="add"} 0.0',
+        'gpucluster_taint_controller_decisions_total{action="remove"} 0.0',
+        'gpucluster_taint_controller_decisions_total{action="hold"} 0.0',
+        'gpucluster_taint_controller_query_errors_total{reason="empty"} 0.0',
+        'gpucluster_taint_controller_query_errors_total{reason="unreachable"} 0.0',
+        "gpucluster_taint_controller_headroom_gpus NaN",
+        "gpucluster_taint_controller_pending_inference_pods NaN",
+        "gpucluster_taint_controller_taint_present 0.0",
+        "gpucluster_taint_controller_is_leader 0.0",
+        "gpucluster_taint_controller_flaps_total 0.0",
+        "gpucluster_taint_controller_last_transition_timestamp_seconds 0.0",
+        "gpucluster_taint_controller_seconds_since_last_change NaN",
+    ):
+        assert line in text.splitlines(), line
+    assert "# TYPE gpucluster_taint_controller_decisions_total counter" in text
+    assert "process_" not in text  # a registry of its own
+
+
+def test_metrics_after_a_transition() -> None:
+    m = Metrics(wall_clock=lambda: 1000.0)
+    m.mark_transition(940.0)
+    m.flaps.inc()
+    text = m.render().decode().splitlines()
+    assert "gpucluster_taint_controller_seconds_since_last_change 60.0" in text
+    assert "gpucluster_taint_controller_last_transition_timestamp_seconds 940.0" in text
+    assert "gpucluster_taint_controller_flaps_total 1.0" in text
+
+
+def test_http_endpoints() -> None:
+    metrics = Metrics()
+    metrics.headroom.set(7)
+    server = _Server(("127.0.0.1", 0), make_handler(metrics))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        with urllib.request.urlopen(f"{base}/metrics", timeout=5) as r:
+            assert r.headers["Content-Type"].startswith("text/plain")
+            assert "gpucluster_taint_controller_headroom_gpus 7.0" in r.read().decode()
+        with urllib.request.urlopen(f"{base}/healthz", timeout=5) as r:
+            assert r.read() == b"ok\n"
+        with pytest.raises(urllib.error.HTTPError) as info:
+            urllib.request.urlopen(f"{base}/nope", timeout=5)
+        assert info.value.code == 404
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -1,0 +1,59 @@
+"""The policy pack under the real engine: a stack that passes, and one the pack refuses.
+
+Offline previews (render mode, charts from Go modules): they need the built tools but no cluster.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.support.require import missing
+from tests.support.sim import tools_bin
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _tools() -> None:
+    if not (tools_bin() / "pulumi").exists():
+        missing("the pinned tools are not built (make tools)")
+
+
+def _preview(*stacks: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["bash", str(ROOT / "policies" / "preview-stacks.sh"), *stacks],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=900,
+    )
+
+
+def test_staging_passes_the_pack_under_the_real_engine() -> None:
+    proc = _preview("staging")
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    assert "✅ gpucluster@" in proc.stdout
+
+
+def test_a_stack_violating_a_mandatory_policy_fails_the_preview(tmp_path: Path) -> None:
+    doc = yaml.safe_load((ROOT / "stacks" / "Pulumi.dev.yaml").read_text())
+    # Valid stack config (the model allows up to 1000), but the pack caps total evictions at 20.
+    doc["config"]["gpucluster:descheduler"]["maxPodsToEvictTotal"] = 50
+    drafts = tmp_path / "drafts"
+    drafts.mkdir()
+    draft = drafts / "Pulumi.unbounded.yaml"
+    draft.write_text(yaml.safe_dump(doc))
+    proc = _preview(str(draft))
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out[-4000:]
+    assert "descheduler-bounded-burst-return" in out
+    assert "maxNoOfPodsToEvictTotal is 50, above the allowed 20" in out
+    assert "policy preview failed for: unbounded" in out
+    shutil.rmtree(ROOT / ".state" / "policy" / "unbounded", ignore_errors=True)

@@ -1,0 +1,56 @@
+"""virtual-node-least-privilege: the burst daemons' ClusterRoles."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from components.virtual_node import cluster_rules as virtual_node_cluster_rules
+from policies.rbac import virtual_node_least_privilege
+from tests.policies.support import (
+    NA,
+    check_resource,
+)
+
+CLUSTER_ROLE = "kubernetes:rbac.authorization.k8s.io/v1:ClusterRole"
+
+
+def _cluster_role(rules: list[dict[str, Any]], name: str = "gpucluster-virtual-node-gpu-burst") -> dict[str, Any]:
+    return {"metadata": {"name": name}, "rules": rules}
+
+
+def test_the_virtual_nodes_cluster_role_is_least_privilege() -> None:
+    assert (
+        check_resource(
+            virtual_node_least_privilege, CLUSTER_ROLE, _cluster_role(virtual_node_cluster_rules("gpu-burst"))
+        )
+        == []
+    )
+    other = _cluster_role([{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}], name="cluster-admin")
+    assert check_resource(virtual_node_least_privilege, CLUSTER_ROLE, other) == NA
+
+
+@pytest.mark.parametrize(
+    ("rule", "fragment"),
+    [
+        ({"apiGroups": [""], "resources": ["pods"], "verbs": ["*"]}, "every verb"),
+        ({"apiGroups": [""], "resources": ["*"], "verbs": ["get"]}, "every resource"),
+        ({"apiGroups": ["*"], "resources": ["pods"], "verbs": ["get"]}, "every API group"),
+        ({"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}, "Secrets cluster-wide"),
+        ({"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"], "verbs": ["bind"]}, "['bind']"),
+        ({"apiGroups": [""], "resources": ["users"], "verbs": ["impersonate"]}, "['impersonate']"),
+        ({"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["roles"], "verbs": ["escalate"]}, "['escalate']"),
+    ],
+)
+def test_over_privileged_burst_cluster_roles_fail(rule: dict[str, Any], fragment: str) -> None:
+    for name in ("gpucluster-virtual-node-gpu-burst", "gpucluster-taint-controller-gpu-burst"):
+        (violation,) = check_resource(virtual_node_least_privilege, CLUSTER_ROLE, _cluster_role([rule], name))
+        assert f"ClusterRole {name} rules[0]" in violation
+        assert fragment in violation
+
+
+def test_aggregated_burst_cluster_role_fails() -> None:
+    props = {**_cluster_role([]), "aggregationRule": {"clusterRoleSelectors": [{"matchLabels": {"x": "y"}}]}}
+    (violation,) = check_resource(virtual_node_least_privilege, CLUSTER_ROLE, props)
+    assert "aggregates other roles" in violation

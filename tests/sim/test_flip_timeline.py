@@ -1,0 +1,99 @@
+"""The flip's figures, CSV and chart from hand-made timelines (no cluster)."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+
+from tests.support.sim import load_sim_module
+
+tl_mod = load_sim_module("timeline")
+Sample, Timeline = tl_mod.Sample, tl_mod.Timeline
+
+
+def _cycle(effect: str) -> object:
+    """8 replicas in-cluster; preempted at t=10; external by t=25 (boot 10 s); training done at t=40;
+    back in-cluster two at a time (NoSchedule) or all at once after a gap (NoExecute) by t=60."""
+    tl = Timeline(desired_replicas=8, boot_seconds=10.0, taint_effect=effect)
+    for t in range(0, 71):
+        taint = "NoSchedule"
+        if 12 <= t < 42:
+            taint = ""
+        elif t >= 42:
+            taint = effect
+        if t < 10:
+            s = Sample(t, 8, 0, 0, 0, taint, 0, 0)
+        elif t < 25:
+            s = Sample(t, 0, 0, 8, 4, taint, 8 if t >= 15 else 0, 8 if t >= 15 else 0)
+        elif t < 40:
+            s = Sample(t, 0, 8, 0, 4, taint, 8, 8)
+        elif t < 60:
+            if effect == "NoSchedule":
+                back = min(8, 2 * ((t - 40) // 5))
+                s = Sample(
+                    t, back, 8 - back - (1 if back < 8 else 0), 1 if back < 8 else 0, 0, taint, 8 - back, 8 - back
+                )
+            else:
+                s = Sample(t, 0 if t < 55 else 8, 0, 8 if t < 55 else 0, 0, taint, 0, 0)
+        else:
+            s = Sample(t, 8, 0, 0, 0, taint, 0, 0)
+        tl.samples.append(s)
+    tl.mark(10, "preempted")
+    tl.mark(12, "taint_removed")
+    tl.mark(25, "flipped_out")
+    tl.mark(40, "training_done")
+    tl.mark(60, "returned")
+    return tl
+
+
+def test_figures_of_a_gradual_return() -> None:
+    f = tl_mod.figures(_cycle("NoSchedule"))
+    assert f.flip_out_seconds == pytest.approx(15.0)
+    assert f.flip_out_overhead_seconds == pytest.approx(5.0)
+    assert f.taint_removal_seconds == pytest.approx(2.0)
+    assert f.placement_overhead_seconds == pytest.approx(3.0)
+    assert f.flip_back_seconds == pytest.approx(20.0)
+    assert f.min_ready == 0  # preemption takes every replica before the flip-out
+    assert f.min_ready_during_return == 7
+    assert f.taint_changes == 2
+    assert f.taint_flaps == 0
+    # 8 GPUs for 5 s, then 6, 4, 2 for 5 s each (t=40..60)
+    assert f.external_gpu_seconds_after_return == pytest.approx(5 * (8 + 6 + 4 + 2))
+
+
+def test_noexecute_baseline_drops_every_replica_during_the_return() -> None:
+    f = tl_mod.figures(_cycle("NoExecute"))
+    assert f.min_ready_during_return == 0
+    assert f.external_gpu_seconds_after_return == 0
+
+
+def test_flaps_count_changes_beyond_the_two_a_cycle_needs() -> None:
+    tl = Timeline(desired_replicas=1, boot_seconds=0, taint_effect="NoSchedule")
+    for t, taint in enumerate(["NoSchedule", "", "NoSchedule", "", "NoSchedule"]):
+        tl.samples.append(Sample(t, 1, 0, 0, 0, taint, 0, 0))
+    assert tl_mod.figures(tl).taint_flaps == 2
+
+
+def test_empty_timeline_is_an_error() -> None:
+    with pytest.raises(ValueError, match="no samples"):
+        tl_mod.figures(Timeline(desired_replicas=1, boot_seconds=0, taint_effect="NoSchedule"))
+
+
+def test_csv_and_chart_are_written(tmp_path: Path) -> None:
+    tl = _cycle("NoSchedule")
+    out = tl_mod.write_csv(tl, tmp_path / "flip.csv")
+    rows = list(csv.DictReader(out.open()))
+    assert len(rows) == 71
+    assert rows[10]["marks"] == "preempted"
+    assert rows[30]["ready_external"] == "8"
+    png = tl_mod.chart(tl, tmp_path / "flip.png", "test")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_side_by_side_has_one_column_per_run() -> None:
+    text = tl_mod.side_by_side([tl_mod.figures(_cycle("NoSchedule")), tl_mod.figures(_cycle("NoExecute"))])
+    assert "NoSchedule flip-back" in text
+    assert "NoExecute flip-back" in text
+    assert "minimum Ready inference replicas, during the return" in text

@@ -1,0 +1,161 @@
+"""The simulated cluster's helpers that need no cluster: fake nodes from a stack, the local Kueue config."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.support.sim import load_sim_module
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+nodes = load_sim_module("nodes")
+kueue_config = load_sim_module("kueue_config")
+
+
+# --- sim/nodes.py -------------------------------------------------------------------------------------------
+
+
+def test_local_stack_gives_four_annotated_h100_nodes() -> None:
+    flavors = nodes.load_flavors(ROOT / "stacks" / "Pulumi.local.yaml")
+    built = nodes.build_nodes(flavors)
+    assert [n["metadata"]["name"] for n in built] == [f"h100-node-{i}" for i in range(4)]
+    for n in built:
+        assert n["metadata"]["annotations"] == {"kwok.x-k8s.io/node": "fake"}
+        assert n["metadata"]["labels"]["gpucluster.io/flavor"] == "h100"
+        assert n["metadata"]["labels"]["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"
+        assert n["status"]["allocatable"]["nvidia.com/gpu"] == "8"
+        assert "taints" not in n["spec"]
+    assert len({n["spec"]["podCIDR"] for n in built}) == 4
+
+
+def test_flavor_tolerations_become_taints() -> None:
+    flavor = nodes.Flavor(
+        name="l40s",
+        node_labels={"x": "y"},
+        gpus_per_node=4,
+        node_count=1,
+        taints=(nodes.Taint(key="gpucluster.io/serving", effect="NoSchedule", value="true"),),
+    )
+    (node,) = nodes.build_nodes([flavor])
+    assert node["spec"]["taints"] == [{"key": "gpucluster.io/serving", "effect": "NoSchedule", "value": "true"}]
+
+
+def _flavor(count: int, name: str = "h100") -> Any:
+    return nodes.Flavor(name=name, node_labels={"a": name}, gpus_per_node=8, node_count=count)
+
+
+def test_pod_network_holds_every_node_up_to_its_last_subnet() -> None:
+    limit = 2 ** (24 - nodes.POD_NETWORK.prefixlen)
+    assert len(nodes.build_nodes([_flavor(limit - 1), _flavor(1, "b200")])) == limit
+
+
+def test_one_node_more_than_the_pod_network_holds_is_refused() -> None:
+    limit = 2 ** (24 - nodes.POD_NETWORK.prefixlen)
+    with pytest.raises(nodes.InventoryError, match="has no /24 left"):
+        nodes.build_nodes([_flavor(limit), _flavor(1, "b200")])
+
+
+def test_broken_stack_file_is_reported_with_its_key_path(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    doc = yaml.safe_load((ROOT / "stacks" / "Pulumi.local.yaml").read_text())
+    doc["config"]["gpucluster:flavors"][0]["gpusPerNode"] = 0
+    bad = tmp_path / "Pulumi.bad.yaml"
+    bad.write_text(yaml.safe_dump(doc))
+    assert nodes.main([str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "flavors[0].gpusPerNode" in err
+    assert "Traceback" not in err
+
+
+def test_status_patch_of_an_unknown_node_is_an_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert nodes.main([str(ROOT / "stacks" / "Pulumi.local.yaml"), "--status", "h100-node-9"]) == 2
+    assert "no node 'h100-node-9'" in capsys.readouterr().err
+
+
+# --- sim/kueue_config.py ------------------------------------------------------------------------------------
+
+DEPLOYED = {
+    "apiVersion": "config.kueue.x-k8s.io/v1beta2",
+    "kind": "Configuration",
+    "health": {"healthProbeBindAddress": ":8081"},
+    "metrics": {"bindAddress": ":8443"},
+    "webhook": {"port": 9443},
+    "waitForPodsReady": {"timeout": "2m", "blockAdmission": True},
+    "internalCertManagement": {"enable": False},
+}
+
+
+def _configmap(data: dict[str, str]) -> dict[str, Any]:
+    return {"metadata": {"name": "kueue-manager-config"}, "data": data}
+
+
+def test_only_listeners_and_cert_dir_change() -> None:
+    local = kueue_config.local_config(
+        DEPLOYED,
+        webhook_url="https://127.0.0.1:19443",
+        cert_dir=Path("/certs"),
+        health="127.0.0.1:18081",
+        metrics="127.0.0.1:18443",
+    )
+    assert local["webhook"] == {"port": 19443, "host": "127.0.0.1", "certDir": "/certs"}
+    assert local["health"]["healthProbeBindAddress"] == "127.0.0.1:18081"
+    assert local["metrics"]["bindAddress"] == "127.0.0.1:18443"
+    changed = kueue_config.changed_keys(DEPLOYED, local)
+    assert set(changed) <= set(kueue_config.LOCAL_KEYS)
+    assert {"webhook.port", "webhook.certDir", "metrics.bindAddress", "featureGates.VisibilityOnDemand"} <= set(changed)
+    assert local["waitForPodsReady"] == DEPLOYED["waitForPodsReady"]
+    assert DEPLOYED["webhook"] == {"port": 9443}, "the deployed config must not be modified in place"
+
+
+def test_leader_election_is_off_for_the_single_local_process() -> None:
+    kw = {"webhook_url": "https://127.0.0.1:1", "cert_dir": Path("/c"), "health": "h", "metrics": "m"}
+    on = {**DEPLOYED, "leaderElection": {"leaderElect": True, "resourceName": "c1f6bfd2.kueue.x-k8s.io"}}
+    local = kueue_config.local_config(on, **kw)
+    assert local["leaderElection"] == {"leaderElect": False, "resourceName": "c1f6bfd2.kueue.x-k8s.io"}
+    assert kueue_config.changed_keys(on, local) == sorted(kueue_config.changed_keys(on, local))
+    assert "leaderElection.leaderElect" in kueue_config.changed_keys(on, local)
+
+
+def test_configmap_round_trip() -> None:
+    cm = _configmap({kueue_config.CONFIG_KEY: yaml.safe_dump(DEPLOYED)})
+    assert kueue_config.deployed_config(cm) == DEPLOYED
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({}, "no data key"),
+        ({"controller_manager_config.yaml": "a: [b"}, "not YAML"),
+        ({"controller_manager_config.yaml": "kind: Other"}, "not a Kueue Configuration"),
+    ],
+)
+def test_configmap_problems_name_the_configmap(data: dict[str, str], message: str) -> None:
+    with pytest.raises(kueue_config.LocalConfigError, match=f"kueue-manager-config.*{message}"):
+        kueue_config.deployed_config(_configmap(data))
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:9443", "https://127.0.0.1", "127.0.0.1:9443"])
+def test_webhook_url_must_be_https_with_a_port(url: str) -> None:
+    with pytest.raises(kueue_config.LocalConfigError, match=r"localWebhooks\.url"):
+        kueue_config.webhook_listener(url)
+
+
+def test_cli_writes_the_local_config(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    cm = _configmap({kueue_config.CONFIG_KEY: yaml.safe_dump(DEPLOYED)})
+    monkeypatch.setattr("sys.stdin", __import__("io").StringIO(json.dumps(cm)))
+    rc = kueue_config.main(["--stack", str(ROOT / "stacks" / "Pulumi.local.yaml"), "--cert-dir", "/c", "--diff"])
+    out = capsys.readouterr()
+    assert rc == 0
+    assert yaml.safe_load(out.out)["webhook"]["port"] == 19443
+    assert "webhook.port" in out.err
+
+
+def test_cli_refuses_a_stack_without_local_webhooks(capsys: pytest.CaptureFixture[str]) -> None:
+    rc = kueue_config.main(["--stack", str(ROOT / "stacks" / "Pulumi.prod.yaml"), "--cert-dir", "/c"])
+    assert rc == 2
+    assert "kueue.localWebhooks is not set" in capsys.readouterr().err

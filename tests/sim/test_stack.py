@@ -1,0 +1,363 @@
+"""The local stack on the simulated cluster: what Pulumi applied, and Kueue and the scheduler acting on it.
+
+One session-wide ``local_stack`` (conftest.py) runs `make up`'s script; each test cleans up the workloads it
+creates, so quota and nodes are free for the next.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from components.config import load_stack_file
+from tests.support.local_stack import LocalStack, condition, delete, gpu_job, wait_for
+from tests.support.sim import load_sim_module
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+CFG = load_stack_file(ROOT / "stacks" / "Pulumi.local.yaml")
+KUEUE = "kueue.x-k8s.io"
+TEST_LABEL = "gpucluster.io/integration-test"
+kueue_config = load_sim_module("kueue_config")
+
+
+def workload_of(stack: LocalStack, namespace: str, job: str) -> dict[str, Any] | None:
+    for wl in stack.items(f"workloads.{KUEUE}", "-n", namespace):
+        if any(ref.get("name") == job for ref in wl["metadata"].get("ownerReferences", [])):
+            return wl
+    return None
+
+
+def admitted(stack: LocalStack, namespace: str, job: str) -> bool:
+    wl = workload_of(stack, namespace, job)
+    return wl is not None and condition(wl, "Admitted") == "True"
+
+
+def job_pods(stack: LocalStack, namespace: str, job: str) -> list[dict[str, Any]]:
+    return stack.items("pods", "-n", namespace, "-l", f"batch.kubernetes.io/job-name={job}")
+
+
+def running(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [p for p in pods if p.get("status", {}).get("phase") == "Running"]
+
+
+def exactly_running(stack: LocalStack, namespace: str, job: str, count: int) -> list[dict[str, Any]] | None:
+    """The job's running pods when there are exactly ``count`` of them, else None."""
+    pods = running(job_pods(stack, namespace, job))
+    return pods if len(pods) == count else None
+
+
+def labelled(manifest: dict[str, Any]) -> dict[str, Any]:
+    manifest["metadata"].setdefault("labels", {})[TEST_LABEL] = "true"
+    return manifest
+
+
+@pytest.fixture
+def cleanup(local_stack: LocalStack) -> Any:
+    """These tests count GPUs: the stack's own inference services are scaled to zero while they run (and back after),
+    and whatever a test created is deleted."""
+    services = [(s.namespace, s.name, s.replicas) for s in CFG.inference_services]
+    for ns, name, _ in services:
+        local_stack.kubectl("scale", "deployment", name, "-n", ns, "--replicas=0")
+    namespaces = {t.namespace for t in CFG.teams} | set(CFG.inference_namespaces)
+
+    def no_pods(selector: str) -> bool:
+        return not any(
+            local_stack.items("pods", "-n", ns, "-l", selector, "--field-selector=status.phase!=Succeeded")
+            for ns in namespaces
+        )
+
+    names = ",".join(name for _, name, _ in services)
+    stack_pods = f"app.kubernetes.io/name in ({names})" if services else TEST_LABEL
+    wait_for("the stack's inference pods to be gone", lambda: no_pods(stack_pods), timeout=90)
+    yield
+    for ns in sorted(namespaces):
+        delete(local_stack, ["jobs", "deployments"], ns, TEST_LABEL)
+    wait_for("test pods to be gone", lambda: no_pods(TEST_LABEL), timeout=60)
+    for ns, name, replicas in services:
+        local_stack.kubectl("scale", "deployment", name, "-n", ns, f"--replicas={replicas}")
+    for ns, name, replicas in services:
+        wait_for(
+            f"{ns}/{name} back at {replicas} ready replicas",
+            lambda ns=ns, name=name, replicas=replicas: (
+                local_stack.get("deployment", name, "-n", ns).get("status", {}).get("readyReplicas") == replicas
+            ),
+            timeout=120,
+        )
+
+
+# --- what Pulumi applied ------------------------------------------------------------------------------------------
+
+
+def test_local_stack_applies_and_exports_its_inventory(local_stack: LocalStack) -> None:
+    out = json.loads(local_stack.pulumi("stack", "output", "--json", "--stack", "local").stdout)
+    assert out["environment"] == "local"
+    assert out["gpus"] == {f.name: f.capacity for f in CFG.flavors}
+    assert out["clusterQueues"] == {q: dict(s.quota) for q, s in CFG.queues.items()}
+
+
+def test_fake_gpu_nodes_follow_the_flavors(local_stack: LocalStack) -> None:
+    nodes = local_stack.items("nodes", "-l", "gpucluster.io/flavor")
+    for flavor in CFG.flavors:
+        mine = [n for n in nodes if n["metadata"]["labels"]["gpucluster.io/flavor"] == flavor.name]
+        assert len(mine) == flavor.node_count
+        for n in mine:
+            assert n["status"]["allocatable"][flavor.gpu_resource] == str(flavor.gpus_per_node)
+            assert condition(n, "Ready") == "True"
+            assert n["metadata"]["annotations"]["kwok.x-k8s.io/node"] == "fake"
+            for key, value in flavor.node_labels.items():
+                assert n["metadata"]["labels"][key] == value
+
+
+def test_kwok_leaves_nodes_without_its_annotation_alone(local_stack: LocalStack) -> None:
+    name = "virtual-node-probe"
+    node = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": {"type": "virtual-kubelet", TEST_LABEL: "true"}},
+    }
+    local_stack.apply(node)
+    try:
+        # kwok marks a node it manages Ready within a second or two (the GPU nodes prove it does); give it ample
+        # time to (wrongly) take this one.
+        for _ in range(8):
+            status = local_stack.get("node", name).get("status", {})
+            assert not status.get("conditions"), f"kwok took over the unannotated node: {status}"
+            time.sleep(1)
+    finally:
+        local_stack.kubectl("delete", "node", name, "--ignore-not-found")
+
+
+def test_kueue_objects_match_the_stack_config(local_stack: LocalStack) -> None:
+    flavors = {f["metadata"]["name"]: f for f in local_stack.items(f"resourceflavors.{KUEUE}")}
+    for f in CFG.flavors:
+        assert flavors[f.name]["spec"]["nodeLabels"] == f.node_labels
+        assert flavors[f.name]["metadata"]["annotations"]["gpucluster.io/declared-gpus"] == str(f.capacity)
+
+    cqs = {c["metadata"]["name"]: c for c in local_stack.items(f"clusterqueues.{KUEUE}")}
+    assert set(cqs) == set(CFG.queues)
+    for name, spec in CFG.queues.items():
+        cq = cqs[name]
+        assert cq["spec"]["cohortName"] == CFG.cohort
+        quota = {
+            fl["name"]: int(r["nominalQuota"])
+            for group in cq["spec"]["resourceGroups"]
+            for fl in group["flavors"]
+            for r in fl["resources"]
+        }
+        assert quota == dict(spec.quota)
+        assert cq["spec"]["preemption"]["withinClusterQueue"] == "LowerPriority"
+        assert condition(cq, "Active") == "True", f"ClusterQueue {name} is not Active"
+
+    lqs = {
+        (q["metadata"]["namespace"], q["metadata"]["name"]): q["spec"]["clusterQueue"]
+        for q in local_stack.items(f"localqueues.{KUEUE}", "-A")
+    }
+    assert lqs == {(t.namespace, t.local_queue): t.cluster_queue for t in CFG.teams}
+
+    wpcs = {w["metadata"]["name"]: w["value"] for w in local_stack.items(f"workloadpriorityclasses.{KUEUE}")}
+    assert wpcs == {w.name: w.value for w in CFG.priorities.workload}
+
+
+def test_pod_priority_classes_put_training_above_inference(local_stack: LocalStack) -> None:
+    pcs = {p["metadata"]["name"]: p for p in local_stack.items("priorityclasses", "-l", "gpucluster.io/tier")}
+    train, infer = CFG.priorities.pod.training, CFG.priorities.pod.inference
+    assert pcs[train.name]["value"] == train.value
+    assert pcs[infer.name]["value"] == infer.value
+    assert pcs[train.name]["value"] > pcs[infer.name]["value"]
+    assert pcs[train.name]["preemptionPolicy"] == train.preemption_policy
+
+
+def test_every_training_namespace_has_its_claims(local_stack: LocalStack) -> None:
+    storage = CFG.storage
+    for ns in CFG.training_namespaces:
+        pvcs = {p["metadata"]["name"]: p for p in local_stack.items("pvc", "-n", ns)}
+        assert set(pvcs) >= {"checkpoints", "datasets"}
+        for name, claim in (("checkpoints", storage.checkpoints), ("datasets", storage.datasets)):
+            spec = pvcs[name]["spec"]
+            assert spec["accessModes"] == ["ReadWriteMany"]
+            assert spec["storageClassName"] == storage.storage_class_name
+            assert spec["resources"]["requests"]["storage"] == claim.size
+    sc = local_stack.get("storageclass", storage.storage_class_name)
+    assert sc["provisioner"] == storage.provisioner
+    assert sc["reclaimPolicy"] == "Retain"
+
+
+def test_local_kueue_runs_the_deployed_configuration(local_stack: LocalStack) -> None:
+    ns = CFG.kueue.namespace
+    cm = next(
+        c
+        for c in local_stack.items("configmap", "-n", ns, "-l", "app.kubernetes.io/name=kueue")
+        if c["metadata"]["name"].endswith("-manager-config")
+    )
+    deployed = yaml.safe_load(cm["data"]["controller_manager_config.yaml"])
+    running_cfg = yaml.safe_load((ROOT / ".state" / "kueue" / "config.yaml").read_text())
+    changed = kueue_config.changed_keys(deployed, running_cfg)
+    assert set(changed) <= set(kueue_config.LOCAL_KEYS), f"local Kueue differs from the deployed config: {changed}"
+    assert deployed["internalCertManagement"] == {"enable": False}
+    assert deployed["waitForPodsReady"]["timeout"] == CFG.kueue.wait_for_pods_ready.timeout
+    assert running_cfg["webhook"]["port"] == int(CFG.kueue.local_webhooks.url.rsplit(":", 1)[1])  # type: ignore[union-attr]
+
+
+def test_webhooks_point_at_the_local_controller(local_stack: LocalStack) -> None:
+    url = CFG.kueue.local_webhooks.url  # type: ignore[union-attr]
+    hooks = local_stack.items("mutatingwebhookconfigurations", "-l", "app.kubernetes.io/name=kueue")
+    hooks += local_stack.items("validatingwebhookconfigurations", "-l", "app.kubernetes.io/name=kueue")
+    assert hooks, "no Kueue webhook configurations"
+    for cfg in hooks:
+        for hook in cfg["webhooks"]:
+            assert hook["clientConfig"]["url"].startswith(url + "/"), hook["name"]
+            assert "service" not in hook["clientConfig"]
+
+
+# --- Kueue and the scheduler at work -----------------------------------------------------------------------------
+
+
+def test_gang_is_admitted_only_when_all_four_pods_fit(local_stack: LocalStack, cleanup: None) -> None:
+    team_a, team_b = CFG.teams[0].namespace, CFG.teams[-1].namespace
+    local_stack.apply(labelled(gpu_job("blocker", team_b, parallelism=1, gpus=8, workload_priority="research-default")))
+    wait_for("the blocker to be admitted", lambda: admitted(local_stack, team_b, "blocker"))
+    wait_for("the blocker pod to run", lambda: running(job_pods(local_stack, team_b, "blocker")))
+
+    local_stack.apply(labelled(gpu_job("gang", team_a, parallelism=4, gpus=8, workload_priority="research-default")))
+    # Kueue's webhook (served by the local controller) suspended it at creation.
+    assert local_stack.get("job", "gang", "-n", team_a)["spec"]["suspend"] is True
+    wl = wait_for("the gang's Workload", lambda: workload_of(local_stack, team_a, "gang"))
+    assert [int(ps["count"]) for ps in wl["spec"]["podSets"]] == [4]
+    # 32 GPUs are needed, 24 are free: it must wait, whole, with no pod created.
+    for _ in range(5):
+        assert not admitted(local_stack, team_a, "gang")
+        assert not job_pods(local_stack, team_a, "gang")
+        time.sleep(1)
+
+    local_stack.kubectl("delete", "job", "blocker", "-n", team_b, "--wait=true", "--cascade=foreground")
+    wait_for("the gang to be admitted", lambda: admitted(local_stack, team_a, "gang"))
+    pods = wait_for(
+        "4 gang pods running",
+        lambda: exactly_running(local_stack, team_a, "gang", 4),
+    )
+    nodes = {p["spec"]["nodeName"] for p in pods}
+    assert len(nodes) == 4, f"8-GPU pods must take a node each: {nodes}"
+    assert all(n.startswith("h100-node-") for n in nodes)
+
+
+def test_higher_workload_priority_preempts_lower(local_stack: LocalStack, cleanup: None) -> None:
+    team_a, team_b = CFG.teams[0].namespace, CFG.teams[-1].namespace
+    local_stack.apply(
+        labelled(gpu_job("scavenger", team_b, parallelism=4, gpus=8, workload_priority="research-scavenger"))
+    )
+    wait_for("the scavenger job to be admitted", lambda: admitted(local_stack, team_b, "scavenger"))
+
+    local_stack.apply(labelled(gpu_job("urgent", team_a, parallelism=2, gpus=8, workload_priority="research-urgent")))
+    wait_for("the urgent job to be admitted", lambda: admitted(local_stack, team_a, "urgent"), timeout=120)
+    low = workload_of(local_stack, team_b, "scavenger")
+    assert low is not None
+    assert condition(low, "Admitted") != "True"
+    assert condition(low, "Preempted") == "True" or condition(low, "Evicted") == "True", low.get("status")
+    assert local_stack.get("job", "scavenger", "-n", team_b)["spec"]["suspend"] is True
+    wait_for("2 urgent pods running", lambda: len(running(job_pods(local_stack, team_a, "urgent"))) == 2)
+
+
+def test_training_pods_preempt_inference_through_the_scheduler(local_stack: LocalStack, cleanup: None) -> None:
+    infer_ns = CFG.inference_namespaces[0]
+    team = CFG.teams[0].namespace
+    serve = labelled(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "serve", "namespace": infer_ns},
+            "spec": {
+                "replicas": 4,
+                "selector": {"matchLabels": {"app": "serve"}},
+                "template": {
+                    "metadata": {"labels": {"app": "serve"}},
+                    "spec": {
+                        "priorityClassName": CFG.priorities.pod.inference.name,
+                        "containers": [
+                            {
+                                "name": "serve",
+                                "image": "registry.invalid/serve:sim",
+                                "resources": {"limits": {"nvidia.com/gpu": "8"}},
+                            }
+                        ],
+                    },
+                },
+            },
+        }
+    )
+    local_stack.apply(serve)
+
+    def serving() -> list[dict[str, Any]]:
+        return running(local_stack.items("pods", "-n", infer_ns, "-l", "app=serve"))
+
+    wait_for("4 inference replicas on every GPU", lambda: len(serving()) == 4)
+
+    local_stack.apply(labelled(gpu_job("pretrain", team, parallelism=2, gpus=8, workload_priority="research-default")))
+    wait_for("the training job to be admitted", lambda: admitted(local_stack, team, "pretrain"))
+    pods = wait_for(
+        "training pods running",
+        lambda: exactly_running(local_stack, team, "pretrain", 2),
+        timeout=120,
+    )
+    assert len(serving()) == 2, "the scheduler should have preempted exactly the inference replicas it needed"
+    taken = {p["spec"]["nodeName"] for p in pods}
+    assert not taken & {p["spec"]["nodeName"] for p in serving()}
+
+
+# --- the engine --------------------------------------------------------------------------------------------------
+
+
+def test_preview_after_up_shows_no_changes(local_stack: LocalStack) -> None:
+    proc = local_stack.pulumi("preview", "--stack", "local", "--expect-no-changes", "--diff", check=False)
+    assert proc.returncode == 0, f"preview found changes or failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-2000:]}"
+
+
+def test_invalid_stack_config_fails_before_anything_is_applied(local_stack: LocalStack, tmp_path: Path) -> None:
+    doc = yaml.safe_load((ROOT / "stacks" / "Pulumi.local.yaml").read_text())
+    doc["config"]["gpucluster:queues"]["training"]["quota"]["h100"] = 64  # more than the 32 declared
+    doc["config"]["gpucluster:teams"][0]["clusterQueue"] = "no-such-queue"
+    bad = tmp_path / "Pulumi.local.yaml"
+    bad.write_text(yaml.safe_dump(doc))
+    before = local_stack.pulumi("stack", "export", "--stack", "local").stdout
+
+    proc = local_stack.pulumi("up", "--stack", "local", "--yes", "--config-file", str(bad), check=False)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "queues.training.quota.h100" in output
+    assert "teams[0].clusterQueue" in output
+    assert "nothing was changed" in output
+    resources = lambda export: sorted(r["urn"] for r in json.loads(export)["deployment"]["resources"])  # noqa: E731
+    assert resources(local_stack.pulumi("stack", "export", "--stack", "local").stdout) == resources(before)
+    cq = local_stack.get(f"clusterqueues.{KUEUE}", "training")
+    assert cq["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]["nominalQuota"] == "32"
+
+
+# --- the descheduler ---------------------------------------------------------------------------------------------
+
+
+def test_descheduler_accepts_the_deployed_policy_in_a_dry_run(local_stack: LocalStack) -> None:
+    proc = local_stack.run(str(ROOT / "sim" / "descheduler.sh"), check=False, timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    assert "accepted" in proc.stdout
+
+
+def test_descheduler_refuses_a_broken_policy(local_stack: LocalStack, tmp_path: Path) -> None:
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "descheduler/v1alpha2",
+                "kind": "DeschedulerPolicy",
+                "profiles": [{"name": "broken", "plugins": {"deschedule": {"enabled": ["NoSuchPlugin"]}}}],
+            }
+        )
+    )
+    proc = local_stack.run(str(ROOT / "sim" / "descheduler.sh"), str(policy), check=False, timeout=180)
+    assert proc.returncode == 1
+    assert "refused" in proc.stderr
