@@ -12,13 +12,16 @@ It also runs what the simulated cluster needs around them: kube-state-metrics an
 scrapes it and the daemons, and the fake GPU cloud the local stack's fake provider points at.
 
 ``python sim/processes.py start [NAME ...]`` (default: all, in dependency order), ``stop``, ``status``, ``kill NAME``
-(SIGKILL, as a crash), ``restart NAME``. State, logs and pid files live in ``.state/daemons/``.
+(SIGKILL, as a crash), ``restart NAME``. State, logs and pid files live in ``.state/daemons/``. A program that is
+missing (not built, not installed) is one line saying what to run, e.g. ``prometheus not found: run make
+debian-deps``.
 """
 
 from __future__ import annotations
 
 import argparse
 import base64
+import binascii
 import hashlib
 import json
 import os
@@ -29,7 +32,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,34 +41,92 @@ ROOT = Path(__file__).resolve().parent.parent
 STATE = ROOT / ".state"
 DAEMONS_STATE = STATE / "daemons"
 ADMIN_KUBECONFIG = STATE / "sim" / "kubeconfig"
+VENV_BIN = ROOT / ".venv" / "bin"
+KUBECTL_TIMEOUT = 60
+
+#: Programs the simulated cluster takes from Debian packages (tools/install-debian-deps.sh installs them); every
+#: other program is a pinned tool (make tools) or the project's interpreter (make venv).
+DEBIAN_PROGRAMS = frozenset({"prometheus"})
 
 
 class DaemonError(RuntimeError):
     """A daemon could not be prepared or started; the message says which and why."""
 
 
+# ---------------------------------------------------------------------------------------------------------------
+# Programs, the cluster and its objects
+# ---------------------------------------------------------------------------------------------------------------
+
+
 def tools_bin() -> Path:
-    out = subprocess.run([str(ROOT / "tools" / "bin-dir.sh")], capture_output=True, text=True, check=True)
+    """The pinned tools' bin directory, as tools/bin-dir.sh says (it may not exist yet: make tools)."""
+    try:
+        out = subprocess.run([str(ROOT / "tools" / "bin-dir.sh")], capture_output=True, text=True, check=True)
+    except (OSError, subprocess.CalledProcessError) as e:
+        raise DaemonError(f"tools/bin-dir.sh cannot say where the pinned tools are: {e}") from None
     return Path(out.stdout.strip())
 
 
 def python() -> str:
-    venv = ROOT / ".venv" / "bin" / "python"
+    venv = VENV_BIN / "python"
     return str(venv) if venv.exists() else sys.executable
 
 
-def kubectl(*args: str, kubeconfig: Path = ADMIN_KUBECONFIG, input: str | None = None, check: bool = True) -> str:
-    proc = subprocess.run(
-        [str(tools_bin() / "kubectl"), "--kubeconfig", str(kubeconfig), *args],
-        capture_output=True,
-        text=True,
-        input=input,
-        timeout=60,
-        check=False,
-    )
+def missing_program(program: str) -> DaemonError:
+    """The error for a program that is not there, saying what to run to get it."""
+    name = Path(program).name
+    if name in DEBIAN_PROGRAMS:
+        return DaemonError(f"{name} not found: run make debian-deps")
+    if os.sep not in program:
+        return DaemonError(f"{name} not found on PATH: install it")
+    where = Path(program).parent
+    return DaemonError(f"{name} not found in {where}: run {'make venv' if where == VENV_BIN else 'make tools'}")
+
+
+def require_program(program: str, env: Mapping[str, str] | None = None) -> str:
+    """The executable ``program`` names (a path, or a name looked up on ``env``'s PATH), or a DaemonError."""
+    if os.sep in program:
+        if os.path.isfile(program) and os.access(program, os.X_OK):
+            return program
+        raise missing_program(program)
+    found = shutil.which(program, path=(os.environ if env is None else env).get("PATH", os.defpath))
+    if found is None:
+        raise missing_program(program)
+    return found
+
+
+def kubectl(*args: str, kubeconfig: Path | None = None, input: str | None = None, check: bool = True) -> str:
+    """``kubectl ARGS`` against the simulated cluster (the admin kubeconfig unless told otherwise); its stdout."""
+    program = require_program(str(tools_bin() / "kubectl"))
+    config = ADMIN_KUBECONFIG if kubeconfig is None else kubeconfig
+    try:
+        proc = subprocess.run(
+            [program, "--kubeconfig", str(config), *args],
+            capture_output=True,
+            text=True,
+            input=input,
+            timeout=KUBECTL_TIMEOUT,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        raise DaemonError(f"kubectl {' '.join(args)}: no answer within {KUBECTL_TIMEOUT}s") from None
+    except OSError as e:
+        raise DaemonError(f"kubectl {' '.join(args)}: cannot run {program}: {e.strerror}") from None
     if check and proc.returncode != 0:
         raise DaemonError(f"kubectl {' '.join(args)}: {proc.stderr.strip() or proc.stdout.strip()}")
     return proc.stdout
+
+
+def kubectl_json(*args: str) -> dict[str, Any]:
+    """``kubectl ARGS -o json``, parsed."""
+    out = kubectl(*args, "-o", "json")
+    try:
+        data = json.loads(out)
+    except json.JSONDecodeError:
+        raise DaemonError(f"kubectl {' '.join(args)} -o json: the reply is not JSON") from None
+    if not isinstance(data, dict):
+        raise DaemonError(f"kubectl {' '.join(args)} -o json: the reply is not an object")
+    return data
 
 
 def sa_kubeconfig(namespace: str, service_account: str, out: Path) -> Path:
@@ -73,14 +134,17 @@ def sa_kubeconfig(namespace: str, service_account: str, out: Path) -> Path:
     token = kubectl("create", "token", service_account, "-n", namespace, "--duration=24h").strip()
     if not token:
         raise DaemonError(f"no token for serviceaccount {namespace}/{service_account}")
-    admin = json.loads(kubectl("config", "view", "--raw", "--minify", "-o", "json"))
-    cluster = admin["clusters"][0]["cluster"]
+    try:
+        cluster = kubectl_json("config", "view", "--raw", "--minify")["clusters"][0]["cluster"]
+    except (KeyError, IndexError, TypeError):
+        raise DaemonError(f"the admin kubeconfig {ADMIN_KUBECONFIG} names no cluster") from None
+    user = f"{namespace}-{service_account}"
     config = {
         "apiVersion": "v1",
         "kind": "Config",
         "clusters": [{"name": "sim", "cluster": cluster}],
-        "users": [{"name": f"{namespace}-{service_account}", "user": {"token": token}}],
-        "contexts": [{"name": "sa", "context": {"cluster": "sim", "user": f"{namespace}-{service_account}"}}],
+        "users": [{"name": user, "user": {"token": token}}],
+        "contexts": [{"name": "sa", "context": {"cluster": "sim", "user": user}}],
         "current-context": "sa",
     }
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -90,30 +154,76 @@ def sa_kubeconfig(namespace: str, service_account: str, out: Path) -> Path:
 
 
 def configmap_data(namespace: str, name: str) -> dict[str, str]:
-    obj = json.loads(kubectl("get", "configmap", name, "-n", namespace, "-o", "json"))
-    data = obj.get("data") or {}
+    data = kubectl_json("get", "configmap", name, "-n", namespace).get("data") or {}
+    return {str(k): str(v) for k, v in data.items()}
+
+
+def deployed_text(namespace: str, configmap: str, key: str) -> str:
+    """One key of a ConfigMap Pulumi deployed (a daemon's settings file)."""
+    data = configmap_data(namespace, configmap)
+    if key not in data:
+        raise DaemonError(f"ConfigMap {namespace}/{configmap} has no key {key}: deploy the stack first (make up)")
+    return data[key]
+
+
+def write_deployed(namespace: str, configmap: str, key: str, out: Path) -> Path:
+    """Write one key of a deployed ConfigMap to ``out``, as a ConfigMap volume mount would."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(deployed_text(namespace, configmap, key))
+    return out
+
+
+def secret_data(namespace: str, name: str) -> dict[str, str]:
+    """A Secret's data (base64 values), as the API server returns it."""
+    data = kubectl_json("get", "secret", name, "-n", namespace).get("data") or {}
     return {str(k): str(v) for k, v in data.items()}
 
 
 def secret_to_dir(namespace: str, name: str, out: Path) -> Path:
     """Write a Secret's keys as files (mode 0600), as a Secret volume mount would."""
-    obj = json.loads(kubectl("get", "secret", name, "-n", namespace, "-o", "json"))
+    data = secret_data(namespace, name)
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True, mode=0o700)
-    for key, value in (obj.get("data") or {}).items():
+    for key, value in data.items():
+        try:
+            content = base64.b64decode(value, validate=True)
+        except (binascii.Error, ValueError):
+            raise DaemonError(f"Secret {namespace}/{name}: key {key} is not base64") from None
         f = out / key
-        f.write_bytes(base64.b64decode(value))
+        f.write_bytes(content)
         f.chmod(0o600)
     return out
+
+
+def labelled_name(kind: str, namespace: str, selector: str) -> str:
+    """The name of the first object of ``kind`` in ``namespace`` matching ``selector`` ('' when there is none)."""
+    return kubectl("get", kind, "-n", namespace, "-l", selector, "-o", "jsonpath={.items[0].metadata.name}").strip()
 
 
 def http_ok(url: str, timeout: float = 2.0) -> bool:
     try:
         with urllib.request.urlopen(url, timeout=timeout) as r:
-            return 200 <= r.status < 300
+            status: int = r.status
+            return 200 <= status < 300
     except (urllib.error.URLError, OSError, ValueError):
         return False
+
+
+def node_ready(name: str) -> bool:
+    out = kubectl("get", "node", name, "-o", "json", check=False)
+    if not out:
+        return False
+    try:
+        conditions = json.loads(out).get("status", {}).get("conditions") or []
+    except (json.JSONDecodeError, AttributeError):
+        return False
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# One local process
+# ---------------------------------------------------------------------------------------------------------------
 
 
 @dataclass
@@ -130,18 +240,20 @@ class Daemon:
     #: configuration changed since it started is restarted by ``start``, so ``make up`` after a config change
     #: leaves no daemon on stale settings.
     fingerprint: Callable[[], str] | None = None
+    #: Where its pid file, log and configuration fingerprint live.
+    state: Path = DAEMONS_STATE
 
     @property
     def fingerprint_file(self) -> Path:
-        return DAEMONS_STATE / f"{self.name}.config-sha256"
+        return self.state / f"{self.name}.config-sha256"
 
     @property
     def pid_file(self) -> Path:
-        return DAEMONS_STATE / f"{self.name}.pid"
+        return self.state / f"{self.name}.pid"
 
     @property
     def log_file(self) -> Path:
-        return DAEMONS_STATE / "logs" / f"{self.name}.log"
+        return self.state / "logs" / f"{self.name}.log"
 
     def pid(self) -> int | None:
         try:
@@ -175,20 +287,25 @@ class Daemon:
             print(f"==> {self.name}: its configuration changed since it started; restarting it")
             self.stop()
         cmd = self.prepare()
+        env = {**os.environ, **self.env}
+        require_program(cmd[0], env)
         self.fingerprint_file.parent.mkdir(parents=True, exist_ok=True)
         self.fingerprint_file.write_text(current)
         self.log_file.parent.mkdir(parents=True, exist_ok=True)
         with self.log_file.open("ab") as log:
             log.write(f"\n=== {time.strftime('%Y-%m-%dT%H:%M:%S')} start: {' '.join(cmd)}\n".encode())
-            proc = subprocess.Popen(
-                cmd,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                cwd=ROOT,
-                env={**os.environ, **self.env},
-                start_new_session=True,
-            )
+            try:
+                proc = subprocess.Popen(
+                    cmd,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    cwd=ROOT,
+                    env=env,
+                    start_new_session=True,
+                )
+            except OSError as e:
+                raise DaemonError(f"{self.name}: cannot run {cmd[0]}: {e.strerror}") from None
         self.pid_file.write_text(str(proc.pid))
         if self.ready_url or self.ready_check:
             deadline = time.monotonic() + self.ready_timeout
@@ -261,6 +378,8 @@ KSM_PORT = 18090
 KSM_TELEMETRY_PORT = 18091
 PROMETHEUS_PORT = 9090
 TAINT_CONTROLLER_PORTS = {"taint-controller-a": 9102, "taint-controller-b": 9103}
+#: The fake GPU cloud the local stack's fake providers point at (a module of the daemons' package).
+FAKE_CLOUD_MODULE = "daemons.burst_provider.fakes.cloud_server"
 #: The fake cloud's knobs, overridable from the environment (the flip scenario and chaos runs set them).
 FAKE_CLOUD_ENV = {
     "boot-seconds": "GPUCLUSTER_FAKE_BOOT_SECONDS",
@@ -268,11 +387,16 @@ FAKE_CLOUD_ENV = {
     "death-rate": "GPUCLUSTER_FAKE_DEATH_RATE",
 }
 FAKE_CLOUD_DEFAULTS = {"boot-seconds": "5", "create-failure-rate": "0", "death-rate": "0"}
+#: The descheduler chart's objects (its ServiceAccount, its policy ConfigMap) carry this label.
+DESCHEDULER_SELECTOR = "app.kubernetes.io/name=descheduler"
 
 
 def stack_config(stack_file: Path | None = None) -> Any:
     sys.path.insert(0, str(ROOT))
-    from components.config import StackConfigError, load_stack_file  # noqa: PLC0415 (needs ROOT on the path)
+    try:
+        from components.config import StackConfigError, load_stack_file  # noqa: PLC0415 (needs ROOT on the path)
+    except ImportError as e:
+        raise DaemonError(f"{sys.executable} cannot import {e.name}: run make venv") from None
 
     path = stack_file or Path(os.environ.get("GPUCLUSTER_SIM_STACK", ROOT / "stacks" / "Pulumi.local.yaml"))
     try:
@@ -281,100 +405,119 @@ def stack_config(stack_file: Path | None = None) -> Any:
         raise DaemonError(str(e)) from e
 
 
-def _node_ready(name: str) -> bool:
-    out = kubectl("get", "node", name, "-o", "json", check=False)
-    if not out:
-        return False
-    conditions = json.loads(out).get("status", {}).get("conditions") or []
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+@dataclass(frozen=True)
+class Stack:
+    """What every daemon's builder reads: the stack's config, the pinned tools, the interpreter, the state."""
+
+    config: Any
+    bin_dir: Path
+    python: str
+    state: Path
+
+    @property
+    def burst(self) -> Any:
+        """The burst provider service's settings (providers, virtual node)."""
+        return self.config.burst.settings
+
+    def tool(self, name: str) -> str:
+        return str(self.bin_dir / name)
+
+    def daemon(self, name: str, prepare: Callable[[], list[str]], **kwargs: Any) -> Daemon:
+        return Daemon(name, prepare, state=self.state, **kwargs)
 
 
-def registry(stack_file: Path | None = None) -> dict[str, Daemon]:
-    """Every daemon of the stack, in start order (stop runs it backwards)."""
-    from components.taint_controller import APP as TC_APP  # noqa: PLC0415
-    from components.virtual_node import APP as VN_APP  # noqa: PLC0415
-    from components.virtual_node import NODE_TAINT  # noqa: PLC0415
-
-    cfg = stack_config(stack_file)
-    if not cfg.burst_enabled:
-        raise DaemonError("the stack has no enabled gpucluster:burst section: nothing to run")
-    burst = cfg.burst.settings
-    vn = burst.virtual_node
-    ns = vn.namespace
-    state = DAEMONS_STATE
-    bin_dir = tools_bin()
-    py = python()
-    out: dict[str, Daemon] = {}
-
-    fakes = [p for p in burst.providers if p.fake is not None]
-    for p in fakes:
+def fake_clouds(s: Stack) -> Iterable[Daemon]:
+    """The fake GPU cloud of each fake provider, on the address the provider names, sized for every provider."""
+    for p in s.burst.providers:
+        if p.fake is None:
+            continue
         url = p.fake.url
         port = url.rsplit(":", 1)[-1].rstrip("/")
 
-        def fake_cmd(p: Any = p, port: str = port) -> list[str]:
+        def cmd(p: Any = p, port: str = port) -> list[str]:
             knobs = {k: os.environ.get(env, FAKE_CLOUD_DEFAULTS[k]) for k, env in FAKE_CLOUD_ENV.items()}
-            cap = sum(x.max_gpus for x in burst.providers) * 4
-            cmd = [py, "-m", "daemons.burst_provider.fakes.cloud_server", "--listen", f"127.0.0.1:{port}"]
+            capacity = sum(x.max_gpus for x in s.burst.providers) * 4
+            line = [s.python, "-m", FAKE_CLOUD_MODULE, "--listen", f"127.0.0.1:{port}"]
             for k, v in knobs.items():
-                cmd += [f"--{k}", v]
+                line += [f"--{k}", v]
             for gpu, offer in p.gpu_types.items():
-                cmd += ["--capacity", f"{gpu}={cap}", "--price", f"{gpu}={offer.price_per_gpu_hour}"]
-            return [
-                *cmd,
-                "--seed",
-                os.environ.get("GPUCLUSTER_FAKE_SEED", "1"),
-                "--state-file",
-                str(state / f"fake-cloud-{p.name}.json"),
-            ]
+                line += ["--capacity", f"{gpu}={capacity}", "--price", f"{gpu}={offer.price_per_gpu_hour}"]
+            seed = os.environ.get("GPUCLUSTER_FAKE_SEED", "1")
+            return [*line, "--seed", seed, "--state-file", str(s.state / f"fake-cloud-{p.name}.json")]
 
-        out[f"fake-cloud-{p.name}"] = Daemon(f"fake-cloud-{p.name}", fake_cmd, ready_url=f"{url}/offers")
+        yield s.daemon(f"fake-cloud-{p.name}", cmd, ready_url=f"{url}/offers")
 
-    def provider_config() -> str:
-        secret = json.loads(kubectl("get", "secret", f"{VN_APP}-provider-secrets", "-n", ns, "-o", "json"))
-        return configmap_data(ns, f"{VN_APP}-settings")["settings.json"] + json.dumps(secret.get("data") or {})
 
-    def provider_cmd() -> list[str]:
-        d = state / "provider"
-        kc = sa_kubeconfig(ns, VN_APP, d / "kubeconfig")
-        settings = d / "settings.json"
-        settings.write_text(configmap_data(ns, f"{VN_APP}-settings")["settings.json"])
-        secrets = secret_to_dir(ns, f"{VN_APP}-provider-secrets", d / "secrets")
+def _virtual_node_app() -> tuple[str, str]:
+    from components.virtual_node import APP, NODE_TAINT  # noqa: PLC0415 (needs ROOT on the path)
+
+    return APP, NODE_TAINT
+
+
+def _provider_config(s: Stack) -> Callable[[], str]:
+    """The provider settings and Secret Pulumi deployed: what the provider service and the node follow."""
+    app, _ = _virtual_node_app()
+    ns = s.burst.virtual_node.namespace
+
+    def config() -> str:
+        secret = secret_data(ns, f"{app}-provider-secrets")
+        return deployed_text(ns, f"{app}-settings", "settings.json") + json.dumps(secret)
+
+    return config
+
+
+def provider(s: Stack) -> Iterable[Daemon]:
+    """The burst provider service, with the virtual node's ServiceAccount, settings and provider Secret."""
+    app, _ = _virtual_node_app()
+    vn = s.burst.virtual_node
+
+    def cmd() -> list[str]:
+        d = s.state / "provider"
+        kubeconfig = sa_kubeconfig(vn.namespace, app, d / "kubeconfig")
+        settings = write_deployed(vn.namespace, f"{app}-settings", "settings.json", d / "settings.json")
+        secrets = secret_to_dir(vn.namespace, f"{app}-provider-secrets", d / "secrets")
         return [
-            py,
+            s.python,
             "-m",
             "daemons.burst_provider",
             "--settings",
             str(settings),
             "--kubeconfig",
-            str(kc),
+            str(kubeconfig),
             "--secrets-dir",
             str(secrets),
             "--listen",
             f"127.0.0.1:{vn.port}",
         ]
 
-    out["provider"] = Daemon(
-        "provider", provider_cmd, ready_url=f"http://127.0.0.1:{vn.port}/healthz", fingerprint=provider_config
-    )
+    yield s.daemon("provider", cmd, ready_url=f"http://127.0.0.1:{vn.port}/healthz", fingerprint=_provider_config(s))
 
-    def node_cmd() -> list[str]:
-        kc = sa_kubeconfig(ns, VN_APP, state / "virtual-node" / "kubeconfig")
+
+def virtual_node(s: Stack) -> Iterable[Daemon]:
+    """The virtual node (Go), ready when its Node is Ready."""
+    app, taint = _virtual_node_app()
+    vn = s.burst.virtual_node
+
+    def cmd() -> list[str]:
+        kubeconfig = sa_kubeconfig(vn.namespace, app, s.state / "virtual-node" / "kubeconfig")
         return [
-            str(bin_dir / "gpucluster-virtual-node"),
+            s.tool("gpucluster-virtual-node"),
             f"--nodename={vn.node_name}",
-            f"--kubeconfig={kc}",
+            f"--kubeconfig={kubeconfig}",
             f"--provider-url=http://127.0.0.1:{vn.port}",
-            f"--taint={NODE_TAINT}",
+            f"--taint={taint}",
         ]
 
     # The node reads its capacity from the provider service once, at start: it follows the provider settings.
-    out["virtual-node"] = Daemon(
-        "virtual-node", node_cmd, ready_check=lambda: _node_ready(vn.node_name), fingerprint=provider_config
-    )
+    yield s.daemon("virtual-node", cmd, ready_check=lambda: node_ready(vn.node_name), fingerprint=_provider_config(s))
 
-    def ksm_cmd() -> list[str]:
+
+def kube_state_metrics(s: Stack) -> Iterable[Daemon]:
+    """kube-state-metrics for the taint controller's queries (nodes and pods), with the admin kubeconfig."""
+
+    def cmd() -> list[str]:
         return [
-            str(bin_dir / "kube-state-metrics"),
+            s.tool("kube-state-metrics"),
             f"--kubeconfig={ADMIN_KUBECONFIG}",
             "--host=127.0.0.1",
             f"--port={KSM_PORT}",
@@ -383,17 +526,20 @@ def registry(stack_file: Path | None = None) -> dict[str, Daemon]:
             "--resources=nodes,pods",
         ]
 
-    out["kube-state-metrics"] = Daemon(
-        "kube-state-metrics", ksm_cmd, ready_url=f"http://127.0.0.1:{KSM_TELEMETRY_PORT}/metrics"
-    )
+    yield s.daemon("kube-state-metrics", cmd, ready_url=f"http://127.0.0.1:{KSM_TELEMETRY_PORT}/metrics")
 
-    def prometheus_cmd() -> list[str]:
-        d = state / "prometheus"
+
+def prometheus(s: Stack) -> Iterable[Daemon]:
+    """Prometheus (Debian) scraping kube-state-metrics, the taint controllers and the provider service every 2s."""
+    port = s.burst.virtual_node.port
+
+    def cmd() -> list[str]:
+        d = s.state / "prometheus"
         d.mkdir(parents=True, exist_ok=True)
         targets = {
             "kube-state-metrics": [f"127.0.0.1:{KSM_PORT}"],
             "taint-controller": [f"127.0.0.1:{p}" for p in TAINT_CONTROLLER_PORTS.values()],
-            "burst-provider": [f"127.0.0.1:{vn.port}"],
+            "burst-provider": [f"127.0.0.1:{port}"],
         }
         config = {
             "global": {"scrape_interval": "2s", "evaluation_interval": "2s"},
@@ -409,71 +555,60 @@ def registry(stack_file: Path | None = None) -> dict[str, Daemon]:
             "--log.level=warn",
         ]
 
-    out["prometheus"] = Daemon("prometheus", prometheus_cmd, ready_url=f"http://127.0.0.1:{PROMETHEUS_PORT}/-/ready")
+    yield s.daemon("prometheus", cmd, ready_url=f"http://127.0.0.1:{PROMETHEUS_PORT}/-/ready")
 
-    tc_ns = cfg.burst.taint_controller.namespace
+
+def taint_controllers(s: Stack) -> Iterable[Daemon]:
+    """Two taint controllers electing a leader on the stack's Lease, with its ServiceAccount and settings."""
+    from components.taint_controller import APP  # noqa: PLC0415 (needs ROOT on the path)
+
+    ns = s.config.burst.taint_controller.namespace
+    configmap = f"{APP}-settings"
     for name, port in TAINT_CONTROLLER_PORTS.items():
 
-        def tc_cmd(name: str = name, port: int = port) -> list[str]:
-            d = state / name
-            kc = sa_kubeconfig(tc_ns, TC_APP, d / "kubeconfig")
-            settings = d / "settings.json"
-            settings.parent.mkdir(parents=True, exist_ok=True)
-            settings.write_text(configmap_data(tc_ns, f"{TC_APP}-settings")["settings.json"])
+        def cmd(name: str = name, port: int = port) -> list[str]:
+            d = s.state / name
+            kubeconfig = sa_kubeconfig(ns, APP, d / "kubeconfig")
+            settings = write_deployed(ns, configmap, "settings.json", d / "settings.json")
             return [
-                py,
+                s.python,
                 "-m",
                 "daemons.taint_controller",
                 "--settings",
                 str(settings),
                 "--kubeconfig",
-                str(kc),
+                str(kubeconfig),
                 "--listen",
                 f"127.0.0.1:{port}",
                 "--identity",
                 name,
             ]
 
-        out[name] = Daemon(
+        yield s.daemon(
             name,
-            tc_cmd,
+            cmd,
             ready_url=f"http://127.0.0.1:{port}/healthz",
-            fingerprint=lambda: configmap_data(tc_ns, f"{TC_APP}-settings")["settings.json"],
+            fingerprint=lambda: deployed_text(ns, configmap, "settings.json"),
         )
 
-    dns = cfg.descheduler.namespace
 
-    def descheduler_cmd() -> list[str]:
-        d = state / "descheduler"
-        sa = kubectl(
-            "get",
-            "serviceaccount",
-            "-n",
-            dns,
-            "-l",
-            "app.kubernetes.io/name=descheduler",
-            "-o",
-            "jsonpath={.items[0].metadata.name}",
-        ).strip()
+def descheduler(s: Stack) -> Iterable[Daemon]:
+    """The pinned descheduler with the policy and ServiceAccount its chart deployed."""
+    ns = s.config.descheduler.namespace
+
+    def cmd() -> list[str]:
+        d = s.state / "descheduler"
+        sa = labelled_name("serviceaccount", ns, DESCHEDULER_SELECTOR)
         if not sa:
-            raise DaemonError(f"no descheduler ServiceAccount in namespace {dns}: deploy the stack first (make up)")
-        kc = sa_kubeconfig(dns, sa, d / "kubeconfig")
-        cm = kubectl(
-            "get",
-            "configmap",
-            "-n",
-            dns,
-            "-l",
-            "app.kubernetes.io/name=descheduler",
-            "-o",
-            "jsonpath={.items[0].metadata.name}",
-        ).strip()
-        policy = d / "policy.yaml"
-        policy.write_text(configmap_data(dns, cm)["policy.yaml"])
-        interval = os.environ.get("GPUCLUSTER_DESCHEDULER_INTERVAL", cfg.descheduler.interval)
+            raise DaemonError(f"no descheduler ServiceAccount in namespace {ns}: deploy the stack first (make up)")
+        kubeconfig = sa_kubeconfig(ns, sa, d / "kubeconfig")
+        policy = write_deployed(
+            ns, labelled_name("configmap", ns, DESCHEDULER_SELECTOR), "policy.yaml", d / "policy.yaml"
+        )
+        interval = os.environ.get("GPUCLUSTER_DESCHEDULER_INTERVAL", s.config.descheduler.interval)
         return [
-            str(bin_dir / "descheduler"),
-            f"--kubeconfig={kc}",
+            s.tool("descheduler"),
+            f"--kubeconfig={kubeconfig}",
             f"--policy-config-file={policy}",
             f"--descheduling-interval={interval}",
             "--secure-port=0",
@@ -481,12 +616,34 @@ def registry(stack_file: Path | None = None) -> dict[str, Daemon]:
             "--v=3",
         ]
 
-    def descheduler_config() -> str:
-        cm = kubectl("get", "configmap", "-n", dns, "-l", "app.kubernetes.io/name=descheduler", "-o", "json")
-        return json.dumps([c.get("data") for c in json.loads(cm).get("items", [])], sort_keys=True)
+    def config() -> str:
+        items = kubectl_json("get", "configmap", "-n", ns, "-l", DESCHEDULER_SELECTOR).get("items", [])
+        return json.dumps([c.get("data") for c in items], sort_keys=True)
 
-    out["descheduler"] = Daemon("descheduler", descheduler_cmd, fingerprint=descheduler_config)
-    return out
+    yield s.daemon("descheduler", cmd, fingerprint=config)
+
+
+#: Every daemon's builder, in start order (stop runs it backwards): the fake cloud before the provider service
+#: that rents from it, the provider service before the node that asks it for capacity, kube-state-metrics and
+#: Prometheus before the taint controllers that query them.
+BUILDERS: tuple[Callable[[Stack], Iterable[Daemon]], ...] = (
+    fake_clouds,
+    provider,
+    virtual_node,
+    kube_state_metrics,
+    prometheus,
+    taint_controllers,
+    descheduler,
+)
+
+
+def registry(stack_file: Path | None = None, state: Path | None = None) -> dict[str, Daemon]:
+    """Every daemon of the stack, in start order (stop runs it backwards)."""
+    cfg = stack_config(stack_file)
+    if not cfg.burst_enabled:
+        raise DaemonError("the stack has no enabled gpucluster:burst section: nothing to run")
+    stack = Stack(config=cfg, bin_dir=tools_bin(), python=python(), state=state or DAEMONS_STATE)
+    return {d.name: d for build in BUILDERS for d in build(stack)}
 
 
 def main(argv: Sequence[str] | None = None, registry: Callable[[], dict[str, Daemon]] = registry) -> int:
@@ -523,8 +680,8 @@ def main(argv: Sequence[str] | None = None, registry: Callable[[], dict[str, Dae
                 print(f"==> {n} restarted (pid {known[n].start()})")
         else:
             for n, d in known.items():
-                pid = d.pid()
-                print(f"{n:20s} {'running pid ' + str(pid) if pid else 'stopped'}")
+                running = d.pid()
+                print(f"{n:20s} {'running pid ' + str(running) if running else 'stopped'}")
     except DaemonError as e:
         print(f"sim/processes.py: error: {e}", file=sys.stderr)
         return 1

@@ -14,7 +14,10 @@ GPU_RESOURCE_SUFFIX = "/gpu"
 
 
 def kubectl_items(*args: str) -> list[dict[str, Any]]:
-    proc = subprocess.run(["kubectl", "get", *args, "-o", "json"], capture_output=True, text=True, check=False)
+    try:
+        proc = subprocess.run(["kubectl", "get", *args, "-o", "json"], capture_output=True, text=True, check=False)
+    except FileNotFoundError:
+        raise RuntimeError("kubectl not found on PATH: run make tools (sim/env.sh puts them on PATH)") from None
     if proc.returncode != 0:
         raise RuntimeError(f"kubectl get {' '.join(args)}: {proc.stderr.strip()}")
     items = json.loads(proc.stdout).get("items", [])

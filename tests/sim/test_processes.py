@@ -1,0 +1,226 @@
+"""The stack's daemons as local processes (sim/processes.py), prepared against a canned cluster (no API server).
+
+``kubectl`` is the stand-in of tests/support/fake_kubectl.py in a scratch tool cache, so the command lines, the
+files each daemon reads and the order they start in are checked exactly; and a program that is missing (not
+built, not installed) is one line saying what to run, never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.support import fake_kubectl
+from tests.support.sim import load_sim_module, path_without
+
+ROOT = Path(__file__).resolve().parents[2]
+processes = load_sim_module("processes")
+VENV_PY = processes.python()
+
+
+@pytest.fixture
+def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A scratch tool cache holding the canned kubectl, and an admin kubeconfig; the daemons' state below it."""
+    cache = tmp_path / "cache"
+    fake_kubectl.install(cache / "tools" / "bin")
+    monkeypatch.setenv("GPUCLUSTER_CACHE", str(cache))
+    for knob in (*processes.FAKE_CLOUD_ENV.values(), "GPUCLUSTER_FAKE_SEED", "GPUCLUSTER_SIM_STACK"):
+        monkeypatch.delenv(knob, raising=False)
+    monkeypatch.delenv("GPUCLUSTER_DESCHEDULER_INTERVAL", raising=False)
+    admin = tmp_path / "admin-kubeconfig"
+    admin.write_text("{}")
+    monkeypatch.setattr(processes, "ADMIN_KUBECONFIG", admin)
+    return tmp_path
+
+
+def _registry(tmp: Path) -> dict[str, object]:
+    return dict(processes.registry(state=tmp / "daemons"))
+
+
+def test_daemons_start_in_dependency_order(cluster: Path) -> None:
+    assert list(_registry(cluster)) == [
+        "fake-cloud-fake-a",
+        "provider",
+        "virtual-node",
+        "kube-state-metrics",
+        "prometheus",
+        "taint-controller-a",
+        "taint-controller-b",
+        "descheduler",
+    ]
+
+
+def test_command_lines_are_the_programs_with_what_pulumi_deployed(cluster: Path) -> None:
+    daemons = processes.registry(state=cluster / "daemons")
+    state, tools = cluster / "daemons", cluster / "cache" / "tools" / "bin"
+    cmds = {name: d.prepare() for name, d in daemons.items()}
+    assert cmds["fake-cloud-fake-a"] == [
+        VENV_PY,
+        *("-m", "daemons.burst_provider.fakes.cloud_server", "--listen", "127.0.0.1:18080"),
+        *("--boot-seconds", "5", "--create-failure-rate", "0", "--death-rate", "0"),
+        *("--capacity", "H100=64", "--price", "H100=2.5", "--seed", "1"),
+        *("--state-file", f"{state}/fake-cloud-fake-a.json"),
+    ]
+    assert cmds["provider"] == [
+        VENV_PY,
+        *("-m", "daemons.burst_provider", "--settings", f"{state}/provider/settings.json"),
+        *("--kubeconfig", f"{state}/provider/kubeconfig", "--secrets-dir", f"{state}/provider/secrets"),
+        *("--listen", "127.0.0.1:10299"),
+    ]
+    assert cmds["virtual-node"] == [
+        f"{tools}/gpucluster-virtual-node",
+        "--nodename=gpu-burst",
+        f"--kubeconfig={state}/virtual-node/kubeconfig",
+        "--provider-url=http://127.0.0.1:10299",
+        "--taint=virtual-kubelet.io/provider=gpucluster:NoSchedule",
+    ]
+    assert cmds["kube-state-metrics"] == [
+        f"{tools}/kube-state-metrics",
+        f"--kubeconfig={cluster}/admin-kubeconfig",
+        *("--host=127.0.0.1", "--port=18090", "--telemetry-host=127.0.0.1", "--telemetry-port=18091"),
+        "--resources=nodes,pods",
+    ]
+    assert cmds["prometheus"] == [
+        "prometheus",
+        f"--config.file={state}/prometheus/prometheus.yml",
+        f"--storage.tsdb.path={state}/prometheus/data",
+        "--web.listen-address=127.0.0.1:9090",
+        "--storage.tsdb.retention.time=1d",
+        "--log.level=warn",
+    ]
+    for name, port in (("taint-controller-a", 9102), ("taint-controller-b", 9103)):
+        assert cmds[name] == [
+            VENV_PY,
+            *("-m", "daemons.taint_controller", "--settings", f"{state}/{name}/settings.json"),
+            *("--kubeconfig", f"{state}/{name}/kubeconfig", "--listen", f"127.0.0.1:{port}", "--identity", name),
+        ]
+    assert cmds["descheduler"] == [
+        f"{tools}/descheduler",
+        f"--kubeconfig={state}/descheduler/kubeconfig",
+        f"--policy-config-file={state}/descheduler/policy.yaml",
+        "--descheduling-interval=20s",
+        *("--secure-port=0", "--disable-metrics", "--v=3"),
+    ]
+
+
+def test_each_daemon_reads_the_deployed_files_with_its_own_serviceaccount(cluster: Path) -> None:
+    state = cluster / "daemons"
+    for d in processes.registry(state=state).values():
+        d.prepare()
+    settings = json.loads((state / "provider" / "settings.json").read_text())
+    assert settings == {"providers": "as deployed"}
+    assert (state / "taint-controller-a" / "settings.json").read_text() == '{"highMark": 8}'
+    assert (state / "descheduler" / "policy.yaml").read_text() == fake_kubectl.DESCHEDULER_POLICY
+    secret = state / "provider" / "secrets" / "runpodApiKey"
+    assert secret.read_bytes() == b"not-a-real-key"
+    assert secret.stat().st_mode & 0o777 == 0o600
+    users = {
+        "provider": "gpucluster-burst-gpucluster-virtual-node",
+        "virtual-node": "gpucluster-burst-gpucluster-virtual-node",
+        "taint-controller-b": "gpucluster-burst-gpucluster-taint-controller",
+        "descheduler": "kube-system-descheduler",
+    }
+    for name, user in users.items():
+        kubeconfig = state / name / "kubeconfig"
+        assert kubeconfig.stat().st_mode & 0o777 == 0o600
+        config = json.loads(kubeconfig.read_text())
+        assert config["users"] == [{"name": user, "user": {"token": f"token-of-{user}"}}]
+        assert config["clusters"][0]["cluster"]["server"] == "https://127.0.0.1:6443"
+    prom = json.loads((state / "prometheus" / "prometheus.yml").read_text())
+    jobs = {j["job_name"]: j["static_configs"][0]["targets"] for j in prom["scrape_configs"]}
+    assert jobs == {
+        "kube-state-metrics": ["127.0.0.1:18090"],
+        "taint-controller": ["127.0.0.1:9102", "127.0.0.1:9103"],
+        "burst-provider": ["127.0.0.1:10299"],
+    }
+
+
+def test_the_provider_and_the_node_follow_the_deployed_settings_and_secret(cluster: Path) -> None:
+    daemons = processes.registry(state=cluster / "daemons")
+    expected = '{"providers": "as deployed"}' + json.dumps(fake_kubectl.SECRET_DATA)
+    assert daemons["provider"].fingerprint() == expected
+    assert daemons["virtual-node"].fingerprint() == expected
+    assert daemons["taint-controller-a"].fingerprint() == '{"highMark": 8}'
+    assert daemons["kube-state-metrics"].fingerprint is None
+
+
+def test_a_configmap_without_the_settings_key_is_a_clear_error(cluster: Path) -> None:
+    with pytest.raises(processes.DaemonError, match="ConfigMap gpucluster-burst/gpucluster-virtual-node-settings"):
+        processes.deployed_text("gpucluster-burst", "gpucluster-virtual-node-settings", "other.json")
+    assert processes.deployed_text("gpucluster-burst", "gpucluster-virtual-node-settings", "settings.json")
+
+
+# --- a missing program: one line saying what to run ------------------------------------------------------------
+
+
+def _start(
+    cluster: Path, name: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, path: str
+) -> tuple[int, str]:
+    monkeypatch.setenv("PATH", path)
+    rc = processes.main(["start", name], registry=lambda: processes.registry(state=cluster / "daemons"))
+    return rc, capsys.readouterr().err
+
+
+def test_prometheus_not_installed_says_run_make_debian_deps(
+    cluster: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rc, err = _start(cluster, "prometheus", capsys, monkeypatch, path_without(cluster, "prometheus"))
+    assert (rc, err) == (1, "sim/processes.py: error: prometheus not found: run make debian-deps\n")
+    assert not (cluster / "daemons" / "prometheus.pid").exists()
+
+
+def test_prometheus_on_the_path_is_the_one_started(cluster: Path) -> None:
+    bin_dir = cluster / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "prometheus").write_text("#!/bin/sh\nexit 0\n")
+    (bin_dir / "prometheus").chmod(0o755)
+    env = {"PATH": f"{bin_dir}{os.pathsep}{path_without(cluster, 'prometheus')}"}
+    assert processes.require_program("prometheus", env) == str(bin_dir / "prometheus")
+
+
+@pytest.mark.parametrize(("daemon", "program"), [("kube-state-metrics", "kube-state-metrics"), ("provider", "kubectl")])
+def test_a_pinned_tool_not_built_says_run_make_tools(
+    daemon: str,
+    program: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("GPUCLUSTER_CACHE", str(tmp_path / "empty-cache"))
+    rc, err = _start(tmp_path, daemon, capsys, monkeypatch, os.environ["PATH"])
+    bin_dir = tmp_path / "empty-cache" / "tools" / "bin"
+    assert (rc, err) == (1, f"sim/processes.py: error: {program} not found in {bin_dir}: run make tools\n")
+
+
+def test_an_interpreter_without_the_project_dependencies_says_run_make_venv(tmp_path: Path) -> None:
+    """sim/processes.py run by a Python that cannot import the stack's model (no venv): one line, exit 1."""
+    env = {"PATH": path_without(tmp_path), "HOME": str(tmp_path), "PYTHONNOUSERSITE": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-S", "-I", str(ROOT / "sim" / "processes.py"), "status"],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+        timeout=60,
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr.startswith("sim/processes.py: error: ")
+    assert proc.stderr.rstrip().endswith("run make venv")
+    assert len(proc.stderr.splitlines()) == 1
+
+
+def test_the_summary_without_kubectl_is_one_line(tmp_path: Path) -> None:
+    env = {"PATH": path_without(tmp_path, "kubectl"), "HOME": str(tmp_path)}
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "sim" / "summary.py")], capture_output=True, text=True, env=env, check=False
+    )
+    assert proc.returncode == 1
+    assert proc.stderr == (
+        "sim/summary.py: cannot summarise the cluster: kubectl not found on PATH: run make tools "
+        "(sim/env.sh puts them on PATH)\n"
+    )
