@@ -29,11 +29,9 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "sim"))
 sys.path.insert(0, str(ROOT))
 
-import processes  # noqa: E402 (sim/processes.py)
-import timeline  # noqa: E402
+from sim import processes, timeline  # noqa: E402 (run as a script: the repository first on the path)
 
 NAME = "bench-burst"
 

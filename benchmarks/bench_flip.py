@@ -22,11 +22,9 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "sim"))
 sys.path.insert(0, str(ROOT))
 
-import flip  # noqa: E402 (sim/flip.py)
-import timeline  # noqa: E402
+from sim import flip, timeline  # noqa: E402 (run as a script: the repository first on the path)
 
 
 def main() -> int:

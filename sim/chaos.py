@@ -32,13 +32,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
-sys.path.insert(0, str(HERE))
+ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-import flip  # noqa: E402 (sim/flip.py, beside this file)
-import processes  # noqa: E402
+from sim import flip, processes  # noqa: E402 (run as a script: the repository first on the path)
 
 #: What may be killed: the daemons the flip depends on. The fake cloud stands for a provider's API, not ours.
 TARGETS = ("virtual-node", "provider", "taint-controller-a", "taint-controller-b", "descheduler")
@@ -155,6 +152,12 @@ def run(argv: Sequence[str] | None = None) -> int:
         registry = processes.registry()
     except (flip.ScenarioError, processes.DaemonError) as e:
         print(f"sim/chaos.py: error: {e}", file=sys.stderr)
+        return 1
+    if stopped := [n for n, d in registry.items() if not d.running()]:
+        print(
+            f"sim/chaos.py: error: daemons not running: {stopped} (start them: python sim/processes.py start)",
+            file=sys.stderr,
+        )
         return 1
     cloud = setup.fake_cloud_url
     provider_metrics = f"http://127.0.0.1:{processes.stack_config().burst.settings.virtual_node.port}/metrics"

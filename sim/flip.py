@@ -34,13 +34,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
-sys.path.insert(0, str(HERE))
+ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-import processes as sim_daemons  # noqa: E402 (sim/processes.py, beside this file)
-import timeline  # noqa: E402
+from sim import processes as sim_daemons  # noqa: E402 (run as a script: the repository first on the path)
+from sim import timeline  # noqa: E402
 
 TRAINING_JOB = "flip-pretrain"
 SIM_ANNOTATION_READY_AFTER = "sim.gpucluster.io/ready-after"
@@ -320,7 +318,7 @@ def run_cycle(opts: Options) -> tuple[timeline.Timeline, timeline.Figures]:
                 registry[name].stop()
         wait(
             "training to finish",
-            lambda: bool(sampler.latest) and sampler.latest.training_running == 0 and job_done(s),
+            lambda: (x := sampler.latest) is not None and x.training_running == 0 and job_done(s),
             opts.timeout,
             0.5,
         )
