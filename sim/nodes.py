@@ -10,6 +10,9 @@ allocatable), which ``sim/up.sh`` applies through the status subresource.
 
 A missing stack file gives the default inventory of the local stack: flavor ``h100``, 4 nodes x 8 GPUs.
 A stack file that is not valid is reported with every problem and its key path (exit status 2).
+
+``--remote`` prints the fixed inventory of the second cluster of ``sim/remote.sh`` instead: ``remote-gpu-<i>``,
+2 nodes x 8 ``nvidia.com/gpu``, labelled ``gpucluster.io/remote=true``, pod IPs from 10.160.0.0/16.
 """
 
 from __future__ import annotations
@@ -78,8 +81,10 @@ def load_flavors(stack_file: Path) -> tuple[Flavor, ...]:
     """The GPU flavors of a stack file, validated by the project's stack model; defaults if it is absent."""
     if not stack_file.exists():
         return DEFAULT_FLAVORS
-    from components.config import StackConfigError, load_stack_file  # noqa: PLC0415 (only when needed)
-
+    try:
+        from components.config import StackConfigError, load_stack_file  # noqa: PLC0415 (only when needed)
+    except ImportError as exc:
+        raise InventoryError(f"{sys.executable} cannot import {exc.name}: run make venv") from None
     try:
         cfg = load_stack_file(stack_file)
     except StackConfigError as exc:
@@ -164,12 +169,56 @@ def build_nodes(flavors: Sequence[Flavor]) -> list[dict[str, Any]]:
     return nodes
 
 
+#: The second cluster of sim/remote.sh: what a ``kubernetes`` burst provider rents from.
+REMOTE_NODE_COUNT = 2
+REMOTE_GPUS_PER_NODE = 8
+#: Pod IPs of the remote nodes: a range the main cluster's nodes (POD_NETWORK) never use.
+REMOTE_POD_PREFIX = "10.160"
+
+
+def remote_nodes(
+    count: int = REMOTE_NODE_COUNT, gpus: int = REMOTE_GPUS_PER_NODE, prefix: str = REMOTE_POD_PREFIX
+) -> list[dict[str, Any]]:
+    """The remote cluster's fake GPU nodes (no flavor: that cluster runs no stack)."""
+    capacity = {"cpu": str(CPU_PER_GPU * gpus), "memory": f"{MEMORY_GIB_PER_GPU * gpus}Gi", "pods": str(PODS_PER_NODE)}
+    capacity["nvidia.com/gpu"] = str(gpus)
+    items: list[dict[str, Any]] = []
+    for i in range(count):
+        name = f"remote-gpu-{i}"
+        cidr = f"{prefix}.{i}.0/24"
+        items.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {
+                    "name": name,
+                    "annotations": {KWOK_ANNOTATION: KWOK_ANNOTATION_VALUE},
+                    "labels": {
+                        "kubernetes.io/hostname": name,
+                        "kubernetes.io/os": "linux",
+                        "kubernetes.io/arch": "amd64",
+                        "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
+                        "type": "kwok",
+                        "gpucluster.io/remote": "true",
+                    },
+                },
+                "spec": {"podCIDR": cidr, "podCIDRs": [cidr]},
+                "status": {"capacity": capacity, "allocatable": capacity},
+            }
+        )
+    return items
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("stack", nargs="?", type=Path, default=DEFAULT_STACK, help="stack file (default: %(default)s)")
     parser.add_argument("--status", metavar="NODE", help="print only the status patch of this node")
     parser.add_argument("--summary", action="store_true", help="print one line per flavor instead")
+    parser.add_argument("--remote", action="store_true", help="the nodes of sim/remote.sh's cluster instead")
     args = parser.parse_args(argv)
+    if args.remote:
+        print(json.dumps({"apiVersion": "v1", "kind": "List", "items": remote_nodes()}))
+        return 0
     try:
         flavors = load_flavors(args.stack)
         nodes = build_nodes(flavors)
