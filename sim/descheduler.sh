@@ -21,9 +21,8 @@ if [[ $# -ge 1 ]]; then
   POLICY="$1"
   [[ -f "$POLICY" ]] || die "policy file $POLICY not found"
 else
-  ns="$("$(sim_python)" -c 'import sys; sys.path.insert(0, sys.argv[1]); from components.config import load_stack_file
-print(load_stack_file(sys.argv[2]).descheduler.namespace)' "$ROOT" "$STACK")" ||
-    die "cannot read the descheduler namespace from $STACK"
+  ns="$("$(sim_python)" "$ROOT/sim/stack_value.py" "$STACK" descheduler-namespace)" ||
+    die "cannot read the descheduler namespace from $STACK (see above)"
   cm="$(kubectl get configmap -n "$ns" -l app.kubernetes.io/name=descheduler -o name | head -1)" || true
   [[ -n "$cm" ]] || die "no descheduler ConfigMap in namespace $ns: deploy the stack first (make up)"
   POLICY="$OUT/policy.yaml"

@@ -29,7 +29,7 @@ METRICS_CERTS=/etc/kueue/metrics/certs
 METRICS_MARK="$METRICS_CERTS/.installed-by-gpucluster"
 
 cmd_certs() {
-  command -v openssl >/dev/null || die "openssl is needed to create the local webhook certificate"
+  command -v openssl >/dev/null || die "openssl not found (it creates the local webhook certificate): run make debian-deps"
   mkdir -p "$CERTS"
   # Reuse a certificate valid for at least another day: the CA is in the stack's webhook objects, so a new one
   # would be a change for Pulumi.
@@ -75,8 +75,8 @@ remove_metrics_cert() {
 write_config() {
   local ns cm py
   py="$(sim_python)"
-  ns="$("$py" -c 'import sys; sys.path.insert(0, sys.argv[1]); from components.config import load_stack_file
-print(load_stack_file(sys.argv[2]).kueue.namespace)' "$ROOT" "$STACK")" || die "cannot read the Kueue namespace from $STACK"
+  ns="$("$py" "$ROOT/sim/stack_value.py" "$STACK" kueue-namespace)" ||
+    die "cannot read the Kueue namespace from $STACK (see above)"
   cm="$(kubectl get configmap -n "$ns" -l app.kubernetes.io/name=kueue -o name | grep -- '-manager-config$' | head -1)" || true
   [[ -n "$cm" ]] || die "no Kueue manager ConfigMap in namespace $ns: deploy the stack first (make up)"
   kubectl get -n "$ns" "$cm" -o json |
@@ -95,6 +95,7 @@ kueue_ready() {
 
 cmd_start() {
   sim_require_tools kueue kubectl
+  command -v curl >/dev/null || die "curl not found (it probes the controller's readiness): run make debian-deps"
   sim_answers || die "the simulated cluster does not answer (make sim-up)"
   export KUBECONFIG="$KUBECONFIG_FILE"
   cmd_certs

@@ -106,8 +106,10 @@ def changed_keys(before: Any, after: Any, prefix: str = "") -> list[str]:
 
 
 def stack_webhook_url(stack_file: Path) -> str:
-    from components.config import StackConfigError, load_stack_file  # noqa: PLC0415 (needs the project on sys.path)
-
+    try:
+        from components.config import StackConfigError, load_stack_file  # noqa: PLC0415 (needs the project on sys.path)
+    except ImportError as exc:
+        raise LocalConfigError(f"{sys.executable} cannot import {exc.name}: run make venv") from None
     try:
         cfg = load_stack_file(stack_file)
     except StackConfigError as exc:

@@ -1,5 +1,7 @@
 # Shared by the sim/*.sh scripts: where things live and small helpers. Source it; it sets no shell options.
 # shellcheck shell=bash
+# Its settings (STACK, KUEUE_STATE, ...) are read by the scripts that source it, not here:
+# shellcheck disable=SC2034
 
 ROOT="${ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}"
 # shellcheck source=tools/lib.sh
@@ -25,6 +27,12 @@ die() {
   exit 1
 }
 
+# under_ci: CI=true (or 1, yes), where nothing may skip silently (as tests/support/require.py decides).
+under_ci() {
+  local ci="${CI:-}"
+  [[ "${ci,,}" == 1 || "${ci,,}" == true || "${ci,,}" == yes ]]
+}
+
 # sim_require_tools NAME...: every tool must be in the pinned cache (nothing is downloaded).
 sim_require_tools() {
   local missing=()
@@ -36,7 +44,11 @@ sim_require_tools() {
 
 # sim_python: the project's interpreter (the venv's when it exists).
 sim_python() {
-  if [[ -x "$ROOT/.venv/bin/python" ]]; then echo "$ROOT/.venv/bin/python"; else command -v python3; fi
+  if [[ -x "$ROOT/.venv/bin/python" ]]; then
+    echo "$ROOT/.venv/bin/python"
+  else
+    command -v python3 || die "no Python: neither $ROOT/.venv (make venv) nor python3 on PATH"
+  fi
 }
 
 sim_exists() { [[ -f "$CLUSTER_DIR/kwok.yaml" ]]; }
@@ -99,4 +111,28 @@ pulumi_env() {
   export PULUMI_BACKEND_URL="file://$STATE/pulumi"
   export KUBECONFIG="$KUBECONFIG_FILE"
   mkdir -p "$STATE/pulumi" "$PULUMI_HOME"
+}
+
+# scratch_project WORK STACK_FILE STACK RENDER_DIR: a scratch Pulumi project in WORK (replaced) that runs the
+# repository's program for STACK with a copy of STACK_FILE whose Kubernetes provider renders into RENDER_DIR
+# (sim/scratch_project.py). `make policy` previews it, `make render` updates it; the stack file is never touched.
+scratch_project() {
+  local work="$1" src="$2" stack="$3" render="$4"
+  rm -rf "$work"
+  mkdir -p "$work/stacks" "$work/state"
+  "$ROOT/.venv/bin/python" "$ROOT/sim/scratch_project.py" --work "$work" --stack-file "$src" --stack "$stack" \
+    --render-dir "$render" || die "cannot build the scratch project of stack $stack in $work (see above)"
+}
+
+# scratch_engine WORK STACK PASSPHRASE: the engine's environment for a scratch project (its own throwaway file
+# backend and PULUMI_HOME in WORK; PASSPHRASE only seals that state, which holds no secret of the stack), then
+# cd WORK, log in and create the stack.
+scratch_engine() {
+  local work="$1" stack="$2"
+  export PULUMI_SKIP_UPDATE_CHECK=1 PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION=1
+  export PULUMI_HOME="$work/pulumi-home" PULUMI_BACKEND_URL="file://$work/state"
+  export PULUMI_CONFIG_PASSPHRASE="$3"
+  cd "$work" || return 1
+  pulumi login --non-interactive "$PULUMI_BACKEND_URL" >/dev/null
+  pulumi stack init --non-interactive "$stack" >/dev/null
 }

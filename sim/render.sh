@@ -40,27 +40,9 @@ PY="$ROOT/.venv/bin/python"
 mkdir -p "$(dirname "$OUT_DIR")"
 OUT_ABS="$(cd "$(dirname "$OUT_DIR")" && pwd)/$(basename "$OUT_DIR")"
 WORK="$STATE/render/$RSTACK"
-rm -rf "$WORK" "$OUT_ABS"
-mkdir -p "$WORK/state" "$WORK/stacks"
-
+rm -rf "$OUT_ABS"
 # The scratch project: the same program (main: the repository), the same venv, its own config directory.
-"$PY" - "$ROOT" "$WORK" "$SRC" "$RSTACK" "$OUT_ABS" "$CHARTS" <<'PYEOF'
-import sys
-from pathlib import Path
-
-import yaml
-
-root, work, src, stack, out, charts = sys.argv[1:]
-project = yaml.safe_load(Path(root, "Pulumi.yaml").read_text())
-project["main"] = root
-project["stackConfigDir"] = "stacks"
-project["runtime"] = {"name": "python", "options": {"virtualenv": str(Path(root, ".venv"))}}
-Path(work, "Pulumi.yaml").write_text(yaml.safe_dump(project, sort_keys=False))
-doc = yaml.safe_load(Path(src).read_text())
-cfg = doc["config"]
-cfg["kubernetes:renderYamlToDirectory"] = out
-Path(work, "stacks", f"Pulumi.{stack}.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
-PYEOF
+scratch_project "$WORK" "$SRC" "$RSTACK" "$OUT_ABS"
 
 if [[ "$CHARTS" == gomodule ]]; then
   # components/charts.py maps each registry chart to the Go module carrying it; a chart no module carries
@@ -69,13 +51,8 @@ if [[ "$CHARTS" == gomodule ]]; then
   warn "CHARTS=gomodule: Kueue and descheduler charts from their Go modules, not the published packages"
 fi
 
-export PULUMI_SKIP_UPDATE_CHECK=1 PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION=1
-export PULUMI_HOME="$WORK/pulumi-home" PULUMI_BACKEND_URL="file://$WORK/state"
 # A throwaway state holds no secrets of the stack; the passphrase only seals this scratch state.
-export PULUMI_CONFIG_PASSPHRASE="render-$RSTACK"
-cd "$WORK"
-pulumi login --non-interactive "$PULUMI_BACKEND_URL" >/dev/null
-pulumi stack init --non-interactive "$RSTACK" >/dev/null
+scratch_engine "$WORK" "$RSTACK" "render-$RSTACK"
 step "rendering stack $RSTACK into $OUT_DIR"
 pulumi up --stack "$RSTACK" --yes --non-interactive --skip-preview --suppress-progress --diff=false ||
   die "rendering $RSTACK failed (the engine's message is above)"

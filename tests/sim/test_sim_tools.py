@@ -159,3 +159,82 @@ def test_cli_refuses_a_stack_without_local_webhooks(capsys: pytest.CaptureFixtur
     rc = kueue_config.main(["--stack", str(ROOT / "stacks" / "Pulumi.prod.yaml"), "--cert-dir", "/c"])
     assert rc == 2
     assert "kueue.localWebhooks is not set" in capsys.readouterr().err
+
+
+def test_remote_nodes_are_the_second_clusters_inventory() -> None:
+    built = nodes.remote_nodes()
+    assert [n["metadata"]["name"] for n in built] == ["remote-gpu-0", "remote-gpu-1"]
+    for i, n in enumerate(built):
+        assert n["metadata"]["labels"]["gpucluster.io/remote"] == "true"
+        assert "gpucluster.io/flavor" not in n["metadata"]["labels"]
+        assert n["metadata"]["annotations"] == {"kwok.x-k8s.io/node": "fake"}
+        assert n["status"]["capacity"]["nvidia.com/gpu"] == "8"
+        assert n["spec"]["podCIDR"] == f"10.160.{i}.0/24"
+
+
+# --- sim/node_list.py ---------------------------------------------------------------------------------------
+
+node_list = load_sim_module("node_list")
+
+
+def test_summary_counts_nodes_and_gpus_per_flavor() -> None:
+    flavors = [_flavor(4), nodes.Flavor(name="l40s", node_labels={"a": "b"}, gpus_per_node=4, node_count=2)]
+    assert node_list.summary(nodes.build_nodes(flavors)) == "h100: 4 nodes x 8 GPUs; l40s: 2 nodes x 4 GPUs"
+    assert node_list.summary(nodes.remote_nodes()) == "2 nodes x 8 GPUs"
+
+
+def test_status_patches_carry_capacity_and_allocatable() -> None:
+    (name, patch), *_ = node_list.status_patches(nodes.build_nodes([_flavor(1)]))
+    assert name == "h100-node-0"
+    status = json.loads(patch)["status"]
+    assert set(status) == {"capacity", "allocatable"}
+    assert status["allocatable"]["nvidia.com/gpu"] == "8"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("not json", "not JSON (line 1, column 1"),
+        ('{"kind": "List"}', "not a Kubernetes List: no items[]"),
+        ('{"items": [{"metadata": {}}]}', "items[0]: no metadata.name"),
+        ('{"items": [{"metadata": {"name": "n"}, "status": {"capacity": {}}}]}', "items[0] (n): no status.allocatable"),
+    ],
+)
+def test_a_node_list_that_is_not_one_is_refused(
+    text: str, message: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr("sys.stdin", __import__("io").StringIO(text))
+    assert node_list.main(["summary"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"sim/node_list.py: the node list on stdin: {message}")
+    assert len(err.splitlines()) == 1
+
+
+def test_a_gpu_count_that_is_not_a_number_is_refused() -> None:
+    bad = nodes.build_nodes([_flavor(1)])
+    bad[0]["status"]["capacity"]["nvidia.com/gpu"] = "eight"
+    with pytest.raises(node_list.NodeListError, match="not a whole number"):
+        node_list.summary(bad)
+
+
+# --- sim/stack_value.py -------------------------------------------------------------------------------------
+
+stack_value = load_sim_module("stack_value")
+
+
+def test_stack_values_the_scripts_read(capsys: pytest.CaptureFixture[str]) -> None:
+    local = str(ROOT / "stacks" / "Pulumi.local.yaml")
+    assert stack_value.main([local, "kueue-namespace"]) == 0
+    assert stack_value.main([local, "descheduler-namespace"]) == 0
+    assert capsys.readouterr().out == "kueue-system\nkube-system\n"
+
+
+def test_a_broken_stack_names_its_key_path(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    doc = yaml.safe_load((ROOT / "stacks" / "Pulumi.local.yaml").read_text())
+    doc["config"]["gpucluster:flavors"][0]["gpusPerNode"] = 0
+    bad = tmp_path / "Pulumi.bad.yaml"
+    bad.write_text(yaml.safe_dump(doc))
+    assert stack_value.main([str(bad), "kueue-namespace"]) == 2
+    err = capsys.readouterr().err
+    assert "flavors[0].gpusPerNode" in err
+    assert "Traceback" not in err
