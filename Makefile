@@ -42,6 +42,7 @@ go-test: ## the virtual node's Go unit tests
 
 lint-ansible: $(STAMP)
 	@if [ -d ansible/roles ]; then cd ansible && ../$(VENV)/bin/ansible-lint --profile production; \
+	 elif [[ "$${CI,,}" =~ ^(1|true|yes)$$ ]]; then echo "CI=$$CI and ansible/roles is missing: nothing to lint" >&2; exit 1; \
 	 else echo "ansible/roles not present yet: nothing to lint"; fi
 
 check-stacks: $(STAMP) ## validate every stack file offline
@@ -50,7 +51,7 @@ check-stacks: $(STAMP) ## validate every stack file offline
 policy: tools venv ## the real engine previews every stack with the policy pack (local against the sim)
 	@bash policies/preview-stacks.sh $(STACKS)
 
-debian-deps: ## install the Debian packages the tests use (promtool/prometheus, node_exporter), if missing
+debian-deps: ## install the Debian packages make up and the tests use (prometheus, node_exporter, openssl, curl), if missing
 	@bash tools/install-debian-deps.sh
 
 test: lint debian-deps tools go-test ## the test command: lint, then every test (Go, unit, Ansible, telemetry, integration)
@@ -72,13 +73,13 @@ DIR   ?= rendered/$(STACK)
 tools: ## build the pinned Go tools into ~/.cache/gpucluster/tools/bin (idempotent, per source group)
 	@tools/build.sh
 
-sim-up: tools venv ## start the simulated GPU cluster (kwok nodes from the local stack, kubeconfig .state/sim/kubeconfig)
+sim-up: debian-deps tools venv ## start the simulated GPU cluster (kwok nodes from the local stack, kubeconfig .state/sim/kubeconfig)
 	@sim/up.sh
 
 sim-down: ## delete the simulated cluster and its state
 	@sim/down.sh
 
-up: tools venv ## simulated cluster + the local stack applied by Pulumi + the Kueue controller, then a summary
+up: debian-deps tools venv ## simulated cluster + the local stack applied by Pulumi + the Kueue controller, the stack's daemons, then a summary
 	@sim/stack-up.sh
 
 down: ## stop Kueue, drop the local stack's state, delete the simulated cluster

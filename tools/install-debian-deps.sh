@@ -1,10 +1,27 @@
 #!/usr/bin/env bash
-# Debian packages the telemetry tests and benchmarks need: promtool/prometheus (rule tests, the real
-# Prometheus the exporter tests scrape with) and prometheus-node-exporter (benchmark baseline).
-# Idempotent: installs only what is missing; does nothing when everything is present.
+# make debian-deps: the Debian packages `make up` and the tests need: prometheus (the Prometheus the simulated
+# cluster's taint controllers query, promtool for the rule tests, the real Prometheus the exporter tests scrape),
+# prometheus-node-exporter (benchmark baseline), openssl and curl (the local Kueue controller's certificate and
+# readiness probe).
+# Idempotent and quick: installs only what is missing; does nothing when everything is present. Needs root (or
+# sudo) only when something is missing. On a system without dpkg the programs must already be on PATH.
 set -euo pipefail
 
-wanted=(prometheus prometheus-node-exporter)
+wanted=(prometheus prometheus-node-exporter openssl curl)
+# The programs those packages give, for a system that is not Debian.
+programs=(prometheus promtool prometheus-node-exporter openssl curl)
+
+if ! command -v dpkg-query >/dev/null 2>&1; then
+  absent=()
+  for p in "${programs[@]}"; do command -v "$p" >/dev/null 2>&1 || absent+=("$p"); done
+  if [ "${#absent[@]}" -eq 0 ]; then
+    echo "debian deps present: ${programs[*]} on PATH (no dpkg here)"
+    exit 0
+  fi
+  echo "install-debian-deps: no dpkg here to install packages; install these programs yourself: ${absent[*]}" >&2
+  exit 1
+fi
+
 missing=()
 for pkg in "${wanted[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed"; then
@@ -28,7 +45,7 @@ fi
 echo "installing: ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
 "${sudo_cmd[@]}" apt-get update -qq
-# --no-install-recommends keeps the install small; policy-rc.d stops the packages starting their services.
+# --no-install-recommends keeps the install small.
 "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
 # The packages start system services where an init system runs; the tests start their own instances.
 for svc in prometheus prometheus-node-exporter; do
