@@ -3,7 +3,8 @@
 ``local_stack`` runs ``sim/stack-up.sh`` (simulated cluster, ``pulumi up --stack local``, the Kueue controller)
 and, at the end of the session, ``sim/stack-down.sh`` -- unless the stack was already up when the session
 started (someone's ``make up``), which is then reused and left running. ``GPUCLUSTER_SIM_KEEP=1`` keeps a
-cluster the session created. Tests skip, saying why, only when the pinned tools are not built.
+cluster the session created. Tests skip, saying why, only when the pinned tools are not built or the Debian programs
+it runs are not installed (under CI=true they fail instead).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.require import debian_tool, missing
 from tests.support.sim import tools_bin
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -40,6 +42,9 @@ NEEDED_TOOLS = (
     "gpucluster-virtual-node",
     "kube-state-metrics",
 )
+#: What sim/stack-up.sh runs from Debian packages (make debian-deps): the daemons' Prometheus, the local Kueue
+#: controller's certificate and readiness probe.
+DEBIAN_PROGRAMS = ("prometheus", "openssl", "curl")
 
 
 @dataclass(frozen=True)
@@ -124,12 +129,19 @@ def _script(stack: LocalStack, name: str, log: Path) -> None:
         pytest.fail(f"sim/{name} failed (exit {proc.returncode}); log {log}:\n{tail}", pytrace=False)
 
 
+def require_programs(bin_dir: Path) -> None:
+    """Skip (or, under CI=true, fail) naming what to run when a program sim/stack-up.sh needs is missing."""
+    absent = [t for t in NEEDED_TOOLS if not (bin_dir / t).is_file()]
+    if absent:
+        missing(f"pinned tools not built in {bin_dir} (missing: {', '.join(absent)}); run make tools")
+    for program in DEBIAN_PROGRAMS:
+        debian_tool(program)
+
+
 @pytest.fixture(scope="session")
 def local_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
     bin_dir = tools_bin()
-    missing = [t for t in NEEDED_TOOLS if not (bin_dir / t).is_file()]
-    if missing:
-        missing(f"pinned tools not built in {bin_dir} (missing: {', '.join(missing)}); run make tools")
+    require_programs(bin_dir)
     stack = LocalStack(root=ROOT, bin=bin_dir, kubeconfig=KUBECONFIG, env=stack_env(bin_dir))
     reuse = _already_up(stack)
     logs = tmp_path_factory.mktemp("sim")
