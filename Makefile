@@ -17,7 +17,8 @@ help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | column -t -s $$'\t'
 
 $(STAMP): pyproject.toml
-	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV) || \
+	  { rm -rf $(VENV); echo "error: $(PYTHON) -m venv failed (on Debian: apt-get install python3-venv)" >&2; exit 1; }
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'
 	@touch $@
@@ -73,13 +74,13 @@ DIR   ?= rendered/$(STACK)
 tools: ## build the pinned Go tools into ~/.cache/gpucluster/tools/bin (idempotent, per source group)
 	@tools/build.sh
 
-sim-up: debian-deps tools venv ## start the simulated GPU cluster (kwok nodes from the local stack, kubeconfig .state/sim/kubeconfig)
+sim-up: debian-deps venv tools ## start the simulated GPU cluster (kwok nodes from the local stack, kubeconfig .state/sim/kubeconfig)
 	@sim/up.sh
 
 sim-down: ## delete the simulated cluster and its state
 	@sim/down.sh
 
-up: debian-deps tools venv ## simulated cluster + the local stack applied by Pulumi + the Kueue controller, the stack's daemons, then a summary
+up: debian-deps venv tools ## simulated cluster + the local stack applied by Pulumi + the Kueue controller, the stack's daemons, then a summary
 	@sim/stack-up.sh
 
 down: ## stop Kueue, drop the local stack's state, delete the simulated cluster

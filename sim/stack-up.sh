@@ -81,7 +81,7 @@ kubectl wait --for=condition=Active clusterqueues.kueue.x-k8s.io --all --timeout
 
 if [[ "${GPUCLUSTER_UP_SKIP_DAEMONS:-0}" != 1 ]]; then
   step "the stack's daemons as local processes (sim/processes.py; logs in .state/daemons/logs)"
-  "$(sim_python)" "$ROOT/sim/processes.py" start || die "a local daemon did not start (its log is named above)"
+  "$(sim_python)" "$ROOT/sim/processes.py" start || die "the stack's daemons did not all start (the reason is above)"
 fi
 
 step "summary"
