@@ -6,7 +6,7 @@ apply``: for every flavor in the stack's ``gpucluster:flavors``, ``nodeCount`` n
 GPUs of the flavor's GPU resource (``nvidia.com/gpu`` unless it says otherwise) plus CPU, memory and pod
 capacity, one taint per flavor toleration (so the toleration means something), and the annotation that
 makes kwok manage them. ``--status NAME`` prints only the status patch of one node (capacity and
-allocatable), which ``sim/up.sh`` applies through the status subresource.
+allocatable) for the status subresource (``sim/node_list.py status-patches`` gives them for a whole List).
 
 A missing stack file gives the default inventory of the local stack: flavor ``h100``, 4 nodes x 8 GPUs.
 A stack file that is not valid is reported with every problem and its key path (exit status 2).
