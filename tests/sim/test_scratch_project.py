@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -120,6 +121,8 @@ def test_make_policy_previews_offline_in_the_scratch_project(engine: dict[str, s
         assert proc.stdout.splitlines()[-1] == "==> policy preview passed: dev"
     finally:
         shutil.rmtree(work, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            work.parent.rmdir()
 
 
 @pytest.mark.parametrize(("ci", "rc"), [("", 0), ("true", 1)])
@@ -170,3 +173,5 @@ def test_make_render_updates_the_scratch_project_into_the_output_directory(
     assert (out / "1-manifest" / "ns.yaml").exists()
     assert proc.stdout.splitlines()[-1] == f"==> rendered 1 manifest(s) into {out} (1-manifest)"
     assert not work.exists(), "the scratch project is removed after rendering"
+    with contextlib.suppress(OSError):
+        work.parent.rmdir()
