@@ -22,8 +22,10 @@ from daemons.burst_provider.providers.base import (
     InstanceTags,
     ProviderError,
 )
-from daemons.burst_provider.providers.kubernetes_cluster import COPY_LABEL, NODE_LABEL, KubernetesClusterProvider
+from daemons.burst_provider.providers.kubernetes.provider import KubernetesClusterProvider
+from daemons.burst_provider.providers.kubernetes.translate import COPY_LABEL, NODE_LABEL
 from tests.support.local_stack import wait_for
+from tests.support.require import missing
 from tests.support.sim import tools_bin
 
 pytestmark = pytest.mark.integration
@@ -76,9 +78,9 @@ def _up_already() -> bool:
 
 @pytest.fixture(scope="module")
 def remote_kubeconfig() -> Iterator[str]:
-    missing = [t for t in NEEDED_TOOLS if not (tools_bin() / t).is_file()]
-    if missing:
-        missing(f"pinned tools not built in {tools_bin()} (missing: {', '.join(missing)}); run make tools")
+    absent = [t for t in NEEDED_TOOLS if not (tools_bin() / t).is_file()]
+    if absent:
+        missing(f"pinned tools not built in {tools_bin()} (missing: {', '.join(absent)}); run make tools")
     reuse = _up_already()
     up = _remote("up")
     if up.returncode != 0:
@@ -100,7 +102,7 @@ def kubectl(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def make_provider(kubeconfig: str, source: SourceStub, max_gpus: int = 32) -> KubernetesClusterProvider:
-    return KubernetesClusterProvider.connect(
+    return KubernetesClusterProvider(
         "east",
         kubeconfig,
         {"H100": 1.8},

@@ -15,6 +15,7 @@ import pytest
 from kubernetes import client
 
 from daemons.taint_controller.kube import load_kube_config
+from tests.support.require import missing
 from tests.support.sim import tools_bin
 
 NS = "gpucluster-burst"
@@ -47,9 +48,9 @@ class ApiServer:
 @pytest.fixture(scope="session")
 def apiserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
     bin_dir = tools_bin()
-    missing = [t for t in ("etcd", "kube-apiserver") if not (bin_dir / t).exists()]
-    if missing:
-        missing(f"pinned tools not built in {bin_dir} (missing: {', '.join(missing)}); run make tools")
+    absent = [t for t in ("etcd", "kube-apiserver") if not (bin_dir / t).exists()]
+    if absent:
+        missing(f"pinned tools not built in {bin_dir} (missing: {', '.join(absent)}); run make tools")
     work = tmp_path_factory.mktemp("apiserver")
     subprocess.run(["openssl", "genrsa", "-out", str(work / "sa.key"), "2048"], check=True, capture_output=True)
     (work / "tokens.csv").write_text("test-token,admin,admin,system:masters\n")
