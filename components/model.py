@@ -1,16 +1,50 @@
-"""The base every stack-config section derives from, and the Kubernetes name rules they share."""
+"""The one base of every settings model (stack sections and daemon settings files) and the value rules they share.
+
+Components and daemons alike import from here; it imports pydantic only (no Pulumi), so the daemon image can load
+it. Each ``check_*`` returns the value or raises ValueError whose message shows the value bounded and redacted
+(:func:`components.issues.shown`). The annotated types (``DnsLabel``, ``PositiveDuration``, ``Quantity``, ...)
+apply them as pydantic fields.
+
+Values are strict: a settings file is YAML or JSON, and YAML turns ``yes`` into a boolean and leaves ``"5"`` a
+string, so a count must be an integer (not a boolean, not a string), a name a string (not a number), and no number
+may be NaN or infinite. Strings are at most :data:`MAX_STRING` characters, which also bounds every pattern's work.
+"""
 
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal
+from collections.abc import Iterator
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from typing import Annotated, Any, Literal, Self
+from urllib.parse import urlsplit
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
+from pydantic_core import InitErrorDetails, PydanticCustomError
+
+from components.issues import shown
+
+#: Longest string any settings field takes (a PromQL query is the longest we write: well under 1000).
+MAX_STRING = 4096
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A rule between a model's fields that does not hold: where (relative to the model, camelCase keys and list
+    indexes), why, and the offending value."""
+
+    loc: tuple[str | int, ...]
+    message: str
+    value: Any = None
 
 
 class ConfigModel(BaseModel):
-    """camelCase keys in the stack YAML, snake_case in Python; unknown keys are refused, values frozen."""
+    """camelCase keys in YAML/JSON, snake_case in Python; unknown keys are refused, values strict and frozen.
+
+    A model's rules between its own fields go in :meth:`rule_problems`; each problem is reported at its own key
+    path, like any field error, and every problem of a document is reported at once.
+    """
 
     model_config = ConfigDict(
         alias_generator=to_camel,
@@ -18,70 +52,251 @@ class ConfigModel(BaseModel):
         extra="forbid",
         frozen=True,
         str_strip_whitespace=True,
+        strict=True,
+        allow_inf_nan=False,
+        str_max_length=MAX_STRING,
     )
 
+    def rule_problems(self) -> Iterator[Problem]:
+        """The rules between this model's fields that do not hold (none by default)."""
+        return iter(())
+
+    @model_validator(mode="after")
+    def _rules_hold(self) -> Self:
+        problems = list(self.rule_problems())
+        if problems:
+            raise ValidationError.from_exception_data(
+                type(self).__name__,
+                [
+                    InitErrorDetails(
+                        type=PydanticCustomError("rule", "{message}", {"message": p.message}), loc=p.loc, input=p.value
+                    )
+                    for p in problems
+                ],
+            )
+        return self
+
+
+# ----------------------------------------------------------------------------------------------------
+# Kubernetes names
+# ----------------------------------------------------------------------------------------------------
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _QUALIFIED_NAME = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 _LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
-_DURATION = re.compile(r"^(\d+(\.\d+)?(ns|us|ms|s|m|h))+$")
-_SEMVER = re.compile(r"^\d+\.\d+\.\d+(?:[-+][0-9A-Za-z.-]+)?$")
 
 
-def check_dns_label(v: str) -> str:
-    if len(v) > 63 or not _DNS_LABEL.match(v):
-        raise ValueError(f"{v!r} is not a DNS label (lower-case letters, digits and '-', at most 63)")
-    return v
+def check_dns_label(value: str) -> str:
+    if len(value) > 63 or not _DNS_LABEL.match(value):
+        raise ValueError(f"{shown(value)} is not a DNS label (lower-case letters, digits and '-', at most 63)")
+    return value
 
 
-def check_qualified_name(value: str, what: str) -> str:
+def check_dns_subdomain(value: str) -> str:
+    if len(value) > 253 or not _DNS_SUBDOMAIN.match(value):
+        raise ValueError(f"{shown(value)} is not a DNS subdomain name (lower-case letters, digits, '-' and '.')")
+    return value
+
+
+def check_qualified_name(value: str, what: str = "name") -> str:
     """A label key, taint key or extended resource name: an optional DNS prefix and a name."""
     if len(value) > 316 or not _QUALIFIED_NAME.match(value):
-        raise ValueError(f"{what} {value!r} is not a valid Kubernetes qualified name (prefix/name)")
+        raise ValueError(f"{what} {shown(value)} is not a valid Kubernetes qualified name (prefix/name)")
     return value
 
 
 def check_labels(labels: dict[str, str]) -> dict[str, str]:
+    """Label keys are qualified names, label values at most 63 characters of the label alphabet."""
     for key, value in labels.items():
         check_qualified_name(key, "label key")
         if len(value) > 63 or not _LABEL_VALUE.match(value):
-            raise ValueError(f"label value {value!r} of {key!r} is not a valid Kubernetes label value")
+            raise ValueError(f"label value {shown(value)} of {shown(key)} is not a valid Kubernetes label value")
     return labels
 
 
-def check_duration(v: str) -> str:
-    if not _DURATION.match(v):
-        raise ValueError(f"{v!r} is not a duration such as 90s, 5m or 1h30m")
-    return v
-
-
-def check_semver(v: str) -> str:
-    if not _SEMVER.match(v):
-        raise ValueError(f"{v!r} is not an exact version such as 1.2.3 (ranges are not pins)")
-    return v
-
-
 DnsLabel = Annotated[str, AfterValidator(check_dns_label)]
+DnsSubdomain = Annotated[str, AfterValidator(check_dns_subdomain)]
+QualifiedName = Annotated[str, AfterValidator(check_qualified_name)]
+LabelKey = Annotated[str, AfterValidator(lambda v: check_qualified_name(v, "label key"))]
+TaintKey = Annotated[str, AfterValidator(lambda v: check_qualified_name(v, "taint key"))]
+
+
+# ----------------------------------------------------------------------------------------------------
+# Durations
+# ----------------------------------------------------------------------------------------------------
+
+_DURATION = re.compile(r"^(\d+(\.\d+)?(ns|us|ms|s|m|h))+$")
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ns|us|ms|s|m|h)")
+_MAX_DURATION_TEXT = 32
+_UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+#: Longest duration a daemon takes (a hold, a window, a timeout): beyond it a daemon would wait "forever".
+MAX_DAEMON_DURATION_SECONDS = 7 * 24 * 3600.0
+#: Shortest period a daemon polls at (Prometheus, a provider's API, the API server's Lease).
+MIN_POLL_SECONDS = 1.0
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in a Go-style duration such as ``30s``, ``10m`` or ``1h30m``; ValueError names the bad text."""
+    if len(text) > _MAX_DURATION_TEXT or not _DURATION.match(text):
+        raise ValueError(f"{shown(text)} is not a duration such as 90s, 5m or 1h30m")
+    return sum(float(n) * _UNIT_SECONDS[unit] for n, unit in _DURATION_PART.findall(text))
+
+
+def check_duration(value: str) -> str:
+    parse_duration(value)
+    return value
+
+
+def check_positive_duration(value: str) -> str:
+    """A duration a daemon waits or looks back: longer than zero, at most a week."""
+    seconds = parse_duration(value)
+    if seconds <= 0:
+        raise ValueError(f"{shown(value)} must be longer than zero")
+    if seconds > MAX_DAEMON_DURATION_SECONDS:
+        raise ValueError(f"{shown(value)} is longer than a week (168h): the daemon would in effect never act")
+    return value
+
+
+def check_poll_interval(value: str) -> str:
+    """How often a daemon polls: a positive duration of at least a second."""
+    check_positive_duration(value)
+    if parse_duration(value) < MIN_POLL_SECONDS:
+        raise ValueError(
+            f"{shown(value)} is shorter than {MIN_POLL_SECONDS:g}s: polling that often only loads the API it asks"
+        )
+    return value
+
+
 Duration = Annotated[str, AfterValidator(check_duration)]
+PositiveDuration = Annotated[str, AfterValidator(check_positive_duration)]
+PollInterval = Annotated[str, AfterValidator(check_poll_interval)]
+
+
+# ----------------------------------------------------------------------------------------------------
+# Versions, images, URLs
+# ----------------------------------------------------------------------------------------------------
+
+_SEMVER = re.compile(r"^\d+\.\d+\.\d+(?:[-+][0-9A-Za-z.-]+)?$")
+_IMAGE = re.compile(
+    r"^(?P<name>[a-z0-9]+(?:[._\-/:][a-z0-9]+)*?)"
+    r"(?::(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}))?"
+    r"(?:@(?P<digest>sha256:[a-f0-9]{64}))?$"
+)
+_HTTP_URL = re.compile(r"^https?://[^\s/]+(/\S*)?$")
+
+
+def check_semver(value: str, *, v_prefix: bool = False) -> str:
+    """An exact version such as ``1.2.3`` (``v1.2.3`` too when ``v_prefix``); ranges are refused."""
+    if not _SEMVER.match(value.removeprefix("v") if v_prefix else value):
+        raise ValueError(f"{shown(value)} is not an exact version such as 1.2.3 (ranges are not pins)")
+    return value
+
+
+def check_image(ref: str) -> str:
+    """An image pinned by a version tag other than ``latest`` or by a sha256 digest."""
+    m = _IMAGE.match(ref)
+    if not m:
+        raise ValueError(f"{shown(ref)} is not an image reference such as registry/name:1.2.3 or name@sha256:<64 hex>")
+    tag, digest = m.group("tag"), m.group("digest")
+    if not tag and not digest:
+        raise ValueError(f"{shown(ref)} is not pinned: give a version tag or a sha256 digest")
+    if tag == "latest" and not digest:
+        raise ValueError(f"{shown(ref)} uses the moving tag 'latest': pin a version tag or a digest")
+    return ref
+
+
+def check_http_url(value: str) -> str:
+    """An http(s) URL with a port in range, returned without a trailing slash."""
+    if not _HTTP_URL.match(value):
+        raise ValueError(f"{shown(value)} is not an http(s) URL such as http://127.0.0.1:9090")
+    try:
+        port = urlsplit(value).port
+    except ValueError:
+        port = 0
+    if port == 0:
+        raise ValueError(f"{shown(value)} has a port out of range (1-65535)")
+    return value.rstrip("/")
+
+
 SemVer = Annotated[str, AfterValidator(check_semver)]
+#: Chart and image versions that may carry a leading ``v`` (``v0.36.0``).
+SemVerOrV = Annotated[str, AfterValidator(lambda v: check_semver(v, v_prefix=True))]
+Image = Annotated[str, AfterValidator(check_image)]
+HttpUrl = Annotated[str, AfterValidator(check_http_url)]
+#: A TCP port a daemon listens on as a non-root user.
+UnprivilegedPort = Annotated[int, Field(ge=1024, le=65535)]
+
+
+# ----------------------------------------------------------------------------------------------------
+# Quantities
+# ----------------------------------------------------------------------------------------------------
+
+#: A Kubernetes quantity as we accept it: a decimal number and an optional suffix. ``m`` is milli (a thousandth),
+#: as in Kubernetes: right for CPU (``500m`` is half a core), never a byte count (:func:`check_byte_quantity`
+#: refuses it there, where ``500m`` is half a byte and almost always meant ``500M``).
+QUANTITY = re.compile(r"^(?P<number>\d+(?:\.\d+)?)(?P<suffix>m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
+_MULTIPLIER: dict[str, Decimal] = {
+    "": Decimal(1),
+    "m": Decimal("0.001"),
+    **{s: Decimal(1000) ** (i + 1) for i, s in enumerate(("k", "M", "G", "T", "P", "E"))},
+    **{s: Decimal(1024) ** (i + 1) for i, s in enumerate(("Ki", "Mi", "Gi", "Ti", "Pi", "Ei"))},
+}
+#: Kubernetes keeps quantities in 64 bits: nothing larger can be a real size.
+MAX_QUANTITY = Decimal(2**63 - 1)
+_MAX_QUANTITY_TEXT = 32
+
+
+def parse_quantity(text: str) -> Decimal:
+    """The value of a Kubernetes quantity (``500m`` -> 0.5, ``2`` -> 2, ``16Gi`` -> 17179869184)."""
+    m = QUANTITY.match(text) if len(text) <= _MAX_QUANTITY_TEXT else None
+    if not m:
+        raise ValueError(f"{shown(text)} is not a Kubernetes quantity such as 500m, 2 or 8Gi")
+    try:
+        return Decimal(m.group("number")) * _MULTIPLIER[m.group("suffix") or ""]
+    except InvalidOperation:  # pragma: no cover - the pattern admits only plain decimals
+        raise ValueError(f"{shown(text)} is not a Kubernetes quantity such as 500m, 2 or 8Gi") from None
+
+
+def check_quantity(value: str) -> str:
+    """A positive Kubernetes quantity that fits in 64 bits (CPU: ``500m``, ``2``)."""
+    amount = parse_quantity(value)
+    if amount <= 0:
+        raise ValueError(f"{shown(value)} is not a positive Kubernetes quantity such as 500m, 2 or 8Gi")
+    if amount > MAX_QUANTITY:
+        raise ValueError(f"{shown(value)} is larger than any Kubernetes quantity (2^63-1)")
+    return value
+
+
+def check_byte_quantity(value: str) -> str:
+    """A positive whole number of bytes (``8Gi``, ``50Ti``, ``512M``): ``m`` (milli) is refused."""
+    check_quantity(value)
+    if parse_quantity(value) % 1:
+        hint = f": 'm' means a thousandth; write {value[:-1]}M or {value[:-1]}Mi" if value.endswith("m") else ""
+        raise ValueError(f"{shown(value)} is a fraction of a byte{hint}")
+    return value
+
+
+Quantity = Annotated[str, AfterValidator(check_quantity)]
+ByteQuantity = Annotated[str, AfterValidator(check_byte_quantity)]
+
+
+# ----------------------------------------------------------------------------------------------------
+# Tolerations
+# ----------------------------------------------------------------------------------------------------
 
 
 class Toleration(ConfigModel):
-    key: str
+    """A pod toleration as Kubernetes takes it."""
+
+    key: Annotated[str, AfterValidator(lambda v: check_qualified_name(v, "toleration key"))]
     operator: Literal["Equal", "Exists"] = "Equal"
     value: str | None = None
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
 
-    @field_validator("key")
-    @classmethod
-    def _key(cls, v: str) -> str:
-        return check_qualified_name(v, "toleration key")
-
-    @model_validator(mode="after")
-    def _exists_has_no_value(self) -> Toleration:
+    def rule_problems(self) -> Iterator[Problem]:
         if self.operator == "Exists" and self.value is not None:
-            raise ValueError("operator Exists takes no value")
-        return self
+            yield Problem((), "operator Exists takes no value")
 
     def to_k8s(self) -> dict[str, str]:
         out = {"key": self.key, "operator": self.operator}

@@ -1,0 +1,52 @@
+"""Names the components write, the daemons act on and the policy pack reads: defined once, here.
+
+Pure constants (no Pulumi import): the daemons and the policy pack import this module too, so a label the policy
+pack checks can never drift from the label a component sets.
+"""
+
+from __future__ import annotations
+
+#: The Pulumi project; stack config keys are ``gpucluster:<key>``.
+PROJECT = "gpucluster"
+
+# --- labels and annotations ---------------------------------------------------------------------------------
+
+#: Every resource of a stack: which environment it belongs to.
+ENVIRONMENT_LABEL = "gpucluster.io/environment"
+#: A namespace's role: ``training`` (a team's) or ``inference``.
+WORKLOAD_LABEL = "gpucluster.io/workload"
+#: A PriorityClass's tier: ``training`` or ``inference`` (the policy pack checks training is above inference).
+TIER_LABEL = "gpucluster.io/tier"
+#: A ResourceFlavor's GPUs (nodes x GPUs per node): what the quota policy checks every ClusterQueue against.
+DECLARED_GPUS_ANNOTATION = "gpucluster.io/declared-gpus"
+#: The parallel filesystem's StorageClass carries its driver; each claim says which claim it is.
+STORAGE_DRIVER_LABEL = "gpucluster.io/storage-driver"
+CLAIM_LABEL = "gpucluster.io/claim"
+#: A daemon's settings ConfigMap: which daemon reads it (``burst-provider``, ``taint-controller``).
+SETTINGS_LABEL = "gpucluster.io/settings"
+#: The GPU type a burst provider must rent for a pod (pod template annotation, read by the provider service).
+GPU_TYPE_ANNOTATION = "burst.gpucluster.io/gpu-type"
+
+# --- taints -------------------------------------------------------------------------------------------------
+
+#: The NoSchedule taint the taint controller keeps on the virtual node while in-cluster GPUs are free (the stack's
+#: ``burstTaintKey``; Pulumi.yaml declares the same default).
+DEFAULT_BURST_TAINT_KEY = "gpucluster.io/in-cluster-capacity"
+#: The burst taint's only effect: NoExecute would evict every external inference replica at once.
+BURST_TAINT_EFFECT = "NoSchedule"
+BURST_TAINT_VALUE = "true"
+#: The virtual node's own taint (set by the node binary): only pods that tolerate it may burst.
+VIRTUAL_NODE_TAINT_KEY = "virtual-kubelet.io/provider"
+VIRTUAL_NODE_TAINT_VALUE = "gpucluster"
+VIRTUAL_NODE_TAINT_EFFECT = "NoSchedule"
+#: As the node binary's ``--taint`` flag takes it.
+VIRTUAL_NODE_TAINT = f"{VIRTUAL_NODE_TAINT_KEY}={VIRTUAL_NODE_TAINT_VALUE}:{VIRTUAL_NODE_TAINT_EFFECT}"
+
+#: The extended resource GPUs are requested as.
+GPU_RESOURCE = "nvidia.com/gpu"
+
+#: Field names that would hold a credential itself (an API key, a token, a kubeconfig): the policy pack refuses
+#: them in ConfigMaps, and no settings message ever echoes their values.
+CREDENTIAL_KEY_PATTERN = (
+    r"(api[_-]?key|apikey|token|passw(or)?d|secret|credential|private[_-]?key|kubeconfig|client[_-]?key)"
+)
