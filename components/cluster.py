@@ -8,7 +8,8 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.config import PROJECT, StackConfig
+from components.config import StackConfig
+from components.constants import ENVIRONMENT_LABEL, PROJECT, WORKLOAD_LABEL
 from components.descheduler import Descheduler, DeschedulerArgs
 from components.inference import InferenceService, InferenceServiceArgs
 from components.queues import Queues, QueuesArgs
@@ -50,7 +51,7 @@ class GpuCluster(pulumi.ComponentResource):
     def __init__(self, name: str, args: GpuClusterArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("gpucluster:cluster:GpuCluster", name, None, opts)
         cfg = args.config
-        labels = {"app.kubernetes.io/part-of": "gpucluster", "gpucluster.io/environment": cfg.environment}
+        labels = {"app.kubernetes.io/part-of": "gpucluster", ENVIRONMENT_LABEL: cfg.environment}
 
         burst = cfg.burst if cfg.burst_enabled else None
         burst_namespaces: list[str] = []
@@ -66,7 +67,7 @@ class GpuCluster(pulumi.ComponentResource):
         ]:
             self.namespaces[ns] = k8s.core.v1.Namespace(
                 f"{name}-ns-{ns}",
-                metadata={"name": ns, "labels": {**labels, "gpucluster.io/workload": role}},
+                metadata={"name": ns, "labels": {**labels, WORKLOAD_LABEL: role}},
                 opts=pulumi.ResourceOptions(parent=self),
             )
 

@@ -16,7 +16,7 @@ from typing import Any
 import pulumi
 
 from components.charts import helm_chart, resolve_chart
-from components.config import DeschedulerSettings
+from components.descheduler_settings import DeschedulerSettings
 
 POLICY_API_VERSION = "descheduler/v1alpha2"
 PROFILE = "gpucluster-burst-return"

@@ -1,18 +1,6 @@
 """InferenceService: one production inference app that may burst to the virtual node and comes home gradually.
 
-Stack config (``gpucluster:inferenceServices``, a list)::
-
-    gpucluster:inferenceServices:
-      - name: sd-serve
-        namespace: inference          # must be one of gpucluster:inferenceNamespaces
-        image: ghcr.io/example/sd-serve:1.4.2
-        replicas: 8
-        gpusPerReplica: 1
-        gpuType: H100                 # what a burst provider must rent (annotation burst.gpucluster.io/gpu-type)
-        port: 8080
-        resources: {cpu: "4", memory: 16Gi}
-        minAvailable: 75%             # PodDisruptionBudget: the descheduler's evictions never go below it
-        hpa: {minReplicas: 4, maxReplicas: 16, targetCpuUtilization: 70}
+Stack config: ``gpucluster:inferenceServices``, a list of the entries ``components/inference_settings.py`` models.
 
 The pods tolerate the virtual node's own taint (``virtual-kubelet.io/provider=gpucluster:NoSchedule``), so they
 may run there when the cluster is full, and deliberately do NOT tolerate the burst taint: while the taint
@@ -21,122 +9,24 @@ controller has it on the virtual node, no new replica goes out and the deschedul
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Annotated, Any
+from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
-from pydantic import Field, field_validator, model_validator
 
-from components.model import ConfigModel, DnsLabel, check_qualified_name
-from components.telemetry.settings import check_image
+from components.constants import (
+    GPU_RESOURCE,
+    GPU_TYPE_ANNOTATION,
+    VIRTUAL_NODE_TAINT_KEY,
+    VIRTUAL_NODE_TAINT_VALUE,
+    WORKLOAD_LABEL,
+)
+from components.inference_settings import InferenceServiceSpec
+from components.model import check_qualified_name
 
-GPU_TYPE_ANNOTATION = "burst.gpucluster.io/gpu-type"
-#: The virtual node's own taint (set by the node binary): only pods that tolerate it may burst.
-VIRTUAL_NODE_TAINT_KEY = "virtual-kubelet.io/provider"
-VIRTUAL_NODE_TAINT_VALUE = "gpucluster"
-GPU_RESOURCE = "nvidia.com/gpu"
 PORT_NAME = "http"
-
-_QUANTITY = re.compile(r"^\d+(\.\d+)?(m|Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$")
-_PERCENT = re.compile(r"^(\d{1,3})%$")
-
-
-def _check_quantity(v: str, what: str) -> str:
-    if not _QUANTITY.match(v) or float(re.sub(r"[A-Za-z]+$", "", v)) <= 0:
-        raise ValueError(f"{what} {v!r} is not a positive Kubernetes quantity such as 500m, 2 or 8Gi")
-    return v
-
-
-class InferenceResources(ConfigModel):
-    """Per-replica CPU and memory; the GPUs come from ``gpusPerReplica``."""
-
-    cpu: str = "1"
-    memory: str = "4Gi"
-
-    @field_validator("cpu")
-    @classmethod
-    def _cpu(cls, v: str) -> str:
-        return _check_quantity(v, "cpu")
-
-    @field_validator("memory")
-    @classmethod
-    def _memory(cls, v: str) -> str:
-        return _check_quantity(v, "memory")
-
-
-class InferenceHpa(ConfigModel):
-    """An autoscaling/v2 HorizontalPodAutoscaler on CPU utilisation."""
-
-    min_replicas: Annotated[int, Field(ge=1, le=1000)]
-    max_replicas: Annotated[int, Field(ge=1, le=1000)]
-    target_cpu_utilization: Annotated[int, Field(ge=1, le=100)] = 70
-
-    @model_validator(mode="after")
-    def _ordered(self) -> InferenceHpa:
-        if self.min_replicas > self.max_replicas:
-            raise ValueError(f"minReplicas {self.min_replicas} is above maxReplicas {self.max_replicas}")
-        return self
-
-
-class InferenceServiceSpec(ConfigModel):
-    """One entry of ``gpucluster:inferenceServices``."""
-
-    name: DnsLabel
-    namespace: DnsLabel
-    image: str
-    replicas: Annotated[int, Field(ge=1, le=1000)] = 1
-    gpus_per_replica: Annotated[int, Field(ge=0, le=16)] = 1
-    #: What a burst provider must offer; unset: the burst settings' defaultGpuType.
-    gpu_type: Annotated[str, Field(min_length=1, max_length=63, pattern=r"^[A-Za-z0-9][-A-Za-z0-9_.]*$")] | None = None
-    port: Annotated[int, Field(ge=1, le=65535)] = 8080
-    command: list[str] | None = None
-    args: list[str] | None = None
-    resources: InferenceResources = InferenceResources()
-    #: PodDisruptionBudget minAvailable: a replica count or a percentage such as "75%".
-    min_available: int | str = "50%"
-    hpa: InferenceHpa | None = None
-    #: Extra pod template annotations (the simulated cluster reads sim.gpucluster.io/ready-after from here).
-    pod_annotations: dict[str, str] = {}
-
-    @field_validator("image")
-    @classmethod
-    def _image(cls, v: str) -> str:
-        return check_image(v)
-
-    @field_validator("pod_annotations")
-    @classmethod
-    def _annotations(cls, v: dict[str, str]) -> dict[str, str]:
-        for key in v:
-            check_qualified_name(key, "annotation key")
-        return v
-
-    @field_validator("min_available")
-    @classmethod
-    def _min_available(cls, v: int | str) -> int | str:
-        if isinstance(v, int):
-            if v < 0:
-                raise ValueError(f"{v} is negative")
-            return v
-        m = _PERCENT.match(v)
-        if not m or int(m.group(1)) > 100:
-            raise ValueError(f"{v!r} is neither a replica count nor a percentage such as '75%'")
-        return v
-
-    @model_validator(mode="after")
-    def _evictable(self) -> InferenceServiceSpec:
-        """A budget that allows no eviction would pin burst replicas on rented GPUs forever."""
-        floor = self.hpa.min_replicas if self.hpa else self.replicas
-        if isinstance(self.min_available, int) and self.min_available >= floor:
-            raise ValueError(
-                f"minAvailable {self.min_available} allows no eviction of {floor} replica(s): the descheduler "
-                "could never bring a replica home"
-            )
-        if self.min_available == "100%":
-            raise ValueError("minAvailable '100%' allows no eviction: the descheduler could never bring a replica home")
-        return self
 
 
 def pod_labels(spec: InferenceServiceSpec) -> dict[str, str]:
@@ -222,7 +112,7 @@ class InferenceService(pulumi.ComponentResource):
         super().__init__("gpucluster:inference:InferenceService", name, None, opts)
         spec = args.spec
         selector = pod_labels(spec)
-        labels = {**args.labels, **selector, "gpucluster.io/workload": "inference"}
+        labels = {**args.labels, **selector, WORKLOAD_LABEL: "inference"}
         meta = {"name": spec.name, "namespace": spec.namespace, "labels": labels}
         child = pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on))
         annotations = dict(spec.pod_annotations)

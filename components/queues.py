@@ -23,20 +23,11 @@ import pulumi_kubernetes as k8s
 import yaml
 
 from components.charts import helm_chart, resolve_chart
-from components.config import (
-    PROJECT_ROOT,
-    ClusterQueueSpec,
-    GpuFlavor,
-    KueueSettings,
-    LocalWebhooks,
-    Priorities,
-    Team,
-)
+from components.config import PROJECT_ROOT
+from components.constants import DECLARED_GPUS_ANNOTATION, TIER_LABEL
+from components.queues_settings import ClusterQueueSpec, GpuFlavor, KueueSettings, LocalWebhooks, Priorities, Team
 
 KUEUE_API = "kueue.x-k8s.io/v1beta2"
-#: Labels and annotations the policy pack reads: which tier a PriorityClass is, how many GPUs a flavor has.
-TIER_LABEL = "gpucluster.io/tier"
-DECLARED_GPUS_ANNOTATION = "gpucluster.io/declared-gpus"
 _K8S_PROVIDER_VERSION = importlib.metadata.version("pulumi_kubernetes")
 #: Resources Kueue does not account for: the scheduler handles them; quotas are about GPUs.
 NON_GPU_RESOURCE_PREFIXES = ("cpu", "memory", "ephemeral-storage", "hugepages-", "pods")

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.config import Claim, StorageSettings, checkpoint_interval_seconds
+from components.constants import CLAIM_LABEL, STORAGE_DRIVER_LABEL
+from components.storage_settings import Claim, StorageSettings, checkpoint_interval_seconds
 
 CLAIMS = ("checkpoints", "datasets")
 
@@ -48,7 +49,7 @@ class Storage(pulumi.ComponentResource):
     def __init__(self, name: str, args: StorageArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("gpucluster:storage:Storage", name, None, opts)
         s = args.settings
-        labels = {**args.labels, "gpucluster.io/storage-driver": s.driver}
+        labels = {**args.labels, STORAGE_DRIVER_LABEL: s.driver}
 
         self.storage_class = k8s.storage.v1.StorageClass(
             f"{name}-class",
@@ -98,7 +99,7 @@ class Storage(pulumi.ComponentResource):
                     metadata=k8s.meta.v1.ObjectMetaArgs(
                         name=claim_name,
                         namespace=ns,
-                        labels={**labels, "gpucluster.io/claim": claim_name},
+                        labels={**labels, CLAIM_LABEL: claim_name},
                         # A dynamically provisioned claim binds asynchronously (or never, on a simulated cluster).
                         annotations={"pulumi.com/skipAwait": "true"},
                     ),

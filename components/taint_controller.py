@@ -14,9 +14,10 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
+from components.constants import SETTINGS_LABEL
 from components.model import check_qualified_name
 from components.rbac import grant
-from daemons.taint_controller.settings import TAINT_EFFECT, TaintControllerSettings
+from components.taint_controller_settings import TAINT_EFFECT, TaintControllerSettings
 
 APP = "gpucluster-taint-controller"
 SETTINGS_DIR = "/etc/gpucluster/taint-controller"
@@ -186,7 +187,7 @@ class TaintController(pulumi.ComponentResource):
             metadata={
                 "name": config_name,
                 "namespace": ns,
-                "labels": {**labels, "gpucluster.io/settings": "taint-controller"},
+                "labels": {**labels, SETTINGS_LABEL: "taint-controller"},
             },
             data={SETTINGS_FILE: s.to_json()},
             opts=child,

@@ -18,16 +18,17 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
+from components.burst_settings import BurstSettings, settings_json
+from components.constants import SETTINGS_LABEL, VIRTUAL_NODE_TAINT
 from components.model import check_qualified_name
 from components.rbac import grant
-from daemons.burst_provider.settings import BurstSettings, settings_json
 
 APP = "gpucluster-virtual-node"
 SETTINGS_DIR = "/etc/gpucluster/burst"
 SETTINGS_FILE = "settings.json"
 SECRETS_DIR = "/var/run/secrets/gpucluster/providers"
 #: The virtual node's own taint: only pods that tolerate it (InferenceService) are ever scheduled there.
-NODE_TAINT = "virtual-kubelet.io/provider=gpucluster:NoSchedule"
+NODE_TAINT = VIRTUAL_NODE_TAINT
 NODE_LEASE_NAMESPACE = "kube-node-lease"
 #: The node binary's /metrics and /healthz (the provider's own stay on loopback with its API).
 NODE_METRICS_PORT = 10298
@@ -261,7 +262,7 @@ class VirtualNode(pulumi.ComponentResource):
             metadata={
                 "name": config_name,
                 "namespace": ns,
-                "labels": {**labels, "gpucluster.io/settings": "burst-provider"},
+                "labels": {**labels, SETTINGS_LABEL: "burst-provider"},
             },
             data={SETTINGS_FILE: settings_json(args.settings)},
             opts=child,

@@ -16,16 +16,13 @@ from typing import Any
 import yaml
 from pulumi_policy import ResourceValidationArgs, ResourceValidationPolicy
 
+from components.constants import CREDENTIAL_KEY_PATTERN, SETTINGS_LABEL
 from policies.common import MANDATORY, Report, config_value, dig, labels_of, object_ref, schema
 
 CONFIG_MAP = "kubernetes:core/v1:ConfigMap"
-SETTINGS_LABEL = "gpucluster.io/settings"
 DEFAULT_CONFIG_MAPS = ["gpucluster-virtual-node-settings"]
 #: Field names that would hold a credential itself.
-_CREDENTIAL_KEY = re.compile(
-    r"(api[_-]?key|apikey|token|passw(or)?d|secret|credential|private[_-]?key|kubeconfig|client[_-]?key)",
-    re.IGNORECASE,
-)
+_CREDENTIAL_KEY = re.compile(CREDENTIAL_KEY_PATTERN, re.IGNORECASE)
 #: A field that names a secret ends in "Secret"; its value is a config key name such as runpodApiKey.
 _SECRET_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,62}$")
 #: Text that is a credential whatever field it sits in.

@@ -9,8 +9,8 @@ from typing import Any
 import yaml
 from pulumi_policy import ResourceValidationArgs, ResourceValidationPolicy
 
+from components.constants import DEFAULT_BURST_TAINT_KEY
 from policies.common import MANDATORY, Report, config_value, dig, schema
-from policies.taints import DEFAULT_BURST_TAINT_KEY
 
 PLUGIN = "RemovePodsViolatingNodeTaints"
 

@@ -19,15 +19,18 @@ from pulumi_policy import (
     StackValidationPolicy,
 )
 
+from components.constants import (
+    DEFAULT_BURST_TAINT_KEY,
+    GPU_RESOURCE,
+    VIRTUAL_NODE_TAINT_KEY,
+    VIRTUAL_NODE_TAINT_VALUE,
+)
 from policies.common import MANDATORY, Report, config_value, containers, dig, object_ref, pod_spec, schema
-from policies.taints import DEFAULT_BURST_TAINT_KEY
 
 DEPLOYMENT = "kubernetes:apps/v1:Deployment"
 PDB = "kubernetes:policy/v1:PodDisruptionBudget"
-VIRTUAL_NODE_TAINT_KEY = "virtual-kubelet.io/provider"
-VIRTUAL_NODE_TAINT_VALUE = "gpucluster"
 DEFAULT_INFERENCE_NAMESPACES = ["inference", "inference-*"]
-DEFAULT_GPU_RESOURCE = "nvidia.com/gpu"
+DEFAULT_GPU_RESOURCE = GPU_RESOURCE
 
 _CONFIG: dict[str, dict[str, Any]] = {
     "inferenceNamespaces": {

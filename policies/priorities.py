@@ -6,11 +6,11 @@ import itertools
 
 from pulumi_policy import StackValidationArgs, StackValidationPolicy
 
+from components.constants import TIER_LABEL
 from policies.common import MANDATORY, Report, config_value, dig, labels_of, schema
 
 PRIORITY_CLASS = "kubernetes:scheduling.k8s.io/v1:PriorityClass"
 WORKLOAD_PRIORITY_CLASS = "kubernetes:kueue.x-k8s.io/v1beta2:WorkloadPriorityClass"
-TIER_LABEL = "gpucluster.io/tier"
 DEFAULT_ORDER = ["research-urgent", "research-default", "research-scavenger"]
 
 

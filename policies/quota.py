@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from pulumi_policy import StackValidationArgs, StackValidationPolicy
 
+from components.constants import DECLARED_GPUS_ANNOTATION
 from policies.common import MANDATORY, Report, annotations_of, dig
 
 RESOURCE_FLAVOR = "kubernetes:kueue.x-k8s.io/v1beta2:ResourceFlavor"
 CLUSTER_QUEUE = "kubernetes:kueue.x-k8s.io/v1beta2:ClusterQueue"
-DECLARED_GPUS = "gpucluster.io/declared-gpus"
 
 
 def _validate(args: StackValidationArgs, report: Report) -> None:
@@ -16,14 +16,14 @@ def _validate(args: StackValidationArgs, report: Report) -> None:
     for r in args.resources:
         if r.resource_type == RESOURCE_FLAVOR:
             name = str(dig(r.props, "metadata", "name") or r.name)
-            raw = annotations_of(r.props).get(DECLARED_GPUS)
+            raw = annotations_of(r.props).get(DECLARED_GPUS_ANNOTATION)
             if raw is None:
-                report(f"ResourceFlavor {name} does not declare its GPUs (annotation {DECLARED_GPUS})")
+                report(f"ResourceFlavor {name} does not declare its GPUs (annotation {DECLARED_GPUS_ANNOTATION})")
                 continue
             try:
                 declared[name] = int(raw)
             except ValueError:
-                report(f"ResourceFlavor {name}: {DECLARED_GPUS}={raw!r} is not a whole number")
+                report(f"ResourceFlavor {name}: {DECLARED_GPUS_ANNOTATION}={raw!r} is not a whole number")
     queued: dict[str, list[tuple[str, int]]] = {}
     for r in args.resources:
         if r.resource_type != CLUSTER_QUEUE:

@@ -4,18 +4,17 @@ from __future__ import annotations
 
 from pulumi_policy import StackValidationArgs, StackValidationPolicy
 
+from components.constants import CLAIM_LABEL, STORAGE_DRIVER_LABEL
 from policies.common import MANDATORY, Report, dig, labels_of
 
 STORAGE_CLASS = "kubernetes:storage.k8s.io/v1:StorageClass"
 PVC = "kubernetes:core/v1:PersistentVolumeClaim"
-DRIVER_LABEL = "gpucluster.io/storage-driver"
-CLAIM_LABEL = "gpucluster.io/claim"
 
 
 def _validate(args: StackValidationArgs, report: Report) -> None:
     parallel_classes: dict[str, str | None] = {}
     for r in args.resources:
-        if r.resource_type == STORAGE_CLASS and DRIVER_LABEL in labels_of(r.props):
+        if r.resource_type == STORAGE_CLASS and STORAGE_DRIVER_LABEL in labels_of(r.props):
             parallel_classes[str(dig(r.props, "metadata", "name") or r.name)] = r.props.get("reclaimPolicy")
     claims = [
         r
@@ -34,7 +33,7 @@ def _validate(args: StackValidationArgs, report: Report) -> None:
         if cls not in parallel_classes:
             report(
                 f"checkpoint claim {ref} uses storage class {cls!r}, not a parallel-filesystem class "
-                f"(labelled {DRIVER_LABEL}: {sorted(parallel_classes)})"
+                f"(labelled {STORAGE_DRIVER_LABEL}: {sorted(parallel_classes)})"
             )
         elif parallel_classes[cls] != "Retain":
             report(f"checkpoint claim {ref}: class {cls} has reclaimPolicy {parallel_classes[cls]}, not Retain")

@@ -8,9 +8,8 @@ from typing import Any
 import yaml
 from pulumi_policy import ResourceValidationArgs, ResourceValidationPolicy
 
+from components.constants import DEFAULT_BURST_TAINT_KEY
 from policies.common import MANDATORY, Report, config_value, schema
-
-DEFAULT_BURST_TAINT_KEY = "gpucluster.io/in-cluster-capacity"
 
 
 def _taints(value: Any, path: str = "") -> Iterator[tuple[str, Mapping[str, Any]]]:

@@ -22,12 +22,23 @@ Example (stack YAML)::
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator
 
 from components.charts import ChartSource
-from components.model import ConfigModel, Duration, Toleration, check_dns_label, check_labels
+from components.issues import ConfigIssue, SettingsError, issues_from_validation_error, shown
+from components.model import (
+    ConfigModel,
+    Duration,
+    Image,
+    Problem,
+    SemVerOrV,
+    Toleration,
+    check_dns_label,
+    check_labels,
+)
 
 STACK_KEY = "gpucluster:telemetry"
 #: Hard ceiling for the GPU temperature alert: the quarantine signal must never be configured later than this.
@@ -36,68 +47,37 @@ DEFAULT_DCGM_CHART_VERSION = "4.2.3"
 DEFAULT_DCGM_IMAGE_TAG = "4.2.3-4.1.3-ubuntu22.04"
 DEFAULT_DCGM_CHART_REPO = "https://nvidia.github.io/dcgm-exporter/helm-charts"
 
-_SEMVER = re.compile(r"^v?\d+\.\d+\.\d+(?:[-+][0-9A-Za-z.-]+)?$")
-_IMAGE = re.compile(
-    r"^(?P<name>[a-z0-9]+(?:[._\-/:][a-z0-9]+)*?)"
-    r"(?::(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}))?"
-    r"(?:@(?P<digest>sha256:[a-f0-9]{64}))?$"
-)
 _TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
-
-
-def check_image(ref: str) -> str:
-    """An image reference pinned by a tag other than ``latest`` or by a sha256 digest."""
-    m = _IMAGE.match(ref)
-    if not m:
-        raise ValueError(f"{ref!r} is not an image reference such as registry/name:1.2.3 or name@sha256:<64 hex>")
-    tag, digest = m.group("tag"), m.group("digest")
-    if not tag and not digest:
-        raise ValueError(f"{ref!r} is not pinned: give a version tag or a sha256 digest")
-    if tag == "latest" and not digest:
-        raise ValueError(f"{ref!r} uses the moving tag 'latest': pin a version tag or a digest")
-    return ref
 
 
 class DcgmExporterSettings(ConfigModel):
     #: Install NVIDIA's chart. The simulated cluster has neither GPUs nor a chart registry: it applies only
     #: our counters ConfigMap.
     install_chart: bool = True
-    chart_version: str = DEFAULT_DCGM_CHART_VERSION
+    chart_version: SemVerOrV = DEFAULT_DCGM_CHART_VERSION
     chart: ChartSource = ChartSource(repo=DEFAULT_DCGM_CHART_REPO, name="dcgm-exporter")
     image_repository: str = "nvcr.io/nvidia/k8s/dcgm-exporter"
     image_tag: str = DEFAULT_DCGM_IMAGE_TAG
     scrape_interval: Duration = "15s"
 
-    @field_validator("chart_version")
-    @classmethod
-    def _chart_version(cls, v: str) -> str:
-        if not _SEMVER.match(v):
-            raise ValueError(f"{v!r} is not an exact chart version such as 4.2.3 (ranges are not pins)")
-        return v
-
     @field_validator("image_tag")
     @classmethod
     def _tag(cls, v: str) -> str:
         if not _TAG.match(v):
-            raise ValueError(f"{v!r} is not an image tag")
+            raise ValueError(f"{shown(v)} is not an image tag")
         if v == "latest":
             raise ValueError("the moving tag 'latest' is refused: pin a version tag")
         return v
 
 
 class FabricExporterSettings(ConfigModel):
-    image: str = "ghcr.io/gpucluster/daemons:0.1.0"
+    image: Image = "ghcr.io/gpucluster/daemons:0.1.0"
     port: Annotated[int, Field(ge=1024, le=65535)] = 9402
     #: How Prometheus finds the exporter; unset follows ``prometheusOperator``.
     scrape: Literal["serviceMonitor", "annotations"] | None = None
     scrape_interval: Duration = "15s"
     #: RuntimeClass that injects the NVIDIA driver libraries and device nodes (GPU operator: "nvidia").
     runtime_class_name: str | None = "nvidia"
-
-    @field_validator("image")
-    @classmethod
-    def _image(cls, v: str) -> str:
-        return check_image(v)
 
 
 class AlertSettings(ConfigModel):
@@ -152,14 +132,14 @@ class TelemetrySettings(ConfigModel):
         check_labels(v)
         return v
 
-    @model_validator(mode="after")
-    def _scrape_needs_operator(self) -> TelemetrySettings:
+    def rule_problems(self) -> Iterator[Problem]:
         if self.fabric_exporter.scrape == "serviceMonitor" and not self.prometheus_operator:
-            raise ValueError(
-                "fabricExporter.scrape is serviceMonitor but prometheusOperator is false "
-                "(ServiceMonitor needs the Prometheus operator CRDs); use annotations"
+            yield Problem(
+                ("fabricExporter", "scrape"),
+                "is serviceMonitor but prometheusOperator is false "
+                "(ServiceMonitor needs the Prometheus operator CRDs); use annotations",
+                self.fabric_exporter.scrape,
             )
-        return self
 
     @property
     def fabric_scrape(self) -> Literal["serviceMonitor", "annotations"]:
@@ -172,7 +152,7 @@ class TelemetrySettings(ConfigModel):
         return self.grafana_dashboard_namespace or self.namespace
 
 
-class TelemetrySettingsError(ValueError):
+class TelemetrySettingsError(SettingsError):
     """Bad ``gpucluster:telemetry`` config; the message names every offending field."""
 
 
@@ -181,13 +161,8 @@ def parse_telemetry_settings(raw: Any, where: str = STACK_KEY) -> TelemetrySetti
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
-        raise TelemetrySettingsError(f"{where}: expected a mapping, got {type(raw).__name__}")
+        raise TelemetrySettingsError([ConfigIssue(where, None, f"expected a mapping, got {type(raw).__name__}")], where)
     try:
         return TelemetrySettings.model_validate(raw)
     except ValidationError as exc:
-        lines = []
-        for err in exc.errors():
-            path = ".".join(str(p) for p in err["loc"])
-            field = f"{where}.{path}" if path else where
-            lines.append(f"  - {field}: {err['msg']} (got {err.get('input')!r})")
-        raise TelemetrySettingsError(f"{where}: {len(lines)} problem(s)\n" + "\n".join(lines)) from None
+        raise TelemetrySettingsError(issues_from_validation_error(exc, where), where) from None

@@ -12,30 +12,12 @@ import re
 from collections.abc import Mapping
 from typing import Any, Protocol
 
+from components.burst_settings import BurstSettings
+from components.constants import GPU_RESOURCE, GPU_TYPE_ANNOTATION
+from components.model import parse_quantity as _parse_quantity
 from daemons.burst_provider.providers.base import ContainerSpec, InstanceSpec, InstanceTags, Port
-from daemons.burst_provider.settings import BurstSettings
 
-GPU_RESOURCE = "nvidia.com/gpu"
-GPU_TYPE_ANNOTATION = "burst.gpucluster.io/gpu-type"
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
-
-_QUANTITY = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(m|Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$")
-_FACTORS = {
-    "": 1.0,
-    "m": 1e-3,
-    "k": 1e3,
-    "M": 1e6,
-    "G": 1e9,
-    "T": 1e12,
-    "P": 1e15,
-    "E": 1e18,
-    "Ki": 2.0**10,
-    "Mi": 2.0**20,
-    "Gi": 2.0**30,
-    "Ti": 2.0**40,
-    "Pi": 2.0**50,
-    "Ei": 2.0**60,
-}
 
 
 class PodTranslationError(ValueError):
@@ -55,10 +37,10 @@ class ReferenceResolver(Protocol):
 def parse_quantity(value: object, where: str) -> float:
     """A Kubernetes quantity (``500m``, ``2``, ``16Gi``) as a number of base units."""
     text = str(value).strip()
-    m = _QUANTITY.match(text)
-    if not m:
-        raise PodTranslationError(f"{where}: {text!r} is not a quantity such as 500m or 16Gi")
-    return float(m.group(1)) * _FACTORS[m.group(2) or ""]
+    try:
+        return float(_parse_quantity(text))
+    except ValueError:
+        raise PodTranslationError(f"{where}: {text!r} is not a quantity such as 500m or 16Gi") from None
 
 
 def pod_identity(pod: Mapping[str, Any]) -> tuple[str, str, str]:

@@ -14,8 +14,8 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from components.burst_settings import BurstSettings, ProviderSettings
 from daemons.burst_provider.providers.base import Offer
-from daemons.burst_provider.settings import BurstSettings, ProviderSettings
 
 
 @dataclass(frozen=True)

@@ -17,11 +17,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from components.burst_settings import BurstSettings
 from daemons.burst_provider.metrics import Metrics
 from daemons.burst_provider.pods import PodTranslationError, ReferenceResolver, pod_identity, translate_pod
 from daemons.burst_provider.providers.base import Instance, InstanceState, Offer, Port, Provider
 from daemons.burst_provider.selection import FailureTracker, choose
-from daemons.burst_provider.settings import BurstSettings
 
 log = logging.getLogger("burst_provider.service")
 

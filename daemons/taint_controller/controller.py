@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from components.taint_controller_settings import TAINT_EFFECT, TAINT_VALUE, TaintControllerSettings
 from daemons.taint_controller.decide import Action, Decider, Decision, Thresholds
 from daemons.taint_controller.kube import (
     ConflictError,
@@ -30,7 +31,6 @@ from daemons.taint_controller.kube import (
 )
 from daemons.taint_controller.metrics import Metrics
 from daemons.taint_controller.prometheus import Querier, QueryError
-from daemons.taint_controller.settings import TAINT_EFFECT, TAINT_VALUE, TaintControllerSettings
 
 log = logging.getLogger("taint_controller")
 

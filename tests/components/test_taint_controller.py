@@ -11,7 +11,7 @@ import pytest
 
 from components.config import load_stack_file
 from components.taint_controller import METRICS_PORT, TaintController, TaintControllerArgs
-from daemons.taint_controller.settings import TaintControllerSettings
+from components.taint_controller_settings import TaintControllerSettings
 from tests.support.pulumi_harness import Graph, deploy
 
 ROOT = Path(__file__).resolve().parents[2]

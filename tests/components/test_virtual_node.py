@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from pulumi.runtime import config as pulumi_config
 
+from components.burst_settings import BurstSettings
 from components.cluster import GpuCluster, GpuClusterArgs
 from components.config import load_stack_file
 from components.virtual_node import (
@@ -19,7 +20,6 @@ from components.virtual_node import (
     VirtualNode,
     VirtualNodeArgs,
 )
-from daemons.burst_provider.settings import BurstSettings
 from tests.support.pulumi_harness import Graph, Registered, deploy
 
 ROOT = Path(__file__).resolve().parents[2]

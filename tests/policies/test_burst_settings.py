@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
+from components.burst_settings import BurstSettings, settings_json
 from components.cluster import GpuCluster, GpuClusterArgs
 from components.config import load_stack_file
-from daemons.burst_provider.settings import BurstSettings, settings_json
 from policies.burst_settings import provider_secrets_not_in_config
 from policies.inference import (
     inference_gpu_deployments_burstable,

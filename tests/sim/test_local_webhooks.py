@@ -10,7 +10,7 @@ import pulumi
 import pytest
 import yaml
 
-from components.config import KueueSettings, LocalWebhooks, load_stack_file
+from components.config import load_stack_file
 from components.queues import (
     LocalWebhooksError,
     kueue_chart_values,
@@ -18,6 +18,7 @@ from components.queues import (
     local_webhooks_transform,
     read_ca_bundle,
 )
+from components.queues_settings import KueueSettings, LocalWebhooks
 
 ROOT = Path(__file__).resolve().parents[2]
 MUTATING = "kubernetes:admissionregistration.k8s.io/v1:MutatingWebhookConfiguration"

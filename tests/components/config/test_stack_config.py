@@ -13,13 +13,8 @@ from typing import Any
 import pytest
 import yaml
 
-from components.config import (
-    StackConfigError,
-    checkpoint_interval_seconds,
-    load_stack_file,
-    parse_stack_config,
-    read_stack_file,
-)
+from components.config import StackConfigError, load_stack_file, parse_stack_config, read_stack_file
+from components.storage_settings import checkpoint_interval_seconds
 
 ROOT = Path(__file__).resolve().parents[3]
 STACKS = sorted((ROOT / "stacks").glob("Pulumi.*.yaml"))

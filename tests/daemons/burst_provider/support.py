@@ -8,6 +8,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from components.burst_settings import BurstSettings, parse_settings
 from daemons.burst_provider.providers.base import (
     Instance,
     InstanceSpec,
@@ -17,7 +18,6 @@ from daemons.burst_provider.providers.base import (
     Provider,
     ProviderError,
 )
-from daemons.burst_provider.settings import BurstSettings, parse_settings
 
 
 class ManualClock:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import pytest
 
+from components.taint_controller_settings import TaintControllerSettings
 from daemons.taint_controller.controller import (
     REASON_ADDED,
     REASON_KUBE_FAILED,
@@ -19,7 +20,6 @@ from daemons.taint_controller.decide import Action
 from daemons.taint_controller.kube import ConflictError, KubeError, Taint
 from daemons.taint_controller.metrics import Metrics
 from daemons.taint_controller.prometheus import QueryError
-from daemons.taint_controller.settings import TaintControllerSettings
 from tests.daemons.taint_controller.fakes import Clock, FakeEvents, FakeNodes, FakeQuerier
 
 KEY = "gpucluster.io/in-cluster-capacity"

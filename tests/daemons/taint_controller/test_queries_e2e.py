@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from components.taint_controller_settings import TaintControllerSettings
 from daemons.taint_controller.prometheus import PrometheusClient, QueryError
-from daemons.taint_controller.settings import TaintControllerSettings
 from tests.daemons.taint_controller.conftest import ApiServer, free_port, wait_for
 from tests.support.require import missing
 from tests.support.sim import tools_bin

@@ -1,8 +1,8 @@
 """Settings of the burst provider service: the stack-config section ``gpucluster:burst`` and the daemon's file.
 
-One model validates both: components/config.py checks the stack config with it, the VirtualNode component renders
-it (``model_dump(by_alias=True)``) into the ConfigMap the daemon reads with :func:`load_settings`. The daemon image
-ships only ``daemons/``, so this module has its own small base model instead of importing ``components.model``.
+One model validates both: the stack check (``components/config/``) validates the section with it, the VirtualNode
+component renders it (``model_dump(by_alias=True)``) into the ConfigMap the daemon reads with
+:func:`load_settings`. Pure pydantic (no Pulumi): the daemon imports it.
 
 Example (stack YAML)::
 
@@ -26,35 +26,44 @@ Secrets (API keys, kubeconfigs) are referenced by NAME only; their values live i
 
 from __future__ import annotations
 
-import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
-from pydantic import AfterValidator, Field, ValidationError, model_validator
-from pydantic.alias_generators import to_camel
+from pydantic import AfterValidator, Field, ValidationError
 
-from daemons.settings_rules import (
-    SettingsModel,
-    check_dns_label,
-    check_http_url,
-    check_image,
-    check_positive_duration,
-    check_qualified_name,
+from components.constants import GPU_RESOURCE
+from components.documents import DocumentError, read_document
+from components.issues import ConfigIssue, SettingsError, issues_from_validation_error, shown
+from components.model import (
+    ByteQuantity,
+    ConfigModel,
+    DnsLabel,
+    HttpUrl,
+    Image,
+    PollInterval,
+    PositiveDuration,
+    Problem,
+    QualifiedName,
+    Quantity,
+    Toleration,
+    UnprivilegedPort,
     parse_duration,
 )
 
 STACK_KEY = "gpucluster:burst"
 DEFAULT_PORT = 10299
 PROVIDER_KINDS = ("fake", "runpod", "kubernetes")
+#: No rented instance is running sooner than this: a shorter creationTimeout would fail every pod.
+MIN_CREATION_TIMEOUT_SECONDS = 10.0
+#: Failures are forgotten after failureWindow; under a minute the failure penalty could never steer a choice.
+MIN_FAILURE_WINDOW_SECONDS = 60.0
+_UNKNOWN_KEY_HINT = "check the spelling against daemons/burst_provider/README.md"
 
 # A Kubernetes Secret data key (the secret becomes a file of that name) that is also a Pulumi config key name.
 _SECRET_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,252}$")
 _GPU_TYPE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
-_QUANTITY = re.compile(r"^\d+(\.\d+)?(m|Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$")
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -64,8 +73,9 @@ _QUANTITY = re.compile(r"^\d+(\.\d+)?(m|Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$")
 
 def _check_secret_name(v: str) -> str:
     if not _SECRET_NAME.match(v):
+        # Never echo it: what is here instead of a name may be the secret itself.
         raise ValueError(
-            f"{v!r} is not a secret name: give the NAME of a secret config key (letters, digits, '_', '-', '.'), "
+            "is not a secret name: give the NAME of a secret config key (letters, digits, '_', '-', '.'), "
             "never the secret itself"
         )
     return v
@@ -73,24 +83,12 @@ def _check_secret_name(v: str) -> str:
 
 def _check_gpu_type(v: str) -> str:
     if not _GPU_TYPE.match(v):
-        raise ValueError(f"{v!r} is not a GPU type name such as H100 (letters, digits, '.', '_', '-')")
+        raise ValueError(f"{shown(v)} is not a GPU type name such as H100 (letters, digits, '.', '_', '-')")
     return v
 
 
-def _check_quantity(v: str) -> str:
-    if not _QUANTITY.match(v):
-        raise ValueError(f"{v!r} is not a Kubernetes quantity such as 512, 500m or 4Ti")
-    return v
-
-
-DnsLabel = Annotated[str, AfterValidator(check_dns_label)]
-Duration = Annotated[str, AfterValidator(check_positive_duration)]
 SecretName = Annotated[str, AfterValidator(_check_secret_name)]
 GpuTypeName = Annotated[str, AfterValidator(_check_gpu_type)]
-Image = Annotated[str, AfterValidator(check_image)]
-Url = Annotated[str, AfterValidator(check_http_url)]
-Quantity = Annotated[str, AfterValidator(_check_quantity)]
-QualifiedName = Annotated[str, AfterValidator(check_qualified_name)]
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -98,50 +96,29 @@ QualifiedName = Annotated[str, AfterValidator(check_qualified_name)]
 # ----------------------------------------------------------------------------------------------------
 
 
-class GpuTypeOffer(SettingsModel):
+class GpuTypeOffer(ConfigModel):
     """What we accept to pay for one of our GPU types at one provider, and the provider's own name for it."""
 
     price_per_gpu_hour: Annotated[float, Field(gt=0, le=10_000)]
     #: The provider's id of this GPU type (RunPod: its gpuTypeId such as "NVIDIA H100 80GB HBM3"); empty: the
     #: adapter maps our name itself.
-    provider_type: str = ""
+    provider_type: Annotated[str, Field(max_length=253)] = ""
 
 
-class FakeProviderSettings(SettingsModel):
+class FakeProviderSettings(ConfigModel):
     """The fake cloud (tests, the simulated cluster): an HTTP server speaking a RunPod-like API."""
 
-    url: Url
+    url: HttpUrl
 
 
-class RunPodSettings(SettingsModel):
-    url: Url = "https://rest.runpod.io/v1"
+class RunPodSettings(ConfigModel):
+    url: HttpUrl = "https://rest.runpod.io/v1"
     #: NAME of the secret holding the API key (file ``<secrets-dir>/<name>``).
     api_key_secret: SecretName
     cloud_type: Literal["SECURE", "COMMUNITY"] = "SECURE"
 
 
-class Toleration(SettingsModel):
-    key: QualifiedName
-    operator: Literal["Equal", "Exists"] = "Equal"
-    value: str | None = None
-    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
-
-    @model_validator(mode="after")
-    def _exists_has_no_value(self) -> Toleration:
-        if self.operator == "Exists" and self.value is not None:
-            raise ValueError("operator Exists takes no value")
-        return self
-
-    def to_k8s(self) -> dict[str, str]:
-        out = {"key": self.key, "operator": self.operator}
-        if self.value is not None:
-            out["value"] = self.value
-        if self.effect is not None:
-            out["effect"] = self.effect
-        return out
-
-
-class KubernetesClusterSettings(SettingsModel):
+class KubernetesClusterSettings(ConfigModel):
     """Another Kubernetes cluster with GPUs: pods are re-created there."""
 
     #: NAME of the secret holding the kubeconfig (file ``<secrets-dir>/<name>``).
@@ -155,7 +132,7 @@ class KubernetesClusterSettings(SettingsModel):
         return self.namespace_map.get(source_namespace, source_namespace)
 
 
-class ProviderSettings(SettingsModel):
+class ProviderSettings(ConfigModel):
     """One external provider: its kind, cap, prices per GPU type and the kind's own section (exactly one)."""
 
     name: DnsLabel
@@ -163,24 +140,21 @@ class ProviderSettings(SettingsModel):
     #: Most GPUs this provider may hold for us at once; the node advertises the sum of all caps.
     max_gpus: Annotated[int, Field(ge=1, le=100_000)]
     #: Tie-break after effective price: higher is preferred, then the order of the list.
-    preference: int = 0
+    preference: Annotated[int, Field(ge=-1000, le=1000)] = 0
     gpu_types: Annotated[dict[GpuTypeName, GpuTypeOffer], Field(min_length=1)]
     fake: FakeProviderSettings | None = None
     runpod: RunPodSettings | None = None
     kubernetes: KubernetesClusterSettings | None = None
 
-    @model_validator(mode="after")
-    def _kind_section(self) -> ProviderSettings:
+    def rule_problems(self) -> Iterator[Problem]:
         sections = {"fake": self.fake, "runpod": self.runpod, "kubernetes": self.kubernetes}
-        problems = []
         if sections[self.kind] is None:
-            problems.append(f"kind {self.kind} needs its section `{self.kind}:`")
+            yield Problem((), f"provider {self.name!r}: kind {self.kind} needs its section `{self.kind}:`")
         foreign = sorted(k for k, v in sections.items() if v is not None and k != self.kind)
         if foreign:
-            problems.append(f"kind {self.kind} takes no section {', '.join(f'`{k}:`' for k in foreign)}")
-        if problems:
-            raise ValueError(f"provider {self.name!r}: " + "; ".join(problems))
-        return self
+            yield Problem(
+                (), f"provider {self.name!r}: kind {self.kind} takes no section {', '.join(f'`{k}:`' for k in foreign)}"
+            )
 
     def secret_names(self) -> tuple[str, ...]:
         """Names of the secrets this provider reads from the secrets directory."""
@@ -195,26 +169,42 @@ class ProviderSettings(SettingsModel):
         return offer.price_per_gpu_hour if offer is not None else None
 
 
-class VirtualNodeSettings(SettingsModel):
+class VirtualNodeSettings(ConfigModel):
     """The virtual node and the provider service behind it."""
 
     node_name: DnsLabel = "gpu-burst"
     namespace: DnsLabel = "gpucluster-burst"
     node_image: Image
     provider_image: Image
-    #: Loopback port of the provider service.
-    port: Annotated[int, Field(ge=1, le=65535)] = DEFAULT_PORT
+    #: Loopback port of the provider service (the container runs as a non-root user).
+    port: UnprivilegedPort = DEFAULT_PORT
     #: Namespaces whose pods may burst, and where EndpointSlices for external replicas are kept.
     inference_namespaces: Annotated[list[DnsLabel], Field(min_length=1)] = ["inference"]
-    creation_timeout: Duration = "10m"
-    reconcile_interval: Duration = "5s"
-    failure_window: Duration = "30m"
+    creation_timeout: PositiveDuration = "10m"
+    reconcile_interval: PollInterval = "5s"
+    failure_window: PositiveDuration = "30m"
     failure_penalty: Annotated[float, Field(ge=0, le=1000)] = 2.0
     default_gpu_type: GpuTypeName = "H100"
     #: Advertised on the Node besides nvidia.com/gpu (which is the sum of the providers' caps).
     cpu: Quantity = "1000"
-    memory: Quantity = "8Ti"
+    memory: ByteQuantity = "8Ti"
     max_pods: Annotated[int, Field(ge=1, le=100_000)] = 1000
+
+    def rule_problems(self) -> Iterator[Problem]:
+        if self.creation_timeout_seconds < MIN_CREATION_TIMEOUT_SECONDS:
+            yield Problem(
+                ("creationTimeout",),
+                f"{self.creation_timeout!r} is shorter than {MIN_CREATION_TIMEOUT_SECONDS:g}s: no rented instance "
+                "starts that fast, every pod would fail",
+                self.creation_timeout,
+            )
+        if self.failure_window_seconds < MIN_FAILURE_WINDOW_SECONDS:
+            yield Problem(
+                ("failureWindow",),
+                f"{self.failure_window!r} is shorter than a minute: failures would be forgotten before the failure "
+                "penalty could steer a choice",
+                self.failure_window,
+            )
 
     @property
     def creation_timeout_seconds(self) -> float:
@@ -229,31 +219,27 @@ class VirtualNodeSettings(SettingsModel):
         return parse_duration(self.failure_window)
 
 
-class BurstSettings(SettingsModel):
+class BurstSettings(ConfigModel):
     """``gpucluster:burst``: the virtual node and the providers it bursts to."""
 
     enabled: bool = True
     virtual_node: VirtualNodeSettings
     providers: list[ProviderSettings] = []
 
-    @model_validator(mode="after")
-    def _cross_rules(self) -> BurstSettings:
-        problems: list[str] = []
+    def rule_problems(self) -> Iterator[Problem]:
         if self.enabled and not self.providers:
-            problems.append("providers: at least one provider is needed when burst is enabled")
+            yield Problem(("providers",), "at least one provider is needed when burst is enabled", [])
         seen: dict[str, int] = {}
         for i, p in enumerate(self.providers):
             if p.name in seen:
-                problems.append(f"providers[{i}].name: {p.name!r} is already the name of providers[{seen[p.name]}]")
+                yield Problem(
+                    ("providers", i, "name"), f"{p.name!r} is already the name of providers[{seen[p.name]}]", p.name
+                )
             else:
                 seen[p.name] = i
-        if self.providers and not any(self.virtual_node.default_gpu_type in p.gpu_types for p in self.providers):
-            problems.append(
-                f"virtualNode.defaultGpuType: {self.virtual_node.default_gpu_type!r} is in no provider's gpuTypes"
-            )
-        if problems:
-            raise ValueError("; ".join(problems))
-        return self
+        default = self.virtual_node.default_gpu_type
+        if self.providers and not any(default in p.gpu_types for p in self.providers):
+            yield Problem(("virtualNode", "defaultGpuType"), f"{default!r} is in no provider's gpuTypes", default)
 
     def provider(self, name: str) -> ProviderSettings:
         for p in self.providers:
@@ -271,80 +257,33 @@ class BurstSettings(SettingsModel):
 
 
 # ----------------------------------------------------------------------------------------------------
-# Loading, errors with key paths
+# Loading
 # ----------------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class SettingsIssue:
-    """One problem: its key path (camelCase, as written in the file) and why it is wrong."""
-
-    path: str
-    reason: str
-
-    def __str__(self) -> str:
-        return f"{self.path}: {self.reason}"
-
-
-class SettingsError(ValueError):
-    """Every problem of a settings file at once."""
-
-    def __init__(self, issues: Sequence[SettingsIssue], source: str) -> None:
-        self.issues = list(issues)
-        self.source = source
-        lines = "\n".join(f"  - {issue}" for issue in self.issues)
-        super().__init__(f"{source}: {len(self.issues)} problem(s)\n{lines}")
-
-
-def _loc_to_path(loc: Iterable[int | str]) -> str:
-    path = ""
-    for part in loc:
-        if isinstance(part, int):
-            path += f"[{part}]"
-        else:
-            name = to_camel(part) if "_" in part else part
-            path += f".{name}" if path else name
-    return path or "(top level)"
-
-
-def validation_issues(err: ValidationError) -> list[SettingsIssue]:
-    """pydantic's errors as key paths and plain reasons (model-level rules already name their keys)."""
-    issues = []
-    for e in err.errors(include_url=False):
-        loc = [p for p in e["loc"] if not (isinstance(p, str) and ("[" in p or p.startswith("function-")))]
-        reason = e["msg"].removeprefix("Value error, ")
-        if e["type"] == "missing":
-            reason = "required key is missing"
-        elif e["type"] == "extra_forbidden":
-            reason = "unknown key (check the spelling against daemons/burst_provider/README.md)"
-        elif e["type"] != "value_error" and not isinstance(e.get("input"), (dict, list)):
-            reason = f"{reason} (got {e.get('input')!r})"
-        issues.append(SettingsIssue(_loc_to_path(loc), reason))
-    return issues
+def settings_issues(err: ValidationError, prefix: str = "") -> list[ConfigIssue]:
+    """The model's errors as key paths under ``prefix`` (``burst`` in the stack check, nothing for the file)."""
+    return issues_from_validation_error(err, prefix, unknown_key_hint=_UNKNOWN_KEY_HINT)
 
 
 def parse_settings(raw: Any, source: str = "burst settings") -> BurstSettings:
     """Validate a decoded settings document; raises :class:`SettingsError` listing every problem."""
     if not isinstance(raw, Mapping):
-        raise SettingsError([SettingsIssue("(top level)", "expected a map with virtualNode and providers")], source)
+        raise SettingsError([ConfigIssue("(top level)", None, "expected a map with virtualNode and providers")], source)
     try:
         return BurstSettings.model_validate(dict(raw))
     except ValidationError as err:
-        raise SettingsError(validation_issues(err), source) from None
+        raise SettingsError(settings_issues(err), source) from None
 
 
 def load_settings(path: str | Path) -> BurstSettings:
-    """Read a JSON or YAML settings file (JSON is YAML); a file holding ``gpucluster:burst:`` at the top is
-    unwrapped, so a stack-config excerpt works as is."""
+    """Read a JSON or YAML settings file (``.json``: JSON, else YAML); a file holding ``gpucluster:burst:`` at the
+    top is unwrapped, so a stack-config excerpt works as is. Hostile files are refused (components/documents.py)."""
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise SettingsError([SettingsIssue(str(p), f"cannot read: {exc.strerror}")], str(p)) from None
-    try:
-        raw = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as exc:
-        raise SettingsError([SettingsIssue(str(p), f"not valid JSON/YAML: {exc}")], str(p)) from None
+        raw = read_document(p, "json" if p.suffix == ".json" else "yaml")
+    except DocumentError as exc:
+        raise SettingsError([ConfigIssue(str(p), None, exc.reason)], str(p)) from None
     if isinstance(raw, Mapping) and set(raw) == {STACK_KEY}:
         raw = raw[STACK_KEY]
     return parse_settings(raw, str(p))
@@ -354,7 +293,7 @@ def node_capacity(settings: BurstSettings) -> dict[str, str]:
     """What the virtual node advertises (GET /v1/capacity): GPUs = the sum of the providers' caps."""
     vn = settings.virtual_node
     return {
-        "nvidia.com/gpu": str(sum(p.max_gpus for p in settings.providers)),
+        GPU_RESOURCE: str(sum(p.max_gpus for p in settings.providers)),
         "cpu": vn.cpu,
         "memory": vn.memory,
         "pods": str(vn.max_pods),
@@ -370,19 +309,19 @@ __all__ = [
     "PROVIDER_KINDS",
     "STACK_KEY",
     "BurstSettings",
+    "ConfigIssue",
     "FakeProviderSettings",
     "GpuTypeOffer",
     "KubernetesClusterSettings",
     "ProviderSettings",
     "RunPodSettings",
     "SettingsError",
-    "SettingsIssue",
     "Toleration",
     "VirtualNodeSettings",
     "load_settings",
     "node_capacity",
     "parse_duration",
     "parse_settings",
+    "settings_issues",
     "settings_json",
-    "validation_issues",
 ]

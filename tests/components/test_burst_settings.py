@@ -1,4 +1,4 @@
-"""The burst settings model: a valid file loads; each invalid key is named by its path."""
+"""The burst settings model: a valid file loads; each invalid key is named by its path; hostile files are refused."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from daemons.burst_provider.settings import (
+from components.burst_settings import (
     SettingsError,
     load_settings,
     node_capacity,
@@ -17,6 +17,7 @@ from daemons.burst_provider.settings import (
     parse_settings,
     settings_json,
 )
+from components.issues import REDACTED
 
 VALID: dict[str, Any] = {
     "virtualNode": {
@@ -80,6 +81,17 @@ def issues(raw: Any) -> list[str]:
     with pytest.raises(SettingsError) as err:
         parse_settings(raw)
     return [str(i) for i in err.value.issues]
+
+
+def test_rules_between_keys_are_one_issue_each_at_its_own_path() -> None:
+    raw = with_change("providers.1.name", "fake-a")
+    raw["virtualNode"]["defaultGpuType"] = "B200"
+    with pytest.raises(SettingsError) as err:
+        parse_settings(raw)
+    assert [(i.path, i.reason) for i in err.value.issues] == [
+        ("providers[1].name", "'fake-a' is already the name of providers[0]"),
+        ("virtualNode.defaultGpuType", "'B200' is in no provider's gpuTypes"),
+    ]
 
 
 def test_valid_settings_load_with_defaults_and_parsed_durations() -> None:
@@ -201,9 +213,122 @@ def test_load_settings_errors_name_the_file(tmp_path: Path) -> None:
         load_settings(tmp_path / "missing.json")
     bad = tmp_path / "bad.json"
     bad.write_text("{nope")
-    with pytest.raises(SettingsError, match="not valid JSON/YAML"):
+    with pytest.raises(SettingsError, match=r"bad\.json: line 1, column 2: invalid JSON"):
         load_settings(bad)
     wrong = tmp_path / "list.yaml"
     wrong.write_text("- 1\n")
     with pytest.raises(SettingsError, match="expected a map"):
         load_settings(wrong)
+
+
+# --- hostile files: refused with the file and a short reason ----------------------------------------------------
+
+
+def _laughs() -> str:
+    lines = ["a0: &a0 [" + ", ".join(["x"] * 10) + "]"]
+    lines += [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]" for i in range(1, 9)]
+    return "virtualNode:\n  x:\n" + "\n".join("    " + line for line in lines) + "\n"
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "reason"),
+    [
+        ("s.json", b'{"virtualNode": {}\0}', "is binary (a NUL byte"),
+        ("s.yaml", "virtualNode: caf\xe9\n".encode("latin-1"), "is not UTF-8 text"),
+        ("s.json", b" " * (1024 * 1024 + 1), "is larger than 1024 KiB"),
+        ("s.yaml", ("x: " + "[" * 10_000 + "]" * 10_000).encode(), "nests deeper than 64 levels"),
+        ("s.json", ("[" * 10_000 + "]" * 10_000).encode(), "nests deeper than 64 levels"),
+        ("s.yaml", _laughs().encode(), "expands to more than 100000 values"),
+        ("s.yaml", b"enabled: true\nenabled: false\n", "found the key 'enabled' twice"),
+        ("s.json", b'{"enabled": true, "enabled": false}', "the key 'enabled' is given twice"),
+        ("s.json", b'{"virtualNode": {"failurePenalty": NaN}}', "NaN is not a number settings take"),
+    ],
+)
+def test_hostile_files_are_refused_naming_the_file(tmp_path: Path, name: str, content: bytes, reason: str) -> None:
+    path = tmp_path / name
+    path.write_bytes(content)
+    with pytest.raises(SettingsError) as err:
+        load_settings(path)
+    (issue,) = err.value.issues
+    assert issue.path == str(path)
+    assert reason in issue.reason
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "expected"),
+    [
+        ("providers.0.maxGpus", True, "providers[0].maxGpus: Input should be a valid integer (got True)"),
+        ("providers.0.maxGpus", "16", "providers[0].maxGpus: Input should be a valid integer (got '16')"),
+        ("providers.0.name", 123, "providers[0].name: Input should be a valid string (got 123)"),
+        ("enabled", "yes", "enabled: Input should be a valid boolean (got 'yes')"),
+        ("virtualNode.failurePenalty", False, "virtualNode.failurePenalty: Input should be a valid number (got False)"),
+    ],
+)
+def test_yaml_coercions_do_not_pass(path: str, value: Any, expected: str) -> None:
+    assert expected in issues(with_change(path, value))
+
+
+def test_a_key_pasted_where_a_secret_name_goes_is_never_echoed(tmp_path: Path) -> None:
+    key = "rpa_0123456789ABCDEFGHIJKLMNOP"
+    for pasted in (f"Bearer {key}", f"{key}!", 12345):
+        found = issues(with_change("providers.1.runpod", {"apiKeySecret": pasted}))
+        assert any(i.startswith("providers[1].runpod.apiKeySecret:") for i in found), found
+        assert all(key not in i and "12345" not in i for i in found), found
+    f = tmp_path / "s.yaml"
+    f.write_text(yaml.safe_dump(with_change("providers.1.runpod", {"apiKeySecret": 987654321})))
+    with pytest.raises(SettingsError) as err:
+        load_settings(f)
+    assert REDACTED in str(err.value)
+    assert "987654321" not in str(err.value)
+
+
+def test_long_values_are_cut_in_messages() -> None:
+    (found,) = issues(with_change("virtualNode.nodeName", "N" * 3000))
+    assert "(3000 characters)" in found
+    assert len(found) < 250
+
+
+# --- well-formed values that would make the daemon misbehave ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "expected"),
+    [
+        ("virtualNode.reconcileInterval", "1ns", "virtualNode.reconcileInterval: '1ns' is shorter than 1s"),
+        ("virtualNode.reconcileInterval", "0s", "virtualNode.reconcileInterval: '0s' must be longer than zero"),
+        ("virtualNode.creationTimeout", "1ns", "virtualNode.creationTimeout: '1ns' is shorter than 10s"),
+        ("virtualNode.creationTimeout", "200h", "virtualNode.creationTimeout: '200h' is longer than a week"),
+        ("virtualNode.failureWindow", "5s", "virtualNode.failureWindow: '5s' is shorter than a minute"),
+        ("virtualNode.port", 80, "virtualNode.port: Input should be greater than or equal to 1024 (got 80)"),
+        ("virtualNode.port", 0, "virtualNode.port: Input should be greater than or equal to 1024 (got 0)"),
+        ("virtualNode.memory", "500m", "virtualNode.memory: '500m' is a fraction of a byte"),
+        ("virtualNode.memory", "99999999999Ei", "virtualNode.memory: '99999999999Ei' is larger than any Kubernetes"),
+        ("virtualNode.cpu", "0", "virtualNode.cpu: '0' is not a positive Kubernetes quantity"),
+        ("virtualNode.maxPods", 10**9, "virtualNode.maxPods: Input should be less than or equal to 100000"),
+        ("providers.0.preference", 10**12, "providers[0].preference: Input should be less than or equal to 1000"),
+        (
+            "providers.0.fake",
+            {"url": "http://127.0.0.1:99999"},
+            "providers[0].fake.url: 'http://127.0.0.1:99999' has a port",
+        ),
+    ],
+)
+def test_values_that_would_make_the_daemon_misbehave_are_refused(path: str, value: Any, expected: str) -> None:
+    found = issues(with_change(path, value))
+    assert any(i.startswith(expected) for i in found), found
+
+
+@pytest.mark.parametrize(
+    ("path", "value"),
+    [
+        ("virtualNode.reconcileInterval", "1s"),
+        ("virtualNode.creationTimeout", "10s"),
+        ("virtualNode.failureWindow", "1m"),
+        ("virtualNode.port", 1024),
+        ("virtualNode.memory", "512Mi"),
+        ("virtualNode.cpu", "500m"),
+        ("providers.0.preference", -1000),
+    ],
+)
+def test_values_at_the_limits_are_accepted(path: str, value: Any) -> None:
+    assert parse_settings(with_change(path, value)) is not None

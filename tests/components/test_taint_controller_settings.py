@@ -1,4 +1,4 @@
-"""Settings: defaults, camelCase keys, and every refusal names its key path."""
+"""Taint controller settings: defaults, camelCase keys, every refusal names its key path; hostile files refused."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from daemons.taint_controller.settings import (
+from components.taint_controller_settings import (
     DEFAULT_HEADROOM_QUERY,
     DEFAULT_PENDING_QUERY,
     SettingsError,
@@ -19,10 +19,11 @@ from daemons.taint_controller.settings import (
 )
 
 
-def problems(data: dict[str, Any]) -> str:
+def problems(data: dict[str, Any]) -> dict[str, str]:
+    """Key path -> reason, for every problem."""
     with pytest.raises(SettingsError) as info:
         parse_settings(data)
-    return str(info.value)
+    return {issue.path: issue.reason for issue in info.value.issues}
 
 
 def test_defaults_are_valid_and_round_trip_through_json() -> None:
@@ -81,19 +82,55 @@ def test_query_timeout_defaults_to_a_third_of_the_interval_capped() -> None:
         ({"namespace": "Bad_NS"}, "namespace", "DNS label"),
         ({"inferenceNamespaces": []}, "inferenceNamespaces", "at least 1"),
         ({"inferenceNamespaces": ["a", "a"]}, "inferenceNamespaces", "listed twice"),
-        ({"inferenceNamespaces": ["ok", "No"]}, "inferenceNamespaces.1", "DNS label"),
+        ({"inferenceNamespaces": ["ok", "No"]}, "inferenceNamespaces[1]", "DNS label"),
         ({"taintKey": "bad key!"}, "taintKey", "qualified name"),
         ({"image": "registry/daemons:latest"}, "image", "latest"),
         ({"image": "registry/daemons"}, "image", "not pinned"),
         ({"prometheusUrl": "prometheus:9090"}, "prometheusUrl", "http(s) URL"),
         ({"headroomQuery": "  "}, "headroomQuery", "empty"),
-        ({"highmark": 3}, "highmark", "Extra inputs"),
+        ({"highmark": 3}, "highmark", "unknown key"),
+        # YAML's and JSON's coercions do not pass
+        ({"highMark": True}, "highMark", "valid integer (got True)"),
+        ({"highMark": "4"}, "highMark", "valid integer (got '4')"),
+        ({"replicas": 2.0}, "replicas", "valid integer (got 2.0)"),
+        ({"enabled": "false"}, "enabled", "valid boolean (got 'false')"),
+        ({"leaseName": 7}, "leaseName", "valid string (got 7)"),
+        # well-formed values that would make the daemon misbehave
+        ({"interval": "1ns"}, "interval", "'1ns' is shorter than 1s"),
+        ({"interval": "500ms"}, "interval", "'500ms' is shorter than 1s"),
+        ({"retryPeriod": "1ns"}, "retryPeriod", "'1ns' is shorter than 1s"),
+        ({"holdAdd": "200h"}, "holdAdd", "longer than a week"),
+        ({"queryTimeout": "30s"}, "queryTimeout", "queryTimeout (30s) must be shorter than interval (30s)"),
+        (
+            {"queryTimeout": "1m", "interval": "10s"},
+            "queryTimeout",
+            "must be shorter than interval (10s): a cycle would outlast",
+        ),
+        ({"leaseDuration": "10s", "renewDeadline": "10s"}, "renewDeadline", "shorter than leaseDuration (10s)"),
+        ({"renewDeadline": "2s"}, "retryPeriod", "retryPeriod (2s) must be shorter than renewDeadline (2s)"),
+        ({"highMark": 10**9}, "highMark", "less than or equal to 100000"),
+        ({"highMark": 1}, "lowMark", "lowMark (1) must be below highMark (1)"),  # the default lowMark is checked too
+        ({"leaseDuration": "5s"}, "renewDeadline", "renewDeadline (10s) must be shorter than leaseDuration (5s)"),
+        ({"prometheusUrl": "http://prom:0"}, "prometheusUrl", "port out of range"),
     ],
 )
 def test_invalid_settings_name_the_key(data: dict[str, Any], path: str, text: str) -> None:
-    message = problems(data)
-    assert f"  {path}: " in message
-    assert text in message
+    found = problems(data)
+    assert path in found, found
+    assert text in found[path]
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        {"interval": "1s", "retryPeriod": "1s", "renewDeadline": "2s", "leaseDuration": "3s"},
+        {"interval": "10s", "queryTimeout": "9s"},
+        {"holdAdd": "1ms", "holdRemove": "168h"},
+        {"highMark": 100_000, "lowMark": 0},
+    ],
+)
+def test_values_at_the_limits_are_accepted(data: dict[str, Any]) -> None:
+    assert parse_settings(data) is not None
 
 
 def test_noexecute_cannot_be_constructed_in_python_either() -> None:
@@ -102,8 +139,7 @@ def test_noexecute_cannot_be_constructed_in_python_either() -> None:
 
 
 def test_every_problem_is_reported_at_once() -> None:
-    message = problems({"replicas": 9, "holdRemove": "x", "unknown": 1})
-    assert {"replicas", "holdRemove", "unknown"} <= {line.strip().split(":")[0] for line in message.splitlines()[1:]}
+    assert set(problems({"replicas": 9, "holdRemove": "x", "unknown": 1})) == {"replicas", "holdRemove", "unknown"}
 
 
 def test_settings_are_frozen() -> None:
@@ -113,16 +149,33 @@ def test_settings_are_frozen() -> None:
 
 
 @pytest.mark.parametrize(
-    ("text", "message"),
-    [("{not json", "not valid JSON (line 1"), ("[1]", "expected a JSON object")],
+    ("content", "message"),
+    [
+        (b"{not json", "line 1, column 2: invalid JSON"),
+        (b"[1]", "expected a JSON object of settings, got list"),
+        (b'{"highMark": 4}\0', "is binary (a NUL byte at offset 15)"),
+        ('{"namespace": "caf\xe9"}'.encode("latin-1"), "is not UTF-8 text"),
+        (b'{"highMark": 4, "highMark": 40}', "the key 'highMark' is given twice"),
+        (b'{"highMark": NaN}', "NaN is not a number settings take"),
+        (("[" * 5000 + "]" * 5000).encode(), "nests deeper than 64 levels"),
+        (b" " * (1024 * 1024 + 1), "is larger than 1024 KiB"),
+    ],
 )
-def test_unreadable_files(tmp_path: Path, text: str, message: str) -> None:
+def test_unreadable_and_hostile_files(tmp_path: Path, content: bytes, message: str) -> None:
     path = tmp_path / "s.json"
-    path.write_text(text)
-    with pytest.raises(SettingsError, match=message.replace("(", r"\(")):
+    path.write_bytes(content)
+    with pytest.raises(SettingsError) as err:
         load_settings(path)
+    assert str(err.value).startswith(f"{path}: 1 problem(s)")
+    assert message in str(err.value)
     with pytest.raises(SettingsError, match="cannot read"):
         load_settings(tmp_path / "missing.json")
+
+
+def test_long_values_are_cut_in_messages() -> None:
+    found = problems({"namespace": "N" * 3000})
+    assert "(3000 characters)" in found["namespace"]
+    assert len(found["namespace"]) < 200
 
 
 @pytest.mark.parametrize(("text", "seconds"), [("90s", 90), ("1h30m", 5400), ("250ms", 0.25), ("2.5m", 150)])

@@ -1,9 +1,9 @@
 """Settings of the taint controller: one pydantic model for the stack config and the daemon's settings file.
 
-The stack config (``components/config.py``) validates the operator-facing fields; the component then fills the
+The stack check (``components/config/``) validates the operator-facing fields; the component then fills the
 runtime-only ones (``nodeName``, ``taintKey``) from the virtual node and the stack's burst taint key and renders
-the whole model as JSON into the daemon's ConfigMap. The daemon image ships only ``daemons/``, so this module
-defines its own small base instead of importing ``components.model``.
+the whole model as JSON into the daemon's ConfigMap, which the daemon reads with :func:`load_settings`. Pure
+pydantic (no Pulumi): the daemon imports it.
 
 Example (camelCase, as in the stack YAML or the JSON file)::
 
@@ -26,33 +26,35 @@ replica at once, so the model refuses any other value.
 
 from __future__ import annotations
 
-import json
-import re
+from collections import Counter
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import (
-    AfterValidator,
-    Field,
-    ValidationError,
-    ValidationInfo,
-    field_validator,
-)
+from pydantic import Field, ValidationError, ValidationInfo, field_validator
 
-from daemons.settings_rules import (
-    SettingsModel,
-    check_dns_label,
-    check_duration,
-    check_http_url,
-    check_image,
-    check_positive_duration,
+from components.constants import BURST_TAINT_EFFECT, BURST_TAINT_VALUE, DEFAULT_BURST_TAINT_KEY
+from components.documents import DocumentError, read_document
+from components.issues import ConfigIssue, SettingsError, issues_from_validation_error, shown
+from components.model import (
+    ConfigModel,
+    DnsLabel,
+    DnsSubdomain,
+    HttpUrl,
+    Image,
+    PollInterval,
+    PositiveDuration,
+    Problem,
+    TaintKey,
     parse_duration,
 )
 
-DEFAULT_TAINT_KEY = "gpucluster.io/in-cluster-capacity"
+DEFAULT_TAINT_KEY = DEFAULT_BURST_TAINT_KEY
 DEFAULT_NODE_NAME = "gpu-burst"
-TAINT_EFFECT = "NoSchedule"
-TAINT_VALUE = "true"
+TAINT_EFFECT = BURST_TAINT_EFFECT
+TAINT_VALUE = BURST_TAINT_VALUE
+#: Most free GPUs a mark may name: no cluster we manage comes near it.
+MAX_MARK = 100_000
 
 #: Placeholders substituted into the queries at runtime.
 NODE_PLACEHOLDER = "$NODE"
@@ -83,69 +85,76 @@ DEFAULT_PENDING_QUERY = (
     ") or (count(kube_node_info) * 0)"
 )
 
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_QUALIFIED_NAME = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+
+#: What must be shorter than what, and why.
+_SHORTER = {
+    "renewDeadline": ("leaseDuration", "the leader must give up the lease before another replica may take it"),
+    "retryPeriod": ("renewDeadline", "the leader must get a retry in before its deadline"),
+    "queryTimeout": ("interval", "a cycle would outlast the next one"),
+}
 
 
-def _check_dns_subdomain(value: str) -> str:
-    if len(value) > 253 or not _DNS_SUBDOMAIN.match(value):
-        raise ValueError(f"{value!r} is not a DNS subdomain name (lower-case letters, digits, '-' and '.')")
-    return value
+def _low_below_high(low: int, high: int | None) -> str | None:
+    if high is not None and low >= high:
+        return (
+            f"lowMark ({low}) must be below highMark ({high}): the gap between them is the hysteresis that keeps the "
+            "taint from flapping"
+        )
+    return None
 
 
-Duration = Annotated[str, AfterValidator(check_duration)]
-PositiveDuration = Annotated[str, AfterValidator(check_positive_duration)]
-DnsLabel = Annotated[str, AfterValidator(check_dns_label)]
+def _shorter(name: str, value: str | None, limit: str | None) -> str | None:
+    """Why ``name`` must be shorter than the duration it is bounded by, when it is not (None: nothing to check)."""
+    if value is None or limit is None or parse_duration(value) < parse_duration(limit):
+        return None
+    other, why = _SHORTER[name]
+    return f"{name} ({value}) must be shorter than {other} ({limit}): {why}"
 
 
-class TaintControllerSettings(SettingsModel):
+class TaintControllerSettings(ConfigModel):
     """Everything the taint controller needs; see the module docstring for the meaning of the marks."""
 
     enabled: bool = True
     #: Where the Deployment and its Lease live.
     namespace: DnsLabel = "gpucluster-burst"
-    image: Annotated[str, AfterValidator(check_image)] = "ghcr.io/example/gpucluster-daemons:0.1.0"
-    prometheus_url: Annotated[str, AfterValidator(check_http_url)] = "http://prometheus-operated.monitoring.svc:9090"
+    image: Image = "ghcr.io/example/gpucluster-daemons:0.1.0"
+    prometheus_url: HttpUrl = "http://prometheus-operated.monitoring.svc:9090"
     headroom_query: str = DEFAULT_HEADROOM_QUERY
     pending_query: str = DEFAULT_PENDING_QUERY
     #: At or above this many free in-cluster GPUs (held for holdAdd) the burst taint goes on.
-    high_mark: Annotated[int, Field(ge=0)] = 4
+    high_mark: Annotated[int, Field(ge=0, le=MAX_MARK)] = 4
     #: Below this many free in-cluster GPUs, with inference Pending (held for holdRemove), it comes off.
-    low_mark: Annotated[int, Field(ge=0)] = 1
+    low_mark: Annotated[int, Field(ge=0, le=MAX_MARK)] = 1
     hold_add: PositiveDuration = "10m"
     hold_remove: PositiveDuration = "2m"
-    interval: PositiveDuration = "30s"
+    #: How often Prometheus is asked (at least a second).
+    interval: PollInterval = "30s"
     #: A transition that reverses the previous one within this window counts in flaps_total.
     flap_window: PositiveDuration = "30m"
     #: Warning Events about failed queries go out at most once per this interval.
     warning_event_interval: PositiveDuration = "5m"
-    lease_name: Annotated[str, AfterValidator(_check_dns_subdomain)] = "gpucluster-taint-controller"
+    lease_name: DnsSubdomain = "gpucluster-taint-controller"
     lease_duration: PositiveDuration = "15s"
     renew_deadline: PositiveDuration = "10s"
-    retry_period: PositiveDuration = "2s"
+    #: How often the leader renews and the others try to take the Lease (at least a second).
+    retry_period: PollInterval = "2s"
     replicas: Annotated[int, Field(ge=1, le=3)] = 2
     inference_namespaces: list[DnsLabel] = Field(default_factory=lambda: ["inference"], min_length=1)
 
     # Runtime-only: the component fills these from the virtual node and the stack's burstTaintKey.
-    node_name: Annotated[str, AfterValidator(_check_dns_subdomain)] = DEFAULT_NODE_NAME
-    taint_key: str = DEFAULT_TAINT_KEY
+    node_name: DnsSubdomain = DEFAULT_NODE_NAME
+    taint_key: TaintKey = DEFAULT_TAINT_KEY
     #: Fixed: any other effect is refused (see the module docstring).
     taint_effect: str = TAINT_EFFECT
+    #: How long one PromQL query may take; unset: a third of the interval, at most 10 s.
     query_timeout: PositiveDuration | None = None
-
-    @field_validator("taint_key")
-    @classmethod
-    def _taint_key(cls, v: str) -> str:
-        if len(v) > 316 or not _QUALIFIED_NAME.match(v):
-            raise ValueError(f"taint key {v!r} is not a valid Kubernetes qualified name (prefix/name)")
-        return v
 
     @field_validator("taint_effect")
     @classmethod
     def _taint_effect(cls, v: str) -> str:
         if v != TAINT_EFFECT:
             raise ValueError(
-                f"effect {v!r} is refused: the burst taint is always NoSchedule (NoExecute would evict every "
+                f"effect {shown(v)} is refused: the burst taint is always NoSchedule (NoExecute would evict every "
                 "external inference replica at once; the descheduler moves them back a few at a time)"
             )
         return v
@@ -160,37 +169,55 @@ class TaintControllerSettings(SettingsModel):
     @field_validator("inference_namespaces")
     @classmethod
     def _unique_namespaces(cls, v: list[str]) -> list[str]:
-        dupes = sorted({n for n in v if v.count(n) > 1})
+        dupes = sorted(n for n, count in Counter(v).items() if count > 1)
         if dupes:
-            raise ValueError(f"namespaces listed twice: {', '.join(dupes)}")
+            raise ValueError(f"namespaces listed twice: {', '.join(dupes[:10])}")
         return v
 
+    # Rules between fields: checked as each field validates, so they report with every other problem, and again
+    # on the whole model, for the fields left at their defaults (highMark: 1 with lowMark's default 1).
     @field_validator("low_mark")
     @classmethod
     def _low_below_high(cls, v: int, info: ValidationInfo) -> int:
-        high = info.data.get("high_mark")
-        if high is not None and v >= high:
-            raise ValueError(
-                f"lowMark ({v}) must be below highMark ({high}): the gap between them is the hysteresis that "
-                "keeps the taint from flapping"
-            )
+        problem = _low_below_high(v, info.data.get("high_mark"))
+        if problem:
+            raise ValueError(problem)
         return v
 
     @field_validator("renew_deadline")
     @classmethod
     def _renew_below_lease(cls, v: str, info: ValidationInfo) -> str:
-        lease = info.data.get("lease_duration")
-        if lease is not None and not parse_duration(v) < parse_duration(lease):
-            raise ValueError(f"renewDeadline ({v}) must be shorter than leaseDuration ({lease})")
+        problem = _shorter("renewDeadline", v, info.data.get("lease_duration"))
+        if problem:
+            raise ValueError(problem)
         return v
 
     @field_validator("retry_period")
     @classmethod
     def _retry_below_renew(cls, v: str, info: ValidationInfo) -> str:
-        renew = info.data.get("renew_deadline")
-        if renew is not None and not parse_duration(v) < parse_duration(renew):
-            raise ValueError(f"retryPeriod ({v}) must be shorter than renewDeadline ({renew})")
+        problem = _shorter("retryPeriod", v, info.data.get("renew_deadline"))
+        if problem:
+            raise ValueError(problem)
         return v
+
+    @field_validator("query_timeout")
+    @classmethod
+    def _query_within_interval(cls, v: str | None, info: ValidationInfo) -> str | None:
+        problem = _shorter("queryTimeout", v, info.data.get("interval"))
+        if problem:
+            raise ValueError(problem)
+        return v
+
+    def rule_problems(self) -> Iterator[Problem]:
+        checks: list[tuple[str, object, str | None]] = [
+            ("lowMark", self.low_mark, _low_below_high(self.low_mark, self.high_mark)),
+            ("renewDeadline", self.renew_deadline, _shorter("renewDeadline", self.renew_deadline, self.lease_duration)),
+            ("retryPeriod", self.retry_period, _shorter("retryPeriod", self.retry_period, self.renew_deadline)),
+            ("queryTimeout", self.query_timeout, _shorter("queryTimeout", self.query_timeout, self.interval)),
+        ]
+        for loc, value, problem in checks:
+            if problem:
+                yield Problem((loc,), problem, value)
 
     # Seconds, for the daemon.
     @property
@@ -245,39 +272,38 @@ class TaintControllerSettings(SettingsModel):
         return self.model_dump_json(by_alias=True, indent=2)
 
 
-class SettingsError(ValueError):
-    """Bad settings: one message naming every problem by key path."""
-
-
-def format_validation_error(exc: ValidationError, prefix: str = "") -> str:
-    """``key.path: message`` per problem, camelCase paths as the user wrote them."""
-    lines = []
-    for err in exc.errors():
-        path = ".".join(str(p) for p in err["loc"]) or "(top level)"
-        msg = err["msg"].removeprefix("Value error, ")
-        lines.append(f"{prefix}{path}: {msg}")
-    return "\n".join(lines)
-
-
 def parse_settings(data: Any, source: str = "settings") -> TaintControllerSettings:
     """Validate already-parsed settings; SettingsError lists every problem with its key path."""
-    if not isinstance(data, dict):
-        raise SettingsError(f"{source}: expected a JSON object of settings, got {type(data).__name__}")
+    if not isinstance(data, Mapping):
+        raise SettingsError(
+            [ConfigIssue("(top level)", None, f"expected a JSON object of settings, got {type(data).__name__}")],
+            source,
+        )
     try:
-        return TaintControllerSettings.model_validate(data)
+        return TaintControllerSettings.model_validate(dict(data))
     except ValidationError as exc:
-        raise SettingsError(f"{source}: invalid settings\n{format_validation_error(exc, '  ')}") from None
+        raise SettingsError(issues_from_validation_error(exc), source) from None
 
 
 def load_settings(path: str | Path) -> TaintControllerSettings:
-    """Read the JSON settings file the component renders; SettingsError on any problem."""
+    """Read the JSON settings file the component renders; SettingsError on any problem, hostile files included
+    (components/documents.py)."""
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise SettingsError(f"{p}: cannot read the settings file ({exc.strerror or exc})") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise SettingsError(f"{p}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
+        data = read_document(p, "json")
+    except DocumentError as exc:
+        raise SettingsError([ConfigIssue(str(p), None, exc.reason)], str(p)) from None
     return parse_settings(data, str(p))
+
+
+__all__ = [
+    "DEFAULT_HEADROOM_QUERY",
+    "DEFAULT_PENDING_QUERY",
+    "TAINT_EFFECT",
+    "TAINT_VALUE",
+    "SettingsError",
+    "TaintControllerSettings",
+    "load_settings",
+    "parse_duration",
+    "parse_settings",
+]

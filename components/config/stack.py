@@ -1,0 +1,276 @@
+"""The validated settings of one stack (:class:`StackConfig`), composed of each room's own settings model.
+
+Each ``gpucluster:<key>`` section is validated by the model that lives beside its component (queues, storage,
+descheduler, telemetry, burst, inference). :func:`parse_sections` validates every section on its own and keeps
+what validated as :class:`StackSections`; the rules between sections (``rules.py``) then run on what is there,
+and only a stack without a single problem becomes a :class:`StackConfig`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
+from typing import Annotated, Any
+
+from pydantic import ConfigDict, Field, TypeAdapter, ValidationError
+
+from components.burst_settings import BurstSettings, settings_issues
+from components.constants import DEFAULT_BURST_TAINT_KEY, PROJECT
+from components.descheduler_settings import DeschedulerSettings
+from components.inference_settings import InferenceServiceSpec
+from components.issues import ConfigIssue, SettingsError, issues_from_validation_error, key_text, shown
+from components.model import MAX_STRING, DnsLabel, TaintKey
+from components.queues_settings import ClusterQueueSpec, GpuFlavor, KueueSettings, Priorities, Team
+from components.storage_settings import StorageSettings
+from components.taint_controller_settings import TaintControllerSettings
+from components.telemetry.settings import TelemetrySettings
+
+#: Where a misspelt key is checked against.
+UNKNOWN_KEY_HINT = "check the spelling against README's config reference"
+
+
+@dataclass(frozen=True)
+class BurstConfig:
+    """``gpucluster:burst``: the provider service's settings and the taint controller's, both complete.
+
+    ``settings`` is exactly what the provider service reads (the VirtualNode component renders it); the taint
+    controller's runtime fields (``nodeName``, ``taintKey``, ``inferenceNamespaces``) are filled from the virtual
+    node and the stack, so the two daemons can never disagree about the node or the taint.
+    """
+
+    settings: BurstSettings
+    taint_controller: TaintControllerSettings
+
+    @property
+    def enabled(self) -> bool:
+        return self.settings.enabled
+
+    @property
+    def capacity(self) -> int:
+        """GPUs the virtual node advertises: the sum of the providers' caps."""
+        return sum(p.max_gpus for p in self.settings.providers)
+
+    def secret_paths(self) -> dict[str, str]:
+        """Each secret config key the providers name -> the key path that names it (first one wins)."""
+        out: dict[str, str] = {}
+        for i, p in enumerate(self.settings.providers):
+            if p.runpod is not None:
+                out.setdefault(p.runpod.api_key_secret, f"burst.providers[{i}].runpod.apiKeySecret")
+            if p.kubernetes is not None:
+                out.setdefault(p.kubernetes.kubeconfig_secret, f"burst.providers[{i}].kubernetes.kubeconfigSecret")
+        return out
+
+
+@dataclass(frozen=True)
+class StackConfig:
+    """The validated settings of one stack, each section typed."""
+
+    environment: str
+    cluster_name: str
+    cohort: str
+    burst_taint_key: str
+    flavors: tuple[GpuFlavor, ...]
+    queues: Mapping[str, ClusterQueueSpec]
+    teams: tuple[Team, ...]
+    inference_namespaces: tuple[str, ...]
+    priorities: Priorities
+    kueue: KueueSettings
+    descheduler: DeschedulerSettings
+    storage: StorageSettings
+    telemetry: TelemetrySettings
+    #: None when the stack has no ``gpucluster:burst`` section.
+    burst: BurstConfig | None = None
+    inference_services: tuple[InferenceServiceSpec, ...] = ()
+
+    @property
+    def burst_enabled(self) -> bool:
+        return self.burst is not None and self.burst.enabled
+
+    @property
+    def provider_secret_names(self) -> tuple[str, ...]:
+        """The secret config keys the burst providers read (none while bursting is off)."""
+        return tuple(sorted(self.burst.secret_paths())) if self.burst is not None and self.burst.enabled else ()
+
+    def flavor(self, name: str) -> GpuFlavor:
+        return next(f for f in self.flavors if f.name == name)
+
+    @property
+    def total_gpus(self) -> int:
+        return sum(f.capacity for f in self.flavors)
+
+    @property
+    def training_namespaces(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(t.namespace for t in self.teams))
+
+
+class StackConfigError(SettingsError):
+    """Raised with every problem of a stack config at once."""
+
+    def __init__(self, issues: list[ConfigIssue], source: str = "stack config") -> None:
+        super().__init__(issues, source)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Sections
+# ----------------------------------------------------------------------------------------------------
+
+_MISSING = object()
+_STRICT = ConfigDict(strict=True, str_max_length=MAX_STRING)
+
+
+@dataclass(frozen=True)
+class _Section:
+    """A ``gpucluster:<key>`` section: the attribute it fills, how it is validated, its default."""
+
+    attribute: str
+    adapter: TypeAdapter[Any]
+    default: Any = _MISSING
+
+
+def _section(attribute: str, tp: Any, default: Any = _MISSING, *, model: bool = False) -> _Section:
+    return _Section(attribute, TypeAdapter(tp) if model else TypeAdapter(tp, config=_STRICT), default)
+
+
+SECTIONS: dict[str, _Section] = {
+    "environment": _section("environment", DnsLabel),
+    "clusterName": _section("cluster_name", DnsLabel),
+    "cohort": _section("cohort", DnsLabel, "research"),
+    "burstTaintKey": _section("burst_taint_key", TaintKey, DEFAULT_BURST_TAINT_KEY),
+    "flavors": _section("flavors", Annotated[list[GpuFlavor], Field(min_length=1)]),
+    "queues": _section("queues", Annotated[dict[DnsLabel, ClusterQueueSpec], Field(min_length=1)]),
+    "teams": _section("teams", Annotated[list[Team], Field(min_length=1)]),
+    "inferenceNamespaces": _section("inference_namespaces", Annotated[list[DnsLabel], Field(min_length=1)]),
+    "priorities": _section("priorities", Priorities, model=True),
+    "kueue": _section("kueue", KueueSettings, {}, model=True),
+    "descheduler": _section("descheduler", DeschedulerSettings, {}, model=True),
+    "storage": _section("storage", StorageSettings, model=True),
+    "telemetry": _section("telemetry", TelemetrySettings, {}, model=True),
+    "inferenceServices": _section("inference_services", list[InferenceServiceSpec], []),
+}
+#: Validated by :func:`parse_burst`: two daemons' models share the section.
+BURST_KEY = "burst"
+TAINT_CONTROLLER_KEY = "taintController"
+#: Fields of the taint controller's settings the component fills; the stack does not set them.
+TAINT_CONTROLLER_FILLED = {"nodeName": "burst.virtualNode.nodeName", "taintKey": "gpucluster:burstTaintKey"}
+_TAINT_CONTROLLER = TypeAdapter(TaintControllerSettings)
+
+
+@dataclass(frozen=True)
+class StackSections:
+    """What of a stack validated on its own, section by section (None: absent or invalid), and the raw settings.
+
+    The cross-section rules (``rules.py``) read this: each runs only when the sections it needs are here.
+    """
+
+    raw: Mapping[str, Any]
+    #: Full ``gpucluster:<name>`` keys the engine reports as secret (None: a stack file, where ``{secure:}`` says).
+    secret_keys: Collection[str] | None = None
+    environment: str | None = None
+    cluster_name: str | None = None
+    cohort: str | None = None
+    burst_taint_key: str | None = None
+    flavors: tuple[GpuFlavor, ...] | None = None
+    queues: Mapping[str, ClusterQueueSpec] | None = None
+    teams: tuple[Team, ...] | None = None
+    inference_namespaces: tuple[str, ...] | None = None
+    priorities: Priorities | None = None
+    kueue: KueueSettings | None = None
+    descheduler: DeschedulerSettings | None = None
+    storage: StorageSettings | None = None
+    telemetry: TelemetrySettings | None = None
+    inference_services: tuple[InferenceServiceSpec, ...] | None = None
+    #: None when the stack has no ``gpucluster:burst`` section or it did not validate.
+    burst: BurstConfig | None = None
+    #: Keys under ``config:`` that are neither sections nor secrets the burst section names.
+    unknown: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def training_namespaces(self) -> set[str]:
+        return {t.namespace for t in self.teams} if self.teams is not None else set()
+
+    def is_secret(self, name: str) -> bool:
+        """A stack file holds a secret as ``{secure: ...}``; the engine names its secret keys."""
+        value = self.raw.get(name)
+        if isinstance(value, Mapping) and "secure" in value:
+            return True
+        return self.secret_keys is not None and f"{PROJECT}:{name}" in self.secret_keys
+
+    def to_config(self) -> StackConfig:
+        """The whole stack, once every section validated and every rule held."""
+        values = {s.attribute: getattr(self, s.attribute) for s in SECTIONS.values()}
+        if any(v is None for v in values.values()):  # pragma: no cover - the caller checks for issues first
+            raise ValueError("a section did not validate")
+        burst = self.burst
+        if burst is not None:
+            # The taint controller sets the stack's burst taint key, the one the descheduler acts on.
+            burst = BurstConfig(
+                burst.settings, burst.taint_controller.model_copy(update={"taint_key": self.burst_taint_key})
+            )
+        return StackConfig(**values, burst=burst)
+
+
+def parse_burst(raw: Any) -> tuple[BurstConfig | None, list[ConfigIssue]]:
+    """``gpucluster:burst``: the provider service's model for the section, the taint controller's for
+    ``taintController``, each problem with its key path."""
+    if not isinstance(raw, Mapping):
+        return None, [ConfigIssue(BURST_KEY, None, f"expected a map with virtualNode and providers, got {shown(raw)}")]
+    issues: list[ConfigIssue] = []
+    burst_raw = {k: v for k, v in raw.items() if k != TAINT_CONTROLLER_KEY}
+    tc_raw = raw.get(TAINT_CONTROLLER_KEY)
+    tc_raw = {} if tc_raw is None else tc_raw
+    settings: BurstSettings | None = None
+    controller: TaintControllerSettings | None = None
+    try:
+        settings = BurstSettings.model_validate(burst_raw)
+    except ValidationError as err:
+        issues.extend(settings_issues(err, BURST_KEY))
+    tc_path = f"{BURST_KEY}.{TAINT_CONTROLLER_KEY}"
+    if isinstance(tc_raw, Mapping):
+        for key, origin in TAINT_CONTROLLER_FILLED.items():
+            if key in tc_raw:
+                issues.append(ConfigIssue(f"{tc_path}.{key}", tc_raw[key], f"is filled from {origin}; do not set it"))
+    try:
+        controller = _TAINT_CONTROLLER.validate_python(tc_raw)
+    except ValidationError as err:
+        issues.extend(issues_from_validation_error(err, tc_path, unknown_key_hint=UNKNOWN_KEY_HINT))
+    if settings is None or controller is None or issues:
+        return None, issues
+    filled: dict[str, Any] = {"node_name": settings.virtual_node.node_name}
+    if "inference_namespaces" not in controller.model_fields_set:
+        filled["inference_namespaces"] = list(settings.virtual_node.inference_namespaces)
+    return BurstConfig(settings, controller.model_copy(update=filled)), []
+
+
+def parse_sections(
+    raw: Mapping[str, Any], secret_keys: Collection[str] | None = None
+) -> tuple[StackSections, list[ConfigIssue]]:
+    """Validate every section of ``raw`` (the ``gpucluster:*`` settings, prefix stripped) on its own."""
+    issues: list[ConfigIssue] = []
+    values: dict[str, Any] = {}
+    burst: BurstConfig | None = None
+    if raw.get(BURST_KEY) is not None:
+        burst, burst_problems = parse_burst(raw[BURST_KEY])
+        issues.extend(burst_problems)
+    secret_names = set(burst.secret_paths()) if burst is not None and burst.enabled else set()
+    known = [*SECTIONS, BURST_KEY]
+    unknown = tuple(sorted(set(raw) - set(known) - secret_names))
+    for key in unknown:
+        # The value is not echoed: an unknown key may well be a secret the burst section does not name.
+        name = key_text(key)
+        issues.append(ConfigIssue(name, None, f"unknown key {PROJECT}:{name} (known: {', '.join(known)})"))
+    for key, section in SECTIONS.items():
+        if key in raw and raw[key] is not None:
+            data = raw[key]
+        elif section.default is _MISSING:
+            issues.append(ConfigIssue(key, None, f"required key {PROJECT}:{key} is missing"))
+            continue
+        else:
+            data = section.default
+        try:
+            value = section.adapter.validate_python(data)
+        except ValidationError as err:
+            issues.extend(issues_from_validation_error(err, key, unknown_key_hint=UNKNOWN_KEY_HINT))
+            continue
+        values[section.attribute] = tuple(value) if isinstance(value, list) else value
+    sections = StackSections(raw=raw, secret_keys=secret_keys, burst=burst, unknown=unknown, **values)
+    return sections, issues

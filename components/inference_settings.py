@@ -1,0 +1,104 @@
+"""Settings of the inference room (``components/inference.py``): one entry of ``gpucluster:inferenceServices``.
+
+Example (stack YAML)::
+
+    gpucluster:inferenceServices:
+      - name: sd-serve
+        namespace: inference          # must be one of gpucluster:inferenceNamespaces
+        image: ghcr.io/example/sd-serve:1.4.2
+        replicas: 8
+        gpusPerReplica: 1
+        gpuType: H100                 # what a burst provider must rent (annotation burst.gpucluster.io/gpu-type)
+        port: 8080
+        resources: {cpu: "4", memory: 16Gi}
+        minAvailable: 75%             # PodDisruptionBudget: the descheduler's evictions never go below it
+        hpa: {minReplicas: 4, maxReplicas: 16, targetCpuUtilization: 70}
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, Field, field_validator
+
+from components.issues import shown
+from components.model import ByteQuantity, ConfigModel, DnsLabel, Image, Problem, Quantity, check_qualified_name
+
+_PERCENT = re.compile(r"^(\d{1,3})%$")
+
+
+class InferenceResources(ConfigModel):
+    """Per-replica CPU and memory; the GPUs come from ``gpusPerReplica``."""
+
+    #: CPU: ``500m`` is half a core.
+    cpu: Quantity = "1"
+    #: Memory: a whole number of bytes (``512Mi``, ``4Gi``; ``500m`` would be half a byte).
+    memory: ByteQuantity = "4Gi"
+
+
+class InferenceHpa(ConfigModel):
+    """An autoscaling/v2 HorizontalPodAutoscaler on CPU utilisation."""
+
+    min_replicas: Annotated[int, Field(ge=1, le=1000)]
+    max_replicas: Annotated[int, Field(ge=1, le=1000)]
+    target_cpu_utilization: Annotated[int, Field(ge=1, le=100)] = 70
+
+    def rule_problems(self) -> Iterator[Problem]:
+        if self.min_replicas > self.max_replicas:
+            yield Problem((), f"minReplicas {self.min_replicas} is above maxReplicas {self.max_replicas}")
+
+
+def _annotation_keys(v: dict[str, str]) -> dict[str, str]:
+    for key in v:
+        check_qualified_name(key, "annotation key")
+    return v
+
+
+class InferenceServiceSpec(ConfigModel):
+    """One entry of ``gpucluster:inferenceServices``."""
+
+    name: DnsLabel
+    namespace: DnsLabel
+    image: Image
+    replicas: Annotated[int, Field(ge=1, le=1000)] = 1
+    gpus_per_replica: Annotated[int, Field(ge=0, le=16)] = 1
+    #: What a burst provider must offer; unset: the burst settings' defaultGpuType.
+    gpu_type: Annotated[str, Field(min_length=1, max_length=63, pattern=r"^[A-Za-z0-9][-A-Za-z0-9_.]*$")] | None = None
+    port: Annotated[int, Field(ge=1, le=65535)] = 8080
+    command: list[str] | None = None
+    args: list[str] | None = None
+    resources: InferenceResources = InferenceResources()
+    #: PodDisruptionBudget minAvailable: a replica count or a percentage such as "75%".
+    min_available: int | str = "50%"
+    hpa: InferenceHpa | None = None
+    #: Extra pod template annotations (the simulated cluster reads sim.gpucluster.io/ready-after from here).
+    pod_annotations: Annotated[dict[str, str], AfterValidator(_annotation_keys)] = {}
+
+    @field_validator("min_available", mode="before")
+    @classmethod
+    def _min_available(cls, v: Any) -> int | str:
+        if isinstance(v, int) and not isinstance(v, bool):
+            if v < 0:
+                raise ValueError(f"{v} is negative")
+            return v
+        if isinstance(v, str):
+            m = _PERCENT.match(v.strip())
+            if m and int(m.group(1)) <= 100:
+                return v.strip()
+        raise ValueError(f"{shown(v)} is neither a replica count nor a percentage such as '75%'")
+
+    def rule_problems(self) -> Iterator[Problem]:
+        """A budget that allows no eviction would pin burst replicas on rented GPUs forever."""
+        floor = self.hpa.min_replicas if self.hpa else self.replicas
+        if isinstance(self.min_available, int) and self.min_available >= floor:
+            yield Problem(
+                (),
+                f"minAvailable {self.min_available} allows no eviction of {floor} replica(s): the descheduler "
+                "could never bring a replica home",
+            )
+        if self.min_available == "100%":
+            yield Problem(
+                (), "minAvailable '100%' allows no eviction: the descheduler could never bring a replica home"
+            )

@@ -1,0 +1,57 @@
+"""Settings of the storage room (``components/storage.py``): ``gpucluster:storage`` and the checkpoint cadence.
+
+A parallel filesystem reached through its CSI driver; one RWX ``checkpoints`` and ``datasets`` claim per team
+namespace; and the inputs of the Young/Daly checkpoint interval (:func:`checkpoint_interval_seconds`).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from components.model import ByteQuantity, ConfigModel, DnsLabel
+
+StorageDriver = Literal["lustre", "weka", "vast", "gpfs", "nfs"]
+
+#: Parameters each driver's StorageClass cannot work without (dynamic provisioning).
+DRIVER_PARAMETERS: dict[str, tuple[str, ...]] = {"nfs": ("server", "share")}
+
+
+class Claim(ConfigModel):
+    #: A whole number of bytes, such as 50Ti.
+    size: ByteQuantity
+    read_only: bool = False
+
+
+class Checkpointing(ConfigModel):
+    """Inputs of the Young/Daly checkpoint cadence."""
+
+    size_tb: Annotated[float, Field(gt=0)] = 1.0
+    write_seconds: Annotated[float, Field(gt=0)] = 30.0
+    mtbf_hours: Annotated[float, Field(gt=0)] = 8.0
+
+
+class StorageSettings(ConfigModel):
+    """A parallel filesystem reached through its CSI driver; one RWX checkpoint and dataset claim per team."""
+
+    driver: StorageDriver
+    provisioner: Annotated[str, Field(min_length=3)]
+    mode: Literal["dynamic", "static"] = "dynamic"
+    storage_class_name: DnsLabel = "parallel-fs"
+    parameters: dict[str, str] = {}
+    mount_options: list[str] = []
+    #: static mode: the CSI volumeHandle of each PV is ``<volumeHandlePrefix>/<namespace>/<claim>``.
+    volume_handle_prefix: str | None = None
+    volume_attributes: dict[str, str] = {}
+    checkpoints: Claim = Claim(size="50Ti")
+    datasets: Claim = Claim(size="200Ti", read_only=True)
+    checkpointing: Checkpointing = Checkpointing()
+
+
+def checkpoint_interval_seconds(write_seconds: float, mtbf_seconds: float) -> float:
+    """Young/Daly first-order optimum: sqrt(2 x checkpoint write time x mean time between failures)."""
+    if write_seconds <= 0 or mtbf_seconds <= 0:
+        raise ValueError("write time and MTBF must both be positive")
+    return math.sqrt(2.0 * write_seconds * mtbf_seconds)
