@@ -2,6 +2,9 @@
 
 GPUCLUSTER_OFFLINE_CHARTS (optional, used by `make policy` and `make render CHARTS=gomodule`) reads registry
 charts from the Go modules that carry them (components/charts.py).
+
+The local stack (`kueue.localWebhooks` set) runs Kueue outside the simulated cluster: a stack transform from
+sim/local_webhooks.py points the Kueue chart's webhook objects at it. No other stack registers a transform.
 """
 
 import pulumi
@@ -16,6 +19,11 @@ except StackConfigError as err:
     for issue in err.issues:
         pulumi.log.error(str(issue))
     raise pulumi.RunError(f"{err.source}: {len(err.issues)} config problem(s); nothing was changed") from None
+
+if config.kueue.local_webhooks is not None:
+    from sim import local_webhooks
+
+    local_webhooks.register(config.kueue.local_webhooks)
 
 cluster = GpuCluster(config.cluster_name, GpuClusterArgs(config=config))
 for key, value in cluster.outputs.items():

@@ -10,12 +10,9 @@ Kueue queues GPUs only: CPU, memory and storage requests are left to the schedul
 
 from __future__ import annotations
 
-import base64
-import copy
 import importlib.metadata
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pulumi
@@ -23,9 +20,8 @@ import pulumi_kubernetes as k8s
 import yaml
 
 from components.charts import helm_chart, resolve_chart
-from components.config import PROJECT_ROOT
 from components.constants import DECLARED_GPUS_ANNOTATION, TIER_LABEL
-from components.queues_settings import ClusterQueueSpec, GpuFlavor, KueueSettings, LocalWebhooks, Priorities, Team
+from components.queues_settings import ClusterQueueSpec, GpuFlavor, KueueSettings, Priorities, Team
 
 KUEUE_API = "kueue.x-k8s.io/v1beta2"
 _K8S_PROVIDER_VERSION = importlib.metadata.version("pulumi_kubernetes")
@@ -92,96 +88,14 @@ def kueue_manager_config(settings: KueueSettings) -> dict[str, Any]:
 def kueue_chart_values(settings: KueueSettings) -> dict[str, Any]:
     config = kueue_manager_config(settings)
     if settings.local_webhooks is not None:
-        # The webhooks are served with a certificate of our own (see local_webhooks_transform); Kueue's
-        # internal certificate management would issue one for the in-cluster Service name and rewrite the
-        # caBundles.
+        # The webhooks are served outside the cluster with a certificate of their own (sim/local_webhooks.py
+        # points the chart's webhook objects there); Kueue's internal certificate management would issue one
+        # for the in-cluster Service name and rewrite the caBundles.
         config["internalCertManagement"] = {"enable": False}
     values: dict[str, Any] = {
         "managerConfig": {"controllerManagerConfigYaml": yaml.safe_dump(config, sort_keys=False)},
     }
     return _deep_merge(values, settings.extra_values)
-
-
-# --- local-stack webhooks -------------------------------------------------------------------------------
-
-_WEBHOOK_CONFIGURATION_TYPES = (
-    "kubernetes:admissionregistration.k8s.io/v1:MutatingWebhookConfiguration",
-    "kubernetes:admissionregistration.k8s.io/v1:ValidatingWebhookConfiguration",
-)
-_CRD_TYPE = "kubernetes:apiextensions.k8s.io/v1:CustomResourceDefinition"
-
-
-class LocalWebhooksError(RuntimeError):
-    """The local webhook settings cannot be applied; the message names the setting and the problem."""
-
-
-def read_ca_bundle(local: LocalWebhooks, root: Path = PROJECT_ROOT) -> str:
-    """The base64 caBundle for the local webhook URL, from ``kueue.localWebhooks.caBundleFile``."""
-    path = Path(local.ca_bundle_file)
-    if not path.is_absolute():
-        path = root / path
-    try:
-        pem = path.read_bytes()
-    except OSError as exc:
-        raise LocalWebhooksError(
-            f"gpucluster:kueue.localWebhooks.caBundleFile: cannot read {path} ({exc.strerror}); "
-            "create the local webhook certificate first (sim/kueue.sh certs, run by make up)"
-        ) from None
-    if b"-----BEGIN CERTIFICATE-----" not in pem:
-        raise LocalWebhooksError(f"gpucluster:kueue.localWebhooks.caBundleFile: {path} holds no PEM certificate")
-    return base64.b64encode(pem).decode("ascii")
-
-
-def _url_client_config(client_config: Mapping[str, Any], base_url: str, ca_bundle: str) -> dict[str, Any]:
-    """A webhook clientConfig for ``base_url`` plus the path its Service reference had."""
-    service = client_config.get("service") or {}
-    path = service.get("path") or ""
-    return {"url": f"{base_url}{path}", "caBundle": ca_bundle}
-
-
-def local_webhooks_props(type_: str, props: Mapping[str, Any], base_url: str, ca_bundle: str) -> dict[str, Any] | None:
-    """The chart object's properties with every webhook pointed at the local controller; None when untouched.
-
-    Admission webhook configurations get ``clientConfig: {url, caBundle}`` in place of their Service
-    reference, and CRDs with a conversion webhook (Kueue's v1beta1/v1beta2 conversion) get the same for ``/convert``.
-    """
-    if type_ in _WEBHOOK_CONFIGURATION_TYPES:
-        out = copy.deepcopy(dict(props))
-        for hook in out.get("webhooks") or []:
-            hook["clientConfig"] = _url_client_config(hook.get("clientConfig") or {}, base_url, ca_bundle)
-        return out
-    if type_ == _CRD_TYPE:
-        webhook = ((props.get("spec") or {}).get("conversion") or {}).get("webhook")
-        if not webhook or "clientConfig" not in webhook:
-            return None
-        out = copy.deepcopy(dict(props))
-        hook = out["spec"]["conversion"]["webhook"]
-        hook["clientConfig"] = _url_client_config(hook["clientConfig"], base_url, ca_bundle)
-        return out
-    return None
-
-
-def local_webhooks_transform(
-    local: LocalWebhooks, root: Path = PROJECT_ROOT
-) -> Callable[[pulumi.ResourceTransformArgs], pulumi.ResourceTransformResult | None]:
-    """A Pulumi transform for the Kueue chart: its webhooks call a controller running outside the cluster.
-
-    Applied by the engine to every object the chart renders, so Pulumi owns the rewritten objects and a re-run
-    shows no drift. The CA file is read when the first webhook object is transformed, never at import.
-    """
-    ca: list[str] = []
-
-    def transform(args: pulumi.ResourceTransformArgs) -> pulumi.ResourceTransformResult | None:
-        if args.type_ not in (*_WEBHOOK_CONFIGURATION_TYPES, _CRD_TYPE):
-            return None
-        if not ca:
-            ca.append(read_ca_bundle(local, root))
-        props = local_webhooks_props(args.type_, args.props, local.url, ca[0])
-        if props is None:
-            return None
-        return pulumi.ResourceTransformResult(props=props, opts=args.opts)
-
-    return transform
 
 
 def _deep_merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
@@ -268,11 +182,7 @@ class Queues(pulumi.ComponentResource):
             chart,
             namespace=settings.namespace,
             values=kueue_chart_values(settings),
-            opts=pulumi.ResourceOptions(
-                parent=self,
-                depends_on=[self.namespace],
-                transforms=[local_webhooks_transform(settings.local_webhooks)] if settings.local_webhooks else None,
-            ),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.namespace]),
         )
         # Every Kueue object waits for the chart: its CRDs and webhooks must exist first, so a fresh cluster
         # converges in a single `pulumi up`.

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import base64
+import json
+import runpy
 from pathlib import Path
 from typing import Any
 
@@ -11,14 +13,9 @@ import pytest
 import yaml
 
 from components.config import load_stack_file
-from components.queues import (
-    LocalWebhooksError,
-    kueue_chart_values,
-    local_webhooks_props,
-    local_webhooks_transform,
-    read_ca_bundle,
-)
+from components.queues import kueue_chart_values
 from components.queues_settings import KueueSettings, LocalWebhooks
+from sim.local_webhooks import LocalWebhooksError, local_webhooks_props, local_webhooks_transform, read_ca_bundle
 
 ROOT = Path(__file__).resolve().parents[2]
 MUTATING = "kubernetes:admissionregistration.k8s.io/v1:MutatingWebhookConfiguration"
@@ -153,3 +150,71 @@ def test_without_local_webhooks_the_chart_keeps_its_certificate_management() -> 
     prod = load_stack_file(ROOT / "stacks" / "Pulumi.prod.yaml")
     assert prod.kueue.local_webhooks is None
     assert "internalCertManagement" not in _manager_config(prod.kueue)
+
+
+# --- the program registers the transform for the local stack only -------------------------------------------------
+
+
+class _Recorder(pulumi.runtime.Mocks):
+    """Pulumi mocks that keep the stack transforms the program registers."""
+
+    def __init__(self) -> None:
+        self.stack_transforms: list[Any] = []
+        self.types: list[str] = []
+
+    def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str | None, dict[str, Any]]:
+        self.types.append(args.typ)
+        return (f"{args.name}-id" if args.custom else None), dict(args.inputs)
+
+    def call(self, args: pulumi.runtime.MockCallArgs) -> tuple[dict[str, Any], None]:
+        return {}, None
+
+    def register_transform(self, transform: Any) -> None:
+        self.stack_transforms.append(transform)
+
+
+def _engine_config(stack: str, ca_file: Path) -> dict[str, str]:
+    """The stack file's gpucluster settings as the engine passes them (structured values as JSON text)."""
+    doc = yaml.safe_load((ROOT / "stacks" / f"Pulumi.{stack}.yaml").read_text())
+    config = {k: v if isinstance(v, str) else json.dumps(v) for k, v in doc["config"].items()}
+    if "gpucluster:kueue" in config:
+        kueue = json.loads(config["gpucluster:kueue"])
+        if "localWebhooks" in kueue:
+            kueue["localWebhooks"]["caBundleFile"] = str(ca_file)
+        config["gpucluster:kueue"] = json.dumps(kueue)
+    return config
+
+
+def _run_program(stack: str, ca_file: Path, monkeypatch: pytest.MonkeyPatch) -> _Recorder:
+    config = _engine_config(stack, ca_file)
+    monkeypatch.setenv("PULUMI_CONFIG", json.dumps(config))
+    monkeypatch.setenv("PULUMI_CONFIG_SECRET_KEYS", "[]")
+    monkeypatch.chdir(ROOT)
+    mocks = _Recorder()
+    pulumi.runtime.set_mocks(mocks, project="gpucluster", stack=stack, preview=False)
+
+    @pulumi.runtime.test
+    def program() -> None:
+        runpy.run_path(str(ROOT / "__main__.py"), run_name="__main__")
+
+    program()
+    return mocks
+
+
+def test_the_local_stack_registers_one_transform_that_rewrites_the_webhooks(
+    ca_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    mocks = _run_program("local", ca_file, monkeypatch)
+    assert "kubernetes:helm.sh/v4:Chart" in mocks.types
+    (transform,) = mocks.stack_transforms
+    opts = pulumi.ResourceOptions()
+    result = transform(pulumi.ResourceTransformArgs(True, VALIDATING, "v", _webhook_config("/validate"), opts))
+    assert result is not None
+    assert result.props["webhooks"][0]["clientConfig"]["url"] == f"{URL}/validate"
+    assert transform(pulumi.ResourceTransformArgs(True, "kubernetes:core/v1:ConfigMap", "c", {}, opts)) is None
+
+
+def test_production_stacks_register_no_transform(ca_file: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    mocks = _run_program("prod", ca_file, monkeypatch)
+    assert "kubernetes:helm.sh/v4:Chart" in mocks.types
+    assert mocks.stack_transforms == []
