@@ -15,6 +15,7 @@ import threading
 from collections.abc import Sequence
 from types import FrameType
 
+from components.burst_settings import BurstSettings, SettingsError, load_settings
 from daemons.burst_provider.api import serve
 from daemons.burst_provider.endpoints import EndpointManager
 from daemons.burst_provider.kube import KubeSourceCluster
@@ -22,7 +23,6 @@ from daemons.burst_provider.reconcile import Reconciler
 from daemons.burst_provider.registry import ProviderBuildError, build_providers
 from daemons.burst_provider.secrets import SecretStore
 from daemons.burst_provider.service import BurstService
-from daemons.burst_provider.settings import BurstSettings, SettingsError, load_settings
 from daemons.burst_provider.source import SourceCluster
 from daemons.fabric_exporter.logs import setup_logging
 

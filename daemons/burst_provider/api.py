@@ -12,9 +12,9 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from components.burst_settings import BurstSettings, node_capacity
 from daemons.burst_provider.pods import PodTranslationError
 from daemons.burst_provider.service import BurstService
-from daemons.burst_provider.settings import BurstSettings, node_capacity
 
 log = logging.getLogger("burst_provider.api")
 

@@ -12,10 +12,10 @@ import importlib
 from collections.abc import Callable
 from typing import Any
 
+from components.burst_settings import BurstSettings, ProviderSettings
 from daemons.burst_provider.pods import ReferenceResolver
 from daemons.burst_provider.providers.base import Provider
 from daemons.burst_provider.secrets import SecretStore
-from daemons.burst_provider.settings import BurstSettings, ProviderSettings
 
 #: kind -> (module, class)
 ADAPTERS: dict[str, tuple[str, str]] = {

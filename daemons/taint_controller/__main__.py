@@ -22,6 +22,7 @@ from typing import Any
 
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from components.taint_controller_settings import SettingsError, TaintControllerSettings, load_settings
 from daemons.fabric_exporter.logs import setup_logging
 from daemons.taint_controller.controller import Controller
 from daemons.taint_controller.kube import (
@@ -33,7 +34,6 @@ from daemons.taint_controller.kube import (
 )
 from daemons.taint_controller.metrics import Metrics
 from daemons.taint_controller.prometheus import PrometheusClient
-from daemons.taint_controller.settings import SettingsError, TaintControllerSettings, load_settings
 
 log = logging.getLogger("taint_controller")
 

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from components.burst_settings import ProviderSettings
 from daemons.burst_provider.fakes._http import ManualClock
 from daemons.burst_provider.fakes.cloud_server import FakeCloud, FakeCloudServer, Knobs
 from daemons.burst_provider.providers.base import (
@@ -33,7 +34,6 @@ from daemons.burst_provider.providers.fake import FakeCloudProvider
 from daemons.burst_provider.providers.runpod import GpuTypePrice
 from daemons.burst_provider.registry import adapter_class
 from daemons.burst_provider.secrets import SecretStore
-from daemons.burst_provider.settings import ProviderSettings
 
 BOOT = 5.0
 

@@ -12,6 +12,7 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 
+from components.burst_settings import ProviderSettings
 from daemons.burst_provider.providers.base import ProviderError
 from daemons.burst_provider.providers.kubernetes_cluster import (
     NODE_LABEL,
@@ -19,7 +20,6 @@ from daemons.burst_provider.providers.kubernetes_cluster import (
     KubernetesClusterProvider,
 )
 from daemons.burst_provider.secrets import SecretStore
-from daemons.burst_provider.settings import ProviderSettings
 
 TOKEN = "s3cr3t-bearer-token-do-not-print"
 

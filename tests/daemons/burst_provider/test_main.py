@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from components.burst_settings import ProviderSettings
 from daemons.burst_provider.__main__ import build_parser, main
 from daemons.burst_provider.providers.base import Provider
 from daemons.burst_provider.registry import ProviderBuildError, build_providers
 from daemons.burst_provider.secrets import SecretMissingError, SecretStore
-from daemons.burst_provider.settings import ProviderSettings
 from tests.daemons.burst_provider.support import make_settings, provider_entry
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from components.burst_settings import ProviderSettings
 from daemons.burst_provider.fakes._http import ManualClock
 from daemons.burst_provider.fakes.runpod_server import FakeRunpod, FakeRunpodServer, validate_create
 from daemons.burst_provider.providers.base import (
@@ -27,7 +28,6 @@ from daemons.burst_provider.providers.base import (
 from daemons.burst_provider.providers.runpod import GpuTypePrice, RunPodProvider, pod_name
 from daemons.burst_provider.registry import adapter_class
 from daemons.burst_provider.secrets import SecretStore
-from daemons.burst_provider.settings import ProviderSettings
 
 KEY = "rpa_SECRETKEY0123456789"
 H100_ID = "NVIDIA H100 80GB HBM3"

@@ -6,12 +6,12 @@ from collections.abc import Iterator
 
 import pytest
 
+from components.burst_settings import BurstSettings
 from daemons.burst_provider.fakes.cloud_server import FakeCloud, FakeCloudServer, Knobs
 from daemons.burst_provider.reconcile import Reconciler
 from daemons.burst_provider.registry import build_providers
 from daemons.burst_provider.secrets import SecretStore
 from daemons.burst_provider.service import BurstService
-from daemons.burst_provider.settings import BurstSettings
 from tests.daemons.burst_provider.support import (
     FakeSource,
     ManualClock,
