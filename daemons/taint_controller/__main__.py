@@ -11,19 +11,12 @@ import argparse
 import json
 import logging
 import os
-import signal
 import socket
 import sys
 import threading
 from collections.abc import Sequence
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import FrameType
-from typing import Any
-
-from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from components.taint_controller_settings import SettingsError, TaintControllerSettings, load_settings
-from daemons.fabric_exporter.logs import setup_logging
 from daemons.taint_controller.controller import Controller
 from daemons.taint_controller.kube import (
     KubeEventSink,
@@ -34,10 +27,16 @@ from daemons.taint_controller.kube import (
 )
 from daemons.taint_controller.metrics import Metrics
 from daemons.taint_controller.prometheus import PrometheusClient
+from daemons.toolkit.http import HttpService, Routes
+from daemons.toolkit.listen import ListenError, parse_listen
+from daemons.toolkit.logs import LEVELS, setup_logging
+from daemons.toolkit.shutdown import Step, StopSignal, drain
 
 log = logging.getLogger("taint_controller")
 
 EXIT_BAD_SETTINGS = 2
+#: SIGTERM may take one election round (retryPeriod) plus this: the tick in flight, the Lease release, HTTP.
+DRAIN_EXTRA_SECONDS = 15.0
 
 
 def default_identity() -> str:
@@ -92,58 +91,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--log-level",
         default="info",
-        choices=["debug", "info", "warning", "error"],
+        choices=LEVELS,
         help="minimum level of the JSON log lines written to stderr",
     )
     return p
 
 
-def parse_listen(value: str) -> tuple[str, int]:
-    """``[host]:port`` -> (host, port); an empty host means every interface."""
-    host, sep, port = value.rpartition(":")
-    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ValueError(f"{value!r} is not [HOST]:PORT such as :9102 or 127.0.0.1:9102")
-    return host.strip("[]") or "0.0.0.0", int(port)
-
-
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
-
-
-def make_handler(metrics: Metrics) -> type[BaseHTTPRequestHandler]:
+def http_app(metrics: Metrics) -> Routes:
     """``/metrics`` (Prometheus text) and ``/healthz``; 404 elsewhere."""
-
-    class Handler(BaseHTTPRequestHandler):
-        server_version = "gpucluster-taint-controller"
-        protocol_version = "HTTP/1.1"
-        timeout = 60
-
-        def _send(self, code: int, content_type: str, body: bytes) -> None:
-            self.send_response(code)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            if self.command != "HEAD":
-                self.wfile.write(body)
-
-        def do_GET(self) -> None:
-            path = self.path.split("?", 1)[0]
-            if path == "/metrics":
-                self._send(200, CONTENT_TYPE_LATEST, metrics.render())
-            elif path == "/healthz":
-                self._send(200, "text/plain", b"ok\n")
-            else:
-                self._send(404, "text/plain", b"not found\n")
-
-        def do_HEAD(self) -> None:
-            self.do_GET()
-
-        def log_message(self, format: str, *args: Any) -> None:
-            if log.isEnabledFor(logging.DEBUG):
-                log.debug("http request", extra={"client": self.client_address[0], "request": format % args})
-
-    return Handler
+    return Routes(metrics=metrics.render)
 
 
 def _build(
@@ -203,9 +159,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        host, port = parse_listen(args.listen)
-    except ValueError as exc:
-        parser.error(f"--listen: {exc}")
+        host, port = parse_listen(args.listen, default_host="0.0.0.0")
+    except ListenError as exc:
+        parser.error(str(exc))
     setup_logging(args.log_level)
     try:
         settings = load_settings(args.settings)
@@ -225,25 +181,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _run_once(controller, elector)
 
     try:
-        server = _Server((host, port), make_handler(metrics))
+        service = HttpService(host, port, http_app(metrics), log=log, server_version="gpucluster-taint-controller")
     except OSError as exc:
         log.error("cannot listen", extra={"address": host, "port": port, "error": str(exc)})
         return 1
-    stop = threading.Event()
-
-    def on_signal(signum: int, _frame: FrameType | None) -> None:
-        log.info("shutting down", extra={"signal": signal.Signals(signum).name})
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    stop = StopSignal(log).install()
     if elector is not None:
         elector.try_acquire_or_renew()  # so the first tick already knows whether it leads
-    threads = [threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.5}, daemon=True)]
+    service.start()
+    election: threading.Thread | None = None
     if elector is not None:
-        threads.append(threading.Thread(target=elector.run, args=(stop, settings.retry_period_seconds), daemon=True))
-    for t in threads:
-        t.start()
+        election = threading.Thread(
+            target=elector.run, args=(stop.stop, settings.retry_period_seconds), name="election", daemon=True
+        )
+        election.start()
     log.info(
         "running",
         extra={
@@ -251,20 +202,21 @@ def main(argv: Sequence[str] | None = None) -> int:
             "node": settings.node_name,
             "taint_key": settings.taint_key,
             "lease": f"{settings.namespace}/{settings.lease_name}",
-            "listen": f"{host}:{server.server_address[1]}",
+            "listen": f"{host}:{service.port}",
             "dry_run": args.dry_run,
         },
     )
     try:
-        controller.run(stop)
+        controller.run(stop.stop)
     finally:
-        stop.set()
-        if len(threads) > 1:
-            threads[1].join(timeout=settings.retry_period_seconds + 10)
+        stop.stop.set()
+        steps: list[Step] = []
+        if election is not None:
+            steps.append(("election", election.join))
         if elector is not None:
-            elector.release()
-        server.shutdown()
-        server.server_close()
+            steps.append(("release-lease", elector.release))  # a standby takes over at once
+        steps.append(("http", service.stop))
+        drain(steps, timeout_s=settings.retry_period_seconds + DRAIN_EXTRA_SECONDS, log=log)
     log.info("stopped")
     return 0
 

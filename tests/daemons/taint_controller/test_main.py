@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 import sys
-import threading
 import urllib.error
 import urllib.request
 from pathlib import Path
 
 import pytest
 
-from daemons.taint_controller.__main__ import _Server, build_parser, main, make_handler, parse_listen
+from daemons.taint_controller.__main__ import build_parser, http_app, main
 from daemons.taint_controller.metrics import Metrics
+from daemons.toolkit.http import HttpService
+from daemons.toolkit.listen import parse_listen
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -55,13 +57,17 @@ def test_disabled_exits_0_without_touching_the_cluster(tmp_path: Path) -> None:
     ("text", "parsed"), [(":9102", ("0.0.0.0", 9102)), ("127.0.0.1:0", ("127.0.0.1", 0)), ("[::1]:80", ("::1", 80))]
 )
 def test_listen(text: str, parsed: tuple[str, int]) -> None:
-    assert parse_listen(text) == parsed
+    assert parse_listen(text, default_host="0.0.0.0") == parsed
 
 
 @pytest.mark.parametrize("text", ["9102", ":http", ":70000"])
-def test_bad_listen(text: str) -> None:
-    with pytest.raises(ValueError, match="HOST"):
-        parse_listen(text)
+def test_bad_listen_is_a_usage_error_naming_the_flag(text: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["--settings", "unused.json", "--listen", text])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert f"--listen: {text!r} is not [HOST]:PORT" in err
+    assert "Traceback" not in err
 
 
 def test_metrics_exposition_names_and_initial_values() -> None:
@@ -98,9 +104,8 @@ def test_metrics_after_a_transition() -> None:
 def test_http_endpoints() -> None:
     metrics = Metrics()
     metrics.headroom.set(7)
-    server = _Server(("127.0.0.1", 0), make_handler(metrics))
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    base = f"http://127.0.0.1:{server.server_address[1]}"
+    server = HttpService("127.0.0.1", 0, http_app(metrics), log=logging.getLogger("t")).start()
+    base = server.url
     try:
         with urllib.request.urlopen(f"{base}/metrics", timeout=5) as r:
             assert r.headers["Content-Type"].startswith("text/plain")
@@ -111,5 +116,4 @@ def test_http_endpoints() -> None:
             urllib.request.urlopen(f"{base}/nope", timeout=5)
         assert info.value.code == 404
     finally:
-        server.shutdown()
-        server.server_close()
+        assert server.stop()
