@@ -9,27 +9,30 @@ from __future__ import annotations
 
 import argparse
 import logging
-import signal
 import sys
 import threading
 from collections.abc import Sequence
-from types import FrameType
 
 from components.burst_settings import BurstSettings, SettingsError, load_settings
 from daemons.burst_provider.api import serve
 from daemons.burst_provider.endpoints import EndpointManager
 from daemons.burst_provider.kube import KubeSourceCluster
+from daemons.burst_provider.providers.base import AdapterContext
 from daemons.burst_provider.reconcile import Reconciler
 from daemons.burst_provider.registry import ProviderBuildError, build_providers
 from daemons.burst_provider.secrets import SecretStore
 from daemons.burst_provider.service import BurstService
 from daemons.burst_provider.source import SourceCluster
-from daemons.fabric_exporter.logs import setup_logging
+from daemons.toolkit.listen import parse_listen
+from daemons.toolkit.logs import LEVELS, setup_logging
+from daemons.toolkit.shutdown import StopSignal, drain
 
 log = logging.getLogger("burst_provider")
 
 DEFAULT_SECRETS_DIR = "/var/run/secrets/gpucluster/providers"
 EXIT_BAD_CONFIG = 2
+#: SIGTERM may take this long: requests in flight, then the reconcile loop's current round.
+DRAIN_SECONDS = 15.0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -85,7 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--log-level",
         default="info",
-        choices=["debug", "info", "warning", "error"],
+        choices=LEVELS,
         help="minimum level of the JSON log lines written to stderr",
     )
     return p
@@ -94,10 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _listen(value: str | None, settings: BurstSettings) -> tuple[str, int]:
     if not value:
         return "127.0.0.1", settings.virtual_node.port
-    host, sep, port = value.rpartition(":")
-    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ValueError(f"--listen: {value!r} is not HOST:PORT")
-    return host.strip("[]") or "127.0.0.1", int(port)
+    return parse_listen(value, "--listen", default_host="127.0.0.1")
 
 
 class _NoSource:
@@ -136,7 +136,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"gpucluster-burst-provider: cannot reach the source cluster: {exc}", file=sys.stderr)
             return EXIT_BAD_CONFIG
     try:
-        providers = build_providers(settings, SecretStore(args.secrets_dir), source=source)
+        providers = build_providers(settings, AdapterContext(SecretStore(args.secrets_dir), source))
     except ProviderBuildError as exc:
         print(f"gpucluster-burst-provider: {exc}", file=sys.stderr)
         return EXIT_BAD_CONFIG
@@ -144,38 +144,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     service = BurstService(settings, providers, source if source is not None else _NoSource())
     endpoints = EndpointManager(source, settings) if source is not None else None
     reconciler = Reconciler(service, source, endpoints, startup_grace=args.startup_grace)
-    stop = threading.Event()
-
-    def _stop(signum: int, _frame: FrameType | None) -> None:
-        log.info("stopping", extra={"signal": signal.Signals(signum).name})
-        stop.set()
-
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, _stop)
+    stop = StopSignal(log, "stopping").install()
 
     try:
-        server, server_thread = serve(service, settings, host, port, reconciler.ready.is_set)
+        server = serve(service, settings, host, port, reconciler.ready.is_set)
     except OSError as exc:
         print(f"gpucluster-burst-provider: cannot listen on {host}:{port}: {exc.strerror}", file=sys.stderr)
         return EXIT_BAD_CONFIG
     log.info(
         "serving",
-        extra={
-            "address": f"{server.server_address[0]!s}:{server.server_address[1]}",
-            "node": service.node,
-            "providers": list(providers),
-        },
+        extra={"address": f"{server.host}:{server.port}", "node": service.node, "providers": list(providers)},
     )
     reconciler.startup()
     loop = threading.Thread(
-        target=reconciler.run_forever, args=(stop, args.poll_interval), name="reconcile", daemon=True
+        target=reconciler.run_forever, args=(stop.stop, args.poll_interval), name="reconcile", daemon=True
     )
     loop.start()
     stop.wait()
-    server.shutdown()
-    server.server_close()
-    server_thread.join(timeout=5)
-    loop.join(timeout=10)
+    drain([("http", server.stop), ("reconcile", loop.join)], timeout_s=DRAIN_SECONDS, log=log)
     log.info("stopped")
     return 0
 

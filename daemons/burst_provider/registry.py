@@ -1,30 +1,26 @@
 """Provider objects from settings, by kind. Each adapter module is imported only when a provider of its kind is
 configured, so a deployment without RunPod never imports the RunPod adapter.
 
-Every adapter class offers ``Cls.from_settings(settings: ProviderSettings, secrets: SecretStore)`` (else its
-constructor takes those two); the kubernetes adapter also takes ``source_reader=`` (the source cluster, to copy the
-ConfigMaps and Secrets a pod references).
+Every adapter class is built the same way: ``Cls.from_settings(settings: ProviderSettings, context: AdapterContext)``
+(the context carries the provider secrets and the source cluster's reader), so the registry has no case per kind.
 """
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
 
-from components.burst_settings import BurstSettings, ProviderSettings
-from daemons.burst_provider.pods import ReferenceResolver
-from daemons.burst_provider.providers.base import Provider
-from daemons.burst_provider.secrets import SecretStore
+from components.burst_settings import BurstSettings
+from daemons.burst_provider.providers.base import AdapterContext, Provider, ProviderSettingsLike
 
 #: kind -> (module, class)
 ADAPTERS: dict[str, tuple[str, str]] = {
     "fake": ("daemons.burst_provider.providers.fake", "FakeCloudProvider"),
     "runpod": ("daemons.burst_provider.providers.runpod", "RunPodProvider"),
-    "kubernetes": ("daemons.burst_provider.providers.kubernetes_cluster", "KubernetesClusterProvider"),
+    "kubernetes": ("daemons.burst_provider.providers.kubernetes.provider", "KubernetesClusterProvider"),
 }
 
-Factory = Callable[[ProviderSettings, SecretStore], Provider]
+Factory = Callable[[ProviderSettingsLike, AdapterContext], Provider]
 
 
 class ProviderBuildError(ValueError):
@@ -32,6 +28,7 @@ class ProviderBuildError(ValueError):
 
 
 def adapter_class(kind: str) -> Factory:
+    """The ``from_settings`` of the adapter class for ``kind``."""
     try:
         module_name, class_name = ADAPTERS[kind]
     except KeyError:
@@ -40,33 +37,25 @@ def adapter_class(kind: str) -> Factory:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise ProviderBuildError(f"provider kind {kind}: cannot import {module_name}: {exc}") from None
-    cls: Any = getattr(module, class_name, None)
-    if cls is None:
-        raise ProviderBuildError(f"provider kind {kind}: {module_name} has no {class_name}")
-    factory: Factory = getattr(cls, "from_settings", cls)
-    return factory
+    cls = getattr(module, class_name, None)
+    factory = getattr(cls, "from_settings", None)
+    if not callable(factory):
+        raise ProviderBuildError(f"provider kind {kind}: {module_name} has no {class_name}.from_settings")
+    built: Factory = factory
+    return built
 
 
 def build_providers(
-    settings: BurstSettings,
-    secrets: SecretStore,
-    factories: dict[str, Factory] | None = None,
-    source: ReferenceResolver | None = None,
+    settings: BurstSettings, context: AdapterContext, factories: Mapping[str, Factory] | None = None
 ) -> dict[str, Provider]:
-    """name -> Provider, in the settings' order; `factories` (kind -> constructor) overrides the adapters.
+    """name -> Provider, in the settings' order; `factories` (kind -> factory) overrides the adapters.
     Every problem is collected into one ProviderBuildError."""
     out: dict[str, Provider] = {}
     problems = []
     for p in settings.providers:
         try:
-            override = (factories or {}).get(p.kind)
-            if override is not None:
-                out[p.name] = override(p, secrets)
-            elif p.kind == "kubernetes":
-                build: Any = adapter_class(p.kind)
-                out[p.name] = build(p, secrets, source_reader=source)
-            else:
-                out[p.name] = adapter_class(p.kind)(p, secrets)
+            factory = (factories or {}).get(p.kind) or adapter_class(p.kind)
+            out[p.name] = factory(p, context)
         except ProviderBuildError as exc:
             problems.append(f"providers {p.name}: {exc}")
         except Exception as exc:  # an adapter refusing its settings or a missing secret

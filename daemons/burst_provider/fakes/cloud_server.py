@@ -41,7 +41,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from daemons.burst_provider.fakes._http import BackgroundServer, Clock, Reply, parse_listen, serve_until_signal
+from daemons.burst_provider.fakes._http import BackgroundServer, Clock, Reply, serve_until_signal
+from daemons.toolkit.listen import parse_listen
+from daemons.toolkit.logs import LEVELS, setup_logging
 
 log = logging.getLogger("fakes.cloud")
 
@@ -519,14 +521,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--state-file", type=Path, default=None, help="JSON file keeping instances across restarts of this server"
     )
-    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"], help="log level")
+    p.add_argument("--log-level", default="info", choices=LEVELS, help="log level")
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    setup_logging(args.log_level, style="plain")
     try:
         host, port = parse_listen(args.listen)
         update: dict[str, Any] = {

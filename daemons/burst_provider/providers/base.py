@@ -1,15 +1,21 @@
-"""The contract every external GPU provider implements.
+"""The contract every external GPU provider implements, and how the registry builds one.
 
 A provider runs one pod's containers on rented GPUs as one *instance*. The provider service never keeps state of its
 own that it cannot rebuild: every instance carries `InstanceTags`, and `list_instances(node)` returns the instances
 tagged with that virtual node, straight from the provider's own API.
+
+Every adapter is built the same way: ``Adapter.from_settings(settings, context)``, where ``settings`` is its entry of
+the burst settings' ``providers`` list (read through `ProviderSettingsLike`, which the settings model satisfies) and
+``context`` an `AdapterContext`: the provider secrets and the source cluster's ConfigMaps and Secrets.
 """
 
 from __future__ import annotations
 
 import abc
 import enum
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 
 class ProviderError(Exception):
@@ -131,3 +137,109 @@ class Provider(abc.ABC):
     @abc.abstractmethod
     def logs(self, instance_id: str, container: str, tail: int | None) -> str:
         """The container's recent log lines, or an explanation when the provider has no log API."""
+
+
+# --- what an adapter is built from --------------------------------------------------------------------------------
+
+
+class SecretsLike(Protocol):
+    """The provider secrets, by name (daemons/burst_provider/secrets.py); LookupError when one is missing."""
+
+    def get(self, name: str) -> str: ...
+
+
+class SourceReader(Protocol):
+    """Reads the objects a pod references from the source cluster; None when absent.
+
+    The shape of daemons/burst_provider/pods.py's ReferenceResolver, which the service's source cluster implements.
+    """
+
+    def config_map(self, namespace: str, name: str) -> Mapping[str, str] | None: ...
+
+    def secret(self, namespace: str, name: str) -> Mapping[str, str] | None:
+        """The Secret's data, base64-decoded."""
+        ...
+
+
+class GpuTypeSettingsLike(Protocol):
+    @property
+    def price_per_gpu_hour(self) -> float: ...
+
+    @property
+    def provider_type(self) -> str | None: ...
+
+
+class FakeSettingsLike(Protocol):
+    @property
+    def url(self) -> str: ...
+
+
+class RunpodSettingsLike(Protocol):
+    @property
+    def url(self) -> str: ...
+
+    @property
+    def api_key_secret(self) -> str: ...
+
+    @property
+    def cloud_type(self) -> str: ...
+
+
+class KubernetesSettingsLike(Protocol):
+    @property
+    def kubeconfig_secret(self) -> str: ...
+
+    @property
+    def namespace_map(self) -> Mapping[str, str]: ...
+
+    @property
+    def node_selector(self) -> Mapping[str, str]: ...
+
+    @property
+    def tolerations(self) -> Sequence[Any]: ...
+
+
+class ProviderSettingsLike(Protocol):
+    """One entry of the burst settings' ``providers`` list, as the adapters read it."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def max_gpus(self) -> int: ...
+
+    @property
+    def gpu_types(self) -> Mapping[str, GpuTypeSettingsLike]: ...
+
+    @property
+    def fake(self) -> FakeSettingsLike | None: ...
+
+    @property
+    def runpod(self) -> RunpodSettingsLike | None: ...
+
+    @property
+    def kubernetes(self) -> KubernetesSettingsLike | None: ...
+
+
+@dataclass(frozen=True)
+class AdapterContext:
+    """What every adapter may need besides its settings.
+
+    ``secrets``: the provider secrets (API keys, kubeconfigs) by name. ``source``: the source cluster's ConfigMaps
+    and Secrets that a pod references (None when the service runs without a source cluster).
+    """
+
+    secrets: SecretsLike
+    source: SourceReader | None = None
+
+
+@dataclass(frozen=True)
+class GpuTypePrice:
+    """Our GPU type's configured price, and the provider's own id for it (RunPod: a ``gpuTypeIds`` entry)."""
+
+    price_per_gpu_hour: float
+    provider_type: str = ""
+
+
+def prices_from_settings(gpu_types: Mapping[str, GpuTypeSettingsLike]) -> dict[str, GpuTypePrice]:
+    return {name: GpuTypePrice(float(t.price_per_gpu_hour), t.provider_type or "") for name, t in gpu_types.items()}

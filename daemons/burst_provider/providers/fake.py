@@ -6,7 +6,8 @@ instances again through ``list_instances`` when it comes back, exactly as with a
 Mapping: tags go in and come back as the ``tags`` object; ``gpuType`` is our GPU type name (the fake cloud uses ours);
 states are the same words as ``InstanceState``; ports are the containers' own ports on the instance's address.
 ``offers()`` comes from ``GET /offers``: the cloud's live price and free GPUs, limited to the GPU types this provider
-is configured with (all of them when none are configured) and to its ``max_gpus`` cap.
+is configured with (all of them when none are configured) and to its ``max_gpus`` cap. Every field of a reply is
+type-checked; one of the wrong type or size is a ``ProviderError`` naming it.
 """
 
 from __future__ import annotations
@@ -15,8 +16,12 @@ import urllib.parse
 from collections.abc import Mapping
 from typing import Any
 
+from daemons.burst_provider import replies
+from daemons.burst_provider.http_client import JsonHttpClient
 from daemons.burst_provider.providers.base import (
+    AdapterContext,
     ContainerSpec,
+    GpuTypePrice,
     Instance,
     InstanceSpec,
     InstanceState,
@@ -24,17 +29,13 @@ from daemons.burst_provider.providers.base import (
     Offer,
     Port,
     Provider,
-    ProviderError,
-)
-from daemons.burst_provider.providers.runpod import (
-    GpuTypePrice,
-    JsonHttpClient,
     ProviderSettingsLike,
-    SecretsLike,
     prices_from_settings,
 )
+from daemons.burst_provider.replies import ReplyError
 
 _STATES = {s.value: s for s in InstanceState}
+_TAG_KEYS = ("node", "namespace", "pod", "uid")
 
 
 def _quote(instance_id: str) -> str:
@@ -50,6 +51,55 @@ def _container_json(c: ContainerSpec) -> dict[str, Any]:
         "env": dict(c.env),
         "ports": [{"name": p.name, "port": p.port, "protocol": p.protocol} for p in c.ports],
     }
+
+
+def offer_from_reply(value: object, field: str, max_gpus: int) -> Offer:
+    item = replies.obj(value, field)
+    join = replies.join
+    return Offer(
+        replies.text(item.get("gpuType"), join(field, "gpuType"), max_len=256),
+        replies.number(item.get("pricePerGpuHour"), join(field, "pricePerGpuHour"), high=1e6),
+        min(replies.integer(item.get("availableGpus"), join(field, "availableGpus"), high=10**9), max_gpus),
+    )
+
+
+def instance_from_reply(provider: str, value: object, field: str) -> Instance:
+    """The instance a fake-cloud instance object describes; ReplyError naming the first field that is wrong."""
+    join = replies.join
+    item = replies.obj(value, field)
+    tags_field = join(field, "tags")
+    tags = replies.obj(item.get("tags"), tags_field)
+    node, namespace, pod, uid = (replies.text(tags.get(k), join(tags_field, k), max_len=253) for k in _TAG_KEYS)
+    state_text = replies.text(item.get("state"), join(field, "state"), max_len=256)
+    state = _STATES.get(state_text)
+    if state is None:
+        raise ReplyError(join(field, "state"), f"unknown state {replies.shown(state_text)}")
+    ports_field = join(field, "ports")
+    ports = []
+    for i, p in enumerate(replies.opt_items(item.get("ports"), ports_field)):
+        port = replies.obj(p, join(ports_field, i))
+        ports.append(
+            Port(
+                port=replies.integer(port.get("port"), join(join(ports_field, i), "port"), low=1, high=65535),
+                protocol=replies.opt_text(port.get("protocol"), join(join(ports_field, i), "protocol"), max_len=16)
+                or "TCP",
+                name=replies.opt_text(port.get("name"), join(join(ports_field, i), "name"), max_len=63),
+            )
+        )
+    return Instance(
+        provider=provider,
+        instance_id=replies.text(item.get("id"), join(field, "id"), max_len=256),
+        tags=InstanceTags(node, namespace, pod, uid),
+        state=state,
+        gpu_type=replies.opt_text(item.get("gpuType"), join(field, "gpuType"), max_len=256),
+        gpu_count=replies.opt_integer(item.get("gpuCount"), join(field, "gpuCount"), high=1024) or 0,
+        address=replies.opt_text(item.get("address"), join(field, "address"), max_len=253),
+        ports=tuple(ports),
+        exit_code=replies.opt_integer(item.get("exitCode"), join(field, "exitCode"), low=-(2**31), high=2**31),
+        message=replies.opt_text(item.get("message"), join(field, "message"), max_len=4096),
+        started_at=replies.opt_number(item.get("startedAt"), join(field, "startedAt"), high=1e11),
+        finished_at=replies.opt_number(item.get("finishedAt"), join(field, "finishedAt"), high=1e11),
+    )
 
 
 class FakeCloudProvider(Provider):
@@ -72,7 +122,7 @@ class FakeCloudProvider(Provider):
         self._http = JsonHttpClient(name, url, timeout=timeout, retries=retries, backoff=backoff)
 
     @classmethod
-    def from_settings(cls, settings: ProviderSettingsLike, secrets: SecretsLike) -> FakeCloudProvider:
+    def from_settings(cls, settings: ProviderSettingsLike, context: AdapterContext) -> FakeCloudProvider:
         fake = settings.fake
         if fake is None:
             raise ValueError(f"provider {settings.name}: kind fake needs a fake section with its url")
@@ -83,19 +133,12 @@ class FakeCloudProvider(Provider):
 
     def offers(self) -> list[Offer]:
         reply = self._http.request("offers", "GET", "/offers")
-        items = reply.get("offers") if isinstance(reply, dict) else None
-        if not isinstance(items, list):
-            raise ProviderError(self.name, "offers", "reply has no offers list")
-        out = []
-        for item in items:
-            try:
-                gpu_type = str(item["gpuType"])
-                offer = Offer(gpu_type, float(item["pricePerGpuHour"]), min(int(item["availableGpus"]), self.max_gpus))
-            except (KeyError, TypeError, ValueError) as exc:
-                raise ProviderError(self.name, "offers", f"malformed offer {item!r}: {exc}") from None
-            if not self.gpu_types or gpu_type in self.gpu_types:
-                out.append(offer)
-        return out
+        try:
+            items = replies.items(replies.obj(reply, "reply").get("offers"), "reply.offers")
+            offers = [offer_from_reply(item, f"reply.offers[{i}]", self.max_gpus) for i, item in enumerate(items)]
+        except ReplyError as exc:
+            raise replies.provider_error(self.name, "offers", exc) from None
+        return [o for o in offers if not self.gpu_types or o.gpu_type in self.gpu_types]
 
     def create_instance(self, spec: InstanceSpec) -> Instance:
         body = {
@@ -109,23 +152,24 @@ class FakeCloudProvider(Provider):
             "gpuCount": spec.gpu_count,
             "containers": [_container_json(c) for c in spec.containers],
         }
-        return self._to_instance(
-            "create_instance", self._http.request("create_instance", "POST", "/instances", body=body)
-        )
+        reply = self._http.request("create_instance", "POST", "/instances", body=body)
+        return self._to_instance("create_instance", reply, "reply")
 
     def get_instance(self, instance_id: str) -> Instance | None:
         reply = self._http.request("get_instance", "GET", f"/instances/{_quote(instance_id)}", missing_ok=True)
-        return None if reply is None else self._to_instance("get_instance", reply)
+        return None if reply is None else self._to_instance("get_instance", reply, "reply")
 
     def delete_instance(self, instance_id: str) -> None:
         self._http.request("delete_instance", "DELETE", f"/instances/{_quote(instance_id)}", missing_ok=True)
 
     def list_instances(self, node: str) -> list[Instance]:
-        reply = self._http.request("list_instances", "GET", "/instances", query={"node": node})
-        items = reply.get("instances") if isinstance(reply, dict) else None
-        if not isinstance(items, list):
-            raise ProviderError(self.name, "list_instances", "reply has no instances list")
-        return [self._to_instance("list_instances", i) for i in items]
+        call = "list_instances"
+        reply = self._http.request(call, "GET", "/instances", query={"node": node})
+        try:
+            items = replies.items(replies.obj(reply, "reply").get("instances"), "reply.instances")
+        except ReplyError as exc:
+            raise replies.provider_error(self.name, call, exc) from None
+        return [self._to_instance(call, item, f"reply.instances[{i}]") for i, item in enumerate(items)]
 
     def logs(self, instance_id: str, container: str, tail: int | None) -> str:
         query = {"container": container}
@@ -134,30 +178,8 @@ class FakeCloudProvider(Provider):
         text = self._http.request("logs", "GET", f"/instances/{_quote(instance_id)}/logs", query=query, want_text=True)
         return str(text)
 
-    def _to_instance(self, call: str, item: object) -> Instance:
-        if not isinstance(item, dict):
-            raise ProviderError(self.name, call, f"reply is not an instance object: {type(item).__name__}")
+    def _to_instance(self, call: str, item: object, field: str) -> Instance:
         try:
-            tags = item["tags"]
-            state = _STATES.get(str(item["state"]))
-            if state is None:
-                raise ValueError(f"unknown state {item['state']!r}")
-            return Instance(
-                provider=self.name,
-                instance_id=str(item["id"]),
-                tags=InstanceTags(str(tags["node"]), str(tags["namespace"]), str(tags["pod"]), str(tags["uid"])),
-                state=state,
-                gpu_type=str(item.get("gpuType") or ""),
-                gpu_count=int(item.get("gpuCount") or 0),
-                address=str(item.get("address") or ""),
-                ports=tuple(
-                    Port(port=int(p["port"]), protocol=str(p.get("protocol", "TCP")), name=str(p.get("name", "")))
-                    for p in item.get("ports") or []
-                ),
-                exit_code=None if item.get("exitCode") is None else int(item["exitCode"]),
-                message=str(item.get("message") or ""),
-                started_at=None if item.get("startedAt") is None else float(item["startedAt"]),
-                finished_at=None if item.get("finishedAt") is None else float(item["finishedAt"]),
-            )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ProviderError(self.name, call, f"malformed instance: {exc}") from None
+            return instance_from_reply(self.name, item, field)
+        except ReplyError as exc:
+            raise replies.provider_error(self.name, call, exc) from None

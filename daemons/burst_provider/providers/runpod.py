@@ -32,19 +32,18 @@ containers is refused at create.
 
 from __future__ import annotations
 
-import http.client
-import json
 import logging
-import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any
 
+from daemons.burst_provider import replies
+from daemons.burst_provider.http_client import JsonHttpClient
 from daemons.burst_provider.providers.base import (
+    AdapterContext,
+    GpuTypePrice,
     Instance,
     InstanceSpec,
     InstanceState,
@@ -53,7 +52,10 @@ from daemons.burst_provider.providers.base import (
     Port,
     Provider,
     ProviderError,
+    ProviderSettingsLike,
+    prices_from_settings,
 )
+from daemons.burst_provider.replies import ReplyError
 
 log = logging.getLogger("burst_provider.runpod")
 
@@ -76,231 +78,11 @@ DEFAULT_GPU_TYPE_IDS = {
 }
 
 
-# --- what the adapters read from the settings (the real pydantic models satisfy these) ---------------------------
-
-
-class GpuTypeSettingsLike(Protocol):
-    @property
-    def price_per_gpu_hour(self) -> float: ...
-
-    @property
-    def provider_type(self) -> str | None: ...
-
-
-class RunpodSettingsLike(Protocol):
-    @property
-    def url(self) -> str: ...
-
-    @property
-    def api_key_secret(self) -> str: ...
-
-    @property
-    def cloud_type(self) -> str: ...
-
-
-class FakeSettingsLike(Protocol):
-    @property
-    def url(self) -> str: ...
-
-
-class ProviderSettingsLike(Protocol):
-    """The slice of ``settings.ProviderSettings`` the adapters need."""
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def max_gpus(self) -> int: ...
-
-    @property
-    def gpu_types(self) -> Mapping[str, GpuTypeSettingsLike]: ...
-
-    @property
-    def runpod(self) -> RunpodSettingsLike | None: ...
-
-    @property
-    def fake(self) -> FakeSettingsLike | None: ...
-
-
-class SecretsLike(Protocol):
-    def get(self, name: str) -> str: ...
-
-
-@dataclass(frozen=True)
-class GpuTypePrice:
-    """Our GPU type's configured price, and the provider's own id for it (RunPod: a ``gpuTypeIds`` entry)."""
-
-    price_per_gpu_hour: float
-    provider_type: str = ""
-
-
-def prices_from_settings(gpu_types: Mapping[str, GpuTypeSettingsLike]) -> dict[str, GpuTypePrice]:
-    return {name: GpuTypePrice(float(t.price_per_gpu_hour), t.provider_type or "") for name, t in gpu_types.items()}
-
-
-# --- JSON over HTTP with timeouts, bounded retries and a key that never shows ---------------------------------------
-
-
-class _Redacted:
-    """Holds a credential; its repr and str never show it."""
-
-    __slots__ = ("_value",)
-
-    def __init__(self, value: str) -> None:
-        self._value = value
-
-    def reveal(self) -> str:
-        return self._value
-
-    def __repr__(self) -> str:
-        return "<redacted>"
-
-    __str__ = __repr__
-
-
-_RETRYABLE_METHODS = frozenset({"GET", "DELETE"})
-_DETAIL_LIMIT = 300
-
-
-class JsonHttpClient:
-    """A small JSON client: every call has a timeout; GET and DELETE are retried on 5xx, 429 and network errors.
-
-    Errors become ``ProviderError(provider, call, detail)``; the bearer token is scrubbed from every detail.
-    """
-
-    def __init__(
-        self,
-        provider: str,
-        base_url: str,
-        *,
-        token: str | None = None,
-        timeout: float = 10.0,
-        retries: int = 2,
-        backoff: float = 0.5,
-    ) -> None:
-        self.provider = provider
-        self.base_url = base_url.rstrip("/")
-        self._token = _Redacted(token) if token else None
-        self.timeout = timeout
-        self.retries = retries
-        self.backoff = backoff
-
-    def __repr__(self) -> str:
-        return f"JsonHttpClient(provider={self.provider!r}, base_url={self.base_url!r})"
-
-    def _scrub(self, text: str) -> str:
-        if self._token is not None and self._token.reveal():
-            text = text.replace(self._token.reveal(), "<redacted>")
-        return text[:_DETAIL_LIMIT]
-
-    def _error(self, call: str, detail: str) -> ProviderError:
-        return ProviderError(self.provider, call, self._scrub(detail))
-
-    def request(
-        self,
-        call: str,
-        method: str,
-        path: str,
-        *,
-        body: object = None,
-        query: Mapping[str, str] | None = None,
-        missing_ok: bool = False,
-        want_text: bool = False,
-    ) -> Any:
-        """The parsed JSON reply (None for an empty reply, or for 404 when ``missing_ok``)."""
-        url = self.base_url + path
-        if query:
-            url += "?" + urllib.parse.urlencode(query)
-        attempts = 1 + (self.retries if method in _RETRYABLE_METHODS else 0)
-        for attempt in range(attempts):
-            last = attempt == attempts - 1
-            try:
-                status, raw = self._once(method, url, body)
-            except urllib.error.HTTPError as exc:
-                if exc.code == 404 and missing_ok:
-                    return None
-                retryable = exc.code >= 500 or exc.code == 429
-                if retryable and not last:
-                    self._sleep(attempt)
-                    continue
-                raise self._error(call, f"HTTP {exc.code}: {_error_text(exc)}") from None
-            except (OSError, http.client.HTTPException) as exc:  # URLError, timeouts, resets
-                if not last:
-                    self._sleep(attempt)
-                    continue
-                reason = getattr(exc, "reason", exc)
-                raise self._error(call, f"unreachable ({method} {self.base_url}): {reason}") from None
-            return self._decode(call, status, raw, want_text)
-        raise self._error(call, "no attempt made")  # unreachable: attempts >= 1
-
-    def _once(self, method: str, url: str, body: object) -> tuple[int, bytes]:
-        headers = {"Accept": "application/json"}
-        data = None
-        if body is not None:
-            data = json.dumps(body).encode()
-            headers["Content-Type"] = "application/json"
-        if self._token is not None:
-            headers["Authorization"] = "Bearer " + self._token.reveal()
-        req = urllib.request.Request(url, data=data, method=method, headers=headers)
-        with urllib.request.urlopen(req, timeout=self.timeout) as resp:
-            return int(resp.status), resp.read()
-
-    def _decode(self, call: str, status: int, raw: bytes, want_text: bool) -> Any:
-        if want_text:
-            return raw.decode("utf-8", errors="replace")
-        if status == 204 or not raw.strip():
-            return None
-        try:
-            return json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise self._error(call, f"reply is not JSON (HTTP {status}): {exc}") from None
-
-    def _sleep(self, attempt: int) -> None:
-        if self.backoff > 0:
-            time.sleep(self.backoff * (2**attempt))
-
-
-def _error_text(exc: urllib.error.HTTPError) -> str:
-    """The server's error message: ``{"error": ...}`` or ``{"message": ...}`` when JSON, else the raw text."""
-    try:
-        raw = exc.read()
-    except OSError:
-        raw = b""
-    text = raw.decode("utf-8", errors="replace").strip()
-    try:
-        parsed = json.loads(text)
-    except json.JSONDecodeError:
-        return text or str(exc.reason)
-    if isinstance(parsed, dict):
-        for key in ("error", "message", "detail"):
-            if isinstance(parsed.get(key), str):
-                return str(parsed[key])
-    return text
-
-
 # --- field helpers -------------------------------------------------------------------------------------------------
 
 
-def _dict(value: object) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
-def _str(value: object) -> str:
-    return value if isinstance(value, str) else ""
-
-
-def _int(value: object, default: int = 0) -> int:
-    if isinstance(value, bool):
-        return default
-    if isinstance(value, int):
-        return value
-    if isinstance(value, str) and value.isdigit():
-        return int(value)
-    return default
-
-
-def _iso_to_unix(value: object) -> float | None:
-    if not isinstance(value, str) or not value:
+def _iso_to_unix(value: str) -> float | None:
+    if not value:
         return None
     try:
         return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
@@ -318,7 +100,7 @@ def decode_ports(text: str) -> list[Port]:
     for item in text.split(","):
         name, _, rest = item.rpartition(":")
         number, _, proto = rest.partition("/")
-        if number.isdigit():
+        if number.isascii() and number.isdigit() and 0 < int(number) <= 65535:
             ports.append(Port(port=int(number), protocol=proto or "TCP", name=name))
     return ports
 
@@ -328,6 +110,47 @@ def pod_name(tags: InstanceTags) -> str:
     room = NAME_LIMIT - len(NAME_PREFIX) - 1 - len(tags.uid)
     node = tags.node[: max(room, 1)]
     return f"{NAME_PREFIX}{node}-{tags.uid}"[:NAME_LIMIT]
+
+
+@dataclass(frozen=True)
+class _PodFields:
+    """The fields of one RunPod Pod object this adapter reads, type-checked (see the module docstring)."""
+
+    id: str
+    name: str
+    status: str
+    env: dict[str, str]
+    public_ip: str
+    mappings: dict[str, int]
+    gpu_id: str
+    gpu_count: int
+    last_started_at: str
+
+
+def _pod_fields(value: object, field: str) -> _PodFields:
+    """A Pod object from a reply; ReplyError naming the field when one has the wrong type or size."""
+    join = replies.join
+    pod = replies.obj(value, field)
+    gpu = replies.opt_obj(pod.get("gpu"), join(field, "gpu"))
+    mappings_field = join(field, "portMappings")
+    mappings = {
+        port: replies.integer(public, join(mappings_field, port), low=1, high=65535)
+        for port, public in replies.opt_obj(pod.get("portMappings"), mappings_field).items()
+    }
+    gpu_count = replies.opt_integer(pod.get("gpuCount"), join(field, "gpuCount"), high=1024)
+    if gpu_count is None:
+        gpu_count = replies.opt_integer(gpu.get("count"), join(field, "gpu.count"), high=1024) or 0
+    return _PodFields(
+        id=replies.text(pod.get("id"), join(field, "id"), max_len=256),
+        name=replies.opt_text(pod.get("name"), join(field, "name"), max_len=256),
+        status=replies.opt_text(pod.get("desiredStatus"), join(field, "desiredStatus"), max_len=256),
+        env=replies.string_map(pod.get("env"), join(field, "env")),
+        public_ip=replies.opt_text(pod.get("publicIp"), join(field, "publicIp"), max_len=253),
+        mappings=mappings,
+        gpu_id=replies.opt_text(gpu.get("id"), join(field, "gpu.id"), max_len=256),
+        gpu_count=gpu_count,
+        last_started_at=replies.opt_text(pod.get("lastStartedAt"), join(field, "lastStartedAt"), max_len=64),
+    )
 
 
 # --- the adapter ---------------------------------------------------------------------------------------------------
@@ -363,13 +186,13 @@ class RunPodProvider(Provider):
         self._by_provider_type = {self.runpod_gpu_id(ours): ours for ours in self.gpu_types}
 
     @classmethod
-    def from_settings(cls, settings: ProviderSettingsLike, secrets: SecretsLike) -> RunPodProvider:
+    def from_settings(cls, settings: ProviderSettingsLike, context: AdapterContext) -> RunPodProvider:
         rp = settings.runpod
         if rp is None:
             raise ValueError(f"provider {settings.name}: kind runpod needs a runpod section")
         return cls(
             settings.name,
-            secrets.get(rp.api_key_secret),
+            context.secrets.get(rp.api_key_secret),
             prices_from_settings(settings.gpu_types),
             url=str(rp.url),
             max_gpus=settings.max_gpus,
@@ -385,21 +208,18 @@ class RunPodProvider(Provider):
         return [Offer(t, p.price_per_gpu_hour, self.max_gpus) for t, p in sorted(self.gpu_types.items())]
 
     def create_instance(self, spec: InstanceSpec) -> Instance:
+        call = "create_instance"
         body = self.pod_body(spec)
-        reply = self._http.request("create_instance", "POST", "/pods", body=body)
-        pod = _dict(reply)
-        if not _str(pod.get("id")):
-            raise ProviderError(self.name, "create_instance", "reply has no pod id")
-        log.info("pod created", extra={"provider": self.name, "pod_id": pod["id"], "instance": spec.tags.key()})
-        return self._to_instance(pod, fallback_tags=spec.tags)
+        reply = self._http.request(call, "POST", "/pods", body=body)
+        inst = self._instance(call, reply, "reply", fallback_tags=spec.tags)
+        log.info("pod created", extra={"provider": self.name, "pod_id": inst.instance_id, "instance": spec.tags.key()})
+        return inst
 
     def get_instance(self, instance_id: str) -> Instance | None:
         reply = self._http.request("get_instance", "GET", f"/pods/{_quote(instance_id)}", missing_ok=True)
         if reply is None:
             return None
-        if not isinstance(reply, dict):
-            raise ProviderError(self.name, "get_instance", f"reply is not a pod object: {type(reply).__name__}")
-        return self._to_instance(reply)
+        return self._instance("get_instance", reply, "reply")
 
     def delete_instance(self, instance_id: str) -> None:
         self._http.request("delete_instance", "DELETE", f"/pods/{_quote(instance_id)}", missing_ok=True)
@@ -409,14 +229,24 @@ class RunPodProvider(Provider):
         self._http.request("stop_instance", "POST", f"/pods/{_quote(instance_id)}/stop")
 
     def list_instances(self, node: str) -> list[Instance]:
-        reply = self._http.request("list_instances", "GET", "/pods")
-        if not isinstance(reply, list):
-            raise ProviderError(self.name, "list_instances", "reply is not a list of pods")
+        call = "list_instances"
+        reply = self._http.request(call, "GET", "/pods")
+        try:
+            pods = replies.items(reply, "reply")
+        except ReplyError as exc:
+            raise replies.provider_error(self.name, call, exc) from None
         out: list[Instance] = []
-        for pod in reply:
-            env = _dict(_dict(pod).get("env"))
-            if env.get(ENV_NODE) == node and _str(_dict(pod).get("name")).startswith(NAME_PREFIX):
-                out.append(self._to_instance(pod))
+        for i, item in enumerate(pods):
+            field = f"reply[{i}]"
+            try:
+                pod = replies.obj(item, field)
+                env = replies.opt_obj(pod.get("env"), f"{field}.env")
+            except ReplyError as exc:
+                raise replies.provider_error(self.name, call, exc) from None
+            name = pod.get("name")
+            # Other pods of the account are none of this adapter's business; only ours are read field by field.
+            if env.get(ENV_NODE) == node and isinstance(name, str) and name.startswith(NAME_PREFIX):
+                out.append(self._instance(call, pod, field))
         return out
 
     def logs(self, instance_id: str, container: str, tail: int | None) -> str:
@@ -481,40 +311,43 @@ class RunPodProvider(Provider):
             body["computeType"] = "CPU"
         return body
 
-    def _to_instance(self, pod: dict[str, Any], fallback_tags: InstanceTags | None = None) -> Instance:
-        env = _dict(pod.get("env"))
+    def _instance(self, call: str, reply: object, field: str, fallback_tags: InstanceTags | None = None) -> Instance:
+        try:
+            pod = _pod_fields(reply, field)
+        except ReplyError as exc:
+            raise replies.provider_error(self.name, call, exc) from None
+        return self._to_instance(pod, fallback_tags)
+
+    def _to_instance(self, pod: _PodFields, fallback_tags: InstanceTags | None) -> Instance:
+        env = pod.env
         tags = InstanceTags(
-            node=_str(env.get(ENV_NODE)) or (fallback_tags.node if fallback_tags else ""),
-            namespace=_str(env.get(ENV_NAMESPACE)) or (fallback_tags.namespace if fallback_tags else ""),
-            pod=_str(env.get(ENV_POD)) or (fallback_tags.pod if fallback_tags else ""),
-            uid=_str(env.get(ENV_UID)) or (fallback_tags.uid if fallback_tags else ""),
+            node=env.get(ENV_NODE) or (fallback_tags.node if fallback_tags else ""),
+            namespace=env.get(ENV_NAMESPACE) or (fallback_tags.namespace if fallback_tags else ""),
+            pod=env.get(ENV_POD) or (fallback_tags.pod if fallback_tags else ""),
+            uid=env.get(ENV_UID) or (fallback_tags.uid if fallback_tags else ""),
         )
-        gpu = _dict(pod.get("gpu"))
-        gpu_type = _str(env.get(ENV_GPU_TYPE)) or self._by_provider_type.get(_str(gpu.get("id")), "")
-        wanted = decode_ports(_str(env.get(ENV_PORTS)))
-        mappings = _dict(pod.get("portMappings"))
-        public_ip = _str(pod.get("publicIp"))
-        status = _str(pod.get("desiredStatus"))
-        state, message = self._state(status, public_ip, wanted, mappings)
+        gpu_type = env.get(ENV_GPU_TYPE) or self._by_provider_type.get(pod.gpu_id, "")
+        wanted = decode_ports(env.get(ENV_PORTS, ""))
+        state, message = self._state(pod.status, pod.public_ip, wanted, pod.mappings)
         ports = tuple(
-            Port(port=_int(mappings.get(str(p.port)), p.port), protocol=p.protocol, name=p.name) for p in wanted
+            Port(port=pod.mappings.get(str(p.port), p.port), protocol=p.protocol, name=p.name) for p in wanted
         )
         running = state is InstanceState.RUNNING
         return Instance(
             provider=self.name,
-            instance_id=_str(pod.get("id")),
+            instance_id=pod.id,
             tags=tags,
             state=state,
             gpu_type=gpu_type,
-            gpu_count=_int(pod.get("gpuCount"), _int(gpu.get("count"))),
-            address=public_ip if running else "",
+            gpu_count=pod.gpu_count,
+            address=pod.public_ip if running else "",
             ports=ports if running else (),
             message=message,
-            started_at=_iso_to_unix(pod.get("lastStartedAt")) if running else None,
+            started_at=_iso_to_unix(pod.last_started_at) if running else None,
         )
 
     @staticmethod
-    def _state(status: str, public_ip: str, wanted: list[Port], mappings: dict[str, Any]) -> tuple[InstanceState, str]:
+    def _state(status: str, public_ip: str, wanted: list[Port], mappings: dict[str, int]) -> tuple[InstanceState, str]:
         if status == "RUNNING":
             if public_ip and all(str(p.port) in mappings for p in wanted):
                 return InstanceState.RUNNING, ""
@@ -523,7 +356,7 @@ class RunPodProvider(Provider):
             return InstanceState.EXITED, "the pod exited"
         if status == "TERMINATED":
             return InstanceState.TERMINATED, "the pod was terminated"
-        return InstanceState.CREATING, f"unrecognised desiredStatus {status!r}"
+        return InstanceState.CREATING, f"unrecognised desiredStatus {replies.shown(status)}"
 
 
 def _quote(instance_id: str) -> str:

@@ -12,10 +12,11 @@ from typing import Any
 
 import pytest
 
-from daemons.burst_provider.api import ApiServer, serve
+from daemons.burst_provider.api import serve
 from daemons.burst_provider.providers.base import InstanceState
 from daemons.burst_provider.reconcile import Reconciler
 from daemons.burst_provider.service import BurstService
+from daemons.toolkit.http import HttpService
 from tests.daemons.burst_provider.support import FakeSource, MemoryProvider, make_pod, make_settings
 
 WAIT_S = 10.0  # upper bound for background work to land; tests never assert on durations
@@ -29,8 +30,8 @@ def wait_for(check: Callable[[], bool]) -> None:
 
 
 class Client:
-    def __init__(self, server: ApiServer) -> None:
-        self.base = f"http://127.0.0.1:{server.server_address[1]}"
+    def __init__(self, server: HttpService) -> None:
+        self.base = server.url
 
     def call(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
         data = json.dumps(body).encode() if body is not None else None
@@ -53,15 +54,13 @@ def stack() -> Iterator[tuple[Client, MemoryProvider, Reconciler, BurstService]]
     settings = make_settings()
     svc = BurstService(settings, {"fake-a": provider}, FakeSource())
     rec = Reconciler(svc, None)
-    server, thread = serve(svc, settings, "127.0.0.1", 0, rec.ready.is_set)
+    server = serve(svc, settings, "127.0.0.1", 0, rec.ready.is_set)
     try:
         yield Client(server), provider, rec, svc
     finally:
         if provider.create_gate is not None:
             provider.create_gate.set()
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
+        server.stop()
 
 
 def test_healthz_waits_for_the_rebuild_and_post_is_refused_until_then(stack: Any) -> None:

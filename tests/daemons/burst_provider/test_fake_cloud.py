@@ -23,7 +23,9 @@ from components.burst_settings import ProviderSettings
 from daemons.burst_provider.fakes._http import ManualClock
 from daemons.burst_provider.fakes.cloud_server import FakeCloud, FakeCloudServer, Knobs
 from daemons.burst_provider.providers.base import (
+    AdapterContext,
     ContainerSpec,
+    GpuTypePrice,
     InstanceSpec,
     InstanceState,
     InstanceTags,
@@ -31,7 +33,6 @@ from daemons.burst_provider.providers.base import (
     ProviderError,
 )
 from daemons.burst_provider.providers.fake import FakeCloudProvider
-from daemons.burst_provider.providers.runpod import GpuTypePrice
 from daemons.burst_provider.registry import adapter_class
 from daemons.burst_provider.secrets import SecretStore
 
@@ -283,7 +284,7 @@ def test_built_by_the_registry_from_real_settings(env: Env) -> None:
             "fake": {"url": env.server.url},
         }
     )
-    provider = adapter_class("fake")(settings, SecretStore.from_values({}))
+    provider = adapter_class("fake")(settings, AdapterContext(SecretStore.from_values({})))
     assert [(o.gpu_type, o.available_gpus) for o in provider.offers()] == [("H100", 3)]
     inst = provider.create_instance(spec())
     assert [i.instance_id for i in provider.list_instances("gpu-burst")] == [inst.instance_id]

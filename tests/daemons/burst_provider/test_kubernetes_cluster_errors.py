@@ -13,12 +13,10 @@ from urllib.parse import parse_qs, urlparse
 import pytest
 
 from components.burst_settings import ProviderSettings
-from daemons.burst_provider.providers.base import ProviderError
-from daemons.burst_provider.providers.kubernetes_cluster import (
-    NODE_LABEL,
-    KubernetesApiError,
-    KubernetesClusterProvider,
-)
+from daemons.burst_provider.providers.base import AdapterContext, ProviderError
+from daemons.burst_provider.providers.kubernetes.api import KubernetesApiError
+from daemons.burst_provider.providers.kubernetes.provider import KubernetesClusterProvider
+from daemons.burst_provider.providers.kubernetes.translate import NODE_LABEL
 from daemons.burst_provider.secrets import SecretStore
 
 TOKEN = "s3cr3t-bearer-token-do-not-print"
@@ -41,7 +39,7 @@ current-context: east
 
 
 def provider(text: str, **kw: Any) -> KubernetesClusterProvider:
-    return KubernetesClusterProvider.connect("east", text, {"H100": 1.8}, max_gpus=8, request_timeout=(2.0, 5.0), **kw)
+    return KubernetesClusterProvider("east", text, {"H100": 1.8}, max_gpus=8, request_timeout=(2.0, 5.0), **kw)
 
 
 def test_unreachable_cluster_is_a_provider_error_without_the_token() -> None:
@@ -81,10 +79,12 @@ def settings(**kubernetes: Any) -> ProviderSettings:
 
 def test_from_settings_reads_the_kubeconfig_secret() -> None:
     s = settings(namespaceMap={"inference": "burst-inference"}, tolerations=[{"key": "gpu", "operator": "Exists"}])
-    p = KubernetesClusterProvider.from_settings(s, SecretStore.from_values({"eastKubeconfig": kubeconfig("http://x")}))
+    p = KubernetesClusterProvider.from_settings(
+        s, AdapterContext(SecretStore.from_values({"eastKubeconfig": kubeconfig("http://x")}))
+    )
     assert p.name == "east"
     with pytest.raises(ProviderError, match="'eastKubeconfig' is not available"):
-        KubernetesClusterProvider(s, SecretStore.from_values({}))
+        KubernetesClusterProvider.from_settings(s, AdapterContext(SecretStore.from_values({})))
 
 
 # --- API refusals, through a stand-in API server -------------------------------------------------------------------

@@ -9,22 +9,24 @@ from typing import Any
 import pytest
 
 from daemons.burst_provider.providers.base import InstanceState, InstanceTags
-from daemons.burst_provider.providers.kubernetes_cluster import (
+from daemons.burst_provider.providers.kubernetes.state import (
+    free_gpus,
+    instance_from_pod,
+    parse_instance_id,
+    pod_gpu_request,
+    pod_state,
+    tolerates,
+)
+from daemons.burst_provider.providers.kubernetes.translate import (
     COPY_LABEL,
     NODE_LABEL,
     ObjectRef,
     Translation,
     TranslationError,
     copy_object,
-    free_gpus,
-    instance_from_pod,
     label_value,
-    parse_instance_id,
-    pod_gpu_request,
-    pod_state,
     referenced_objects,
     target_pod_name,
-    tolerates,
     translate_pod,
 )
 

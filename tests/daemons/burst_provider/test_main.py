@@ -13,9 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from components.burst_settings import ProviderSettings
 from daemons.burst_provider.__main__ import build_parser, main
-from daemons.burst_provider.providers.base import Provider
+from daemons.burst_provider.providers.base import AdapterContext, Provider, ProviderSettingsLike
 from daemons.burst_provider.registry import ProviderBuildError, build_providers
 from daemons.burst_provider.secrets import SecretMissingError, SecretStore
 from tests.daemons.burst_provider.support import make_settings, provider_entry
@@ -52,10 +51,10 @@ def test_bad_settings_exit_2_with_every_problem(tmp_path: Path, capsys: pytest.C
 def test_unknown_adapter_is_a_clean_error(tmp_path: Path) -> None:
     settings = make_settings(provider_entry("a"))
     with pytest.raises(ProviderBuildError, match="providers a"):
-        build_providers(settings, SecretStore.from_values({}), factories={"fake": _refuse})
+        build_providers(settings, AdapterContext(SecretStore.from_values({})), factories={"fake": _refuse})
 
 
-def _refuse(settings: ProviderSettings, secrets: SecretStore) -> Provider:
+def _refuse(settings: ProviderSettingsLike, context: AdapterContext) -> Provider:
     raise ValueError("no url")
 
 

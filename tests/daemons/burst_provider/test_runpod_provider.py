@@ -16,18 +16,20 @@ import pytest
 
 from components.burst_settings import ProviderSettings
 from daemons.burst_provider.fakes._http import ManualClock
-from daemons.burst_provider.fakes.runpod_server import FakeRunpod, FakeRunpodServer, validate_create
 from daemons.burst_provider.providers.base import (
+    AdapterContext,
     ContainerSpec,
+    GpuTypePrice,
     InstanceSpec,
     InstanceState,
     InstanceTags,
     Port,
     ProviderError,
 )
-from daemons.burst_provider.providers.runpod import GpuTypePrice, RunPodProvider, pod_name
+from daemons.burst_provider.providers.runpod import RunPodProvider, pod_name
 from daemons.burst_provider.registry import adapter_class
 from daemons.burst_provider.secrets import SecretStore
+from tests.support.fake_runpod import FakeRunpod, FakeRunpodServer, validate_create
 
 KEY = "rpa_SECRETKEY0123456789"
 H100_ID = "NVIDIA H100 80GB HBM3"
@@ -242,7 +244,7 @@ def test_bad_json_reply_is_a_provider_error(env: Env) -> None:
 
 def test_wrong_shape_reply_is_a_provider_error(env: Env) -> None:
     env.api.inject(200, '{"pods": []}')
-    with pytest.raises(ProviderError, match="list_instances: reply is not a list"):
+    with pytest.raises(ProviderError, match="list_instances: reply: expected a list, got an object with 1 keys"):
         env.provider.list_instances("gpu-burst")
 
 
@@ -340,6 +342,7 @@ class _Settings:
     gpu_types: dict[str, _GpuType] = field(default_factory=dict)
     runpod: _Runpod | None = None
     fake: None = None
+    kubernetes: None = None
 
 
 class _Secrets:
@@ -349,7 +352,7 @@ class _Secrets:
 
 def test_from_settings_reads_the_key_from_the_secret_store(env: Env) -> None:
     settings = _Settings("runpod", 4, {"H100": _GpuType(2.5, H100_ID)}, _Runpod(env.server.base_url, "runpodApiKey"))
-    provider = RunPodProvider.from_settings(settings, _Secrets())
+    provider = RunPodProvider.from_settings(settings, AdapterContext(_Secrets()))
     inst = provider.create_instance(spec())
     assert env.api._pods[inst.instance_id].body["cloudType"] == "COMMUNITY"
     assert provider.offers()[0].available_gpus == 4
@@ -357,7 +360,7 @@ def test_from_settings_reads_the_key_from_the_secret_store(env: Env) -> None:
 
 def test_from_settings_without_runpod_section_is_refused() -> None:
     with pytest.raises(ValueError, match="needs a runpod section"):
-        RunPodProvider.from_settings(_Settings("runpod", 4), _Secrets())
+        RunPodProvider.from_settings(_Settings("runpod", 4), AdapterContext(_Secrets()))
 
 
 def test_built_by_the_registry_from_real_settings(env: Env) -> None:
@@ -370,7 +373,7 @@ def test_built_by_the_registry_from_real_settings(env: Env) -> None:
             "runpod": {"url": env.server.base_url, "apiKeySecret": "runpodApiKey"},
         }
     )
-    provider = adapter_class("runpod")(settings, SecretStore.from_values({"runpodApiKey": KEY}))
+    provider = adapter_class("runpod")(settings, AdapterContext(SecretStore.from_values({"runpodApiKey": KEY})))
     inst = provider.create_instance(spec())
     assert env.api._pods[inst.instance_id].body["gpuTypeIds"] == ["NVIDIA H100 80GB HBM3"]
     assert [(o.gpu_type, o.available_gpus) for o in provider.offers()] == [("H100", 2)]
@@ -378,7 +381,7 @@ def test_built_by_the_registry_from_real_settings(env: Env) -> None:
 
 def test_cli_help_documents_every_flag() -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "daemons.burst_provider.fakes.runpod_server", "--help"],
+        [sys.executable, "-m", "tests.support.fake_runpod", "--help"],
         capture_output=True,
         text=True,
         check=True,
@@ -389,7 +392,7 @@ def test_cli_help_documents_every_flag() -> None:
 
 def test_cli_serves_with_the_key_from_the_environment() -> None:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "daemons.burst_provider.fakes.runpod_server", "--listen", "127.0.0.1:0",
+        [sys.executable, "-m", "tests.support.fake_runpod", "--listen", "127.0.0.1:0",
          "--boot-seconds", "0"],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
@@ -412,7 +415,7 @@ def test_cli_serves_with_the_key_from_the_environment() -> None:
 def test_cli_refuses_to_start_without_a_key() -> None:
     env = {k: v for k, v in os.environ.items() if k != "RUNPOD_API_KEY"}
     bad = subprocess.run(
-        [sys.executable, "-m", "daemons.burst_provider.fakes.runpod_server", "--listen", "127.0.0.1:0"],
+        [sys.executable, "-m", "tests.support.fake_runpod", "--listen", "127.0.0.1:0"],
         capture_output=True, text=True, check=False, env=env,
     )  # fmt: skip
     assert bad.returncode == 2

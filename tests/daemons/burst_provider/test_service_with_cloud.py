@@ -8,6 +8,7 @@ import pytest
 
 from components.burst_settings import BurstSettings
 from daemons.burst_provider.fakes.cloud_server import FakeCloud, FakeCloudServer, Knobs
+from daemons.burst_provider.providers.base import AdapterContext
 from daemons.burst_provider.reconcile import Reconciler
 from daemons.burst_provider.registry import build_providers
 from daemons.burst_provider.secrets import SecretStore
@@ -34,7 +35,7 @@ def start(server: FakeCloudServer, clock: ManualClock, source: FakeSource) -> tu
     entry = provider_entry("fake-a", max_gpus=4)
     entry["fake"] = {"url": server.url}
     settings: BurstSettings = make_settings(entry)
-    providers = build_providers(settings, SecretStore.from_values({}))
+    providers = build_providers(settings, AdapterContext(SecretStore.from_values({})))
     svc = BurstService(settings, providers, source, clock=clock, spawn=sync_spawn)
     rec = Reconciler(svc, source, timer=clock)
     assert rec.startup()

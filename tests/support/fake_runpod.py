@@ -3,7 +3,8 @@
 Same paths under ``/v1`` (``POST/GET /pods``, ``GET/DELETE /pods/{podId}``, ``POST /pods/{podId}/stop`` and
 ``/start``), same field names, same status codes (201 create, 200 read, 204 delete, 400 invalid input, 401 without
 the right bearer key, 404 unknown pod), errors as ``{"error": "<what>", "status": <code>}``. The facts it follows
-are listed in ``providers/runpod.py``.
+are listed in ``daemons/burst_provider/providers/runpod.py``. A test double only: it lives with the tests, not in
+what the daemon image installs.
 
 Behaviour: a created pod has ``desiredStatus: RUNNING`` at once but gets its ``publicIp`` (TEST-NET-3,
 203.0.113.x) and ``portMappings`` only ``boot_seconds`` later, as a real pod does once its machine has pulled the
@@ -11,7 +12,7 @@ image. Stop → ``EXITED``; delete → gone (404). Knobs for tests: ``boot_secon
 (exhausted → 400 like RunPod's "no instances available"), and ``inject()`` to make the next replies a given
 status/raw body/delay.
 
-CLI: ``python -m daemons.burst_provider.fakes.runpod_server --listen 127.0.0.1:18081 --boot-seconds 2`` (the key it
+CLI: ``python -m tests.support.fake_runpod --listen 127.0.0.1:18081 --boot-seconds 2`` (the key it
 accepts is read from the environment variable named by ``--api-key-env``, never from a flag).
 """
 
@@ -31,7 +32,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from daemons.burst_provider.fakes._http import BackgroundServer, Clock, Reply, parse_listen, serve_until_signal
+from daemons.burst_provider.fakes._http import BackgroundServer, Clock, Reply, serve_until_signal
+from daemons.toolkit.listen import ListenError, parse_listen
+from daemons.toolkit.logs import LEVELS, setup_logging
 
 log = logging.getLogger("fakes.runpod")
 
@@ -321,8 +324,8 @@ class FakeRunpodServer(BackgroundServer):
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m daemons.burst_provider.fakes.runpod_server",
-        description="Serve a fake of RunPod's REST API v1 (pods only) under /v1, for tests and the simulated cluster.",
+        prog="python -m tests.support.fake_runpod",
+        description="Serve a fake of RunPod's REST API v1 (pods only) under /v1, for tests.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument("--listen", default="127.0.0.1:18081", help="host:port to serve on (port 0: pick a free one)")
@@ -340,18 +343,18 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="GPU_TYPE_ID=N",
         help="GPUs of a type (RunPod id) that may run at once; repeatable; unlimited when not given",
     )
-    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"], help="log level")
+    p.add_argument("--log-level", default="info", choices=LEVELS, help="log level")
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    setup_logging(args.log_level, style="plain")
     try:
         host, port = parse_listen(args.listen)
-    except ValueError as exc:
-        parser.error(f"--listen: {exc}")
+    except ListenError as exc:
+        parser.error(str(exc))
     key = os.environ.get(args.api_key_env, "")
     if not key:
         parser.error(f"--api-key-env: environment variable {args.api_key_env} is empty or unset")
