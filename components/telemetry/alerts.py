@@ -4,6 +4,9 @@
 Prometheus rule file take, so tests can write it to a file and run ``promtool test rules`` against it.
 
 Every alert carries ``node`` (DCGM's ``Hostname`` is copied into ``node``) and, for GPU alerts, ``gpu``.
+``FabricDevicesMissing`` fires when the fabric exporter finds fewer HCAs or GPUs than the node should have (its
+``..._devices`` gauge below ``..._devices_expected``), which a node without its sysfs mount or with a dead HCA
+would otherwise pass as a healthy scrape with no series.
 ``GpuTemperatureHigh`` also carries ``gpucluster_signal: gpu-quarantine``: the label a quarantine controller
 selects on.
 """
@@ -127,6 +130,21 @@ def rule_groups(settings: TelemetrySettings) -> dict[str, Any]:
                 "{{ $labels.node }} is saturated",
                 "description": "The legacy counter sits at its maximum and is no longer exported; "
                 "reset it (perfquery -R) to see new errors.",
+            },
+        },
+        {
+            "alert": "FabricDevicesMissing",
+            "expr": (
+                f"max by (node, collector) ({FABRIC}_devices_expected)"
+                f" > on (node, collector) max by (node, collector) ({FABRIC}_devices)"
+            ),
+            "for": f"{a.collector_failing_minutes}m",
+            "labels": {"severity": "critical"},
+            "annotations": {
+                "summary": "{{ $labels.node }} has fewer {{ $labels.collector }} devices than it should",
+                "description": "The fabric exporter's {{ $labels.collector }} collector finds fewer devices (HCAs "
+                "or GPUs) than --expected-hcas / --expected-gpus say the node has ({{ $value }} expected), or no "
+                "sysfs at all: a missing mount, a dead HCA or a lost GPU. Keep training off the node until fixed.",
             },
         },
         {

@@ -11,16 +11,9 @@ import argparse
 import gc
 import logging
 import os
-import signal
 import socket
 import sys
-import threading
 from collections.abc import Sequence
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import FrameType
-from typing import Any
-
-from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from daemons.fabric_exporter.collectors import (
     FabricCollector,
@@ -28,10 +21,16 @@ from daemons.fabric_exporter.collectors import (
     NvlinkCollector,
     SubCollector,
 )
-from daemons.fabric_exporter.logs import OnceLogger, setup_logging
 from daemons.fabric_exporter.nvml_api import FakeNvml, NvmlApi, PynvmlApi
+from daemons.toolkit.http import HttpService, Request, Response, Routes
+from daemons.toolkit.listen import ListenError, check_port
+from daemons.toolkit.logs import LEVELS, OnceLogger, setup_logging
+from daemons.toolkit.shutdown import StopSignal, drain
 
 log = logging.getLogger("fabric_exporter")
+
+#: Seconds SIGTERM may take: the scrape in flight, then closing NVML and the sysfs descriptors.
+DRAIN_SECONDS = 20.0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -63,6 +62,21 @@ def build_parser() -> argparse.ArgumentParser:
         "an empty string leaves the label off",
     )
     p.add_argument(
+        "--expected-hcas",
+        type=int,
+        default=0,
+        metavar="N",
+        help="InfiniBand devices this node should have; fewer (or no sysfs at all) fails the infiniband collector "
+        "and shows in gpucluster_fabric_devices vs gpucluster_fabric_devices_expected (0: no expectation)",
+    )
+    p.add_argument(
+        "--expected-gpus",
+        type=int,
+        default=0,
+        metavar="N",
+        help="GPUs NVML should report on this node; fewer fails the nvlink collector (0: no expectation)",
+    )
+    p.add_argument(
         "--nvml-fixture",
         default=None,
         metavar="JSON",
@@ -72,57 +86,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--log-level",
         default="info",
-        choices=["debug", "info", "warning", "error"],
+        choices=LEVELS,
         help="minimum level of the JSON log lines written to stderr",
     )
     return p
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
-
-
-def make_handler(collector: FabricCollector) -> type[BaseHTTPRequestHandler]:
+def http_app(collector: FabricCollector) -> Routes:
     """``/metrics`` (Prometheus text), ``/healthz``, a link page at ``/``; 404 elsewhere."""
 
-    class Handler(BaseHTTPRequestHandler):
-        server_version = "gpucluster-fabric-exporter"
-        # keep-alive, as Prometheus scrapes: no new connection and thread per scrape
-        protocol_version = "HTTP/1.1"
-        timeout = 60  # an idle kept-alive connection is closed after a minute
-        # Headers and body go out without waiting for the client's delayed ACK (Nagle would hold the
-        # second write up to 40 ms on a kept-alive connection); buffered so small replies are one segment.
-        disable_nagle_algorithm = True
-        wbufsize = -1
+    def index(_request: Request) -> Response:
+        return Response(200, b"<html><body><a href='/metrics'>/metrics</a></body></html>\n", "text/html")
 
-        def _send(self, code: int, content_type: str, body: bytes) -> None:
-            self.send_response(code)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            if self.command != "HEAD":
-                self.wfile.write(body)
-
-        def do_GET(self) -> None:
-            path = self.path.split("?", 1)[0]
-            if path == "/metrics":
-                self._send(200, CONTENT_TYPE_LATEST, collector.render())
-            elif path == "/healthz":
-                self._send(200, "text/plain", b"ok\n")
-            elif path == "/":
-                self._send(200, "text/html", b"<html><body><a href='/metrics'>/metrics</a></body></html>\n")
-            else:
-                self._send(404, "text/plain", b"not found\n")
-
-        def do_HEAD(self) -> None:
-            self.do_GET()
-
-        def log_message(self, format: str, *args: Any) -> None:
-            if log.isEnabledFor(logging.DEBUG):
-                log.debug("http request", extra={"client": self.client_address[0], "request": format % args})
-
-    return Handler
+    return Routes(metrics=collector.render, get={"/": index})
 
 
 def build_collectors(
@@ -135,8 +111,11 @@ def build_collectors(
         parser.error(f"--collectors: unknown or empty {unknown or wanted}; choose from infiniband, nvlink")
     subs: list[SubCollector] = []
     nvlink: NvlinkCollector | None = None
+    for flag, value in (("--expected-hcas", args.expected_hcas), ("--expected-gpus", args.expected_gpus)):
+        if not 0 <= value <= 4096:
+            parser.error(f"{flag}: {value} is not a device count (0-4096)")
     if "infiniband" in wanted:
-        subs.append(InfinibandCollector(args.sysfs_root, const_labels))
+        subs.append(InfinibandCollector(args.sysfs_root, const_labels, expected_devices=args.expected_hcas))
     if "nvlink" in wanted:
         api: NvmlApi
         if args.nvml_fixture:
@@ -146,7 +125,7 @@ def build_collectors(
                 parser.error(f"--nvml-fixture: {exc}")
         else:
             api = PynvmlApi()
-        nvlink = NvlinkCollector(api, const_labels)
+        nvlink = NvlinkCollector(api, const_labels, expected_devices=args.expected_gpus)
         subs.append(nvlink)
     return subs, nvlink, const_labels
 
@@ -154,14 +133,23 @@ def build_collectors(
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if not 0 <= args.port <= 65535:
-        parser.error(f"--port: {args.port} is not a TCP port (0-65535)")
+    try:
+        check_port(args.port)
+    except ListenError as exc:
+        parser.error(str(exc))
     setup_logging(args.log_level)
     subs, _, const_labels = build_collectors(args, parser)
 
     collector = FabricCollector(subs, OnceLogger(log), const_labels)
     try:
-        server = _Server((args.listen_address, args.port), make_handler(collector))
+        service = HttpService(
+            args.listen_address,
+            args.port,
+            http_app(collector),
+            log=log,
+            server_version="gpucluster-fabric-exporter",
+            poll_interval=0.2,
+        )
     except OSError as exc:
         log.error("cannot listen", extra={"address": args.listen_address, "port": args.port, "error": str(exc)})
         return 1
@@ -174,33 +162,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     gc.freeze()
     gc.set_threshold(20_000, 10, 10)
 
-    stop = threading.Event()
-
-    def on_signal(signum: int, _frame: FrameType | None) -> None:
-        log.info("shutting down", extra={"signal": signal.Signals(signum).name})
-        stop.set()
-        # shutdown() blocks until serve_forever returns, so it must not run on the serving thread.
-        threading.Thread(target=server.shutdown, daemon=True).start()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    stop = StopSignal(log).install()
+    service.start()
     log.info(
         "serving",
         extra={
             "address": args.listen_address,
-            "port": server.server_address[1],
+            "port": service.port,
             "sysfs_root": args.sysfs_root,
             "collectors": [s.name for s in subs],
             "node": args.node_name,
         },
     )
-    try:
-        server.serve_forever(poll_interval=0.2)
-    finally:
-        server.server_close()
+    stop.wait()
+
+    def close_collectors() -> None:
         for sub in subs:
             if isinstance(sub, NvlinkCollector | InfinibandCollector):
                 sub.close()
+
+    # the scrape in flight finishes (the collectors' locks wait for it), then NVML and the sysfs descriptors close
+    drain([("http", service.stop), ("collectors", close_collectors)], timeout_s=DRAIN_SECONDS, log=log)
     log.info("stopped")
     return 0
 

@@ -1,4 +1,11 @@
-"""prometheus_client custom collectors: InfiniBand (sysfs), NVLink (NVML) and the per-collector health."""
+"""prometheus_client custom collectors: InfiniBand (sysfs), NVLink (NVML) and the per-collector health.
+
+Per collector and scrape: ``collector_success`` (0 when anything failed), ``collector_problems`` (how many),
+``collector_errors_total{kind}`` (every problem so far, by kind: unreadable, malformed, out_of_range,
+went_backwards, devices_missing, failed), ``devices`` (HCAs or GPUs found) and ``devices_expected`` (what the
+node should have, ``--expected-hcas`` / ``--expected-gpus``; 0: no expectation). A collector that finds fewer
+devices than expected, or no sysfs at all, fails; the alert ``FabricDevicesMissing`` compares the two gauges.
+"""
 
 from __future__ import annotations
 
@@ -17,24 +24,55 @@ from prometheus_client.registry import Collector
 
 from daemons.fabric_exporter import METRIC_PREFIX
 from daemons.fabric_exporter.families import Family, TextRenderer
-from daemons.fabric_exporter.infiniband import InfinibandScraper, SysfsReader
-from daemons.fabric_exporter.logs import OnceLogger
+from daemons.fabric_exporter.infiniband import (
+    DEVICES_MISSING,
+    FAILED,
+    MAX_COUNTER,
+    OUT_OF_RANGE,
+    PROBLEM_KINDS,
+    UNREADABLE,
+    WENT_BACKWARDS,
+    FileProblem,
+    InfinibandScraper,
+    SysfsReader,
+    label_text,
+)
 from daemons.fabric_exporter.nvml_api import MAX_LINKS, NVLINK_ERROR_COUNTERS, NvmlApi
+from daemons.toolkit.logs import OnceLogger
 
 log = logging.getLogger("fabric_exporter")
 NVL = f"{METRIC_PREFIX}_nvlink"
 
 
+#: Most GPUs one node can report; NVML answering more is not believed.
+MAX_GPUS = 1024
+#: 10 TB/s: beyond any NVLink.
+MAX_NVLINK_MBYTES = 10_000_000
+
+
 @dataclass
 class CollectResult:
     families: list[Family]
-    problems: list[tuple[str, str]]  # (where, what) — partial failures; the metrics are still served
+    problems: list[FileProblem]  # partial failures (where, what, kind); the metrics are still served
+    devices: int = 0  # HCAs or GPUs found
 
 
 class SubCollector(Protocol):
     name: str
+    expected_devices: int
 
     def collect(self) -> CollectResult: ...
+
+
+def _missing(found: int, expected: int, where: str, what: str, flag: str) -> list[FileProblem]:
+    if found >= expected:
+        return []
+    return [FileProblem(where, f"{found} {what} found, {expected} expected ({flag})", DEVICES_MISSING)]
+
+
+def _plausible(value: object, high: int) -> bool:
+    """A whole number in [0, high] (what NVML's unsigned counters can hold)."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= high
 
 
 def _fd_budget() -> int:
@@ -48,8 +86,11 @@ def _fd_budget() -> int:
 class InfinibandCollector:
     name = "infiniband"
 
-    def __init__(self, sysfs_root: str, const_labels: dict[str, str], keep_files_open: bool = True) -> None:
+    def __init__(
+        self, sysfs_root: str, const_labels: dict[str, str], keep_files_open: bool = True, expected_devices: int = 0
+    ) -> None:
         self.sysfs_root = sysfs_root
+        self.expected_devices = expected_devices
         self.const_labels = const_labels
         self.reader = SysfsReader(keep_open=keep_files_open, max_open=_fd_budget())
         self.scraper = InfinibandScraper(sysfs_root, const_labels, self.reader)
@@ -71,7 +112,12 @@ class InfinibandCollector:
                 families, problems = self.scraper.scrape()
             finally:
                 self.reader.sweep()
-        return CollectResult(families, [(p.path, p.reason) for p in problems])
+            devices = self.scraper.devices
+        if not any(p.kind == DEVICES_MISSING for p in problems):  # a missing sysfs root already says so
+            problems += _missing(
+                devices, self.expected_devices, self.scraper.base, "InfiniBand devices", "--expected-hcas"
+            )
+        return CollectResult(families, problems, devices)
 
 
 class NvlinkCollector:
@@ -79,9 +125,12 @@ class NvlinkCollector:
 
     name = "nvlink"
 
-    def __init__(self, nvml: NvmlApi, const_labels: dict[str, str]) -> None:
+    def __init__(self, nvml: NvmlApi, const_labels: dict[str, str], expected_devices: int = 0) -> None:
         self.nvml = nvml
         self.const_labels = const_labels
+        self.expected_devices = expected_devices
+        # (index, uuid, link, type) -> the error counter's previous reading
+        self._last: dict[tuple[str, str, int, str], int] = {}
         self._devices: list[tuple[str, str, Any]] | None = None  # (index, uuid, handle)
         # (index, uuid, link) -> (series labels, error-series labels by type), built once
         self._labels: dict[tuple[str, str, int], tuple[tuple[str, ...], dict[str, tuple[str, ...]]]] = {}
@@ -91,9 +140,12 @@ class NvlinkCollector:
         if self._devices is None:
             self.nvml.init()
             devices = []
-            for i in range(self.nvml.device_count()):
+            count = self.nvml.device_count()
+            if not _plausible(count, MAX_GPUS):
+                raise ValueError(f"NVML reports an impossible GPU count ({type(count).__name__}, not 0-{MAX_GPUS})")
+            for i in range(count):
                 handle = self.nvml.device_handle(i)
-                devices.append((str(i), self.nvml.device_uuid(handle), handle))
+                devices.append((str(i), label_text(str(self.nvml.device_uuid(handle))), handle))
             self._devices = devices
         return self._devices
 
@@ -128,11 +180,13 @@ class NvlinkCollector:
             "NVLink data-link-layer error counters (crc_flit, crc_data, replay, recovery).",
             (*link_labels, "type"),
         )
-        problems: list[tuple[str, str]] = []
+        problems: list[FileProblem] = []
         nvml = self.nvml
+        last = self._last
         up_rows, speed_rows, error_rows = up.rows, speed.rows, errors.rows
         labels = self._labels
-        for index, uuid, handle in self._ensure_devices():
+        devices = self._ensure_devices()
+        for index, uuid, handle in devices:
             has_nvlink = True
             for link in range(MAX_LINKS):
                 try:
@@ -149,23 +203,44 @@ class NvlinkCollector:
                     lk = (index, uuid, str(link), *extra_values)
                     cached = labels[(index, uuid, link)] = (lk, {t: (*lk, t) for t in NVLINK_ERROR_COUNTERS.values()})
                 lk, by_type = cached
+                where = f"gpu {index} link {link}"
                 up_rows.append((lk, 1.0 if reading.up else 0.0))
-                if reading.speed_mbytes is not None:
-                    speed_rows.append((lk, reading.speed_mbytes * 1e6))
+                mbytes = reading.speed_mbytes
+                if mbytes is not None:
+                    if _plausible(mbytes, MAX_NVLINK_MBYTES):
+                        speed_rows.append((lk, mbytes * 1e6))
+                    else:
+                        problems.append(FileProblem(where, f"{where}: impossible link speed", OUT_OF_RANGE))
                 for type_name, value in reading.errors.items():
+                    if not _plausible(value, MAX_COUNTER):
+                        problems.append(FileProblem(where, f"{where}: impossible {type_name} counter", OUT_OF_RANGE))
+                        continue
+                    key = (index, uuid, link, type_name)
+                    previous = last.get(key, -1)
+                    last[key] = value
+                    if value < previous:
+                        problems.append(
+                            FileProblem(
+                                where,
+                                f"{where}: {type_name} counter went backwards ({previous} -> {value}); withheld",
+                                WENT_BACKWARDS,
+                            )
+                        )
+                        continue
                     error_rows.append((by_type.get(type_name) or (*lk, type_name), float(value)))
                 for problem in reading.problems:
-                    problems.append((f"gpu {index} link {link}", problem))
+                    problems.append(FileProblem(where, problem, UNREADABLE))
             supported.add((index, uuid, *extra_values), 1.0 if has_nvlink else 0.0)
-        return CollectResult([supported, up, speed, errors], problems)
+        problems += _missing(len(devices), self.expected_devices, "nvml", "GPUs", "--expected-gpus")
+        return CollectResult([supported, up, speed, errors], problems, len(devices))
 
 
 class FabricCollector(Collector):
-    """Runs every sub-collector on each scrape and reports each one's success and duration.
+    """Runs every sub-collector on each scrape and reports each one's success, problems, devices and duration.
 
     A sub-collector that raises reports success 0 and contributes no series; one with partial problems
-    (an unreadable or malformed file) reports success 0 but still serves what it could read. Each distinct
-    problem is logged once per process.
+    (an unreadable or impossible file, fewer devices than expected) reports success 0 but still serves what it
+    could read. Each distinct cause (collector, where, kind) is logged once per process.
     """
 
     def __init__(self, subs: Sequence[SubCollector], once: OnceLogger, const_labels: dict[str, str]) -> None:
@@ -173,6 +248,8 @@ class FabricCollector(Collector):
         self.once = once
         self.const_labels = const_labels
         self._renderer = TextRenderer()
+        self._errors = {(sub.name, kind): 0 for sub in self.subs for kind in PROBLEM_KINDS}
+        self._errors_lock = threading.Lock()
 
     def describe(self) -> Iterable[Metric]:
         return []  # unchecked collector: the series set depends on the hardware
@@ -184,6 +261,19 @@ class FabricCollector(Collector):
     def render(self) -> bytes:
         """The scrape as Prometheus text; same bytes as ``generate_latest`` over this collector."""
         return self._renderer.render(self.collect_families())
+
+    def _problems(self, sub: SubCollector, problems: Sequence[FileProblem]) -> None:
+        with self._errors_lock:
+            for p in problems:
+                self._errors[(sub.name, p.kind)] = self._errors.get((sub.name, p.kind), 0) + 1
+        for p in problems:
+            self.once.error(
+                (sub.name, p.path, p.kind),
+                f"collector {sub.name}: {p.reason}",
+                collector=sub.name,
+                where=p.path,
+                kind=p.kind,
+            )
 
     def collect_families(self) -> list[Family]:
         extra_names = tuple(self.const_labels)
@@ -204,37 +294,62 @@ class FabricCollector(Collector):
             "Files or calls that failed in this scrape (the rest was still served).",
             labels,
         )
+        errors = Family(
+            f"{METRIC_PREFIX}_collector_errors",
+            "counter",
+            "Problems found since the exporter started, by kind (unreadable, malformed, out_of_range, "
+            "went_backwards, devices_missing, failed).",
+            ("collector", "kind", *extra_names),
+        )
+        devices_g = Family(
+            f"{METRIC_PREFIX}_devices",
+            "gauge",
+            "Devices the collector found in this scrape (InfiniBand HCAs, NVML GPUs).",
+            labels,
+        )
+        expected_g = Family(
+            f"{METRIC_PREFIX}_devices_expected",
+            "gauge",
+            "Devices the node should have (--expected-hcas, --expected-gpus); 0: no expectation.",
+            labels,
+        )
         out: list[Family] = []
         for sub in self.subs:
             start = time.perf_counter()
             ok = 1.0
-            n_problems = 0
+            devices = 0
             try:
                 result = sub.collect()
             except Exception as exc:  # a collector must never take the scrape down
                 ok = 0.0
-                n_problems = 1
+                found = [FileProblem(sub.name, f"failed: {type(exc).__name__}: {str(exc)[:300]}", FAILED)]
+                found += _missing(0, sub.expected_devices, sub.name, "devices", "the collector failed")
                 self.once.error(
-                    (sub.name, "failed", type(exc).__name__, str(exc)),
-                    f"collector {sub.name} failed: {exc}",
+                    (sub.name, "failed", type(exc).__name__, str(exc)[:300]),
+                    f"collector {sub.name} failed: {str(exc)[:300]}",
                     collector=sub.name,
                     error_type=type(exc).__name__,
                 )
+                with self._errors_lock:
+                    for p in found:
+                        self._errors[(sub.name, p.kind)] += 1
+                n_problems = len(found)
             else:
                 out.extend(result.families)
+                devices = result.devices
                 n_problems = len(result.problems)
                 if result.problems:
                     ok = 0.0
-                for where, what in result.problems:
-                    self.once.error(
-                        (sub.name, where, what),
-                        f"collector {sub.name}: {what}",
-                        collector=sub.name,
-                        where=where,
-                    )
+                self._problems(sub, result.problems)
             lv = (sub.name, *extra_values)
             success.add(lv, ok)
             problems_g.add(lv, float(n_problems))
+            devices_g.add(lv, float(devices))
+            expected_g.add(lv, float(sub.expected_devices))
             duration.add(lv, time.perf_counter() - start)
-        out += [success, problems_g, duration]
+        with self._errors_lock:
+            for sub in self.subs:
+                for kind in PROBLEM_KINDS:
+                    errors.add((sub.name, kind, *extra_values), float(self._errors[(sub.name, kind)]))
+        out += [success, problems_g, duration, errors, devices_g, expected_g]
         return out

@@ -10,6 +10,13 @@ Units and widths follow the InfiniBand Architecture Specification (PortCounters 
   "no errors") and flagged by ``gpucluster_fabric_infiniband_counter_saturated{counter=...} 1`` instead.
   Kernels that read PortCountersExtended report 64-bit data counters; those only reach 2^32-1 by
   coincidence for one scrape, which costs one missing sample.
+
+What the kernel cannot have written is a *problem* of the collector, never a sample: a counter file that is not a
+plain non-negative integer (garbage bytes, ``N/A``, ``nan``, ``1.5``, ``+5``, ``1_000``), a negative one or one beyond
+2^64-1, a counter lower than at the previous scrape (it is withheld for that scrape: a counter reset, or a read gone
+wrong, must not reach ``rate()`` as a jump), a state or rate that no port has, and a sysfs root that does not exist or
+has no ``class/`` directory (a missing mount, not "no InfiniBand driver"). Each problem has a kind
+(`PROBLEM_KINDS`); the collector counts them, reports success 0 and logs each cause once.
 """
 
 from __future__ import annotations
@@ -78,8 +85,26 @@ COUNTERS: dict[str, CounterSpec] = {
     "multicast_rcv_packets": CounterSpec("multicast_rcv", None),
 }
 
-_RATE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*Gb/sec")
-_STATE_RE = re.compile(r"^\s*(\d+)\s*:\s*(\S.*?)\s*$")
+_RATE_RE = re.compile(r"^\s*(\d{1,7}(?:\.\d{1,6})?)\s*Gb/sec")
+_STATE_RE = re.compile(r"^\s*(\d{1,3})\s*:\s*(\S.*?)\s*$")
+
+#: The largest value a (64-bit) hardware counter can hold.
+MAX_COUNTER = 2**64 - 1
+#: Port states and physical states are small numbers (IBA: 0-5 and 0-7); anything larger is not a port state.
+MAX_STATE_ID = 15
+#: Faster than any link that exists (1.6 Tb/s XDR is 1600); beyond is not a rate.
+MAX_RATE_GBPS = 100_000
+#: Longest attribute text (firmware version, board id, link layer, rate) kept as a label value.
+MAX_LABEL_TEXT = 128
+
+# Kinds of problem, the ``kind`` label of gpucluster_fabric_collector_errors_total.
+UNREADABLE = "unreadable"  # a file, directory or call that fails
+MALFORMED = "malformed"  # content the kernel does not write there
+OUT_OF_RANGE = "out_of_range"  # a number no counter, state or rate can have
+WENT_BACKWARDS = "went_backwards"  # a counter below its previous reading
+DEVICES_MISSING = "devices_missing"  # fewer devices than the node should have, or no sysfs at all
+FAILED = "failed"  # the whole collector raised
+PROBLEM_KINDS = (UNREADABLE, MALFORMED, OUT_OF_RANGE, WENT_BACKWARDS, DEVICES_MISSING, FAILED)
 
 
 class SysfsParseError(ValueError):
@@ -112,6 +137,7 @@ class DeviceReading:
 class FileProblem:
     path: str
     reason: str
+    kind: str = UNREADABLE
 
 
 @dataclass
@@ -123,9 +149,12 @@ class Snapshot:
 def parse_state(text: str, path: str) -> tuple[int, str]:
     """``"4: ACTIVE"`` -> ``(4, "ACTIVE")``."""
     m = _STATE_RE.match(text)
-    if not m:
+    if not m or len(m.group(2)) > MAX_LABEL_TEXT:
         raise SysfsParseError(f"{path}: expected '<number>: <NAME>', got {text.strip()[:60]!r}")
-    return int(m.group(1)), m.group(2)
+    state = int(m.group(1))
+    if state > MAX_STATE_ID:
+        raise SysfsParseError(f"{path}: state {state} is beyond any port state (0-{MAX_STATE_ID})")
+    return state, m.group(2)
 
 
 def parse_rate(text: str, path: str) -> float:
@@ -133,7 +162,46 @@ def parse_rate(text: str, path: str) -> float:
     m = _RATE_RE.match(text)
     if not m:
         raise SysfsParseError(f"{path}: expected '<n> Gb/sec (...)', got {text.strip()[:60]!r}")
-    return float(m.group(1)) * 1e9 / 8
+    gbps = float(m.group(1))
+    if gbps > MAX_RATE_GBPS:
+        raise SysfsParseError(f"{path}: {gbps:g} Gb/sec is beyond any link (at most {MAX_RATE_GBPS})")
+    return gbps * 1e9 / 8
+
+
+def counter_value(raw: bytes) -> int | None:
+    """The counter in ``raw`` (ASCII digits, surrounding whitespace allowed), None when it is not a valid one."""
+    try:
+        value = int(raw)
+    except ValueError:
+        return None
+    if value < 0 or value > MAX_COUNTER or b"_" in raw or b"+" in raw:
+        return None
+    return value
+
+
+def counter_problem(raw: bytes, path: str) -> FileProblem:
+    """Why ``raw`` is not a counter (for a value `counter_value` refused)."""
+    text = raw.decode("ascii", errors="replace").strip()
+    stripped = raw.strip()
+    if stripped.startswith(b"-") and stripped[1:].isdigit():
+        return FileProblem(path, f"{path}: a counter cannot be negative, got {text[:60]!r}", OUT_OF_RANGE)
+    if stripped.isdigit():
+        return FileProblem(path, f"{path}: a {len(stripped)}-digit value is beyond a 64-bit counter", OUT_OF_RANGE)
+    return FileProblem(path, f"{path}: expected a non-negative integer, got {text[:60]!r}", MALFORMED)
+
+
+def backwards_problem(path: str, previous: int, value: int) -> FileProblem:
+    return FileProblem(
+        path, f"{path}: counter went backwards ({previous} -> {value}); withheld for this scrape", WENT_BACKWARDS
+    )
+
+
+def label_text(raw: str) -> str:
+    """An attribute's text as a label value: stripped, printable, at most MAX_LABEL_TEXT characters."""
+    text = raw.strip()
+    if not text.isprintable():
+        text = "".join(c if c.isprintable() else "?" for c in text)
+    return text[:MAX_LABEL_TEXT]
 
 
 def parse_counter(text: str, path: str) -> int:
@@ -229,13 +297,9 @@ def _read_counter_dir(directory: str, out: dict[str, int], problems: list[FilePr
             # Some drivers expose counters that error on read (EINVAL) when the port does not support them.
             problems.append(FileProblem(path, f"cannot read: {exc.strerror or exc}"))
             continue
-        try:
-            value = int(raw)  # int() takes ASCII bytes and ignores surrounding whitespace
-        except ValueError:
-            value = -1
-        if value < 0 or b"_" in raw:
-            text = raw.decode("ascii", errors="replace").strip()
-            problems.append(FileProblem(path, f"{path}: expected a non-negative integer, got {text[:60]!r}"))
+        value = counter_value(raw)
+        if value is None:
+            problems.append(counter_problem(raw, path))
             continue
         out[name] = value
 
@@ -251,13 +315,14 @@ def _read_port_attrs(port_dir: str, port: PortReading, problems: list[FileProble
                 port.phys_state = parse_state(text, path)
             elif attr == "rate":
                 port.rate_bytes = parse_rate(text, path)
-                port.rate_text = text.strip()
+                port.rate_text = label_text(text)
             else:
-                port.link_layer = text.strip()
+                port.link_layer = label_text(text)
         except FileNotFoundError:
             continue
         except SysfsParseError as exc:
-            problems.append(FileProblem(path, str(exc)))
+            kind = OUT_OF_RANGE if "beyond" in str(exc) else MALFORMED
+            problems.append(FileProblem(path, str(exc), kind))
         except OSError as exc:
             problems.append(FileProblem(path, f"cannot read: {exc.strerror or exc}"))
 
@@ -265,7 +330,7 @@ def _read_port_attrs(port_dir: str, port: PortReading, problems: list[FileProble
 def _read_device_attrs(dev_dir: str, dev: DeviceReading, reader: SysfsReader) -> None:
     for attr in ("fw_ver", "board_id", "hca_type"):
         with contextlib.suppress(OSError):  # optional identity attributes
-            setattr(dev, attr, reader.read(f"{dev_dir}/{attr}").strip())
+            setattr(dev, attr, label_text(reader.read(f"{dev_dir}/{attr}")))
 
 
 def _list_ports(ports_dir: str, problems: list[FileProblem]) -> list[str]:
@@ -276,17 +341,30 @@ def _list_ports(ports_dir: str, problems: list[FileProblem]) -> list[str]:
         return []
 
 
+def sysfs_root_problem(sysfs_root: str) -> FileProblem | None:
+    """A sysfs root that does not exist, or has no ``class/`` directory: a missing mount, not a node without IB."""
+    if not os.path.isdir(sysfs_root):
+        return FileProblem(sysfs_root, f"sysfs root {sysfs_root} does not exist: is /sys mounted?", DEVICES_MISSING)
+    if not os.path.isdir(os.path.join(sysfs_root, "class")):
+        return FileProblem(
+            sysfs_root, f"sysfs root {sysfs_root} has no class/ directory: not a sysfs mount", DEVICES_MISSING
+        )
+    return None
+
+
 def read_infiniband(sysfs_root: str, reader: SysfsReader = _ONE_SHOT) -> Snapshot:
     """Read every device and port below ``<sysfs_root>/class/infiniband``.
 
     Raises ``OSError`` only when the class directory itself is unreadable; per-file problems are returned.
-    A missing class directory (no InfiniBand driver loaded) is an empty snapshot.
+    A missing ``class/infiniband`` (no InfiniBand driver loaded) is an empty snapshot; a missing sysfs root (or one
+    without ``class/``) is an empty snapshot with a problem.
     """
     base = os.path.join(sysfs_root, "class", "infiniband")
     problems: list[FileProblem] = []
     devices: list[DeviceReading] = []
     if not os.path.isdir(base):
-        return Snapshot(devices, problems)
+        root_problem = sysfs_root_problem(sysfs_root)
+        return Snapshot(devices, [root_problem] if root_problem else problems)
     for dev_name in sorted(os.listdir(base)):
         dev_dir = f"{base}/{dev_name}"
         dev = DeviceReading(dev_name)
@@ -435,6 +513,8 @@ class _PortPlan:
             )
         self.entries += [(f"{port_dir}/hw_counters/{n}", "", (*pl, n), 1, -1, ()) for n in hw]
         self.fds: list[int] = [-1] * len(self.entries)
+        #: Each counter's previous reading (-1: none yet), to catch one that goes backwards.
+        self.last: list[int] = [-1] * len(self.entries)
 
     def close(self) -> int:
         closed = 0
@@ -463,7 +543,9 @@ class InfinibandScraper:
         self.relist_seconds = self.RELIST_SECONDS
         # directory -> ((inode, mtime_ns), listed at (monotonic), sorted names)
         self._listings: dict[str, tuple[tuple[int, int], float, tuple[str, ...]]] = {}
+        self.sysfs_root = sysfs_root
         self.base = os.path.join(sysfs_root, "class", "infiniband")
+        self.devices = 0
         self.extra_names = tuple(const_labels)
         self.extra_values = tuple(const_labels.values())
         self.reader = reader
@@ -509,6 +591,7 @@ class InfinibandScraper:
         hw_rows = fams.hw.rows
         by_key = fams.by_key
         fds = plan.fds
+        last = plan.last
         pread = os.pread
         for i, (path, family, labels, scale, limit, sat_labels) in enumerate(plan.entries):
             fd = fds[i]
@@ -541,9 +624,13 @@ class InfinibandScraper:
                 value = int(raw)  # ASCII bytes, surrounding whitespace ignored
             except ValueError:
                 value = -1
-            if value < 0 or b"_" in raw:
-                text = raw.decode("ascii", errors="replace").strip()
-                problems.append(FileProblem(path, f"{path}: expected a non-negative integer, got {text[:60]!r}"))
+            if value < 0 or value > MAX_COUNTER or b"_" in raw or b"+" in raw:
+                problems.append(counter_problem(raw, path))
+                continue
+            previous = last[i]
+            last[i] = value
+            if value < previous:
+                problems.append(backwards_problem(path, previous, value))
                 continue
             if not family:
                 hw_rows.append((labels, float(value)))
@@ -556,11 +643,14 @@ class InfinibandScraper:
             by_key[family].rows.append((labels, float(value * scale)))
 
     def scrape(self) -> tuple[list[Family], list[FileProblem]]:
+        """The families of one scrape and its problems; ``devices`` is then the number of HCAs found."""
         problems: list[FileProblem] = []
         fams = _Families(self.extra_names)
+        self.devices = 0
         if not os.path.isdir(self.base):
             self.close()
-            return fams.ordered(), problems
+            root_problem = sysfs_root_problem(self.sysfs_root)
+            return fams.ordered(), [root_problem] if root_problem else problems
         extra_values = self.extra_values
         now = time.monotonic()
         live: set[str] = set()
@@ -569,6 +659,7 @@ class InfinibandScraper:
             dev = DeviceReading(dev_name)
             _read_device_attrs(dev_dir, dev, self.reader)
             fams.add_device(dev, extra_values)
+            self.devices += 1
             ports_dir = f"{dev_dir}/ports"
             for port_name in _list_ports(ports_dir, problems):
                 port_dir = f"{ports_dir}/{port_name}"

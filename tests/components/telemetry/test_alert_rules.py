@@ -169,6 +169,68 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
             [],
         ),
     ),
+    "FabricDevicesMissing": (
+        case(
+            [
+                ('gpucluster_fabric_devices_expected{node="gpu-node-1",collector="infiniband"}', "8x20"),
+                ('gpucluster_fabric_devices{node="gpu-node-1",collector="infiniband"}', "0x20"),
+            ],
+            "FabricDevicesMissing",
+            "12m",
+            [{"node": "gpu-node-1", "collector": "infiniband", "severity": "critical"}],
+        ),
+        case(
+            [
+                ('gpucluster_fabric_devices_expected{node="gpu-node-1",collector="infiniband"}', "8x20"),
+                ('gpucluster_fabric_devices{node="gpu-node-1",collector="infiniband"}', "8x20"),
+            ],
+            "FabricDevicesMissing",
+            "12m",
+            [],
+        ),
+    ),
+    "FabricDevicesMissing-one-hca-short": (
+        case(
+            [
+                ('gpucluster_fabric_devices_expected{node="gpu-node-1",collector="infiniband"}', "8x20"),
+                ('gpucluster_fabric_devices{node="gpu-node-1",collector="infiniband"}', "7x20"),
+            ],
+            "FabricDevicesMissing",
+            "12m",
+            [{"node": "gpu-node-1", "collector": "infiniband", "severity": "critical"}],
+        ),
+        # no expectation set (0): a node without HCAs is fine
+        case(
+            [
+                ('gpucluster_fabric_devices_expected{node="gpu-node-1",collector="infiniband"}', "0x20"),
+                ('gpucluster_fabric_devices{node="gpu-node-1",collector="infiniband"}', "0x20"),
+            ],
+            "FabricDevicesMissing",
+            "12m",
+            [],
+        ),
+    ),
+    "FabricDevicesMissing-brief": (
+        case(
+            [
+                ('gpucluster_fabric_devices_expected{node="gpu-node-1",collector="nvlink"}', "8x20"),
+                ('gpucluster_fabric_devices{node="gpu-node-1",collector="nvlink"}', "0x20"),
+            ],
+            "FabricDevicesMissing",
+            "11m",
+            [{"node": "gpu-node-1", "collector": "nvlink", "severity": "critical"}],
+        ),
+        # short for less than collectorFailingMinutes (a driver reload): quiet
+        case(
+            [
+                ('gpucluster_fabric_devices_expected{node="gpu-node-1",collector="nvlink"}', "8x20"),
+                ('gpucluster_fabric_devices{node="gpu-node-1",collector="nvlink"}', "0 0 0 0 0 8 8 8 8 8 8 8 8 8 8 8"),
+            ],
+            "FabricDevicesMissing",
+            "11m",
+            [],
+        ),
+    ),
     "FabricExporterCollectorFailing": (
         case(
             [('gpucluster_fabric_collector_success{node="gpu-node-1",collector="nvlink"}', "0x20")],
@@ -219,7 +281,7 @@ def test_rule_file_passes_promtool_check(tmp_path: Path) -> None:
     path.write_text(yaml.safe_dump(rule_groups(TelemetrySettings()), sort_keys=False))
     proc = subprocess.run([promtool, "check", "rules", str(path)], capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "SUCCESS: 8 rules found" in proc.stdout
+    assert "SUCCESS: 9 rules found" in proc.stdout
 
 
 def test_all_cases_pass_under_promtool(tmp_path: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import urllib.error
@@ -78,6 +79,9 @@ def test_without_nvml_library_the_infiniband_series_are_still_served(sysfs_copy:
         (["--port=70000"], "--port: 70000 is not a TCP port"),
         (["--port=abc"], "argument --port: invalid int value: 'abc'"),
         (["--nvml-fixture=/nonexistent.json"], "--nvml-fixture: NVML fixture /nonexistent.json: FileNotFoundError"),
+        (["--expected-hcas=-1"], "--expected-hcas: -1 is not a device count (0-4096)"),
+        (["--expected-gpus=99999"], "--expected-gpus: 99999 is not a device count (0-4096)"),
+        (["--expected-hcas=two"], "argument --expected-hcas: invalid int value: 'two'"),
     ],
 )
 def test_bad_flags_are_clear_errors_not_tracebacks(args: list[str], message: str) -> None:
@@ -107,3 +111,22 @@ def test_port_in_use_is_a_logged_error(sysfs_copy: Path) -> None:
     assert entry["msg"] == "cannot listen"
     assert entry["port"] == exp.port
     assert "Traceback" not in out.stderr
+
+
+def test_a_node_missing_its_hcas_is_not_a_healthy_scrape(tmp_path: Path, sysfs_copy: Path) -> None:
+    empty = start_exporter(f"--sysfs-root={tmp_path / 'no-sys'}", "--collectors=infiniband", "--expected-hcas=8")
+    try:
+        body = empty.get("/metrics")
+    finally:
+        empty.stop()
+    assert re.search(r'gpucluster_fabric_collector_success\{collector="infiniband",node="[^"]*"\} 0\n', body)
+    assert re.search(r'gpucluster_fabric_devices_expected\{collector="infiniband",node="[^"]*"\} 8\n', body)
+    assert re.search(r'gpucluster_fabric_devices\{collector="infiniband",node="[^"]*"\} 0\n', body)
+    full = start_exporter(f"--sysfs-root={sysfs_copy}", "--collectors=infiniband", "--expected-hcas=4", "--node-name=n")
+    try:
+        body = full.get("/metrics")
+    finally:
+        full.stop()
+    assert 'gpucluster_fabric_devices{collector="infiniband",node="n"} 4\n' in body
+    missing = 'gpucluster_fabric_collector_errors_total{collector="infiniband",kind="devices_missing",node="n"}'
+    assert f"{missing} 0\n" in body
