@@ -50,7 +50,7 @@ def read_capped(stream: BinaryIO | _Readable, limit: int = DEFAULT_REPLY_LIMIT) 
 def decode_json(raw: bytes, what: str = "reply") -> Any:
     """The JSON value of ``raw``; ReplyError when it is not UTF-8 JSON or nests deeper than the parser goes."""
     try:
-        return json.loads(raw)
+        return json.loads(raw.decode("utf-8"))
     except UnicodeDecodeError:
         raise ReplyError("", f"{what} is not UTF-8 text") from None
     except json.JSONDecodeError as exc:
