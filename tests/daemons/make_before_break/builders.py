@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from typing import Any, TypeVar
 
+from daemons.make_before_break.decide import (
+    ReleaseNode,
+    ReserveNode,
+    SetCheckPending,
+    SetCheckReady,
+    SetDeletionCost,
+    SetPlacement,
+)
 from daemons.make_before_break.model import (
     CheckState,
     Deployment,
@@ -56,3 +64,32 @@ def observe(
 def of(actions: Sequence[object], kind: type[T]) -> list[T]:
     """The actions of one kind, in order."""
     return [a for a in actions if isinstance(a, kind)]
+
+
+def apply(obs: Observation, actions: Iterable[object]) -> Observation:
+    """The observation after the actions were written (no other controller moves in between)."""
+    nodes = {n.name: n for n in obs.nodes or ()}
+    pods = {p.key: p for p in obs.pods or ()}
+    deps = {d.key: d for d in obs.deployments or ()}
+    workloads = {w.uid: w for w in obs.workloads or ()}
+    for a in actions:
+        if isinstance(a, ReserveNode):
+            nodes[a.node] = replace(nodes[a.node], reserved_for=a.uid)
+        elif isinstance(a, ReleaseNode) and nodes[a.node].reserved_for == a.uid:
+            nodes[a.node] = replace(nodes[a.node], reserved_for=None)
+        elif isinstance(a, SetDeletionCost):
+            pods[(a.namespace, a.pod)] = replace(pods[(a.namespace, a.pod)], deletion_cost=a.cost)
+        elif isinstance(a, SetPlacement):
+            key = (a.namespace, a.deployment)
+            deps[key] = replace(deps[key], flips=frozenset(a.flips), epoch=a.epoch, phase=a.phase, note=a.note)
+        elif isinstance(a, SetCheckPending):
+            workloads[a.uid] = replace(workloads[a.uid], check_message=a.message)
+        elif isinstance(a, SetCheckReady):
+            workloads[a.uid] = replace(workloads[a.uid], check=CheckState.READY, check_message=a.message)
+    return replace(
+        obs,
+        nodes=tuple(nodes.values()),
+        pods=tuple(pods.values()),
+        deployments=tuple(deps.values()),
+        workloads=tuple(workloads.values()),
+    )
