@@ -24,6 +24,7 @@ DAEMON_MODULES = (
     "daemons.fabric_exporter.__main__",
     "daemons.burst_provider.__main__",
     "daemons.taint_controller.__main__",
+    "daemons.make_before_break.__main__",
     "daemons.burst_provider.providers.fake",
     "daemons.burst_provider.providers.runpod",
     "daemons.burst_provider.providers.kubernetes.provider",

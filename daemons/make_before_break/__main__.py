@@ -1,0 +1,205 @@
+"""``gpucluster-make-before-break``: the Kueue AdmissionCheck controller that makes room before a training gang.
+
+Serves ``/metrics`` and ``/healthz``. Logs are JSON, one object per line, on stderr. SIGTERM and SIGINT stop it
+gracefully: the loop ends, the Lease is released (a standby takes over at once) and the process exits 0. Bad
+settings: one message naming every problem, exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import socket
+import sys
+import threading
+from collections.abc import Sequence
+
+from components.issues import SettingsError
+from daemons.make_before_break.controller import Controller, CycleResult
+from daemons.make_before_break.kube import KubeApi
+from daemons.make_before_break.metrics import Metrics
+from daemons.make_before_break.settings import CONTROLLER_NAME, MakeBeforeBreakSettings, load_settings
+from daemons.taint_controller.kube import KubeLeaseApi, LeaderElector, load_kube_config
+from daemons.toolkit.http import HttpService, Routes
+from daemons.toolkit.listen import ListenError, parse_listen
+from daemons.toolkit.logs import LEVELS, setup_logging
+from daemons.toolkit.shutdown import Step, StopSignal, drain
+
+log = logging.getLogger("make_before_break")
+
+PROG = "gpucluster-make-before-break"
+EXIT_BAD_SETTINGS = 2
+DRAIN_EXTRA_SECONDS = 15.0
+
+
+def default_identity() -> str:
+    """The pod name (downward API ``POD_NAME``) or the hostname, plus the PID: unique per process."""
+    return f"{os.environ.get('POD_NAME') or socket.gethostname()}_{os.getpid()}"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog=PROG,
+        description=(
+            f"The Kueue AdmissionCheck controller for controllerName {CONTROLLER_NAME}: before a training gang is "
+            "admitted, reserve the nodes it needs, roll the inference Deployments in the way off them "
+            "make-before-break, and set the check Ready (with podSetUpdates for the reservation) once the GPUs are "
+            "free; after maxHold, Ready anyway. Only the holder of the Lease writes. Metrics are prefixed "
+            "gpucluster_make_before_break_."
+        ),
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument(
+        "--settings",
+        required=True,
+        metavar="FILE",
+        help="settings file: JSON when it ends in .json, YAML otherwise (camelCase keys; see the README)",
+    )
+    p.add_argument(
+        "--kubeconfig",
+        default=None,
+        metavar="FILE",
+        help="kubeconfig to use (default: the in-cluster service account, else ~/.kube/config)",
+    )
+    p.add_argument(
+        "--listen", default=":9103", metavar="[HOST]:PORT", help="where to serve /metrics and /healthz (port 0: any)"
+    )
+    p.add_argument(
+        "--identity", default=None, help="leader election identity (default: $POD_NAME or the hostname, then _<pid>)"
+    )
+    p.add_argument(
+        "--once",
+        action="store_true",
+        help="run one cycle (taking the Lease if it is free, releasing it after), print the observation's problems, "
+        "the decided actions and what was written as JSON on stdout and exit; no HTTP server",
+    )
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="observe, decide and log what would change, but write nothing: no patch, no apply, no Event, no Lease "
+        "(the replica behaves as leader for its decisions)",
+    )
+    p.add_argument(
+        "--log-level", default="info", choices=LEVELS, help="minimum level of the JSON log lines written to stderr"
+    )
+    return p
+
+
+def _build(
+    args: argparse.Namespace, settings: MakeBeforeBreakSettings, identity: str
+) -> tuple[Controller, LeaderElector | None, Metrics]:
+    api_client = load_kube_config(args.kubeconfig)
+    metrics = Metrics()
+    elector: LeaderElector | None = None
+    if not args.dry_run:
+        elector = LeaderElector(
+            KubeLeaseApi(api_client),
+            settings.namespace,
+            settings.lease_name,
+            identity,
+            lease_duration_s=settings.lease_duration_seconds,
+            renew_deadline_s=settings.renew_deadline_seconds,
+            on_change=lambda leader: metrics.is_leader.set(1 if leader else 0),
+        )
+    controller = Controller(
+        settings,
+        KubeApi(api_client, settings.request_timeout_seconds),
+        metrics,
+        is_leader=elector.is_leader if elector else (lambda: True),
+        identity=identity,
+        dry_run=args.dry_run,
+    )
+    return controller, elector, metrics
+
+
+def summary(result: CycleResult) -> dict[str, object]:
+    return {
+        "leader": result.leader,
+        "unknown": dict(result.observed.problems),
+        "active": result.active,
+        "actions": [{"kind": type(a).__name__, "reason": a.reason} for a in result.decision.actions],
+        "outcomes": [{"kind": o.kind, "target": o.target, "result": o.result} for o in result.outcomes],
+        "workloads": [
+            {"workload": r.ref, "phase": r.phase, "heldSeconds": round(r.held_s, 1), "detail": r.detail}
+            for r in result.decision.workloads
+        ],
+        "notes": list(result.notes),
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        host, port = parse_listen(args.listen, default_host="0.0.0.0")
+    except ListenError as exc:
+        parser.error(str(exc))
+    setup_logging(args.log_level)
+    try:
+        settings = load_settings(args.settings)
+    except SettingsError as exc:
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return EXIT_BAD_SETTINGS
+    if not settings.enabled:
+        log.info("disabled in the settings (enabled: false); nothing to do")
+        return 0
+    identity = args.identity or default_identity()
+    try:
+        controller, elector, metrics = _build(args, settings, identity)
+    except Exception as exc:  # no kubeconfig, no service account
+        log.error("cannot configure the Kubernetes client", extra={"error": str(exc)})
+        return 1
+    if args.once:
+        if elector is not None:
+            elector.try_acquire_or_renew()
+        try:
+            result = controller.cycle()
+        finally:
+            if elector is not None:
+                elector.release()
+        print(json.dumps(summary(result)))
+        return 0
+    try:
+        service = HttpService(host, port, Routes(metrics=metrics.render), log=log, server_version=PROG)
+    except OSError as exc:
+        log.error("cannot listen", extra={"address": host, "port": port, "error": str(exc)})
+        return 1
+    stop = StopSignal(log).install()
+    if elector is not None:
+        elector.try_acquire_or_renew()
+    service.start()
+    election: threading.Thread | None = None
+    if elector is not None:
+        election = threading.Thread(
+            target=elector.run, args=(stop.stop, settings.retry_period_seconds), name="election", daemon=True
+        )
+        election.start()
+    log.info(
+        "running",
+        extra={
+            "identity": identity,
+            "check": settings.admission_check_name,
+            "lease": f"{settings.namespace}/{settings.lease_name}",
+            "listen": f"{host}:{service.port}",
+            "dry_run": args.dry_run,
+        },
+    )
+    try:
+        controller.run(stop.stop)
+    finally:
+        stop.stop.set()
+        steps: list[Step] = []
+        if election is not None:
+            steps.append(("election", election.join))
+        if elector is not None:
+            steps.append(("release-lease", elector.release))
+        steps.append(("http", service.stop))
+        drain(steps, timeout_s=settings.retry_period_seconds + DRAIN_EXTRA_SECONDS, log=log)
+    log.info("stopped")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,328 @@
+"""One cycle of the make-before-break controller (observe -> decide -> apply), and the loop that runs it.
+
+Every replica observes and decides (its metrics and logs say what it would do); only the leader writes, and it
+checks its leadership again before each write. The clock is passed in: ``now`` is Unix seconds, the scale of the
+API's timestamps that maxHold and nodeGrace are measured from.
+
+Events an operator reads in ``kubectl describe``: on the Workload (its namespace) when its check goes Ready or a
+fallback happens, when its progress message changes, and when a write for it fails; on Nodes (namespace
+``default``) when one is reserved or released, or a write to it fails; on the AdmissionCheck when its
+controllerName is not ours.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from daemons.make_before_break.decide import (
+    Action,
+    Decision,
+    ReleaseNode,
+    ReserveNode,
+    SetCheckPending,
+    SetCheckReady,
+    SetDeletionCost,
+    SetPlacement,
+    decide,
+)
+from daemons.make_before_break.kube import (
+    EVENT_NAMESPACE,
+    KUEUE_API,
+    ConflictError,
+    KubeApi,
+    KubeError,
+    Observed,
+    TranslationError,
+    active_body,
+    check_body,
+    check_entry,
+    controller_name_of,
+    deletion_cost_patch,
+    event_body,
+    observe,
+    placement_body,
+    read_lists,
+    release_ops,
+    reserve_ops,
+)
+from daemons.make_before_break.metrics import Metrics
+from daemons.make_before_break.model import CheckState
+from daemons.make_before_break.settings import CONTROLLER_NAME, MakeBeforeBreakSettings
+
+log = logging.getLogger("make_before_break")
+
+# Event reasons.
+REASON_RESERVED = "NodeReserved"
+REASON_RELEASED = "NodeReleased"
+REASON_MAKING_ROOM = "MakingRoom"
+REASON_ROOM_MADE = "RoomMade"
+REASON_FALLBACK = {"max-hold": "FallbackMaxHold", "no-capacity": "FallbackNoCapacity"}
+REASON_WRITE_FAILED = "MakeBeforeBreakWriteFailed"
+REASON_NOT_OURS = "AdmissionCheckNotOurs"
+#: A Warning Event for the same problem on the same object goes out at most this often.
+WARNING_INTERVAL_S = 300.0
+
+
+def kind_of(action: Action) -> str:
+    return {
+        ReserveNode: "reserve-node",
+        ReleaseNode: "release-node",
+        SetDeletionCost: "set-deletion-cost",
+        SetPlacement: "set-placement",
+        SetCheckPending: "check-pending",
+        SetCheckReady: "check-ready",
+    }[type(action)]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    kind: str
+    target: str
+    #: applied, conflict, error, skipped
+    result: str
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class CycleResult:
+    leader: bool
+    observed: Observed
+    decision: Decision
+    outcomes: tuple[Outcome, ...] = ()
+    active: str | None = None
+    notes: tuple[str, ...] = field(default=())
+
+
+class Controller:
+    def __init__(
+        self,
+        settings: MakeBeforeBreakSettings,
+        api: KubeApi,
+        metrics: Metrics,
+        *,
+        is_leader: Callable[[], bool],
+        identity: str,
+        dry_run: bool = False,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.settings = settings
+        self.api = api
+        self.metrics = metrics
+        self.is_leader = is_leader
+        self.identity = identity
+        self.dry_run = dry_run
+        self._clock = clock
+        self.policy = settings.policy()
+        self._warned: dict[tuple[str, str], float] = {}
+
+    # ---------------------------------------------------------------- events
+
+    def _event(self, involved: dict[str, Any], namespace: str, event_type: str, reason: str, message: str) -> None:
+        if self.dry_run:
+            return
+        now = self._clock()
+        if event_type == "Warning":
+            key = (reason, f"{involved.get('namespace', '')}/{involved['name']}")
+            last = self._warned.get(key)
+            if last is not None and now - last < WARNING_INTERVAL_S:
+                return
+            self._warned[key] = now
+        try:
+            self.api.create_event(
+                event_body(
+                    involved,
+                    namespace,
+                    event_type=event_type,
+                    reason=reason,
+                    message=message,
+                    now=now,
+                    identity=self.identity,
+                )
+            )
+        except KubeError as exc:
+            log.warning("cannot record an event", extra={"reason": reason, "error": str(exc)})
+
+    def _node_event(self, name: str, uid: str | None, event_type: str, reason: str, message: str) -> None:
+        involved = {"apiVersion": "v1", "kind": "Node", "name": name, "uid": uid}
+        self._event(involved, EVENT_NAMESPACE, event_type, reason, message)
+
+    def _workload_event(self, ns: str, name: str, uid: str, *, event_type: str, reason: str, message: str) -> None:
+        involved = {"apiVersion": KUEUE_API, "kind": "Workload", "name": name, "namespace": ns, "uid": uid}
+        self._event(involved, ns, event_type, reason, message)
+
+    # ---------------------------------------------------------------- writes
+
+    def _apply(self, action: Action) -> str:
+        """Write one action; returns a detail for the log. KubeError (ConflictError) when it could not."""
+        key = self.settings.reservation_key
+        if isinstance(action, ReserveNode | ReleaseNode):
+            node = self.api.get_node(action.node)
+            build = reserve_ops if isinstance(action, ReserveNode) else release_ops
+            ops = build(node, key, action.uid)
+            if not ops:
+                return "already so"
+            self.api.patch_node(action.node, ops)
+            reserved = isinstance(action, ReserveNode)
+            self._node_event(
+                action.node,
+                node["metadata"].get("uid"),
+                "Normal",
+                REASON_RESERVED if reserved else REASON_RELEASED,
+                f"{'reserved for' if reserved else 'released by'} workload {action.uid}: {action.reason}",
+            )
+            return f"{len(ops)} patch operations"
+        if isinstance(action, SetDeletionCost):
+            self.api.patch_pod(action.namespace, action.pod, deletion_cost_patch(action.cost))
+            return f"deletion cost {action.cost}"
+        if isinstance(action, SetPlacement):
+            self.api.apply_deployment(placement_body(action))
+            return f"phase {action.phase.value if action.phase else 'home'}, epoch {action.epoch}"
+        workload = self.api.get_workload(action.namespace, action.workload)
+        meta = workload.get("metadata") or {}
+        entry = check_entry(workload, self.settings.admission_check_name)
+        if meta.get("uid") != action.uid or entry is None or entry.get("state") != CheckState.PENDING.value:
+            raise ConflictError(f"workload {action.namespace}/{action.workload} changed since it was observed")
+        self.api.apply_workload_status(check_body(action, workload, self.settings.admission_check_name, self._clock()))
+        if isinstance(action, SetCheckReady):
+            if action.fallback is not None:
+                self.metrics.fallbacks.labels(action.fallback.value).inc()
+                reason, kind = REASON_FALLBACK[action.fallback.value], "Warning"
+            else:
+                reason, kind = REASON_ROOM_MADE, "Normal"
+            self._workload_event(
+                action.namespace, action.workload, action.uid, event_type=kind, reason=reason, message=action.message
+            )
+        else:
+            self._workload_event(
+                action.namespace,
+                action.workload,
+                action.uid,
+                event_type="Normal",
+                reason=REASON_MAKING_ROOM,
+                message=action.message,
+            )
+        return "check " + ("Ready" if isinstance(action, SetCheckReady) else "Pending")
+
+    def _failed(self, action: Action, exc: KubeError) -> None:
+        message = f"cannot {kind_of(action)}: {exc}"
+        if isinstance(action, ReserveNode | ReleaseNode):
+            self._node_event(action.node, None, "Warning", REASON_WRITE_FAILED, message)
+        elif isinstance(action, SetCheckPending | SetCheckReady):
+            self._workload_event(
+                action.namespace,
+                action.workload,
+                action.uid,
+                event_type="Warning",
+                reason=REASON_WRITE_FAILED,
+                message=message,
+            )
+
+    def _target(self, action: Action) -> str:
+        if isinstance(action, ReserveNode | ReleaseNode):
+            return f"node/{action.node}"
+        if isinstance(action, SetDeletionCost):
+            return f"pod/{action.namespace}/{action.pod}"
+        if isinstance(action, SetPlacement):
+            return f"deployment/{action.namespace}/{action.deployment}"
+        return f"workload/{action.namespace}/{action.workload}"
+
+    def _run_action(self, action: Action) -> Outcome:
+        kind, target = kind_of(action), self._target(action)
+        if self.dry_run or not self.is_leader():
+            why = "dry run" if self.dry_run else "not the leader"
+            log.info(f"{why}: would {kind}", extra={"target": target, "reason": action.reason})
+            return Outcome(kind, target, "skipped", why)
+        try:
+            detail = self._apply(action)
+        except ConflictError as exc:
+            log.info("changed since observed; trying again next cycle", extra={"target": target, "error": str(exc)})
+            return Outcome(kind, target, "conflict", str(exc))
+        except (KubeError, TranslationError) as exc:
+            log.error("write failed", extra={"action": kind, "target": target, "error": str(exc)})
+            self._failed(action, exc if isinstance(exc, KubeError) else KubeError(str(exc)))
+            return Outcome(kind, target, "error", str(exc))
+        log.info(kind, extra={"target": target, "reason": action.reason, "detail": detail})
+        return Outcome(kind, target, "applied", detail)
+
+    def ensure_active(self) -> str:
+        """Set the AdmissionCheck's Active condition (Kueue treats a check without it as inactive)."""
+        name = self.settings.admission_check_name
+        try:
+            check = self.api.get_admission_check(name)
+            owner = controller_name_of(check)
+            if owner != CONTROLLER_NAME:
+                message = f"spec.controllerName is {owner!r}, not {CONTROLLER_NAME}: leaving it alone"
+                log.error("the admission check is not ours", extra={"check": name, "controller": owner})
+                involved = {"apiVersion": KUEUE_API, "kind": "AdmissionCheck", "name": name, "uid": None}
+                self._event(involved, EVENT_NAMESPACE, "Warning", REASON_NOT_OURS, message)
+                return "not ours"
+            body = active_body(check, self._clock())
+            if body is None:
+                return "active"
+            if self.dry_run:
+                return "would set Active"
+            self.api.apply_admission_check_status(body)
+        except (KubeError, TranslationError) as exc:
+            log.warning("cannot set the admission check Active", extra={"check": name, "error": str(exc)})
+            return f"error: {exc}"
+        log.info("set the admission check Active", extra={"check": name})
+        return "set Active"
+
+    # ---------------------------------------------------------------- the cycle
+
+    def cycle(self) -> CycleResult:
+        raw = read_lists(self.api, self.settings)
+        observed = observe(raw, self.settings)
+        for name, problem in observed.problems.items():
+            self.metrics.observe_errors.labels(name).inc()
+            log.warning("cannot observe; changing nothing", extra={"list": name, "error": problem})
+        now = self._clock()
+        decision = decide(observed.observation, self.policy, now)
+        leader = self.is_leader()
+        self.metrics.is_leader.set(1 if leader else 0)
+        self.metrics.cycles.inc()
+        nodes = observed.observation.nodes
+        if nodes is not None:
+            self.metrics.reserved_nodes.set(sum(1 for n in nodes if n.reserved_for is not None))
+        workloads = observed.observation.workloads
+        if workloads is not None:
+            self.metrics.set_holds(
+                {w.ref: now - w.quota_reserved_at for w in workloads if w.quota_reserved_at is not None}
+            )
+        active = None
+        outcomes: list[Outcome] = []
+        if leader:
+            for action in decision.actions:
+                self.metrics.decisions.labels(kind_of(action)).inc()
+            active = self.ensure_active()
+            for action in decision.actions:
+                outcome = self._run_action(action)
+                self.metrics.actions.labels(outcome.kind, outcome.result).inc()
+                outcomes.append(outcome)
+        for note in decision.notes:
+            log.info(note)
+        log.log(
+            logging.INFO if decision.actions else logging.DEBUG,
+            "cycle",
+            extra={
+                "leader": leader,
+                "actions": len(decision.actions),
+                "unknown": sorted(observed.problems),
+                "workloads": [f"{r.ref}: {r.phase}" for r in decision.workloads],
+            },
+        )
+        return CycleResult(leader, observed, decision, tuple(outcomes), active, decision.notes)
+
+    def run(self, stop: threading.Event) -> None:
+        """Cycles every ``interval`` until ``stop`` is set; an unexpected error is logged and the loop goes on."""
+        while not stop.is_set():
+            try:
+                self.cycle()
+            except Exception:
+                log.exception("cycle failed")
+            stop.wait(self.settings.interval_seconds)

@@ -1,0 +1,58 @@
+"""The controller's Prometheus metrics, in a registry of their own. Every name starts with
+``gpucluster_make_before_break_``."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+
+from daemons.make_before_break.decide import Fallback
+
+PREFIX = "gpucluster_make_before_break"
+#: Action kinds, as label values.
+KINDS = ("reserve-node", "release-node", "set-deletion-cost", "set-placement", "check-pending", "check-ready")
+#: What happened to an action: written, conflict (retried next cycle), error, skipped (dry run, not leader).
+RESULTS = ("applied", "conflict", "error", "skipped")
+#: The lists an observation is built from.
+LISTS = ("nodes", "pods", "deployments", "workloads", "resourceflavors")
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.decisions = Counter(f"{PREFIX}_decisions", "Actions decided, by kind", ["kind"], registry=r)
+        self.actions = Counter(
+            f"{PREFIX}_actions", "Actions applied or not, by kind and result", ["kind", "result"], registry=r
+        )
+        self.fallbacks = Counter(
+            f"{PREFIX}_fallbacks", "Checks set Ready before the room was made, by reason", ["reason"], registry=r
+        )
+        self.hold_seconds = Gauge(
+            f"{PREFIX}_hold_seconds",
+            "Seconds since QuotaReserved of each workload with our check",
+            ["workload"],
+            registry=r,
+        )
+        self.reserved_nodes = Gauge(f"{PREFIX}_reserved_nodes", "Nodes carrying the reservation taint", registry=r)
+        self.is_leader = Gauge(f"{PREFIX}_is_leader", "1 while this replica holds the lease", registry=r)
+        self.observe_errors = Counter(
+            f"{PREFIX}_observe_errors", "Lists that failed or held an unreadable object, by list", ["list"], registry=r
+        )
+        self.cycles = Counter(f"{PREFIX}_cycles", "Cycles run (observe, decide, apply)", registry=r)
+        for kind in KINDS:
+            self.decisions.labels(kind)
+            for result in RESULTS:
+                self.actions.labels(kind, result)
+        for reason in Fallback:
+            self.fallbacks.labels(reason.value)
+        for name in LISTS:
+            self.observe_errors.labels(name)
+
+    def set_holds(self, holds: dict[str, float]) -> None:
+        """Replace the per-workload hold gauges (a workload that is gone loses its series)."""
+        self.hold_seconds.clear()
+        for ref, seconds in holds.items():
+            self.hold_seconds.labels(ref).set(seconds)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

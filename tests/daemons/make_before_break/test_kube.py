@@ -1,0 +1,426 @@
+"""API JSON -> Observation and actions -> exact request bodies, on objects shaped like the API server's replies."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from components.issues import SettingsError
+from daemons.make_before_break.decide import PodSetUpdate, SetCheckPending, SetCheckReady, SetPlacement, Toleration
+from daemons.make_before_break.kube import (
+    RawLists,
+    active_body,
+    check_body,
+    deletion_cost_patch,
+    observe,
+    placement_body,
+    release_ops,
+    reserve_ops,
+)
+from daemons.make_before_break.model import CheckState, Phase, PodSet
+from daemons.make_before_break.rbac import cluster_rules, inference_rules, lease_rules
+from daemons.make_before_break.settings import MakeBeforeBreakSettings, load_settings
+
+S = MakeBeforeBreakSettings()
+KEY = "gpucluster.io/reservation"
+UID = "0b7c3f4e-8d1a-4c52-9a6e-2f1e3d4c5b6a"
+T0 = "2026-12-01T10:00:00Z"
+T0_S = 1796119200.0
+
+
+def node(name: str, gpus: str | None = "8", *, ready: str = "True", taints: list[Any] | None = None) -> dict[str, Any]:
+    obj: dict[str, Any] = {
+        "metadata": {
+            "name": name,
+            "uid": f"uid-{name}",
+            "resourceVersion": "41",
+            "labels": {"gpu": "h100"},
+            "creationTimestamp": T0,
+        },
+        "spec": {},
+        "status": {
+            "allocatable": {"cpu": "96", **({"nvidia.com/gpu": gpus} if gpus is not None else {})},
+            "conditions": [{"type": "Ready", "status": ready, "lastTransitionTime": T0}],
+        },
+    }
+    if taints is not None:
+        obj["spec"]["taints"] = taints
+    return obj
+
+
+def pod(
+    ns: str, name: str, node_name: str, gpus: int = 8, *, rs: str | None = "server-5d8f9", **extra: Any
+) -> dict[str, Any]:
+    meta: dict[str, Any] = {"namespace": ns, "name": name, "labels": {"pod-template-hash": "5d8f9"}}
+    if rs:
+        meta["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": rs, "controller": True}]
+    meta.update(extra.pop("metadata", {}))
+    return {
+        "metadata": meta,
+        "spec": {
+            "nodeName": node_name,
+            "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}],
+        },
+        "status": {"phase": extra.pop("phase", "Running")},
+    }
+
+
+def deployment(name: str = "server", **annotations: str) -> dict[str, Any]:
+    return {
+        "metadata": {"namespace": "inference", "name": name, "generation": 3, "annotations": annotations},
+        "spec": {
+            "replicas": 4,
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": 0}},
+            "template": {
+                "metadata": {"annotations": {"gpucluster.io/placement-epoch": "abc"}},
+                "spec": {"containers": [{"name": "s", "resources": {"requests": {"nvidia.com/gpu": 1}}}]},
+            },
+        },
+        "status": {"observedGeneration": 3, "replicas": 4, "updatedReplicas": 4, "availableReplicas": 3},
+    }
+
+
+def workload(state: str = "Pending", *, quota: bool = True) -> dict[str, Any]:
+    conditions = [{"type": "QuotaReserved", "status": "True" if quota else "False", "lastTransitionTime": T0}]
+    status: dict[str, Any] = {
+        "conditions": conditions,
+        "admissionChecks": [
+            {"name": "make-before-break", "state": state, "message": "", "lastTransitionTime": T0},
+            {"name": "other", "state": "Ready", "message": "", "lastTransitionTime": T0},
+        ],
+    }
+    if quota:
+        status["admission"] = {
+            "clusterQueue": "training",
+            "podSetAssignments": [{"name": "workers", "count": 2, "flavors": {"nvidia.com/gpu": "h100"}}],
+        }
+    return {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "Workload",
+        "metadata": {"namespace": "team-a", "name": "job-train", "uid": UID, "resourceVersion": "77"},
+        "spec": {
+            "podSets": [
+                {
+                    "name": "workers",
+                    "count": 4,
+                    "template": {
+                        "spec": {"containers": [{"name": "w", "resources": {"requests": {"nvidia.com/gpu": "8"}}}]}
+                    },
+                }
+            ]
+        },
+        "status": status,
+    }
+
+
+FLAVOR = {"metadata": {"name": "h100"}, "spec": {"nodeLabels": {"gpu": "h100"}}}
+
+
+def raw(**kw: Any) -> RawLists:
+    base: dict[str, Any] = {
+        "nodes": [
+            node("n1"),
+            node("cpu-1", None),
+            node("gpu-burst", "64", taints=[{"key": S.burst_taint_key, "effect": "NoSchedule"}]),
+        ],
+        "pods": [
+            pod(
+                "inference",
+                "server-5d8f9-a",
+                "n1",
+                1,
+                metadata={"annotations": {"gpucluster.io/placement-epoch": "abc"}},
+            ),
+            pod("training", "other-0", "n1", 2, rs=None),
+            pod("inference", "done", "n1", 1, phase="Succeeded"),
+            pod("inference", "cpu", "n1", 0),
+            pod("inference", "on-cpu-node", "cpu-1", 1),
+        ],
+        "deployments": [deployment(**{"gpucluster.io/flips": f"{UID}", "gpucluster.io/flip-phase": "moved"})],
+        "workloads": [workload(), {**workload(), "status": {"admissionChecks": []}}],
+        "flavors": [FLAVOR],
+    }
+    base.update(kw)
+    return RawLists(**base)
+
+
+# ------------------------------------------------------------------ reading
+
+
+def test_a_full_observation_from_api_objects() -> None:
+    got = observe(raw(), S)
+    assert got.problems == {}
+    o = got.observation
+    assert o.nodes is not None
+    assert [n.name for n in o.nodes] == ["n1"]
+    assert (o.nodes[0].gpus, o.nodes[0].ready, o.nodes[0].reserved_for) == (8, True, None)
+    assert o.virtual_node is not None
+    assert (o.virtual_node.gpus, o.virtual_node.burst_taint) == (64, True)
+    assert o.pods is not None
+    by_name = {p.name: p for p in o.pods}
+    assert sorted(by_name) == ["other-0", "server-5d8f9-a"]  # finished, GPU-less and off-GPU-node pods left out
+    assert (by_name["server-5d8f9-a"].deployment, by_name["server-5d8f9-a"].epoch) == ("server", "abc")
+    assert by_name["other-0"].deployment is None  # not in an inference namespace: immovable
+    assert o.deployments is not None
+    d = o.deployments[0]
+    assert (d.desired, d.available, d.surge, d.gpus_per_pod, d.flips, d.phase, d.epoch) == (
+        4,
+        3,
+        1,
+        1,
+        frozenset({UID}),
+        Phase.MOVED,
+        "abc",
+    )
+    assert o.workloads is not None
+    assert len(o.workloads) == 1
+    w = o.workloads[0]
+    assert (w.uid, w.check, w.quota_reserved_at, w.holds_quota) == (UID, CheckState.PENDING, T0_S, True)
+    assert w.pod_sets == (PodSet("workers", 2, 8, {"gpu": "h100"}),)  # the admitted count, the flavor's labels
+
+
+def test_reserved_cordoned_quarantined_and_not_ready_nodes() -> None:
+    reserved = node(
+        "n2",
+        ready="False",
+        taints=[
+            {"key": KEY, "value": UID, "effect": "NoSchedule"},
+            {"key": "gpucluster.io/quarantine", "effect": "NoSchedule"},
+        ],
+    )
+    reserved["spec"]["unschedulable"] = True
+    got = observe(raw(nodes=[reserved]), S).observation
+    assert got.nodes is not None
+    n = got.nodes[0]
+    assert (n.reserved_for, n.schedulable, n.quarantined, n.not_ready_since) == (UID, False, True, T0_S)
+    assert got.virtual_node is None  # not in the list: nothing can be rented
+
+
+@pytest.mark.parametrize(
+    ("change", "part", "words"),
+    [
+        (
+            lambda r: r.nodes[0]["status"]["allocatable"].update({"nvidia.com/gpu": "eight"}),
+            "nodes",
+            "Node n1: status.allocatable nvidia.com/gpu: not a quantity",
+        ),
+        (
+            lambda r: r.nodes[0]["spec"].update({"taints": [{"effect": "NoSchedule"}]}),
+            "nodes",
+            "Node n1: spec.taints[0] has no key",
+        ),
+        (
+            lambda r: r.pods[0]["spec"].update({"containers": "x"}),
+            "pods",
+            "Pod inference/server-5d8f9-a: spec.containers has the wrong type",
+        ),
+        (
+            lambda r: r.deployments[0]["spec"].update({"replicas": "4"}),
+            "deployments",
+            "Deployment inference/server: spec.replicas has the wrong type",
+        ),
+        (
+            lambda r: r.workloads[0]["status"]["admissionChecks"][0].update({"state": "Maybe"}),
+            "workloads",
+            "unknown state",
+        ),
+        (lambda r: r.workloads[0]["status"].pop("admission"), "workloads", "podSetAssignments is missing"),
+        (
+            lambda r: r.workloads[0]["status"]["conditions"][0].update({"lastTransitionTime": "yesterday"}),
+            "workloads",
+            "not an RFC 3339",
+        ),
+        (lambda r: r.flavors.clear(), "workloads", "no known ResourceFlavor assigned for nvidia.com/gpu"),
+    ],
+)
+def test_an_unreadable_object_makes_its_list_unknown(change: Any, part: str, words: str) -> None:
+    lists = copy.deepcopy(raw())
+    change(lists)
+    got = observe(lists, S)
+    assert getattr(got.observation, part) is None
+    assert words in got.problems[part]
+    assert "eight" not in got.problems[part]  # the reason names the field, not the value
+    assert part in got.observation.unknown()
+
+
+def test_a_well_formed_reply_beside_them_is_read() -> None:
+    assert observe(copy.deepcopy(raw()), S).observation.unknown() == []
+
+
+def test_a_failed_list_is_unknown_and_pods_need_the_nodes() -> None:
+    got = observe(raw(nodes=None, errors={"nodes": "list nodes: HTTP 403: forbidden"}), S)
+    assert (got.observation.nodes, got.observation.pods) == (None, None)
+    assert got.problems["nodes"] == "list nodes: HTTP 403: forbidden"
+    got = observe(raw(flavors=None, errors={"resourceflavors": "list resourceflavors: HTTP 500: boom"}), S)
+    assert got.observation.workloads is None
+    assert "resourceflavors" in got.problems
+
+
+# ------------------------------------------------------------------ writing
+
+
+def test_reserve_is_one_json_patch_guarded_by_the_resource_version() -> None:
+    other = {"key": "example.com/x", "effect": "NoSchedule"}
+    stale = {"key": KEY, "value": "old", "effect": "NoSchedule"}
+    ops = reserve_ops(node("n1", taints=[other, stale]), KEY, UID)
+    assert ops == [
+        {"op": "test", "path": "/metadata/resourceVersion", "value": "41"},
+        {"op": "add", "path": "/metadata/labels/gpucluster.io~1reservation", "value": UID},
+        {"op": "test", "path": "/spec/taints/1", "value": stale},
+        {"op": "remove", "path": "/spec/taints/1"},
+        {"op": "add", "path": "/spec/taints/-", "value": {"key": KEY, "value": UID, "effect": "NoSchedule"}},
+    ]
+    bare = node("n1")
+    del bare["metadata"]["labels"]
+    assert reserve_ops(bare, KEY, UID)[1:] == [
+        {"op": "add", "path": "/metadata/labels", "value": {KEY: UID}},
+        {"op": "add", "path": "/spec/taints", "value": [{"key": KEY, "value": UID, "effect": "NoSchedule"}]},
+    ]
+    done = node("n1", taints=[{"key": KEY, "value": UID, "effect": "NoSchedule"}])
+    done["metadata"]["labels"][KEY] = UID
+    assert reserve_ops(done, KEY, UID) == []
+
+
+def test_release_removes_only_the_entries_of_that_uid() -> None:
+    mine = {"key": KEY, "value": UID, "effect": "NoSchedule"}
+    n = node("n1", taints=[{"key": "example.com/x", "effect": "NoSchedule"}, mine])
+    n["metadata"]["labels"][KEY] = UID
+    assert release_ops(n, KEY, UID) == [
+        {"op": "test", "path": "/metadata/resourceVersion", "value": "41"},
+        {"op": "test", "path": "/metadata/labels/gpucluster.io~1reservation", "value": UID},
+        {"op": "remove", "path": "/metadata/labels/gpucluster.io~1reservation"},
+        {"op": "test", "path": "/spec/taints/1", "value": mine},
+        {"op": "remove", "path": "/spec/taints/1"},
+    ]
+    assert release_ops(n, KEY, "another-uid") == []
+
+
+def test_deletion_cost_and_placement_bodies() -> None:
+    assert deletion_cost_patch(-1000) == {
+        "metadata": {"annotations": {"controller.kubernetes.io/pod-deletion-cost": "-1000"}}
+    }
+    assert deletion_cost_patch(None) == {
+        "metadata": {"annotations": {"controller.kubernetes.io/pod-deletion-cost": None}}
+    }
+    moved = SetPlacement("inference", "server", (UID,), "e1", Phase.MOVED, "moved off", "why")
+    assert placement_body(moved) == {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {
+            "name": "server",
+            "namespace": "inference",
+            "annotations": {
+                "gpucluster.io/flips": UID,
+                "gpucluster.io/flip-phase": "moved",
+                "gpucluster.io/flip-note": "moved off",
+            },
+        },
+        "spec": {
+            "template": {
+                "metadata": {
+                    "annotations": {
+                        "gpucluster.io/placement-epoch": "e1",
+                        "descheduler.alpha.kubernetes.io/prefer-no-eviction": "true",
+                    }
+                }
+            }
+        },
+    }
+    home = SetPlacement("inference", "server", (), None, None, "", "home")
+    # Nothing of ours left: applying only the name makes the API server drop every key we applied before.
+    assert placement_body(home) == {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "server", "namespace": "inference"},
+    }
+
+
+def test_the_check_body_holds_only_our_entry_and_the_resource_version() -> None:
+    update = PodSetUpdate("workers", {KEY: UID}, (Toleration(KEY, UID),))
+    ready = SetCheckReady(UID, "team-a", "job-train", "room made", (update,))
+    body = check_body(ready, workload(), "make-before-break", T0_S + 90)
+    assert body == {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "Workload",
+        "metadata": {"name": "job-train", "namespace": "team-a", "resourceVersion": "77"},
+        "status": {
+            "admissionChecks": [
+                {
+                    "name": "make-before-break",
+                    "state": "Ready",
+                    "lastTransitionTime": "2026-12-01T10:01:30Z",
+                    "message": "room made",
+                    "podSetUpdates": [
+                        {
+                            "name": "workers",
+                            "nodeSelector": {KEY: UID},
+                            "tolerations": [{"key": KEY, "operator": "Equal", "value": UID, "effect": "NoSchedule"}],
+                        }
+                    ],
+                }
+            ]
+        },
+    }
+    pending = check_body(
+        SetCheckPending(UID, "team-a", "job-train", "reserving"), workload(), "make-before-break", T0_S + 90
+    )
+    entry = pending["status"]["admissionChecks"][0]
+    assert entry == {"name": "make-before-break", "state": "Pending", "lastTransitionTime": T0, "message": "reserving"}
+
+
+def test_active_is_applied_until_it_holds_for_the_generation() -> None:
+    check: dict[str, Any] = {
+        "metadata": {"name": "make-before-break", "generation": 2},
+        "spec": {"controllerName": "gpucluster.io/make-before-break"},
+    }
+    body = active_body(check, T0_S)
+    assert body is not None
+    assert body["status"]["conditions"][0] | {"message": ""} == {
+        "type": "Active",
+        "status": "True",
+        "reason": "Active",
+        "message": "",
+        "lastTransitionTime": T0,
+        "observedGeneration": 2,
+    }
+    check["status"] = {"conditions": [body["status"]["conditions"][0]]}
+    assert active_body(check, T0_S) is None
+    check["metadata"]["generation"] = 3
+    assert active_body(check, T0_S) is not None
+
+
+# ------------------------------------------------------------------ settings and RBAC
+
+
+def test_settings_from_yaml_and_their_rules(tmp_path: Path) -> None:
+    good = tmp_path / "s.yaml"
+    good.write_text("maxHold: 5m\nnodeGrace: 30s\ninferenceNamespaces: [inference, llm]\n")
+    s = load_settings(good)
+    assert (s.policy().max_hold_s, s.policy().node_grace_s, s.inference_namespaces) == (
+        300.0,
+        30.0,
+        ["inference", "llm"],
+    )
+    bad = tmp_path / "s.json"
+    bad.write_text('{"maxHold": "1m", "nodeGrace": "2m", "deletionCost": 5, "bogus": 1}')
+    with pytest.raises(SettingsError) as info:
+        load_settings(bad)
+    text = str(info.value)
+    assert "nodeGrace (2m) must be shorter than maxHold (1m)" in text
+    assert "deletionCost" in text
+    assert "bogus" in text
+
+
+def test_rbac_rules_grant_no_secret_and_no_delete() -> None:
+    rules = [r.to_k8s() for r in (*cluster_rules("make-before-break"), *inference_rules(), *lease_rules("l"))]
+    assert all("secrets" not in r["resources"] and "*" not in r["resources"] for r in rules)
+    assert all(set(r["verbs"]) <= {"get", "list", "patch", "create", "update"} for r in rules)
+    assert {
+        "apiGroups": ["kueue.x-k8s.io"],
+        "resources": ["admissionchecks/status"],
+        "verbs": ["patch"],
+        "resourceNames": ["make-before-break"],
+    } in rules
