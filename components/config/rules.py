@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Iterator
 from components.config.stack import BURST_KEY, SECTIONS, StackSections
 from components.constants import PROJECT, VIRTUAL_NODE_TAINT_KEY
 from components.issues import ConfigIssue, shown_names
+from components.model import parse_duration
 from components.storage_settings import DRIVER_PARAMETERS
 
 Rule = Callable[[StackSections], Iterable[ConfigIssue]]
@@ -335,6 +336,76 @@ def inference_gpu_types_offered(s: StackSections) -> Iterator[ConfigIssue]:
             )
 
 
+# --- make-before-break --------------------------------------------------------------------------------------
+
+
+def make_before_break_hold_below_pods_ready_timeout(s: StackSections) -> Iterator[ConfigIssue]:
+    """A gang is held for its room for less than Kueue's waitForPodsReady timeout: with blockAdmission a held
+    check stalls every admission, so the hold may not stall them longer than a gang that never gets ready would."""
+    mbb, kueue = s.make_before_break, s.kueue
+    if mbb is None or kueue is None or not mbb.enabled or not kueue.wait_for_pods_ready.enable:
+        return
+    timeout = kueue.wait_for_pods_ready.timeout
+    if mbb.max_hold_seconds >= parse_duration(timeout):
+        yield ConfigIssue(
+            "makeBeforeBreak.maxHold",
+            mbb.max_hold,
+            f"must be shorter than kueue.waitForPodsReady.timeout ({timeout}): with blockAdmission a held gang "
+            "stalls every Kueue admission, and the hold must not stall them longer than that timeout does",
+        )
+
+
+def make_before_break_reservation_apart(s: StackSections) -> Iterator[ConfigIssue]:
+    """The reservation taint is neither the burst taint nor the virtual node's: each taint means one thing."""
+    mbb = s.make_before_break
+    if mbb is None or s.burst_taint_key is None:
+        return
+    if mbb.reservation_key == s.burst_taint_key:
+        yield ConfigIssue(
+            "makeBeforeBreak.reservationKey",
+            mbb.reservation_key,
+            f"is {PROJECT}:burstTaintKey too: a node reserved for a gang and the virtual node's switch must differ",
+        )
+
+
+def make_before_break_in_own_namespace(s: StackSections) -> Iterator[ConfigIssue]:
+    """The controller lives apart from team and inference namespaces, and moves only inference Deployments."""
+    mbb = s.make_before_break
+    if mbb is None:
+        return
+    if mbb.namespace in s.training_namespaces | set(s.inference_namespaces or ()):
+        yield ConfigIssue(
+            "makeBeforeBreak.namespace",
+            mbb.namespace,
+            "is a team or inference namespace: the controller gets a namespace of its own",
+        )
+    if s.inference_namespaces is not None and "inference_namespaces" in mbb.model_fields_set:
+        extra = sorted(set(mbb.inference_namespaces) - set(s.inference_namespaces))
+        if extra:
+            yield ConfigIssue(
+                "makeBeforeBreak.inferenceNamespaces",
+                mbb.inference_namespaces,
+                f"{shown_names(extra)} not in {PROJECT}:inferenceNamespaces ({shown_names(s.inference_namespaces)})",
+            )
+
+
+def make_before_break_reserved_not_headroom(s: StackSections) -> Iterator[ConfigIssue]:
+    """While both run, the taint controller's headroom leaves out reserved nodes: GPUs promised to a waiting gang
+    are not room for inference to come home to, or the two paths would move the same replicas both ways."""
+    mbb = s.make_before_break
+    if mbb is None or not mbb.enabled or s.burst is None or not s.burst.enabled:
+        return
+    tc = s.burst.taint_controller
+    if tc.enabled and mbb.reservation_key not in tc.headroom_query:
+        yield ConfigIssue(
+            "burst.taintController.headroomQuery",
+            None,
+            f"does not leave out nodes with the reservation taint {mbb.reservation_key} "
+            f'(unless on(node) kube_node_spec_taint{{key="{mbb.reservation_key}"}} on both sides): '
+            "GPUs reserved for a gang would count as headroom",
+        )
+
+
 #: Every rule, in the order their problems are reported.
 RULES: list[Rule] = [
     flavors_distinct,
@@ -357,6 +428,10 @@ RULES: list[Rule] = [
     inference_services_in_inference_namespaces,
     inference_services_distinct,
     inference_gpu_types_offered,
+    make_before_break_hold_below_pods_ready_timeout,
+    make_before_break_reservation_apart,
+    make_before_break_in_own_namespace,
+    make_before_break_reserved_not_headroom,
 ]
 
 

@@ -19,6 +19,7 @@ from components.constants import DEFAULT_BURST_TAINT_KEY, PROJECT
 from components.descheduler_settings import DeschedulerSettings
 from components.inference_settings import InferenceServiceSpec
 from components.issues import ConfigIssue, SettingsError, issues_from_validation_error, key_text, shown
+from components.make_before_break_settings import MakeBeforeBreakSettings
 from components.model import MAX_STRING, DnsLabel, TaintKey
 from components.queues_settings import ClusterQueueSpec, GpuFlavor, KueueSettings, Priorities, Team
 from components.storage_settings import StorageSettings
@@ -78,6 +79,8 @@ class StackConfig:
     descheduler: DeschedulerSettings
     storage: StorageSettings
     telemetry: TelemetrySettings
+    #: The make-before-break AdmissionCheck controller; its ``inferenceNamespaces`` filled from the stack's.
+    make_before_break: MakeBeforeBreakSettings
     #: None when the stack has no ``gpucluster:burst`` section.
     burst: BurstConfig | None = None
     inference_services: tuple[InferenceServiceSpec, ...] = ()
@@ -145,6 +148,7 @@ SECTIONS: dict[str, _Section] = {
     "descheduler": _section("descheduler", DeschedulerSettings, {}, model=True),
     "storage": _section("storage", StorageSettings, model=True),
     "telemetry": _section("telemetry", TelemetrySettings, {}, model=True),
+    "makeBeforeBreak": _section("make_before_break", MakeBeforeBreakSettings, {}, model=True),
     "inferenceServices": _section("inference_services", list[InferenceServiceSpec], []),
 }
 #: Validated by :func:`parse_burst`: two daemons' models share the section.
@@ -178,6 +182,7 @@ class StackSections:
     descheduler: DeschedulerSettings | None = None
     storage: StorageSettings | None = None
     telemetry: TelemetrySettings | None = None
+    make_before_break: MakeBeforeBreakSettings | None = None
     inference_services: tuple[InferenceServiceSpec, ...] | None = None
     #: None when the stack has no ``gpucluster:burst`` section or it did not validate.
     burst: BurstConfig | None = None
@@ -205,6 +210,12 @@ class StackSections:
             # The taint controller sets the stack's burst taint key, the one the descheduler acts on.
             burst = BurstConfig(
                 burst.settings, burst.taint_controller.model_copy(update={"taint_key": self.burst_taint_key})
+            )
+        mbb = values["make_before_break"]
+        if "inference_namespaces" not in mbb.model_fields_set:
+            # The controller moves Deployments in the stack's inference namespaces unless told fewer.
+            values["make_before_break"] = mbb.model_copy(
+                update={"inference_namespaces": list(values["inference_namespaces"])}
             )
         return StackConfig(**values, burst=burst)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 from pathlib import Path
+from typing import Any
 
 import policies
 from components.config import RULES, read_stack_file
@@ -56,3 +57,39 @@ def test_a_rule_waits_for_the_sections_it_reads() -> None:
     assert sections.flavors is None
     assert [i.path for i in issues] == ["flavors"]
     assert list(rules_module.quota_within_capacity(sections)) == []
+
+
+# --- make-before-break --------------------------------------------------------------------------------------
+
+
+def _bursting_prod() -> dict[str, Any]:
+    raw = read_stack_file(ROOT / "stacks" / "Pulumi.prod.yaml")
+    raw["burst"] = {**raw["burst"], "enabled": True}
+    return raw
+
+
+def test_reserved_nodes_are_left_out_of_a_custom_headroom_query() -> None:
+    raw = _bursting_prod()
+    sections, _ = parse_sections(raw)
+    assert list(rules_module.make_before_break_reserved_not_headroom(sections)) == []
+    burst: Any = raw["burst"]
+    raw["burst"] = {**burst, "taintController": {**burst["taintController"], "headroomQuery": "sum(x)"}}
+    sections, _ = parse_sections(raw)
+    found = list(rules_module.make_before_break_reserved_not_headroom(sections))
+    assert [i.path for i in found] == ["burst.taintController.headroomQuery"]
+    assert "gpucluster.io/reservation" in str(found[0])
+    raw["makeBeforeBreak"] = {**raw["makeBeforeBreak"], "enabled": False}
+    sections, _ = parse_sections(raw)
+    assert list(rules_module.make_before_break_reserved_not_headroom(sections)) == []
+
+
+def test_the_reservation_key_differs_from_the_stacks_burst_taint_key() -> None:
+    raw = read_stack_file(ROOT / "stacks" / "Pulumi.prod.yaml")
+    raw["burstTaintKey"] = "example.com/capacity"
+    sections, _ = parse_sections(raw)
+    assert list(rules_module.make_before_break_reservation_apart(sections)) == []
+    raw["makeBeforeBreak"] = {**raw["makeBeforeBreak"], "reservationKey": "example.com/capacity"}
+    sections, _ = parse_sections(raw)
+    assert [i.path for i in rules_module.make_before_break_reservation_apart(sections)] == [
+        "makeBeforeBreak.reservationKey"
+    ]

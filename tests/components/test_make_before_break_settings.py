@@ -1,0 +1,197 @@
+"""``gpucluster:makeBeforeBreak``: its defaults, every bound both ways with the key path named, the rules between
+its fields and the stack's, and the document the daemon reads."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from components.config import StackConfigError, load_stack_file, parse_stack_config, read_stack_file
+from components.make_before_break_settings import (
+    DEFAULT_RESERVATION_KEY,
+    MakeBeforeBreakSettings,
+    controller_document,
+    parse_settings,
+)
+from components.taint_controller_settings import RESERVATION_TAINT_KEY
+from daemons.make_before_break import model as daemon_model
+from daemons.make_before_break import settings as daemon_settings
+
+ROOT = Path(__file__).resolve().parents[2]
+PROD = read_stack_file(ROOT / "stacks" / "Pulumi.prod.yaml")
+
+
+def prod_with(**section: Any) -> dict[str, Any]:
+    raw = copy.deepcopy(PROD)
+    raw["makeBeforeBreak"] = {**raw["makeBeforeBreak"], **section}
+    return raw
+
+
+def problems(raw: dict[str, Any]) -> list[str]:
+    try:
+        parse_stack_config(raw, "test")
+    except StackConfigError as err:
+        return [str(issue) for issue in err.issues]
+    return []
+
+
+def test_off_until_a_stack_sets_it() -> None:
+    s = MakeBeforeBreakSettings()
+    assert not s.enabled
+    assert (s.namespace, s.replicas, s.max_hold, s.node_grace, s.return_batch) == (
+        "gpucluster-burst",
+        2,
+        "10m",
+        "60s",
+        2,
+    )
+    assert (s.deletion_cost, s.reservation_key) == (-1000, "gpucluster.io/reservation")
+    raw = read_stack_file(ROOT / "stacks" / "Pulumi.prod.yaml")
+    del raw["makeBeforeBreak"]
+    assert not parse_stack_config(raw, "test").make_before_break.enabled
+
+
+def test_the_reservation_key_is_the_one_the_daemon_and_the_headroom_query_use() -> None:
+    assert DEFAULT_RESERVATION_KEY == daemon_model.RESERVATION_KEY == RESERVATION_TAINT_KEY
+
+
+def test_the_stacks_set_it_on_except_local() -> None:
+    enabled = {
+        name: load_stack_file(ROOT / "stacks" / f"Pulumi.{name}.yaml").make_before_break.enabled
+        for name in ("local", "dev", "staging", "prod")
+    }
+    assert enabled == {"local": False, "dev": True, "staging": True, "prod": True}
+
+
+def test_inference_namespaces_come_from_the_stack() -> None:
+    cfg = parse_stack_config(copy.deepcopy(PROD), "test")
+    assert cfg.make_before_break.inference_namespaces == list(cfg.inference_namespaces)
+    narrowed = parse_stack_config(prod_with(inferenceNamespaces=["inference"]), "test")
+    assert narrowed.make_before_break.inference_namespaces == ["inference"]
+
+
+# (id, section keys, the key path the message must name, a fragment of the reason)
+INVALID: list[tuple[str, dict[str, Any], str, str]] = [
+    ("replicas-zero", {"replicas": 0}, "makeBeforeBreak.replicas", "greater than or equal to 1"),
+    ("replicas-four", {"replicas": 4}, "makeBeforeBreak.replicas", "less than or equal to 3"),
+    ("replicas-text", {"replicas": "2"}, "makeBeforeBreak.replicas", "integer"),
+    ("image-floating", {"image": "ghcr.io/example/d:latest"}, "makeBeforeBreak.image", "latest"),
+    ("image-unpinned", {"image": "ghcr.io/example/d"}, "makeBeforeBreak.image", "not pinned"),
+    ("hold-not-duration", {"maxHold": "ten minutes"}, "makeBeforeBreak.maxHold", "duration"),
+    ("hold-zero", {"maxHold": "0s"}, "makeBeforeBreak.maxHold", "longer than zero"),
+    ("hold-over-an-hour", {"maxHold": "61m"}, "makeBeforeBreak.maxHold", "longer than 1h"),
+    ("grace-over-hold", {"maxHold": "5m", "nodeGrace": "5m"}, "makeBeforeBreak.nodeGrace", "shorter than maxHold"),
+    ("return-batch-zero", {"returnBatch": 0}, "makeBeforeBreak.returnBatch", "greater than or equal to 1"),
+    ("return-batch-unbounded", {"returnBatch": 51}, "makeBeforeBreak.returnBatch", "less than or equal to 50"),
+    ("deletion-cost-zero", {"deletionCost": 0}, "makeBeforeBreak.deletionCost", "less than or equal to -1"),
+    ("deletion-cost-int32", {"deletionCost": -(2**31) - 1}, "makeBeforeBreak.deletionCost", "greater than"),
+    ("reservation-not-a-key", {"reservationKey": "not a key!"}, "makeBeforeBreak.reservationKey", "qualified name"),
+    (
+        "reservation-is-burst-taint",
+        {"reservationKey": "gpucluster.io/in-cluster-capacity"},
+        "makeBeforeBreak.reservationKey",
+        "burst taint",
+    ),
+    (
+        "reservation-is-virtual-node-taint",
+        {"reservationKey": "virtual-kubelet.io/provider"},
+        "makeBeforeBreak.reservationKey",
+        "virtual node",
+    ),
+    ("interval-too-short", {"interval": "100ms"}, "makeBeforeBreak.interval", "shorter than 1s"),
+    ("renew-over-lease", {"renewDeadline": "15s"}, "makeBeforeBreak.renewDeadline", "shorter than leaseDuration"),
+    ("retry-over-renew", {"retryPeriod": "10s"}, "makeBeforeBreak.retryPeriod", "shorter than renewDeadline"),
+    ("namespace-not-dns", {"namespace": "Burst_NS"}, "makeBeforeBreak.namespace", "DNS label"),
+    ("namespace-is-inference", {"namespace": "inference"}, "makeBeforeBreak.namespace", "namespace of its own"),
+    (
+        "namespaces-unknown",
+        {"inferenceNamespaces": ["inference", "elsewhere"]},
+        "makeBeforeBreak.inferenceNamespaces",
+        "['elsewhere'] not in gpucluster:inferenceNamespaces",
+    ),
+    ("typo-key", {"maxHolds": "5m"}, "makeBeforeBreak.maxHolds", "unknown key"),
+    ("enabled-text", {"enabled": "yes"}, "makeBeforeBreak.enabled", "boolean"),
+    # prod's waitForPodsReady.timeout is 15m
+    ("hold-at-pods-ready-timeout", {"maxHold": "15m"}, "makeBeforeBreak.maxHold", "waitForPodsReady.timeout (15m)"),
+]
+
+
+@pytest.mark.parametrize(("section", "path", "reason"), [c[1:] for c in INVALID], ids=[c[0] for c in INVALID])
+def test_invalid_section_names_the_key(section: dict[str, Any], path: str, reason: str) -> None:
+    found = problems(prod_with(**section))
+    matching = [m for m in found if m.startswith(f"{path}:")]
+    assert matching, f"no message for {path} in {found}"
+    assert any(reason in m for m in matching), f"{reason!r} not in {matching}"
+
+
+VALID: list[tuple[str, dict[str, Any]]] = [
+    ("replicas-one", {"replicas": 1}),
+    ("replicas-three", {"replicas": 3}),
+    ("hold-just-below-timeout", {"maxHold": "14m59s"}),
+    ("grace-just-below-hold", {"maxHold": "5m", "nodeGrace": "4m59s"}),
+    ("return-batch-bounds", {"returnBatch": 50}),
+    ("deletion-cost-int32", {"deletionCost": -(2**31)}),
+    ("reservation-other-key", {"reservationKey": "example.com/reserved"}),
+    ("interval-one-second", {"interval": "1s"}),
+]
+
+
+@pytest.mark.parametrize("section", [c[1] for c in VALID], ids=[c[0] for c in VALID])
+def test_values_at_the_bounds_are_accepted(section: dict[str, Any]) -> None:
+    assert problems(prod_with(**section)) == []
+
+
+def test_the_hold_rule_waits_for_the_gate_and_the_switch() -> None:
+    """maxHold only has to stay below the timeout while both the gate and the controller are on."""
+    raw = prod_with(maxHold="20m")
+    assert any(m.startswith("makeBeforeBreak.maxHold:") for m in problems(raw))
+    off = prod_with(maxHold="20m", enabled=False)
+    assert problems(off) == []
+    no_gate = copy.deepcopy(raw)
+    no_gate["kueue"]["waitForPodsReady"]["enable"] = False
+    assert problems(no_gate) == []
+
+
+def test_every_problem_of_the_section_is_reported_at_once() -> None:
+    found = problems(prod_with(replicas=9, returnBatch=0, image="x:latest"))
+    paths = {m.split(":", 1)[0] for m in found}
+    assert {"makeBeforeBreak.replicas", "makeBeforeBreak.returnBatch", "makeBeforeBreak.image"} <= paths
+
+
+def test_a_section_that_is_not_a_map() -> None:
+    raw = copy.deepcopy(PROD)
+    raw["makeBeforeBreak"] = ["enabled"]
+    assert any(m.startswith("makeBeforeBreak:") for m in problems(raw))
+
+
+def test_parse_settings_refuses_what_is_not_an_object() -> None:
+    with pytest.raises(Exception, match="expected a JSON object"):
+        parse_settings(["x"])
+    assert parse_settings({"enabled": True}).enabled
+
+
+def _document(s: MakeBeforeBreakSettings, vn: str | None = "gpu-burst", key: str = "k.io/burst") -> dict[str, Any]:
+    out: dict[str, Any] = json.loads(controller_document(s, vn, key))
+    return out
+
+
+def test_the_document_is_what_the_daemon_reads() -> None:
+    s = parse_stack_config(copy.deepcopy(PROD), "test").make_before_break
+    doc = _document(s)
+    daemon = daemon_settings.parse_settings(doc, "document")
+    assert daemon.admission_check_name == "make-before-break"
+    assert daemon.max_returning == s.return_batch
+    assert daemon.inference_namespaces == s.inference_namespaces
+    assert (daemon.virtual_node_name, daemon.burst_taint_key) == ("gpu-burst", "k.io/burst")
+    policy = daemon.policy()
+    assert (policy.max_hold_s, policy.node_grace_s, policy.deletion_cost) == (600.0, 60.0, -1000)
+    assert daemon_settings.parse_settings(_document(s, None), "document").virtual_node_name is None
+
+
+def test_the_document_carries_no_stack_only_key() -> None:
+    doc = _document(MakeBeforeBreakSettings(enabled=True))
+    assert {"image", "replicas", "returnBatch"}.isdisjoint(doc)
