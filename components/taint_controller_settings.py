@@ -60,19 +60,34 @@ MAX_MARK = 100_000
 NODE_PLACEHOLDER = "$NODE"
 NAMESPACES_PLACEHOLDER = "$INFERENCE_NAMESPACES"
 
+#: The NoSchedule taint (and label) of a node the make-before-break controller reserved for a waiting gang
+#: (``components.make_before_break_settings.DEFAULT_RESERVATION_KEY``).
+RESERVATION_TAINT_KEY = "gpucluster.io/reservation"
+
 #: Free in-cluster GPUs: allocatable ``nvidia.com/gpu`` of schedulable real nodes minus the GPU requests of
-#: Running or bound-Pending pods on those nodes. Only the requests side falls back to zero when empty (no GPU
-#: pod anywhere); with kube-state-metrics down the allocatable side is empty and so is the whole result, which
-#: the controller treats as "unknown" and changes nothing.
-DEFAULT_HEADROOM_QUERY = (
-    'sum(kube_node_status_allocatable{resource="nvidia_com_gpu",node!="$NODE"}'
+#: Running or bound-Pending pods on those nodes. Nodes carrying the reservation taint are left out of both sides:
+#: their GPUs are promised to a gang, not room for inference to come home to (every schedulable node reserved is
+#: zero headroom). Only the requests side falls back to zero when empty (no GPU pod anywhere); with
+#: kube-state-metrics down the allocatable side is empty and so is the whole result, which the controller treats
+#: as "unknown" and changes nothing.
+_SCHEDULABLE_GPUS = (
+    '(kube_node_status_allocatable{resource="nvidia_com_gpu",node!="$NODE"}'
     ' and on(node) (kube_node_spec_unschedulable{node!="$NODE"} == 0))'
+)
+DEFAULT_HEADROOM_QUERY = (
+    "(sum("
+    f"{_SCHEDULABLE_GPUS}"
+    f' unless on(node) kube_node_spec_taint{{key="{RESERVATION_TAINT_KEY}"}}'
+    ")"
+    # Every schedulable node reserved is no headroom (zero), not unknown.
+    f" or (sum({_SCHEDULABLE_GPUS}) * 0))"
     " - ("
     "sum("
-    '(kube_pod_container_resource_requests{resource="nvidia_com_gpu",node!="$NODE",node!=""}'
+    '((kube_pod_container_resource_requests{resource="nvidia_com_gpu",node!="$NODE",node!=""}'
     " * on(namespace,pod) group_left()"
     ' (max by(namespace,pod) (kube_pod_status_phase{phase=~"Pending|Running"}) == 1))'
-    " and on(node) (kube_node_spec_unschedulable == 0)"
+    " and on(node) (kube_node_spec_unschedulable == 0))"
+    f' unless on(node) kube_node_spec_taint{{key="{RESERVATION_TAINT_KEY}"}}'
     ") or vector(0))"
 )
 

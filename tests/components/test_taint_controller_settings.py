@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -11,12 +12,14 @@ import pytest
 from components.taint_controller_settings import (
     DEFAULT_HEADROOM_QUERY,
     DEFAULT_PENDING_QUERY,
+    RESERVATION_TAINT_KEY,
     SettingsError,
     TaintControllerSettings,
     load_settings,
     parse_duration,
     parse_settings,
 )
+from tests.support.require import debian_tool
 
 
 def problems(data: dict[str, Any]) -> dict[str, str]:
@@ -187,6 +190,83 @@ def test_default_queries_keep_an_empty_result_possible() -> None:
     """Only the requests side (headroom) and a ksm-alive guard (pending) fall back to zero."""
     assert DEFAULT_HEADROOM_QUERY.count("or vector(0)") == 1
     assert DEFAULT_HEADROOM_QUERY.rstrip().endswith("or vector(0))")  # inside the subtraction's right side
-    assert DEFAULT_HEADROOM_QUERY.startswith("sum(kube_node_status_allocatable")
+    # The allocatable side falls back only to the same series times zero (every node reserved): empty with ksm down.
+    assert DEFAULT_HEADROOM_QUERY.startswith("(sum((kube_node_status_allocatable")
+    assert " or (sum((kube_node_status_allocatable" in DEFAULT_HEADROOM_QUERY
     assert "vector(0)" not in DEFAULT_PENDING_QUERY
     assert "count(kube_node_info) * 0" in DEFAULT_PENDING_QUERY
+
+
+# --- the default headroom query and reserved nodes, under promtool ---------------------------------------------
+
+_NODES = {"gpu-a": 8, "gpu-c": 8, "gpu-burst": 16}
+_PODS = [("research", "train", "gpu-a", 2), ("inference", "serve", "gpu-c", 1)]
+
+
+def _headroom_series(taints: list[tuple[str, str]]) -> list[dict[str, str]]:
+    series = []
+    for node, gpus in _NODES.items():
+        series.append(
+            {
+                "series": f'kube_node_status_allocatable{{resource="nvidia_com_gpu",node="{node}"}}',
+                "values": f"{gpus}x5",
+            }
+        )
+        series.append({"series": f'kube_node_spec_unschedulable{{node="{node}"}}', "values": "0x5"})
+    for ns, pod, node, gpus in _PODS:
+        labels = f'namespace="{ns}",pod="{pod}"'
+        series.append(
+            {
+                "series": f'kube_pod_container_resource_requests{{resource="nvidia_com_gpu",node="{node}",{labels}}}',
+                "values": f"{gpus}x5",
+            }
+        )
+        series.append({"series": f'kube_pod_status_phase{{{labels},phase="Running"}}', "values": "1x5"})
+    for node, key in taints:
+        series.append(
+            {"series": f'kube_node_spec_taint{{node="{node}",key="{key}",effect="NoSchedule"}}', "values": "1x5"}
+        )
+    return series
+
+
+def _promtool_headroom(
+    tmp_path: Path, taints: list[tuple[str, str]], expected: int
+) -> subprocess.CompletedProcess[str]:
+    s = TaintControllerSettings(node_name="gpu-burst")
+    (tmp_path / "empty.yml").write_text("groups: []\n")
+    case = {
+        "interval": "1m",
+        "input_series": _headroom_series(taints),
+        "promql_expr_test": [
+            {
+                "expr": s.render_query(s.headroom_query),
+                "eval_time": "2m",
+                "exp_samples": [{"labels": "{}", "value": expected}],
+            }
+        ],
+    }
+    (tmp_path / "test.yml").write_text(json.dumps({"rule_files": ["empty.yml"], "tests": [case]}))
+    return subprocess.run(
+        [debian_tool("promtool"), "test", "rules", str(tmp_path / "test.yml")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize(
+    ("taints", "expected", "wrong"),
+    [
+        ([], 13, 6),  # gpu-a 8 + gpu-c 8 - 3 requested
+        ([("gpu-c", RESERVATION_TAINT_KEY)], 6, 13),  # gpu-c and its pod left out
+        ([("gpu-c", "example.com/other")], 13, 6),  # another taint is still headroom
+        ([("gpu-a", RESERVATION_TAINT_KEY), ("gpu-c", RESERVATION_TAINT_KEY)], 0, 13),  # all reserved: 0, not empty
+    ],
+    ids=["no-reservation", "one-reserved", "other-taint", "all-reserved"],
+)
+def test_default_headroom_leaves_reserved_nodes_out(
+    tmp_path: Path, taints: list[tuple[str, str]], expected: int, wrong: int
+) -> None:
+    right = _promtool_headroom(tmp_path, taints, expected)
+    assert right.returncode == 0, right.stdout + right.stderr
+    assert _promtool_headroom(tmp_path, taints, wrong).returncode != 0

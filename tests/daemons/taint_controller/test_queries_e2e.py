@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from components.taint_controller_settings import TaintControllerSettings
+from components.taint_controller_settings import RESERVATION_TAINT_KEY, TaintControllerSettings
 from daemons.taint_controller.prometheus import PrometheusClient, QueryError
 from tests.daemons.taint_controller.conftest import ApiServer, free_port, wait_for
 from tests.support.require import missing
@@ -25,12 +25,14 @@ pytestmark = [pytest.mark.integration, pytest.mark.filterwarnings("ignore:Unveri
 
 SETTINGS = TaintControllerSettings(node_name="gpu-burst", inference_namespaces=["inference", "serving"])
 GPU = "nvidia.com/gpu"
+RESERVATION = {"key": RESERVATION_TAINT_KEY, "value": "uid-1", "effect": "NoSchedule"}
 
 
-def make_node(core: Any, name: str, gpus: int, *, unschedulable: bool = False) -> None:
-    core.create_node(
-        client.V1Node.model_validate({"metadata": {"name": name}, "spec": {"unschedulable": unschedulable}})
-    )
+def make_node(
+    core: Any, name: str, gpus: int, *, unschedulable: bool = False, taints: list[dict[str, str]] | None = None
+) -> None:
+    spec: dict[str, Any] = {"unschedulable": unschedulable, "taints": taints or []}
+    core.create_node(client.V1Node.model_validate({"metadata": {"name": name}, "spec": spec}))
     resources = {"cpu": "64", "memory": "512Gi", "pods": "110", GPU: str(gpus)}
     core.patch_node_status(name, {"status": {"capacity": resources, "allocatable": resources}})
 
@@ -70,11 +72,17 @@ def cluster(
     make_node(core, "gpu-b", 8, unschedulable=True)  # cordoned: neither its GPUs nor its pods count
     make_node(core, "gpu-burst", 16)  # the virtual node
     make_node(core, "cpu-1", 0)
+    # Reserved for a waiting gang by make-before-break: neither its GPUs nor its pods are headroom.
+    make_node(core, "gpu-c", 8, taints=[RESERVATION])
+    # Another NoSchedule taint: still headroom.
+    make_node(core, "gpu-d", 8, taints=[{"key": "example.com/other", "value": "x", "effect": "NoSchedule"}])
     make_pod(core, "research", "train-running", gpus=2, node="gpu-a", phase="Running")
     make_pod(core, "research", "train-bound-pending", gpus=1, node="gpu-a", phase="Pending")
     make_pod(core, "research", "train-done", gpus=4, node="gpu-a", phase="Succeeded")
     make_pod(core, "research", "train-cordoned", gpus=2, node="gpu-b", phase="Running")
     make_pod(core, "inference", "burst-running", gpus=1, node="gpu-burst", phase="Running")
+    make_pod(core, "inference", "leaving-reserved", gpus=1, node="gpu-c", phase="Running")
+    make_pod(core, "inference", "on-other-taint", gpus=1, node="gpu-d", phase="Running")
     make_pod(core, "inference", "waiting-1", gpus=1, node=None, phase="Pending")
     make_pod(core, "serving", "waiting-2", gpus=1, node=None, phase="Pending")
     make_pod(core, "inference", "bound-pending", gpus=0, node="cpu-1", phase="Pending")
@@ -127,7 +135,8 @@ def cluster(
             "ksm series in Prometheus",
             lambda: (
                 len(prom_query(url, 'kube_pod_status_phase{pod="waiting-elsewhere",phase="Pending"} == 1')) == 1
-                and len(prom_query(url, 'kube_node_status_allocatable{resource="nvidia_com_gpu"}')) >= 3
+                and len(prom_query(url, 'kube_node_status_allocatable{resource="nvidia_com_gpu"}')) >= 5
+                and len(prom_query(url, f'kube_node_spec_taint{{key="{RESERVATION_TAINT_KEY}"}}')) == 1
             ),
         )
         yield url, ksm
@@ -145,8 +154,18 @@ def cluster(
 def test_headroom_counts_schedulable_real_nodes_minus_bound_live_requests(cluster: tuple[str, Any]) -> None:
     url, _ = cluster
     promql = SETTINGS.render_query(SETTINGS.headroom_query)
-    # gpu-a 8 + cpu-1 0 (gpu-b cordoned, gpu-burst virtual) minus 2 Running + 1 bound Pending on gpu-a
-    assert PrometheusClient(url, 5).query(promql).single_value() == 5
+    # gpu-a 8 + gpu-d 8 + cpu-1 0 (gpu-b cordoned, gpu-c reserved, gpu-burst virtual) minus 2 Running + 1 bound
+    # Pending on gpu-a and 1 Running on gpu-d; neither the reserved gpu-c nor its pod counts
+    assert PrometheusClient(url, 5).query(promql).single_value() == 12
+
+
+def test_headroom_without_the_reservation_leave_out_would_count_the_reserved_node(cluster: tuple[str, Any]) -> None:
+    """The same query without its reservation clauses sees gpu-c: the leave-out is what keeps it out."""
+    url, _ = cluster
+    clause = f' unless on(node) kube_node_spec_taint{{key="{RESERVATION_TAINT_KEY}"}}'
+    assert clause in SETTINGS.headroom_query
+    promql = SETTINGS.render_query(SETTINGS.headroom_query.replace(clause, ""))
+    assert PrometheusClient(url, 5).query(promql).single_value() == 12 + 8 - 1
 
 
 def test_pending_counts_unbound_pending_pods_in_inference_namespaces(cluster: tuple[str, Any]) -> None:
@@ -173,7 +192,20 @@ def test_no_gpu_pods_at_all_is_full_headroom(apiserver: ApiServer, cluster: tupl
     gone = 'count(kube_pod_container_resource_requests{resource="nvidia_com_gpu"})'
     wait_for("GPU requests gone", lambda: prom_query(url, gone) == [])
     promql = SETTINGS.render_query(SETTINGS.headroom_query)
-    assert PrometheusClient(url, 5).query(promql).single_value() == 8  # gpu-a 8 + cpu-1 0
+    assert PrometheusClient(url, 5).query(promql).single_value() == 16  # gpu-a 8 + gpu-d 8 + cpu-1 0
+
+
+def test_every_schedulable_node_reserved_is_zero_headroom_not_unknown(
+    apiserver: ApiServer, cluster: tuple[str, Any]
+) -> None:
+    url, _ = cluster
+    core: Any = client.CoreV1Api(apiserver.api_client)
+    for name in ("gpu-a", "gpu-d", "cpu-1"):
+        core.patch_node(name, {"spec": {"taints": [RESERVATION]}})
+    reserved = f'count(kube_node_spec_taint{{key="{RESERVATION_TAINT_KEY}"}})'
+    wait_for("every node reserved", lambda: [r["value"][1] for r in prom_query(url, reserved)] == ["4"])
+    promql = SETTINGS.render_query(SETTINGS.headroom_query)
+    assert PrometheusClient(url, 5).query(promql).single_value() == 0
 
 
 def test_both_queries_are_empty_with_ksm_down(cluster: tuple[str, Any]) -> None:
