@@ -661,7 +661,7 @@ class KubeApi:
         self._api = api_client
         self._timeout = timeout_s
 
-    def _call(
+    def request(
         self,
         method: str,
         path: str,
@@ -705,7 +705,7 @@ class KubeApi:
         items: list[Mapping[str, Any]] = []
         token = ""
         for _ in range(1000):
-            page = self._call(
+            page = self.request(
                 "GET", path, what, query=[*query, ("limit", "500"), *([("continue", token)] if token else [])]
             )
             batch = page.get("items") if isinstance(page, dict) else None
@@ -737,30 +737,32 @@ class KubeApi:
         return self.list_all(f"/apis/{KUEUE_API}/resourceflavors", "list resourceflavors")
 
     def get_node(self, name: str) -> Mapping[str, Any]:
-        return dict(self._call("GET", f"/api/v1/nodes/{quote(name)}", f"read node {name}"))
+        return dict(self.request("GET", f"/api/v1/nodes/{quote(name)}", f"read node {name}"))
 
     def get_workload(self, namespace: str, name: str) -> Mapping[str, Any]:
         path = f"/apis/{KUEUE_API}/namespaces/{quote(namespace)}/workloads/{quote(name)}"
-        return dict(self._call("GET", path, f"read workload {namespace}/{name}"))
+        return dict(self.request("GET", path, f"read workload {namespace}/{name}"))
 
     def get_admission_check(self, name: str) -> Mapping[str, Any]:
         return dict(
-            self._call("GET", f"/apis/{KUEUE_API}/admissionchecks/{quote(name)}", f"read admissioncheck {name}")
+            self.request("GET", f"/apis/{KUEUE_API}/admissionchecks/{quote(name)}", f"read admissioncheck {name}")
         )
 
     # writing
     def patch_node(self, name: str, ops: list[dict[str, Any]]) -> Mapping[str, Any]:
         return dict(
-            self._call("PATCH", f"/api/v1/nodes/{quote(name)}", f"patch node {name}", body=ops, content_type=JSON_PATCH)
+            self.request(
+                "PATCH", f"/api/v1/nodes/{quote(name)}", f"patch node {name}", body=ops, content_type=JSON_PATCH
+            )
         )
 
     def patch_pod(self, namespace: str, name: str, patch: dict[str, Any]) -> None:
         path = f"/api/v1/namespaces/{quote(namespace)}/pods/{quote(name)}"
-        self._call("PATCH", path, f"patch pod {namespace}/{name}", body=patch, content_type=MERGE_PATCH)
+        self.request("PATCH", path, f"patch pod {namespace}/{name}", body=patch, content_type=MERGE_PATCH)
 
     def apply(self, path: str, what: str, body: dict[str, Any], *, force: bool) -> Mapping[str, Any]:
         query = [("fieldManager", FIELD_MANAGER), *([("force", "true")] if force else [])]
-        return dict(self._call("PATCH", path, what, query=query, body=body, content_type=APPLY))
+        return dict(self.request("PATCH", path, what, query=query, body=body, content_type=APPLY))
 
     def apply_deployment(self, body: dict[str, Any]) -> Mapping[str, Any]:
         ns, name = body["metadata"]["namespace"], body["metadata"]["name"]
@@ -779,7 +781,7 @@ class KubeApi:
 
     def create_event(self, body: dict[str, Any]) -> None:
         ns = body["metadata"]["namespace"]
-        self._call("POST", f"/api/v1/namespaces/{quote(ns)}/events", "create event", body=body)
+        self.request("POST", f"/api/v1/namespaces/{quote(ns)}/events", "create event", body=body)
 
 
 def read_lists(api: KubeApi, settings: MakeBeforeBreakSettings) -> RawLists:

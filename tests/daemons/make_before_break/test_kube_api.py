@@ -1,0 +1,372 @@
+"""The controller against a real kube-apiserver (RBAC on) with Kueue's v1beta2 CRDs, as the least-privilege
+ServiceAccount of :mod:`daemons.make_before_break.rbac`: one gang, one node to empty, the room made and the check
+Ready with podSetUpdates; and what that account is refused.
+
+Nothing else runs (no scheduler, no controllers, no Kueue): the test plays the ReplicaSet controller and Kueue
+by writing pods and statuses itself. Skipped, saying why, when the pinned tools or the Kueue module are absent.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+
+from daemons.make_before_break.controller import Controller
+from daemons.make_before_break.kube import KUEUE_API, KUEUE_GROUP, KubeApi
+from daemons.make_before_break.metrics import Metrics
+from daemons.make_before_break.rbac import cluster_rules, inference_rules, lease_rules
+from daemons.make_before_break.settings import CONTROLLER_NAME, FIELD_MANAGER, MakeBeforeBreakSettings
+from daemons.taint_controller.kube import KubeLeaseApi, LeaderElector, load_kube_config
+from tests.support.apiserver import ApiServer, running_apiserver, wait_for
+from tests.support.require import missing
+
+pytestmark = [pytest.mark.integration, pytest.mark.filterwarnings("ignore:Unverified HTTPS request")]
+
+CRDS = Path.home() / "go/pkg/mod/sigs.k8s.io/kueue@v0.17.0/config/components/crd/bases"
+KINDS = ("workloads", "admissionchecks", "resourceflavors", "clusterqueues", "localqueues")
+SYSTEM, INFERENCE, TEAM = "gpucluster-system", "inference", "team-a"
+KEY = "gpucluster.io/reservation"
+GPU = "nvidia.com/gpu"
+SETTINGS = MakeBeforeBreakSettings(namespace=SYSTEM, inference_namespaces=[INFERENCE], virtual_node_name="gpu-burst")
+PULUMI = "pulumi-kubernetes-test"
+
+
+def now_text() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@pytest.fixture(scope="module")
+def kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
+    absent = [k for k in KINDS if not (CRDS / f"kueue.x-k8s.io_{k}.yaml").exists()]
+    if absent:
+        missing(f"the Kueue v0.17.0 CRDs are not in the Go module cache ({CRDS}; missing: {', '.join(absent)})")
+    with running_apiserver(tmp_path_factory.mktemp("mbb-apiserver"), authorization_mode="RBAC") as server:
+        ext = client.ApiextensionsV1Api(server.api_client)
+        for kind in KINDS:
+            ext.create_custom_resource_definition(yaml.safe_load((CRDS / f"kueue.x-k8s.io_{kind}.yaml").read_text()))
+
+        def established(kind: str) -> bool:
+            crd = ext.read_custom_resource_definition(f"{kind}.{KUEUE_GROUP}")
+            return any(c.type == "Established" and c.status == "True" for c in crd.status.conditions or [])
+
+        for kind in KINDS:
+            wait_for(f"CRD {kind} established", lambda k=kind: established(k))  # type: ignore[misc]
+        core = client.CoreV1Api(server.api_client)
+        for ns in (SYSTEM, INFERENCE, TEAM):
+            core.create_namespace(client.V1Namespace.model_validate({"metadata": {"name": ns}}))
+        yield server
+
+
+def raw(
+    server: ApiServer, method: str, path: str, body: Any = None, content_type: str | None = None, **query: str
+) -> Any:
+    """An admin call: the test plays the kubelet, the ReplicaSet controller, Kueue and Pulumi."""
+    api = KubeApi(server.api_client)
+    return api.request(
+        method, path, f"{method} {path}", query=list(query.items()), body=body, content_type=content_type
+    )
+
+
+def node(server: ApiServer, name: str, gpus: int, labels: dict[str, str]) -> None:
+    raw(server, "POST", "/api/v1/nodes", {"metadata": {"name": name, "labels": labels}})
+    status = {
+        "status": {
+            "capacity": {GPU: str(gpus), "cpu": "96", "pods": "110"},
+            "allocatable": {GPU: str(gpus), "cpu": "96", "pods": "110"},
+            "conditions": [
+                {
+                    "type": "Ready",
+                    "status": "True",
+                    "reason": "KubeletReady",
+                    "message": "ok",
+                    "lastHeartbeatTime": now_text(),
+                    "lastTransitionTime": now_text(),
+                }
+            ],
+        }
+    }
+    raw(server, "PATCH", f"/api/v1/nodes/{name}/status", status, "application/merge-patch+json")
+
+
+def pod(server: ApiServer, name: str, node_name: str, epoch: str | None = None, hash_: str = "abc12") -> None:
+    meta: dict[str, Any] = {
+        "name": name,
+        "labels": {"app": "server", "pod-template-hash": hash_},
+        "ownerReferences": [
+            {
+                "apiVersion": "apps/v1",
+                "kind": "ReplicaSet",
+                "name": f"server-{hash_}",
+                "uid": "7e57c0de-0000-4000-8000-000000000001",
+                "controller": True,
+            }
+        ],
+    }
+    if epoch:
+        meta["annotations"] = {"gpucluster.io/placement-epoch": epoch}
+    body = {
+        "metadata": meta,
+        "spec": {
+            "nodeName": node_name,
+            "containers": [{"name": "s", "image": "server:1", "resources": {"limits": {GPU: "8"}}}],
+        },
+    }
+    raw(server, "POST", f"/api/v1/namespaces/{INFERENCE}/pods", body)
+    raw(
+        server,
+        "PATCH",
+        f"/api/v1/namespaces/{INFERENCE}/pods/{name}/status",
+        {"status": {"phase": "Running"}},
+        "application/merge-patch+json",
+    )
+
+
+def deployment_status(server: ApiServer, ready: int, updated: int) -> None:
+    live = raw(server, "GET", f"/apis/apps/v1/namespaces/{INFERENCE}/deployments/server")
+    status = {
+        "status": {
+            "observedGeneration": live["metadata"]["generation"],
+            "replicas": 2,
+            "updatedReplicas": updated,
+            "readyReplicas": ready,
+            "availableReplicas": ready,
+        }
+    }
+    raw(
+        server,
+        "PATCH",
+        f"/apis/apps/v1/namespaces/{INFERENCE}/deployments/server/status",
+        status,
+        "application/merge-patch+json",
+    )
+
+
+def service_account_client(server: ApiServer, tmp: Path) -> Any:
+    """A client authenticated as the controller's ServiceAccount, bound to exactly the rules in rbac.py."""
+    rbac = "/apis/rbac.authorization.k8s.io/v1"
+    sa = {"kind": "ServiceAccount", "name": "mbb", "namespace": SYSTEM}
+    raw(server, "POST", f"/api/v1/namespaces/{SYSTEM}/serviceaccounts", {"metadata": {"name": "mbb"}})
+
+    def bind(scope: str, name: str, rules: list[dict[str, Any]]) -> None:
+        base = f"{rbac}/namespaces/{scope}" if scope else rbac
+        role_kind = "Role" if scope else "ClusterRole"
+        raw(server, "POST", f"{base}/{role_kind.lower()}s", {"metadata": {"name": name}, "rules": rules})
+        binding = {
+            "metadata": {"name": name},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": role_kind, "name": name},
+            "subjects": [sa],
+        }
+        raw(server, "POST", f"{base}/{role_kind.lower()}bindings", binding)
+
+    bind("", "mbb", [r.to_k8s() for r in cluster_rules(SETTINGS.admission_check_name)])
+    bind(INFERENCE, "mbb", [r.to_k8s() for r in inference_rules()])
+    bind(SYSTEM, "mbb-lease", [r.to_k8s() for r in lease_rules(SETTINGS.lease_name)])
+    token = raw(
+        server,
+        "POST",
+        f"/api/v1/namespaces/{SYSTEM}/serviceaccounts/mbb/token",
+        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 3600}},
+    )["status"]["token"]
+    config = json.loads(server.kubeconfig.read_text())
+    config["users"] = [{"name": "t", "user": {"token": token}}]
+    path = tmp / "sa-kubeconfig"
+    path.write_text(json.dumps(config))
+    return load_kube_config(str(path))
+
+
+def test_the_room_is_made_and_the_check_goes_ready_as_the_least_privilege_account(
+    kube: ApiServer, tmp_path: Path
+) -> None:
+    server = kube
+    kueue = f"/apis/{KUEUE_API}"
+    raw(
+        server,
+        "POST",
+        f"{kueue}/resourceflavors",
+        {
+            "apiVersion": KUEUE_API,
+            "kind": "ResourceFlavor",
+            "metadata": {"name": "h100"},
+            "spec": {"nodeLabels": {"gpu": "h100"}},
+        },
+    )
+    raw(
+        server,
+        "POST",
+        f"{kueue}/admissionchecks",
+        {
+            "apiVersion": KUEUE_API,
+            "kind": "AdmissionCheck",
+            "metadata": {"name": SETTINGS.admission_check_name},
+            "spec": {"controllerName": CONTROLLER_NAME},
+        },
+    )
+    for name in ("n1", "n2"):
+        node(server, name, 8, {"gpu": "h100"})
+    node(server, "gpu-burst", 64, {"type": "virtual-kubelet"})
+    # The Deployment as Pulumi applies it: its own manager owns labels, the strategy and the template.
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "server", "namespace": INFERENCE, "labels": {"app": "server"}},
+        "spec": {
+            "replicas": 2,
+            "selector": {"matchLabels": {"app": "server"}},
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": 0}},
+            "template": {
+                "metadata": {"labels": {"app": "server"}, "annotations": {"burst.gpucluster.io/gpu-type": "h100"}},
+                "spec": {"containers": [{"name": "s", "image": "server:1", "resources": {"limits": {GPU: "8"}}}]},
+            },
+        },
+    }
+    raw(
+        server,
+        "PATCH",
+        f"/apis/apps/v1/namespaces/{INFERENCE}/deployments/server",
+        deployment,
+        "application/apply-patch+yaml",
+        fieldManager=PULUMI,
+    )
+    deployment_status(server, ready=2, updated=2)
+    pod(server, "server-abc12-a", "n1")
+    pod(server, "server-abc12-b", "n2")
+    # The Workload, its quota reserved by Kueue with our check Pending.
+    workload = {
+        "apiVersion": KUEUE_API,
+        "kind": "Workload",
+        "metadata": {"name": "job-train", "namespace": TEAM},
+        "spec": {
+            "queueName": "training",
+            "podSets": [
+                {
+                    "name": "workers",
+                    "count": 1,
+                    "template": {
+                        "spec": {
+                            "restartPolicy": "Never",
+                            "containers": [{"name": "w", "image": "train:1", "resources": {"requests": {GPU: "8"}}}],
+                        }
+                    },
+                }
+            ],
+        },
+    }
+    created = raw(server, "POST", f"{kueue}/namespaces/{TEAM}/workloads", workload)
+    uid = created["metadata"]["uid"]
+    status = {
+        "apiVersion": KUEUE_API,
+        "kind": "Workload",
+        "metadata": {"name": "job-train", "namespace": TEAM},
+        "status": {
+            "conditions": [
+                {
+                    "type": "QuotaReserved",
+                    "status": "True",
+                    "reason": "QuotaReserved",
+                    "message": "Quota reserved in ClusterQueue training",
+                    "lastTransitionTime": now_text(),
+                }
+            ],
+            "admission": {
+                "clusterQueue": "training",
+                "podSetAssignments": [
+                    {"name": "workers", "count": 1, "flavors": {GPU: "h100"}, "resourceUsage": {GPU: "8"}}
+                ],
+            },
+            "admissionChecks": [
+                {
+                    "name": SETTINGS.admission_check_name,
+                    "state": "Pending",
+                    "message": "",
+                    "lastTransitionTime": now_text(),
+                }
+            ],
+        },
+    }
+    raw(
+        server,
+        "PATCH",
+        f"{kueue}/namespaces/{TEAM}/workloads/job-train/status",
+        status,
+        "application/apply-patch+yaml",
+        fieldManager="kueue-admission",
+        force="true",
+    )
+
+    sa_client = service_account_client(server, tmp_path)
+    leases = KubeLeaseApi(sa_client)
+    elector = LeaderElector(leases, SYSTEM, SETTINGS.lease_name, "test_1", lease_duration_s=15, renew_deadline_s=10)
+    assert elector.try_acquire_or_renew()
+    controller = Controller(SETTINGS, KubeApi(sa_client), Metrics(), is_leader=elector.is_leader, identity="test_1")
+
+    first = controller.cycle()
+    assert first.observed.problems == {}
+    assert first.active == "set Active"
+    assert [o.result for o in first.outcomes] == ["applied"] * len(first.outcomes), first.outcomes
+    second = controller.cycle()
+    assert [o.result for o in second.outcomes] == ["applied"] * len(second.outcomes), second.outcomes
+    kinds = [o.kind for o in (*first.outcomes, *second.outcomes)]
+    assert kinds.count("reserve-node") == 1
+    assert "set-deletion-cost" in kinds
+    assert "set-placement" in kinds
+
+    reserved = raw(server, "GET", "/api/v1/nodes/n1")
+    assert reserved["metadata"]["labels"][KEY] == uid
+    assert {"key": KEY, "value": uid, "effect": "NoSchedule"} in reserved["spec"]["taints"]
+    assert KEY not in raw(server, "GET", "/api/v1/nodes/n2")["metadata"]["labels"]
+    marked = raw(server, "GET", f"/api/v1/namespaces/{INFERENCE}/pods/server-abc12-a")
+    assert marked["metadata"]["annotations"]["controller.kubernetes.io/pod-deletion-cost"] == "-1000"
+    live = raw(server, "GET", f"/apis/apps/v1/namespaces/{INFERENCE}/deployments/server")
+    assert live["metadata"]["annotations"]["gpucluster.io/flips"] == uid
+    assert live["metadata"]["annotations"]["gpucluster.io/flip-phase"] == "moved"
+    template = live["spec"]["template"]["metadata"]["annotations"]
+    epoch = template["gpucluster.io/placement-epoch"]
+    assert template["burst.gpucluster.io/gpu-type"] == "h100"  # Pulumi's key kept
+    managers = {m["manager"]: json.dumps(m.get("fieldsV1", {})) for m in live["metadata"]["managedFields"]}
+    assert "gpucluster.io/placement-epoch" in managers[FIELD_MANAGER]
+    assert "burst.gpucluster.io/gpu-type" not in managers[FIELD_MANAGER]  # took nothing of Pulumi's
+    assert "f:replicas" not in managers[FIELD_MANAGER]
+    assert "burst.gpucluster.io/gpu-type" in managers[PULUMI]
+    assert "f:strategy" in managers[PULUMI]
+    check = raw(server, "GET", f"{kueue}/admissionchecks/{SETTINGS.admission_check_name}")
+    assert any(c["type"] == "Active" and c["status"] == "True" for c in check["status"]["conditions"])
+    held = raw(server, "GET", f"{kueue}/namespaces/{TEAM}/workloads/job-train")["status"]["admissionChecks"][0]
+    assert held["state"] == "Pending"
+    assert held["message"].startswith("making room")
+
+    # The rollout, played by hand: the replica on n1 is replaced on the virtual node, then removed.
+    pod(server, "server-def34-c", "gpu-burst", epoch=epoch, hash_="def34")
+    raw(server, "DELETE", f"/api/v1/namespaces/{INFERENCE}/pods/server-abc12-a", gracePeriodSeconds="0")
+    deployment_status(server, ready=2, updated=1)
+    third = controller.cycle()
+    assert [o.kind for o in third.outcomes if o.result == "applied"] == ["check-ready"], third.outcomes
+    entry = raw(server, "GET", f"{kueue}/namespaces/{TEAM}/workloads/job-train")["status"]["admissionChecks"][0]
+    assert entry["state"] == "Ready"
+    assert entry["podSetUpdates"] == [
+        {
+            "name": "workers",
+            "nodeSelector": {KEY: uid},
+            "tolerations": [{"key": KEY, "operator": "Equal", "value": uid, "effect": "NoSchedule"}],
+        }
+    ]
+    assert controller.cycle().outcomes == ()  # applied: nothing left to do
+
+    events = raw(server, "GET", "/api/v1/namespaces/default/events")["items"]
+    assert any(e["reason"] == "NodeReserved" and e["involvedObject"]["name"] == "n1" for e in events)
+    team = raw(server, "GET", f"/api/v1/namespaces/{TEAM}/events")["items"]
+    assert {"MakingRoom", "RoomMade"} <= {e["reason"] for e in team if e["involvedObject"]["kind"] == "Workload"}
+
+    # Least privilege: no Secret anywhere, no Deployment outside the inference namespaces.
+    sa = KubeApi(sa_client)
+    with pytest.raises(Exception, match="HTTP 403"):
+        sa.list_all("/api/v1/secrets", "list secrets")
+    with pytest.raises(Exception, match="HTTP 403"):
+        sa.list_deployments(TEAM)
+    assert elector.release()
