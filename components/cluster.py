@@ -12,6 +12,8 @@ from components.config import StackConfig
 from components.constants import ENVIRONMENT_LABEL, PROJECT, WORKLOAD_LABEL
 from components.descheduler import Descheduler, DeschedulerArgs
 from components.inference import InferenceService, InferenceServiceArgs
+from components.make_before_break import MakeBeforeBreak, MakeBeforeBreakArgs
+from components.make_before_break_settings import CHECK_NAME
 from components.queues import Queues, QueuesArgs
 from components.storage import Storage, StorageArgs
 from components.taint_controller import TaintController, TaintControllerArgs
@@ -59,6 +61,9 @@ class GpuCluster(pulumi.ComponentResource):
             burst_namespaces.append(burst.settings.virtual_node.namespace)
             if burst.taint_controller.enabled:
                 burst_namespaces.append(burst.taint_controller.namespace)
+        mbb = cfg.make_before_break if cfg.make_before_break.enabled else None
+        if mbb is not None:
+            burst_namespaces.append(mbb.namespace)
         self.namespaces: dict[str, k8s.core.v1.Namespace] = {}
         for ns, role in [
             *((n, "training") for n in cfg.training_namespaces),
@@ -82,6 +87,8 @@ class GpuCluster(pulumi.ComponentResource):
                 priorities=cfg.priorities,
                 labels=labels,
                 namespaces=self.namespaces,
+                # Every ClusterQueue admits training: while make-before-break is on, each waits for its room.
+                admission_checks=(CHECK_NAME,) if mbb is not None else (),
             ),
             opts=pulumi.ResourceOptions(parent=self),
         )
@@ -135,6 +142,28 @@ class GpuCluster(pulumi.ComponentResource):
                     ),
                     opts=pulumi.ResourceOptions(parent=self),
                 )
+
+        self.make_before_break: MakeBeforeBreak | None = None
+        if mbb is not None:
+            self.make_before_break = MakeBeforeBreak(
+                f"{name}-make-before-break",
+                MakeBeforeBreakArgs(
+                    settings=mbb,
+                    workload_namespaces=cfg.training_namespaces,
+                    burst_taint_key=cfg.burst_taint_key,
+                    virtual_node_name=burst.settings.virtual_node.node_name if burst is not None else None,
+                    labels=labels,
+                    # Its Roles live in these namespaces; the AdmissionCheck needs Kueue's CRDs (the chart).
+                    depends_on=(
+                        *(
+                            self.namespaces[n]
+                            for n in dict.fromkeys((mbb.namespace, *mbb.inference_namespaces, *cfg.training_namespaces))
+                        ),
+                        self.queues.chart,
+                    ),
+                ),
+                opts=pulumi.ResourceOptions(parent=self),
+            )
 
         self.inference_services: dict[str, InferenceService] = {}
         default_gpu_type = burst.settings.virtual_node.default_gpu_type if burst is not None else None

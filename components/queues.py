@@ -40,6 +40,8 @@ class QueuesArgs:
     labels: Mapping[str, str] = field(default_factory=dict)
     #: Team namespaces created elsewhere; the LocalQueues wait for them.
     namespaces: Mapping[str, pulumi.Resource] = field(default_factory=dict)
+    #: AdmissionChecks every ClusterQueue lists (each admits training): ``make-before-break`` while it is on.
+    admission_checks: Sequence[str] = ()
 
     def __post_init__(self) -> None:
         if not self.flavors:
@@ -52,6 +54,8 @@ class QueuesArgs:
         for t in self.teams:
             if t.cluster_queue not in self.queues:
                 raise ValueError(f"QueuesArgs.teams: team {t.name!r} points at unknown queue {t.cluster_queue!r}")
+        if len(set(self.admission_checks)) != len(self.admission_checks):
+            raise ValueError(f"QueuesArgs.admission_checks: listed twice in {list(self.admission_checks)}")
 
 
 def kueue_manager_config(settings: KueueSettings) -> dict[str, Any]:
@@ -109,9 +113,14 @@ def _deep_merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any
 
 
 def cluster_queue_spec(
-    spec: ClusterQueueSpec, cohort: str, flavors: Sequence[GpuFlavor], namespaces: Sequence[str]
+    spec: ClusterQueueSpec,
+    cohort: str,
+    flavors: Sequence[GpuFlavor],
+    namespaces: Sequence[str],
+    admission_checks: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """A ClusterQueue: GPU quota per flavor (one resource group per GPU resource name), cohort and preemption."""
+    """A ClusterQueue: GPU quota per flavor (one resource group per GPU resource name), cohort and preemption,
+    and the AdmissionChecks every workload it admits must pass (none: the key is left out)."""
     by_resource: dict[str, list[dict[str, Any]]] = {}
     for flavor in flavors:
         if flavor.name not in spec.quota:
@@ -122,7 +131,7 @@ def cluster_queue_spec(
         if flavor.name in spec.borrowing_limit:
             resource["borrowingLimit"] = str(spec.borrowing_limit[flavor.name])
         by_resource.setdefault(flavor.gpu_resource, []).append({"name": flavor.name, "resources": [resource]})
-    return {
+    out: dict[str, Any] = {
         "cohortName": cohort,
         "queueingStrategy": spec.queueing_strategy,
         "namespaceSelector": {
@@ -139,6 +148,10 @@ def cluster_queue_spec(
             "borrowWithinCohort": {"policy": "Never"},
         },
     }
+    if admission_checks:
+        # v1beta2 has only the strategy form; no onFlavors: every workload of the queue passes the check.
+        out["admissionChecksStrategy"] = {"admissionChecks": [{"name": n} for n in admission_checks]}
+    return out
 
 
 class KueueObject(pulumi.CustomResource):
@@ -213,7 +226,9 @@ class Queues(pulumi.ComponentResource):
                 api_version=KUEUE_API,
                 kind="ClusterQueue",
                 metadata={"name": qname, "labels": labels},
-                spec=cluster_queue_spec(q, args.cohort, args.flavors, team_namespaces.get(qname, [])),
+                spec=cluster_queue_spec(
+                    q, args.cohort, args.flavors, team_namespaces.get(qname, []), args.admission_checks
+                ),
                 opts=pulumi.ResourceOptions(parent=self, depends_on=[self.chart, *self.flavors.values()]),
             )
             for qname, q in args.queues.items()
