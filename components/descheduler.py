@@ -20,6 +20,10 @@ from components.descheduler_settings import DeschedulerSettings
 
 POLICY_API_VERSION = "descheduler/v1alpha2"
 PROFILE = "gpucluster-burst-return"
+#: The DefaultEvictor's handling of ``descheduler.alpha.kubernetes.io/prefer-no-eviction`` (descheduler v0.36.0:
+#: ``Mandatory`` filters such pods out of every eviction; ``Preferred`` treats it as a preference).
+NO_EVICTION_POLICY = "Mandatory"
+NO_EVICTION_ANNOTATION = "descheduler.alpha.kubernetes.io/prefer-no-eviction"
 
 
 @dataclass(frozen=True)
@@ -47,7 +51,12 @@ def descheduler_policy(
             {
                 "name": PROFILE,
                 "pluginConfig": [
-                    {"name": "DefaultEvictor", "args": {"nodeFit": settings.node_fit}},
+                    # A replica make-before-break moved on purpose carries prefer-no-eviction: never evict it
+                    # (Mandatory; the default, Preferred, makes the annotation only a preference).
+                    {
+                        "name": "DefaultEvictor",
+                        "args": {"nodeFit": settings.node_fit, "noEvictionPolicy": NO_EVICTION_POLICY},
+                    },
                     {
                         "name": "RemovePodsViolatingNodeTaints",
                         "args": {

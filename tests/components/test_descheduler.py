@@ -1,0 +1,48 @@
+"""The descheduler's policy: a replica make-before-break moved on purpose (``prefer-no-eviction``) is never evicted
+(``noEvictionPolicy: Mandatory``, which descheduler v0.36.0's DefaultEvictor takes), every other one as before."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from components.config import load_stack_file
+from components.descheduler import NO_EVICTION_ANNOTATION, NO_EVICTION_POLICY, Descheduler, DeschedulerArgs
+from components.descheduler_settings import DeschedulerSettings
+from daemons.make_before_break.model import NO_EVICTION_ANNOTATION as MOVED_ANNOTATION
+from tests.support.pulumi_harness import deploy
+
+ROOT = Path(__file__).resolve().parents[2]
+#: The two values descheduler v0.36.0 accepts (pkg/framework/plugins/defaultevictor/validation.go).
+ACCEPTED = ("Preferred", "Mandatory")
+
+
+def _evictor_args(settings: DeschedulerSettings) -> dict[str, object]:
+    graph = deploy(
+        lambda: Descheduler(
+            "d", DeschedulerArgs(settings=settings, burst_taint_key="k.io/burst", inference_namespaces=["inference"])
+        )
+    )
+    (chart,) = graph.of_type("kubernetes:helm.sh/v4:Chart")
+    (profile,) = chart.inputs["values"]["deschedulerPolicy"]["profiles"]
+    (evictor,) = [p for p in profile["pluginConfig"] if p["name"] == "DefaultEvictor"]
+    args: dict[str, object] = evictor["args"]
+    return args
+
+
+def test_moved_replicas_are_never_evicted() -> None:
+    args = _evictor_args(DeschedulerSettings())
+    assert args["noEvictionPolicy"] == NO_EVICTION_POLICY == "Mandatory"
+    assert NO_EVICTION_POLICY in ACCEPTED
+    # The annotation the controller sets on a moved replica's template is the one Mandatory honours.
+    assert MOVED_ANNOTATION == NO_EVICTION_ANNOTATION == "descheduler.alpha.kubernetes.io/prefer-no-eviction"
+
+
+def test_node_fit_is_kept_beside_it() -> None:
+    assert _evictor_args(DeschedulerSettings(node_fit=False))["nodeFit"] is False
+    assert _evictor_args(DeschedulerSettings())["nodeFit"] is True
+
+
+def test_every_stack_renders_it() -> None:
+    for stack in ("local", "dev", "staging", "prod"):
+        cfg = load_stack_file(ROOT / "stacks" / f"Pulumi.{stack}.yaml")
+        assert _evictor_args(cfg.descheduler)["noEvictionPolicy"] == "Mandatory", stack
