@@ -1,4 +1,5 @@
-"""The gpucluster CrossGuard policy pack: one module per concern, all mandatory by default."""
+"""The gpucluster CrossGuard policy pack: one module per concern, all mandatory by default except the advisory
+ones listed in :data:`ADVISORY` (they say what a choice costs; they refuse nothing)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,11 @@ from policies.burst_settings import provider_secrets_not_in_config
 from policies.descheduler import descheduler_bounded
 from policies.images import images_pinned
 from policies.inference import inference_gpu_deployments_burstable, inference_gpu_deployments_have_pdb
+from policies.make_before_break import (
+    inference_deployments_make_before_break,
+    training_queues_carry_make_before_break,
+    training_queues_make_before_break_off,
+)
 from policies.priorities import training_above_inference, workload_priorities_ordered
 from policies.quota import quota_within_capacity
 from policies.rbac import virtual_node_least_privilege
@@ -32,4 +38,10 @@ ALL_POLICIES: list[Policy] = [
     inference_gpu_deployments_have_pdb,
     virtual_node_least_privilege,
     provider_secrets_not_in_config,
+    inference_deployments_make_before_break,
+    training_queues_carry_make_before_break,
+    training_queues_make_before_break_off,
 ]
+
+#: The policies that only advise: what a stack's choice costs, never a refusal.
+ADVISORY: frozenset[str] = frozenset({training_queues_make_before_break_off.name})

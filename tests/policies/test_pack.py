@@ -1,4 +1,4 @@
-"""The pack as a whole: the real local and prod stacks pass every policy; every policy is mandatory."""
+"""The pack as a whole: the real stacks pass every policy; every policy is mandatory but the advisory ones."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pulumi_policy import (
 
 from components.cluster import GpuCluster, GpuClusterArgs
 from components.config import load_stack_file
-from policies import ALL_POLICIES
+from policies import ADVISORY, ALL_POLICIES
 from tests.policies.support import (
     NA,
     ROOT,
@@ -21,13 +21,15 @@ from tests.policies.support import (
 from tests.support.pulumi_harness import deploy
 
 
-@pytest.mark.parametrize("stack", ["local", "prod"])
+@pytest.mark.parametrize("stack", ["local", "dev", "staging", "prod"])
 def test_the_real_stacks_pass_every_policy(stack: str) -> None:
     cfg = load_stack_file(ROOT / "stacks" / f"Pulumi.{stack}.yaml")
     graph = deploy(lambda: GpuCluster(stack, GpuClusterArgs(config=cfg)))
     resources = as_policy_resources(graph)
     applied = 0
     for policy in ALL_POLICIES:
+        if policy.name in ADVISORY:
+            continue  # advice, not a refusal (test_the_advice_is_given_where_it_applies)
         if isinstance(policy, StackValidationPolicy):
             outcome = check_stack(policy, resources)
             applied += outcome != NA
@@ -43,4 +45,18 @@ def test_the_real_stacks_pass_every_policy(stack: str) -> None:
 def test_the_pack_is_mandatory_by_default() -> None:
     names = [p.name for p in ALL_POLICIES]
     assert len(names) == len(set(names)) >= 10
-    assert all(p.enforcement_level.value == "mandatory" for p in ALL_POLICIES)
+    assert set(names) > ADVISORY
+    for p in ALL_POLICIES:
+        assert p.enforcement_level.value == ("advisory" if p.name in ADVISORY else "mandatory"), p.name
+
+
+@pytest.mark.parametrize(("stack", "advised"), [("local", True), ("prod", False)])
+def test_the_advice_is_given_where_it_applies(stack: str, advised: bool) -> None:
+    """The local stack keeps make-before-break off and is told what that costs; prod runs it and is not."""
+    cfg = load_stack_file(ROOT / "stacks" / f"Pulumi.{stack}.yaml")
+    resources = as_policy_resources(deploy(lambda: GpuCluster(stack, GpuClusterArgs(config=cfg))))
+    for policy in ALL_POLICIES:
+        if policy.name in ADVISORY:
+            assert isinstance(policy, StackValidationPolicy)
+            outcome = check_stack(policy, resources)
+            assert (outcome not in ([], NA)) is advised, f"{policy.name}: {outcome}"
