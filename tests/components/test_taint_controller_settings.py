@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -270,3 +271,10 @@ def test_default_headroom_leaves_reserved_nodes_out(
     right = _promtool_headroom(tmp_path, taints, expected)
     assert right.returncode == 0, right.stdout + right.stderr
     assert _promtool_headroom(tmp_path, taints, wrong).returncode != 0
+
+
+def test_the_daemon_readme_shows_the_default_queries_as_they_are() -> None:
+    readme = (Path(__file__).resolve().parents[2] / "daemons" / "taint_controller" / "README.md").read_text()
+    shown = [re.sub(r"\s+", "", block) for block in re.findall(r"```promql\n(.*?)```", readme, re.S)]
+    assert re.sub(r"\s+", "", DEFAULT_HEADROOM_QUERY) in shown
+    assert re.sub(r"\s+", "", DEFAULT_PENDING_QUERY) in shown
