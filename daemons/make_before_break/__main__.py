@@ -21,8 +21,8 @@ from daemons.make_before_break.controller import Controller, CycleResult
 from daemons.make_before_break.kube import KubeApi
 from daemons.make_before_break.metrics import Metrics
 from daemons.make_before_break.settings import CONTROLLER_NAME, MakeBeforeBreakSettings, load_settings
-from daemons.taint_controller.kube import KubeLeaseApi, LeaderElector, load_kube_config
 from daemons.toolkit.http import HttpService, Routes
+from daemons.toolkit.lease import KubeLeaseApi, LeaderElector, load_kube_config
 from daemons.toolkit.listen import ListenError, parse_listen
 from daemons.toolkit.logs import LEVELS, setup_logging
 from daemons.toolkit.shutdown import Step, StopSignal, drain

@@ -49,7 +49,7 @@ from daemons.make_before_break.model import (
     parse_flips,
 )
 from daemons.make_before_break.settings import CONTROLLER_NAME, FIELD_MANAGER, MakeBeforeBreakSettings
-from daemons.taint_controller.kube import ConflictError, KubeError
+from daemons.toolkit.lease import ConflictError, KubeError
 
 log = logging.getLogger("make_before_break.kube")
 

@@ -23,7 +23,7 @@ from daemons.make_before_break.kube import KUEUE_API, KUEUE_GROUP, KubeApi
 from daemons.make_before_break.metrics import Metrics
 from daemons.make_before_break.rbac import cluster_rules, inference_rules, lease_rules
 from daemons.make_before_break.settings import CONTROLLER_NAME, FIELD_MANAGER, MakeBeforeBreakSettings
-from daemons.taint_controller.kube import KubeLeaseApi, LeaderElector, load_kube_config
+from daemons.toolkit.lease import KubeLeaseApi, LeaderElector, load_kube_config
 from tests.support.apiserver import ApiServer, running_apiserver, wait_for
 from tests.support.require import missing
 
