@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from pulumi_policy import EnforcementLevel
 
 from policies.make_before_break import (
     ADMISSION_CHECK,
@@ -153,7 +154,7 @@ def test_off_the_advisory_policy_says_what_it_costs() -> None:
     assert len(found) == 1
     assert "['evaluation', 'pretraining']" in found[0]
     assert "serving dips until the burst path" in found[0]
-    assert training_queues_make_before_break_off.enforcement_level.value == "advisory"
+    assert training_queues_make_before_break_off.enforcement_level == EnforcementLevel.ADVISORY
 
 
 def test_on_the_advisory_policy_is_silent() -> None:
