@@ -21,7 +21,8 @@ def _cmd_check(paths: Sequence[str], out: Callable[[str], None]) -> int:
             continue
         out(
             f"{p}: ok ({cfg.environment}: {len(cfg.flavors)} flavor(s), {cfg.total_gpus} GPUs, "
-            f"{len(cfg.queues)} ClusterQueue(s), {len(cfg.teams)} team(s){_burst_summary(cfg)})"
+            f"{len(cfg.queues)} ClusterQueue(s), {len(cfg.teams)} team(s){_burst_summary(cfg)}"
+            f"{_make_before_break_summary(cfg)})"
         )
     return 1 if failed else 0
 
@@ -32,6 +33,11 @@ def _burst_summary(cfg: StackConfig) -> str:
     if not cfg.burst.enabled:
         return ", bursting configured but off"
     return f", bursts to {cfg.burst.capacity} GPUs through {len(cfg.burst.settings.providers)} provider(s)"
+
+
+def _make_before_break_summary(cfg: StackConfig) -> str:
+    mbb = cfg.make_before_break
+    return f", make-before-break on (maxHold {mbb.max_hold})" if mbb.enabled else ", make-before-break off"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
