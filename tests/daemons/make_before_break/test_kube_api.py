@@ -9,7 +9,10 @@ by writing pods and statuses itself. Skipped, saying why, when the pinned tools 
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,6 +29,7 @@ from daemons.make_before_break.settings import CONTROLLER_NAME, FIELD_MANAGER, M
 from daemons.toolkit.lease import KubeLeaseApi, LeaderElector, load_kube_config
 from tests.support.apiserver import ApiServer, running_apiserver, wait_for
 from tests.support.require import missing
+from tests.support.sim import ROOT
 
 pytestmark = [pytest.mark.integration, pytest.mark.filterwarnings("ignore:Unverified HTTPS request")]
 
@@ -53,11 +57,12 @@ def kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
             ext.create_custom_resource_definition(yaml.safe_load((CRDS / f"kueue.x-k8s.io_{kind}.yaml").read_text()))
 
         def established(kind: str) -> bool:
-            crd = ext.read_custom_resource_definition(f"{kind}.{KUEUE_GROUP}")
-            return any(c.type == "Established" and c.status == "True" for c in crd.status.conditions or [])
+            status = ext.read_custom_resource_definition(f"{kind}.{KUEUE_GROUP}").status
+            conditions = (status.conditions if status else None) or []
+            return any(c.type == "Established" and c.status == "True" for c in conditions)
 
         for kind in KINDS:
-            wait_for(f"CRD {kind} established", lambda k=kind: established(k))  # type: ignore[misc]
+            wait_for(f"CRD {kind} established", functools.partial(established, kind))
         core = client.CoreV1Api(server.api_client)
         for ns in (SYSTEM, INFERENCE, TEAM):
             core.create_namespace(client.V1Namespace.model_validate({"metadata": {"name": ns}}))
@@ -370,3 +375,36 @@ def test_the_room_is_made_and_the_check_goes_ready_as_the_least_privilege_accoun
     with pytest.raises(Exception, match="HTTP 403"):
         sa.list_deployments(TEAM)
     assert elector.release()
+
+
+def test_the_command_once_as_a_dry_run_reads_everything_and_writes_nothing(kube: ApiServer, tmp_path: Path) -> None:
+    settings = tmp_path / "settings.yaml"
+    settings.write_text(f"namespace: {SYSTEM}\ninferenceNamespaces: [{INFERENCE}]\nleaseName: once-test\n")
+    before = raw(kube, "GET", "/api/v1/nodes")["metadata"]["resourceVersion"]
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-W",
+            "ignore",
+            "-m",
+            "daemons.make_before_break",
+            "--settings",
+            str(settings),
+            "--kubeconfig",
+            str(kube.kubeconfig),
+            "--once",
+            "--dry-run",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads(proc.stdout)
+    assert result["unknown"] == {}
+    assert result["leader"] is True
+    assert all(o["result"] == "skipped" for o in result["outcomes"])
+    assert KubeLeaseApi(kube.api_client).get(SYSTEM, "once-test") is None
+    assert raw(kube, "GET", "/api/v1/nodes")["metadata"]["resourceVersion"] == before
