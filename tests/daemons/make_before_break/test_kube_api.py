@@ -29,7 +29,7 @@ from daemons.make_before_break.settings import CONTROLLER_NAME, FIELD_MANAGER, M
 from daemons.toolkit.lease import KubeLeaseApi, LeaderElector, load_kube_config
 from tests.support.apiserver import ApiServer, running_apiserver, wait_for
 from tests.support.require import missing
-from tests.support.sim import ROOT
+from tests.support.sim import ROOT, tools_bin
 
 pytestmark = [pytest.mark.integration, pytest.mark.filterwarnings("ignore:Unverified HTTPS request")]
 
@@ -367,6 +367,13 @@ def test_the_room_is_made_and_the_check_goes_ready_as_the_least_privilege_accoun
     assert any(e["reason"] == "NodeReserved" and e["involvedObject"]["name"] == "n1" for e in events)
     team = raw(server, "GET", f"/api/v1/namespaces/{TEAM}/events")["items"]
     assert {"MakingRoom", "RoomMade"} <= {e["reason"] for e in team if e["involvedObject"]["kind"] == "Workload"}
+    kubectl = [str(tools_bin() / "kubectl"), "--kubeconfig", str(server.kubeconfig), "describe"]
+    described = subprocess.run(
+        [*kubectl, "workload", "job-train", "-n", TEAM], capture_output=True, text=True, check=True
+    ).stdout
+    assert "RoomMade" in described
+    described = subprocess.run([*kubectl, "node", "n1"], capture_output=True, text=True, check=True).stdout
+    assert "NodeReserved" in described
 
     # Least privilege: no Secret anywhere, no Deployment outside the inference namespaces.
     sa = KubeApi(sa_client)
