@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -301,3 +303,24 @@ def test_rbac_rules_grant_no_secret_and_no_delete() -> None:
         "verbs": ["patch"],
         "resourceNames": ["make-before-break"],
     } in rules
+
+
+@pytest.mark.parametrize(
+    ("good", "bad", "words"),
+    [
+        ({"leaseDuration": "15s", "renewDeadline": "14s"}, {"renewDeadline": "15s"}, "renewDeadline (15s) must be"),
+        ({"renewDeadline": "10s", "retryPeriod": "9s"}, {"retryPeriod": "10s"}, "retryPeriod (10s) must be"),
+        ({"maxHold": "2m", "nodeGrace": "119s"}, {"maxHold": "2m", "nodeGrace": "2m"}, "nodeGrace (2m) must be"),
+        ({"deletionCost": -1}, {"deletionCost": 0}, "deletionCost"),
+        ({"maxReturning": 1}, {"maxReturning": 0}, "maxReturning"),
+    ],
+)
+def test_each_settings_bound_holds_at_its_edge_and_fails_past_it(
+    tmp_path: Path, good: dict[str, Any], bad: dict[str, Any], words: str
+) -> None:
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps(good))
+    load_settings(path)
+    path.write_text(json.dumps(bad))
+    with pytest.raises(SettingsError, match=re.escape(words)):
+        load_settings(path)
