@@ -150,8 +150,6 @@ class GpuCluster(pulumi.ComponentResource):
                 MakeBeforeBreakArgs(
                     settings=mbb,
                     workload_namespaces=cfg.training_namespaces,
-                    burst_taint_key=cfg.burst_taint_key,
-                    virtual_node_name=burst.settings.virtual_node.node_name if burst is not None else None,
                     labels=labels,
                     # Its Roles live in these namespaces; the AdmissionCheck needs Kueue's CRDs (the chart).
                     depends_on=(

@@ -23,12 +23,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.constants import SETTINGS_LABEL
-from components.make_before_break_settings import (
-    CHECK_NAME,
-    CONTROLLER_NAME,
-    MakeBeforeBreakSettings,
-    controller_document,
-)
+from components.make_before_break_settings import CHECK_NAME, CONTROLLER_NAME, MakeBeforeBreakSettings
 from components.model import check_dns_label, check_qualified_name
 from components.queues import KUEUE_API
 from components.rbac import grant
@@ -121,14 +116,10 @@ def make_before_break_pod_spec(settings: MakeBeforeBreakSettings, config_map: st
 
 @dataclass(frozen=True)
 class MakeBeforeBreakArgs:
-    #: Complete settings: ``inferenceNamespaces`` filled from the stack.
+    #: Complete settings: the virtual node, burst taint key and inference namespaces filled from the stack.
     settings: MakeBeforeBreakSettings
     #: Where training Workloads live: Events about them go there.
     workload_namespaces: Sequence[str]
-    #: The stack's burst taint key (the controller starts a return only while the virtual node carries it).
-    burst_taint_key: str
-    #: The virtual node that stands for rented GPUs; None when the stack does not burst.
-    virtual_node_name: str | None = None
     labels: Mapping[str, str] = field(default_factory=dict)
     #: Namespaces (its own, the inference and team ones) that must exist before its Roles.
     depends_on: tuple[pulumi.Resource, ...] = field(default=())
@@ -143,8 +134,7 @@ class MakeBeforeBreakArgs:
             raise ValueError("MakeBeforeBreakArgs.workload_namespaces: name the team namespaces training runs in")
         for ns in self.workload_namespaces:
             check_dns_label(ns)
-        check_qualified_name(self.burst_taint_key, "MakeBeforeBreakArgs.burst_taint_key")
-        if s.reservation_key == self.burst_taint_key:
+        if s.reservation_key == s.burst_taint_key:
             raise ValueError(
                 f"MakeBeforeBreakArgs.settings.reservation_key: {s.reservation_key!r} is the burst taint key"
             )
@@ -223,7 +213,8 @@ class MakeBeforeBreak(pulumi.ComponentResource):
                 **rbac,
             )
         config_name = f"{APP}-settings"
-        document = controller_document(s, args.virtual_node_name, args.burst_taint_key)
+        # The daemon's settings file is the whole model (the daemon ignores image and replicas).
+        document = s.to_json()
         self.config_map = k8s.core.v1.ConfigMap(
             f"{name}-settings",
             metadata={

@@ -1,6 +1,12 @@
-"""Settings of the make-before-break controller: ``gpucluster:makeBeforeBreak`` in the stack. Pure pydantic (no
-Pulumi). The component renders the daemon's settings file from it (:func:`controller_document`, the keys of
-``daemons/make_before_break/settings.py``), with the namespaces, virtual node and burst taint the stack fills.
+"""Settings of the make-before-break controller: one pydantic model for the stack section
+``gpucluster:makeBeforeBreak`` and the daemon's settings file.
+
+The stack check (``components/config/``) validates the operator-facing fields; the stack then fills the ones that
+say where the controller acts (:data:`FILLED`: the virtual node, the burst taint key, the GPU resource, the
+quarantine taint keys, the AdmissionCheck's name, and the inference namespaces unless the section names fewer) and
+the component renders the whole model as JSON into the daemon's ConfigMap (:meth:`MakeBeforeBreakSettings.to_json`),
+which the daemon reads with :func:`load_settings`. The component-only fields (``image``, ``replicas``) travel in the
+file too; the daemon ignores them. Pure pydantic (no Pulumi): the daemon imports it.
 
 The controller is the Kueue AdmissionCheck ``make-before-break`` (``controllerName:
 gpucluster.io/make-before-break``) on every ClusterQueue that admits training: before a gang is admitted, the
@@ -20,13 +26,15 @@ Off by default: a ClusterQueue that lists the check admits nothing until the con
 
 from __future__ import annotations
 
-import json
+from collections import Counter
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import Field, ValidationError, ValidationInfo, field_validator
 
-from components.constants import DEFAULT_BURST_TAINT_KEY, VIRTUAL_NODE_TAINT_KEY
+from components.constants import DEFAULT_BURST_TAINT_KEY, GPU_RESOURCE, VIRTUAL_NODE_TAINT_KEY
+from components.documents import DocumentError, read_document
 from components.issues import ConfigIssue, SettingsError, issues_from_validation_error, shown
 from components.model import (
     ConfigModel,
@@ -36,22 +44,38 @@ from components.model import (
     PollInterval,
     PositiveDuration,
     Problem,
+    QualifiedName,
     TaintKey,
     parse_duration,
 )
+from daemons.make_before_break.decide import Policy
 
 #: The AdmissionCheck's name, listed on the training ClusterQueues.
 CHECK_NAME = "make-before-break"
 #: The AdmissionCheck's ``spec.controllerName``: the controller acts only on checks naming it.
 CONTROLLER_NAME = "gpucluster.io/make-before-break"
+#: Field manager of every write the controller makes (server-side apply and patches alike).
+FIELD_MANAGER = "gpucluster-make-before-break"
 #: Label and NoSchedule taint on a reserved node (the same key as ``daemons.make_before_break.model``).
 DEFAULT_RESERVATION_KEY = "gpucluster.io/reservation"
+DEFAULT_NODE_NAME = "gpu-burst"
+DEFAULT_QUARANTINE_TAINT_KEYS = ("gpucluster.io/quarantine",)
 #: Longest hold: beyond it every Kueue admission could stall for longer than an hour (blockAdmission).
 MAX_HOLD_SECONDS = 3600.0
 #: Most Deployments coming home at once.
 MAX_RETURN_BATCH = 50
-#: The pod-deletion-cost range the API server accepts (an int32).
-_INT32 = 2**31
+#: Lowest and highest pod-deletion-cost the controller may write (the annotation is an int32, and negative sorts
+#: below every default pod).
+MIN_DELETION_COST, MAX_DELETION_COST = -(2**31), -1
+
+#: The fields the stack fills (camelCase key: where from); a stack section that sets one is refused.
+FILLED = {
+    "admissionCheckName": f"the AdmissionCheck this stack creates ({CHECK_NAME})",
+    "virtualNodeName": "burst.virtualNode.nodeName (none without burst)",
+    "burstTaintKey": "gpucluster:burstTaintKey",
+    "gpuResource": f"the GPU resource every component requests ({GPU_RESOURCE})",
+    "quarantineTaintKeys": f"the quarantine taint ({', '.join(DEFAULT_QUARANTINE_TAINT_KEYS)})",
+}
 
 #: What must be shorter than what, and why.
 _SHORTER = {
@@ -93,18 +117,33 @@ class MakeBeforeBreakSettings(ConfigModel):
     #: Deployments coming home at the same time.
     return_batch: Annotated[int, Field(ge=1, le=MAX_RETURN_BATCH)] = 2
     #: The pod-deletion-cost that marks a replica to be removed first (negative: below every default pod).
-    deletion_cost: Annotated[int, Field(ge=-_INT32, le=-1)] = -1000
+    deletion_cost: Annotated[int, Field(ge=MIN_DELETION_COST, le=MAX_DELETION_COST)] = -1000
     #: Label and NoSchedule taint on a reserved node.
     reservation_key: TaintKey = DEFAULT_RESERVATION_KEY
     #: How often the controller lists and decides (at least a second).
     interval: PollInterval = "10s"
+    #: How long one API call may take.
+    request_timeout: PositiveDuration = "10s"
     lease_name: DnsSubdomain = "gpucluster-make-before-break"
     lease_duration: PositiveDuration = "15s"
     renew_deadline: PositiveDuration = "10s"
     #: How often the leader renews and the others try to take the Lease (at least a second).
     retry_period: PollInterval = "2s"
-    #: The namespaces whose GPU Deployments it may move; filled from ``gpucluster:inferenceNamespaces``.
-    inference_namespaces: list[DnsLabel] = Field(default_factory=lambda: ["inference"], min_length=1)
+    #: The namespaces whose GPU Deployments it may move; filled from ``gpucluster:inferenceNamespaces`` unless the
+    #: section names fewer.
+    inference_namespaces: list[DnsLabel] = Field(default_factory=lambda: ["inference"], min_length=1, max_length=64)
+
+    # Filled by the stack (FILLED); the daemon reads them from the file.
+    #: The AdmissionCheck object (cluster-scoped) whose Active condition the controller sets.
+    admission_check_name: DnsSubdomain = CHECK_NAME
+    #: The virtual node standing for rented GPUs; None: the stack runs no burst, nothing can be rented.
+    virtual_node_name: DnsSubdomain | None = DEFAULT_NODE_NAME
+    burst_taint_key: TaintKey = DEFAULT_BURST_TAINT_KEY
+    gpu_resource: QualifiedName = GPU_RESOURCE
+    #: Taint keys that mark a node quarantined (no room is planned on it).
+    quarantine_taint_keys: list[TaintKey] = Field(
+        default_factory=lambda: list(DEFAULT_QUARANTINE_TAINT_KEYS), max_length=16
+    )
 
     @field_validator("max_hold")
     @classmethod
@@ -126,9 +165,17 @@ class MakeBeforeBreakSettings(ConfigModel):
     @field_validator("inference_namespaces")
     @classmethod
     def _unique_namespaces(cls, v: list[str]) -> list[str]:
-        dupes = sorted({n for n in v if v.count(n) > 1})
+        dupes = sorted(n for n, count in Counter(v).items() if count > 1)
         if dupes:
             raise ValueError(f"namespaces listed twice: {', '.join(dupes[:10])}")
+        return v
+
+    @field_validator("quarantine_taint_keys")
+    @classmethod
+    def _unique_keys(cls, v: list[str]) -> list[str]:
+        dupes = sorted(n for n, count in Counter(v).items() if count > 1)
+        if dupes:
+            raise ValueError(f"taint keys listed twice: {', '.join(dupes[:10])}")
         return v
 
     # Rules between fields: checked as each field validates, so they report with every other problem, and again
@@ -167,6 +214,16 @@ class MakeBeforeBreakSettings(ConfigModel):
             if problem:
                 yield Problem((loc,), problem, value)
 
+    def policy(self) -> Policy:
+        """The decision rules' knobs, in seconds."""
+        return Policy(
+            max_hold_s=self.max_hold_seconds,
+            node_grace_s=self.node_grace_seconds,
+            max_returning=self.return_batch,
+            deletion_cost=self.deletion_cost,
+            reservation_key=self.reservation_key,
+        )
+
     # Seconds, for the daemon.
     @property
     def max_hold_seconds(self) -> float:
@@ -181,6 +238,10 @@ class MakeBeforeBreakSettings(ConfigModel):
         return parse_duration(self.interval)
 
     @property
+    def request_timeout_seconds(self) -> float:
+        return parse_duration(self.request_timeout)
+
+    @property
     def lease_duration_seconds(self) -> float:
         return parse_duration(self.lease_duration)
 
@@ -192,36 +253,13 @@ class MakeBeforeBreakSettings(ConfigModel):
     def retry_period_seconds(self) -> float:
         return parse_duration(self.retry_period)
 
-
-def controller_document(settings: MakeBeforeBreakSettings, virtual_node_name: str | None, burst_taint_key: str) -> str:
-    """The daemon's settings file (JSON, the daemon's own keys), as the component renders it into the ConfigMap.
-
-    The stack section says how the controller behaves; the stack fills where it acts: the inference namespaces,
-    the virtual node (None: no burst, nothing can be rented) and the burst taint.
-    """
-    document = {
-        "enabled": True,
-        "namespace": settings.namespace,
-        "admissionCheckName": CHECK_NAME,
-        "inferenceNamespaces": list(settings.inference_namespaces),
-        "virtualNodeName": virtual_node_name,
-        "burstTaintKey": burst_taint_key,
-        "reservationKey": settings.reservation_key,
-        "maxHold": settings.max_hold,
-        "nodeGrace": settings.node_grace,
-        "maxReturning": settings.return_batch,
-        "deletionCost": settings.deletion_cost,
-        "interval": settings.interval,
-        "leaseName": settings.lease_name,
-        "leaseDuration": settings.lease_duration,
-        "renewDeadline": settings.renew_deadline,
-        "retryPeriod": settings.retry_period,
-    }
-    return json.dumps(document, indent=2)
+    def to_json(self) -> str:
+        """The daemon's settings file, as the component renders it into the ConfigMap."""
+        return self.model_dump_json(by_alias=True, indent=2)
 
 
 def parse_settings(data: Any, source: str = "settings") -> MakeBeforeBreakSettings:
-    """Validate an already-parsed section; SettingsError lists every problem with its key path."""
+    """Validate already-parsed settings; SettingsError lists every problem with its key path."""
     if not isinstance(data, Mapping):
         raise SettingsError(
             [ConfigIssue("(top level)", None, f"expected a JSON object of settings, got {type(data).__name__}")],
@@ -233,11 +271,25 @@ def parse_settings(data: Any, source: str = "settings") -> MakeBeforeBreakSettin
         raise SettingsError(issues_from_validation_error(exc), source) from None
 
 
+def load_settings(path: str | Path) -> MakeBeforeBreakSettings:
+    """Read a JSON (``.json``) or YAML (anything else) settings file; SettingsError on any problem, hostile files
+    included (components/documents.py)."""
+    p = Path(path)
+    try:
+        data = read_document(p, "json" if p.suffix == ".json" else "yaml")
+    except DocumentError as exc:
+        raise SettingsError([ConfigIssue(str(p), None, exc.reason)], str(p)) from None
+    return parse_settings(data, str(p))
+
+
 __all__ = [
     "CHECK_NAME",
     "CONTROLLER_NAME",
     "DEFAULT_RESERVATION_KEY",
+    "FIELD_MANAGER",
+    "FILLED",
     "MakeBeforeBreakSettings",
-    "controller_document",
+    "SettingsError",
+    "load_settings",
     "parse_settings",
 ]

@@ -19,6 +19,7 @@ from components.constants import DEFAULT_BURST_TAINT_KEY, PROJECT
 from components.descheduler_settings import DeschedulerSettings
 from components.inference_settings import InferenceServiceSpec
 from components.issues import ConfigIssue, SettingsError, issues_from_validation_error, key_text, shown
+from components.make_before_break_settings import FILLED as MAKE_BEFORE_BREAK_FILLED
 from components.make_before_break_settings import MakeBeforeBreakSettings
 from components.model import MAX_STRING, DnsLabel, TaintKey
 from components.queues_settings import ClusterQueueSpec, GpuFlavor, KueueSettings, Priorities, Team
@@ -134,6 +135,9 @@ def _section(attribute: str, tp: Any, default: Any = _MISSING, *, model: bool = 
     return _Section(attribute, TypeAdapter(tp) if model else TypeAdapter(tp, config=_STRICT), default)
 
 
+#: Validated by the make-before-break controller's model, less the fields the stack fills.
+MAKE_BEFORE_BREAK_KEY = "makeBeforeBreak"
+
 SECTIONS: dict[str, _Section] = {
     "environment": _section("environment", DnsLabel),
     "clusterName": _section("cluster_name", DnsLabel),
@@ -148,7 +152,7 @@ SECTIONS: dict[str, _Section] = {
     "descheduler": _section("descheduler", DeschedulerSettings, {}, model=True),
     "storage": _section("storage", StorageSettings, model=True),
     "telemetry": _section("telemetry", TelemetrySettings, {}, model=True),
-    "makeBeforeBreak": _section("make_before_break", MakeBeforeBreakSettings, {}, model=True),
+    MAKE_BEFORE_BREAK_KEY: _section("make_before_break", MakeBeforeBreakSettings, {}, model=True),
     "inferenceServices": _section("inference_services", list[InferenceServiceSpec], []),
 }
 #: Validated by :func:`parse_burst`: two daemons' models share the section.
@@ -212,11 +216,15 @@ class StackSections:
                 burst.settings, burst.taint_controller.model_copy(update={"taint_key": self.burst_taint_key})
             )
         mbb = values["make_before_break"]
+        # The make-before-break controller acts on the stack's virtual node (none without burst) and burst taint.
+        filled: dict[str, Any] = {
+            "virtual_node_name": burst.settings.virtual_node.node_name if burst is not None and burst.enabled else None,
+            "burst_taint_key": self.burst_taint_key,
+        }
         if "inference_namespaces" not in mbb.model_fields_set:
-            # The controller moves Deployments in the stack's inference namespaces unless told fewer.
-            values["make_before_break"] = mbb.model_copy(
-                update={"inference_namespaces": list(values["inference_namespaces"])}
-            )
+            # It moves Deployments in the stack's inference namespaces unless told fewer.
+            filled["inference_namespaces"] = list(values["inference_namespaces"])
+        values["make_before_break"] = mbb.model_copy(update=filled)
         return StackConfig(**values, burst=burst)
 
 
@@ -277,6 +285,10 @@ def parse_sections(
             continue
         else:
             data = section.default
+        if key == MAKE_BEFORE_BREAK_KEY and isinstance(data, Mapping):
+            for name, origin in MAKE_BEFORE_BREAK_FILLED.items():
+                if name in data:
+                    issues.append(ConfigIssue(f"{key}.{name}", data[name], f"is filled from {origin}; do not set it"))
         try:
             value = section.adapter.validate_python(data)
         except ValidationError as err:

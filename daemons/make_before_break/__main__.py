@@ -17,10 +17,10 @@ import threading
 from collections.abc import Sequence
 
 from components.issues import SettingsError
+from components.make_before_break_settings import CONTROLLER_NAME, MakeBeforeBreakSettings, load_settings
 from daemons.make_before_break.controller import Controller, CycleResult
 from daemons.make_before_break.kube import KubeApi
 from daemons.make_before_break.metrics import Metrics
-from daemons.make_before_break.settings import CONTROLLER_NAME, MakeBeforeBreakSettings, load_settings
 from daemons.toolkit.http import HttpService, Routes
 from daemons.toolkit.lease import KubeLeaseApi, LeaderElector, load_kube_config
 from daemons.toolkit.listen import ListenError, parse_listen

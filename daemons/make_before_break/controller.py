@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from components.make_before_break_settings import CONTROLLER_NAME, MakeBeforeBreakSettings
 from daemons.make_before_break.decide import (
     Action,
     Decision,
@@ -52,7 +53,6 @@ from daemons.make_before_break.kube import (
 )
 from daemons.make_before_break.metrics import Metrics
 from daemons.make_before_break.model import CheckState
-from daemons.make_before_break.settings import CONTROLLER_NAME, MakeBeforeBreakSettings
 
 log = logging.getLogger("make_before_break")
 

@@ -37,7 +37,7 @@ home. Reservations and flips naming a uid with no live workload are collected th
 
 Returns: a Deployment that waits to come home starts only while no workload is making room, the burst taint is
 on the virtual node (new replicas can land in-cluster only), in-cluster GPUs on unreserved nodes can hold its
-replicas on rented GPUs plus its surge, and fewer than ``maxReturning`` returns are in progress. Its replicas on
+replicas on rented GPUs plus its surge, and fewer than ``returnBatch`` returns are in progress. Its replicas on
 the virtual node are marked to go first; a return ends when its rollout is complete.
 
 Unknown input (a list failed) -> no action, and the reason (fail-static).

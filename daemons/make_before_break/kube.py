@@ -9,7 +9,7 @@ cannot read, makes its part of the observation None, with the reason: the decisi
   and the reservation taint's own list entry (``spec.taints`` is atomic: a merge patch would replace the list).
 * Pod deletion cost: a JSON merge patch of that one annotation.
 * Deployment placement: server-side apply of our annotation keys only, field manager
-  :data:`~daemons.make_before_break.settings.FIELD_MANAGER`, force=false (a conflict is reported, not forced).
+  :data:`~components.make_before_break_settings.FIELD_MANAGER`, force=false (a conflict is reported, not forced).
 * The Workload's check: server-side apply on the status subresource, force, with the resourceVersion read just
   before (optimistic concurrency), holding only our ``admissionChecks`` entry.
 * The AdmissionCheck's ``Active`` condition: server-side apply on its status subresource.
@@ -29,6 +29,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 from urllib.parse import quote
 
+from components.make_before_break_settings import CONTROLLER_NAME, FIELD_MANAGER, MakeBeforeBreakSettings
 from components.model import parse_quantity
 from daemons.make_before_break.decide import SetCheckPending, SetCheckReady, SetPlacement
 from daemons.make_before_break.model import (
@@ -48,7 +49,6 @@ from daemons.make_before_break.model import (
     Workload,
     parse_flips,
 )
-from daemons.make_before_break.settings import CONTROLLER_NAME, FIELD_MANAGER, MakeBeforeBreakSettings
 from daemons.toolkit.lease import ConflictError, KubeError
 
 log = logging.getLogger("make_before_break.kube")

@@ -19,9 +19,8 @@ from components.make_before_break import (
     MakeBeforeBreak,
     MakeBeforeBreakArgs,
 )
-from components.make_before_break_settings import MakeBeforeBreakSettings
+from components.make_before_break_settings import MakeBeforeBreakSettings, parse_settings
 from components.queues import cluster_queue_spec
-from daemons.make_before_break import settings as daemon_settings
 from tests.support.pulumi_harness import Graph, deploy
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,8 +38,6 @@ def args(**change: Any) -> MakeBeforeBreakArgs:
     base: dict[str, Any] = {
         "settings": settings(),
         "workload_namespaces": ("team-a", "team-b"),
-        "burst_taint_key": "gpucluster.io/in-cluster-capacity",
-        "virtual_node_name": "gpu-burst",
     }
     return MakeBeforeBreakArgs(**{**base, **change})
 
@@ -111,7 +108,8 @@ def test_events_only_where_their_objects_live_and_the_lease_in_its_namespace(gra
 def test_the_settings_document_is_the_daemons(graph: Graph) -> None:
     cm = graph.one("kubernetes:core/v1:ConfigMap", "mbb-settings")
     doc = json.loads(cm.inputs["data"]["settings.json"])
-    daemon = daemon_settings.parse_settings(doc, "configmap")
+    daemon = parse_settings(doc, "configmap")
+    assert daemon == settings()
     assert (daemon.virtual_node_name, daemon.inference_namespaces) == ("gpu-burst", ["inference", "serving"])
     assert cm.inputs["metadata"]["labels"]["gpucluster.io/settings"] == "make-before-break"
 
@@ -141,7 +139,7 @@ def test_the_deployment_runs_the_controller_like_the_taint_controller(graph: Gra
     [
         ({"settings": MakeBeforeBreakSettings()}, "disabled"),
         ({"workload_namespaces": ()}, "team namespaces"),
-        ({"burst_taint_key": "gpucluster.io/reservation"}, "burst taint key"),
+        ({"settings": settings(burst_taint_key="gpucluster.io/reservation")}, "burst taint key"),
         ({"workload_namespaces": ("inference",)}, "also inference namespaces"),
         ({"labels": {"bad key!": "x"}}, "labels key"),
     ],

@@ -4,7 +4,6 @@ its fields and the stack's, and the document the daemon reads."""
 from __future__ import annotations
 
 import copy
-import json
 from pathlib import Path
 from typing import Any
 
@@ -13,13 +12,13 @@ import pytest
 from components.config import StackConfigError, load_stack_file, parse_stack_config, read_stack_file
 from components.make_before_break_settings import (
     DEFAULT_RESERVATION_KEY,
+    FILLED,
     MakeBeforeBreakSettings,
-    controller_document,
+    load_settings,
     parse_settings,
 )
 from components.taint_controller_settings import RESERVATION_TAINT_KEY
 from daemons.make_before_break import model as daemon_model
-from daemons.make_before_break import settings as daemon_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 PROD = read_stack_file(ROOT / "stacks" / "Pulumi.prod.yaml")
@@ -174,24 +173,45 @@ def test_parse_settings_refuses_what_is_not_an_object() -> None:
     assert parse_settings({"enabled": True}).enabled
 
 
-def _document(s: MakeBeforeBreakSettings, vn: str | None = "gpu-burst", key: str = "k.io/burst") -> dict[str, Any]:
-    out: dict[str, Any] = json.loads(controller_document(s, vn, key))
-    return out
-
-
-def test_the_document_is_what_the_daemon_reads() -> None:
+def test_the_document_is_what_the_daemon_reads(tmp_path: Path) -> None:
+    """The stack's section, filled, is the daemon's file: written and read back, it is the same model."""
     s = parse_stack_config(copy.deepcopy(PROD), "test").make_before_break
-    doc = _document(s)
-    daemon = daemon_settings.parse_settings(doc, "document")
-    assert daemon.admission_check_name == "make-before-break"
-    assert daemon.max_returning == s.return_batch
-    assert daemon.inference_namespaces == s.inference_namespaces
-    assert (daemon.virtual_node_name, daemon.burst_taint_key) == ("gpu-burst", "k.io/burst")
+    path = tmp_path / "settings.json"
+    path.write_text(s.to_json())
+    daemon = load_settings(path)
+    assert daemon == s
+    assert (daemon.admission_check_name, daemon.return_batch) == ("make-before-break", 2)
+    # prod's burst section is off: no virtual node to rent on.
+    assert (daemon.virtual_node_name, daemon.burst_taint_key) == (None, "gpucluster.io/in-cluster-capacity")
     policy = daemon.policy()
-    assert (policy.max_hold_s, policy.node_grace_s, policy.deletion_cost) == (600.0, 60.0, -1000)
-    assert daemon_settings.parse_settings(_document(s, None), "document").virtual_node_name is None
+    assert (policy.max_hold_s, policy.node_grace_s, policy.max_returning, policy.deletion_cost) == (
+        600.0,
+        60.0,
+        2,
+        -1000,
+    )
 
 
-def test_the_document_carries_no_stack_only_key() -> None:
-    doc = _document(MakeBeforeBreakSettings(enabled=True))
-    assert {"image", "replicas", "returnBatch"}.isdisjoint(doc)
+def test_the_virtual_node_is_the_stacks_while_it_bursts() -> None:
+    local = read_stack_file(ROOT / "stacks" / "Pulumi.local.yaml")
+    assert parse_stack_config(copy.deepcopy(local), "test").make_before_break.virtual_node_name == "gpu-burst"
+    local["burst"] = {**local["burst"], "enabled": False}
+    assert parse_stack_config(local, "test").make_before_break.virtual_node_name is None
+
+
+def test_the_burst_taint_key_comes_from_the_stack() -> None:
+    raw = copy.deepcopy(PROD)
+    raw["burstTaintKey"] = "example.com/burst"
+    assert parse_stack_config(raw, "test").make_before_break.burst_taint_key == "example.com/burst"
+
+
+@pytest.mark.parametrize("key", sorted(FILLED))
+def test_a_filled_field_is_refused_in_the_stack(key: str) -> None:
+    value: Any = ["example.com/q"] if key == "quarantineTaintKeys" else "example.com/x"
+    found = problems(prod_with(**{key: value}))
+    assert any(m.startswith(f"makeBeforeBreak.{key}:") and "do not set it" in m for m in found), found
+
+
+def test_quarantine_keys_listed_twice_are_refused() -> None:
+    with pytest.raises(Exception, match=r"taint keys listed twice: a\.io/q"):
+        parse_settings({"quarantineTaintKeys": ["a.io/q", "a.io/q"]})

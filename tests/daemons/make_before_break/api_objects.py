@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from components.make_before_break_settings import MakeBeforeBreakSettings
 from daemons.make_before_break.kube import RawLists
-from daemons.make_before_break.settings import MakeBeforeBreakSettings
 
 S = MakeBeforeBreakSettings()
 KEY = "gpucluster.io/reservation"

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from components.issues import SettingsError
+from components.make_before_break_settings import load_settings
 from daemons.make_before_break.decide import PodSetUpdate, SetCheckPending, SetCheckReady, SetPlacement, Toleration
 from daemons.make_before_break.kube import (
     active_body,
@@ -23,7 +24,6 @@ from daemons.make_before_break.kube import (
 )
 from daemons.make_before_break.model import CheckState, Phase, PodSet
 from daemons.make_before_break.rbac import cluster_rules, inference_rules, lease_rules
-from daemons.make_before_break.settings import load_settings
 from tests.daemons.make_before_break.api_objects import KEY, T0, T0_S, UID, S, node, raw, workload
 
 # ------------------------------------------------------------------ reading
@@ -312,7 +312,8 @@ def test_rbac_rules_grant_no_secret_and_no_delete() -> None:
         ({"renewDeadline": "10s", "retryPeriod": "9s"}, {"retryPeriod": "10s"}, "retryPeriod (10s) must be"),
         ({"maxHold": "2m", "nodeGrace": "119s"}, {"maxHold": "2m", "nodeGrace": "2m"}, "nodeGrace (2m) must be"),
         ({"deletionCost": -1}, {"deletionCost": 0}, "deletionCost"),
-        ({"maxReturning": 1}, {"maxReturning": 0}, "maxReturning"),
+        ({"returnBatch": 1}, {"returnBatch": 0}, "returnBatch"),
+        ({"returnBatch": 50}, {"returnBatch": 51}, "returnBatch"),
     ],
 )
 def test_each_settings_bound_holds_at_its_edge_and_fails_past_it(

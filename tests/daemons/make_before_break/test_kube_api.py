@@ -21,11 +21,11 @@ import pytest
 import yaml
 from kubernetes import client
 
+from components.make_before_break_settings import CONTROLLER_NAME, FIELD_MANAGER, MakeBeforeBreakSettings
 from daemons.make_before_break.controller import Controller
 from daemons.make_before_break.kube import KUEUE_API, KUEUE_GROUP, KubeApi
 from daemons.make_before_break.metrics import Metrics
 from daemons.make_before_break.rbac import cluster_rules, inference_rules, lease_rules
-from daemons.make_before_break.settings import CONTROLLER_NAME, FIELD_MANAGER, MakeBeforeBreakSettings
 from daemons.toolkit.lease import KubeLeaseApi, LeaderElector, load_kube_config
 from tests.support.apiserver import ApiServer, running_apiserver, wait_for
 from tests.support.require import missing
@@ -405,7 +405,9 @@ def written(server: ApiServer) -> dict[str, str]:
 
 def test_the_command_once_as_a_dry_run_reads_everything_and_writes_nothing(kube: ApiServer, tmp_path: Path) -> None:
     settings = tmp_path / "settings.yaml"
-    settings.write_text(f"namespace: {SYSTEM}\ninferenceNamespaces: [{INFERENCE}]\nleaseName: once-test\n")
+    settings.write_text(
+        f"enabled: true\nnamespace: {SYSTEM}\ninferenceNamespaces: [{INFERENCE}]\nleaseName: once-test\n"
+    )
     before = written(kube)
     proc = subprocess.run(
         [
