@@ -110,8 +110,9 @@ class MakeBeforeBreakSettings(ConfigModel):
     namespace: DnsLabel = "gpucluster-burst"
     image: Image = "ghcr.io/example/gpucluster-daemons:0.1.0"
     replicas: Annotated[int, Field(ge=1, le=3)] = 2
-    #: How long a gang may wait for its room, from QuotaReserved; then the check goes Ready anyway.
-    max_hold: PositiveDuration = "10m"
+    #: How long a gang may wait for its room, from QuotaReserved; then the check goes Ready anyway. Below Kueue's
+    #: pods-ready timeout (10m by default), which the stack check holds it to.
+    max_hold: PositiveDuration = "5m"
     #: How long a reserved node that is not Ready keeps counting.
     node_grace: PositiveDuration = "60s"
     #: Deployments coming home at the same time.

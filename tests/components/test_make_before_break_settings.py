@@ -44,7 +44,7 @@ def test_off_until_a_stack_sets_it() -> None:
     assert (s.namespace, s.replicas, s.max_hold, s.node_grace, s.return_batch) == (
         "gpucluster-burst",
         2,
-        "10m",
+        "5m",
         "60s",
         2,
     )
@@ -210,6 +210,16 @@ def test_a_filled_field_is_refused_in_the_stack(key: str) -> None:
     value: Any = ["example.com/q"] if key == "quarantineTaintKeys" else "example.com/x"
     found = problems(prod_with(**{key: value}))
     assert any(m.startswith(f"makeBeforeBreak.{key}:") and "do not set it" in m for m in found), found
+
+
+def test_the_defaults_hold_below_the_default_pods_ready_timeout() -> None:
+    """Only ``enabled`` set: the 5m hold is below Kueue's 10m default waitForPodsReady timeout."""
+    raw = copy.deepcopy(PROD)
+    raw["makeBeforeBreak"] = {"enabled": True}
+    raw["kueue"] = {**raw["kueue"], "waitForPodsReady": {"enable": True}}
+    assert problems(raw) == []
+    raw["makeBeforeBreak"] = {"enabled": True, "maxHold": "10m"}
+    assert any(m.startswith("makeBeforeBreak.maxHold:") for m in problems(raw))
 
 
 def test_quarantine_keys_listed_twice_are_refused() -> None:
