@@ -37,16 +37,17 @@ from components.constants import DEFAULT_BURST_TAINT_KEY, GPU_RESOURCE, VIRTUAL_
 from components.documents import DocumentError, read_document
 from components.issues import ConfigIssue, SettingsError, issues_from_validation_error, shown
 from components.model import (
-    ConfigModel,
     DnsLabel,
     DnsSubdomain,
     Image,
+    LeaseTimings,
     PollInterval,
     PositiveDuration,
     Problem,
     QualifiedName,
     TaintKey,
     parse_duration,
+    shorter,
 )
 from daemons.make_before_break.decide import Policy
 
@@ -80,17 +81,11 @@ FILLED = {
 #: What must be shorter than what, and why.
 _SHORTER = {
     "nodeGrace": ("maxHold", "a node that is not Ready would keep its reservation past the whole hold"),
-    "renewDeadline": ("leaseDuration", "the leader must give up the lease before another replica may take it"),
-    "retryPeriod": ("renewDeadline", "the leader must get a retry in before its deadline"),
 }
 
 
 def _shorter(name: str, value: str | None, limit: str | None) -> str | None:
-    """Why ``name`` must be shorter than the duration it is bounded by, when it is not (None: nothing to check)."""
-    if value is None or limit is None or parse_duration(value) < parse_duration(limit):
-        return None
-    other, why = _SHORTER[name]
-    return f"{name} ({value}) must be shorter than {other} ({limit}): {why}"
+    return shorter(_SHORTER, name, value, limit)
 
 
 def _reservation_key_apart(key: str) -> str | None:
@@ -101,7 +96,7 @@ def _reservation_key_apart(key: str) -> str | None:
     return None
 
 
-class MakeBeforeBreakSettings(ConfigModel):
+class MakeBeforeBreakSettings(LeaseTimings):
     """Everything the make-before-break controller needs; see the module docstring."""
 
     #: Off until a stack sets it: the training ClusterQueues list the check only while it is on.
@@ -189,31 +184,14 @@ class MakeBeforeBreakSettings(ConfigModel):
             raise ValueError(problem)
         return v
 
-    @field_validator("renew_deadline")
-    @classmethod
-    def _renew_below_lease(cls, v: str, info: ValidationInfo) -> str:
-        problem = _shorter("renewDeadline", v, info.data.get("lease_duration"))
-        if problem:
-            raise ValueError(problem)
-        return v
-
-    @field_validator("retry_period")
-    @classmethod
-    def _retry_below_renew(cls, v: str, info: ValidationInfo) -> str:
-        problem = _shorter("retryPeriod", v, info.data.get("renew_deadline"))
-        if problem:
-            raise ValueError(problem)
-        return v
-
     def rule_problems(self) -> Iterator[Problem]:
         checks: list[tuple[str, object, str | None]] = [
             ("nodeGrace", self.node_grace, _shorter("nodeGrace", self.node_grace, self.max_hold)),
-            ("renewDeadline", self.renew_deadline, _shorter("renewDeadline", self.renew_deadline, self.lease_duration)),
-            ("retryPeriod", self.retry_period, _shorter("retryPeriod", self.retry_period, self.renew_deadline)),
         ]
         for loc, value, problem in checks:
             if problem:
                 yield Problem((loc,), problem, value)
+        yield from self.lease_problems()
 
     def policy(self) -> Policy:
         """The decision rules' knobs, in seconds."""
@@ -241,18 +219,6 @@ class MakeBeforeBreakSettings(ConfigModel):
     @property
     def request_timeout_seconds(self) -> float:
         return parse_duration(self.request_timeout)
-
-    @property
-    def lease_duration_seconds(self) -> float:
-        return parse_duration(self.lease_duration)
-
-    @property
-    def renew_deadline_seconds(self) -> float:
-        return parse_duration(self.renew_deadline)
-
-    @property
-    def retry_period_seconds(self) -> float:
-        return parse_duration(self.retry_period)
 
     def to_json(self) -> str:
         """The daemon's settings file, as the component renders it into the ConfigMap."""

@@ -13,13 +13,22 @@ may be NaN or infinite. Strings are at most :data:`MAX_STRING` characters, which
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
-from typing import Annotated, Any, Literal, Self
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Self
 from urllib.parse import urlsplit
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
@@ -171,6 +180,76 @@ def check_poll_interval(value: str) -> str:
 Duration = Annotated[str, AfterValidator(check_duration)]
 PositiveDuration = Annotated[str, AfterValidator(check_positive_duration)]
 PollInterval = Annotated[str, AfterValidator(check_poll_interval)]
+
+
+def shorter(rules: Mapping[str, tuple[str, str]], name: str, value: str | None, limit: str | None) -> str | None:
+    """Why the duration ``name`` must be shorter than the one ``rules[name]`` bounds it by (its key and why), when
+    it is not; None when it is, or when either is unset."""
+    if value is None or limit is None or parse_duration(value) < parse_duration(limit):
+        return None
+    other, why = rules[name]
+    return f"{name} ({value}) must be shorter than {other} ({limit}): {why}"
+
+
+#: A Lease's timings: each must be shorter than the one before it, and why.
+LEASE_SHORTER = {
+    "renewDeadline": ("leaseDuration", "the leader must give up the lease before another replica may take it"),
+    "retryPeriod": ("renewDeadline", "the leader must get a retry in before its deadline"),
+}
+
+
+class LeaseTimings(ConfigModel):
+    """The rules of a daemon that stands by behind a Lease: leaseDuration > renewDeadline > retryPeriod.
+
+    A subclass declares ``lease_duration``, ``renew_deadline`` and ``retry_period`` among its own fields (so its
+    settings file keeps its key order) and yields :meth:`lease_problems` from its :meth:`rule_problems`. Each rule is
+    checked as its field validates, so it reports with every other problem, and again on the whole model, for the
+    fields left at their defaults.
+    """
+
+    if TYPE_CHECKING:
+        lease_duration: str
+        renew_deadline: str
+        retry_period: str
+
+    @field_validator("renew_deadline", check_fields=False)
+    @classmethod
+    def _renew_below_lease(cls, v: str, info: ValidationInfo) -> str:
+        problem = shorter(LEASE_SHORTER, "renewDeadline", v, info.data.get("lease_duration"))
+        if problem:
+            raise ValueError(problem)
+        return v
+
+    @field_validator("retry_period", check_fields=False)
+    @classmethod
+    def _retry_below_renew(cls, v: str, info: ValidationInfo) -> str:
+        problem = shorter(LEASE_SHORTER, "retryPeriod", v, info.data.get("renew_deadline"))
+        if problem:
+            raise ValueError(problem)
+        return v
+
+    def lease_problems(self) -> Iterator[Problem]:
+        checks = [
+            ("renewDeadline", self.renew_deadline, self.lease_duration),
+            ("retryPeriod", self.retry_period, self.renew_deadline),
+        ]
+        for loc, value, limit in checks:
+            problem = shorter(LEASE_SHORTER, loc, value, limit)
+            if problem:
+                yield Problem((loc,), problem, value)
+
+    # Seconds, for the daemon.
+    @property
+    def lease_duration_seconds(self) -> float:
+        return parse_duration(self.lease_duration)
+
+    @property
+    def renew_deadline_seconds(self) -> float:
+        return parse_duration(self.renew_deadline)
+
+    @property
+    def retry_period_seconds(self) -> float:
+        return parse_duration(self.retry_period)
 
 
 # ----------------------------------------------------------------------------------------------------

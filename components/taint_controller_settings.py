@@ -37,16 +37,17 @@ from components.constants import BURST_TAINT_EFFECT, BURST_TAINT_VALUE, DEFAULT_
 from components.documents import DocumentError, read_document
 from components.issues import ConfigIssue, SettingsError, issues_from_validation_error, shown
 from components.model import (
-    ConfigModel,
     DnsLabel,
     DnsSubdomain,
     HttpUrl,
     Image,
+    LeaseTimings,
     PollInterval,
     PositiveDuration,
     Problem,
     TaintKey,
     parse_duration,
+    shorter,
 )
 
 DEFAULT_TAINT_KEY = DEFAULT_BURST_TAINT_KEY
@@ -103,8 +104,6 @@ DEFAULT_PENDING_QUERY = (
 
 #: What must be shorter than what, and why.
 _SHORTER = {
-    "renewDeadline": ("leaseDuration", "the leader must give up the lease before another replica may take it"),
-    "retryPeriod": ("renewDeadline", "the leader must get a retry in before its deadline"),
     "queryTimeout": ("interval", "a cycle would outlast the next one"),
 }
 
@@ -119,14 +118,10 @@ def _low_below_high(low: int, high: int | None) -> str | None:
 
 
 def _shorter(name: str, value: str | None, limit: str | None) -> str | None:
-    """Why ``name`` must be shorter than the duration it is bounded by, when it is not (None: nothing to check)."""
-    if value is None or limit is None or parse_duration(value) < parse_duration(limit):
-        return None
-    other, why = _SHORTER[name]
-    return f"{name} ({value}) must be shorter than {other} ({limit}): {why}"
+    return shorter(_SHORTER, name, value, limit)
 
 
-class TaintControllerSettings(ConfigModel):
+class TaintControllerSettings(LeaseTimings):
     """Everything the taint controller needs; see the module docstring for the meaning of the marks."""
 
     enabled: bool = True
@@ -199,22 +194,6 @@ class TaintControllerSettings(ConfigModel):
             raise ValueError(problem)
         return v
 
-    @field_validator("renew_deadline")
-    @classmethod
-    def _renew_below_lease(cls, v: str, info: ValidationInfo) -> str:
-        problem = _shorter("renewDeadline", v, info.data.get("lease_duration"))
-        if problem:
-            raise ValueError(problem)
-        return v
-
-    @field_validator("retry_period")
-    @classmethod
-    def _retry_below_renew(cls, v: str, info: ValidationInfo) -> str:
-        problem = _shorter("retryPeriod", v, info.data.get("renew_deadline"))
-        if problem:
-            raise ValueError(problem)
-        return v
-
     @field_validator("query_timeout")
     @classmethod
     def _query_within_interval(cls, v: str | None, info: ValidationInfo) -> str | None:
@@ -224,15 +203,13 @@ class TaintControllerSettings(ConfigModel):
         return v
 
     def rule_problems(self) -> Iterator[Problem]:
-        checks: list[tuple[str, object, str | None]] = [
-            ("lowMark", self.low_mark, _low_below_high(self.low_mark, self.high_mark)),
-            ("renewDeadline", self.renew_deadline, _shorter("renewDeadline", self.renew_deadline, self.lease_duration)),
-            ("retryPeriod", self.retry_period, _shorter("retryPeriod", self.retry_period, self.renew_deadline)),
-            ("queryTimeout", self.query_timeout, _shorter("queryTimeout", self.query_timeout, self.interval)),
-        ]
-        for loc, value, problem in checks:
-            if problem:
-                yield Problem((loc,), problem, value)
+        low = _low_below_high(self.low_mark, self.high_mark)
+        if low:
+            yield Problem(("lowMark",), low, self.low_mark)
+        yield from self.lease_problems()
+        query = _shorter("queryTimeout", self.query_timeout, self.interval)
+        if query:
+            yield Problem(("queryTimeout",), query, self.query_timeout)
 
     # Seconds, for the daemon.
     @property
@@ -254,18 +231,6 @@ class TaintControllerSettings(ConfigModel):
     @property
     def warning_event_interval_seconds(self) -> float:
         return parse_duration(self.warning_event_interval)
-
-    @property
-    def lease_duration_seconds(self) -> float:
-        return parse_duration(self.lease_duration)
-
-    @property
-    def renew_deadline_seconds(self) -> float:
-        return parse_duration(self.renew_deadline)
-
-    @property
-    def retry_period_seconds(self) -> float:
-        return parse_duration(self.retry_period)
 
     @property
     def query_timeout_seconds(self) -> float:
