@@ -23,6 +23,13 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.constants import SETTINGS_LABEL
+from components.daemon_deployment import (
+    SETTINGS_FILE,
+    DaemonShape,
+    daemon_deployment,
+    daemon_pod_spec,
+    daemon_service_account,
+)
 from components.make_before_break_settings import CHECK_NAME, CONTROLLER_NAME, MakeBeforeBreakSettings
 from components.model import check_dns_label, check_qualified_name
 from components.queues import KUEUE_API
@@ -31,12 +38,10 @@ from daemons.make_before_break import rbac as daemon_rbac
 
 APP = "gpucluster-make-before-break"
 SETTINGS_DIR = "/etc/gpucluster/make-before-break"
-SETTINGS_FILE = "settings.json"
 METRICS_PORT = 9104
 PART_OF = {"app.kubernetes.io/part-of": "gpucluster", "app.kubernetes.io/component": "burst"}
 #: The API server accepts Events about a Node or the AdmissionCheck (cluster-scoped) only in this namespace.
 EVENTS_NAMESPACE = "default"
-_NONROOT = 65534
 
 
 def cluster_rules(check_name: str = CHECK_NAME) -> list[dict[str, Any]]:
@@ -60,58 +65,12 @@ def event_rules() -> list[dict[str, Any]]:
     return [r.to_k8s() for r in daemon_rbac.CLUSTER_RULES if "events" in r.resources]
 
 
+def _shape(settings: MakeBeforeBreakSettings) -> DaemonShape:
+    return DaemonShape(app=APP, image=settings.image, settings_dir=SETTINGS_DIR, metrics_port=METRICS_PORT)
+
+
 def make_before_break_pod_spec(settings: MakeBeforeBreakSettings, config_map: str) -> dict[str, Any]:
-    return {
-        "serviceAccountName": APP,
-        "securityContext": {
-            "runAsNonRoot": True,
-            "runAsUser": _NONROOT,
-            "runAsGroup": _NONROOT,
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
-        # Standby replicas on other nodes, so losing one node never leaves a held gang without a controller.
-        "topologySpreadConstraints": [
-            {
-                "maxSkew": 1,
-                "topologyKey": "kubernetes.io/hostname",
-                "whenUnsatisfiable": "ScheduleAnyway",
-                "labelSelector": {"matchLabels": {"app.kubernetes.io/name": APP}},
-            }
-        ],
-        "containers": [
-            {
-                "name": "controller",
-                "image": settings.image,
-                "command": ["gpucluster-make-before-break"],
-                "args": [
-                    "--settings",
-                    f"{SETTINGS_DIR}/{SETTINGS_FILE}",
-                    "--listen",
-                    f"0.0.0.0:{METRICS_PORT}",
-                ],
-                "env": [
-                    # The Lease holder identity.
-                    {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
-                    {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
-                ],
-                "ports": [{"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"}],
-                "readinessProbe": {"httpGet": {"path": "/healthz", "port": "metrics"}, "periodSeconds": 10},
-                "livenessProbe": {
-                    "httpGet": {"path": "/healthz", "port": "metrics"},
-                    "periodSeconds": 20,
-                    "failureThreshold": 3,
-                },
-                "resources": {"requests": {"cpu": "20m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}},
-                "securityContext": {
-                    "allowPrivilegeEscalation": False,
-                    "readOnlyRootFilesystem": True,
-                    "capabilities": {"drop": ["ALL"]},
-                },
-                "volumeMounts": [{"name": "settings", "mountPath": SETTINGS_DIR, "readOnly": True}],
-            }
-        ],
-        "volumes": [{"name": "settings", "configMap": {"name": config_map}}],
-    }
+    return daemon_pod_spec(_shape(settings), config_map)
 
 
 @dataclass(frozen=True)
@@ -153,9 +112,7 @@ class MakeBeforeBreak(pulumi.ComponentResource):
         s = args.settings
         ns = s.namespace
         labels = {**args.labels, **PART_OF, "app.kubernetes.io/name": APP}
-        selector = {"app.kubernetes.io/name": APP}
         child = pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on))
-        subject = [{"kind": "ServiceAccount", "name": APP, "namespace": ns}]
 
         # Kueue's CRDs come with its chart, which the ClusterQueues listing the check wait for too.
         self.admission_check = k8s.apiextensions.CustomResource(
@@ -166,15 +123,9 @@ class MakeBeforeBreak(pulumi.ComponentResource):
             spec={"controllerName": CONTROLLER_NAME},
             opts=child,
         )
-        self.service_account = k8s.core.v1.ServiceAccount(
-            f"{name}-sa", metadata={"name": APP, "namespace": ns, "labels": labels}, opts=child
+        self.service_account, rbac = daemon_service_account(
+            self, f"{name}-sa", app=APP, namespace=ns, labels=labels, depends_on=args.depends_on
         )
-        rbac = {
-            "service_account": self.service_account,
-            "subject": subject,
-            "labels": labels,
-            "depends_on": list(args.depends_on),
-        }
         self.cluster_role, self.cluster_role_binding = grant(
             self,
             (f"{name}-clusterrole", f"{name}-clusterrolebinding"),
@@ -225,38 +176,27 @@ class MakeBeforeBreak(pulumi.ComponentResource):
             data={SETTINGS_FILE: document},
             opts=child,
         )
-        scrape = {
-            "prometheus.io/scrape": "true",
-            "prometheus.io/port": str(METRICS_PORT),
-            "prometheus.io/path": "/metrics",
-        }
         bindings = [
             self.cluster_role_binding,
             self.lease_role_binding,
             *self.inference_role_bindings.values(),
             *self.events_role_bindings.values(),
         ]
-        self.deployment = k8s.apps.v1.Deployment(
+        self.deployment = daemon_deployment(
             f"{name}-deployment",
-            metadata={"name": APP, "namespace": ns, "labels": labels},
-            spec={
-                "replicas": s.replicas,
-                "selector": {"matchLabels": selector},
-                "template": {
-                    "metadata": {"labels": labels, "annotations": scrape},
-                    "spec": make_before_break_pod_spec(s, config_name),
-                },
-            },
-            opts=pulumi.ResourceOptions(
-                parent=self,
-                depends_on=[
-                    self.service_account,
-                    *bindings,
-                    self.config_map,
-                    self.admission_check,
-                    *args.depends_on,
-                ],
-            ),
+            _shape(s),
+            namespace=ns,
+            replicas=s.replicas,
+            labels=labels,
+            config_map=config_name,
+            parent=self,
+            depends_on=[
+                self.service_account,
+                *bindings,
+                self.config_map,
+                self.admission_check,
+                *args.depends_on,
+            ],
         )
         self.register_outputs(
             {

@@ -15,16 +15,21 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.constants import SETTINGS_LABEL
+from components.daemon_deployment import (
+    SETTINGS_FILE,
+    DaemonShape,
+    daemon_deployment,
+    daemon_pod_spec,
+    daemon_service_account,
+)
 from components.model import check_qualified_name
 from components.rbac import grant
 from components.taint_controller_settings import TAINT_EFFECT, TaintControllerSettings
 
 APP = "gpucluster-taint-controller"
 SETTINGS_DIR = "/etc/gpucluster/taint-controller"
-SETTINGS_FILE = "settings.json"
 METRICS_PORT = 9102
 PART_OF = {"app.kubernetes.io/part-of": "gpucluster", "app.kubernetes.io/component": "burst"}
-_NONROOT = 65534
 
 
 def cluster_rules(node_name: str) -> list[dict[str, Any]]:
@@ -58,58 +63,12 @@ def event_rules() -> list[dict[str, Any]]:
     return [{"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]}]
 
 
+def _shape(settings: TaintControllerSettings) -> DaemonShape:
+    return DaemonShape(app=APP, image=settings.image, settings_dir=SETTINGS_DIR, metrics_port=METRICS_PORT)
+
+
 def taint_controller_pod_spec(settings: TaintControllerSettings, config_map: str) -> dict[str, Any]:
-    return {
-        "serviceAccountName": APP,
-        "securityContext": {
-            "runAsNonRoot": True,
-            "runAsUser": _NONROOT,
-            "runAsGroup": _NONROOT,
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
-        # Standby replicas on other nodes, so losing one node never leaves the taint unmanaged.
-        "topologySpreadConstraints": [
-            {
-                "maxSkew": 1,
-                "topologyKey": "kubernetes.io/hostname",
-                "whenUnsatisfiable": "ScheduleAnyway",
-                "labelSelector": {"matchLabels": {"app.kubernetes.io/name": APP}},
-            }
-        ],
-        "containers": [
-            {
-                "name": "controller",
-                "image": settings.image,
-                "command": ["gpucluster-taint-controller"],
-                "args": [
-                    "--settings",
-                    f"{SETTINGS_DIR}/{SETTINGS_FILE}",
-                    "--listen",
-                    f"0.0.0.0:{METRICS_PORT}",
-                ],
-                "env": [
-                    # The Lease holder identity.
-                    {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
-                    {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
-                ],
-                "ports": [{"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"}],
-                "readinessProbe": {"httpGet": {"path": "/healthz", "port": "metrics"}, "periodSeconds": 10},
-                "livenessProbe": {
-                    "httpGet": {"path": "/healthz", "port": "metrics"},
-                    "periodSeconds": 20,
-                    "failureThreshold": 3,
-                },
-                "resources": {"requests": {"cpu": "20m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}},
-                "securityContext": {
-                    "allowPrivilegeEscalation": False,
-                    "readOnlyRootFilesystem": True,
-                    "capabilities": {"drop": ["ALL"]},
-                },
-                "volumeMounts": [{"name": "settings", "mountPath": SETTINGS_DIR, "readOnly": True}],
-            }
-        ],
-        "volumes": [{"name": "settings", "configMap": {"name": config_map}}],
-    }
+    return daemon_pod_spec(_shape(settings), config_map)
 
 
 @dataclass(frozen=True)
@@ -144,20 +103,12 @@ class TaintController(pulumi.ComponentResource):
         s = args.settings
         ns = s.namespace
         labels = {**args.labels, **PART_OF, "app.kubernetes.io/name": APP}
-        selector = {"app.kubernetes.io/name": APP}
         child = pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on))
-        subject = [{"kind": "ServiceAccount", "name": APP, "namespace": ns}]
         role_name = f"{APP}-{s.node_name}"
 
-        self.service_account = k8s.core.v1.ServiceAccount(
-            f"{name}-sa", metadata={"name": APP, "namespace": ns, "labels": labels}, opts=child
+        self.service_account, rbac = daemon_service_account(
+            self, f"{name}-sa", app=APP, namespace=ns, labels=labels, depends_on=args.depends_on
         )
-        rbac = {
-            "service_account": self.service_account,
-            "subject": subject,
-            "labels": labels,
-            "depends_on": list(args.depends_on),
-        }
         self.cluster_role, self.cluster_role_binding = grant(
             self,
             (f"{name}-clusterrole", f"{name}-clusterrolebinding"),
@@ -192,32 +143,21 @@ class TaintController(pulumi.ComponentResource):
             data={SETTINGS_FILE: s.to_json()},
             opts=child,
         )
-        scrape = {
-            "prometheus.io/scrape": "true",
-            "prometheus.io/port": str(METRICS_PORT),
-            "prometheus.io/path": "/metrics",
-        }
-        self.deployment = k8s.apps.v1.Deployment(
+        self.deployment = daemon_deployment(
             f"{name}-deployment",
-            metadata={"name": APP, "namespace": ns, "labels": labels},
-            spec={
-                "replicas": s.replicas,
-                "selector": {"matchLabels": selector},
-                "template": {
-                    "metadata": {"labels": labels, "annotations": scrape},
-                    "spec": taint_controller_pod_spec(s, config_name),
-                },
-            },
-            opts=pulumi.ResourceOptions(
-                parent=self,
-                depends_on=[
-                    self.service_account,
-                    self.cluster_role_binding,
-                    self.role_binding,
-                    self.config_map,
-                    *args.depends_on,
-                ],
-            ),
+            _shape(s),
+            namespace=ns,
+            replicas=s.replicas,
+            labels=labels,
+            config_map=config_name,
+            parent=self,
+            depends_on=[
+                self.service_account,
+                self.cluster_role_binding,
+                self.role_binding,
+                self.config_map,
+                *args.depends_on,
+            ],
         )
         self.register_outputs(
             {

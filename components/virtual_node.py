@@ -20,6 +20,7 @@ import pulumi_kubernetes as k8s
 
 from components.burst_settings import BurstSettings, settings_json
 from components.constants import SETTINGS_LABEL, VIRTUAL_NODE_TAINT
+from components.daemon_deployment import daemon_service_account
 from components.model import check_qualified_name
 from components.rbac import grant
 
@@ -223,18 +224,11 @@ class VirtualNode(pulumi.ComponentResource):
         labels = {**args.labels, **PART_OF, "app.kubernetes.io/name": APP, "gpucluster.io/virtual-node": vn.node_name}
         selector = {"app.kubernetes.io/name": APP, "gpucluster.io/virtual-node": vn.node_name}
         child = pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on))
-        subject = [{"kind": "ServiceAccount", "name": APP, "namespace": ns}]
         role_name = f"{APP}-{vn.node_name}"
 
-        self.service_account = k8s.core.v1.ServiceAccount(
-            f"{name}-sa", metadata={"name": APP, "namespace": ns, "labels": labels}, opts=child
+        self.service_account, rbac = daemon_service_account(
+            self, f"{name}-sa", app=APP, namespace=ns, labels=labels, depends_on=args.depends_on
         )
-        rbac = {
-            "service_account": self.service_account,
-            "subject": subject,
-            "labels": labels,
-            "depends_on": list(args.depends_on),
-        }
         self.cluster_role, self.cluster_role_binding = grant(
             self,
             (f"{name}-clusterrole", f"{name}-clusterrolebinding"),

@@ -1,0 +1,142 @@
+"""The ServiceAccount and Deployment of one of our daemons that stand by behind a Lease (taint controller,
+make-before-break): non-root and read-only, its settings file from a ConfigMap, health and metrics on one port,
+replicas spread over nodes, Prometheus scrape annotations.
+
+The daemon's command is its app name; it reads ``--settings <dir>/settings.json`` and serves ``/healthz`` and
+``/metrics`` on ``--listen``. Only leader election needs its pod's name and namespace (``POD_NAME``,
+``POD_NAMESPACE``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+SETTINGS_FILE = "settings.json"
+_NONROOT = 65534
+
+
+@dataclass(frozen=True)
+class DaemonShape:
+    #: The Deployment, ServiceAccount and command name (``gpucluster-...``).
+    app: str
+    image: str
+    #: Where the settings ConfigMap is mounted.
+    settings_dir: str
+    metrics_port: int
+
+
+def daemon_pod_spec(shape: DaemonShape, config_map: str) -> dict[str, Any]:
+    app = shape.app
+    return {
+        "serviceAccountName": app,
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": _NONROOT,
+            "runAsGroup": _NONROOT,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        # Standby replicas on other nodes, so losing one node never leaves the daemon's work without a leader.
+        "topologySpreadConstraints": [
+            {
+                "maxSkew": 1,
+                "topologyKey": "kubernetes.io/hostname",
+                "whenUnsatisfiable": "ScheduleAnyway",
+                "labelSelector": {"matchLabels": {"app.kubernetes.io/name": app}},
+            }
+        ],
+        "containers": [
+            {
+                "name": "controller",
+                "image": shape.image,
+                "command": [app],
+                "args": [
+                    "--settings",
+                    f"{shape.settings_dir}/{SETTINGS_FILE}",
+                    "--listen",
+                    f"0.0.0.0:{shape.metrics_port}",
+                ],
+                "env": [
+                    # The Lease holder identity.
+                    {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                    {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+                ],
+                "ports": [{"name": "metrics", "containerPort": shape.metrics_port, "protocol": "TCP"}],
+                "readinessProbe": {"httpGet": {"path": "/healthz", "port": "metrics"}, "periodSeconds": 10},
+                "livenessProbe": {
+                    "httpGet": {"path": "/healthz", "port": "metrics"},
+                    "periodSeconds": 20,
+                    "failureThreshold": 3,
+                },
+                "resources": {"requests": {"cpu": "20m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}},
+                "securityContext": {
+                    "allowPrivilegeEscalation": False,
+                    "readOnlyRootFilesystem": True,
+                    "capabilities": {"drop": ["ALL"]},
+                },
+                "volumeMounts": [{"name": "settings", "mountPath": shape.settings_dir, "readOnly": True}],
+            }
+        ],
+        "volumes": [{"name": "settings", "configMap": {"name": config_map}}],
+    }
+
+
+def daemon_deployment(
+    resource_name: str,
+    shape: DaemonShape,
+    *,
+    namespace: str,
+    replicas: int,
+    labels: dict[str, str],
+    config_map: str,
+    parent: pulumi.Resource,
+    depends_on: Sequence[pulumi.Resource],
+) -> k8s.apps.v1.Deployment:
+    """The Deployment, selected by ``app.kubernetes.io/name``, scraped on its metrics port; it waits for
+    ``depends_on`` (its ServiceAccount, RoleBindings and settings ConfigMap)."""
+    scrape = {
+        "prometheus.io/scrape": "true",
+        "prometheus.io/port": str(shape.metrics_port),
+        "prometheus.io/path": "/metrics",
+    }
+    return k8s.apps.v1.Deployment(
+        resource_name,
+        metadata={"name": shape.app, "namespace": namespace, "labels": labels},
+        spec={
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app.kubernetes.io/name": shape.app}},
+            "template": {
+                "metadata": {"labels": labels, "annotations": scrape},
+                "spec": daemon_pod_spec(shape, config_map),
+            },
+        },
+        opts=pulumi.ResourceOptions(parent=parent, depends_on=list(depends_on)),
+    )
+
+
+def daemon_service_account(
+    parent: pulumi.Resource,
+    resource_name: str,
+    *,
+    app: str,
+    namespace: str,
+    labels: dict[str, str],
+    depends_on: Sequence[pulumi.Resource],
+) -> tuple[k8s.core.v1.ServiceAccount, dict[str, Any]]:
+    """The ServiceAccount ``app`` and the arguments :func:`components.rbac.grant` binds each Role to it with."""
+    service_account = k8s.core.v1.ServiceAccount(
+        resource_name,
+        metadata={"name": app, "namespace": namespace, "labels": labels},
+        opts=pulumi.ResourceOptions(parent=parent, depends_on=list(depends_on)),
+    )
+    rbac = {
+        "service_account": service_account,
+        "subject": [{"kind": "ServiceAccount", "name": app, "namespace": namespace}],
+        "labels": labels,
+        "depends_on": list(depends_on),
+    }
+    return service_account, rbac
