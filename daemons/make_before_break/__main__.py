@@ -13,7 +13,6 @@ import logging
 import os
 import socket
 import sys
-import threading
 from collections.abc import Sequence
 
 from components.issues import SettingsError
@@ -21,17 +20,16 @@ from components.make_before_break_settings import CONTROLLER_NAME, MakeBeforeBre
 from daemons.make_before_break.controller import Controller, CycleResult
 from daemons.make_before_break.kube import KubeApi
 from daemons.make_before_break.metrics import Metrics
-from daemons.toolkit.http import HttpService, Routes
+from daemons.toolkit.http import Routes
 from daemons.toolkit.lease import KubeLeaseApi, LeaderElector, load_kube_config
 from daemons.toolkit.listen import ListenError, parse_listen
 from daemons.toolkit.logs import LEVELS, setup_logging
-from daemons.toolkit.shutdown import Step, StopSignal, drain
+from daemons.toolkit.serve import serve_behind_lease
 
 log = logging.getLogger("make_before_break")
 
 PROG = "gpucluster-make-before-break"
 EXIT_BAD_SETTINGS = 2
-DRAIN_EXTRA_SECONDS = 15.0
 
 
 def default_identity() -> str:
@@ -161,44 +159,23 @@ def main(argv: Sequence[str] | None = None) -> int:
                 elector.release()
         print(json.dumps(summary(result)))
         return 0
-    try:
-        service = HttpService(host, port, Routes(metrics=metrics.render), log=log, server_version=PROG)
-    except OSError as exc:
-        log.error("cannot listen", extra={"address": host, "port": port, "error": str(exc)})
-        return 1
-    stop = StopSignal(log).install()
-    if elector is not None:
-        elector.try_acquire_or_renew()
-    service.start()
-    election: threading.Thread | None = None
-    if elector is not None:
-        election = threading.Thread(
-            target=elector.run, args=(stop.stop, settings.retry_period_seconds), name="election", daemon=True
-        )
-        election.start()
-    log.info(
-        "running",
-        extra={
+    return serve_behind_lease(
+        host=host,
+        port=port,
+        routes=Routes(metrics=metrics.render),
+        loop=controller.run,
+        elector=elector,
+        retry_period_s=settings.retry_period_seconds,
+        running=lambda listen: {
             "identity": identity,
             "check": settings.admission_check_name,
             "lease": f"{settings.namespace}/{settings.lease_name}",
-            "listen": f"{host}:{service.port}",
+            "listen": listen,
             "dry_run": args.dry_run,
         },
+        log=log,
+        server_version=PROG,
     )
-    try:
-        controller.run(stop.stop)
-    finally:
-        stop.stop.set()
-        steps: list[Step] = []
-        if election is not None:
-            steps.append(("election", election.join))
-        if elector is not None:
-            steps.append(("release-lease", elector.release))
-        steps.append(("http", service.stop))
-        drain(steps, timeout_s=settings.retry_period_seconds + DRAIN_EXTRA_SECONDS, log=log)
-    log.info("stopped")
-    return 0
 
 
 if __name__ == "__main__":

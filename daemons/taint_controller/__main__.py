@@ -13,7 +13,6 @@ import logging
 import os
 import socket
 import sys
-import threading
 from collections.abc import Sequence
 
 from components.taint_controller_settings import SettingsError, TaintControllerSettings, load_settings
@@ -27,16 +26,14 @@ from daemons.taint_controller.kube import (
 )
 from daemons.taint_controller.metrics import Metrics
 from daemons.taint_controller.prometheus import PrometheusClient
-from daemons.toolkit.http import HttpService, Routes
+from daemons.toolkit.http import Routes
 from daemons.toolkit.listen import ListenError, parse_listen
 from daemons.toolkit.logs import LEVELS, setup_logging
-from daemons.toolkit.shutdown import Step, StopSignal, drain
+from daemons.toolkit.serve import serve_behind_lease
 
 log = logging.getLogger("taint_controller")
 
 EXIT_BAD_SETTINGS = 2
-#: SIGTERM may take one election round (retryPeriod) plus this: the tick in flight, the Lease release, HTTP.
-DRAIN_EXTRA_SECONDS = 15.0
 
 
 def default_identity() -> str:
@@ -180,45 +177,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.once:
         return _run_once(controller, elector)
 
-    try:
-        service = HttpService(host, port, http_app(metrics), log=log, server_version="gpucluster-taint-controller")
-    except OSError as exc:
-        log.error("cannot listen", extra={"address": host, "port": port, "error": str(exc)})
-        return 1
-    stop = StopSignal(log).install()
-    if elector is not None:
-        elector.try_acquire_or_renew()  # so the first tick already knows whether it leads
-    service.start()
-    election: threading.Thread | None = None
-    if elector is not None:
-        election = threading.Thread(
-            target=elector.run, args=(stop.stop, settings.retry_period_seconds), name="election", daemon=True
-        )
-        election.start()
-    log.info(
-        "running",
-        extra={
+    return serve_behind_lease(
+        host=host,
+        port=port,
+        routes=http_app(metrics),
+        loop=controller.run,
+        elector=elector,
+        retry_period_s=settings.retry_period_seconds,
+        running=lambda listen: {
             "identity": identity,
             "node": settings.node_name,
             "taint_key": settings.taint_key,
             "lease": f"{settings.namespace}/{settings.lease_name}",
-            "listen": f"{host}:{service.port}",
+            "listen": listen,
             "dry_run": args.dry_run,
         },
+        log=log,
+        server_version="gpucluster-taint-controller",
     )
-    try:
-        controller.run(stop.stop)
-    finally:
-        stop.stop.set()
-        steps: list[Step] = []
-        if election is not None:
-            steps.append(("election", election.join))
-        if elector is not None:
-            steps.append(("release-lease", elector.release))  # a standby takes over at once
-        steps.append(("http", service.stop))
-        drain(steps, timeout_s=settings.retry_period_seconds + DRAIN_EXTRA_SECONDS, log=log)
-    log.info("stopped")
-    return 0
 
 
 if __name__ == "__main__":
