@@ -10,31 +10,23 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
-import socket
 import sys
 from collections.abc import Sequence
 
-from components.issues import SettingsError
 from components.make_before_break_settings import CONTROLLER_NAME, MakeBeforeBreakSettings, load_settings
 from daemons.make_before_break.controller import Controller, CycleResult
 from daemons.make_before_break.kube import KubeApi
 from daemons.make_before_break.metrics import Metrics
 from daemons.toolkit.http import Routes
 from daemons.toolkit.lease import KubeLeaseApi, LeaderElector, load_kube_config
-from daemons.toolkit.listen import ListenError, parse_listen
-from daemons.toolkit.logs import LEVELS, setup_logging
-from daemons.toolkit.serve import serve_behind_lease
+from daemons.toolkit.logs import LEVELS
+from daemons.toolkit.serve import EXIT_BAD_SETTINGS, serve_behind_lease, start
+
+__all__ = ["EXIT_BAD_SETTINGS", "build_parser", "main", "summary"]
 
 log = logging.getLogger("make_before_break")
 
 PROG = "gpucluster-make-before-break"
-EXIT_BAD_SETTINGS = 2
-
-
-def default_identity() -> str:
-    """The pod name (downward API ``POD_NAME``) or the hostname, plus the PID: unique per process."""
-    return f"{os.environ.get('POD_NAME') or socket.gethostname()}_{os.getpid()}"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -128,27 +120,11 @@ def summary(result: CycleResult) -> dict[str, object]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    try:
-        host, port = parse_listen(args.listen, default_host="0.0.0.0")
-    except ListenError as exc:
-        parser.error(str(exc))
-    setup_logging(args.log_level)
-    try:
-        settings = load_settings(args.settings)
-    except SettingsError as exc:
-        print(f"{PROG}: {exc}", file=sys.stderr)
-        return EXIT_BAD_SETTINGS
-    if not settings.enabled:
-        log.info("disabled in the settings (enabled: false); nothing to do")
-        return 0
-    identity = args.identity or default_identity()
-    try:
-        controller, elector, metrics = _build(args, settings, identity)
-    except Exception as exc:  # no kubeconfig, no service account
-        log.error("cannot configure the Kubernetes client", extra={"error": str(exc)})
-        return 1
+    started = start(build_parser(), argv, load=load_settings, build=_build, prog=PROG, log=log)
+    if isinstance(started, int):
+        return started
+    args, settings, identity = started.args, started.settings, started.identity
+    controller, elector, metrics = started.built
     if args.once:
         if elector is not None:
             elector.try_acquire_or_renew()
@@ -160,8 +136,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(json.dumps(summary(result)))
         return 0
     return serve_behind_lease(
-        host=host,
-        port=port,
+        host=started.host,
+        port=started.port,
         routes=Routes(metrics=metrics.render),
         loop=controller.run,
         elector=elector,

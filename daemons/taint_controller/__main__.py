@@ -10,12 +10,10 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
-import socket
 import sys
 from collections.abc import Sequence
 
-from components.taint_controller_settings import SettingsError, TaintControllerSettings, load_settings
+from components.taint_controller_settings import TaintControllerSettings, load_settings
 from daemons.taint_controller.controller import Controller
 from daemons.taint_controller.kube import (
     KubeEventSink,
@@ -27,18 +25,12 @@ from daemons.taint_controller.kube import (
 from daemons.taint_controller.metrics import Metrics
 from daemons.taint_controller.prometheus import PrometheusClient
 from daemons.toolkit.http import Routes
-from daemons.toolkit.listen import ListenError, parse_listen
-from daemons.toolkit.logs import LEVELS, setup_logging
-from daemons.toolkit.serve import serve_behind_lease
+from daemons.toolkit.logs import LEVELS
+from daemons.toolkit.serve import EXIT_BAD_SETTINGS, serve_behind_lease, start
+
+__all__ = ["EXIT_BAD_SETTINGS", "build_parser", "http_app", "main"]
 
 log = logging.getLogger("taint_controller")
-
-EXIT_BAD_SETTINGS = 2
-
-
-def default_identity() -> str:
-    """The pod name (downward API ``POD_NAME``) or the hostname, plus the PID: unique per process."""
-    return f"{os.environ.get('POD_NAME') or socket.gethostname()}_{os.getpid()}"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -153,33 +145,17 @@ def _run_once(controller: Controller, elector: LeaderElector | None) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    try:
-        host, port = parse_listen(args.listen, default_host="0.0.0.0")
-    except ListenError as exc:
-        parser.error(str(exc))
-    setup_logging(args.log_level)
-    try:
-        settings = load_settings(args.settings)
-    except SettingsError as exc:
-        print(f"gpucluster-taint-controller: {exc}", file=sys.stderr)
-        return EXIT_BAD_SETTINGS
-    if not settings.enabled:
-        log.info("disabled in the settings (enabled: false); nothing to do")
-        return 0
-    identity = args.identity or default_identity()
-    try:
-        controller, elector, metrics = _build(args, settings, identity)
-    except Exception as exc:  # no kubeconfig, no service account
-        log.error("cannot configure the Kubernetes client", extra={"error": str(exc)})
-        return 1
+    started = start(build_parser(), argv, load=load_settings, build=_build, prog="gpucluster-taint-controller", log=log)
+    if isinstance(started, int):
+        return started
+    args, settings, identity = started.args, started.settings, started.identity
+    controller, elector, metrics = started.built
     if args.once:
         return _run_once(controller, elector)
 
     return serve_behind_lease(
-        host=host,
-        port=port,
+        host=started.host,
+        port=started.port,
         routes=http_app(metrics),
         loop=controller.run,
         elector=elector,

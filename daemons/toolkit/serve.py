@@ -1,4 +1,4 @@
-"""Run a controller daemon that stands by behind a Lease until SIGTERM or SIGINT.
+"""Start a controller daemon that stands by behind a Lease (:func:`start`) and run it until SIGTERM or SIGINT.
 
 It serves ``/metrics`` and ``/healthz``, takes (or learns it cannot take) the Lease before the first cycle, keeps
 the election going on its own thread, runs the control loop, then drains: the election ends, the Lease is released
@@ -8,12 +8,21 @@ the election going on its own thread, runs the control loop, then drains: the el
 
 from __future__ import annotations
 
+import argparse
 import logging
+import os
+import socket
+import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Generic, Protocol, TypeVar
 
+from components.issues import SettingsError
 from daemons.toolkit.http import HttpService, Routes
 from daemons.toolkit.lease import LeaderElector
+from daemons.toolkit.listen import ListenError, parse_listen
+from daemons.toolkit.logs import setup_logging
 from daemons.toolkit.shutdown import Step, StopSignal, drain
 
 #: SIGTERM may take one election round (retryPeriod) plus this: the cycle in flight, the Lease release, HTTP.
@@ -64,3 +73,66 @@ def serve_behind_lease(
         drain(steps, timeout_s=retry_period_s + DRAIN_EXTRA_SECONDS, log=log)
     log.info("stopped")
     return 0
+
+
+EXIT_BAD_SETTINGS = 2
+
+
+class _Switchable(Protocol):
+    @property
+    def enabled(self) -> bool: ...
+
+
+S = TypeVar("S", bound=_Switchable)
+B = TypeVar("B")
+
+
+@dataclass(frozen=True)
+class Started(Generic[S, B]):
+    args: argparse.Namespace
+    host: str
+    port: int
+    settings: S
+    identity: str
+    #: What ``build`` made of the settings (the controller, its elector, its metrics).
+    built: B
+
+
+def default_identity() -> str:
+    """The pod name (downward API ``POD_NAME``) or the hostname, plus the PID: unique per process."""
+    return f"{os.environ.get('POD_NAME') or socket.gethostname()}_{os.getpid()}"
+
+
+def start(
+    parser: argparse.ArgumentParser,
+    argv: Sequence[str] | None,
+    *,
+    load: Callable[[str], S],
+    build: Callable[[argparse.Namespace, S, str], B],
+    prog: str,
+    log: logging.Logger,
+) -> Started[S, B] | int:
+    """Parse the flags (``--listen``, ``--log-level``, ``--settings``, ``--identity``), load the settings and
+    build the daemon; an exit status when it cannot: 2 (:data:`EXIT_BAD_SETTINGS`) with one message naming every
+    problem, 0 when the settings disable it, 1 without a Kubernetes client. A bad ``--listen`` is a usage error."""
+    args = parser.parse_args(argv)
+    try:
+        host, port = parse_listen(args.listen, default_host="0.0.0.0")
+    except ListenError as exc:
+        parser.error(str(exc))
+    setup_logging(args.log_level)
+    try:
+        settings = load(args.settings)
+    except SettingsError as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return EXIT_BAD_SETTINGS
+    if not settings.enabled:
+        log.info("disabled in the settings (enabled: false); nothing to do")
+        return 0
+    identity = args.identity or default_identity()
+    try:
+        built = build(args, settings, identity)
+    except Exception as exc:  # no kubeconfig, no service account
+        log.error("cannot configure the Kubernetes client", extra={"error": str(exc)})
+        return 1
+    return Started(args, host, port, settings, identity, built)
