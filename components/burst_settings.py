@@ -34,7 +34,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, Field, ValidationError
 
 from components.constants import GPU_RESOURCE
-from components.documents import DocumentError, read_document
+from components.documents import read_settings_file
 from components.issues import ConfigIssue, SettingsError, issues_from_validation_error, shown
 from components.model import (
     ByteQuantity,
@@ -279,14 +279,10 @@ def parse_settings(raw: Any, source: str = "burst settings") -> BurstSettings:
 def load_settings(path: str | Path) -> BurstSettings:
     """Read a JSON or YAML settings file (``.json``: JSON, else YAML); a file holding ``gpucluster:burst:`` at the
     top is unwrapped, so a stack-config excerpt works as is. Hostile files are refused (components/documents.py)."""
-    p = Path(path)
-    try:
-        raw = read_document(p, "json" if p.suffix == ".json" else "yaml")
-    except DocumentError as exc:
-        raise SettingsError([ConfigIssue(str(p), None, exc.reason)], str(p)) from None
+    raw = read_settings_file(path)
     if isinstance(raw, Mapping) and set(raw) == {STACK_KEY}:
         raw = raw[STACK_KEY]
-    return parse_settings(raw, str(p))
+    return parse_settings(raw, str(Path(path)))
 
 
 def node_capacity(settings: BurstSettings) -> dict[str, str]:

@@ -24,7 +24,7 @@ from typing import Any, Literal
 import yaml
 from yaml.constructor import ConstructorError
 
-from components.issues import shown
+from components.issues import ConfigIssue, SettingsError, shown
 
 #: Largest document read; our stack files are a few KiB, the daemons' settings files smaller still.
 MAX_DOCUMENT_BYTES = 1024 * 1024
@@ -196,3 +196,13 @@ def read_document(path: Path, fmt: Format, max_bytes: int = MAX_DOCUMENT_BYTES) 
     """The decoded contents of a YAML or JSON file, or DocumentError with a short reason."""
     text = read_text(path, max_bytes)
     return decode_json(text) if fmt == "json" else decode_yaml(text)
+
+
+def read_settings_file(path: str | Path, fmt: Format | None = None) -> Any:
+    """A daemon's settings file decoded (``fmt``, else JSON for ``.json`` and YAML for anything else); a hostile or
+    unreadable file raises :class:`~components.issues.SettingsError` naming the file and the reason."""
+    p = Path(path)
+    try:
+        return read_document(p, fmt or ("json" if p.suffix == ".json" else "yaml"))
+    except DocumentError as exc:
+        raise SettingsError([ConfigIssue(str(p), None, exc.reason)], str(p)) from None

@@ -34,7 +34,7 @@ from typing import Annotated, Any
 from pydantic import Field, ValidationError, ValidationInfo, field_validator
 
 from components.constants import DEFAULT_BURST_TAINT_KEY, GPU_RESOURCE, VIRTUAL_NODE_TAINT_KEY
-from components.documents import DocumentError, read_document
+from components.documents import read_settings_file
 from components.issues import ConfigIssue, SettingsError, issues_from_validation_error, shown
 from components.model import (
     DnsLabel,
@@ -241,12 +241,7 @@ def parse_settings(data: Any, source: str = "settings") -> MakeBeforeBreakSettin
 def load_settings(path: str | Path) -> MakeBeforeBreakSettings:
     """Read a JSON (``.json``) or YAML (anything else) settings file; SettingsError on any problem, hostile files
     included (components/documents.py)."""
-    p = Path(path)
-    try:
-        data = read_document(p, "json" if p.suffix == ".json" else "yaml")
-    except DocumentError as exc:
-        raise SettingsError([ConfigIssue(str(p), None, exc.reason)], str(p)) from None
-    return parse_settings(data, str(p))
+    return parse_settings(read_settings_file(path), str(Path(path)))
 
 
 __all__ = [
