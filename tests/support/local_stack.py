@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -94,6 +95,62 @@ class LocalStack:
 
     def pulumi(self, *args: str, check: bool = True, timeout: float = 600) -> subprocess.CompletedProcess[str]:
         return self.run("pulumi", *args, "--non-interactive", check=check, timeout=timeout)
+
+    def watch(self, *args: str) -> Watch:
+        """Every version of the objects ``kubectl get ARGS --watch`` streams, from now on (see :class:`Watch`)."""
+        return Watch(self, args)
+
+
+class Watch:
+    """Records every object version a ``kubectl get --watch -o json`` stream delivers, in a background thread.
+
+    Polling can miss a short-lived state (a Failed pod that the virtual node deletes as soon as its replacement
+    exists lives for at most one GC interval); a watch sees every update the API server commits. Use as a context
+    manager so the kubectl process is stopped.
+    """
+
+    def __init__(self, stack: LocalStack, args: Sequence[str]) -> None:
+        self._proc = subprocess.Popen(
+            ["kubectl", "get", *args, "--watch", "-o", "json"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            cwd=stack.root,
+            env=dict(stack.env),
+        )
+        self._lock = threading.Lock()
+        self._seen: list[dict[str, Any]] = []
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        assert self._proc.stdout is not None
+        decoder = json.JSONDecoder()
+        buffer = ""
+        for line in self._proc.stdout:
+            buffer += line
+            while buffer.strip():
+                try:
+                    obj, end = decoder.raw_decode(buffer.lstrip())
+                except json.JSONDecodeError:
+                    break  # an object split across lines: read on
+                buffer = buffer.lstrip()[end:]
+                if isinstance(obj, dict):
+                    with self._lock:
+                        self._seen.append(obj)
+
+    def seen(self) -> list[dict[str, Any]]:
+        """Every object version received so far, oldest first."""
+        with self._lock:
+            return list(self._seen)
+
+    def __enter__(self) -> Watch:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._proc.terminate()
+        self._proc.wait(timeout=10)
+        self._thread.join(timeout=10)
 
 
 def stack_env(bin_dir: Path) -> dict[str, str]:

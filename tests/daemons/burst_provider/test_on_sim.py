@@ -14,14 +14,14 @@ import shutil
 import subprocess
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from components.config import load_stack_file
-from tests.support.local_stack import ROOT, LocalStack, wait_for
+from tests.support.local_stack import ROOT, LocalStack, Watch, wait_for
 from tests.support.sim import load_sim_module
 
 pytestmark = pytest.mark.integration
@@ -188,13 +188,23 @@ def test_deleting_the_pod_deletes_its_instance(clean: LocalStack) -> None:
 # --- every failure is a Failed pod with a replacement --------------------------------------------------------
 
 
-def _failed_then_replaced(stack: LocalStack, reason: str, heal: Any, timeout: float = 90) -> None:
-    failed = wait_for(
-        f"a Failed probe pod ({reason})",
-        lambda: [p for p in pods(stack) if p.get("status", {}).get("phase") == "Failed"],
-        timeout=timeout,
-    )
-    status = failed[0]["status"]
+def _failed_then_replaced(
+    stack: LocalStack, reason: str, cause: Callable[[], None], heal: Callable[[], None], timeout: float = 90
+) -> None:
+    """Run ``cause`` under a watch of the probe's pods: one of them turns Failed with ``reason`` and terminated
+    containers, then ``heal`` lets a replacement run, and the node deletes the Failed pod.
+
+    The Failed pod is looked for in the watch, not by polling: the node deletes it as soon as a replacement
+    exists (within one GC interval), which a one-second poll can miss.
+    """
+
+    def failed(watch: Watch) -> list[dict[str, Any]]:
+        return [p for p in watch.seen() if p.get("status", {}).get("phase") == "Failed"]
+
+    with stack.watch("pods", "-n", NS, "-l", f"app={PROBE}") as watch:
+        cause()
+        (first, *_) = wait_for(f"a Failed probe pod ({reason})", lambda: failed(watch), timeout=timeout)
+    status = first["status"]
     assert status.get("reason") == reason, status
     for c in status.get("containerStatuses") or []:
         assert "terminated" in c["state"], c
@@ -210,15 +220,21 @@ def _failed_then_replaced(stack: LocalStack, reason: str, heal: Any, timeout: fl
 
 def test_a_refused_create_is_a_failed_pod_and_a_replacement_runs(clean: LocalStack) -> None:
     knobs(createFailureRate=1.0)
-    clean.apply(probe(1))
-    _failed_then_replaced(clean, "ProviderCreateFailed", lambda: knobs(createFailureRate=0.0))
+    _failed_then_replaced(
+        clean, "ProviderCreateFailed", lambda: clean.apply(probe(1)), lambda: knobs(createFailureRate=0.0)
+    )
 
 
 def test_a_creation_timeout_is_a_failed_pod_and_a_replacement_runs(clean: LocalStack) -> None:
     timeout = BURST.virtual_node.creation_timeout_seconds
     knobs(bootSeconds=timeout * 10)
-    clean.apply(probe(1))
-    _failed_then_replaced(clean, "ProviderTimeout", lambda: knobs(bootSeconds=2.0), timeout=timeout + 60)
+    _failed_then_replaced(
+        clean,
+        "ProviderTimeout",
+        lambda: clean.apply(probe(1)),
+        lambda: knobs(bootSeconds=2.0),
+        timeout=timeout + 60,
+    )
     # The instance that never booted was deleted, not left billing.
     assert len(instances()) == len([p for p in pods(clean) if p["spec"].get("nodeName") == NODE])
 
@@ -227,8 +243,11 @@ def test_an_instance_death_is_a_failed_pod_and_a_replacement_runs(clean: LocalSt
     clean.apply(probe(1))
     (pod,) = wait_for("the probe Ready on the virtual node", lambda: running_on_node(clean, 1), timeout=90)
     (inst,) = [i for i in instances() if i["tags"]["uid"] == pod["metadata"]["uid"]]
-    http("POST", f"{FAKE}/admin/instances/{inst['id']}/kill", {"exitCode": 137})
-    _failed_then_replaced(clean, "InstanceDied", lambda: None)
+
+    def kill() -> None:
+        http("POST", f"{FAKE}/admin/instances/{inst['id']}/kill", {"exitCode": 137})
+
+    _failed_then_replaced(clean, "InstanceDied", kill, lambda: None)
 
 
 # --- crashes ---------------------------------------------------------------------------------------------------
