@@ -27,7 +27,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from daemons.make_before_break.decide import Policy, ReserveNode, decide  # noqa: E402 (run as a script)
+from daemons.make_before_break.actions import ReserveNode  # noqa: E402
+from daemons.make_before_break.decide import Policy, decide  # noqa: E402 (run as a script)
 from daemons.make_before_break.model import (  # noqa: E402
     CheckState,
     Deployment,

@@ -14,8 +14,8 @@ import sys
 from collections.abc import Sequence
 
 from components.make_before_break_settings import CONTROLLER_NAME, MakeBeforeBreakSettings, load_settings
+from daemons.make_before_break.client import KubeApi
 from daemons.make_before_break.controller import Controller, CycleResult
-from daemons.make_before_break.kube import KubeApi
 from daemons.make_before_break.metrics import Metrics
 from daemons.toolkit.http import Routes
 from daemons.toolkit.lease import KubeLeaseApi, LeaderElector, load_kube_config

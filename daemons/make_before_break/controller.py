@@ -20,39 +20,32 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from components.make_before_break_settings import CONTROLLER_NAME, MakeBeforeBreakSettings
-from daemons.make_before_break.decide import (
+from daemons.make_before_break.actions import (
     Action,
-    Decision,
     ReleaseNode,
     ReserveNode,
     SetCheckPending,
     SetCheckReady,
     SetDeletionCost,
     SetPlacement,
-    decide,
 )
-from daemons.make_before_break.kube import (
-    EVENT_NAMESPACE,
-    KUEUE_API,
-    ConflictError,
-    KubeApi,
-    KubeError,
-    Observed,
-    TranslationError,
+from daemons.make_before_break.client import KubeApi, read_lists
+from daemons.make_before_break.decide import Decision, decide
+from daemons.make_before_break.fields import TranslationError
+from daemons.make_before_break.metrics import Metrics
+from daemons.make_before_break.model import KUEUE_API, CheckState
+from daemons.make_before_break.observe import Observed, observe
+from daemons.make_before_break.requests import (
     active_body,
     check_body,
-    check_entry,
-    controller_name_of,
     deletion_cost_patch,
     event_body,
-    observe,
     placement_body,
-    read_lists,
     release_ops,
     reserve_ops,
 )
-from daemons.make_before_break.metrics import Metrics
-from daemons.make_before_break.model import CheckState
+from daemons.make_before_break.translate import check_entry, controller_name_of
+from daemons.toolkit.lease import ConflictError, KubeError
 
 log = logging.getLogger("make_before_break")
 
@@ -64,6 +57,8 @@ REASON_ROOM_MADE = "RoomMade"
 REASON_FALLBACK = {"max-hold": "FallbackMaxHold", "no-capacity": "FallbackNoCapacity"}
 REASON_WRITE_FAILED = "MakeBeforeBreakWriteFailed"
 REASON_NOT_OURS = "AdmissionCheckNotOurs"
+#: Events about cluster-scoped objects (Nodes, the AdmissionCheck) must live here.
+EVENT_NAMESPACE = "default"
 #: A Warning Event for the same problem on the same object goes out at most this often.
 WARNING_INTERVAL_S = 300.0
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
-from daemons.make_before_break.decide import Fallback
+from daemons.make_before_break.actions import Fallback
 
 PREFIX = "gpucluster_make_before_break"
 #: Action kinds, as label values.

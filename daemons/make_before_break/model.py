@@ -15,6 +15,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+#: Kueue's API: the Workloads, ResourceFlavors and the AdmissionCheck are read and written in this version.
+KUEUE_GROUP = "kueue.x-k8s.io"
+KUEUE_VERSION = "v1beta2"
+KUEUE_API = f"{KUEUE_GROUP}/{KUEUE_VERSION}"
 #: Label and NoSchedule taint on a reserved node; the value is the workload's uid.
 RESERVATION_KEY = "gpucluster.io/reservation"
 #: Deployment annotation: the uids of the workloads it was moved for, comma-separated.

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from daemons.make_before_break.kube import KUEUE_GROUP
+from daemons.make_before_break.model import KUEUE_GROUP
 
 
 @dataclass(frozen=True)

@@ -4,12 +4,15 @@ its fields and the stack's, and the document the daemon reads."""
 from __future__ import annotations
 
 import copy
+import json
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from components.config import StackConfigError, load_stack_file, parse_stack_config, read_stack_file
+from components.issues import SettingsError
 from components.make_before_break_settings import (
     DEFAULT_RESERVATION_KEY,
     FILLED,
@@ -225,3 +228,44 @@ def test_the_defaults_hold_below_the_default_pods_ready_timeout() -> None:
 def test_quarantine_keys_listed_twice_are_refused() -> None:
     with pytest.raises(Exception, match=r"taint keys listed twice: a\.io/q"):
         parse_settings({"quarantineTaintKeys": ["a.io/q", "a.io/q"]})
+
+
+def test_settings_from_yaml_and_their_rules(tmp_path: Path) -> None:
+    good = tmp_path / "s.yaml"
+    good.write_text("maxHold: 5m\nnodeGrace: 30s\ninferenceNamespaces: [inference, llm]\n")
+    s = load_settings(good)
+    assert (s.policy().max_hold_s, s.policy().node_grace_s, s.inference_namespaces) == (
+        300.0,
+        30.0,
+        ["inference", "llm"],
+    )
+    bad = tmp_path / "s.json"
+    bad.write_text('{"maxHold": "1m", "nodeGrace": "2m", "deletionCost": 5, "bogus": 1}')
+    with pytest.raises(SettingsError) as info:
+        load_settings(bad)
+    text = str(info.value)
+    assert "nodeGrace (2m) must be shorter than maxHold (1m)" in text
+    assert "deletionCost" in text
+    assert "bogus" in text
+
+
+@pytest.mark.parametrize(
+    ("good", "bad", "words"),
+    [
+        ({"leaseDuration": "15s", "renewDeadline": "14s"}, {"renewDeadline": "15s"}, "renewDeadline (15s) must be"),
+        ({"renewDeadline": "10s", "retryPeriod": "9s"}, {"retryPeriod": "10s"}, "retryPeriod (10s) must be"),
+        ({"maxHold": "2m", "nodeGrace": "119s"}, {"maxHold": "2m", "nodeGrace": "2m"}, "nodeGrace (2m) must be"),
+        ({"deletionCost": -1}, {"deletionCost": 0}, "deletionCost"),
+        ({"returnBatch": 1}, {"returnBatch": 0}, "returnBatch"),
+        ({"returnBatch": 50}, {"returnBatch": 51}, "returnBatch"),
+    ],
+)
+def test_each_settings_bound_holds_at_its_edge_and_fails_past_it(
+    tmp_path: Path, good: dict[str, Any], bad: dict[str, Any], words: str
+) -> None:
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps(good))
+    load_settings(path)
+    path.write_text(json.dumps(bad))
+    with pytest.raises(SettingsError, match=re.escape(words)):
+        load_settings(path)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from components.make_before_break_settings import MakeBeforeBreakSettings
-from daemons.make_before_break.kube import RawLists
+from daemons.make_before_break.observe import RawLists
 
 S = MakeBeforeBreakSettings()
 KEY = "gpucluster.io/reservation"

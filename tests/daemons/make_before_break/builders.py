@@ -6,7 +6,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from typing import Any, TypeVar
 
-from daemons.make_before_break.decide import (
+from daemons.make_before_break.actions import (
     ReleaseNode,
     ReserveNode,
     SetCheckPending,

@@ -13,19 +13,17 @@ import random
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
-from daemons.make_before_break.decide import (
+from daemons.make_before_break.actions import (
     Action,
-    Decision,
     PodSetUpdate,
-    Policy,
     ReleaseNode,
     ReserveNode,
     SetCheckPending,
     SetCheckReady,
     SetDeletionCost,
     SetPlacement,
-    decide,
 )
+from daemons.make_before_break.decide import Decision, Policy, decide
 from daemons.make_before_break.model import CheckState, Deployment, Node, Observation, Pod, VirtualNode, Workload
 from tests.daemons.make_before_break.builders import NS, VIRTUAL, dep, node
 

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from components.make_before_break_settings import CONTROLLER_NAME
+from daemons.make_before_break.client import KubeApi
 from daemons.make_before_break.controller import Controller
-from daemons.make_before_break.kube import KubeApi
 from daemons.make_before_break.metrics import Metrics
 from daemons.toolkit.lease import ConflictError, KubeError
 from tests.daemons.make_before_break.api_objects import FLAVOR, KEY, T0_S, UID, S, node, workload

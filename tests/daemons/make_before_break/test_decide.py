@@ -11,12 +11,9 @@ from typing import Any
 
 import pytest
 
-from daemons.make_before_break.decide import (
-    MESSAGE_LIMIT,
-    Decision,
+from daemons.make_before_break.actions import (
     Fallback,
     PodSetUpdate,
-    Policy,
     ReleaseNode,
     ReserveNode,
     SetCheckPending,
@@ -24,8 +21,9 @@ from daemons.make_before_break.decide import (
     SetDeletionCost,
     SetPlacement,
     Toleration,
-    decide,
 )
+from daemons.make_before_break.cycle import MESSAGE_LIMIT
+from daemons.make_before_break.decide import Decision, Policy, decide
 from daemons.make_before_break.model import (
     EPOCH_ANNOTATION,
     FLIPS_ANNOTATION,

@@ -22,9 +22,10 @@ import yaml
 from kubernetes import client
 
 from components.make_before_break_settings import CONTROLLER_NAME, FIELD_MANAGER, MakeBeforeBreakSettings
+from daemons.make_before_break.client import KubeApi
 from daemons.make_before_break.controller import Controller
-from daemons.make_before_break.kube import KUEUE_API, KUEUE_GROUP, KubeApi
 from daemons.make_before_break.metrics import Metrics
+from daemons.make_before_break.model import KUEUE_API, KUEUE_GROUP
 from daemons.make_before_break.rbac import cluster_rules, inference_rules, lease_rules
 from daemons.toolkit.lease import KubeLeaseApi, LeaderElector, load_kube_config
 from tests.support.apiserver import ApiServer, running_apiserver, wait_for
