@@ -36,6 +36,8 @@ class Response:
     status: int
     body: bytes = b""
     content_type: str = "text/plain"
+    #: Further headers (name, value), such as ``Retry-After``; never Content-Type or Content-Length.
+    headers: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def text(cls, status: int, text: str, content_type: str = "text/plain") -> Response:
@@ -209,6 +211,8 @@ def make_handler(
                 self.send_response(response.status)
                 self.send_header("Content-Type", response.content_type)
                 self.send_header("Content-Length", str(len(response.body)))
+                for name, value in response.headers:
+                    self.send_header(name, value)
                 if self.close_connection:
                     self.send_header("Connection", "close")
                 self.end_headers()

@@ -38,8 +38,17 @@ class ManualClock:
 class Reply:
     """One HTTP answer."""
 
-    def __init__(self, status: int, body: Any = None, *, raw: bytes | None = None, content_type: str = "") -> None:
+    def __init__(
+        self,
+        status: int,
+        body: Any = None,
+        *,
+        raw: bytes | None = None,
+        content_type: str = "",
+        headers: tuple[tuple[str, str], ...] = (),
+    ) -> None:
         self.status = status
+        self.headers = headers
         if raw is not None:
             self.raw = raw
             self.content_type = content_type or "application/octet-stream"
@@ -67,7 +76,7 @@ def make_app(handle: Handler, log: logging.Logger) -> Callable[[Request], Respon
             except Exception as exc:  # a bug in the fake must still answer, as a real server's 500 would
                 log.exception("fake server error")
                 reply = Reply(500, {"error": f"internal error: {type(exc).__name__}: {str(exc)[:200]}"})
-        return Response(reply.status, reply.raw, reply.content_type)
+        return Response(reply.status, reply.raw, reply.content_type, reply.headers)
 
     return app
 
