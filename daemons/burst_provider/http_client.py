@@ -1,9 +1,12 @@
 """A small JSON-over-HTTP client for the provider adapters: timeouts, bounded retries, bounded replies, no secrets.
 
-Every call has a timeout; GET and DELETE are retried on 5xx, 429 and network errors (with exponential backoff).
-A reply is read up to a limit (a larger one is refused), must be UTF-8 JSON when JSON is wanted, and every error
-becomes ``ProviderError(provider, call, detail)``. The bearer token never shows: not in a repr, not in an error,
-even when a server echoes it back; other credential-looking text in a server's message is redacted too.
+Every call has a timeout; GET and DELETE are retried on 5xx, 429 and network errors (with exponential backoff, or
+after the ``Retry-After`` seconds a 429 names, at most 60). A status error is an `HttpStatusError` (its status and
+``Retry-After`` kept), no answer at all an `UnreachableError`, so an adapter can tell "refused" from "not known
+whether it was done". A reply is read up to a limit (a larger one is refused), must be UTF-8 JSON when JSON is
+wanted, and every error becomes ``ProviderError(provider, call, detail)``. The bearer token never shows: not in a
+repr, not in an error, even when a server echoes it back; other credential-looking text in a server's message is
+redacted too.
 """
 
 from __future__ import annotations
@@ -30,6 +33,21 @@ _CREDENTIAL_TEXT = re.compile(
     r"(?i)(bearer\s+|(?:api[_-]?key|token|password|secret|authorization)[\"']?\s*[:=]\s*[\"']?)[^\s\"',}]+"
 )
 _UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f]+")
+#: The longest ``Retry-After`` honoured, in seconds; a larger one is waited for this long.
+MAX_RETRY_AFTER = 60.0
+
+
+class HttpStatusError(ProviderError):
+    """The provider answered with an HTTP error status; ``retry_after`` is its ``Retry-After`` in seconds, if any."""
+
+    def __init__(self, provider: str, call: str, detail: str, status: int, retry_after: float | None) -> None:
+        super().__init__(provider, call, detail)
+        self.status = status
+        self.retry_after = retry_after
+
+
+class UnreachableError(ProviderError):
+    """No answer: a network error or a timeout. The provider may still have carried the request out."""
 
 
 class Redacted:
@@ -83,8 +101,11 @@ class JsonHttpClient:
     def __repr__(self) -> str:
         return f"JsonHttpClient(provider={self.provider!r}, base_url={self.base_url!r})"
 
+    def _redact(self, detail: str) -> str:
+        return redact(detail, self._token.reveal() if self._token else None)
+
     def _error(self, call: str, detail: str) -> ProviderError:
-        return ProviderError(self.provider, call, redact(detail, self._token.reveal() if self._token else None))
+        return ProviderError(self.provider, call, self._redact(detail))
 
     def request(
         self,
@@ -96,12 +117,17 @@ class JsonHttpClient:
         query: Mapping[str, str] | None = None,
         missing_ok: bool = False,
         want_text: bool = False,
+        retry: bool | None = None,
     ) -> Any:
-        """The parsed JSON reply (None for an empty reply, or for 404 when ``missing_ok``); text with ``want_text``."""
+        """The parsed JSON reply (None for an empty reply, or for 404 when ``missing_ok``); text with ``want_text``.
+
+        ``retry``: whether a 5xx, 429 or network error is retried; by default only for GET and DELETE.
+        """
         url = self.base_url + path
         if query:
             url += "?" + urllib.parse.urlencode(query)
-        attempts = 1 + (self.retries if method in _RETRYABLE_METHODS else 0)
+        retried = method in _RETRYABLE_METHODS if retry is None else retry
+        attempts = 1 + (self.retries if retried else 0)
         for attempt in range(attempts):
             last = attempt == attempts - 1
             try:
@@ -109,11 +135,13 @@ class JsonHttpClient:
             except urllib.error.HTTPError as exc:
                 if exc.code == 404 and missing_ok:
                     return None
+                retry_after = _retry_after(exc)
                 retryable = exc.code >= 500 or exc.code == 429
                 if retryable and not last:
-                    self._sleep(attempt)
+                    self._sleep(attempt, retry_after if exc.code == 429 else None)
                     continue
-                raise self._error(call, f"HTTP {exc.code}: {_error_text(exc)}") from None
+                detail = self._redact(f"HTTP {exc.code}: {_error_text(exc)}")
+                raise HttpStatusError(self.provider, call, detail, exc.code, retry_after) from None
             except ReplyError as exc:
                 raise self._error(call, str(exc)) from None
             except (OSError, http.client.HTTPException) as exc:  # URLError, timeouts, resets
@@ -121,7 +149,8 @@ class JsonHttpClient:
                     self._sleep(attempt)
                     continue
                 reason = getattr(exc, "reason", exc)
-                raise self._error(call, f"unreachable ({method} {self.base_url}): {reason}") from None
+                detail = self._redact(f"unreachable ({method} {self.base_url}): {reason}")
+                raise UnreachableError(self.provider, call, detail) from None
             return self._decode(call, status, raw, want_text)
         raise self._error(call, "no attempt made")  # unreachable: attempts >= 1
 
@@ -147,13 +176,25 @@ class JsonHttpClient:
         except ReplyError as exc:
             raise self._error(call, f"{exc} (HTTP {status})") from None
 
-    def _sleep(self, attempt: int) -> None:
-        if self.backoff > 0:
+    def _sleep(self, attempt: int, retry_after: float | None = None) -> None:
+        if retry_after is not None:
+            time.sleep(min(retry_after, MAX_RETRY_AFTER))
+        elif self.backoff > 0:
             time.sleep(self.backoff * (2**attempt))
 
 
+def _retry_after(exc: urllib.error.HTTPError) -> float | None:
+    """``Retry-After`` as seconds (RFC 9110 delta-seconds); None when absent or not a whole number of seconds."""
+    value = (exc.headers.get("Retry-After") if exc.headers is not None else None) or ""
+    value = value.strip()
+    if value.isascii() and value.isdigit() and len(value) <= 6:
+        return float(value)
+    return None
+
+
 def _error_text(exc: urllib.error.HTTPError) -> str:
-    """The server's error message: ``{"error": ...}`` or ``{"message": ...}`` when JSON, else the raw text."""
+    """The server's error message: ``{"error": ...}``, ``{"message": ...}`` or an RFC 9457 problem's ``detail`` (with
+    its ``errors``) when JSON, else the raw text."""
     try:
         raw = exc.read(_ERROR_BODY_LIMIT)
     except OSError:
@@ -164,7 +205,9 @@ def _error_text(exc: urllib.error.HTTPError) -> str:
     except (ValueError, RecursionError):
         return text or str(exc.reason)
     if isinstance(parsed, dict):
-        for key in ("error", "message", "detail"):
+        errors = parsed.get("errors")
+        listed = [e for e in errors if isinstance(e, str)][:5] if isinstance(errors, list) else []
+        for key in ("error", "message", "detail", "title"):
             if isinstance(parsed.get(key), str):
-                return str(parsed[key])
+                return "; ".join([str(parsed[key]), *listed])
     return text
