@@ -111,11 +111,31 @@ class FakeProviderSettings(ConfigModel):
     url: HttpUrl
 
 
+#: RunPod's REST API v2 (api-reference-v2/overview.mdx of RunPod's docs repository).
+RUNPOD_V2_URL = "https://api.runpod.io/v2"
+#: RunPod's REST API v1 base, retired on 2026-11-15 (api-reference/overview.mdx, release-notes.mdx).
+_RUNPOD_V1 = re.compile(r"^https?://rest\.runpod\.io(/|$)|/v1/?$")
+
+
 class RunPodSettings(ConfigModel):
-    url: HttpUrl = "https://rest.runpod.io/v1"
+    """RunPod pods through RunPod's REST API v2 (daemons/burst_provider/providers/runpod.py)."""
+
+    url: HttpUrl = RUNPOD_V2_URL
     #: NAME of the secret holding the API key (file ``<secrets-dir>/<name>``).
     api_key_secret: SecretName
     cloud_type: Literal["SECURE", "COMMUNITY"] = "SECURE"
+    #: Container disk in GB (``disk``); no persistent volume is ever asked for, so a stopped pod bills nothing.
+    container_disk_gb: Annotated[int, Field(ge=1, le=4096)] = 50
+    #: CPU flavor (``cpu.id``, from GET /v2/catalog/cpus) for pods that ask for no GPU.
+    cpu_flavor: Annotated[str, Field(min_length=1, max_length=64)] = "cpu5c"
+
+    def rule_problems(self) -> Iterator[Problem]:
+        if _RUNPOD_V1.search(str(self.url)):
+            yield Problem(
+                ("url",),
+                f"RunPod's REST API v1 was retired on 2026-11-15; use its REST API v2, {RUNPOD_V2_URL}",
+                str(self.url),
+            )
 
 
 class KubernetesClusterSettings(ConfigModel):

@@ -1,19 +1,34 @@
-"""A fake of RunPod's REST API v1 that follows the real protocol, to test the RunPod adapter without an account.
+"""A fake of RunPod's REST API v2 that follows its OpenAPI document, to test the RunPod adapter without an account.
 
-Same paths under ``/v1`` (``POST/GET /pods``, ``GET/DELETE /pods/{podId}``, ``POST /pods/{podId}/stop`` and
-``/start``), same field names, same status codes (201 create, 200 read, 204 delete, 400 invalid input, 401 without
-the right bearer key, 404 unknown pod), errors as ``{"error": "<what>", "status": <code>}``. The facts it follows
-are listed in ``daemons/burst_provider/providers/runpod.py``. A test double only: it lives with the tests, not in
-what the daemon image installs.
+The contract is RunPod's own document, kept as ``tests/fixtures/runpod/openapi-v2.json`` (its source, commit and
+sha256 in the README beside it); ``tests/daemons/burst_provider/test_runpod_contract.py`` validates every reply this
+fake sends against the document's response schemas. What the fake serves, under ``/v2``:
 
-Behaviour: a created pod has ``desiredStatus: RUNNING`` at once but gets its ``publicIp`` (TEST-NET-3,
-203.0.113.x) and ``portMappings`` only ``boot_seconds`` later, as a real pod does once its machine has pulled the
-image. Stop → ``EXITED``; delete → gone (404). Knobs for tests: ``boot_seconds``, ``capacity`` per GPU type id
-(exhausted → 400 like RunPod's "no instances available"), and ``inject()`` to make the next replies a given
-status/raw body/delay.
+- ``POST /pods`` (createPod): the body is validated against ``CreatePodRequest`` itself (422 with ``errors`` when it
+  does not match), then the handler's rules (exactly one of ``gpu`` or ``cpu``: 400), then capacity (400 with a
+  ``detail`` only, as the document says capacity has no code of its own). 201 with the ``Pod``.
+- ``GET /pods`` (listPods): ``{"pods": [...]}``; one reply is the whole listing (the document gives listPods no
+  pagination). ``GET /pods/{id}`` (getPod), ``DELETE /pods/{id}`` (deletePod, 204), ``POST /pods/{id}/action``
+  (podAction: ``start``, ``stop``, ``restart``, ``terminate``; 409 for an action the status does not allow).
+- ``GET /catalog/gpus`` (listGpuTypes; ``include=AVAILABILITY`` requires ``product``, 400 otherwise) with
+  availability from the capacity knob, ``GET /catalog/cpus/{id}`` (getCpuType).
+- Errors are RFC 9457 problems (``title``, ``status``, ``detail``, ``errors``) as ``application/problem+json``;
+  401 without the right bearer key, 404 for an unknown pod.
 
-CLI: ``python -m tests.support.fake_runpod --listen 127.0.0.1:18081 --boot-seconds 2`` (the key it
-accepts is read from the environment variable named by ``--api-key-env``, never from a flag).
+Behaviour: a created pod is ``PROVISIONING``, then ``STARTING``, then ``RUNNING`` with ``runtime.ports`` (a public
+IP of TEST-NET-3, 203.0.113.x, and a public port per ``tcp`` port) ``boot_seconds`` after the create. ``stop`` ->
+``EXITED``: ``cost`` is 0.0 then (the document's ``cost``), but its disk still bills (:meth:`FakeRunpod.billing`)
+until it is deleted. A container that exits (:meth:`FakeRunpod.exit_container`) is restarted by RunPod: the pod goes
+back to ``STARTING`` and keeps billing, then runs again with a later ``startedAt``.
+
+Knobs, one per refusal: :meth:`~FakeRunpod.refuse` (the next creates answer 400 capacity, 402 balance or 403
+permission, with RunPod's words), :meth:`~FakeRunpod.rate_limit` (429 with ``Retry-After``),
+:meth:`~FakeRunpod.fail_after_create` (the pod is created and billed, the reply is a 5xx anyway),
+``capacity`` per GPU type id (exhausted -> 400, and ``NONE`` in the catalogue), ``never_address`` (pods run but never
+get public ports), :meth:`~FakeRunpod.inject` (the next replies are a given status and raw body), ``boot_seconds``.
+
+CLI: ``python -m tests.support.fake_runpod --listen 127.0.0.1:18081 --boot-seconds 2`` (the key it accepts is read
+from the environment variable named by ``--api-key-env``, never from a flag).
 """
 
 from __future__ import annotations
@@ -30,7 +45,12 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import cache
+from pathlib import Path
 from typing import Any
+
+import jsonschema
+import referencing
 
 from daemons.burst_provider.fakes._http import BackgroundServer, Clock, Reply, serve_until_signal
 from daemons.toolkit.listen import ListenError, parse_listen
@@ -38,20 +58,78 @@ from daemons.toolkit.logs import LEVELS, setup_logging
 
 log = logging.getLogger("fakes.runpod")
 
-PREFIX = "/v1"
+PREFIX = "/v2"
+OPENAPI = Path(__file__).resolve().parents[1] / "fixtures" / "runpod" / "openapi-v2.json"
+DOCUMENT_URI = "urn:runpod:openapi-v2"
+PROBLEM = "application/problem+json"
 _PORT_RE = re.compile(r"^(\d{1,5})/(http|tcp)$")
-# PodCreateInput's documented fields; anything else is refused, so a misspelt field fails loudly in tests.
-CREATE_FIELDS = frozenset(
-    {
-        "allowedCudaVersions", "cloudType", "computeType", "containerDiskInGb", "containerRegistryAuthId",
-        "countryCodes", "cpuFlavorIds", "cpuFlavorPriority", "dataCenterIds", "dataCenterPriority",
-        "dockerEntrypoint", "dockerStartCmd", "env", "globalNetworking", "gpuCount", "gpuTypeIds",
-        "gpuTypePriority", "imageName", "interruptible", "locked", "minDiskBandwidthMBps", "minDownloadMbps",
-        "minRAMPerGPU", "minUploadMbps", "minVCPUPerGPU", "name", "networkVolumeId", "ports", "supportPublicIp",
-        "templateId", "vcpuCount", "volumeInGb", "volumeMountPath",
-    }
-)  # fmt: skip
-LIST_FILTERS = ("id", "name", "desiredStatus", "computeType", "imageName", "gpuTypeId")
+#: What RunPod says when a GPU type has no machine left (a 400 with a detail only).
+NO_CAPACITY = "There are no longer any instances available with the requested specifications."
+REFUSAL_DETAIL = {
+    400: NO_CAPACITY,
+    402: "Insufficient balance: add funds to your account to deploy this pod.",
+    403: "Your account cannot access the requested GPU pool.",
+}
+TITLES = {
+    400: "Bad Request",
+    401: "Unauthorized",
+    402: "Payment Required",
+    403: "Forbidden",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    409: "Conflict",
+    422: "Unprocessable Entity",
+    429: "Too Many Requests",
+    500: "Internal Server Error",
+    502: "Bad Gateway",
+    503: "Service Unavailable",
+}
+ACTIONS = {
+    "PROVISIONING": ["stop", "terminate"],
+    "STARTING": ["stop", "terminate"],
+    "RUNNING": ["stop", "restart", "terminate"],
+    "EXITED": ["start", "terminate"],
+    "ERROR": ["start", "terminate"],
+}
+#: The CPU flavors of the catalogue (getCpuType).
+CPU_FLAVORS = {
+    "cpu5c": {"name": "Compute-Optimized", "group": "Gen 5", "min": 2, "max": 32, "ram": 2.0, "price": 0.04},
+    "cpu5g": {"name": "General Purpose", "group": "Gen 5", "min": 2, "max": 32, "ram": 4.0, "price": 0.05},
+}
+
+
+@cache
+def document() -> dict[str, Any]:
+    """RunPod's v2 OpenAPI document (the test fixture)."""
+    value: dict[str, Any] = json.loads(OPENAPI.read_bytes())
+    return value
+
+
+@cache
+def registry() -> referencing.Registry[Any]:
+    resource = referencing.Resource.from_contents(document(), default_specification=referencing.jsonschema.DRAFT202012)
+    return referencing.Registry().with_resource(DOCUMENT_URI, resource)
+
+
+def validator(pointer: str) -> jsonschema.Draft202012Validator:
+    """A validator for the document's schema at ``pointer`` (``components/schemas/Pod``), resolving its $refs."""
+    return jsonschema.Draft202012Validator({"$ref": f"{DOCUMENT_URI}#/{pointer}"}, registry=registry())
+
+
+def schema_errors(pointer: str, value: object) -> list[str]:
+    """Each way ``value`` breaks the document's schema at ``pointer``, as ``$.path: message``."""
+    out = []
+    for error in sorted(validator(pointer).iter_errors(value), key=lambda e: list(e.absolute_path)):
+        path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path)
+        out.append(f"${path}: {error.message}")
+    return out
+
+
+def problem(status: int, detail: str, errors: Sequence[str] = (), headers: tuple[tuple[str, str], ...] = ()) -> Reply:
+    body: dict[str, Any] = {"title": TITLES.get(status, "Error"), "status": status, "detail": detail}
+    if errors:
+        body["errors"] = list(errors)
+    return Reply(status, body, content_type=PROBLEM, headers=headers)
 
 
 @dataclass
@@ -68,17 +146,24 @@ class FakePod:
     body: dict[str, Any]
     created: float
     host: int
-    status: str = "RUNNING"
+    status: str = "PROVISIONING"
+    booting_since: float = 0.0
     started: float | None = None
-    mappings: dict[str, int] = field(default_factory=dict)
+    ports: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def gpu_id(self) -> str:
+        gpu = self.body.get("gpu")
+        return str(gpu["id"]) if gpu else ""
+
+    @property
+    def gpu_count(self) -> int:
+        gpu = self.body.get("gpu")
+        return int(gpu.get("count", 1)) if gpu else 0
 
 
 def _iso(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
-
-
-def _error(status: int, message: str) -> Reply:
-    return Reply(status, {"error": message, "status": status})
 
 
 class FakeRunpod:
@@ -91,18 +176,26 @@ class FakeRunpod:
         boot_seconds: float = 0.0,
         price_per_gpu_hour: float = 2.99,
         capacity: dict[str, int] | None = None,
+        never_address: bool = False,
         clock: Clock = time.time,
     ) -> None:
         self._key = api_key
         self.boot_seconds = boot_seconds
         self.price_per_gpu_hour = price_per_gpu_hour
         self.capacity = dict(capacity or {})
+        self.never_address = never_address
         self._clock = clock
         self._pods: dict[str, FakePod] = {}
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
         self._injections: list[_Injection] = []
+        self._refusals: list[int] = []
+        self._rate_limits: list[int] = []
+        self._fail_after_create: list[int] = []
         self.requests: list[tuple[str, str]] = []  # (method, path) seen, for tests
+        self.bodies: list[tuple[str, str, dict[str, list[str]], object]] = []  # method, path, query, JSON body
+        #: method, path, status, content type, body, headers of every reply sent
+        self.replies: list[tuple[str, str, int, str, bytes, dict[str, str]]] = []
 
     # -- test knobs --
 
@@ -112,33 +205,91 @@ class FakeRunpod:
         with self._lock:
             self._injections.append(_Injection(status, data, delay, times))
 
+    def refuse(self, status: int, *, times: int = 1) -> None:
+        """The next ``times`` creates are refused: 400 (no capacity), 402 (balance) or 403 (no access to the pool)."""
+        if status not in REFUSAL_DETAIL:
+            raise ValueError(f"refuse: {status} is not one of {sorted(REFUSAL_DETAIL)}")
+        with self._lock:
+            self._refusals.extend([status] * times)
+
+    def rate_limit(self, *, times: int = 1, retry_after: int = 0) -> None:
+        """The next ``times`` requests answer 429 with ``Retry-After: retry_after``."""
+        with self._lock:
+            self._rate_limits.extend([retry_after] * times)
+
+    def fail_after_create(self, status: int = 502, *, times: int = 1) -> None:
+        """The next ``times`` creates do create (and bill) the pod, then answer ``status`` anyway."""
+        with self._lock:
+            self._fail_after_create.extend([status] * times)
+
     def set_status(self, pod_id: str, status: str) -> None:
         with self._lock:
             self._pods[pod_id].status = status
 
+    def exit_container(self, pod_id: str) -> None:
+        """The pod's container exits by itself: RunPod restarts it (``STARTING``, still billing), then it runs again."""
+        with self._lock:
+            pod = self._pods[pod_id]
+            pod.status, pod.booting_since, pod.ports = "STARTING", self._clock(), []
+
     def pod_count(self) -> int:
         with self._lock:
             return len(self._pods)
+
+    def billing(self) -> dict[str, str]:
+        """Pod id -> what it bills now: ``compute`` (provisioning to running, restarts too) or ``disk`` (stopped)."""
+        with self._lock:
+            return {
+                p.id: "disk" if p.status in ("EXITED", "ERROR") else "compute"
+                for p in self._pods.values()
+                if p.status != "TERMINATED"
+            }
 
     # -- HTTP entry --
 
     def handle(
         self, method: str, path: str, query: dict[str, list[str]], body: bytes, headers: dict[str, str]
     ) -> Reply:
+        reply = self._handle(method, path, query, body, headers)
+        with self._lock:
+            self.replies.append((method, path, reply.status, reply.content_type, reply.raw, dict(reply.headers)))
+        return reply
+
+    def _handle(
+        self, method: str, path: str, query: dict[str, list[str]], body: bytes, headers: dict[str, str]
+    ) -> Reply:
         with self._lock:
             self.requests.append((method, path))
+            try:
+                parsed: object = json.loads(body) if body else None
+            except (ValueError, RecursionError):
+                parsed = body.decode("utf-8", errors="replace")
+            self.bodies.append((method, path, query, parsed))
             injection = self._take_injection()
+            retry_after = self._rate_limits.pop(0) if self._rate_limits else None
         if injection is not None:
             if injection.delay:
                 time.sleep(injection.delay)
             return Reply(injection.status, raw=injection.raw, content_type="application/json")
         if headers.get("authorization") != f"Bearer {self._key}":
-            return _error(401, "Unauthorized.")
-        if not path.startswith(PREFIX + "/pods"):
-            return _error(404, f"no route {method} {path}")
-        rest = path[len(PREFIX + "/pods") :].strip("/")
+            return problem(
+                401, "missing bearer token" if "authorization" not in headers else "the API key is not valid"
+            )
+        if retry_after is not None:
+            return problem(
+                429, "rate limit exceeded for the minute window", headers=(("Retry-After", str(retry_after)),)
+            )
+        if not path.startswith(PREFIX + "/"):
+            return problem(404, f"no route {method} {path}")
+        rest = path[len(PREFIX) :].strip("/").split("/")
         with self._lock:
-            return self._route(method, rest, query, body)
+            if rest[0] == "pods":
+                return self._pods_route(method, rest[1:], body)
+            if rest[:2] == ["catalog", "gpus"] and len(rest) == 2 and method == "GET":
+                return self._gpu_catalogue(query)
+            if rest[:2] == ["catalog", "cpus"] and len(rest) == 3 and method == "GET":
+                return self._cpu_type(rest[2])
+        return problem(404, f"no route {method} {path}")
 
     def _take_injection(self) -> _Injection | None:
         if not self._injections:
@@ -149,169 +300,225 @@ class FakeRunpod:
             self._injections.pop(0)
         return first
 
-    def _route(self, method: str, rest: str, query: dict[str, list[str]], body: bytes) -> Reply:
-        parts = rest.split("/") if rest else []
+    def _pods_route(self, method: str, parts: list[str], body: bytes) -> Reply:
         if not parts:
             if method == "POST":
                 return self._create(body)
             if method == "GET":
-                return self._list(query)
-            return _error(405, f"method {method} not allowed on /pods")
+                return Reply(200, {"pods": [self._render(p) for p in self._pods.values()]})
+            return problem(405, "The requested method is not allowed for this path.")
         pod = self._pods.get(parts[0])
         if pod is None:
-            return _error(404, f"pod {parts[0]} not found")
+            return problem(404, "The requested Pod does not exist.")
         if len(parts) == 1 and method == "GET":
             return Reply(200, self._render(pod))
         if len(parts) == 1 and method == "DELETE":
             del self._pods[pod.id]
             return Reply(204)
-        if len(parts) == 2 and method == "POST" and parts[1] in ("stop", "start"):
-            pod.status = "EXITED" if parts[1] == "stop" else "RUNNING"
-            if parts[1] == "start":
-                pod.created, pod.started, pod.mappings = self._clock(), None, {}
-            return Reply(200, self._render(pod))
-        return _error(404, f"no route {method} /pods/{rest}")
+        if len(parts) == 2 and parts[1] == "action" and method == "POST":
+            return self._action(pod, body)
+        return problem(404, f"no route {method} /pods/{'/'.join(parts)}")
 
     # -- operations --
 
     def _create(self, raw: bytes) -> Reply:
         try:
             body = json.loads(raw or b"null")
-        except json.JSONDecodeError as exc:
-            return _error(400, f"invalid JSON body: {exc}")
-        problem = validate_create(body)
-        if problem:
-            return _error(400, problem)
-        if body.get("computeType", "GPU") == "GPU":
-            gpu_id = body["gpuTypeIds"][0]
-            cap = self.capacity.get(gpu_id)
-            if cap is not None and self._gpus_in_use(gpu_id) + int(body.get("gpuCount", 1)) > cap:
-                return _error(400, "There are no longer any instances available with the requested specifications.")
+        except (ValueError, RecursionError):
+            return problem(400, "the request body is not JSON")
+        errors = schema_errors("components/schemas/CreatePodRequest", body)
+        if errors:
+            return problem(422, "Request validation failed.", errors)
+        rule = create_rule_problem(body)
+        if rule:
+            return problem(400, rule)
+        if self._refusals:
+            status = self._refusals.pop(0)
+            return problem(status, REFUSAL_DETAIL[status])
+        gpu = body.get("gpu")
+        if gpu is not None:
+            cap = self.capacity.get(gpu["id"])
+            if cap is not None and self._gpus_in_use(gpu["id"]) + int(gpu.get("count", 1)) > cap:
+                return problem(400, NO_CAPACITY)
         n = next(self._ids)
         pod_id = "".join(string.ascii_lowercase[(n * 7 + i * 3) % 26] for i in range(6)) + f"{n:08d}"
-        pod = FakePod(id=pod_id, body=body, created=self._clock(), host=n % 253 + 1)
+        now = self._clock()
+        pod = FakePod(id=pod_id, body=body, created=now, host=n % 253 + 1, booting_since=now)
         self._pods[pod_id] = pod
+        if self._fail_after_create:
+            status = self._fail_after_create.pop(0)
+            return problem(status, "upstream request failed")
         return Reply(201, self._render(pod))
 
+    def _action(self, pod: FakePod, raw: bytes) -> Reply:
+        try:
+            body = json.loads(raw or b"null")
+        except (ValueError, RecursionError):
+            return problem(400, "the request body is not JSON")
+        errors = schema_errors("components/schemas/PodActionRequest", body)
+        if errors:
+            return problem(422, "Request validation failed.", errors)
+        self._advance(pod)
+        action = body["action"]
+        if action not in ACTIONS.get(pod.status, []):
+            return problem(409, f"action {action} is not valid for a pod that is {pod.status}")
+        if action == "terminate":
+            del self._pods[pod.id]
+            return Reply(204)
+        if action == "stop":
+            pod.status, pod.ports = "EXITED", []
+        else:  # start, restart
+            pod.status, pod.booting_since, pod.ports = "STARTING", self._clock(), []
+        return Reply(200, self._render(pod))
+
     def _gpus_in_use(self, gpu_id: str) -> int:
-        return sum(
-            int(p.body.get("gpuCount", 1))
-            for p in self._pods.values()
-            if p.status == "RUNNING" and p.body.get("computeType", "GPU") == "GPU" and p.body["gpuTypeIds"][0] == gpu_id
+        return sum(p.gpu_count for p in self._pods.values() if p.gpu_id == gpu_id and p.status not in ("EXITED",))
+
+    def _gpu_catalogue(self, query: dict[str, list[str]]) -> Reply:
+        include = query.get("include", [""])[0]
+        products = query.get("product", [""])[0]
+        if bool(include) != bool(products):
+            return problem(400, "product is required with include=AVAILABILITY, and valid only with it")
+        ids = sorted(set(self.capacity) | {p.gpu_id for p in self._pods.values() if p.gpu_id})
+        gpus = []
+        for gpu_id in ids:
+            entry: dict[str, Any] = {
+                "id": gpu_id,
+                "name": gpu_id.removeprefix("NVIDIA "),
+                "pool": None,
+                "manufacturer": "NVIDIA",
+                "memory": 80,
+                "secure": True,
+                "community": True,
+                "price": {"secure": self.price_per_gpu_hour, "community": round(self.price_per_gpu_hour * 0.8, 2)},
+                "maxCount": {"secure": 8, "community": 8},
+            }
+            if include:
+                cap = self.capacity.get(gpu_id)
+                free = 8 if cap is None else cap - self._gpus_in_use(gpu_id)
+                level = "NONE" if free <= 0 else "LOW" if free < 2 else "HIGH"
+                entry["availability"] = level
+                if level != "NONE":
+                    entry["dataCenters"] = [{"id": "US-TX-3", "name": "US Texas 3", "availability": level}]
+            gpus.append(entry)
+        return Reply(200, {"gpus": gpus})
+
+    def _cpu_type(self, flavor_id: str) -> Reply:
+        flavor = CPU_FLAVORS.get(flavor_id)
+        if flavor is None:
+            return problem(404, f"CPU type {flavor_id} does not exist")
+        return Reply(
+            200,
+            {
+                "id": flavor_id,
+                "name": flavor["name"],
+                "group": flavor["group"],
+                "vcpu": {"min": flavor["min"], "max": flavor["max"]},
+                "ramGbPerVcpu": flavor["ram"],
+                "price": {"securePerVcpu": flavor["price"], "serverlessPerVcpu": flavor["price"]},
+            },
         )
 
-    def _list(self, query: dict[str, list[str]]) -> Reply:
-        out = []
-        for pod in self._pods.values():
-            rendered = self._render(pod)
-            if all(self._matches(rendered, key, query[key][0]) for key in LIST_FILTERS if key in query):
-                out.append(rendered)
-        return Reply(200, out)
+    def _advance(self, pod: FakePod) -> None:
+        """Provisioning -> starting at half the boot time -> running (with public ports) once it has passed."""
+        if pod.status not in ("PROVISIONING", "STARTING"):
+            return
+        elapsed = self._clock() - pod.booting_since
+        if elapsed < self.boot_seconds:
+            if pod.status == "PROVISIONING" and elapsed >= self.boot_seconds / 2:
+                pod.status = "STARTING"
+            return
+        pod.status, pod.started = "RUNNING", pod.booting_since + self.boot_seconds
+        pod.ports = []
+        if self.never_address:
+            return
+        for i, port in enumerate(self.body_ports(pod)):
+            number, proto = port.split("/")
+            pod.ports.append(
+                {"private": int(number), "public": 10000 + pod.host * 10 + i, "type": proto, "ip": self._ip(pod)}
+            )
 
     @staticmethod
-    def _matches(pod: dict[str, Any], key: str, value: str) -> bool:
-        if key == "gpuTypeId":
-            return bool(pod.get("gpu")) and pod["gpu"]["id"] == value
-        if key == "imageName":
-            return bool(pod.get("image") == value)
-        return str(pod.get(key)) == value
+    def body_ports(pod: FakePod) -> list[str]:
+        return [str(p) for p in pod.body.get("ports", [])]
 
-    def _boot(self, pod: FakePod) -> None:
-        """Once booted, a running pod has a start time and a public port for each exposed TCP port."""
-        if pod.status != "RUNNING" or pod.started is not None:
-            return
-        if self._clock() - pod.created < self.boot_seconds:
-            return
-        pod.started = pod.created + self.boot_seconds
-        for i, port in enumerate(pod.body.get("ports", [])):
-            number, proto = port.split("/")
-            if proto == "tcp":
-                pod.mappings[number] = 10000 + pod.host * 10 + i
+    @staticmethod
+    def _ip(pod: FakePod) -> str:
+        return f"203.0.113.{pod.host}"
 
     def _render(self, pod: FakePod) -> dict[str, Any]:
-        self._boot(pod)
+        self._advance(pod)
         body = pod.body
-        gpu_count = int(body.get("gpuCount", 1)) if body.get("computeType", "GPU") == "GPU" else 0
-        booted = pod.status == "RUNNING" and pod.started is not None
-        cost = self.price_per_gpu_hour * gpu_count
-        return {
+        running = pod.status == "RUNNING"
+        billed = pod.status not in ("EXITED", "ERROR", "TERMINATED")
+        cost = round(self.price_per_gpu_hour * pod.gpu_count, 2) if billed else 0.0
+        rendered: dict[str, Any] = {
             "id": pod.id,
-            "name": body.get("name", ""),
-            "image": body["imageName"],
-            "desiredStatus": pod.status,
-            "costPerHr": f"{cost:.2f}",
-            "adjustedCostPerHr": round(cost, 2),
-            "consumerUserId": "user_fake",
-            "machineId": f"machine{pod.host:03d}",
-            "containerDiskInGb": int(body.get("containerDiskInGb", 50)),
-            "dockerEntrypoint": list(body.get("dockerEntrypoint", [])),
-            "dockerStartCmd": list(body.get("dockerStartCmd", [])),
+            "name": body["name"],
+            "image": body["image"],
+            "args": body.get("args", ""),
+            "disk": int(body.get("disk", 20)),
+            "ports": self.body_ports(pod),
             "env": dict(body.get("env", {})),
-            "ports": list(body.get("ports", [])),
-            "portMappings": dict(pod.mappings) if booted else None,
-            "publicIp": f"203.0.113.{pod.host}" if booted else None,
-            "gpuCount": gpu_count,
-            "gpu": {"id": body["gpuTypeIds"][0], "count": gpu_count, "displayName": body["gpuTypeIds"][0]}
-            if gpu_count
+            "registry": None,
+            "status": pod.status,
+            "actions": list(ACTIONS.get(pod.status, [])),
+            "mounts": dict(body.get("mounts", {})),
+            "cloud": body.get("cloud", "SECURE"),
+            "dataCenterId": "US-TX-3",
+            "cudaVersion": "12.8" if pod.gpu_count else None,
+            "ssh": {
+                "proxy": {
+                    "host": "ssh.runpod.io",
+                    "port": 22,
+                    "username": f"{pod.id}-64411eb2",
+                    "command": f"ssh {pod.id}-64411eb2@ssh.runpod.io",
+                },
+                "direct": None,
+            },
+            "template": None,
+            "cost": cost,
+            "locked": False,
+            "globalNetworking": {"enabled": False},
+            "runtime": {"uptime": int(self._clock() - (pod.started or 0)), "ports": list(pod.ports)}
+            if running
             else None,
-            "interruptible": bool(body.get("interruptible", False)),
-            "locked": bool(body.get("locked", False)),
-            "lastStartedAt": _iso(pod.started) if pod.started is not None else None,
-            "lastStatusChange": f"Rented by User: {_iso(pod.created)}",
+            "createdAt": _iso(pod.created),
+            "startedAt": _iso(pod.started) if pod.started is not None else None,
         }
+        if pod.gpu_count:
+            rendered["gpu"] = {"id": pod.gpu_id, "count": pod.gpu_count}
+        else:
+            cpu = body["cpu"]
+            flavor = CPU_FLAVORS.get(cpu["id"], {"ram": 2.0})
+            memory = max(1, int(cpu["vcpuCount"] * float(flavor["ram"])))
+            rendered["cpu"] = {"id": cpu["id"], "vcpuCount": cpu["vcpuCount"], "memory": memory}
+        return rendered
 
 
-def validate_create(body: object) -> str:
-    """What is wrong with a PodCreateInput body, or "" when it is acceptable."""
-    if not isinstance(body, dict):
-        return "request body must be a JSON object"
-    unknown = sorted(set(body) - CREATE_FIELDS)
-    if unknown:
-        return f"unknown fields: {', '.join(unknown)}"
-    checks: list[tuple[str, bool]] = [
-        ("imageName must be a non-empty string", isinstance(body.get("imageName"), str) and bool(body["imageName"])),
-        ("name must be a string", isinstance(body.get("name", ""), str)),
-        ("cloudType must be SECURE or COMMUNITY", body.get("cloudType", "SECURE") in ("SECURE", "COMMUNITY")),
-        ("computeType must be GPU or CPU", body.get("computeType", "GPU") in ("GPU", "CPU")),
-        ("containerDiskInGb must be a non-negative integer", _nonneg_int(body.get("containerDiskInGb", 50))),
-        (
-            "env must be an object of strings",
-            isinstance(body.get("env", {}), dict)
-            and all(isinstance(k, str) and isinstance(v, str) for k, v in body.get("env", {}).items()),
-        ),
-        (
-            'ports must be a list like ["8888/http", "22/tcp"]',
-            isinstance(body.get("ports", []), list)
-            and all(isinstance(p, str) and _PORT_RE.match(p) for p in body.get("ports", [])),
-        ),
-    ]
-    for key in ("dockerEntrypoint", "dockerStartCmd"):
-        value = body.get(key, [])
-        checks.append(
-            (f"{key} must be a list of strings", isinstance(value, list) and all(isinstance(v, str) for v in value))
-        )
-    if body.get("computeType", "GPU") == "GPU":
-        ids = body.get("gpuTypeIds")
-        checks.append(
-            (
-                "gpuTypeIds must be a non-empty list of GPU type ids",
-                isinstance(ids, list) and bool(ids) and all(isinstance(i, str) for i in ids),
-            )
-        )
-        count = body.get("gpuCount", 1)
-        checks.append(("gpuCount must be an integer >= 1", _nonneg_int(count) and count >= 1))
-    for message, ok in checks:
-        if not ok:
-            return message
+def create_rule_problem(body: dict[str, Any]) -> str:
+    """The createPod handler's rules beyond the schema (a 400), or "" when the body keeps them."""
+    if ("gpu" in body) == ("cpu" in body):
+        return "exactly one of gpu or cpu must be set"
+    if "cpu" in body:
+        count = body["cpu"]["vcpuCount"]
+        if count & (count - 1):
+            return f"cpu.vcpuCount {count} is not a power of two"
+        flavor = CPU_FLAVORS.get(body["cpu"]["id"])
+        if flavor is None:
+            return f"CPU flavor {body['cpu']['id']} does not exist"
+        if not flavor["min"] <= count <= flavor["max"]:
+            return f"cpu.vcpuCount {count} is outside {flavor['min']}..{flavor['max']} for {body['cpu']['id']}"
+        if "persistent" in body.get("mounts", {}):
+            return "mounts.persistent is invalid when cpu is set"
+    for port in body.get("ports", []):
+        if not _PORT_RE.match(port):
+            return f'ports: {port!r} is not "<port>/http" or "<port>/tcp"'
     return ""
 
 
-def _nonneg_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
-
-
 class FakeRunpodServer(BackgroundServer):
-    """``FakeRunpod`` over HTTP on a thread; ``url`` is the API base (``http://host:port/v1``)."""
+    """``FakeRunpod`` over HTTP on a thread; ``base_url`` is the API base (``http://host:port/v2``)."""
 
     def __init__(self, api: FakeRunpod, host: str = "127.0.0.1", port: int = 0) -> None:
         super().__init__(api.handle, log, host, port)
@@ -325,7 +532,7 @@ class FakeRunpodServer(BackgroundServer):
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m tests.support.fake_runpod",
-        description="Serve a fake of RunPod's REST API v1 (pods only) under /v1, for tests.",
+        description="Serve a fake of RunPod's REST API v2 (pods and the catalogue) under /v2, for tests.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument("--listen", default="127.0.0.1:18081", help="host:port to serve on (port 0: pick a free one)")
@@ -334,8 +541,8 @@ def build_parser() -> argparse.ArgumentParser:
         default="RUNPOD_API_KEY",
         help="name of the environment variable holding the bearer key the server accepts",
     )
-    p.add_argument("--boot-seconds", type=float, default=2.0, help="seconds before a pod gets its public IP and ports")
-    p.add_argument("--price", type=float, default=2.99, help="price per GPU-hour reported in costPerHr")
+    p.add_argument("--boot-seconds", type=float, default=2.0, help="seconds before a pod runs with public ports")
+    p.add_argument("--price", type=float, default=2.99, help="price per GPU-hour reported in cost and the catalogue")
     p.add_argument(
         "--capacity",
         action="append",
@@ -343,6 +550,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="GPU_TYPE_ID=N",
         help="GPUs of a type (RunPod id) that may run at once; repeatable; unlimited when not given",
     )
+    p.add_argument("--never-address", action="store_true", help="pods run but never get public ports")
     p.add_argument("--log-level", default="info", choices=LEVELS, help="log level")
     return p
 
@@ -364,7 +572,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not name or not count.isdigit():
             parser.error(f"--capacity: {item!r} is not GPU_TYPE_ID=N")
         capacity[name] = int(count)
-    api = FakeRunpod(key, boot_seconds=args.boot_seconds, price_per_gpu_hour=args.price, capacity=capacity)
+    api = FakeRunpod(
+        key,
+        boot_seconds=args.boot_seconds,
+        price_per_gpu_hour=args.price,
+        capacity=capacity,
+        never_address=args.never_address,
+    )
     try:
         server = FakeRunpodServer(api, host, port)
     except OSError as exc:

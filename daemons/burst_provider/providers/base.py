@@ -184,6 +184,12 @@ class RunpodSettingsLike(Protocol):
     @property
     def cloud_type(self) -> str: ...
 
+    @property
+    def container_disk_gb(self) -> int: ...
+
+    @property
+    def cpu_flavor(self) -> str: ...
+
 
 class KubernetesSettingsLike(Protocol):
     @property

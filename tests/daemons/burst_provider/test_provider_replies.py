@@ -250,49 +250,74 @@ def test_an_error_reply_echoing_a_credential_is_redacted(stub: Stub) -> None:
 # --- RunPod -------------------------------------------------------------------------------------------------------
 
 OURS = {"env": {ENV_NODE: "gpu-burst", "GPUCLUSTER_POD_UID": "u-1"}, "name": f"{NAME_PREFIX}gpu-burst-u-1"}
+RUNNING = {**OURS, "id": "p1", "status": "RUNNING"}
 
 
 def runpod(stub: Stub) -> RunPodProvider:
-    return RunPodProvider("runpod", KEY, {}, url=stub.service.url + "/v1", retries=0, backoff=0)
+    return RunPodProvider("runpod", KEY, {}, url=stub.service.url + "/v2", retries=0, backoff=0)
 
 
 @pytest.mark.parametrize(
     ("pod", "message"),
     [
-        ({**OURS, "desiredStatus": "RUNNING"}, "reply[0].id: expected a string, got null"),
+        ({**OURS, "status": "RUNNING"}, "reply.pods[0].id: expected a string, got null"),
+        ({**OURS, "id": "p1"}, "reply.pods[0].status: expected a string, got null"),
         (
-            {**OURS, "id": "p1", "portMappings": {"8000": "10010"}},
-            "reply[0].portMappings.8000: expected a whole number",
+            {**RUNNING, "runtime": {"ports": [{"private": 8000, "public": "10010", "type": "tcp", "ip": "x"}]}},
+            "reply.pods[0].runtime.ports[0].public: expected a whole number",
         ),
-        ({**OURS, "id": "p1", "env": {**OURS["env"], "HF_TOKEN": 5}}, "reply[0].env.HF_TOKEN: expected a string"),
-        ({**OURS, "id": "p1", "publicIp": ["203.0.113.1"]}, "reply[0].publicIp: expected a string, got a list"),
-        ({**OURS, "id": "p1", "gpu": "H100"}, "reply[0].gpu: expected an object, got a string"),
-        ({**OURS, "id": "p1", "gpuCount": -2}, "reply[0].gpuCount: expected a whole number in [0, 1024]"),
+        ({**RUNNING, "env": {**OURS["env"], "HF_TOKEN": 5}}, "reply.pods[0].env.HF_TOKEN: expected a string"),
+        (
+            {**RUNNING, "runtime": {"ports": [{"private": 8000, "public": 1, "type": "tcp", "ip": ["203.0.113.1"]}]}},
+            "reply.pods[0].runtime.ports[0].ip: expected a string, got a list",
+        ),
+        ({**RUNNING, "gpu": "H100"}, "reply.pods[0].gpu: expected an object, got a string"),
+        ({**RUNNING, "gpu": {"id": "x", "count": -2}}, "reply.pods[0].gpu.count: expected a whole number in [0, 1024]"),
+        ({**RUNNING, "runtime": {"ports": "8000"}}, "reply.pods[0].runtime.ports: expected a list, got a string"),
     ],
 )
 def test_runpod_pod_fields_refused(stub: Stub, pod: dict[str, Any], message: str) -> None:
-    stub.set("/v1/pods", [pod])
+    stub.set("/v2/pods", {"pods": [pod]})
     assert f"provider runpod: list_instances: {message}" in refused(runpod(stub).list_instances, "gpu-burst")
 
 
 def test_runpod_listing_shape_refused(stub: Stub) -> None:
-    stub.set("/v1/pods", ["not a pod"])
-    assert "list_instances: reply[0]: expected an object, got a string" in refused(runpod(stub).list_instances, "n")
-    stub.set("/v1/pods", [{"env": [SECRET]}])
-    assert "reply[0].env: expected an object, got a list of 1 items" in refused(runpod(stub).list_instances, "n")
+    stub.set("/v2/pods", [RUNNING])  # v1's bare list
+    assert "list_instances: reply: expected an object, got a list of 1 items" in refused(
+        runpod(stub).list_instances, "n"
+    )
+    stub.set("/v2/pods", {"pods": ["not a pod"]})
+    assert "list_instances: reply.pods[0]: expected an object, got a string" in refused(
+        runpod(stub).list_instances, "n"
+    )
+    stub.set("/v2/pods", {"pods": [{"env": [SECRET]}]})
+    assert "reply.pods[0].env: expected an object, got a list of 1 items" in refused(runpod(stub).list_instances, "n")
 
 
 def test_runpod_other_pods_of_the_account_are_not_read_field_by_field(stub: Stub) -> None:
-    good = {**OURS, "id": "p1", "desiredStatus": "RUNNING", "publicIp": "203.0.113.9", "portMappings": {}}
-    foreign = {"id": 12, "env": {"OTHER": "x"}, "gpuCount": "lots"}  # someone else's pod, oddly shaped
-    stub.set("/v1/pods", [foreign, good])
+    ports = [{"private": 8000, "public": 10010, "type": "tcp", "ip": "203.0.113.9"}]
+    good = {**RUNNING, "env": {**OURS["env"], "GPUCLUSTER_PORTS": "http:8000/TCP"}, "runtime": {"ports": ports}}
+    foreign = {"id": 12, "env": {"OTHER": "x"}, "gpu": "lots"}  # someone else's pod, oddly shaped
+    stub.set("/v2/pods", {"pods": [foreign, good]})
     [inst] = runpod(stub).list_instances("gpu-burst")
     assert (inst.instance_id, inst.state, inst.address) == ("p1", InstanceState.RUNNING, "203.0.113.9")
+    assert [(p.name, p.port) for p in inst.ports] == [("http", 10010)]
 
 
 def test_runpod_get_instance_refuses_a_non_object(stub: Stub) -> None:
-    stub.set("/v1/pods/p1", [1, 2])
+    stub.set("/v2/pods/p1", [1, 2])
     assert "get_instance: reply: expected an object, got a list of 2 items" in refused(runpod(stub).get_instance, "p1")
+
+
+def test_runpod_catalogue_refused(stub: Stub) -> None:
+    stub.set("/v2/catalog/gpus", {"gpus": [{"id": "NVIDIA H100 80GB HBM3", "maxCount": {"secure": "8"}}]})
+    assert "offers: reply.gpus[0].maxCount.secure: expected a whole number" in refused(runpod(stub).offers)
+
+
+def test_runpod_problem_reply_names_the_detail_and_errors(stub: Stub) -> None:
+    body = {"title": "Unprocessable Entity", "status": 422, "detail": "Request validation failed.", "errors": ["$.x"]}
+    stub.set("/v2/pods", body, status=422)
+    assert "HTTP 422: Request validation failed.; $.x" in refused(runpod(stub).list_instances, "n")
 
 
 # --- the target cluster -------------------------------------------------------------------------------------------
