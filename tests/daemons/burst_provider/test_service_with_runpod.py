@@ -1,0 +1,106 @@
+"""The service with the RunPod adapter against the fake RunPod v2 server: what the service makes of RunPod's ways.
+
+A pod that runs but never gets an address fails after ``creationTimeout``; a stopped pod (which bills its disk) and
+a container RunPod restarted (which keeps billing) fail their replica and are deleted; a GPU type the catalogue has
+no stock of is not placed on RunPod.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from daemons.burst_provider.providers.base import AdapterContext
+from daemons.burst_provider.registry import build_providers
+from daemons.burst_provider.secrets import SecretStore
+from daemons.burst_provider.service import BurstService
+from tests.daemons.burst_provider.support import FakeSource, ManualClock, make_pod, make_settings, provider_entry
+from tests.support.fake_runpod import FakeRunpod, FakeRunpodServer
+
+KEY = "rpa_SERVICEKEY0123456789"
+H100_ID = "NVIDIA H100 80GB HBM3"
+BOOT = 30.0
+
+
+@dataclass
+class World:
+    api: FakeRunpod
+    clock: ManualClock
+    svc: BurstService
+
+    def status(self, name: str = "web-1") -> dict[str, Any]:
+        status = self.svc.get_pod("inference", name)
+        assert status is not None
+        return status
+
+
+@pytest.fixture
+def world() -> Iterator[World]:
+    clock = ManualClock()
+    api = FakeRunpod(KEY, boot_seconds=BOOT, clock=clock, capacity={H100_ID: 4})
+    with FakeRunpodServer(api) as server:
+        entry = provider_entry("runpod", max_gpus=4)
+        del entry["fake"]
+        entry.update(kind="runpod", runpod={"url": server.base_url, "apiKeySecret": "runpodApiKey"})
+        settings = make_settings(entry, creationTimeout="2m")
+        providers = build_providers(settings, AdapterContext(SecretStore.from_values({"runpodApiKey": KEY})))
+        svc = BurstService(settings, providers, FakeSource(), clock=clock, spawn=lambda target, name: target())
+        yield World(api, clock, svc)
+
+
+def _pod(name: str = "web-1") -> dict[str, Any]:
+    pod = make_pod(name)
+    del pod["spec"]["containers"][0]["command"]  # RunPod v2 takes no entrypoint
+    return pod
+
+
+def test_a_pod_runs_once_runpod_gives_it_an_address(world: World) -> None:
+    world.svc.create_pod(_pod())
+    assert world.status()["phase"] == "Pending"
+    world.clock.advance(BOOT)
+    world.svc.poll_once()
+    running = world.status()
+    assert running["phase"] == "Running"
+    assert running["address"].startswith("203.0.113.")
+
+
+def test_a_pod_that_never_gets_an_address_fails_after_creation_timeout_and_is_deleted(world: World) -> None:
+    world.api.never_address = True
+    world.svc.create_pod(_pod())
+    world.clock.advance(BOOT)
+    world.svc.poll_once()
+    assert world.status()["phase"] == "Pending"
+    world.clock.advance(121)
+    world.svc.poll_once()
+    failed = world.status()
+    assert (failed["phase"], failed["reason"]) == ("Failed", "ProviderTimeout")
+    assert world.api.billing() == {}  # deleted: nothing bills
+
+
+@pytest.mark.parametrize("how", ["stopped", "restarted"])
+def test_a_stopped_or_restarted_pod_fails_its_replica_and_is_deleted(world: World, how: str) -> None:
+    world.svc.create_pod(_pod())
+    world.clock.advance(BOOT)
+    world.svc.poll_once()
+    running = world.status()
+    assert running["phase"] == "Running"
+    if how == "stopped":
+        world.api.set_status(running["instanceId"], "EXITED")
+    else:
+        world.api.exit_container(running["instanceId"])
+    world.svc.poll_once()
+    failed = world.status()
+    assert (failed["phase"], failed["reason"]) == ("Failed", "InstanceDied")
+    assert world.api.billing() == {}
+
+
+def test_a_gpu_type_without_stock_is_not_placed_on_runpod(world: World) -> None:
+    world.api.capacity[H100_ID] = 0
+    world.svc.create_pod(_pod())
+    failed = world.status()
+    assert (failed["phase"], failed["reason"]) == ("Failed", "NoCapacity")
+    assert "capacity: 0 H100 GPUs free" in failed["message"]
+    assert world.api.pod_count() == 0
