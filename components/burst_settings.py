@@ -209,6 +209,10 @@ class VirtualNodeSettings(ConfigModel):
     cpu: Quantity = "1000"
     memory: ByteQuantity = "8Ti"
     max_pods: Annotated[int, Field(ge=1, le=100_000)] = 1000
+    #: ``refuse``: the policy ``confidential-env-stays-in-our-clusters`` refuses a burstable workload whose env reads a
+    #: Secret while a provider that is not a Kubernetes cluster of ours (kind ``runpod`` or ``fake``) is configured:
+    #: such a provider receives every env value in plain text and returns it on every read.
+    confidential_env_to_rented_providers: Literal["send", "refuse"] = "send"
 
     def rule_problems(self) -> Iterator[Problem]:
         if self.creation_timeout_seconds < MIN_CREATION_TIMEOUT_SECONDS:

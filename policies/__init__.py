@@ -6,6 +6,7 @@ from __future__ import annotations
 from pulumi_policy import Policy
 
 from policies.burst_settings import provider_secrets_not_in_config
+from policies.confidential_env import confidential_env_stays_in_our_clusters
 from policies.descheduler import descheduler_bounded
 from policies.images import images_pinned
 from policies.inference import inference_gpu_deployments_burstable, inference_gpu_deployments_have_pdb
@@ -38,6 +39,7 @@ ALL_POLICIES: list[Policy] = [
     inference_gpu_deployments_have_pdb,
     virtual_node_least_privilege,
     provider_secrets_not_in_config,
+    confidential_env_stays_in_our_clusters,
     inference_deployments_make_before_break,
     training_queues_carry_make_before_break,
     training_queues_make_before_break_off,

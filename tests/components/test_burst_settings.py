@@ -332,3 +332,24 @@ def test_values_that_would_make_the_daemon_misbehave_are_refused(path: str, valu
 )
 def test_values_at_the_limits_are_accepted(path: str, value: Any) -> None:
     assert parse_settings(with_change(path, value)) is not None
+
+
+@pytest.mark.parametrize("url", ["https://rest.runpod.io/v1", "https://rest.runpod.io", "https://proxy.example/v1/"])
+def test_runpod_rest_v1_is_refused_it_was_retired(url: str) -> None:
+    found = issues(with_change("providers.1.runpod", {"apiKeySecret": "runpodApiKey", "url": url}))
+    assert any(
+        i.startswith("providers[1].runpod.url:") and "v1 was retired on 2026-11-15" in i and "api.runpod.io/v2" in i
+        for i in found
+    ), found
+
+
+def test_runpod_v2_defaults_and_what_is_sent() -> None:
+    s = parse_settings(with_change("providers.1.runpod", {"apiKeySecret": "runpodApiKey", "containerDiskGb": 20}))
+    rp = s.provider("runpod").runpod
+    assert rp is not None
+    assert (str(rp.url), rp.container_disk_gb, rp.cpu_flavor) == ("https://api.runpod.io/v2", 20, "cpu5c")
+    assert s.virtual_node.confidential_env_to_rented_providers == "send"
+    found = issues(with_change("providers.1.runpod", {"apiKeySecret": "k", "containerDiskGb": 0}))
+    assert any(i.startswith("providers[1].runpod.containerDiskGb:") for i in found), found
+    found = issues(with_change("virtualNode.confidentialEnvToRentedProviders", "maybe"))
+    assert any(i.startswith("virtualNode.confidentialEnvToRentedProviders:") for i in found), found
