@@ -493,7 +493,8 @@ class RunPodProvider(Provider):
             }
         return out
 
-    def _list(self, call: str) -> list[Instance]:
+    def _list(self, call: str, name: str = "") -> list[Instance]:
+        """Our pods in the listing (a name: only the pod of that name)."""
         reply = self._http.request(call, "GET", "/pods")
         try:
             pods = replies.items(replies.obj(reply, "reply").get("pods"), "reply.pods")
@@ -507,17 +508,17 @@ class RunPodProvider(Provider):
                 env = replies.opt_obj(pod.get("env"), f"{field}.env")
             except ReplyError as exc:
                 raise replies.provider_error(self.name, call, exc) from None
-            name = pod.get("name")
             # Other pods of the account are none of this adapter's business; only ours are read field by field.
-            if isinstance(env.get(ENV_NODE), str) and isinstance(name, str) and name.startswith(NAME_PREFIX):
+            named = pod.get("name")
+            ours = isinstance(named, str) and named.startswith(NAME_PREFIX) and (not name or named == name)
+            if ours and isinstance(env.get(ENV_NODE), str):
                 out.append(self._instance(call, pod, field))
         return out
 
     def _find(self, tags: InstanceTags) -> Instance | None:
         """The pod created for these tags, if any (looked up by name and tags, before a create is sent again)."""
-        name = pod_name(tags)
-        for inst in self._list("create_instance"):
-            if inst.tags == tags and name:
+        for inst in self._list("create_instance", name=pod_name(tags)):
+            if inst.tags == tags:
                 return inst
         return None
 
