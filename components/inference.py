@@ -122,7 +122,7 @@ class InferenceService(pulumi.ComponentResource):
         deployment_spec: dict[str, Any] = {
             "selector": {"matchLabels": selector},
             # Never below the desired count during a rollout: a surge replica may burst, a missing one is an outage.
-            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": "25%"}},
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": spec.max_surge}},
             "template": {
                 "metadata": {"labels": labels, "annotations": annotations},
                 "spec": inference_pod_spec(spec, args.priority_class_name),

@@ -72,9 +72,27 @@ class InferenceServiceSpec(ConfigModel):
     resources: InferenceResources = InferenceResources()
     #: PodDisruptionBudget minAvailable: a replica count or a percentage such as "75%".
     min_available: int | str = "50%"
+    #: How many replicas a rollout adds before it removes any (maxUnavailable is always 0): a count or a
+    #: percentage. The make-before-break flip is a rollout, so this is how many replicas move at a time: "100%"
+    #: moves them all at once (the flip takes one boot, and rents every replacement together), "25%" moves a
+    #: quarter at a time (slower flips; a routine image rollout rents fewer surge GPUs while the cluster is full).
+    max_surge: int | str = "25%"
     hpa: InferenceHpa | None = None
     #: Extra pod template annotations (the simulated cluster reads sim.gpucluster.io/ready-after from here).
     pod_annotations: Annotated[dict[str, str], AfterValidator(_annotation_keys)] = {}
+
+    @field_validator("max_surge", mode="before")
+    @classmethod
+    def _max_surge(cls, v: Any) -> int | str:
+        if isinstance(v, int) and not isinstance(v, bool):
+            if v < 1:
+                raise ValueError(f"{v} adds no replica: with maxUnavailable 0 a rollout could never progress")
+            return v
+        if isinstance(v, str):
+            m = _PERCENT.match(v.strip())
+            if m and 1 <= int(m.group(1)) <= 100:
+                return v.strip()
+        raise ValueError(f"{shown(v)} is neither a replica count of at least 1 nor a percentage from '1%' to '100%'")
 
     @field_validator("min_available", mode="before")
     @classmethod

@@ -111,6 +111,15 @@ def test_hpa_when_asked_and_then_the_deployment_leaves_replicas_to_it() -> None:
     assert "replicas" not in graph.one("kubernetes:apps/v1:Deployment", "svc-deployment").inputs["spec"]
 
 
+def test_rollouts_add_before_they_remove_as_many_as_max_surge_says(graph: Graph) -> None:
+    strategy = graph.one("kubernetes:apps/v1:Deployment", "svc-deployment").inputs["spec"]["strategy"]
+    assert strategy == {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": "25%"}}
+    for surge in ("100%", 3):
+        moved = build(args(spec=spec(maxSurge=surge)))
+        rolling = moved.one("kubernetes:apps/v1:Deployment", "svc-deployment").inputs["spec"]["strategy"]
+        assert rolling["rollingUpdate"] == {"maxUnavailable": 0, "maxSurge": surge}
+
+
 def test_cpu_only_service_has_no_gpu_limit_and_default_gpu_type_applies() -> None:
     graph = build(args(spec=spec(gpusPerReplica=0, gpuType=None), default_gpu_type="L40S"))
     pod = _pod(graph)
@@ -137,6 +146,9 @@ def test_command_and_args_are_passed_through() -> None:
         ({"minAvailable": "100%"}, "minAvailable", "allows no eviction"),
         ({"minAvailable": "150%"}, "minAvailable", "percentage"),
         ({"minAvailable": -1}, "minAvailable", "negative"),
+        ({"maxSurge": 0}, "maxSurge", "could never progress"),
+        ({"maxSurge": "0%"}, "maxSurge", "from '1%' to '100%'"),
+        ({"maxSurge": "101%"}, "maxSurge", "from '1%' to '100%'"),
         ({"hpa": {"minReplicas": 8, "maxReplicas": 4}}, "hpa", "above maxReplicas"),
         ({"gpusPerReplica": 17}, "gpusPerReplica", "less than or equal to 16"),
         ({"resources": {"cpu": "lots"}}, "resources.cpu", "quantity"),
