@@ -1,13 +1,18 @@
-"""Figures of the flip on the simulated cluster: ours (NoSchedule + bounded evictions) beside a NoExecute flip-back.
+"""Figures of the flip on the simulated cluster, three ways in one run, printed as columns.
 
 Runs ``make up`` (idempotent: it reuses a running cluster and its daemons), then one full cycle of
-``sim/flip.py`` with each flip-back effect, and prints the figures side by side:
+``sim/flip.py`` on each path: ``make-before-break`` (the AdmissionCheck moves serving before training takes its
+GPUs, and brings it home the same way), ``preempt-then-burst`` (the check answered at once: training preempts,
+the taint controller bursts, the descheduler brings replicas home, NoSchedule) and the ``NoExecute`` baseline.
+Rows:
 
-- flip-out: first preemption -> every displaced replica Ready on the virtual node, and the same minus the fake
-  provider's boot time (our own overhead: the taint controller's hold and scrape lag, the scheduler, the virtual
-  node and the provider service);
-- the minimum number of Ready inference replicas during the return, and the time spent below the desired count;
-- flip-back duration, external GPU-seconds spent after in-cluster capacity returned, taint changes and flaps.
+- the minimum number of Ready inference replicas over the whole cycle and during the return, the time spent
+  below the desired count, inference pods the scheduler preempted;
+- training delay: quota reserved -> admitted, and -> every training pod Running;
+- flip-out: quota reserved -> room made (make-before-break) or first preemption -> every displaced replica Ready
+  on the virtual node, and the same minus the fake provider's boot time (our own overhead);
+- flip-back duration, external GPU-seconds over the whole cycle and after in-cluster capacity returned, taint
+  changes and flaps.
 
 Timelines, charts and figures land in ``.state/bench-flip/``. Nothing is asserted: these are measurements.
 Environment: GPUCLUSTER_FAKE_BOOT_SECONDS (the fake cloud's boot time, default 5) applies when make up starts
@@ -44,14 +49,14 @@ def main() -> int:
     out = ROOT / ".state" / "bench-flip"
     boot = float(os.environ.get("GPUCLUSTER_FAKE_BOOT_SECONDS", "5"))
     results = []
-    for effect in ("NoSchedule", "NoExecute"):
-        print(f"bench_flip: one cycle with a {effect} flip-back ...", flush=True)
+    for path in flip.PATHS:
+        print(f"bench_flip: one cycle, {path} ...", flush=True)
         try:
-            tl, figures = flip.run_cycle(flip.Options(effect=effect, boot_seconds=boot, quiet=True, out=out))
+            tl, figures = flip.run_cycle(flip.Options(path=path, boot_seconds=boot, quiet=True, out=out))
         except (flip.ScenarioError, flip.sim_daemons.DaemonError) as e:
-            print(f"bench_flip: the {effect} cycle failed: {e}", file=sys.stderr)
+            print(f"bench_flip: the {path} cycle failed: {e}", file=sys.stderr)
             return 1
-        flip.write_outputs(tl, figures, out, f"One flip, {effect} flip-back")
+        flip.write_outputs(tl, figures, out, f"One flip: {path}")
         results.append(figures)
     print(
         f"\nflip on the simulated cluster (8 x 1-GPU replicas, fake provider boot {boot:.0f} s, in-cluster start 15 s)"

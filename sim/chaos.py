@@ -2,16 +2,18 @@
 
 Each cycle is one full flip (``sim/flip.py``). While it runs:
 
-- a daemon picked at random (virtual node, provider service, either taint controller, descheduler) is killed with
-  SIGKILL at a random moment, and started again a few seconds later, as the kubelet would restart its container;
+- a daemon picked at random (virtual node, provider service, either taint controller, either make-before-break
+  controller, descheduler) is killed with SIGKILL at a random moment, and started again a few seconds later, as
+  the kubelet would restart its container;
 - the fake GPU cloud refuses ``--create-failure-rate`` of creates and kills running instances at
   ``--death-rate`` (expected deaths per instance per minute);
 - with ``--prometheus-outage``, Prometheus is stopped for ``--outage-seconds`` once the replicas run externally,
   so the taint controller sees no data and must change nothing until it is back.
 
-Every cycle must converge: the Deployment back at its desired count, every replica in-cluster, and no external
-instance left (no money leaks). The counts of what happened are printed at the end, and the exit status is 1 if
-any cycle did not converge.
+Every cycle must converge: the Deployment back at its desired count, every replica in-cluster, no external
+instance left (no money leaks), no node left reserved and no Deployment left moved; and the training must be
+admitted within ``maxHold`` (plus one Lease takeover and a cycle: a killed leader's successor answers). The
+counts of what happened are printed at the end, and the exit status is 1 if any cycle did not converge.
 
 Usage: ``python sim/chaos.py [--kills 20] [--cycles 4] ...`` (``--help``); ``make chaos`` runs the full version
 and ``make test`` a 3-kill one.
@@ -38,7 +40,16 @@ sys.path.insert(0, str(ROOT))
 from sim import flip, processes  # noqa: E402 (run as a script: the repository first on the path)
 
 #: What may be killed: the daemons the flip depends on. The fake cloud stands for a provider's API, not ours.
-TARGETS = ("virtual-node", "provider", "taint-controller-a", "taint-controller-b", "descheduler")
+#: The make-before-break controllers only where the stack runs them.
+TARGETS = (
+    "virtual-node",
+    "provider",
+    "taint-controller-a",
+    "taint-controller-b",
+    "make-before-break-a",
+    "make-before-break-b",
+    "descheduler",
+)
 
 
 @dataclass
@@ -51,6 +62,8 @@ class Report:
     failures: list[str] = field(default_factory=list)
     cycle_seconds: list[float] = field(default_factory=list)
     min_ready: list[int] = field(default_factory=list)
+    min_ready_whole_cycle: list[int] = field(default_factory=list)
+    admission_seconds: list[float] = field(default_factory=list)
     cloud: dict[str, Any] = field(default_factory=dict)
     query_errors: float = 0.0
     orphans_deleted: float = 0.0
@@ -116,11 +129,13 @@ class Killer:
         self._thread.join(timeout=30)
 
 
-def plan_kills(kills: int, cycles: int, horizon: float, rng: random.Random) -> list[list[tuple[float, str]]]:
+def plan_kills(
+    kills: int, cycles: int, horizon: float, rng: random.Random, names: Sequence[str] = TARGETS
+) -> list[list[tuple[float, str]]]:
     """``kills`` (moment, daemon) pairs spread over ``cycles``; every target is hit before any is hit twice."""
     targets: list[str] = []
     while len(targets) < kills:
-        batch = list(TARGETS)
+        batch = list(names)
         rng.shuffle(batch)
         targets.extend(batch)
     per_cycle: list[list[tuple[float, str]]] = [[] for _ in range(cycles)]
@@ -168,7 +183,12 @@ def run(argv: Sequence[str] | None = None) -> int:
         f"chaos: {a.kills} kills over {a.cycles} cycle(s); fake cloud refuses {a.create_failure_rate:.0%} of creates, "
         f"instances die at {a.death_rate}/min; Prometheus outage: {'yes' if a.prometheus_outage else 'no'}"
     )
-    plans = plan_kills(a.kills, a.cycles, a.horizon, rng)
+    names = [n for n in TARGETS if n in registry]
+    plans = plan_kills(a.kills, a.cycles, a.horizon, rng, names)
+    cfg = processes.stack_config()
+    mbb = cfg.make_before_break
+    # The longest a gang may wait: maxHold, then a dead leader's Lease running out and the successor's cycle.
+    admit_within = mbb.max_hold_seconds + mbb.lease_duration_seconds + 2 * mbb.interval_seconds if mbb.enabled else None
     tc_metrics = [f"http://127.0.0.1:{port}/metrics" for port in processes.TAINT_CONTROLLER_PORTS.values()]
     errors_metric = "gpucluster_taint_controller_query_errors_total"
 
@@ -216,12 +236,21 @@ def run(argv: Sequence[str] | None = None) -> int:
                 report.converged += 1
                 report.cycle_seconds.append(time.monotonic() - t0)
                 report.min_ready.append(figures.min_ready_during_return)
+                report.min_ready_whole_cycle.append(figures.min_ready)
+                admitted = figures.training_admission_seconds
+                if admitted is not None:
+                    report.admission_seconds.append(admitted)
+                if admitted is not None and admit_within is not None and admitted > admit_within:
+                    report.failures.append(
+                        f"cycle {cycle}: training held {admitted:.0f}s before admission, past maxHold "
+                        f"({admit_within:.0f}s with a Lease takeover)"
+                    )
                 flip.write_outputs(tl, figures, a.out, f"Chaos cycle {cycle}", stem=f"cycle-{cycle}")
             except (flip.ScenarioError, processes.DaemonError) as e:
                 report.failures.append(f"cycle {cycle} did not converge: {e}")
             finally:
                 killer.stop()
-                for name in TARGETS:
+                for name in names:
                     if not registry[name].running():
                         registry[name].start()
     finally:
@@ -260,7 +289,7 @@ def _convergence_problem(s: flip.Setup) -> str | None:
     pods = flip.kget("pods", "-n", s.inference_ns, "-l", s.selector)["items"]
     external = [p["metadata"]["name"] for p in pods if p["spec"].get("nodeName") == s.node]
     live = flip.fake_cloud_stats(s.fake_cloud_url).get("liveInstances", -1)
-    problems = []
+    problems = [*_left_moved(s)]
     if ready != desired:
         problems.append(f"{ready}/{desired} replicas Ready")
     if external:
@@ -268,6 +297,23 @@ def _convergence_problem(s: flip.Setup) -> str | None:
     if live != 0:
         problems.append(f"{live} external instance(s) still live (orphans)")
     return "not converged at the end: " + "; ".join(problems) if problems else None
+
+
+def _left_moved(s: flip.Setup) -> list[str]:
+    """Make-before-break leftovers: nodes still reserved, Deployments still carrying a placement epoch."""
+    if not s.make_before_break:
+        return []
+    from daemons.make_before_break.model import EPOCH_ANNOTATION  # noqa: PLC0415 (needs ROOT on the path)
+
+    out = []
+    reserved = flip.kget("nodes", "-l", s.reservation_key)["items"]
+    if reserved:
+        out.append(f"nodes still reserved: {[n['metadata']['name'] for n in reserved]}")
+    dep = flip.kget("deployment", s.service, "-n", s.inference_ns)
+    annotations = dep["spec"]["template"]["metadata"].get("annotations") or {}
+    if EPOCH_ANNOTATION in annotations:
+        out.append(f"{s.inference_ns}/{s.service} still moved (placement epoch {annotations[EPOCH_ANNOTATION]})")
+    return out
 
 
 def print_report(r: Report, cloud_now: dict[str, Any]) -> None:
@@ -282,7 +328,9 @@ def print_report(r: Report, cloud_now: dict[str, Any]) -> None:
         ),
         ("instances reconciliation deleted (pod gone or going)", f"{r.orphans_deleted:.0f} since the last start"),
         ("Prometheus down", f"{r.outage_seconds:.0f} s, {r.query_errors:.0f} failed queries, taint left alone"),
+        ("minimum Ready replicas, each whole cycle", ", ".join(str(m) for m in r.min_ready_whole_cycle) or "n/a"),
         ("minimum Ready replicas during each return", ", ".join(str(m) for m in r.min_ready) or "n/a"),
+        ("quota reserved -> admitted", ", ".join(f"{x:.0f} s" for x in r.admission_seconds) or "n/a"),
         ("cycle durations", ", ".join(f"{c:.0f} s" for c in r.cycle_seconds) or "n/a"),
         ("live external instances at the end", str(cloud_now.get("liveInstances", "?"))),
         ("lost replicas / orphans at the end", "0 / 0" if not r.failures else "see failures"),

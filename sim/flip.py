@@ -1,23 +1,32 @@
-"""One full flip on the simulated cluster: training takes every GPU, inference bursts out, and comes back.
+"""One full flip on the simulated cluster: training takes every GPU, inference makes room, and comes back.
 
 The scenario runs on ``make up``'s cluster with the local stack's daemons running as local processes
-(``sim/processes.py``): the virtual node and its provider service bursting to the fake GPU cloud, the taint
-controller reading kube-state-metrics through Prometheus, and the descheduler. It narrates each step, samples the
-cluster once a second into a :class:`timeline.Timeline`, and leaves a CSV, a PNG chart and the figures (JSON)
-in ``--out``:
+(``sim/processes.py``): the virtual node and its provider service bursting to the fake GPU cloud, the
+make-before-break AdmissionCheck controller, the taint controller reading kube-state-metrics through Prometheus,
+and the descheduler. It narrates each step, samples the cluster once a second into a :class:`timeline.Timeline`,
+and leaves a CSV, a PNG chart and the figures (JSON) in ``--out``. Three paths:
+
+``make-before-break`` (the local stack's own):
 
 1. the inference service runs its replicas in-cluster; the virtual node carries the burst taint;
-2. a training Job asking for every GPU is submitted to Kueue; its pods preempt the inference replicas;
-3. the taint controller sees no headroom and inference pending, and removes the taint;
-4. the replicas land on the virtual node and run on the fake cloud's GPUs;
-5. training finishes; the taint controller adds the taint back (NoSchedule);
-6. the descheduler evicts the external replicas a few at a time, PDB permitting; they return in-cluster;
-7. the external instances are gone.
+2. a training Job asking for every GPU is submitted to Kueue; its quota is reserved and the check holds it;
+3. the controller reserves the gang's nodes and rolls the inference Deployment onto the virtual node: the
+   replacements start on rented GPUs first, the replicas they replace go once they are Ready;
+4. the check goes Ready: training is admitted and runs on GPUs nothing uses (nothing is preempted);
+5. training finishes; the reservations go; the Deployment comes home the same way, a replica on a rented GPU
+   leaving only once its in-cluster replacement is Ready;
+6. the external instances are gone.
 
-``--effect NoExecute`` replaces step 5 and 6 with what the design forbids: a NoExecute taint, which evicts every
-external replica at once. It is the baseline ``make bench`` prints beside ours.
+``preempt-then-burst`` (the path without the check, which the check falls back to): the make-before-break
+controllers are restarted answering the check at once (``maxHold`` 1ms), so training is admitted and its pods
+preempt the inference replicas; the taint controller sees no headroom and inference Pending and removes the
+burst taint; the replicas land on the virtual node; once training is done the taint comes back (NoSchedule)
+and the descheduler evicts the external replicas a few at a time, PDB permitting.
 
-Usage: ``python sim/flip.py [--effect NoSchedule|NoExecute] [--out DIR] [--train-for 60s] ...`` (``--help``).
+``NoExecute``: the same with what the design forbids for the flip-back, a NoExecute taint that evicts every
+external replica at once: the baseline ``make bench`` prints beside the others.
+
+Usage: ``python sim/flip.py [--path make-before-break|preempt-then-burst|NoExecute] [--out DIR] ...`` (``--help``).
 """
 
 from __future__ import annotations
@@ -42,6 +51,12 @@ from sim import timeline  # noqa: E402
 
 TRAINING_JOB = "flip-pretrain"
 SIM_ANNOTATION_READY_AFTER = "sim.gpucluster.io/ready-after"
+MAKE_BEFORE_BREAK = "make-before-break"
+PREEMPT = "preempt-then-burst"
+NO_EXECUTE = "NoExecute"
+PATHS = (MAKE_BEFORE_BREAK, PREEMPT, NO_EXECUTE)
+#: Laid over the make-before-break controllers' settings for the other paths: the check goes Ready at once.
+ANSWER_AT_ONCE = json.dumps({"maxHold": "1ms", "nodeGrace": "0.5ms"})
 
 
 class ScenarioError(RuntimeError):
@@ -72,6 +87,8 @@ class Setup:
     nodes: int
     hold_add_seconds: float
     fake_cloud_url: str
+    make_before_break: bool
+    reservation_key: str
 
 
 def setup_from_stack() -> Setup:
@@ -102,6 +119,8 @@ def setup_from_stack() -> Setup:
         nodes=flavor.node_count,
         hold_add_seconds=burst.taint_controller.hold_add_seconds,
         fake_cloud_url=fake,
+        make_before_break=cfg.make_before_break.enabled,
+        reservation_key=cfg.make_before_break.reservation_key,
     )
 
 
@@ -137,6 +156,36 @@ def fake_cloud_stats(url: str) -> dict[str, Any]:
         return {}
 
 
+def workload_state(workloads: Sequence[dict[str, Any]]) -> str:
+    """The training Job's Workload: "" (none), "reserved" (quota, not admitted), "admitted" or "finished"."""
+    for w in workloads:
+        if not any(o.get("name") == TRAINING_JOB for o in w["metadata"].get("ownerReferences") or []):
+            continue
+        true = {c.get("type") for c in w.get("status", {}).get("conditions") or [] if c.get("status") == "True"}
+        if "Finished" in true:
+            return "finished"
+        if "Admitted" in true:
+            return "admitted"
+        if "QuotaReserved" in true:
+            return "reserved"
+    return ""
+
+
+def preemptions(namespace: str, since: float) -> int:
+    """Pods in ``namespace`` the scheduler preempted since the wall-clock time ``since`` (its Preempted Events)."""
+    events = kget("events", "-n", namespace, "--field-selector", "reason=Preempted")["items"]
+    count = 0
+    for e in events:
+        stamp = e.get("lastTimestamp") or e.get("eventTime") or e["metadata"].get("creationTimestamp") or ""
+        try:
+            at = time.mktime(time.strptime(stamp[:19], "%Y-%m-%dT%H:%M:%S")) - time.timezone
+        except ValueError:
+            continue
+        if at >= since - 1:
+            count += int(e.get("count") or 1)
+    return count
+
+
 class Sampler:
     """One sample a second in a background thread."""
 
@@ -156,6 +205,7 @@ class Sampler:
         pods = kget("pods", "-n", s.inference_ns, "-l", s.selector)["items"]
         node = kget("node", s.node)
         training = kget("pods", "-n", s.training_ns, "-l", f"job-name={TRAINING_JOB}")["items"]
+        workload = workload_state(kget("workloads.kueue.x-k8s.io", "-n", s.training_ns)["items"])
         instances = int(fake_cloud_stats(s.fake_cloud_url).get("liveInstances", 0) or 0)
         live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
         external = [p for p in live if p["spec"].get("nodeName") == s.node]
@@ -169,6 +219,7 @@ class Sampler:
             external_instances=instances,
             # Every instance on the fake cloud is one of this service's replicas.
             external_gpus=instances * s.gpus_per_replica,
+            workload=workload,
         )
         self.latest, self.latest_pods = sample, live
         return sample
@@ -248,7 +299,7 @@ def wait(what: str, check: Callable[[], Any], timeout: float, interval: float = 
 
 @dataclass(frozen=True)
 class Options:
-    effect: str = "NoSchedule"
+    path: str = MAKE_BEFORE_BREAK
     train_for: str = "60s"
     boot_seconds: float = 5.0
     timeout: float = 600.0
@@ -257,22 +308,49 @@ class Options:
     during: Callable[[str, Sampler], None] | None = None  # a hook per phase (chaos injects faults here)
 
 
+def answer_at_once(registry: dict[str, sim_daemons.Daemon], on: bool) -> None:
+    """Restart the make-before-break controllers answering the check at once (``on``) or as deployed."""
+    if on:
+        os.environ[sim_daemons.MAKE_BEFORE_BREAK_ENV] = ANSWER_AT_ONCE
+    else:
+        os.environ.pop(sim_daemons.MAKE_BEFORE_BREAK_ENV, None)
+    for name in sim_daemons.MAKE_BEFORE_BREAK_PORTS:
+        if name in registry:
+            registry[name].stop()
+            registry[name].start()
+
+
 def run_cycle(opts: Options) -> tuple[timeline.Timeline, timeline.Figures]:
+    if opts.path not in PATHS:
+        raise ScenarioError(f"unknown path {opts.path!r}: one of {', '.join(PATHS)}")
     s = setup_from_stack()
+    if opts.path == MAKE_BEFORE_BREAK and not s.make_before_break:
+        raise ScenarioError("the local stack leaves gpucluster:makeBeforeBreak off: no make-before-break path to run")
     registry = sim_daemons.registry()
     q = opts.quiet
     missing = [n for n, d in registry.items() if not d.running()]
     if missing:
         raise ScenarioError(f"daemons not running: {missing} (start them: python sim/processes.py start)")
-    tl = timeline.Timeline(desired_replicas=s.replicas, boot_seconds=opts.boot_seconds, taint_effect=opts.effect)
+    effect = "NoExecute" if opts.path == NO_EXECUTE else "NoSchedule"
+    tl = timeline.Timeline(
+        desired_replicas=s.replicas, boot_seconds=opts.boot_seconds, taint_effect=effect, path=opts.path
+    )
     t0 = time.monotonic()
+    wall0 = time.time()
     sampler = Sampler(s, tl, t0)
 
     def phase(name: str) -> None:
         if opts.during:
             opts.during(name, sampler)
 
+    def until(what: str, check: Callable[[timeline.Sample], bool], interval: float = 0.2) -> None:
+        wait(what, lambda: (x := sampler.latest) is not None and check(x), opts.timeout, interval)
+
     sim_daemons.kubectl("delete", "job", TRAINING_JOB, "-n", s.training_ns, "--ignore-not-found", "--wait=true")
+    detour = opts.path != MAKE_BEFORE_BREAK and s.make_before_break
+    if detour:
+        say("0. the make-before-break controllers answer the check at once (maxHold 1ms): today's path", q)
+        answer_at_once(registry, True)
     say(f"1. {s.replicas} replicas of {s.inference_ns}/{s.service} should run in-cluster; {s.node} tainted", q)
     wait(
         f"{s.replicas} Ready in-cluster replicas and the burst taint on {s.node}",
@@ -285,34 +363,17 @@ def run_cycle(opts: Options) -> tuple[timeline.Timeline, timeline.Figures]:
         tl.mark(sampler.now(), "submitted")
         sim_daemons.kubectl("apply", "-f", "-", input=json.dumps(training_job(s, opts.train_for)))
         phase("submitted")
-        wait(
-            "the first inference replica to be preempted",
-            lambda: sampler.latest is not None and sampler.latest.ready_in_cluster < s.replicas,
-            opts.timeout,
-            0.2,
-        )
-        tl.mark(sampler.now(), "preempted")
-        say("   training preempts inference: replicas Pending, no in-cluster GPU left", q)
-        phase("preempted")
-        wait(
-            "the taint controller to remove the burst taint",
-            lambda: sampler.latest is not None and not sampler.latest.taint,
-            opts.timeout,
-            0.2,
-        )
-        tl.mark(sampler.now(), "taint_removed")
-        say(f"3. taint removed from {s.node}: pending inference may burst out", q)
-        phase("taint_removed")
-        wait(
-            "every displaced replica Ready on the virtual node",
-            lambda: (x := sampler.latest) is not None and x.ready_external + x.ready_in_cluster >= s.replicas,
-            opts.timeout,
-            0.2,
-        )
-        tl.mark(sampler.now(), "flipped_out")
-        say(f"4. {sampler.latest.ready_external if sampler.latest else '?'} replicas Ready on rented GPUs", q)
-        phase("flipped_out")
-        if opts.effect == "NoExecute":
+        until("the training Workload's quota to be reserved", lambda x: x.workload != "")
+        tl.mark(sampler.now(), "quota_reserved")
+        if opts.path == MAKE_BEFORE_BREAK:
+            _make_room(s, tl, sampler, phase=phase, until=until, q=q)
+        else:
+            _preempt_then_burst(s, tl, sampler, phase=phase, until=until, q=q)
+        until(f"all {s.nodes} training pods Running", lambda x: x.training_running == s.nodes)
+        tl.mark(sampler.now(), "training_running")
+        say(f"   {s.nodes} training pods Running", q)
+        phase("training_running")
+        if opts.path == NO_EXECUTE:
             # The baseline: the taint controller refuses NoExecute, so it is stopped and the taint set by hand.
             for name in ("taint-controller-a", "taint-controller-b"):
                 registry[name].stop()
@@ -325,18 +386,16 @@ def run_cycle(opts: Options) -> tuple[timeline.Timeline, timeline.Figures]:
         tl.mark(sampler.now(), "training_done")
         say("5. training finished: in-cluster GPUs are free again", q)
         phase("training_done")
-        if opts.effect == "NoExecute":
+        if opts.path == NO_EXECUTE:
             time.sleep(s.hold_add_seconds)
             set_taint(s, "NoExecute")
-        wait(
-            f"the burst taint ({opts.effect}) back on {s.node}",
-            lambda: sampler.latest is not None and sampler.latest.taint == opts.effect,
-            opts.timeout,
-            0.2,
-        )
-        tl.mark(sampler.now(), "taint_added")
-        say(f"6. {opts.effect} taint added; replicas return in-cluster", q)
-        phase("taint_added")
+        if opts.path != MAKE_BEFORE_BREAK:
+            until(f"the burst taint ({effect}) back on {s.node}", lambda x: x.taint == effect)
+            tl.mark(sampler.now(), "taint_added")
+            say(f"6. {effect} taint added; replicas return in-cluster", q)
+            phase("taint_added")
+        else:
+            say("6. the reservations go; the Deployment comes home, each replica replaced before it leaves", q)
         wait(
             "every replica Ready in-cluster, none on the virtual node",
             lambda: (
@@ -349,23 +408,60 @@ def run_cycle(opts: Options) -> tuple[timeline.Timeline, timeline.Figures]:
         )
         tl.mark(sampler.now(), "returned")
         say(f"   all {s.replicas} replicas back in-cluster", q)
-        wait(
-            "the external instances to be gone",
-            lambda: sampler.latest is not None and sampler.latest.external_instances == 0,
-            opts.timeout,
-            0.5,
-        )
+        phase("returned")
+        until("the external instances to be gone", lambda x: x.external_instances == 0, 0.5)
         tl.mark(sampler.now(), "external_gone")
         say("7. no external instance left: rented GPUs are paid for only while the cluster was full", q)
         time.sleep(2)
     finally:
         sampler.stop()
-        if opts.effect == "NoExecute":
+        if opts.path == NO_EXECUTE:
             set_taint(s, "NoSchedule")
             for name in ("taint-controller-a", "taint-controller-b"):
                 registry[name].start()
         sim_daemons.kubectl("delete", "job", TRAINING_JOB, "-n", s.training_ns, "--ignore-not-found", "--wait=false")
+        if detour:
+            answer_at_once(registry, False)
+    tl.inference_preemptions = preemptions(s.inference_ns, wall0)
     return tl, timeline.figures(tl)
+
+
+Until = Callable[[str, Callable[[timeline.Sample], bool]], None]
+
+
+def _make_room(
+    s: Setup, tl: timeline.Timeline, sampler: Sampler, *, phase: Callable[[str], None], until: Until, q: bool
+) -> None:
+    say("3. the check holds the gang: its nodes reserved, inference rolling onto the virtual node first", q)
+    phase("making_room")
+    until("the check Ready and the training admitted", lambda x: x.workload in ("admitted", "finished"))
+    tl.mark(sampler.now(), "admitted")
+    if sampler.latest is not None and sampler.latest.ready_external >= s.replicas:
+        tl.mark(sampler.now(), "flipped_out")
+    latest = sampler.latest
+    say(f"4. room made: {latest.ready_external if latest else '?'} replicas Ready on rented GPUs; admitted", q)
+    phase("flipped_out")
+
+
+def _preempt_then_burst(
+    s: Setup, tl: timeline.Timeline, sampler: Sampler, *, phase: Callable[[str], None], until: Until, q: bool
+) -> None:
+    until("the first inference replica to be preempted", lambda x: x.ready_in_cluster < s.replicas)
+    tl.mark(sampler.now(), "preempted")
+    if sampler.latest is not None and sampler.latest.workload in ("admitted", "finished"):
+        tl.mark(sampler.now(), "admitted")
+    say("3. training preempts inference: replicas Pending, no in-cluster GPU left", q)
+    phase("preempted")
+    until("the training admitted", lambda x: x.workload in ("admitted", "finished"))
+    tl.mark(sampler.now(), "admitted")
+    until("the taint controller to remove the burst taint", lambda x: not x.taint)
+    tl.mark(sampler.now(), "taint_removed")
+    say(f"   taint removed from {s.node}: pending inference may burst out", q)
+    phase("taint_removed")
+    until("every displaced replica Ready on the virtual node", lambda x: x.ready >= s.replicas)
+    tl.mark(sampler.now(), "flipped_out")
+    say(f"4. {sampler.latest.ready_external if sampler.latest else '?'} replicas Ready on rented GPUs", q)
+    phase("flipped_out")
 
 
 def job_done(s: Setup) -> bool:
@@ -380,7 +476,7 @@ def write_outputs(
     tl: timeline.Timeline, f: timeline.Figures, out: Path, title: str, stem: str | None = None
 ) -> dict[str, Path]:
     out.mkdir(parents=True, exist_ok=True)
-    stem = stem or f"flip-{tl.taint_effect.lower()}"
+    stem = stem or f"flip-{(tl.path or tl.taint_effect).lower()}"
     files = {
         "csv": timeline.write_csv(tl, out / f"{stem}.csv"),
         "png": timeline.chart(tl, out / f"{stem}.png", title),
@@ -392,22 +488,20 @@ def write_outputs(
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="sim/flip.py", description=__doc__.split("\n\n")[0])
-    p.add_argument("--effect", choices=["NoSchedule", "NoExecute"], default="NoSchedule", help="flip-back taint")
+    p.add_argument("--path", choices=PATHS, default=MAKE_BEFORE_BREAK, help="how the cycle runs (see above)")
     p.add_argument("--train-for", default="60s", help="how long the training Job runs (Go duration)")
     p.add_argument("--timeout", type=float, default=600, help="seconds any one step may take")
     p.add_argument("--out", type=Path, default=ROOT / ".state" / "flip", help="where the CSV, PNG and JSON go")
     p.add_argument("--quiet", action="store_true", help="no narration")
     a = p.parse_args(argv)
     boot = float(os.environ.get("GPUCLUSTER_FAKE_BOOT_SECONDS", sim_daemons.FAKE_CLOUD_DEFAULTS["boot-seconds"]))
-    opts = Options(
-        effect=a.effect, train_for=a.train_for, boot_seconds=boot, timeout=a.timeout, out=a.out, quiet=a.quiet
-    )
+    opts = Options(path=a.path, train_for=a.train_for, boot_seconds=boot, timeout=a.timeout, out=a.out, quiet=a.quiet)
     try:
         tl, f = run_cycle(opts)
     except (ScenarioError, sim_daemons.DaemonError) as e:
         print(f"sim/flip.py: error: {e}", file=sys.stderr)
         return 1
-    files = write_outputs(tl, f, a.out, f"One flip, {a.effect} flip-back")
+    files = write_outputs(tl, f, a.out, f"One flip: {a.path}")
     print(timeline.side_by_side([f]))
     for kind, path in files.items():
         print(f"{kind}: {path}")

@@ -1,8 +1,8 @@
 """Local processes standing in for the cluster's own daemons on the simulated cluster.
 
-On a real cluster the virtual node, the burst provider service, the taint controller and the descheduler run as the
-Deployments Pulumi created. On the simulated cluster those pods land on kwok nodes, where nothing runs, so this
-module runs the same programs as local processes, each with:
+On a real cluster the virtual node, the burst provider service, the taint and make-before-break controllers and the
+descheduler run as the Deployments Pulumi created. On the simulated cluster those pods land on kwok nodes, where
+nothing runs, so this module runs the same programs as local processes, each with:
 
 - the configuration Pulumi deployed (read back from the cluster's ConfigMaps and Secrets), and
 - a kubeconfig holding a token of the ServiceAccount Pulumi created for it (``kubectl create token``), so the RBAC
@@ -378,6 +378,10 @@ KSM_PORT = 18090
 KSM_TELEMETRY_PORT = 18091
 PROMETHEUS_PORT = 9090
 TAINT_CONTROLLER_PORTS = {"taint-controller-a": 9102, "taint-controller-b": 9103}
+MAKE_BEFORE_BREAK_PORTS = {"make-before-break-a": 9104, "make-before-break-b": 9105}
+#: Settings of the make-before-break controllers laid over the deployed ones (a JSON object of camelCase keys):
+#: the bench's baseline columns answer the check at once (``{"maxHold": "1ms", "nodeGrace": "0.5ms"}``).
+MAKE_BEFORE_BREAK_ENV = "GPUCLUSTER_MBB_SETTINGS"
 #: The fake GPU cloud the local stack's fake providers point at (a module of the daemons' package).
 FAKE_CLOUD_MODULE = "daemons.burst_provider.fakes.cloud_server"
 #: The fake cloud's knobs, overridable from the environment (the flip scenario and chaos runs set them).
@@ -530,7 +534,7 @@ def kube_state_metrics(s: Stack) -> Iterable[Daemon]:
 
 
 def prometheus(s: Stack) -> Iterable[Daemon]:
-    """Prometheus (Debian) scraping kube-state-metrics, the taint controllers and the provider service every 2s."""
+    """Prometheus (Debian) scraping kube-state-metrics, the controllers and the provider service every 2s."""
     port = s.burst.virtual_node.port
 
     def cmd() -> list[str]:
@@ -539,6 +543,7 @@ def prometheus(s: Stack) -> Iterable[Daemon]:
         targets = {
             "kube-state-metrics": [f"127.0.0.1:{KSM_PORT}"],
             "taint-controller": [f"127.0.0.1:{p}" for p in TAINT_CONTROLLER_PORTS.values()],
+            "make-before-break": [f"127.0.0.1:{p}" for p in MAKE_BEFORE_BREAK_PORTS.values()],
             "burst-provider": [f"127.0.0.1:{port}"],
         }
         config = {
@@ -592,6 +597,64 @@ def taint_controllers(s: Stack) -> Iterable[Daemon]:
         )
 
 
+def mbb_settings(deployed: str, overrides: str) -> str:
+    """The deployed settings document with ``overrides`` (a JSON object, may be empty) laid over it."""
+    if not overrides.strip():
+        return deployed
+    try:
+        extra = json.loads(overrides)
+    except ValueError as e:
+        raise DaemonError(f"{MAKE_BEFORE_BREAK_ENV} is not JSON: {e}") from None
+    if not isinstance(extra, dict):
+        raise DaemonError(f"{MAKE_BEFORE_BREAK_ENV} must be a JSON object of settings keys")
+    document = json.loads(deployed)
+    if not isinstance(document, dict):
+        raise DaemonError("the deployed make-before-break settings are not a JSON object")
+    return json.dumps({**document, **extra}, sort_keys=True)
+
+
+def make_before_break(s: Stack) -> Iterable[Daemon]:
+    """Two make-before-break controllers electing a leader, with the ServiceAccount and settings Pulumi deployed.
+
+    None when the stack leaves the check off. ``GPUCLUSTER_MBB_SETTINGS`` lays settings over the deployed ones.
+    """
+    from components.make_before_break import APP  # noqa: PLC0415 (needs ROOT on the path)
+
+    mbb = s.config.make_before_break
+    if not mbb.enabled:
+        return
+    ns = mbb.namespace
+    configmap = f"{APP}-settings"
+
+    def document() -> str:
+        deployed = deployed_text(ns, configmap, "settings.json")
+        return mbb_settings(deployed, os.environ.get(MAKE_BEFORE_BREAK_ENV, ""))
+
+    for name, port in MAKE_BEFORE_BREAK_PORTS.items():
+
+        def cmd(name: str = name, port: int = port) -> list[str]:
+            d = s.state / name
+            kubeconfig = sa_kubeconfig(ns, APP, d / "kubeconfig")
+            settings = d / "settings.json"
+            settings.parent.mkdir(parents=True, exist_ok=True)
+            settings.write_text(document())
+            return [
+                s.python,
+                "-m",
+                "daemons.make_before_break",
+                "--settings",
+                str(settings),
+                "--kubeconfig",
+                str(kubeconfig),
+                "--listen",
+                f"127.0.0.1:{port}",
+                "--identity",
+                name,
+            ]
+
+        yield s.daemon(name, cmd, ready_url=f"http://127.0.0.1:{port}/healthz", fingerprint=document)
+
+
 def descheduler(s: Stack) -> Iterable[Daemon]:
     """The pinned descheduler with the policy and ServiceAccount its chart deployed."""
     ns = s.config.descheduler.namespace
@@ -625,7 +688,8 @@ def descheduler(s: Stack) -> Iterable[Daemon]:
 
 #: Every daemon's builder, in start order (stop runs it backwards): the fake cloud before the provider service
 #: that rents from it, the provider service before the node that asks it for capacity, kube-state-metrics and
-#: Prometheus before the taint controllers that query them.
+#: Prometheus before the taint controllers that query them; the make-before-break controllers once the virtual
+#: node they move replicas to is up.
 BUILDERS: tuple[Callable[[Stack], Iterable[Daemon]], ...] = (
     fake_clouds,
     provider,
@@ -633,6 +697,7 @@ BUILDERS: tuple[Callable[[Stack], Iterable[Daemon]], ...] = (
     kube_state_metrics,
     prometheus,
     taint_controllers,
+    make_before_break,
     descheduler,
 )
 

@@ -7,11 +7,13 @@
 #   3. pulumi up --stack local        Pulumi CLI + Python host + Kubernetes provider from the tool cache,
 #                                     state in .state/pulumi (file backend)
 #   4. sim/kueue.sh start             the Kueue controller with the Configuration Pulumi deployed
-#   5. wait for every ClusterQueue to be Active, the descheduler dry run
+#   5. the descheduler dry run
 #   6. sim/processes.py start          the stack's daemons as local processes (fake GPU cloud, burst provider
 #                                     service, virtual node, kube-state-metrics, Prometheus, taint controllers,
-#                                     descheduler), each with the config and ServiceAccount Pulumi created
-#   7. a summary
+#                                     make-before-break controllers, descheduler), each with the config and
+#                                     ServiceAccount Pulumi created
+#   7. wait for every ClusterQueue to be Active (the make-before-break check is Active once its controller runs)
+#   8. a summary
 #
 # Kueue's webhooks (failurePolicy Fail) guard the ResourceFlavors, ClusterQueues and LocalQueues, so they can
 # only be created while the controller serves them, and the controller's Configuration is only known once the
@@ -73,15 +75,18 @@ pulumi_up || die "pulumi up failed twice (the engine's message is above)"
 "$ROOT/sim/kueue.sh" start
 
 export KUBECONFIG="$KUBECONFIG_FILE"
-step "waiting for every ClusterQueue to be Active"
-kubectl wait --for=condition=Active clusterqueues.kueue.x-k8s.io --all --timeout=120s >/dev/null ||
-  die "ClusterQueues not Active after 120s: $(kubectl get clusterqueues.kueue.x-k8s.io -o wide 2>&1 | tail -n +2)"
-
 "$ROOT/sim/descheduler.sh"
 
 if [[ "${GPUCLUSTER_UP_SKIP_DAEMONS:-0}" != 1 ]]; then
   step "the stack's daemons as local processes (sim/processes.py; logs in .state/daemons/logs)"
   "$(sim_python)" "$ROOT/sim/processes.py" start || die "the stack's daemons did not all start (the reason is above)"
+  # After the daemons: a ClusterQueue that lists the make-before-break check is Active only once its controller
+  # has marked the AdmissionCheck Active.
+  step "waiting for every ClusterQueue to be Active"
+  kubectl wait --for=condition=Active clusterqueues.kueue.x-k8s.io --all --timeout=120s >/dev/null ||
+    die "ClusterQueues not Active after 120s: $(kubectl get clusterqueues.kueue.x-k8s.io -o wide 2>&1 | tail -n +2)"
+else
+  step "daemons skipped: ClusterQueues that list the make-before-break check stay inactive until its controller runs"
 fi
 
 step "summary"

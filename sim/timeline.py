@@ -3,8 +3,11 @@
 A :class:`Sample` is what an operator would watch on a dashboard during the flip: inference replicas Ready
 in-cluster and on the virtual node (external), inference pods Pending, training pods Running, whether the virtual
 node carries the burst taint, and how many external instances (and GPUs) the providers are billing for. Marks
-(:class:`Mark`) note the moments the scenario caused or observed: training submitted, first preemption, training
-finished, and so on.
+(:class:`Mark`) note the moments the scenario caused or observed: training submitted, its quota reserved, the
+room made (make-before-break) or the first preemption, training admitted and Running, training finished, and so on.
+A timeline's ``path`` names how the cycle ran: ``make-before-break`` (the AdmissionCheck moves serving first),
+``preempt-then-burst`` (training preempts, the taint controller bursts, the descheduler brings replicas home) or
+``NoExecute`` (the same with a NoExecute flip-back, the baseline).
 
 :func:`figures` turns a timeline into the numbers ``make bench`` prints; :func:`write_csv` and :func:`chart` write
 the files ``make demo`` leaves behind. Nothing here talks to a cluster, so it is unit-tested on hand-made timelines.
@@ -30,6 +33,8 @@ class Sample:
     taint: str  # "" (no burst taint), "NoSchedule" or "NoExecute"
     external_instances: int
     external_gpus: int
+    #: The training Workload: "" (none yet), "reserved" (quota reserved, not admitted), "admitted", "finished".
+    workload: str = ""
 
     @property
     def ready(self) -> int:
@@ -39,7 +44,9 @@ class Sample:
 @dataclass(frozen=True)
 class Mark:
     t: float
-    name: str  # submitted, preempted, flipped_out, training_done, taint_added, returned, external_gone
+    #: submitted, quota_reserved, preempted, taint_removed, admitted, flipped_out, training_running, training_done,
+    #: taint_added, returned, external_gone
+    name: str
     detail: str = ""
 
 
@@ -50,6 +57,10 @@ class Timeline:
     taint_effect: str  # what the flip-back used: NoSchedule (ours) or NoExecute (the baseline)
     samples: list[Sample] = field(default_factory=list)
     marks: list[Mark] = field(default_factory=list)
+    #: make-before-break, preempt-then-burst or NoExecute (the column header of ``make bench``).
+    path: str = ""
+    #: Inference pods the scheduler preempted during the cycle (its ``Preempted`` Events).
+    inference_preemptions: int = 0
 
     def mark(self, t: float, name: str, detail: str = "") -> None:
         if self.first(name) is None:
@@ -61,16 +72,23 @@ class Timeline:
 
 @dataclass(frozen=True)
 class Figures:
+    path: str
     taint_effect: str
-    flip_out_seconds: float | None  # first preemption -> every displaced replica Ready externally
+    #: Room made: quota reserved -> check Ready (make-before-break), or first preemption -> every displaced
+    #: replica Ready externally (the other paths).
+    flip_out_seconds: float | None
     flip_out_overhead_seconds: float | None  # the same minus the provider's boot time: what we add
     taint_removal_seconds: float | None  # first preemption -> burst taint removed (the controller's hold + lag)
     placement_overhead_seconds: float | None  # taint removed -> all Ready externally, minus the boot time
     min_ready: int  # during the whole cycle
     min_ready_during_return: int  # from training done until every replica is back in-cluster
     seconds_below_desired: float
+    training_admission_seconds: float | None  # quota reserved -> admitted
+    training_running_seconds: float | None  # quota reserved -> every training pod Running
     flip_back_seconds: float | None  # training done -> every replica Ready in-cluster and none external
+    external_gpu_seconds: float  # GPUs billed over the whole cycle
     external_gpu_seconds_after_return: float  # GPUs billed after in-cluster capacity came back
+    inference_preemptions: int
     taint_changes: int
     taint_flaps: int  # changes beyond the two a cycle needs (remove once, add once)
 
@@ -79,14 +97,18 @@ class Figures:
             return "n/a" if v is None else f"{v:.1f} s"
 
         return [
-            ("flip-out: preemption -> all displaced replicas Ready externally", s(self.flip_out_seconds)),
-            ("flip-out overhead (minus the provider's boot time)", s(self.flip_out_overhead_seconds)),
-            ("  of which: preemption -> taint removed", s(self.taint_removal_seconds)),
-            ("  of which: scheduler, virtual node, provider service", s(self.placement_overhead_seconds)),
             ("minimum Ready inference replicas, whole cycle", str(self.min_ready)),
             ("minimum Ready inference replicas, during the return", str(self.min_ready_during_return)),
             ("time below the desired replica count", s(self.seconds_below_desired)),
+            ("inference pods preempted", str(self.inference_preemptions)),
+            ("training: quota reserved -> admitted", s(self.training_admission_seconds)),
+            ("training: quota reserved -> all pods Running", s(self.training_running_seconds)),
+            ("flip-out: room made / displaced replicas Ready externally", s(self.flip_out_seconds)),
+            ("flip-out overhead (minus the provider's boot time)", s(self.flip_out_overhead_seconds)),
+            ("  of which: preemption -> taint removed", s(self.taint_removal_seconds)),
+            ("  of which: scheduler, virtual node, provider service", s(self.placement_overhead_seconds)),
             ("flip-back: training done -> all replicas in-cluster", s(self.flip_back_seconds)),
+            ("external GPU-seconds, whole cycle", f"{self.external_gpu_seconds:.0f}"),
             (
                 "external GPU-seconds after in-cluster capacity returned",
                 f"{self.external_gpu_seconds_after_return:.0f}",
@@ -106,18 +128,25 @@ def _integrate(samples: Sequence[Sample], start: float, attr: str) -> float:
     return total
 
 
+def _since(tl: Timeline, start: str, end: str) -> float | None:
+    a, b = tl.first(start), tl.first(end)
+    return b.t - a.t if a and b else None
+
+
 def figures(tl: Timeline) -> Figures:
     samples = tl.samples
     if not samples:
         raise ValueError("the timeline has no samples")
-    preempted = tl.first("preempted")
     flipped = tl.first("flipped_out")
     done = tl.first("training_done")
     returned = tl.first("returned")
 
     removed = tl.first("taint_removed")
-    flip_out = flipped.t - preempted.t if preempted and flipped else None
-    removal = removed.t - preempted.t if removed and preempted else None
+    if tl.first("preempted") is not None:
+        flip_out = _since(tl, "preempted", "flipped_out")
+    else:  # make-before-break: the room is made before anything is preempted
+        flip_out = _since(tl, "quota_reserved", "admitted")
+    removal = _since(tl, "preempted", "taint_removed")
     placement = max(0.0, flipped.t - removed.t - tl.boot_seconds) if removed and flipped else None
     overhead = max(0.0, flip_out - tl.boot_seconds) if flip_out is not None else None
 
@@ -129,6 +158,7 @@ def figures(tl: Timeline) -> Figures:
 
     changes = sum(1 for a, b in itertools.pairwise(samples) if a.taint != b.taint)
     return Figures(
+        path=tl.path or f"{tl.taint_effect} flip-back",
         taint_effect=tl.taint_effect,
         flip_out_seconds=flip_out,
         flip_out_overhead_seconds=overhead,
@@ -137,18 +167,22 @@ def figures(tl: Timeline) -> Figures:
         min_ready=min(s.ready for s in samples),
         min_ready_during_return=min((s.ready for s in in_return), default=min(s.ready for s in samples)),
         seconds_below_desired=below,
+        training_admission_seconds=_since(tl, "quota_reserved", "admitted"),
+        training_running_seconds=_since(tl, "quota_reserved", "training_running"),
         flip_back_seconds=returned.t - done.t if done and returned else None,
+        external_gpu_seconds=_integrate(samples, samples[0].t, "external_gpus"),
         external_gpu_seconds_after_return=_integrate(samples, done.t, "external_gpus") if done else 0.0,
+        inference_preemptions=tl.inference_preemptions,
         taint_changes=changes,
         taint_flaps=max(0, changes - 2),
     )
 
 
 def side_by_side(results: Iterable[Figures]) -> str:
-    """A plain-text table, one column per run (ours with NoSchedule, the NoExecute baseline)."""
+    """A plain-text table, one column per run (make-before-break, preempt-then-burst, the NoExecute baseline)."""
     runs = list(results)
     rows = [r.rows() for r in runs]
-    header = ["", *[f"{r.taint_effect} flip-back" for r in runs]]
+    header = ["", *[r.path for r in runs]]
     table = [header, *[[rows[0][i][0], *[rr[i][1] for rr in rows]] for i in range(len(rows[0]))]]
     widths = [max(len(row[c]) for row in table) for c in range(len(header))]
     return "\n".join("  ".join(cell.ljust(widths[c]) for c, cell in enumerate(row)).rstrip() for row in table)

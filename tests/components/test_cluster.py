@@ -65,7 +65,8 @@ def test_component_tokens_and_parents(local: Graph) -> None:
 def test_every_kueue_object_depends_on_the_chart(local: Graph) -> None:
     chart = local.one(CHART, "sim-queues-kueue")
     kueue_objects = [r for r in local.resources if r.type.startswith(KUEUE)]
-    assert len(kueue_objects) == 1 + 1 + 2 + 3  # flavor, cluster queue, local queues, workload priorities
+    # flavor, cluster queue, local queues, workload priorities, the make-before-break AdmissionCheck
+    assert len(kueue_objects) == 1 + 1 + 2 + 3 + 1
     for r in kueue_objects:
         assert local.depends_on(r, chart), f"{r.name} does not wait for the Kueue chart"
     cq = local.one(f"{KUEUE}:ClusterQueue", "sim-queues-cq-training")

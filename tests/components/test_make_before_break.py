@@ -183,13 +183,14 @@ def test_prod_lists_the_check_on_every_cluster_queue() -> None:
     assert doc["inferenceNamespaces"] == ["inference", "inference-canary"]
 
 
-def test_local_keeps_it_off_no_check_anywhere() -> None:
-    assert not load_stack_file(ROOT / "stacks" / "Pulumi.local.yaml").make_before_break.enabled
+def test_local_runs_it_on_the_virtual_node_with_short_figures() -> None:
+    assert load_stack_file(ROOT / "stacks" / "Pulumi.local.yaml").make_before_break.enabled
     graph = _cluster("local")
-    assert graph.of_type(CHECK) == []
-    assert not [r for r in graph.resources if r.type == TOKEN]
-    for cq in graph.of_type(CQ):
-        assert "admissionChecksStrategy" not in cq.inputs["spec"]
+    (check,) = graph.of_type(CHECK)
+    assert check.inputs["spec"]["controllerName"] == "gpucluster.io/make-before-break"
+    assert all(cq.inputs["spec"]["admissionChecksStrategy"] for cq in graph.of_type(CQ))
+    doc = _document(graph, "local-make-before-break-settings")
+    assert (doc["virtualNodeName"], doc["maxHold"], doc["interval"]) == ("gpu-burst", "60s", "2s")
 
 
 def test_turned_off_explicitly_the_queues_lose_the_check() -> None:

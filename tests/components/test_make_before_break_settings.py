@@ -61,12 +61,12 @@ def test_the_reservation_key_is_the_one_the_daemon_and_the_headroom_query_use() 
     assert DEFAULT_RESERVATION_KEY == daemon_model.RESERVATION_KEY == RESERVATION_TAINT_KEY
 
 
-def test_the_stacks_set_it_on_except_local() -> None:
+def test_every_stack_sets_it_on() -> None:
     enabled = {
         name: load_stack_file(ROOT / "stacks" / f"Pulumi.{name}.yaml").make_before_break.enabled
         for name in ("local", "dev", "staging", "prod")
     }
-    assert enabled == {"local": False, "dev": True, "staging": True, "prod": True}
+    assert enabled == {"local": True, "dev": True, "staging": True, "prod": True}
 
 
 def test_inference_namespaces_come_from_the_stack() -> None:

@@ -97,3 +97,58 @@ def test_side_by_side_has_one_column_per_run() -> None:
     assert "NoSchedule flip-back" in text
     assert "NoExecute flip-back" in text
     assert "minimum Ready inference replicas, during the return" in text
+
+
+def _make_before_break() -> object:
+    """8 replicas in-cluster; quota reserved at t=10; replacements Ready externally by t=30 (boot 10 s), the
+    in-cluster ones gone; admitted at t=31, training Running at t=33; done at t=60; home by t=90, each external
+    replica leaving once its in-cluster replacement is Ready."""
+    tl = Timeline(desired_replicas=8, boot_seconds=10.0, taint_effect="NoSchedule", path="make-before-break")
+    for t in range(0, 101):
+        if t < 10:
+            s = Sample(t, 8, 0, 0, 0, "NoSchedule", 0, 0, "")
+        elif t < 30:
+            ext = 8 if t >= 20 else 0
+            s = Sample(t, 8, ext, 0, 0, "NoSchedule", 8, 8, "reserved")
+        elif t < 60:
+            s = Sample(t, 0, 8, 0, 4 if t >= 33 else 0, "NoSchedule", 8, 8, "admitted" if t >= 31 else "reserved")
+        elif t < 90:
+            back = min(8, (t - 60) // 3)
+            s = Sample(t, back, 8 - back, 0, 0, "NoSchedule", 8 - back, 8 - back, "finished")
+        else:
+            s = Sample(t, 8, 0, 0, 0, "NoSchedule", 0, 0, "finished")
+        tl.samples.append(s)
+    for t, name in [(10, "quota_reserved"), (31, "admitted"), (31, "flipped_out"), (33, "training_running")]:
+        tl.mark(t, name)
+    tl.mark(60, "training_done")
+    tl.mark(90, "returned")
+    tl.inference_preemptions = 0
+    return tl
+
+
+def test_figures_of_make_before_break() -> None:
+    f = tl_mod.figures(_make_before_break())
+    assert f.path == "make-before-break"
+    assert f.min_ready == 8  # the replacements were Ready before any replica went
+    assert f.seconds_below_desired == 0
+    assert f.flip_out_seconds == pytest.approx(21.0)  # quota reserved -> admitted
+    assert f.flip_out_overhead_seconds == pytest.approx(11.0)
+    assert f.training_admission_seconds == pytest.approx(21.0)
+    assert f.training_running_seconds == pytest.approx(23.0)
+    assert f.taint_removal_seconds is None
+    assert f.inference_preemptions == 0
+    assert f.taint_changes == 0
+    # 8 GPUs billed from the creates at t=10 (booting included) to t=60, then one fewer every 3 s until t=84
+    assert f.external_gpu_seconds == pytest.approx(8 * 50 + 3 * sum(range(1, 9)))
+    assert f.external_gpu_seconds_after_return == pytest.approx(3 * sum(range(1, 9)))
+
+
+def test_preemptions_and_the_path_reach_the_table() -> None:
+    mbb = _make_before_break()
+    old = _cycle("NoSchedule")
+    old.path, old.inference_preemptions = "preempt-then-burst", 8
+    text = tl_mod.side_by_side([tl_mod.figures(mbb), tl_mod.figures(old)])
+    header, *rows = text.splitlines()
+    assert header.split() == ["make-before-break", "preempt-then-burst"]
+    (preempted,) = [r for r in rows if r.startswith("inference pods preempted")]
+    assert preempted.split()[-2:] == ["0", "8"]

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.support import fake_kubectl
 from tests.support.sim import load_sim_module, path_without
@@ -32,6 +33,7 @@ def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     for knob in (*processes.FAKE_CLOUD_ENV.values(), "GPUCLUSTER_FAKE_SEED", "GPUCLUSTER_SIM_STACK"):
         monkeypatch.delenv(knob, raising=False)
     monkeypatch.delenv("GPUCLUSTER_DESCHEDULER_INTERVAL", raising=False)
+    monkeypatch.delenv(processes.MAKE_BEFORE_BREAK_ENV, raising=False)
     admin = tmp_path / "admin-kubeconfig"
     admin.write_text("{}")
     monkeypatch.setattr(processes, "ADMIN_KUBECONFIG", admin)
@@ -51,6 +53,8 @@ def test_daemons_start_in_dependency_order(cluster: Path) -> None:
         "prometheus",
         "taint-controller-a",
         "taint-controller-b",
+        "make-before-break-a",
+        "make-before-break-b",
         "descheduler",
     ]
 
@@ -99,6 +103,12 @@ def test_command_lines_are_the_programs_with_what_pulumi_deployed(cluster: Path)
             *("-m", "daemons.taint_controller", "--settings", f"{state}/{name}/settings.json"),
             *("--kubeconfig", f"{state}/{name}/kubeconfig", "--listen", f"127.0.0.1:{port}", "--identity", name),
         ]
+    for name, port in (("make-before-break-a", 9104), ("make-before-break-b", 9105)):
+        assert cmds[name] == [
+            VENV_PY,
+            *("-m", "daemons.make_before_break", "--settings", f"{state}/{name}/settings.json"),
+            *("--kubeconfig", f"{state}/{name}/kubeconfig", "--listen", f"127.0.0.1:{port}", "--identity", name),
+        ]
     assert cmds["descheduler"] == [
         f"{tools}/descheduler",
         f"--kubeconfig={state}/descheduler/kubeconfig",
@@ -123,6 +133,7 @@ def test_each_daemon_reads_the_deployed_files_with_its_own_serviceaccount(cluste
         "provider": "gpucluster-burst-gpucluster-virtual-node",
         "virtual-node": "gpucluster-burst-gpucluster-virtual-node",
         "taint-controller-b": "gpucluster-burst-gpucluster-taint-controller",
+        "make-before-break-a": "gpucluster-burst-gpucluster-make-before-break",
         "descheduler": "kube-system-descheduler",
     }
     for name, user in users.items():
@@ -136,6 +147,7 @@ def test_each_daemon_reads_the_deployed_files_with_its_own_serviceaccount(cluste
     assert jobs == {
         "kube-state-metrics": ["127.0.0.1:18090"],
         "taint-controller": ["127.0.0.1:9102", "127.0.0.1:9103"],
+        "make-before-break": ["127.0.0.1:9104", "127.0.0.1:9105"],
         "burst-provider": ["127.0.0.1:10299"],
     }
 
@@ -147,6 +159,38 @@ def test_the_provider_and_the_node_follow_the_deployed_settings_and_secret(clust
     assert daemons["virtual-node"].fingerprint() == expected
     assert daemons["taint-controller-a"].fingerprint() == '{"highMark": 8}'
     assert daemons["kube-state-metrics"].fingerprint is None
+
+
+def test_make_before_break_settings_take_the_overrides_laid_over_them(
+    cluster: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    daemons = processes.registry(state=cluster / "daemons")
+    assert daemons["make-before-break-a"].fingerprint() == '{"maxHold": "60s", "nodeGrace": "20s"}'
+    monkeypatch.setenv(processes.MAKE_BEFORE_BREAK_ENV, '{"maxHold": "1ms", "nodeGrace": "0.5ms"}')
+    daemons["make-before-break-b"].prepare()
+    written = json.loads((cluster / "daemons" / "make-before-break-b" / "settings.json").read_text())
+    assert written == {"maxHold": "1ms", "nodeGrace": "0.5ms"}
+    assert daemons["make-before-break-a"].fingerprint() == json.dumps(written, sort_keys=True)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [("not json", "is not JSON"), ('["maxHold"]', "must be a JSON object")],
+)
+def test_make_before_break_overrides_that_are_not_an_object_are_refused(overrides: str, message: str) -> None:
+    with pytest.raises(processes.DaemonError, match=message):
+        processes.mbb_settings('{"maxHold": "60s"}', overrides)
+    assert processes.mbb_settings('{"maxHold": "60s"}', "") == '{"maxHold": "60s"}'
+
+
+def test_a_stack_with_make_before_break_off_runs_no_controller_for_it(cluster: Path, tmp_path: Path) -> None:
+    document = yaml.safe_load((processes.ROOT / "stacks" / "Pulumi.local.yaml").read_text())
+    document["config"]["gpucluster:makeBeforeBreak"] = {"enabled": False}
+    stack = tmp_path / "Pulumi.off.yaml"
+    stack.write_text(yaml.safe_dump(document))
+    names = list(processes.registry(stack_file=stack, state=cluster / "daemons"))
+    assert not [n for n in names if n.startswith("make-before-break")]
+    assert "taint-controller-a" in names
 
 
 def test_a_configmap_without_the_settings_key_is_a_clear_error(cluster: Path) -> None:

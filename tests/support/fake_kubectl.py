@@ -17,6 +17,7 @@ from pathlib import Path
 SETTINGS = {
     ("gpucluster-burst", "gpucluster-virtual-node-settings"): '{"providers": "as deployed"}',
     ("gpucluster-burst", "gpucluster-taint-controller-settings"): '{"highMark": 8}',
+    ("gpucluster-burst", "gpucluster-make-before-break-settings"): '{"maxHold": "60s", "nodeGrace": "20s"}',
 }
 SECRET_DATA = {"runpodApiKey": base64.b64encode(b"not-a-real-key").decode()}
 DESCHEDULER_SA = "descheduler"

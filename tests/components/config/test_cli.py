@@ -5,15 +5,23 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
 from components.config.cli import main
 
 ROOT = Path(__file__).resolve().parents[3]
 
 
-def test_the_check_line_says_whether_make_before_break_is_on(capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_check_line_says_whether_make_before_break_is_on(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    document = yaml.safe_load((ROOT / "stacks" / "Pulumi.local.yaml").read_text())
+    document["config"]["gpucluster:makeBeforeBreak"]["enabled"] = False
+    off = tmp_path / "Pulumi.off.yaml"
+    off.write_text(yaml.safe_dump(document))
     stacks = [str(ROOT / "stacks" / f"Pulumi.{name}.yaml") for name in ("prod", "local")]
-    assert main(["check", *stacks]) == 0
-    prod, local = capsys.readouterr().out.splitlines()
+    assert main(["check", *stacks, str(off)]) == 0
+    prod, local, turned_off = capsys.readouterr().out.splitlines()
     assert prod.endswith(", make-before-break on (maxHold 10m))")
-    assert local.endswith(", make-before-break off)")
+    assert local.endswith(", make-before-break on (maxHold 60s))")
+    assert turned_off.endswith(", make-before-break off)")
