@@ -10,7 +10,8 @@ Least privilege, the daemon's own rules (``daemons/make_before_break/rbac.py``):
 plans from (Workloads, ResourceFlavors, Nodes, the pods bound to them) and writes only Workload status, the one
 AdmissionCheck's status and Nodes (its reservation label and taint). Deployments and pod annotations it writes
 only in the inference namespaces, and one Lease in its own namespace. Events it creates only where their objects
-live: the team namespaces (Workloads) and ``default`` (Nodes, the AdmissionCheck), not cluster-wide.
+live: the team namespaces (Workloads), the inference namespaces (Deployments) and ``default`` (Nodes, the
+AdmissionCheck), not cluster-wide.
 """
 
 from __future__ import annotations
@@ -61,7 +62,8 @@ def lease_rules(lease_name: str) -> list[dict[str, Any]]:
 
 
 def event_rules() -> list[dict[str, Any]]:
-    """Where Events go: about Workloads in their (team) namespaces, about Nodes and the check in ``default``."""
+    """Where Events go: about Workloads in their (team) namespaces, about Deployments in the inference namespaces,
+    about Nodes and the check in ``default``."""
     return [r.to_k8s() for r in daemon_rbac.CLUSTER_RULES if "events" in r.resources]
 
 
@@ -154,7 +156,7 @@ class MakeBeforeBreak(pulumi.ComponentResource):
             )
         self.events_roles: dict[str, Any] = {}
         self.events_role_bindings: dict[str, Any] = {}
-        for ev_ns in dict.fromkeys((EVENTS_NAMESPACE, *args.workload_namespaces)):
+        for ev_ns in dict.fromkeys((EVENTS_NAMESPACE, *args.workload_namespaces, *s.inference_namespaces)):
             self.events_roles[ev_ns], self.events_role_bindings[ev_ns] = grant(
                 self,
                 (f"{name}-events-role-{ev_ns}", f"{name}-events-rolebinding-{ev_ns}"),

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,7 +33,7 @@ from daemons.make_before_break.client import KubeApi, read_lists
 from daemons.make_before_break.decide import Decision, decide
 from daemons.make_before_break.fields import TranslationError
 from daemons.make_before_break.metrics import Metrics
-from daemons.make_before_break.model import KUEUE_API, CheckState
+from daemons.make_before_break.model import KUEUE_API, CheckState, Phase
 from daemons.make_before_break.observe import Observed, observe
 from daemons.make_before_break.requests import (
     active_body,
@@ -57,6 +57,13 @@ REASON_ROOM_MADE = "RoomMade"
 REASON_FALLBACK = {"max-hold": "FallbackMaxHold", "no-capacity": "FallbackNoCapacity"}
 REASON_WRITE_FAILED = "MakeBeforeBreakWriteFailed"
 REASON_NOT_OURS = "AdmissionCheckNotOurs"
+#: Events on a Deployment whose placement changed, by its new phase (None: its own template, nothing moved).
+REASON_PLACEMENT = {
+    Phase.MOVED: "MovedForTraining",
+    Phase.AWAITING_RETURN: "AwaitingReturn",
+    Phase.RETURNING: "ComingHome",
+    None: "PlacementHome",
+}
 #: Events about cluster-scoped objects (Nodes, the AdmissionCheck) must live here.
 EVENT_NAMESPACE = "default"
 #: A Warning Event for the same problem on the same object goes out at most this often.
@@ -150,6 +157,20 @@ class Controller:
         involved = {"apiVersion": KUEUE_API, "kind": "Workload", "name": name, "namespace": ns, "uid": uid}
         self._event(involved, ns, event_type, reason, message)
 
+    def _deployment_event(self, action: SetPlacement, applied: Mapping[str, Any]) -> None:
+        """Why the placement changed, on the Deployment, so ``kubectl describe deployment`` tells an operator."""
+        meta = applied.get("metadata") if isinstance(applied, Mapping) else None
+        uid = meta.get("uid") if isinstance(meta, Mapping) else None
+        involved = {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "name": action.deployment,
+            "namespace": action.namespace,
+            "uid": uid,
+        }
+        message = action.reason or action.note or "placement changed"
+        self._event(involved, action.namespace, "Normal", REASON_PLACEMENT[action.phase], message)
+
     # ---------------------------------------------------------------- writes
 
     def _apply(self, action: Action) -> str:
@@ -175,7 +196,8 @@ class Controller:
             self.api.patch_pod(action.namespace, action.pod, deletion_cost_patch(action.cost))
             return f"deletion cost {action.cost}"
         if isinstance(action, SetPlacement):
-            self.api.apply_deployment(placement_body(action))
+            applied = self.api.apply_deployment(placement_body(action))
+            self._deployment_event(action, applied)
             return f"phase {action.phase.value if action.phase else 'home'}, epoch {action.epoch}"
         workload = self.api.get_workload(action.namespace, action.workload)
         meta = workload.get("metadata") or {}

@@ -88,7 +88,13 @@ def test_deployments_and_pods_are_written_only_in_the_inference_namespaces(graph
 
 def test_events_only_where_their_objects_live_and_the_lease_in_its_namespace(graph: Graph) -> None:
     events = [r for r in graph.of_type(f"{RBAC}:Role") if r.name.startswith("mbb-events-role-")]
-    assert {r.inputs["metadata"]["namespace"] for r in events} == {"default", "team-a", "team-b"}
+    assert {r.inputs["metadata"]["namespace"] for r in events} == {
+        "default",
+        "team-a",
+        "team-b",
+        "inference",
+        "serving",
+    }
     assert all(r.inputs["rules"] == [{"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}] for r in events)
     lease = graph.one(f"{RBAC}:Role", "mbb-role")
     assert lease.inputs["metadata"]["namespace"] == "gpucluster-burst"

@@ -10,9 +10,11 @@ from typing import Any
 import pytest
 
 from components.make_before_break_settings import CONTROLLER_NAME
+from daemons.make_before_break.actions import SetPlacement
 from daemons.make_before_break.client import KubeApi
 from daemons.make_before_break.controller import Controller
 from daemons.make_before_break.metrics import Metrics
+from daemons.make_before_break.model import Phase
 from daemons.toolkit.lease import ConflictError, KubeError
 from tests.daemons.make_before_break.api_objects import FLAVOR, KEY, T0_S, UID, S, node, workload
 
@@ -73,6 +75,10 @@ class FakeApi(KubeApi):
     def apply_admission_check_status(self, body: dict[str, Any]) -> Mapping[str, Any]:
         self.writes.append(("check-status", body))
         return {}
+
+    def apply_deployment(self, body: dict[str, Any]) -> Mapping[str, Any]:
+        self.writes.append(("apply-deployment", body))
+        return {"metadata": {**body["metadata"], "uid": "dep-uid"}}
 
     def create_event(self, body: dict[str, Any]) -> None:
         self.events.append(body)
@@ -188,3 +194,33 @@ def test_an_admission_check_of_another_controller_is_left_alone() -> None:
         "conditions": [{"type": "Active", "status": "True", "observedGeneration": 1, "reason": "Active"}]
     }
     assert c.cycle().active == "active"
+
+
+@pytest.mark.parametrize(
+    ("phase", "reason"),
+    [
+        (Phase.MOVED, "MovedForTraining"),
+        (Phase.AWAITING_RETURN, "AwaitingReturn"),
+        (Phase.RETURNING, "ComingHome"),
+        (None, "PlacementHome"),
+    ],
+)
+def test_a_placement_change_is_told_on_the_deployment(phase: Phase | None, reason: str) -> None:
+    """``kubectl describe deployment`` says why it moved, waits, comes home or went back."""
+    api = FakeApi()
+    c, _ = controller(api)
+    why = "2 of its replicas stand on GPUs reserved for team-a/job-train"
+    move = SetPlacement("inference", "sd-serve", (UID,), "e1" if phase else None, phase, "a note", why)
+    c._apply(move)  # one write, without a whole observation around it
+    ((kind, body),) = api.writes
+    assert (kind, body["metadata"]["name"]) == ("apply-deployment", "sd-serve")
+    (event,) = api.events
+    assert (event["reason"], event["type"], event["message"]) == (reason, "Normal", why)
+    assert event["metadata"]["namespace"] == "inference"
+    assert event["involvedObject"] == {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "name": "sd-serve",
+        "namespace": "inference",
+        "uid": "dep-uid",
+    }
