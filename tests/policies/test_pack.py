@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from pulumi_policy import (
     ResourceValidationPolicy,
@@ -52,8 +54,11 @@ def test_the_pack_is_mandatory_by_default() -> None:
 
 @pytest.mark.parametrize(("stack", "advised"), [("local", True), ("prod", False)])
 def test_the_advice_is_given_where_it_applies(stack: str, advised: bool) -> None:
-    """The local stack keeps make-before-break off and is told what that costs; prod runs it and is not."""
+    """A stack that turns make-before-break off is told what that costs; prod runs it and is not."""
     cfg = load_stack_file(ROOT / "stacks" / f"Pulumi.{stack}.yaml")
+    if advised:
+        off = cfg.make_before_break.model_copy(update={"enabled": False})
+        cfg = dataclasses.replace(cfg, make_before_break=off)
     resources = as_policy_resources(deploy(lambda: GpuCluster(stack, GpuClusterArgs(config=cfg))))
     for policy in ALL_POLICIES:
         if policy.name in ADVISORY:
