@@ -22,9 +22,16 @@ import jsonschema
 import pytest
 
 from daemons.burst_provider.fakes._http import ManualClock
+from daemons.burst_provider.fakes.runpod_server import (
+    OPENAPI,
+    FakeRunpod,
+    FakeRunpodServer,
+    document,
+    registry,
+    validator,
+)
 from daemons.burst_provider.providers.base import InstanceSpec, ProviderError
 from tests.daemons.burst_provider.test_runpod_provider import BOOT, H100_ID, KEY, Env, make_provider, spec
-from tests.support.fake_runpod import OPENAPI, FakeRunpod, FakeRunpodServer, document, registry, validator
 
 OPENAPI_SHA256 = "b8bce61c5a2290d28a7cb2ed53173637166817249986cb18b101b2fd651fd313"
 BASE = "/v2"  # the document's paths carry the version; the adapter's base URL ends in it

@@ -17,6 +17,7 @@ import pytest
 
 from components.burst_settings import ProviderSettings
 from daemons.burst_provider.fakes._http import ManualClock
+from daemons.burst_provider.fakes.runpod_server import FakeRunpod, FakeRunpodServer, schema_errors
 from daemons.burst_provider.providers.base import (
     AdapterContext,
     ContainerSpec,
@@ -30,7 +31,6 @@ from daemons.burst_provider.providers.base import (
 from daemons.burst_provider.providers.runpod import RunPodProvider, pod_name
 from daemons.burst_provider.registry import adapter_class
 from daemons.burst_provider.secrets import SecretStore
-from tests.support.fake_runpod import FakeRunpod, FakeRunpodServer, schema_errors
 
 KEY = "rpa_SECRETKEY0123456789"
 H100_ID = "NVIDIA H100 80GB HBM3"
@@ -514,13 +514,14 @@ def test_built_by_the_registry_from_real_settings(env: Env) -> None:
 
 def test_cli_help_documents_every_flag() -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "tests.support.fake_runpod", "--help"],
+        [sys.executable, "-m", "daemons.burst_provider.fakes.runpod_server", "--help"],
         capture_output=True,
         text=True,
         check=True,
     ).stdout
     for flag in (
         "--listen",
+        "--api-key-file",
         "--api-key-env",
         "--boot-seconds",
         "--price",
@@ -533,7 +534,7 @@ def test_cli_help_documents_every_flag() -> None:
 
 def test_cli_serves_with_the_key_from_the_environment() -> None:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.support.fake_runpod", "--listen", "127.0.0.1:0",
+        [sys.executable, "-m", "daemons.burst_provider.fakes.runpod_server", "--listen", "127.0.0.1:0",
          "--boot-seconds", "0"],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
@@ -556,7 +557,7 @@ def test_cli_serves_with_the_key_from_the_environment() -> None:
 def test_cli_refuses_to_start_without_a_key() -> None:
     env = {k: v for k, v in os.environ.items() if k != "RUNPOD_API_KEY"}
     bad = subprocess.run(
-        [sys.executable, "-m", "tests.support.fake_runpod", "--listen", "127.0.0.1:0"],
+        [sys.executable, "-m", "daemons.burst_provider.fakes.runpod_server", "--listen", "127.0.0.1:0"],
         capture_output=True, text=True, check=False, env=env,
     )  # fmt: skip
     assert bad.returncode == 2

@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 
+from daemons.burst_provider.fakes.runpod_server import FakeRunpod, FakeRunpodServer
 from daemons.burst_provider.providers.base import AdapterContext
 from daemons.burst_provider.registry import build_providers
 from daemons.burst_provider.secrets import SecretStore
 from daemons.burst_provider.service import BurstService
 from tests.daemons.burst_provider.support import FakeSource, ManualClock, make_pod, make_settings, provider_entry
-from tests.support.fake_runpod import FakeRunpod, FakeRunpodServer
 
 KEY = "rpa_SERVICEKEY0123456789"
 H100_ID = "NVIDIA H100 80GB HBM3"

@@ -1,4 +1,4 @@
-"""A fake of RunPod's REST API v2 that follows its OpenAPI document, to test the RunPod adapter without an account.
+"""A fake of RunPod's REST API v2 that follows its OpenAPI document: the RunPod adapter without an account.
 
 The contract is RunPod's own document, kept as ``tests/fixtures/runpod/openapi-v2.json`` (its source, commit and
 sha256 in the README beside it); ``tests/daemons/burst_provider/test_runpod_contract.py`` validates every reply this
@@ -27,8 +27,20 @@ permission, with RunPod's words), :meth:`~FakeRunpod.rate_limit` (429 with ``Ret
 ``capacity`` per GPU type id (exhausted -> 400, and ``NONE`` in the catalogue), ``never_address`` (pods run but never
 get public ports), :meth:`~FakeRunpod.inject` (the next replies are a given status and raw body), ``boot_seconds``.
 
-CLI: ``python -m tests.support.fake_runpod --listen 127.0.0.1:18081 --boot-seconds 2`` (the key it accepts is read
-from the environment variable named by ``--api-key-env``, never from a flag).
+Outside ``/v2``, not RunPod's and never recorded with the requests and replies above (JSON; errors
+``{"error": "<what>"}``), for a test driving the fake as its own process: ``GET /healthz``; ``GET /admin/knobs`` and
+``POST /admin/knobs`` (a partial update of ``bootSeconds``, ``pricePerGpuHour``, ``capacity`` (replaced whole),
+``neverAddress``, and the queues ``refusals`` (statuses of the next refused creates), ``rateLimits`` (``Retry-After``
+of the next 429s) and ``failAfterCreate`` (statuses of the next creates answered 5xx), each replaced whole, ``[]``
+empties it); ``POST /admin/pods/{id}/exit`` (:meth:`~FakeRunpod.exit_container`), ``POST /admin/pods/{id}/status``
+``{"status": "EXITED"}``; ``GET /admin/stats`` (pods, creates, refusals, deletes and what each pod bills).
+
+CLI: ``python -m daemons.burst_provider.fakes.runpod_server --listen 127.0.0.1:18081 --api-key-file KEYFILE``: the
+key it accepts is read from a file (as the provider service reads it from its secrets directory) or from the
+environment variable ``--api-key-env`` names, never from a flag. The simulated cluster runs it (``sim/processes.py``)
+for a ``runpod`` provider whose URL is on loopback. It validates creates against the document, so it runs from a
+checkout of the project with the dev dependencies (``jsonschema``); importing it needs neither, and nothing in
+production starts it.
 """
 
 from __future__ import annotations
@@ -42,24 +54,26 @@ import re
 import string
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import cache
 from pathlib import Path
-from typing import Any
-
-import jsonschema
-import referencing
+from typing import TYPE_CHECKING, Any
 
 from daemons.burst_provider.fakes._http import BackgroundServer, Clock, Reply, serve_until_signal
 from daemons.toolkit.listen import ListenError, parse_listen
 from daemons.toolkit.logs import LEVELS, setup_logging
 
+if TYPE_CHECKING:  # the dev dependencies: imported where a create is validated, so the module imports without them
+    import jsonschema
+    import referencing
+
 log = logging.getLogger("fakes.runpod")
 
 PREFIX = "/v2"
-OPENAPI = Path(__file__).resolve().parents[1] / "fixtures" / "runpod" / "openapi-v2.json"
+#: RunPod's document, a test fixture of the project (so the fake runs from a checkout).
+OPENAPI = Path(__file__).resolve().parents[3] / "tests" / "fixtures" / "runpod" / "openapi-v2.json"
 DOCUMENT_URI = "urn:runpod:openapi-v2"
 PROBLEM = "application/problem+json"
 _PORT_RE = re.compile(r"^(\d{1,5})/(http|tcp)$")
@@ -92,10 +106,13 @@ ACTIONS = {
     "ERROR": ["start", "terminate"],
 }
 #: The CPU flavors of the catalogue (getCpuType).
-CPU_FLAVORS = {
+CPU_FLAVORS: dict[str, dict[str, Any]] = {
     "cpu5c": {"name": "Compute-Optimized", "group": "Gen 5", "min": 2, "max": 32, "ram": 2.0, "price": 0.04},
     "cpu5g": {"name": "General Purpose", "group": "Gen 5", "min": 2, "max": 32, "ram": 4.0, "price": 0.05},
 }
+#: The pod statuses of the document (``Pod.status``), which ``POST /admin/pods/{id}/status`` may set.
+STATUSES = ("PROVISIONING", "STARTING", "RUNNING", "EXITED", "ERROR", "TERMINATED")
+_KNOB_KEYS = ("bootSeconds", "pricePerGpuHour", "capacity", "neverAddress", "refusals", "rateLimits", "failAfterCreate")
 
 
 @cache
@@ -107,12 +124,18 @@ def document() -> dict[str, Any]:
 
 @cache
 def registry() -> referencing.Registry[Any]:
+    import referencing  # noqa: PLC0415 (a dev dependency, see the module docstring)
+    import referencing.jsonschema  # noqa: PLC0415
+
     resource = referencing.Resource.from_contents(document(), default_specification=referencing.jsonschema.DRAFT202012)
-    return referencing.Registry().with_resource(DOCUMENT_URI, resource)
+    value: referencing.Registry[Any] = referencing.Registry().with_resource(DOCUMENT_URI, resource)
+    return value
 
 
 def validator(pointer: str) -> jsonschema.Draft202012Validator:
     """A validator for the document's schema at ``pointer`` (``components/schemas/Pod``), resolving its $refs."""
+    import jsonschema  # noqa: PLC0415 (a dev dependency, see the module docstring)
+
     return jsonschema.Draft202012Validator({"$ref": f"{DOCUMENT_URI}#/{pointer}"}, registry=registry())
 
 
@@ -192,6 +215,7 @@ class FakeRunpod:
         self._refusals: list[int] = []
         self._rate_limits: list[int] = []
         self._fail_after_create: list[int] = []
+        self._counts = {"creates": 0, "refusals": 0, "deletes": 0}
         self.requests: list[tuple[str, str]] = []  # (method, path) seen, for tests
         self.bodies: list[tuple[str, str, dict[str, list[str]], object]] = []  # method, path, query, JSON body
         #: method, path, status, content type, body, headers of every reply sent
@@ -245,11 +269,75 @@ class FakeRunpod:
                 if p.status != "TERMINATED"
             }
 
+    def knobs(self) -> dict[str, Any]:
+        """The knobs as ``GET /admin/knobs`` shows them (camelCase; the queues in the order they are used)."""
+        with self._lock:
+            return self._knobs_json()
+
+    def _knobs_json(self) -> dict[str, Any]:
+        return {
+            "bootSeconds": self.boot_seconds,
+            "pricePerGpuHour": self.price_per_gpu_hour,
+            "capacity": dict(self.capacity),
+            "neverAddress": self.never_address,
+            "refusals": list(self._refusals),
+            "rateLimits": list(self._rate_limits),
+            "failAfterCreate": list(self._fail_after_create),
+        }
+
+    def set_knobs(self, update: object) -> dict[str, Any]:
+        """Apply a partial update of the knobs (``POST /admin/knobs``); ValueError naming the bad knob, nothing set."""
+        if not isinstance(update, dict):
+            raise ValueError("knobs must be a JSON object")
+        unknown = sorted(set(update) - set(_KNOB_KEYS))
+        if unknown:
+            raise ValueError(f"unknown knobs {unknown}; known: {list(_KNOB_KEYS)}")
+        parsed: dict[str, Any] = {}
+        if "bootSeconds" in update:
+            parsed["boot_seconds"] = _number(update["bootSeconds"], "bootSeconds", low=0.0)
+        if "pricePerGpuHour" in update:
+            parsed["price_per_gpu_hour"] = _number(update["pricePerGpuHour"], "pricePerGpuHour", low=0.0)
+        if "capacity" in update:
+            capacity = update["capacity"]
+            if not isinstance(capacity, dict) or not all(_count(v) for v in capacity.values()):
+                raise ValueError("capacity must be an object of RunPod GPU type id -> a whole number of GPUs >= 0")
+            parsed["capacity"] = {str(k): int(v) for k, v in capacity.items()}
+        if "neverAddress" in update:
+            if not isinstance(update["neverAddress"], bool):
+                raise ValueError(f"neverAddress must be true or false, got {update['neverAddress']!r}")
+            parsed["never_address"] = update["neverAddress"]
+        queues: dict[str, tuple[str, Callable[[Any], bool], str]] = {
+            "refusals": ("_refusals", lambda v: v in REFUSAL_DETAIL, f"one of {sorted(REFUSAL_DETAIL)}"),
+            "rateLimits": ("_rate_limits", _count, "a whole number of seconds >= 0"),
+            "failAfterCreate": ("_fail_after_create", lambda v: _count(v) and 500 <= v <= 599, "a 5xx status"),
+        }
+        for key, (attr, valid, what) in queues.items():
+            if key in update:
+                items = update[key]
+                if not isinstance(items, list) or not all(valid(v) for v in items):
+                    raise ValueError(f"{key} must be a list, each item {what}, got {items!r}")
+                parsed[attr] = [int(v) for v in items]
+        with self._lock:
+            for attr, value in parsed.items():
+                setattr(self, attr, value)
+            return self._knobs_json()
+
+    def stats(self) -> dict[str, Any]:
+        """What ``GET /admin/stats`` shows: pods now, creates, refused creates and deletes so far, billing per pod."""
+        with self._lock:
+            for pod in self._pods.values():
+                self._advance(pod)
+        billing = self.billing()
+        with self._lock:
+            return {"pods": len(self._pods), **self._counts, "billing": billing}
+
     # -- HTTP entry --
 
     def handle(
         self, method: str, path: str, query: dict[str, list[str]], body: bytes, headers: dict[str, str]
     ) -> Reply:
+        if path == "/healthz" or path.startswith("/admin/"):
+            return self._admin(method, [p for p in path.split("/") if p], body)
         reply = self._handle(method, path, query, body, headers)
         with self._lock:
             self.replies.append((method, path, reply.status, reply.content_type, reply.raw, dict(reply.headers)))
@@ -291,6 +379,40 @@ class FakeRunpod:
                 return self._cpu_type(rest[2])
         return problem(404, f"no route {method} {path}")
 
+    def _admin(self, method: str, parts: list[str], raw: bytes) -> Reply:
+        """The fake's own routes (health, knobs, pod events, stats): not RunPod's API, so not recorded."""
+        try:
+            body: object = json.loads(raw) if raw.strip() else {}
+        except (ValueError, RecursionError) as exc:
+            return Reply(400, {"error": f"invalid JSON body: {exc}"})
+        match (method, *parts):
+            case ("GET", "healthz"):
+                return Reply(200, raw=b"ok\n", content_type="text/plain")
+            case ("GET", "admin", "knobs"):
+                return Reply(200, self.knobs())
+            case ("POST", "admin", "knobs"):
+                try:
+                    return Reply(200, self.set_knobs(body))
+                except ValueError as exc:
+                    return Reply(400, {"error": str(exc)})
+            case ("GET", "admin", "stats"):
+                return Reply(200, self.stats())
+            case ("POST", "admin", "pods", pod_id, event):
+                with self._lock:
+                    known = pod_id in self._pods
+                if not known:
+                    return Reply(404, {"error": f"pod {pod_id} not found"})
+                if event == "exit":
+                    self.exit_container(pod_id)
+                    return Reply(200, {"id": pod_id, "status": "STARTING"})
+                if event == "status":
+                    status = body.get("status") if isinstance(body, dict) else None
+                    if status not in STATUSES:
+                        return Reply(400, {"error": f"status must be one of {list(STATUSES)}, got {status!r}"})
+                    self.set_status(pod_id, str(status))
+                    return Reply(200, {"id": pod_id, "status": status})
+        return Reply(404, {"error": f"no route {method} /{'/'.join(parts)}"})
+
     def _take_injection(self) -> _Injection | None:
         if not self._injections:
             return None
@@ -314,6 +436,7 @@ class FakeRunpod:
             return Reply(200, self._render(pod))
         if len(parts) == 1 and method == "DELETE":
             del self._pods[pod.id]
+            self._counts["deletes"] += 1
             return Reply(204)
         if len(parts) == 2 and parts[1] == "action" and method == "POST":
             return self._action(pod, body)
@@ -334,17 +457,20 @@ class FakeRunpod:
             return problem(400, rule)
         if self._refusals:
             status = self._refusals.pop(0)
+            self._counts["refusals"] += 1
             return problem(status, REFUSAL_DETAIL[status])
         gpu = body.get("gpu")
         if gpu is not None:
             cap = self.capacity.get(gpu["id"])
             if cap is not None and self._gpus_in_use(gpu["id"]) + int(gpu.get("count", 1)) > cap:
+                self._counts["refusals"] += 1
                 return problem(400, NO_CAPACITY)
         n = next(self._ids)
         pod_id = "".join(string.ascii_lowercase[(n * 7 + i * 3) % 26] for i in range(6)) + f"{n:08d}"
         now = self._clock()
         pod = FakePod(id=pod_id, body=body, created=now, host=n % 253 + 1, booting_since=now)
         self._pods[pod_id] = pod
+        self._counts["creates"] += 1
         if self._fail_after_create:
             status = self._fail_after_create.pop(0)
             return problem(status, "upstream request failed")
@@ -364,6 +490,7 @@ class FakeRunpod:
             return problem(409, f"action {action} is not valid for a pod that is {pod.status}")
         if action == "terminate":
             del self._pods[pod.id]
+            self._counts["deletes"] += 1
             return Reply(204)
         if action == "stop":
             pod.status, pod.ports = "EXITED", []
@@ -496,6 +623,17 @@ class FakeRunpod:
         return rendered
 
 
+def _count(value: object) -> bool:
+    """A whole number >= 0 (not a bool)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _number(value: object, key: str, *, low: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not low <= value < float("inf"):
+        raise ValueError(f"{key} must be a finite number >= {low:g}, got {value!r}")
+    return float(value)
+
+
 def create_rule_problem(body: dict[str, Any]) -> str:
     """The createPod handler's rules beyond the schema (a 400), or "" when the body keeps them."""
     if ("gpu" in body) == ("cpu" in body):
@@ -531,15 +669,25 @@ class FakeRunpodServer(BackgroundServer):
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m tests.support.fake_runpod",
-        description="Serve a fake of RunPod's REST API v2 (pods and the catalogue) under /v2, for tests.",
+        prog="python -m daemons.burst_provider.fakes.runpod_server",
+        description=(
+            "Serve a fake of RunPod's REST API v2 (pods and the catalogue) under /v2, held to RunPod's OpenAPI "
+            "document; admin knobs at /admin/knobs. Prints one JSON ready line on stdout; SIGTERM stops it."
+        ),
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument("--listen", default="127.0.0.1:18081", help="host:port to serve on (port 0: pick a free one)")
-    p.add_argument(
+    key = p.add_mutually_exclusive_group()
+    key.add_argument(
+        "--api-key-file",
+        type=Path,
+        default=None,
+        help="file holding the bearer key the server accepts (one trailing newline is ignored)",
+    )
+    key.add_argument(
         "--api-key-env",
         default="RUNPOD_API_KEY",
-        help="name of the environment variable holding the bearer key the server accepts",
+        help="name of the environment variable holding the bearer key the server accepts (without --api-key-file)",
     )
     p.add_argument("--boot-seconds", type=float, default=2.0, help="seconds before a pod runs with public ports")
     p.add_argument("--price", type=float, default=2.99, help="price per GPU-hour reported in cost and the catalogue")
@@ -555,6 +703,34 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _read_key(args: argparse.Namespace) -> str:
+    """The bearer key from ``--api-key-file`` or the ``--api-key-env`` variable; ValueError saying what is wrong."""
+    if args.api_key_file is not None:
+        try:
+            key: str = args.api_key_file.read_text(encoding="utf-8").removesuffix("\n")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ValueError(f"--api-key-file: cannot read {args.api_key_file}: {type(exc).__name__}") from None
+        if not key.strip():
+            raise ValueError(f"--api-key-file: {args.api_key_file} is empty")
+        return key
+    from_env = os.environ.get(args.api_key_env, "")
+    if not from_env:
+        raise ValueError(f"--api-key-env: environment variable {args.api_key_env} is empty or unset")
+    return from_env
+
+
+def _contract_problem() -> str:
+    """Why creates cannot be validated against RunPod's document here, or ""."""
+    if not OPENAPI.is_file():
+        return f"RunPod's OpenAPI document is not at {OPENAPI}: run this fake from a checkout of the project"
+    try:
+        import jsonschema  # noqa: F401, PLC0415 (only checked: a dev dependency)
+        import referencing  # noqa: F401, PLC0415
+    except ImportError as exc:
+        return f"{exc.name or exc} is not installed: the fake validates creates with the dev dependencies (make venv)"
+    return ""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -563,9 +739,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         host, port = parse_listen(args.listen)
     except ListenError as exc:
         parser.error(str(exc))
-    key = os.environ.get(args.api_key_env, "")
-    if not key:
-        parser.error(f"--api-key-env: environment variable {args.api_key_env} is empty or unset")
+    try:
+        key = _read_key(args)
+    except ValueError as exc:
+        parser.error(str(exc))
+    if problem_text := _contract_problem():
+        parser.error(problem_text)
     capacity: dict[str, int] = {}
     for item in args.capacity:
         name, _, count = item.rpartition("=")
