@@ -78,6 +78,8 @@ def inference_namespace_rules() -> list[dict[str, Any]]:
         _rule([""], ["configmaps", "secrets"], ["get", "list", "watch"]),
         # Service environment variables of the pod, and the Services external replicas join.
         _rule([""], ["services"], ["get", "list", "watch"]),
+        # A Failed pod whose ReplicaSet has all the pods it wants (a rollout scaled it to zero) is deleted.
+        _rule(["apps"], ["replicasets"], ["get"]),
         # The provider keeps an EndpointSlice per Service with the external replicas' addresses.
         _rule(
             ["discovery.k8s.io"],

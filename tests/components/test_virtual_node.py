@@ -20,7 +20,7 @@ from components.virtual_node import (
     VirtualNode,
     VirtualNodeArgs,
 )
-from tests.support.pulumi_harness import Graph, Registered, deploy
+from tests.support.pulumi_harness import Graph, Registered, deploy, secrets_of
 
 ROOT = Path(__file__).resolve().parents[2]
 RBAC = "kubernetes:rbac.authorization.k8s.io/v1"
@@ -129,6 +129,7 @@ def test_secrets_and_endpointslices_only_in_the_inference_namespaces(graph: Grap
         assert roles[ns] == [
             {"apiGroups": [""], "resources": ["configmaps", "secrets"], "verbs": ["get", "list", "watch"]},
             {"apiGroups": [""], "resources": ["services"], "verbs": ["get", "list", "watch"]},
+            {"apiGroups": ["apps"], "resources": ["replicasets"], "verbs": ["get"]},
             {
                 "apiGroups": ["discovery.k8s.io"],
                 "resources": ["endpointslices"],
@@ -139,7 +140,7 @@ def test_secrets_and_endpointslices_only_in_the_inference_namespaces(graph: Grap
     assert bindings == set(roles)
     cluster_resources = {res for rule in graph.one(f"{RBAC}:ClusterRole", "vn-clusterrole").inputs["rules"]
                          for res in rule["resources"]}  # fmt: skip
-    assert not cluster_resources & {"secrets", "configmaps", "endpointslices", "services"}
+    assert not cluster_resources & {"secrets", "configmaps", "endpointslices", "services", "replicasets"}
 
 
 def test_one_replica_recreated_never_two_nodes_at_once(graph: Graph) -> None:
@@ -241,13 +242,13 @@ def test_args_refuse_missing_extra_or_disabled() -> None:
 
 def test_local_cluster_bursts_through_the_virtual_node_and_taint_controller() -> None:
     cfg = load_stack_file(ROOT / "stacks" / "Pulumi.local.yaml")
-    graph = deploy(lambda: GpuCluster("sim", GpuClusterArgs(config=cfg)))
+    graph = deploy(lambda: GpuCluster("sim", GpuClusterArgs(config=cfg, secrets=secrets_of(cfg))))
     root = graph.one("gpucluster:cluster:GpuCluster", "sim")
     vn = graph.one("gpucluster:burst:VirtualNode", "sim-virtual-node")
     tc = graph.one("gpucluster:burst:TaintController", "sim-taint-controller")
     assert graph.parent_of(vn) is root
     assert graph.parent_of(tc) is root
-    assert vn.outputs["capacity"] == 16
+    assert vn.outputs["capacity"] == 24  # fake-a's 16 and runpod-fake's 8
     ns = graph.one("kubernetes:core/v1:Namespace", "sim-ns-gpucluster-burst")
     assert ns.inputs["metadata"]["labels"]["gpucluster.io/workload"] == "burst"
     assert graph.depends_on(graph.one("kubernetes:apps/v1:Deployment", "sim-virtual-node-deployment"), ns)
@@ -255,11 +256,13 @@ def test_local_cluster_bursts_through_the_virtual_node_and_taint_controller() ->
     assert graph.depends_on(role, graph.one("kubernetes:core/v1:Namespace", "sim-ns-inference"))
     assert root.outputs["burst"] == {
         "virtualNode": "gpu-burst",
-        "capacity": 16,
-        "providers": ["fake-a"],
+        "capacity": 24,
+        "providers": ["fake-a", "runpod-fake"],
         "taintController": True,
     }
-    assert not graph.one("kubernetes:core/v1:Secret", "sim-virtual-node-provider-secrets").inputs.get("stringData")
+    # The one secret the local stack names: the key its RunPod fake accepts.
+    secret = graph.one("kubernetes:core/v1:Secret", "sim-virtual-node-provider-secrets")
+    assert _secret_keys(secret.inputs["stringData"]) == ["runpodFakeApiKey"]
 
 
 def test_a_stack_with_secret_providers_gets_them_from_the_args_or_fails_early() -> None:
