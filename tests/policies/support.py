@@ -46,8 +46,10 @@ def check_resource(
     return found
 
 
-def resource(type_: str, props: Mapping[str, Any], name: str = "r") -> PolicyResource:
-    return PolicyResource(type_, props, f"urn:{type_}::{name}", name, _opts(), None, None, [], {})
+def resource(
+    type_: str, props: Mapping[str, Any], name: str = "r", secret_outputs: Sequence[str] = ()
+) -> PolicyResource:
+    return PolicyResource(type_, props, f"urn:{type_}::{name}", name, _opts(secret_outputs), None, None, [], {})
 
 
 def check_stack(
@@ -69,4 +71,4 @@ def app_deployment(namespace: str = "inference", **container: Any) -> dict[str, 
 
 
 def as_policy_resources(graph: Graph) -> list[PolicyResource]:
-    return [resource(r.type, r.inputs, r.name) for r in graph.resources if r.custom]
+    return [resource(r.type, r.inputs, r.name, r.secret_outputs) for r in graph.resources if r.custom]

@@ -15,6 +15,8 @@ import pulumi
 from pulumi.runtime import mocks as pulumi_mocks
 from pulumi.runtime import rpc
 
+from components.config import StackConfig
+
 
 @dataclass
 class Registered:
@@ -27,6 +29,8 @@ class Registered:
     custom: bool = True
     remote: bool = False
     outputs: dict[str, Any] = field(default_factory=dict)
+    #: The resource's ``additional_secret_outputs`` (what the policy pack's ``no-secrets-in-clear`` reads).
+    secret_outputs: list[str] = field(default_factory=list)
 
 
 class _Mocks(pulumi.runtime.Mocks):
@@ -54,6 +58,7 @@ class _RecordingMonitor(pulumi_mocks.MockMonitor):
                 dependencies=list(request.dependencies),
                 custom=request.custom,
                 remote=request.remote,
+                secret_outputs=list(request.additionalSecretOutputs),
             )
         return response
 
@@ -100,3 +105,12 @@ def deploy(build: Callable[[], object], preview: bool = False) -> Graph:
 
     program()
     return Graph(list(monitor.registered.values()))
+
+
+def secrets_of(config: StackConfig) -> dict[str, str]:
+    """A stand-in value for each provider secret the stack names, as ``GpuClusterArgs.secrets`` takes them.
+
+    Under the mocks there is no engine to decrypt the stack's ``secure:`` values (the local stack names one, the key
+    the simulated cluster's RunPod fake accepts), so a test deploying a real stack passes these instead.
+    """
+    return {name: f"stand-in-for-{name}" for name in config.provider_secret_names}

@@ -88,6 +88,7 @@ from daemons.burst_provider.http_client import HttpStatusError, JsonHttpClient, 
 from daemons.burst_provider.providers.base import (
     AdapterContext,
     GpuTypePrice,
+    GpuTypeSettingsLike,
     Instance,
     InstanceSpec,
     InstanceState,
@@ -398,10 +399,7 @@ class RunPodProvider(Provider):
 
     def runpod_gpu_id(self, gpu_type: str) -> str:
         """RunPod's GPU type id for ours: the configured providerType, else a known id, else our name."""
-        configured = self.gpu_types.get(gpu_type)
-        if configured is not None and configured.provider_type:
-            return configured.provider_type
-        return DEFAULT_GPU_TYPE_IDS.get(gpu_type, gpu_type)
+        return runpod_gpu_id(self.gpu_types, gpu_type)
 
     def pod_body(self, spec: InstanceSpec) -> dict[str, Any]:
         """The ``CreatePodRequest`` for one pod; refuses what RunPod cannot run."""
@@ -620,6 +618,14 @@ class RunPodProvider(Provider):
     def _forget_start(self, pod_id: str) -> None:
         with self._lock:
             self._first_start.pop(pod_id, None)
+
+
+def runpod_gpu_id(gpu_types: Mapping[str, GpuTypeSettingsLike], gpu_type: str) -> str:
+    """RunPod's GPU type id for one of a provider's GPU types: its providerType, else a known id, else our name."""
+    configured = gpu_types.get(gpu_type)
+    if configured is not None and configured.provider_type:
+        return configured.provider_type
+    return DEFAULT_GPU_TYPE_IDS.get(gpu_type, gpu_type)
 
 
 def _quote(instance_id: str) -> str:
