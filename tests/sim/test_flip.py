@@ -1,9 +1,10 @@
 """The whole loop on the simulated cluster: training takes every GPU, inference bursts out, and comes back gradually.
 
-One full cycle of ``sim/flip.py`` with the taint controller, the virtual node, the provider service (fake cloud)
-and the descheduler running as the local stack deployed them, then a short chaos run (3 SIGKILLs, failing and
-dying instances, Prometheus stopped for a while). ``make bench`` prints the figures; here only the invariants are
-asserted: nothing is lost, nothing flaps, nothing stays on rented GPUs.
+One full cycle of ``sim/flip.py`` on the path without make-before-break (the check answered at once: training
+preempts, the taint controller bursts, the descheduler brings replicas home), which stays the safety net, then a
+short chaos run on the make-before-break path (3 SIGKILLs, failing and dying instances, Prometheus stopped for a
+while). ``make bench`` prints the figures; here only the invariants are asserted: nothing is lost, nothing flaps,
+nothing stays on rented GPUs. The make-before-break cycle itself: ``tests/daemons/make_before_break/test_on_sim.py``.
 """
 
 from __future__ import annotations
@@ -32,18 +33,23 @@ def _min_available(replicas: int, min_available: int | str) -> int:
 
 def test_one_flip_bursts_out_and_returns_gradually(local_stack: LocalStack, tmp_path: Path) -> None:
     service = CFG.inference_services[0]
-    tl, figures = flip.run_cycle(flip.Options(quiet=True, out=tmp_path, train_for="40s"))
+    opts = flip.Options(path=flip.PREEMPT, quiet=True, out=tmp_path, train_for="40s")
+    tl, figures = flip.run_cycle(opts)
     names = [m.name for m in tl.marks]
     assert names == [
         "submitted",
+        "quota_reserved",
         "preempted",
+        "admitted",
         "taint_removed",
         "flipped_out",
+        "training_running",
         "training_done",
         "taint_added",
         "returned",
         "external_gone",
     ]
+    assert figures.inference_preemptions > 0
     # Inference really ran on rented GPUs while training held the cluster.
     assert max(s.ready_external for s in tl.samples) == service.replicas
     assert figures.flip_out_seconds is not None

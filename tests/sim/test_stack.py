@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,8 @@ CFG = load_stack_file(ROOT / "stacks" / "Pulumi.local.yaml")
 KUEUE = "kueue.x-k8s.io"
 TEST_LABEL = "gpucluster.io/integration-test"
 kueue_config = load_sim_module("kueue_config")
+flip = load_sim_module("flip")
+processes = load_sim_module("processes")
 
 
 def workload_of(stack: LocalStack, namespace: str, job: str) -> dict[str, Any] | None:
@@ -264,7 +267,21 @@ def test_higher_workload_priority_preempts_lower(local_stack: LocalStack, cleanu
     wait_for("2 urgent pods running", lambda: len(running(job_pods(local_stack, team_a, "urgent"))) == 2)
 
 
-def test_training_pods_preempt_inference_through_the_scheduler(local_stack: LocalStack, cleanup: None) -> None:
+@pytest.fixture
+def check_answered_at_once(local_stack: LocalStack) -> Iterator[None]:
+    """The make-before-break controllers answer the check at once (today's path, which they fall back to)."""
+    registry = processes.registry()
+    flip.answer_at_once(registry, True)
+    try:
+        yield
+    finally:
+        flip.answer_at_once(registry, False)
+
+
+def test_training_pods_preempt_inference_through_the_scheduler(
+    local_stack: LocalStack, cleanup: None, check_answered_at_once: None
+) -> None:
+    """The fallback path: admitted at once, the training pods preempt by PriorityClass exactly what they need."""
     infer_ns = CFG.inference_namespaces[0]
     team = CFG.teams[0].namespace
     serve = labelled(
