@@ -9,7 +9,8 @@ nothing runs, so this module runs the same programs as local processes, each wit
   the stack grants is the RBAC they run with.
 
 It also runs what the simulated cluster needs around them: kube-state-metrics and a Prometheus (Debian) that
-scrapes it and the daemons, and the fake GPU cloud the local stack's fake provider points at.
+scrapes it and the daemons, the fake GPU cloud the local stack's fake provider points at, and the fake of RunPod's
+API for each runpod provider whose URL is on loopback.
 
 ``python sim/processes.py start [NAME ...]`` (default: all, in dependency order), ``stop``, ``status``, ``kill NAME``
 (SIGKILL, as a crash), ``restart NAME``. State, logs and pid files live in ``.state/daemons/``. A program that is
@@ -23,6 +24,7 @@ import argparse
 import base64
 import binascii
 import hashlib
+import ipaddress
 import json
 import os
 import shutil
@@ -31,6 +33,7 @@ import subprocess
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -186,14 +189,25 @@ def secret_to_dir(namespace: str, name: str, out: Path) -> Path:
         shutil.rmtree(out)
     out.mkdir(parents=True, mode=0o700)
     for key, value in data.items():
-        try:
-            content = base64.b64decode(value, validate=True)
-        except (binascii.Error, ValueError):
-            raise DaemonError(f"Secret {namespace}/{name}: key {key} is not base64") from None
         f = out / key
-        f.write_bytes(content)
+        f.write_bytes(_decoded(namespace, name, key, value))
         f.chmod(0o600)
     return out
+
+
+def secret_value(namespace: str, name: str, key: str) -> bytes:
+    """One key of a Secret, decoded."""
+    data = secret_data(namespace, name)
+    if key not in data:
+        raise DaemonError(f"Secret {namespace}/{name} has no key {key}: deploy the stack first (make up)")
+    return _decoded(namespace, name, key, data[key])
+
+
+def _decoded(namespace: str, name: str, key: str, value: str) -> bytes:
+    try:
+        return base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        raise DaemonError(f"Secret {namespace}/{name}: key {key} is not base64") from None
 
 
 def labelled_name(kind: str, namespace: str, selector: str) -> str:
@@ -391,6 +405,12 @@ FAKE_CLOUD_ENV = {
     "death-rate": "GPUCLUSTER_FAKE_DEATH_RATE",
 }
 FAKE_CLOUD_DEFAULTS = {"boot-seconds": "5", "create-failure-rate": "0", "death-rate": "0"}
+#: The fake of RunPod's REST API v2 that a runpod provider on loopback points at (a module of the daemons' package):
+#: it boots pods as long as the fake cloud does; tests set its other knobs through its /admin/knobs.
+FAKE_RUNPOD_MODULE = "daemons.burst_provider.fakes.runpod_server"
+FAKE_RUNPOD_BOOT_SECONDS = FAKE_CLOUD_DEFAULTS["boot-seconds"]
+#: The path the fake serves RunPod's API under (its base URL is http://HOST:PORT/v2).
+FAKE_RUNPOD_PATH = "/v2"
 #: The descheduler chart's objects (its ServiceAccount, its policy ConfigMap) carry this label.
 DESCHEDULER_SELECTOR = "app.kubernetes.io/name=descheduler"
 
@@ -450,6 +470,62 @@ def fake_clouds(s: Stack) -> Iterable[Daemon]:
             return [*line, "--seed", seed, "--state-file", str(s.state / f"fake-cloud-{p.name}.json")]
 
         yield s.daemon(f"fake-cloud-{p.name}", cmd, ready_url=f"{url}/offers")
+
+
+def loopback_host(host: str | None) -> str | None:
+    """The address to listen on for a URL's host when it is this machine's loopback (127.0.0.0/8, localhost)."""
+    if host == "localhost":
+        return "127.0.0.1"
+    try:
+        address = ipaddress.ip_address(host or "")
+    except ValueError:
+        return None
+    return str(address) if address.version == 4 and address.is_loopback else None
+
+
+def fake_runpods(s: Stack) -> Iterable[Daemon]:
+    """The fake RunPod API of each runpod provider whose URL is on loopback, with the key from the provider Secret.
+
+    A runpod provider pointing anywhere else is RunPod itself (or a test's own server): nothing runs for it. The key
+    the fake accepts is the one Pulumi put in the provider Secret under the provider's ``apiKeySecret``, so the
+    provider service authenticates exactly as it would at RunPod; a changed key restarts the fake.
+    """
+    app, _ = _virtual_node_app()
+    ns = s.burst.virtual_node.namespace
+    secret = f"{app}-provider-secrets"
+    from daemons.burst_provider.providers.runpod import runpod_gpu_id  # noqa: PLC0415 (needs ROOT on the path)
+
+    for p in s.burst.providers:
+        if p.runpod is None:
+            continue
+        url = urllib.parse.urlsplit(p.runpod.url)
+        host = loopback_host(url.hostname)
+        if host is None:
+            continue
+        if url.scheme != "http" or url.path.rstrip("/") != FAKE_RUNPOD_PATH:
+            raise DaemonError(
+                f"provider {p.name}: runpod.url {p.runpod.url} is on loopback, so the simulated cluster runs the fake "
+                f"RunPod there, which serves plain http under {FAKE_RUNPOD_PATH}: use http://{url.netloc}{FAKE_RUNPOD_PATH}"
+            )
+        listen = f"{host}:{url.port or 80}"
+        key_name = p.runpod.api_key_secret
+
+        def cmd(p: Any = p, listen: str = listen, key_name: str = key_name) -> list[str]:
+            key_file = s.state / f"fake-runpod-{p.name}" / "api-key"
+            key_file.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            key_file.write_bytes(secret_value(ns, secret, key_name))
+            key_file.chmod(0o600)
+            price = min(offer.price_per_gpu_hour for offer in p.gpu_types.values())
+            line = [s.python, "-m", FAKE_RUNPOD_MODULE, "--listen", listen, "--api-key-file", str(key_file)]
+            line += ["--boot-seconds", FAKE_RUNPOD_BOOT_SECONDS, "--price", f"{price}"]
+            for gpu in p.gpu_types:
+                line += ["--capacity", f"{runpod_gpu_id(p.gpu_types, gpu)}={p.max_gpus}"]
+            return line
+
+        def key(key_name: str = key_name) -> str:
+            return secret_data(ns, secret).get(key_name, "")
+
+        yield s.daemon(f"fake-runpod-{p.name}", cmd, ready_url=f"http://{listen}/healthz", fingerprint=key)
 
 
 def _virtual_node_app() -> tuple[str, str]:
@@ -686,12 +762,13 @@ def descheduler(s: Stack) -> Iterable[Daemon]:
     yield s.daemon("descheduler", cmd, fingerprint=config)
 
 
-#: Every daemon's builder, in start order (stop runs it backwards): the fake cloud before the provider service
-#: that rents from it, the provider service before the node that asks it for capacity, kube-state-metrics and
-#: Prometheus before the taint controllers that query them; the make-before-break controllers once the virtual
-#: node they move replicas to is up.
+#: Every daemon's builder, in start order (stop runs it backwards): the fake cloud and the fake RunPod before the
+#: provider service that rents from them, the provider service before the node that asks it for capacity,
+#: kube-state-metrics and Prometheus before the taint controllers that query them; the make-before-break controllers
+#: once the virtual node they move replicas to is up.
 BUILDERS: tuple[Callable[[Stack], Iterable[Daemon]], ...] = (
     fake_clouds,
+    fake_runpods,
     provider,
     virtual_node,
     kube_state_metrics,

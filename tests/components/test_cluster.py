@@ -14,7 +14,7 @@ from components.config import StackConfig, load_stack_file
 from components.descheduler import DeschedulerArgs
 from components.queues import QueuesArgs, kueue_manager_config
 from components.storage import StorageArgs, checkpoint_cadence_minutes
-from tests.support.pulumi_harness import Graph, deploy
+from tests.support.pulumi_harness import Graph, deploy, secrets_of
 
 ROOT = Path(__file__).resolve().parents[2]
 KUEUE = "kubernetes:kueue.x-k8s.io/v1beta2"
@@ -35,7 +35,7 @@ def prod_cfg() -> StackConfig:
 
 @pytest.fixture(scope="module")
 def local(local_cfg: StackConfig) -> Graph:
-    return deploy(lambda: GpuCluster("sim", GpuClusterArgs(config=local_cfg)))
+    return deploy(lambda: GpuCluster("sim", GpuClusterArgs(config=local_cfg, secrets=secrets_of(local_cfg))))
 
 
 @pytest.fixture(scope="module")
@@ -244,14 +244,14 @@ def test_descheduler_policy_is_bounded_and_only_acts_on_the_burst_taint(prod: Gr
 
 def test_descheduler_follows_a_custom_taint_key(local_cfg: StackConfig) -> None:
     cfg = dataclasses.replace(local_cfg, burst_taint_key="example.com/burst")
-    graph = deploy(lambda: GpuCluster("t", GpuClusterArgs(config=cfg)))
+    graph = deploy(lambda: GpuCluster("t", GpuClusterArgs(config=cfg, secrets=secrets_of(cfg))))
     profile = _policy(graph, "t-descheduler-chart")["profiles"][0]  # type: ignore[index]
     assert profile["pluginConfig"][1]["args"]["includedTaints"] == ["example.com/burst"]
 
 
 def test_descheduler_can_be_disabled(local_cfg: StackConfig) -> None:
     cfg = dataclasses.replace(local_cfg, descheduler=local_cfg.descheduler.model_copy(update={"enabled": False}))
-    graph = deploy(lambda: GpuCluster("t", GpuClusterArgs(config=cfg)))
+    graph = deploy(lambda: GpuCluster("t", GpuClusterArgs(config=cfg, secrets=secrets_of(cfg))))
     assert not graph.of_type("gpucluster:descheduler:Descheduler")
 
 

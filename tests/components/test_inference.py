@@ -18,7 +18,7 @@ from components.inference import (
     InferenceServiceArgs,
     InferenceServiceSpec,
 )
-from tests.support.pulumi_harness import Graph, deploy
+from tests.support.pulumi_harness import Graph, deploy, secrets_of
 
 ROOT = Path(__file__).resolve().parents[2]
 BURST_KEY = "gpucluster.io/in-cluster-capacity"
@@ -179,7 +179,7 @@ def test_args_refuse_a_training_namespace_and_a_missing_priority_class() -> None
 
 def test_local_stack_serves_sd_serve_after_its_priority_class() -> None:
     cfg = load_stack_file(ROOT / "stacks" / "Pulumi.local.yaml")
-    graph = deploy(lambda: GpuCluster("sim", GpuClusterArgs(config=cfg)))
+    graph = deploy(lambda: GpuCluster("sim", GpuClusterArgs(config=cfg, secrets=secrets_of(cfg))))
     svc = graph.one("gpucluster:inference:InferenceService", "sim-inference-inference-sd-serve")
     assert graph.parent_of(svc).type == "gpucluster:cluster:GpuCluster"
     deployment = graph.one("kubernetes:apps/v1:Deployment", "sim-inference-inference-sd-serve-deployment")

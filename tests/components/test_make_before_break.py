@@ -21,7 +21,7 @@ from components.make_before_break import (
 )
 from components.make_before_break_settings import MakeBeforeBreakSettings, parse_settings
 from components.queues import cluster_queue_spec
-from tests.support.pulumi_harness import Graph, deploy
+from tests.support.pulumi_harness import Graph, deploy, secrets_of
 
 ROOT = Path(__file__).resolve().parents[2]
 RBAC = "kubernetes:rbac.authorization.k8s.io/v1"
@@ -163,7 +163,7 @@ def _cluster(stack: str, **section: Any) -> Graph:
     if section:
         raw["makeBeforeBreak"] = {**raw.get("makeBeforeBreak", {}), **section}
     cfg = parse_stack_config(copy.deepcopy(raw), stack)
-    return deploy(lambda: GpuCluster(stack, GpuClusterArgs(config=cfg)))
+    return deploy(lambda: GpuCluster(stack, GpuClusterArgs(config=cfg, secrets=secrets_of(cfg))))
 
 
 def _document(graph: Graph, name: str) -> dict[str, Any]:

@@ -199,6 +199,7 @@ def test_the_virtual_node_is_the_stacks_while_it_bursts() -> None:
     local = read_stack_file(ROOT / "stacks" / "Pulumi.local.yaml")
     assert parse_stack_config(copy.deepcopy(local), "test").make_before_break.virtual_node_name == "gpu-burst"
     local["burst"] = {**local["burst"], "enabled": False}
+    del local["runpodFakeApiKey"]  # the provider secret: no enabled section names it any more
     assert parse_stack_config(local, "test").make_before_break.virtual_node_name is None
 
 

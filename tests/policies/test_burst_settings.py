@@ -25,7 +25,7 @@ from tests.policies.support import (
     check_resource,
     check_stack,
 )
-from tests.support.pulumi_harness import deploy
+from tests.support.pulumi_harness import deploy, secrets_of
 
 
 def _burst_settings() -> dict[str, Any]:
@@ -92,7 +92,9 @@ def test_burst_settings_with_a_credential_fail(mutate: Callable[[dict[str, Any]]
 
 def test_the_local_stack_exercises_every_burst_policy() -> None:
     cfg = load_stack_file(ROOT / "stacks" / "Pulumi.local.yaml")
-    resources = as_policy_resources(deploy(lambda: GpuCluster("local", GpuClusterArgs(config=cfg))))
+    resources = as_policy_resources(
+        deploy(lambda: GpuCluster("local", GpuClusterArgs(config=cfg, secrets=secrets_of(cfg))))
+    )
     assert check_stack(inference_gpu_deployments_have_pdb, resources) == []
     for policy, expected in [
         (inference_gpu_deployments_burstable, 1),  # sd-serve

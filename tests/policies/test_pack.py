@@ -20,13 +20,13 @@ from tests.policies.support import (
     check_resource,
     check_stack,
 )
-from tests.support.pulumi_harness import deploy
+from tests.support.pulumi_harness import deploy, secrets_of
 
 
 @pytest.mark.parametrize("stack", ["local", "dev", "staging", "prod"])
 def test_the_real_stacks_pass_every_policy(stack: str) -> None:
     cfg = load_stack_file(ROOT / "stacks" / f"Pulumi.{stack}.yaml")
-    graph = deploy(lambda: GpuCluster(stack, GpuClusterArgs(config=cfg)))
+    graph = deploy(lambda: GpuCluster(stack, GpuClusterArgs(config=cfg, secrets=secrets_of(cfg))))
     resources = as_policy_resources(graph)
     applied = 0
     for policy in ALL_POLICIES:
@@ -39,7 +39,9 @@ def test_the_real_stacks_pass_every_policy(stack: str) -> None:
         else:
             assert isinstance(policy, ResourceValidationPolicy)
             for r in resources:
-                outcome = check_resource(policy, r.resource_type, r.props)
+                outcome = check_resource(
+                    policy, r.resource_type, r.props, secret_outputs=r.opts.additional_secret_outputs
+                )
                 assert outcome in ([], NA), f"{policy.name} on {r.name}: {outcome}"
     assert applied >= 4  # priorities (both), quota and storage looked at real resources
 
@@ -59,7 +61,9 @@ def test_the_advice_is_given_where_it_applies(stack: str, advised: bool) -> None
     if advised:
         off = cfg.make_before_break.model_copy(update={"enabled": False})
         cfg = dataclasses.replace(cfg, make_before_break=off)
-    resources = as_policy_resources(deploy(lambda: GpuCluster(stack, GpuClusterArgs(config=cfg))))
+    resources = as_policy_resources(
+        deploy(lambda: GpuCluster(stack, GpuClusterArgs(config=cfg, secrets=secrets_of(cfg))))
+    )
     for policy in ALL_POLICIES:
         if policy.name in ADVISORY:
             assert isinstance(policy, StackValidationPolicy)

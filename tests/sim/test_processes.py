@@ -47,6 +47,7 @@ def _registry(tmp: Path) -> dict[str, object]:
 def test_daemons_start_in_dependency_order(cluster: Path) -> None:
     assert list(_registry(cluster)) == [
         "fake-cloud-fake-a",
+        "fake-runpod-runpod-fake",
         "provider",
         "virtual-node",
         "kube-state-metrics",
@@ -67,8 +68,14 @@ def test_command_lines_are_the_programs_with_what_pulumi_deployed(cluster: Path)
         VENV_PY,
         *("-m", "daemons.burst_provider.fakes.cloud_server", "--listen", "127.0.0.1:18080"),
         *("--boot-seconds", "5", "--create-failure-rate", "0", "--death-rate", "0"),
-        *("--capacity", "H100=64", "--price", "H100=2.5", "--seed", "1"),
+        *("--capacity", "H100=96", "--price", "H100=2.5", "--seed", "1"),
         *("--state-file", f"{state}/fake-cloud-fake-a.json"),
+    ]
+    assert cmds["fake-runpod-runpod-fake"] == [
+        VENV_PY,
+        *("-m", "daemons.burst_provider.fakes.runpod_server", "--listen", "127.0.0.1:18082"),
+        *("--api-key-file", f"{state}/fake-runpod-runpod-fake/api-key", "--boot-seconds", "5", "--price", "8.0"),
+        *("--capacity", "NVIDIA H100 80GB HBM3=8"),
     ]
     assert cmds["provider"] == [
         VENV_PY,
@@ -126,9 +133,13 @@ def test_each_daemon_reads_the_deployed_files_with_its_own_serviceaccount(cluste
     assert settings == {"providers": "as deployed"}
     assert (state / "taint-controller-a" / "settings.json").read_text() == '{"highMark": 8}'
     assert (state / "descheduler" / "policy.yaml").read_text() == fake_kubectl.DESCHEDULER_POLICY
-    secret = state / "provider" / "secrets" / "runpodApiKey"
+    secret = state / "provider" / "secrets" / "runpodFakeApiKey"
     assert secret.read_bytes() == b"not-a-real-key"
     assert secret.stat().st_mode & 0o777 == 0o600
+    # The RunPod fake accepts the key the provider service sends: the same Secret key, in a file of its own.
+    key = state / "fake-runpod-runpod-fake" / "api-key"
+    assert key.read_bytes() == b"not-a-real-key"
+    assert key.stat().st_mode & 0o777 == 0o600
     users = {
         "provider": "gpucluster-burst-gpucluster-virtual-node",
         "virtual-node": "gpucluster-burst-gpucluster-virtual-node",
@@ -158,6 +169,7 @@ def test_the_provider_and_the_node_follow_the_deployed_settings_and_secret(clust
     assert daemons["provider"].fingerprint() == expected
     assert daemons["virtual-node"].fingerprint() == expected
     assert daemons["taint-controller-a"].fingerprint() == '{"highMark": 8}'
+    assert daemons["fake-runpod-runpod-fake"].fingerprint() == fake_kubectl.SECRET_DATA["runpodFakeApiKey"]
     assert daemons["kube-state-metrics"].fingerprint is None
 
 
@@ -191,6 +203,41 @@ def test_a_stack_with_make_before_break_off_runs_no_controller_for_it(cluster: P
     names = list(processes.registry(stack_file=stack, state=cluster / "daemons"))
     assert not [n for n in names if n.startswith("make-before-break")]
     assert "taint-controller-a" in names
+
+
+def _stack_with_runpod_url(tmp_path: Path, url: str) -> Path:
+    document = yaml.safe_load((processes.ROOT / "stacks" / "Pulumi.local.yaml").read_text())
+    (runpod,) = [p for p in document["config"]["gpucluster:burst"]["providers"] if p["kind"] == "runpod"]
+    runpod["runpod"]["url"] = url
+    stack = tmp_path / "Pulumi.runpod.yaml"
+    stack.write_text(yaml.safe_dump(document))
+    return stack
+
+
+def test_a_runpod_provider_elsewhere_than_loopback_gets_no_fake(cluster: Path, tmp_path: Path) -> None:
+    stack = _stack_with_runpod_url(tmp_path, "https://api.runpod.io/v2")
+    names = list(processes.registry(stack_file=stack, state=cluster / "daemons"))
+    assert not [n for n in names if n.startswith("fake-runpod")]
+    assert names[:2] == ["fake-cloud-fake-a", "provider"]
+
+
+def test_the_fake_runpod_listens_where_a_localhost_url_points(cluster: Path, tmp_path: Path) -> None:
+    stack = _stack_with_runpod_url(tmp_path, "http://localhost:18181/v2/")
+    fake = processes.registry(stack_file=stack, state=cluster / "daemons")["fake-runpod-runpod-fake"]
+    assert fake.prepare()[3:5] == ["--listen", "127.0.0.1:18181"]
+    assert fake.ready_url == "http://127.0.0.1:18181/healthz"
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:18082/api", "https://127.0.0.1:18082/v2"])
+def test_a_runpod_url_on_loopback_the_fake_cannot_serve_is_refused(cluster: Path, tmp_path: Path, url: str) -> None:
+    stack = _stack_with_runpod_url(tmp_path, url)
+    with pytest.raises(processes.DaemonError, match=r"provider runpod-fake: runpod.url .* serves plain http under /v2"):
+        processes.registry(stack_file=stack, state=cluster / "daemons")
+
+
+def test_a_provider_secret_without_the_runpod_key_is_a_clear_error(cluster: Path) -> None:
+    with pytest.raises(processes.DaemonError, match="Secret gpucluster-burst/gpucluster-virtual-node-provider-secrets"):
+        processes.secret_value("gpucluster-burst", "gpucluster-virtual-node-provider-secrets", "otherKey")
 
 
 def test_a_configmap_without_the_settings_key_is_a_clear_error(cluster: Path) -> None:

@@ -19,7 +19,8 @@ SETTINGS = {
     ("gpucluster-burst", "gpucluster-taint-controller-settings"): '{"highMark": 8}',
     ("gpucluster-burst", "gpucluster-make-before-break-settings"): '{"maxHold": "60s", "nodeGrace": "20s"}',
 }
-SECRET_DATA = {"runpodApiKey": base64.b64encode(b"not-a-real-key").decode()}
+#: The provider Secret holds the local stack's one provider secret, the key the RunPod fake accepts.
+SECRET_DATA = {"runpodFakeApiKey": base64.b64encode(b"not-a-real-key").decode()}
 DESCHEDULER_SA = "descheduler"
 DESCHEDULER_CM = "descheduler"
 DESCHEDULER_POLICY = "apiVersion: descheduler/v1alpha2\nkind: DeschedulerPolicy\n"

@@ -35,7 +35,7 @@ of the next 429s) and ``failAfterCreate`` (statuses of the next creates answered
 empties it); ``POST /admin/pods/{id}/exit`` (:meth:`~FakeRunpod.exit_container`), ``POST /admin/pods/{id}/status``
 ``{"status": "EXITED"}``; ``GET /admin/stats`` (pods, creates, refusals, deletes and what each pod bills).
 
-CLI: ``python -m daemons.burst_provider.fakes.runpod_server --listen 127.0.0.1:18081 --api-key-file KEYFILE``: the
+CLI: ``python -m daemons.burst_provider.fakes.runpod_server --listen 127.0.0.1:18082 --api-key-file KEYFILE``: the
 key it accepts is read from a file (as the provider service reads it from its secrets directory) or from the
 environment variable ``--api-key-env`` names, never from a flag. The simulated cluster runs it (``sim/processes.py``)
 for a ``runpod`` provider whose URL is on loopback. It validates creates against the document, so it runs from a
@@ -676,7 +676,7 @@ def build_parser() -> argparse.ArgumentParser:
         ),
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    p.add_argument("--listen", default="127.0.0.1:18081", help="host:port to serve on (port 0: pick a free one)")
+    p.add_argument("--listen", default="127.0.0.1:18082", help="host:port to serve on (port 0: pick a free one)")
     key = p.add_mutually_exclusive_group()
     key.add_argument(
         "--api-key-file",
