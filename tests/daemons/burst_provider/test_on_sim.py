@@ -1,6 +1,6 @@
-"""The virtual node on the simulated cluster: pods run on the fake GPU cloud and on a second cluster, every
-failure is a Failed pod with a Running replacement, a crash leaks nothing, and the RBAC Pulumi grants is enough
-and no more.
+"""The virtual node on the simulated cluster: pods run on the fake GPU cloud, on RunPod's fake and on a second
+cluster, every failure is a Failed pod with a Running replacement, a crash leaks nothing, and the RBAC Pulumi grants
+is enough and no more.
 
 The daemons run as local processes (``sim/processes.py``, started by ``make up``) with the ServiceAccount tokens
 Pulumi created. A probe Deployment in the inference namespace tolerates the virtual node's taint and the burst
@@ -21,6 +21,8 @@ from typing import Any
 import pytest
 
 from components.config import load_stack_file
+from daemons.burst_provider.providers.base import InstanceTags
+from daemons.burst_provider.providers.runpod import ENV_NAMESPACE, ENV_NODE, ENV_POD, ENV_UID, pod_name
 from tests.support.local_stack import ROOT, LocalStack, Watch, wait_for
 from tests.support.sim import load_sim_module
 
@@ -35,11 +37,22 @@ FAKE = next(p.fake.url for p in BURST.providers if p.fake is not None)
 PROBE = "burst-probe"
 PROVIDER_TAINT = ("virtual-kubelet.io/provider", "gpucluster")
 processes = load_sim_module("processes")
+#: The runpod provider on loopback (runpod-fake): sim/processes.py runs RunPod's fake there, with the key Pulumi put
+#: in the provider Secret. Its own routes (/healthz, /admin/...) sit beside the API's /v2.
+RUNPOD = next(p for p in BURST.providers if p.runpod is not None)
+assert RUNPOD.runpod is not None
+RUNPOD_API = RUNPOD.runpod.url.rstrip("/")
+RUNPOD_ROOT = RUNPOD_API.removesuffix(processes.FAKE_RUNPOD_PATH)
+PROVIDER_SECRET = "gpucluster-virtual-node-provider-secrets"
 
 
-def http(method: str, url: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+def http(
+    method: str, url: str, body: dict[str, Any] | None = None, headers: dict[str, str] | None = None
+) -> dict[str, Any]:
     data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        url, data=data, method=method, headers={"Content-Type": "application/json", **(headers or {})}
+    )
     with urllib.request.urlopen(req, timeout=5) as r:
         out = json.loads(r.read() or b"{}")
     assert isinstance(out, dict)
@@ -190,9 +203,9 @@ def test_deleting_the_pod_deletes_its_instance(clean: LocalStack) -> None:
 
 def _failed_then_replaced(
     stack: LocalStack, reason: str, cause: Callable[[], None], heal: Callable[[], None], timeout: float = 90
-) -> None:
+) -> dict[str, Any]:
     """Run ``cause`` under a watch of the probe's pods: one of them turns Failed with ``reason`` and terminated
-    containers, then ``heal`` lets a replacement run, and the node deletes the Failed pod.
+    containers, then ``heal`` lets a replacement run, and the node deletes the Failed pod. Returns the Failed pod.
 
     The Failed pod is looked for in the watch, not by polling: the node deletes it as soon as a replacement
     exists (within one GC interval), which a one-second poll can miss.
@@ -216,6 +229,7 @@ def _failed_then_replaced(
         lambda: not [p for p in pods(stack) if p.get("status", {}).get("phase") == "Failed"],
         timeout=90,
     )
+    return first
 
 
 def test_a_refused_create_is_a_failed_pod_and_a_replacement_runs(clean: LocalStack) -> None:
@@ -248,6 +262,95 @@ def test_an_instance_death_is_a_failed_pod_and_a_replacement_runs(clean: LocalSt
         http("POST", f"{FAKE}/admin/instances/{inst['id']}/kill", {"exitCode": 137})
 
     _failed_then_replaced(clean, "InstanceDied", kill, lambda: None)
+
+
+# --- RunPod, through its v2 fake ---------------------------------------------------------------------------------
+
+
+def runpod_knobs(**values: Any) -> dict[str, Any]:
+    return http("POST", f"{RUNPOD_ROOT}/admin/knobs", values)
+
+
+def runpod_pods() -> list[dict[str, Any]]:
+    """Every pod RunPod's fake lists (listPods), read with the key Pulumi put in the provider Secret."""
+    assert RUNPOD.runpod is not None
+    key = processes.secret_value(BURST.virtual_node.namespace, PROVIDER_SECRET, RUNPOD.runpod.api_key_secret)
+    listed = http("GET", f"{RUNPOD_API}/pods", headers={"Authorization": f"Bearer {key.decode()}"})["pods"]
+    assert isinstance(listed, list)
+    return listed
+
+
+def probe_runpod_pods() -> list[dict[str, Any]]:
+    return [p for p in runpod_pods() if str(p["env"].get(ENV_POD, "")).startswith(PROBE)]
+
+
+@pytest.fixture
+def runpod_only(clean: LocalStack) -> Iterator[LocalStack]:
+    """fake-a with no room (capacity 0: selection rejects it), so the probe goes to runpod-fake; every knob of both
+    fakes put back as it was, once the probe and its RunPod pods are gone."""
+    fake_before = http("GET", f"{FAKE}/admin/knobs")
+    runpod_before = http("GET", f"{RUNPOD_ROOT}/admin/knobs")
+    knobs(capacity=dict.fromkeys(fake_before["capacity"], 0))
+    runpod_knobs(bootSeconds=2.0, refusals=[], rateLimits=[], failAfterCreate=[], neverAddress=False)
+    try:
+        yield clean
+    finally:
+        clean.kubectl("delete", "deployment", PROBE, "-n", NS, "--ignore-not-found", "--wait=true")
+        wait_for("the probe's RunPod pods to be deleted", lambda: not probe_runpod_pods(), timeout=90)
+        runpod_knobs(**runpod_before)
+        knobs(**fake_before)
+
+
+def test_a_pod_fake_a_has_no_room_for_runs_on_runpods_fake_with_the_adapters_tags(runpod_only: LocalStack) -> None:
+    stack = runpod_only
+    stack.apply(probe(1))
+    (pod,) = wait_for("the probe Ready on the virtual node via RunPod", lambda: running_on_node(stack, 1), timeout=90)
+    meta = pod["metadata"]
+    tags = InstanceTags(node=NODE, namespace=NS, pod=meta["name"], uid=meta["uid"])
+    # Exactly one RunPod pod for it, named and tagged as the adapter tags what it creates, and nothing at fake-a.
+    (rp,) = [p for p in runpod_pods() if p["env"].get(ENV_UID) == meta["uid"]]
+    assert rp["name"] == pod_name(tags)
+    assert {k: rp["env"][k] for k in (ENV_NODE, ENV_NAMESPACE, ENV_POD, ENV_UID)} == {
+        ENV_NODE: NODE,
+        ENV_NAMESPACE: NS,
+        ENV_POD: meta["name"],
+        ENV_UID: meta["uid"],
+    }
+    assert rp["status"] == "RUNNING"
+    assert rp["gpu"]["count"] == 1
+    assert len(probe_runpod_pods()) == 1
+    assert not [i for i in instances() if i["tags"]["uid"] == meta["uid"]]
+
+    # The pod says where it runs: RunPod's pod id and the public IP of its port.
+    def addressed() -> dict[str, str] | None:
+        annotations = stack.get("pod", meta["name"], "-n", NS)["metadata"].get("annotations") or {}
+        return annotations if "burst.gpucluster.io/address" in annotations else None
+
+    annotations = wait_for("the external address annotation", addressed)
+    assert annotations["burst.gpucluster.io/provider"] == RUNPOD.name
+    assert annotations["burst.gpucluster.io/instance-id"] == rp["id"]
+    assert annotations["burst.gpucluster.io/address"] == rp["runtime"]["ports"][0]["ip"]
+    # Deleting the probe deletes its RunPod pod: nothing left billing.
+    stack.kubectl("delete", "deployment", PROBE, "-n", NS, "--wait=true")
+    wait_for("the RunPod pod to be deleted", lambda: not [p for p in runpod_pods() if p["id"] == rp["id"]], timeout=60)
+    assert rp["id"] not in http("GET", f"{RUNPOD_ROOT}/admin/stats")["billing"]
+
+
+def test_a_runpod_refusal_is_a_failed_pod_and_a_replacement_runs_there(runpod_only: LocalStack) -> None:
+    """RunPod answers the create 400, no capacity (its words): the pod fails with RunPod's detail, and the
+    replacement runs at RunPod once it has room again (a 400 holds nothing back, unlike 402/403)."""
+    stack = runpod_only
+    runpod_knobs(refusals=[400])
+    failed = _failed_then_replaced(stack, "ProviderCreateFailed", lambda: stack.apply(probe(1)), lambda: None)
+    message = failed["status"].get("message", "")
+    assert f"provider {RUNPOD.name}: create_instance: refused: no capacity" in message, message
+    assert "no longer any instances available" in message, message
+    (pod,) = running_on_node(stack, 1) or []
+    (rp,) = probe_runpod_pods()
+    assert rp["env"][ENV_UID] == pod["metadata"]["uid"]
+    stats = http("GET", f"{RUNPOD_ROOT}/admin/stats")
+    assert stats["refusals"] >= 1
+    assert runpod_knobs()["refusals"] == []
 
 
 # --- crashes ---------------------------------------------------------------------------------------------------
