@@ -92,6 +92,10 @@ DEFAULT_HEADROOM_QUERY = (
     ") or vector(0))"
 )
 
+#: Nodes reserved for a waiting gang (the make-before-break check's taint); zero while kube-state-metrics
+#: answers and none is reserved, empty (unknown: the hold applies) while it does not.
+DEFAULT_RESERVED_QUERY = f'count(kube_node_spec_taint{{key="{RESERVATION_TAINT_KEY}"}}) or (count(kube_node_info) * 0)'
+
 #: Pending inference pods not yet bound to a node. An empty count means zero pods, but only while
 #: kube-state-metrics answers at all (``count(kube_node_info) * 0``); with it down the result stays empty.
 DEFAULT_PENDING_QUERY = (
@@ -131,6 +135,8 @@ class TaintControllerSettings(LeaseTimings):
     prometheus_url: HttpUrl = "http://prometheus-operated.monitoring.svc:9090"
     headroom_query: str = DEFAULT_HEADROOM_QUERY
     pending_query: str = DEFAULT_PENDING_QUERY
+    #: Nodes reserved for a waiting gang: while any is, Pending inference removes the taint without holdRemove.
+    reserved_query: str = DEFAULT_RESERVED_QUERY
     #: At or above this many free in-cluster GPUs (held for holdAdd) the burst taint goes on.
     high_mark: Annotated[int, Field(ge=0, le=MAX_MARK)] = 4
     #: Below this many free in-cluster GPUs, with inference Pending (held for holdRemove), it comes off.
@@ -169,7 +175,7 @@ class TaintControllerSettings(LeaseTimings):
             )
         return v
 
-    @field_validator("headroom_query", "pending_query")
+    @field_validator("headroom_query", "pending_query", "reserved_query")
     @classmethod
     def _query(cls, v: str) -> str:
         if not v:

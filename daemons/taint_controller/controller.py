@@ -87,6 +87,7 @@ class Controller:
         self.wanted_taint = Taint(key=settings.taint_key, effect=TAINT_EFFECT, value=TAINT_VALUE)
         self._headroom_query = settings.render_query(settings.headroom_query)
         self._pending_query = settings.render_query(settings.pending_query)
+        self._reserved_query = settings.render_query(settings.reserved_query)
         self._last_warning: dict[str, float] = {}
         self._last_transition: tuple[str, float] | None = None
         self._last_taint_present: bool | None = None
@@ -197,6 +198,8 @@ class Controller:
         self.metrics.is_leader.set(1 if leader else 0)
         headroom, headroom_problem = self._query("headroom", self._headroom_query)
         pending, pending_problem = self._query("pending", self._pending_query)
+        # Unknown reservations only lose the shortcut (holdRemove applies): no Warning of their own.
+        reserved, _ = self._query("reserved", self._reserved_query)
         self.metrics.headroom.set(math.nan if headroom is None else headroom)
         self.metrics.pending.set(math.nan if pending is None else pending)
 
@@ -211,7 +214,7 @@ class Controller:
             self.metrics.taint_present.set(1 if taint_present else 0)
 
         known = taint_present if taint_present is not None else bool(self._last_taint_present)
-        decision = self.decider.decide(self._clock(), headroom, pending, known)
+        decision = self.decider.decide(self._clock(), headroom, pending, known, reserved)
         if node is None and decision.action is not Action.HOLD:
             decision = Decision(Action.HOLD, "node-unreadable", f"cannot read node {self.settings.node_name}")
         problems = [p for p in (headroom_problem, pending_problem) if p]
@@ -231,6 +234,7 @@ class Controller:
                 "leader": leader,
                 "headroom": headroom,
                 "pending": pending,
+                "reserved": reserved,
                 "taint_present": taint_present,
                 "action": decision.action.value,
                 "reason": decision.reason,

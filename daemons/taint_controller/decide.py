@@ -11,7 +11,10 @@ Rules, in order:
    absent -> add.
 3. Headroom < lowMark and pending inference > 0 -> the "remove" condition. Once it has held continuously for
    ``holdRemove`` and the taint is present -> remove. Unknown pending counts as no pending: the taint never
-   comes off on one signal alone.
+   comes off on one signal alone. With nodes reserved for a waiting gang (the make-before-break check) the hold
+   is skipped: the Pending replicas are the ones it moved off the reserved GPUs on purpose, their replacements
+   can only run on rented GPUs, and the gang waits for them; the hold guards against noise, which a reservation
+   is not. Unknown reservations count as none (the hold applies).
 4. Anything else (between the marks, or low headroom with nothing pending) -> hold; both timers restart.
 
 lowMark < highMark, so the two conditions never hold at once; each observation that breaks a condition restarts
@@ -75,7 +78,14 @@ class Decider:
         self._add_since = None
         self._remove_since = None
 
-    def decide(self, now: float, headroom: float | None, pending: float | None, taint_present: bool) -> Decision:
+    def decide(
+        self,
+        now: float,
+        headroom: float | None,
+        pending: float | None,
+        taint_present: bool,
+        reserved: float | None = None,
+    ) -> Decision:
         t = self.thresholds
         if headroom is None:
             self.reset()
@@ -112,6 +122,13 @@ class Decider:
                     Action.HOLD,
                     "taint-absent",
                     f"headroom {headroom:g} < lowMark {t.low_mark} with {pending:g} pending; taint already off",
+                )
+            if reserved is not None and reserved > 0:
+                return Decision(
+                    Action.REMOVE,
+                    "room-reserved",
+                    f"headroom {headroom:g} < lowMark {t.low_mark} with {pending:g} inference pods pending and "
+                    f"{reserved:g} nodes reserved for a waiting gang: its moved replicas need rented GPUs now",
                 )
             if held >= t.hold_remove_s:
                 return Decision(

@@ -13,6 +13,7 @@ import pytest
 from components.taint_controller_settings import (
     DEFAULT_HEADROOM_QUERY,
     DEFAULT_PENDING_QUERY,
+    DEFAULT_RESERVED_QUERY,
     RESERVATION_TAINT_KEY,
     SettingsError,
     TaintControllerSettings,
@@ -214,6 +215,7 @@ def _headroom_series(taints: list[tuple[str, str]]) -> list[dict[str, str]]:
             }
         )
         series.append({"series": f'kube_node_spec_unschedulable{{node="{node}"}}', "values": "0x5"})
+        series.append({"series": f'kube_node_info{{node="{node}"}}', "values": "1x5"})
     for ns, pod, node, gpus in _PODS:
         labels = f'namespace="{ns}",pod="{pod}"'
         series.append(
@@ -231,7 +233,7 @@ def _headroom_series(taints: list[tuple[str, str]]) -> list[dict[str, str]]:
 
 
 def _promtool_headroom(
-    tmp_path: Path, taints: list[tuple[str, str]], expected: int
+    tmp_path: Path, taints: list[tuple[str, str]], expected: int, query: str = "headroom_query"
 ) -> subprocess.CompletedProcess[str]:
     s = TaintControllerSettings(node_name="gpu-burst")
     (tmp_path / "empty.yml").write_text("groups: []\n")
@@ -240,7 +242,7 @@ def _promtool_headroom(
         "input_series": _headroom_series(taints),
         "promql_expr_test": [
             {
-                "expr": s.render_query(s.headroom_query),
+                "expr": s.render_query(getattr(s, query)),
                 "eval_time": "2m",
                 "exp_samples": [{"labels": "{}", "value": expected}],
             }
@@ -273,8 +275,27 @@ def test_default_headroom_leaves_reserved_nodes_out(
     assert _promtool_headroom(tmp_path, taints, wrong).returncode != 0
 
 
+@pytest.mark.parametrize(
+    ("taints", "expected", "wrong"),
+    [
+        ([], 0, 1),  # none reserved: zero, not empty (the hold applies)
+        ([("gpu-c", RESERVATION_TAINT_KEY)], 1, 0),
+        ([("gpu-a", RESERVATION_TAINT_KEY), ("gpu-c", RESERVATION_TAINT_KEY)], 2, 1),
+        ([("gpu-c", "example.com/other")], 0, 1),  # another taint is no reservation
+    ],
+    ids=["none", "one", "two", "other-taint"],
+)
+def test_default_reserved_query_counts_the_reserved_nodes(
+    tmp_path: Path, taints: list[tuple[str, str]], expected: int, wrong: int
+) -> None:
+    right = _promtool_headroom(tmp_path, taints, expected, "reserved_query")
+    assert right.returncode == 0, right.stdout + right.stderr
+    assert _promtool_headroom(tmp_path, taints, wrong, "reserved_query").returncode != 0
+
+
 def test_the_daemon_readme_shows_the_default_queries_as_they_are() -> None:
     readme = (Path(__file__).resolve().parents[2] / "daemons" / "taint_controller" / "README.md").read_text()
     shown = [re.sub(r"\s+", "", block) for block in re.findall(r"```promql\n(.*?)```", readme, re.S)]
     assert re.sub(r"\s+", "", DEFAULT_HEADROOM_QUERY) in shown
     assert re.sub(r"\s+", "", DEFAULT_PENDING_QUERY) in shown
+    assert re.sub(r"\s+", "", DEFAULT_RESERVED_QUERY) in shown

@@ -33,14 +33,25 @@ class Clock:
 class FakeQuerier:
     """Answers by query: a float, None (empty result) or a QueryError to raise."""
 
-    def __init__(self, headroom: float | QueryError | None = 0.0, pending: float | QueryError | None = 0.0) -> None:
+    def __init__(
+        self,
+        headroom: float | QueryError | None = 0.0,
+        pending: float | QueryError | None = 0.0,
+        reserved: float | QueryError | None = 0.0,
+    ) -> None:
         self.headroom = headroom
         self.pending = pending
+        self.reserved = reserved
         self.queries: list[str] = []
 
     def query(self, promql: str) -> QueryResult:
         self.queries.append(promql)
-        answer = self.headroom if "allocatable" in promql else self.pending
+        if "allocatable" in promql:
+            answer = self.headroom
+        elif "kube_node_spec_taint" in promql:
+            answer = self.reserved
+        else:
+            answer = self.pending
         if isinstance(answer, QueryError):
             raise answer
         if answer is None:

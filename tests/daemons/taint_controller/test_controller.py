@@ -286,10 +286,27 @@ def test_seconds_since_last_change() -> None:
 def test_queries_are_rendered_with_the_node_and_namespaces() -> None:
     r = rig()
     r.ticks(1)
-    headroom_q, pending_q = r.querier.queries
+    headroom_q, pending_q, reserved_q = r.querier.queries
     assert 'node!="gpu-burst"' in headroom_q
     assert "$" not in headroom_q
     assert 'namespace=~"inference"' in pending_q
+    assert reserved_q.startswith('count(kube_node_spec_taint{key="gpucluster.io/reservation"})')
+
+
+def test_with_nodes_reserved_the_leader_removes_the_taint_without_the_hold() -> None:
+    r = rig([OURS])
+    r.querier.headroom, r.querier.pending, r.querier.reserved = 0, 8, 4
+    assert r.ticks(1) == ["remove"]
+    assert r.nodes.taints == (VK,)
+    assert r.events.reasons() == [REASON_REMOVED]
+
+
+def test_an_unknown_reservation_count_only_loses_the_shortcut() -> None:
+    r = rig([OURS])
+    r.querier.headroom, r.querier.pending = 0, 8
+    r.querier.reserved = QueryError("timeout", "no answer")
+    assert r.ticks(5) == [None] * 4 + ["remove"]  # the whole 120 s hold, as without reservations
+    assert not [e for e in r.events.reasons() if e == REASON_QUERY_FAILED]
 
 
 def test_tick_result_reports_inputs() -> None:

@@ -48,6 +48,31 @@ def test_remove_after_hold_remove_below_low_mark_with_pending() -> None:
     assert decision.reason == "headroom-low"
 
 
+def test_a_reservation_for_a_waiting_gang_removes_at_once() -> None:
+    """Make-before-break reserved nodes and moved their replicas: they need rented GPUs now, not after the hold."""
+    decision = decider().decide(0, 0, 8, True, reserved=4)
+    assert (decision.action, decision.reason) == (Action.REMOVE, "room-reserved")
+    assert "4 nodes reserved" in decision.detail
+
+
+@pytest.mark.parametrize(
+    ("headroom", "pending", "reserved", "present"),
+    [
+        (0, 8, 0, True),  # nothing reserved: the hold applies
+        (0, 8, None, True),  # reservations unknown: the hold applies
+        (0, 0, 4, True),  # reserved but nothing pending: nothing to burst
+        (0, None, 4, True),  # pending unknown
+        (LOW, 8, 4, True),  # headroom at the low mark: inference still fits in-cluster
+        (None, 8, 4, True),  # headroom unknown: fail-static
+        (0, 8, 4, False),  # already off
+    ],
+)
+def test_the_shortcut_needs_a_reservation_low_headroom_and_pending(
+    headroom: float | None, pending: float | None, reserved: float | None, present: bool
+) -> None:
+    assert decider().decide(0, headroom, pending, present, reserved=reserved).action is Action.HOLD
+
+
 @pytest.mark.parametrize("pending", [0, None])
 def test_no_remove_without_pending_inference(pending: float | None) -> None:
     d = decider()
