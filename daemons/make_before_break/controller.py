@@ -111,6 +111,7 @@ class Controller:
         identity: str,
         dry_run: bool = False,
         clock: Callable[[], float] = time.time,
+        timer: Callable[[], float] = time.perf_counter,
     ) -> None:
         self.settings = settings
         self.api = api
@@ -119,6 +120,8 @@ class Controller:
         self.identity = identity
         self.dry_run = dry_run
         self._clock = clock
+        #: Measures durations (decide_seconds, cycle_seconds); monotonic, unlike the clock decisions are made with.
+        self._timer = timer
         self.policy = settings.policy()
         self._warned: dict[tuple[str, str], float] = {}
 
@@ -293,13 +296,17 @@ class Controller:
     # ---------------------------------------------------------------- the cycle
 
     def cycle(self) -> CycleResult:
+        started = self._timer()
         raw = read_lists(self.api, self.settings)
         observed = observe(raw, self.settings)
         for name, problem in observed.problems.items():
             self.metrics.observe_errors.labels(name).inc()
             log.warning("cannot observe; changing nothing", extra={"list": name, "error": problem})
         now = self._clock()
+        deciding = self._timer()
         decision = decide(observed.observation, self.policy, now)
+        decide_seconds = self._timer() - deciding
+        self.metrics.decide_seconds.observe(decide_seconds)
         leader = self.is_leader()
         self.metrics.is_leader.set(1 if leader else 0)
         self.metrics.cycles.inc()
@@ -323,6 +330,8 @@ class Controller:
                 outcomes.append(outcome)
         for note in decision.notes:
             log.info(note)
+        cycle_seconds = self._timer() - started
+        self.metrics.cycle_seconds.observe(cycle_seconds)
         log.log(
             logging.INFO if decision.actions else logging.DEBUG,
             "cycle",
@@ -331,6 +340,8 @@ class Controller:
                 "actions": len(decision.actions),
                 "unknown": sorted(observed.problems),
                 "workloads": [f"{r.ref}: {r.phase}" for r in decision.workloads],
+                "decide_seconds": round(decide_seconds, 6),
+                "cycle_seconds": round(cycle_seconds, 6),
             },
         )
         return CycleResult(leader, observed, decision, tuple(outcomes), active, decision.notes)

@@ -224,3 +224,28 @@ def test_a_placement_change_is_told_on_the_deployment(phase: Phase | None, reaso
         "namespace": "inference",
         "uid": "dep-uid",
     }
+
+
+def test_the_decision_and_the_cycle_are_timed() -> None:
+    """decide_seconds holds the pure decide() call alone; cycle_seconds the lists, the decision and the writes."""
+    api = FakeApi()
+    ticks = iter([100.0, 100.5, 100.75, 102.0])  # cycle start, before decide, after decide, cycle end
+    metrics = Metrics()
+    clock = iter(float(T0_S + 30 + i) for i in range(1000))
+    c = Controller(
+        S,
+        api,
+        metrics,
+        is_leader=lambda: True,
+        identity="t_1",
+        clock=lambda: next(clock),
+        timer=lambda: next(ticks),
+    )
+    c.cycle()
+    assert sample(metrics, "decide_seconds_count") == 1
+    assert sample(metrics, "decide_seconds_sum") == pytest.approx(0.25)
+    assert sample(metrics, "decide_seconds_bucket", le="0.25") == 1
+    assert sample(metrics, "decide_seconds_bucket", le="0.1") == 0
+    assert sample(metrics, "cycle_seconds_count") == 1
+    assert sample(metrics, "cycle_seconds_sum") == pytest.approx(2.0)
+    assert b"gpucluster_make_before_break_decide_seconds_bucket" in metrics.render()
