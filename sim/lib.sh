@@ -9,7 +9,12 @@ source "$ROOT/tools/lib.sh"
 
 NAME="${GPUCLUSTER_SIM_NAME:-gpucluster}"
 STACK_NAME="${GPUCLUSTER_STACK:-local}"
-STACK="${GPUCLUSTER_SIM_STACK:-$ROOT/stacks/Pulumi.$STACK_NAME.yaml}"
+# The stack file: stacks/Pulumi.<stack>.yaml (Pulumi's stackConfigDir), or GPUCLUSTER_SIM_STACK, e.g. a scale stack
+# of benchmarks/stacks/, deployed with `pulumi up --config-file` (stack_file_args). Made absolute; the scripts that
+# run the stack's Python (sim/processes.py reads GPUCLUSTER_SIM_STACK) export it for them.
+STACK_DEFAULT_FILE="$ROOT/stacks/Pulumi.$STACK_NAME.yaml"
+STACK="${GPUCLUSTER_SIM_STACK:-$STACK_DEFAULT_FILE}"
+[[ "$STACK" == /* ]] || STACK="$PWD/$STACK"
 STATE="$ROOT/.state"
 SIM_STATE="$STATE/sim"
 KUEUE_STATE="$STATE/kueue"
@@ -111,6 +116,36 @@ pulumi_env() {
   export PULUMI_BACKEND_URL="file://$STATE/pulumi"
   export KUBECONFIG="$KUBECONFIG_FILE"
   mkdir -p "$STATE/pulumi" "$PULUMI_HOME"
+}
+
+# stack_file_args: the engine's arguments naming the stack file: none for stacks/Pulumi.<stack>.yaml, which Pulumi
+# finds itself, else `--config-file FILE` (pulumi up and preview read a stack's config from stackConfigDir unless
+# given one).
+stack_file_args() {
+  [[ "$STACK" -ef "$STACK_DEFAULT_FILE" ]] || printf '%s\n' --config-file "$STACK"
+}
+
+# stack_init_from_file STACK FILE: create STACK in the current backend for a stack file outside stackConfigDir,
+# leaving stacks/ alone. `pulumi stack init` takes no --config-file and saves the secrets provider's settings to
+# stacks/Pulumi.STACK.yaml, so it runs in a scratch copy of the project (Pulumi.yaml, and FILE as its
+# stacks/Pulumi.STACK.yaml). FILE must carry its encryptionsalt (for PULUMI_CONFIG_PASSPHRASE): the new stack
+# takes it as it is, and `pulumi up --config-file FILE` then has nothing to write back into FILE.
+stack_init_from_file() {
+  local stack="$1" file="$2" work="$STATE/stack-init/$1"
+  grep -q '^encryptionsalt:' "$file" ||
+    die "$file has no encryptionsalt: pulumi up --config-file would create one and rewrite the file (copy the one of a scale stack in benchmarks/stacks, made for the passphrase gpucluster-local)"
+  rm -rf "$work"
+  mkdir -p "$work/stacks"
+  cp "$ROOT/Pulumi.yaml" "$work/Pulumi.yaml"
+  cp "$file" "$work/stacks/Pulumi.$stack.yaml"
+  pulumi stack init --non-interactive --no-select --cwd "$work" "$stack" >/dev/null ||
+    die "cannot create stack $stack for $file (the engine's message is above)"
+  if cmp -s "$file" "$work/stacks/Pulumi.$stack.yaml"; then
+    rm -rf "$work"
+    rmdir "$STATE/stack-init" 2>/dev/null || true
+  else
+    warn "pulumi stack init changed its copy of $file: compare $work/stacks/Pulumi.$stack.yaml"
+  fi
 }
 
 # scratch_project WORK STACK_FILE STACK RENDER_DIR: a scratch Pulumi project in WORK (replaced) that runs the

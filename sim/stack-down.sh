@@ -8,7 +8,8 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 if [[ -d "$STATE/daemons" ]]; then
-  "$(sim_python)" "$ROOT/sim/processes.py" stop || warn "some local daemons did not stop cleanly"
+  # The daemons of the stack that was deployed: GPUCLUSTER_STACK / GPUCLUSTER_SIM_STACK as make up had them.
+  GPUCLUSTER_SIM_STACK="$STACK" "$(sim_python)" "$ROOT/sim/processes.py" stop || warn "some local daemons did not stop cleanly"
 fi
 "$ROOT/sim/kueue.sh" stop
 if [[ -d "$STATE/pulumi" ]]; then

@@ -22,7 +22,11 @@
 # the controller is started (or kept) before the one update.
 #
 # Environment: GPUCLUSTER_UP_SKIP_PREVIEW=1 skips the engine's preview pass (faster; the default keeps it);
-# GPUCLUSTER_UP_SKIP_DAEMONS=1 leaves the local daemons alone.
+# GPUCLUSTER_UP_SKIP_DAEMONS=1 leaves the local daemons alone. GPUCLUSTER_STACK (default local) names the stack,
+# GPUCLUSTER_SIM_STACK its file (default stacks/Pulumi.<stack>.yaml); a file elsewhere, such as a scale stack of
+# benchmarks/stacks/, is deployed with `pulumi up --config-file FILE` and its stack created without writing into
+# stacks/ (sim/lib.sh stack_init_from_file):
+#   GPUCLUSTER_STACK=scale96 GPUCLUSTER_SIM_STACK=benchmarks/stacks/Pulumi.scale96.yaml make up
 set -euo pipefail
 
 # shellcheck source=sim/lib.sh
@@ -32,6 +36,10 @@ t_start=$SECONDS
 sim_require_tools pulumi pulumi-language-python pulumi-language-python-exec pulumi-resource-kubernetes kueue \
   descheduler kubectl
 [[ -x "$ROOT/.venv/bin/python" ]] || die "the Python venv is missing (make venv)"
+[[ -f "$STACK" ]] || die "stack file $STACK not found (GPUCLUSTER_STACK=$STACK_NAME, GPUCLUSTER_SIM_STACK)"
+mapfile -t config_file < <(stack_file_args)
+# sim/processes.py (the daemons, their config) reads the same file.
+export GPUCLUSTER_SIM_STACK="$STACK"
 
 "$ROOT/sim/up.sh"
 "$ROOT/sim/kueue.sh" certs
@@ -40,9 +48,15 @@ pulumi_env
 cd "$ROOT"
 step "Pulumi $(pulumi version) with $(pulumi-resource-kubernetes --version 2>/dev/null || echo 'the pinned Kubernetes provider'), backend $PULUMI_BACKEND_URL"
 pulumi login --non-interactive "$PULUMI_BACKEND_URL" >/dev/null || die "pulumi login $PULUMI_BACKEND_URL failed"
-pulumi stack select --create --non-interactive "$STACK_NAME" || die "cannot select or create stack $STACK_NAME"
+if [[ ${#config_file[@]} -eq 0 ]]; then
+  pulumi stack select --create --non-interactive "$STACK_NAME" || die "cannot select or create stack $STACK_NAME"
+else
+  step "stack $STACK_NAME from $STACK (pulumi up ${config_file[*]})"
+  pulumi stack select --non-interactive "$STACK_NAME" >/dev/null 2>&1 || stack_init_from_file "$STACK_NAME" "$STACK"
+  pulumi stack select --non-interactive "$STACK_NAME" || die "cannot select stack $STACK_NAME"
+fi
 
-up_args=(--stack "$STACK_NAME" --yes --non-interactive --suppress-progress --diff=false)
+up_args=(--stack "$STACK_NAME" "${config_file[@]}" --yes --non-interactive --suppress-progress --diff=false)
 [[ "${GPUCLUSTER_UP_SKIP_PREVIEW:-0}" == 1 ]] && up_args+=(--skip-preview)
 
 # pulumi_up ARGS...: one update, retried once: on a starved machine the API server can time out a request
