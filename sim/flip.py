@@ -26,6 +26,13 @@ and the descheduler evicts the external replicas a few at a time, PDB permitting
 ``NoExecute``: the same with what the design forbids for the flip-back, a NoExecute taint that evicts every
 external replica at once: the baseline ``make bench`` prints beside the others.
 
+Every service of ``gpucluster:inferenceServices`` takes part: the desired count is the sum of their replicas, and
+the sampler counts the pods of all of them (the ``gpucluster.io/workload=inference`` label every InferenceService
+pod carries). The gang is ``--gang-nodes`` pods of a whole node each, every node of the first flavor unless told
+otherwise; a gang that leaves in-cluster room for every replica it displaces lets them reschedule in-cluster, and
+the preempt-then-burst path then runs without the taint being removed. ``--timeout-scale`` multiplies every step's
+timeout (the scale bench, ``benchmarks/scale_flip.py``, sets it from the cluster's size).
+
 Usage: ``python sim/flip.py [--path make-before-break|preempt-then-burst|NoExecute] [--out DIR] ...`` (``--help``).
 """
 
@@ -49,6 +56,9 @@ sys.path.insert(0, str(ROOT))
 from sim import processes as sim_daemons  # noqa: E402 (run as a script: the repository first on the path)
 from sim import timeline  # noqa: E402
 
+#: Every InferenceService pod carries it (components/inference.py; components/constants.py WORKLOAD_LABEL).
+INFERENCE_POD_SELECTOR = "gpucluster.io/workload=inference"
+
 TRAINING_JOB = "flip-pretrain"
 SIM_ANNOTATION_READY_AFTER = "sim.gpucluster.io/ready-after"
 MAKE_BEFORE_BREAK = "make-before-break"
@@ -69,13 +79,26 @@ def say(msg: str, quiet: bool = False) -> None:
 
 
 @dataclass(frozen=True)
-class Setup:
-    """What the scenario acts on, read from the local stack's config."""
+class Service:
+    """One entry of ``gpucluster:inferenceServices``."""
 
+    namespace: str
+    name: str
+    replicas: int
+    gpus_per_replica: int
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What the scenario acts on, read from the stack's config (the local stack unless GPUCLUSTER_SIM_STACK)."""
+
+    #: The first inference service (its namespace, name and pod selector): what chaos checks one by one.
     inference_ns: str
     service: str
     selector: str
+    #: The desired replicas of every inference service together.
     replicas: int
+    #: GPUs per replica; the largest of the services' when they differ (the fake cloud counts instances only).
     gpus_per_replica: int
     node: str
     taint_key: str
@@ -89,17 +112,24 @@ class Setup:
     fake_cloud_url: str
     make_before_break: bool
     reservation_key: str
+    #: Every inference service; their namespaces are where the sampler counts pods.
+    services: tuple[Service, ...] = ()
+
+    @property
+    def inference_namespaces(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(x.namespace for x in self.services)) or (self.inference_ns,)
 
 
 def setup_from_stack() -> Setup:
     cfg = sim_daemons.stack_config()
     if not cfg.inference_services:
-        raise ScenarioError("the local stack has no gpucluster:inferenceServices entry to flip")
+        raise ScenarioError("the stack has no gpucluster:inferenceServices entry to flip")
+    services = tuple(Service(x.namespace, x.name, x.replicas, x.gpus_per_replica) for x in cfg.inference_services)
     svc = cfg.inference_services[0]
     burst = cfg.burst
     fake = next((p.fake.url for p in burst.settings.providers if p.fake is not None), None)
     if fake is None:
-        raise ScenarioError("the local stack's burst section has no fake provider: the scenario needs the fake cloud")
+        raise ScenarioError("the stack's burst section has no fake provider: the scenario needs the fake cloud")
     team = cfg.teams[0]
     flavor = cfg.flavors[0]
     names = [w.name for w in cfg.priorities.workload]
@@ -107,8 +137,8 @@ def setup_from_stack() -> Setup:
         inference_ns=svc.namespace,
         service=svc.name,
         selector=f"app.kubernetes.io/name={svc.name}",
-        replicas=svc.replicas,
-        gpus_per_replica=svc.gpus_per_replica,
+        replicas=sum(x.replicas for x in services),
+        gpus_per_replica=max(x.gpus_per_replica for x in services),
         node=burst.settings.virtual_node.node_name,
         taint_key=cfg.burst_taint_key,
         training_ns=team.namespace,
@@ -121,7 +151,22 @@ def setup_from_stack() -> Setup:
         fake_cloud_url=fake,
         make_before_break=cfg.make_before_break.enabled,
         reservation_key=cfg.make_before_break.reservation_key,
+        services=services,
     )
+
+
+def gang_size(s: Setup, gang_nodes: int | None) -> int:
+    """The gang's pods (one whole node each): ``gang_nodes``, or every node of the first flavor."""
+    n = s.nodes if gang_nodes is None else gang_nodes
+    if not 1 <= n <= s.nodes:
+        raise ScenarioError(f"a gang of {n} nodes does not fit the first flavor's {s.nodes} nodes")
+    return n
+
+
+def displaced_fit_in_cluster(s: Setup, gang: int) -> bool:
+    """Whether the nodes the gang leaves hold every replica (a replica needs its GPUs on one node)."""
+    per_node = s.gpus_per_node // s.gpus_per_replica if s.gpus_per_replica else s.replicas
+    return (s.nodes - gang) * per_node >= s.replicas
 
 
 # --- reading the cluster --------------------------------------------------------------------------------------------
@@ -186,6 +231,14 @@ def preemptions(namespace: str, since: float) -> int:
     return count
 
 
+def of_services(s: Setup, pod: dict[str, Any]) -> bool:
+    """A pod of one of the stack's inference services (its namespace and ``app.kubernetes.io/name``)."""
+    meta = pod.get("metadata") or {}
+    key = (meta.get("namespace"), (meta.get("labels") or {}).get("app.kubernetes.io/name"))
+    wanted = {(x.namespace, x.name) for x in s.services} or {(s.inference_ns, s.service)}
+    return key in wanted
+
+
 class Sampler:
     """One sample a second in a background thread."""
 
@@ -202,7 +255,7 @@ class Sampler:
     def take(self) -> timeline.Sample:
         s = self.s
         t = self.now()
-        pods = kget("pods", "-n", s.inference_ns, "-l", s.selector)["items"]
+        pods = [p for p in kget("pods", "--all-namespaces", "-l", INFERENCE_POD_SELECTOR)["items"] if of_services(s, p)]
         node = kget("node", s.node)
         training = kget("pods", "-n", s.training_ns, "-l", f"job-name={TRAINING_JOB}")["items"]
         workload = workload_state(kget("workloads.kueue.x-k8s.io", "-n", s.training_ns)["items"])
@@ -217,7 +270,7 @@ class Sampler:
             training_running=sum(1 for p in training if p.get("status", {}).get("phase") == "Running"),
             taint=burst_taint(node, s.taint_key),
             external_instances=instances,
-            # Every instance on the fake cloud is one of this service's replicas.
+            # Every instance on the fake cloud is one of the services' replicas.
             external_gpus=instances * s.gpus_per_replica,
             workload=workload,
         )
@@ -244,8 +297,10 @@ class Sampler:
 # --- acting on the cluster ------------------------------------------------------------------------------------------
 
 
-def training_job(s: Setup, run_for: str) -> dict[str, Any]:
-    """A gang (all-or-nothing) Job that needs every in-cluster GPU, submitted to the team's LocalQueue."""
+def training_job(s: Setup, run_for: str, gang_nodes: int | None = None) -> dict[str, Any]:
+    """A gang (all-or-nothing) Job of ``gang_nodes`` whole-node pods (default: every in-cluster GPU of the first
+    flavor), submitted to the team's LocalQueue."""
+    gang = gang_size(s, gang_nodes)
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -258,8 +313,8 @@ def training_job(s: Setup, run_for: str) -> dict[str, Any]:
             },
         },
         "spec": {
-            "parallelism": s.nodes,
-            "completions": s.nodes,
+            "parallelism": gang,
+            "completions": gang,
             "suspend": True,
             "backoffLimit": 0,
             "template": {
@@ -306,6 +361,14 @@ class Options:
     out: Path = ROOT / ".state" / "flip"
     quiet: bool = False
     during: Callable[[str, Sampler], None] | None = None  # a hook per phase (chaos injects faults here)
+    #: The gang's pods, a whole node each; None: every node of the first flavor (the local stack's 4).
+    gang_nodes: int | None = None
+    #: Multiplies ``timeout`` for every step: a larger cluster takes longer to schedule, roll and sample.
+    timeout_scale: float = 1.0
+
+    @property
+    def step_timeout(self) -> float:
+        return self.timeout * self.timeout_scale
 
 
 def answer_at_once(registry: dict[str, sim_daemons.Daemon], on: bool) -> None:
@@ -332,6 +395,8 @@ def run_cycle(opts: Options) -> tuple[timeline.Timeline, timeline.Figures]:
     if missing:
         raise ScenarioError(f"daemons not running: {missing} (start them: python sim/processes.py start)")
     effect = "NoExecute" if opts.path == NO_EXECUTE else "NoSchedule"
+    gang = gang_size(s, opts.gang_nodes)
+    timeout = opts.step_timeout
     tl = timeline.Timeline(
         desired_replicas=s.replicas, boot_seconds=opts.boot_seconds, taint_effect=effect, path=opts.path
     )
@@ -344,34 +409,35 @@ def run_cycle(opts: Options) -> tuple[timeline.Timeline, timeline.Figures]:
             opts.during(name, sampler)
 
     def until(what: str, check: Callable[[timeline.Sample], bool], interval: float = 0.2) -> None:
-        wait(what, lambda: (x := sampler.latest) is not None and check(x), opts.timeout, interval)
+        wait(what, lambda: (x := sampler.latest) is not None and check(x), timeout, interval)
 
     sim_daemons.kubectl("delete", "job", TRAINING_JOB, "-n", s.training_ns, "--ignore-not-found", "--wait=true")
     detour = opts.path != MAKE_BEFORE_BREAK and s.make_before_break
     if detour:
         say("0. the make-before-break controllers answer the check at once (maxHold 1ms): today's path", q)
         answer_at_once(registry, True)
-    say(f"1. {s.replicas} replicas of {s.inference_ns}/{s.service} should run in-cluster; {s.node} tainted", q)
+    say(f"1. {s.replicas} replicas of {services_text(s)} should run in-cluster; {s.node} tainted", q)
     wait(
         f"{s.replicas} Ready in-cluster replicas and the burst taint on {s.node}",
         lambda: (x := sampler.take()).ready_in_cluster == s.replicas and x.ready_external == 0 and x.taint,
-        timeout=opts.timeout,
+        timeout=timeout,
     )
     sampler.start()
     try:
-        say(f"2. submitting {TRAINING_JOB}: {s.nodes} pods x {s.gpus_per_node} GPUs, every in-cluster GPU", q)
+        share = "every in-cluster GPU" if gang == s.nodes else f"{gang} of {s.nodes} nodes"
+        say(f"2. submitting {TRAINING_JOB}: {gang} pods x {s.gpus_per_node} GPUs, {share}", q)
         tl.mark(sampler.now(), "submitted")
-        sim_daemons.kubectl("apply", "-f", "-", input=json.dumps(training_job(s, opts.train_for)))
+        sim_daemons.kubectl("apply", "-f", "-", input=json.dumps(training_job(s, opts.train_for, gang)))
         phase("submitted")
         until("the training Workload's quota to be reserved", lambda x: x.workload != "")
         tl.mark(sampler.now(), "quota_reserved")
         if opts.path == MAKE_BEFORE_BREAK:
             _make_room(s, tl, sampler, phase=phase, until=until, q=q)
         else:
-            _preempt_then_burst(s, tl, sampler, phase=phase, until=until, q=q)
-        until(f"all {s.nodes} training pods Running", lambda x: x.training_running == s.nodes)
+            _preempt_then_burst(s, tl, sampler, phase=phase, until=until, q=q, gang=gang)
+        until(f"all {gang} training pods Running", lambda x: x.training_running == gang)
         tl.mark(sampler.now(), "training_running")
-        say(f"   {s.nodes} training pods Running", q)
+        say(f"   {gang} training pods Running", q)
         phase("training_running")
         if opts.path == NO_EXECUTE:
             # The baseline: the taint controller refuses NoExecute, so it is stopped and the taint set by hand.
@@ -380,7 +446,7 @@ def run_cycle(opts: Options) -> tuple[timeline.Timeline, timeline.Figures]:
         wait(
             "training to finish",
             lambda: (x := sampler.latest) is not None and x.training_running == 0 and job_done(s),
-            opts.timeout,
+            timeout,
             0.5,
         )
         tl.mark(sampler.now(), "training_done")
@@ -403,7 +469,7 @@ def run_cycle(opts: Options) -> tuple[timeline.Timeline, timeline.Figures]:
                 and x.ready_in_cluster == s.replicas
                 and not any(p["spec"].get("nodeName") == s.node for p in sampler.latest_pods)
             ),
-            opts.timeout,
+            timeout,
             0.5,
         )
         tl.mark(sampler.now(), "returned")
@@ -422,8 +488,14 @@ def run_cycle(opts: Options) -> tuple[timeline.Timeline, timeline.Figures]:
         sim_daemons.kubectl("delete", "job", TRAINING_JOB, "-n", s.training_ns, "--ignore-not-found", "--wait=false")
         if detour:
             answer_at_once(registry, False)
-    tl.inference_preemptions = preemptions(s.inference_ns, wall0)
+    tl.inference_preemptions = sum(preemptions(ns, wall0) for ns in s.inference_namespaces)
     return tl, timeline.figures(tl)
+
+
+def services_text(s: Setup) -> str:
+    """``inference/sd-serve`` for one service; ``4 services (inference/sd-serve, ...)`` for several."""
+    names = [f"{x.namespace}/{x.name}" for x in s.services] or [f"{s.inference_ns}/{s.service}"]
+    return names[0] if len(names) == 1 else f"{len(names)} services ({', '.join(names)})"
 
 
 Until = Callable[[str, Callable[[timeline.Sample], bool]], None]
@@ -444,8 +516,22 @@ def _make_room(
 
 
 def _preempt_then_burst(
-    s: Setup, tl: timeline.Timeline, sampler: Sampler, *, phase: Callable[[str], None], until: Until, q: bool
+    s: Setup,
+    tl: timeline.Timeline,
+    sampler: Sampler,
+    *,
+    phase: Callable[[str], None],
+    until: Until,
+    q: bool,
+    gang: int | None = None,
 ) -> None:
+    """Training preempts the replicas in its way. When the nodes the gang leaves cannot hold them (the local stack:
+    the gang takes every node), the taint controller removes the taint and they run on the virtual node; when they
+    can, they reschedule in-cluster, and a gang that fits on idle nodes preempts nothing at all."""
+    gang = s.nodes if gang is None else gang
+    if displaced_fit_in_cluster(s, gang):
+        _preempt_in_cluster(s, tl, sampler, phase=phase, until=until, q=q, gang=gang)
+        return
     until("the first inference replica to be preempted", lambda x: x.ready_in_cluster < s.replicas)
     tl.mark(sampler.now(), "preempted")
     if sampler.latest is not None and sampler.latest.workload in ("admitted", "finished"):
@@ -461,6 +547,37 @@ def _preempt_then_burst(
     until("every displaced replica Ready on the virtual node", lambda x: x.ready >= s.replicas)
     tl.mark(sampler.now(), "flipped_out")
     say(f"4. {sampler.latest.ready_external if sampler.latest else '?'} replicas Ready on rented GPUs", q)
+    phase("flipped_out")
+
+
+def _preempt_in_cluster(
+    s: Setup,
+    tl: timeline.Timeline,
+    sampler: Sampler,
+    *,
+    phase: Callable[[str], None],
+    until: Until,
+    q: bool,
+    gang: int,
+) -> None:
+    """Preempt-then-burst where the cluster keeps room: whatever the gang preempts reschedules on its other nodes."""
+    say("3. training admitted: replicas in its way are preempted and reschedule on the nodes the gang left", q)
+    phase("preempted")
+    until("the training admitted", lambda x: x.workload in ("admitted", "finished"))
+    tl.mark(sampler.now(), "admitted")
+    until(
+        f"all {gang} training pods Running and every replica Ready",
+        lambda x: x.training_running == gang and x.ready >= s.replicas,
+    )
+    reserved = tl.first("quota_reserved")
+    since = reserved.t if reserved else 0.0
+    dip = next((x for x in list(tl.samples) if x.t >= since and x.ready < s.replicas), None)
+    if dip is not None:
+        tl.mark(dip.t, "preempted")
+        tl.mark(sampler.now(), "flipped_out")
+    latest = sampler.latest
+    moved = "some replicas preempted and rescheduled" if dip else "the gang fit on idle nodes: nothing preempted"
+    say(f"4. {latest.ready_in_cluster if latest else '?'} replicas Ready in-cluster, none had to burst ({moved})", q)
     phase("flipped_out")
 
 
@@ -491,11 +608,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--path", choices=PATHS, default=MAKE_BEFORE_BREAK, help="how the cycle runs (see above)")
     p.add_argument("--train-for", default="60s", help="how long the training Job runs (Go duration)")
     p.add_argument("--timeout", type=float, default=600, help="seconds any one step may take")
+    p.add_argument(
+        "--timeout-scale", type=float, default=1.0, help="multiplies --timeout for every step (large clusters)"
+    )
+    p.add_argument("--gang-nodes", type=int, help="the gang's whole-node pods (default: every node of the flavor)")
     p.add_argument("--out", type=Path, default=ROOT / ".state" / "flip", help="where the CSV, PNG and JSON go")
     p.add_argument("--quiet", action="store_true", help="no narration")
     a = p.parse_args(argv)
     boot = float(os.environ.get("GPUCLUSTER_FAKE_BOOT_SECONDS", sim_daemons.FAKE_CLOUD_DEFAULTS["boot-seconds"]))
-    opts = Options(path=a.path, train_for=a.train_for, boot_seconds=boot, timeout=a.timeout, out=a.out, quiet=a.quiet)
+    opts = Options(
+        path=a.path,
+        train_for=a.train_for,
+        boot_seconds=boot,
+        timeout=a.timeout,
+        out=a.out,
+        quiet=a.quiet,
+        gang_nodes=a.gang_nodes,
+        timeout_scale=a.timeout_scale,
+    )
     try:
         tl, f = run_cycle(opts)
     except (ScenarioError, sim_daemons.DaemonError) as e:

@@ -1,0 +1,68 @@
+"""The flip at production scale, without a cluster: the scale stacks of benchmarks/stacks/ are valid and shaped as
+the scale bench needs, and sim/flip.py reads every inference service, sizes the gang and scales its timeouts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from components.config import load_stack_file
+from tests.support.sim import load_sim_module
+
+flip = load_sim_module("flip")
+ROOT = Path(__file__).resolve().parents[2]
+SCALE_STACKS = {"scale96": (96, 64), "scale512": (512, 384)}
+
+
+@pytest.mark.parametrize("name", sorted(SCALE_STACKS))
+def test_a_scale_stack_is_valid_and_shaped_for_the_bench(name: str) -> None:
+    path = ROOT / "benchmarks" / "stacks" / f"Pulumi.{name}.yaml"
+    nodes, _ = SCALE_STACKS[name]
+    cfg = load_stack_file(path)
+    assert [(f.node_count, f.gpus_per_node) for f in cfg.flavors] == [(nodes, 8)]
+    services = cfg.inference_services
+    assert len(services) == 4
+    assert sum(s.replicas for s in services) == 64
+    assert all(s.gpus_per_replica == 1 for s in services)
+    providers = cfg.burst.settings.providers
+    assert [(p.name, p.kind) for p in providers] == [("fake-a", "fake")]
+    assert providers[0].max_gpus >= 2 * sum(s.replicas for s in services)  # a rollout surges 100 %
+    raw = yaml.safe_load(path.read_text())
+    # No secret; the salt keeps `pulumi up --config-file` from writing one into the file (sim/lib.sh).
+    assert raw["encryptionsalt"].startswith("v1:")
+    assert not any(isinstance(v, dict) and "secure" in v for v in raw["config"].values())
+
+
+def test_the_scale_stacks_are_not_in_stacks() -> None:
+    """Every stacks/Pulumi.*.yaml is checked and previewed against the local sim; the scale ones stay apart."""
+    assert not any((ROOT / "stacks" / f"Pulumi.{name}.yaml").exists() for name in SCALE_STACKS)
+
+
+def test_setup_sums_every_service_and_the_gang_is_sized(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GPUCLUSTER_SIM_STACK", str(ROOT / "benchmarks" / "stacks" / "Pulumi.scale96.yaml"))
+    s = flip.setup_from_stack()
+    assert (s.replicas, s.nodes, s.gpus_per_node) == (64, 96, 8)
+    assert [x.name for x in s.services] == ["sd-serve", "sd-serve-xl", "upscaler", "safety-check"]
+    assert s.inference_namespaces == ("inference",)
+    job = flip.training_job(s, "60s", 64)
+    assert (job["spec"]["parallelism"], job["spec"]["completions"]) == (64, 64)
+    assert flip.training_job(s, "60s")["spec"]["parallelism"] == 96  # default: every node of the flavor
+    assert flip.displaced_fit_in_cluster(s, 64)
+    assert not flip.displaced_fit_in_cluster(s, 96)
+    with pytest.raises(flip.ScenarioError, match="does not fit"):
+        flip.gang_size(s, 97)
+    pod = {"metadata": {"namespace": "inference", "labels": {"app.kubernetes.io/name": "upscaler"}}}
+    assert flip.of_services(s, pod)
+    assert not flip.of_services(s, {"metadata": {"namespace": "inference", "labels": {"app.kubernetes.io/name": "x"}}})
+
+
+def test_the_local_stack_keeps_its_one_service_and_whole_cluster_gang(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("GPUCLUSTER_SIM_STACK", raising=False)
+    s = flip.setup_from_stack()
+    assert (s.service, s.selector, s.replicas, s.nodes) == ("sd-serve", "app.kubernetes.io/name=sd-serve", 8, 4)
+    assert flip.training_job(s, "60s")["spec"]["parallelism"] == 4
+    assert not flip.displaced_fit_in_cluster(s, 4)  # the gang takes every node: the replicas burst
+    assert flip.Options().step_timeout == 600
+    assert flip.Options(timeout=100, timeout_scale=3).step_timeout == 300
