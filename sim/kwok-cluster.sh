@@ -18,7 +18,8 @@
 #
 # DIR (under .state) holds the cluster's kubeconfig (DIR/kubeconfig) and kwokctl's workdir (DIR/kwok: pki,
 # configs, pid files, logs under kwok/clusters/NAME/logs). Ports are the ones kwokctl picks free at creation.
-# Environment: GPUCLUSTER_CACHE (tool cache root, see tools/bin-dir.sh).
+# Environment: GPUCLUSTER_CACHE (tool cache root, see tools/bin-dir.sh); GPUCLUSTER_SIM_READY_TIMEOUT (seconds the
+# nodes get to be Ready, default 120; the scale bench's hundreds of nodes take longer on a small machine).
 set -euo pipefail
 
 # shellcheck source=sim/lib.sh
@@ -156,8 +157,9 @@ cluster_up() {
   fi
 
   step "waiting for the nodes to be Ready"
-  kubectl wait --for=condition=Ready node -l "$SELECTOR" --timeout=120s >/dev/null ||
-    die "nodes did not become Ready within 120s (is the kwok controller running? logs: $CLUSTER_DIR/logs)"
+  local ready_timeout="${GPUCLUSTER_SIM_READY_TIMEOUT:-120}"
+  kubectl wait --for=condition=Ready node -l "$SELECTOR" --timeout="${ready_timeout}s" >/dev/null ||
+    die "nodes did not become Ready within ${ready_timeout}s (is the kwok controller running? logs: $CLUSTER_DIR/logs)"
 }
 
 cluster_down() {

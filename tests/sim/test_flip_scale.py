@@ -3,12 +3,17 @@ the scale bench needs, and sim/flip.py reads every inference service, sizes the 
 
 from __future__ import annotations
 
+import importlib.util
+import json
+import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 import yaml
 
 from components.config import load_stack_file
+from daemons.make_before_break.metrics import Metrics
 from tests.support.sim import load_sim_module
 
 flip = load_sim_module("flip")
@@ -66,3 +71,52 @@ def test_the_local_stack_keeps_its_one_service_and_whole_cluster_gang(monkeypatc
     assert not flip.displaced_fit_in_cluster(s, 4)  # the gang takes every node: the replicas burst
     assert flip.Options().step_timeout == 600
     assert flip.Options(timeout=100, timeout_scale=3).step_timeout == 300
+
+
+def _scale_bench() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("scale_flip", ROOT / "benchmarks" / "scale_flip.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["scale_flip"] = module  # dataclasses resolve their module's annotations through sys.modules
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_scale_bench_reads_the_leaders_decision_time_from_metrics_and_log(tmp_path: Path) -> None:
+    bench = _scale_bench()
+    metrics = Metrics()
+    metrics.is_leader.set(1)
+    for seconds in (0.002, 0.004):
+        metrics.decide_seconds.observe(seconds)
+    metrics.cycle_seconds.observe(0.3)
+    leader, before = bench.parse_metrics(metrics.render().decode())
+    assert leader
+    metrics.decide_seconds.observe(0.02)
+    _, after = bench.parse_metrics(metrics.render().decode())
+    delta = after["decide_seconds"].minus(before["decide_seconds"])
+    assert delta.count == 1
+    assert delta.total == pytest.approx(0.02)
+    assert delta.slowest_within() == 0.025
+    # A restarted controller began its counters again: what it counted since is the figure.
+    assert before["decide_seconds"].minus(after["decide_seconds"]) == before["decide_seconds"]
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    line = {"msg": "cycle", "leader": True, "decide_seconds": 0.0125, "cycle_seconds": 0.5}
+    standby = {**line, "leader": False, "decide_seconds": 9.0}
+    (logs / "make-before-break-a.log").write_text("not json\n" + json.dumps(line) + "\n" + json.dumps(standby) + "\n")
+    worst = bench.slowest_logged({"make-before-break-a": 0, "make-before-break-b": 0}, logs)
+    assert worst == {"decide_seconds": 0.0125, "cycle_seconds": 0.5}
+
+
+def test_the_scale_bench_says_where_a_scale_stopped() -> None:
+    bench = _scale_bench()
+    result = bench.ScaleResult(bench.SCALES["scale512"], stopped="make up", reason="timed out after 5400s", machine="m")
+    report = result.report()
+    assert "512 nodes x 8 GPUs (4096 GPUs)" in report
+    assert "stopped at: make up" in report
+    assert "reason: timed out after 5400s" in report
+    env = bench.SCALES["scale96"].env()
+    assert env["GPUCLUSTER_STACK"] == "scale96"
+    assert Path(env["GPUCLUSTER_SIM_STACK"]) == ROOT / "benchmarks" / "stacks" / "Pulumi.scale96.yaml"
