@@ -90,8 +90,9 @@ up: debian-deps venv tools ## simulated cluster + the local stack applied by Pul
 down: ## stop Kueue, drop the local stack's state, delete the simulated cluster
 	@sim/stack-down.sh
 
-demo: up ## one narrated flip on make up's cluster: .state/flip/flip-noschedule.{csv,png,json}
-	@$(PY) sim/flip.py --out .state/flip
+demo: up ## two narrated flips on make up's cluster, make-before-break then preempt-then-burst: .state/flip/flip-<path>.{csv,png,json}
+	@$(PY) sim/flip.py --path make-before-break --out .state/flip
+	@$(PY) sim/flip.py --path preempt-then-burst --out .state/flip
 
 chaos: up ## the flip under faults: 20 SIGKILLs over 4 cycles, 20% failed creates, 5%/min deaths, Prometheus outage
 	@$(PY) sim/chaos.py --kills 20 --cycles 4 --prometheus-outage --out .state/chaos
