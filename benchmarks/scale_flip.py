@@ -30,6 +30,7 @@ in ``.state/bench-scale/<scale>/``.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import signal
@@ -436,6 +437,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         help=f"comma-separated cycles per scale, of {', '.join(flip.PATHS)}",
     )
     p.add_argument("--train-for", default="60s", help="how long the training Job runs (Go duration)")
+    p.add_argument(
+        "--gang-nodes",
+        type=int,
+        default=None,
+        help="the gang's size in whole nodes, for every scale run (default: each scale's own, 64 of 96, 384 of 512); "
+        "the scheduler packs 1-GPU replicas, so a gang of every node is the one that makes every replica move",
+    )
     p.add_argument("--no-restore", action="store_true", help="leave the cluster down at the end (no make up)")
     p.add_argument("--out", type=Path, default=ROOT / ".state" / "bench-scale")
     a = p.parse_args(argv)
@@ -443,6 +451,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if any(n not in SCALES for n in names):
         p.error(f"unknown scales {[n for n in names if n not in SCALES]}: of {', '.join(SCALES)}")
     scales = [SCALES[n] for n in names]
+    if a.gang_nodes is not None:
+        too_big = [x.name for x in scales if not 1 <= a.gang_nodes <= x.nodes]
+        if too_big:
+            p.error(f"--gang-nodes {a.gang_nodes} does not fit {', '.join(too_big)}")
+        scales = [dataclasses.replace(x, gang_nodes=a.gang_nodes) for x in scales]
     paths = [x for x in a.paths.split(",") if x]
     unknown = [x for x in paths if x not in flip.PATHS]
     if unknown:
