@@ -51,8 +51,17 @@ if [[ "$CHARTS" == gomodule ]]; then
   warn "CHARTS=gomodule: Kueue and descheduler charts from their Go modules, not the published packages"
 fi
 
-# A throwaway state holds no secrets of the stack; the passphrase only seals this scratch state.
-scratch_engine "$WORK" "$RSTACK" "render-$RSTACK"
+# A throwaway state holds no secrets of the stack; the passphrase only seals this scratch state. A stack file that
+# carries an encryptionsalt keeps it, and its sealed secrets, in the copy: then the engine needs the stack's own
+# passphrase (the local stack's is gpucluster-local, as for make up).
+passphrase="render-$RSTACK"
+if grep -q '^encryptionsalt:' "$SRC"; then
+  [[ "$SRC" -ef "$ROOT/stacks/Pulumi.local.yaml" ]] && : "${PULUMI_CONFIG_PASSPHRASE:=gpucluster-local}"
+  [[ -n "${PULUMI_CONFIG_PASSPHRASE:-}" ]] ||
+    die "$SRC seals its secrets with a passphrase: set PULUMI_CONFIG_PASSPHRASE to the stack's own"
+  passphrase="$PULUMI_CONFIG_PASSPHRASE"
+fi
+scratch_engine "$WORK" "$RSTACK" "$passphrase"
 step "rendering stack $RSTACK into $OUT_DIR"
 pulumi up --stack "$RSTACK" --yes --non-interactive --skip-preview --suppress-progress --diff=false ||
   die "rendering $RSTACK failed (the engine's message is above)"

@@ -70,6 +70,7 @@ def test_a_stack_name_that_is_a_path_is_refused(tmp_path: Path, capsys: pytest.C
 PULUMI = """#!/bin/sh
 echo "$(pwd) PULUMI_BACKEND_URL=$PULUMI_BACKEND_URL PULUMI_HOME=$PULUMI_HOME offline=${GPUCLUSTER_OFFLINE_CHARTS:-} \
 pulumi $*" >>"$FAKE_TOOLS_LOG"
+echo "${PULUMI_CONFIG_PASSPHRASE:-}" >>"$FAKE_TOOLS_LOG.passphrases"
 if [ "$1" = up ]; then
   out="$(sed -n 's/^ *kubernetes:renderYamlToDirectory: //p' stacks/*.yaml)"
   mkdir -p "$out/1-manifest" && echo "kind: Namespace" >"$out/1-manifest/ns.yaml"
@@ -175,3 +176,17 @@ def test_make_render_updates_the_scratch_project_into_the_output_directory(
     assert not work.exists(), "the scratch project is removed after rendering"
     with contextlib.suppress(OSError):
         work.parent.rmdir()
+
+
+@pytest.mark.parametrize(("stack", "passphrase"), [("dev", "render-dev"), ("local", "gpucluster-local")])
+def test_make_render_unseals_a_stack_file_with_its_own_passphrase(
+    engine: dict[str, str], tmp_path: Path, stack: str, passphrase: str
+) -> None:
+    """A stack file without secrets gets a throwaway passphrase; the local one keeps its salt and sealed secret."""
+    env = {k: v for k, v in engine.items() if k != "PULUMI_CONFIG_PASSPHRASE"}
+    out = tmp_path / "rendered" / stack
+    render = [str(ROOT / "sim" / "render.sh"), stack, str(out)]
+    proc = subprocess.run(render, capture_output=True, text=True, env=env, cwd=ROOT, check=False)
+    assert proc.returncode == 0, proc.stderr
+    used = set(Path(engine["FAKE_TOOLS_LOG"] + ".passphrases").read_text().split())
+    assert used == {passphrase}
