@@ -639,22 +639,29 @@ def prometheus(s: Stack) -> Iterable[Daemon]:
     yield s.daemon("prometheus", cmd, ready_url=f"http://127.0.0.1:{PROMETHEUS_PORT}/-/ready")
 
 
-def taint_controllers(s: Stack) -> Iterable[Daemon]:
-    """Two taint controllers electing a leader on the stack's Lease, with its ServiceAccount and settings."""
-    from components.taint_controller import APP  # noqa: PLC0415 (needs ROOT on the path)
-
-    ns = s.config.burst.taint_controller.namespace
-    configmap = f"{APP}-settings"
-    for name, port in TAINT_CONTROLLER_PORTS.items():
+def lease_controllers(
+    s: Stack,
+    module: str,
+    *,
+    service_account: str,
+    namespace: str,
+    ports: Mapping[str, int],
+    document: Callable[[], str],
+) -> Iterable[Daemon]:
+    """One of our Lease-electing controllers per ``ports`` entry (name: port), each running ``python -m module``
+    with the settings ``document()`` returns and a token of ``namespace/service_account``."""
+    for name, port in ports.items():
 
         def cmd(name: str = name, port: int = port) -> list[str]:
             d = s.state / name
-            kubeconfig = sa_kubeconfig(ns, APP, d / "kubeconfig")
-            settings = write_deployed(ns, configmap, "settings.json", d / "settings.json")
+            kubeconfig = sa_kubeconfig(namespace, service_account, d / "kubeconfig")
+            settings = d / "settings.json"
+            settings.parent.mkdir(parents=True, exist_ok=True)
+            settings.write_text(document())
             return [
                 s.python,
                 "-m",
-                "daemons.taint_controller",
+                module,
                 "--settings",
                 str(settings),
                 "--kubeconfig",
@@ -665,12 +672,27 @@ def taint_controllers(s: Stack) -> Iterable[Daemon]:
                 name,
             ]
 
-        yield s.daemon(
-            name,
-            cmd,
-            ready_url=f"http://127.0.0.1:{port}/healthz",
-            fingerprint=lambda: deployed_text(ns, configmap, "settings.json"),
-        )
+        yield s.daemon(name, cmd, ready_url=f"http://127.0.0.1:{port}/healthz", fingerprint=document)
+
+
+def taint_controllers(s: Stack) -> Iterable[Daemon]:
+    """Two taint controllers electing a leader on the stack's Lease, with its ServiceAccount and settings."""
+    from components.taint_controller import APP  # noqa: PLC0415 (needs ROOT on the path)
+
+    ns = s.config.burst.taint_controller.namespace
+    configmap = f"{APP}-settings"
+
+    def document() -> str:
+        return deployed_text(ns, configmap, "settings.json")
+
+    yield from lease_controllers(
+        s,
+        "daemons.taint_controller",
+        service_account=APP,
+        namespace=ns,
+        ports=TAINT_CONTROLLER_PORTS,
+        document=document,
+    )
 
 
 def mbb_settings(deployed: str, overrides: str) -> str:
@@ -706,29 +728,14 @@ def make_before_break(s: Stack) -> Iterable[Daemon]:
         deployed = deployed_text(ns, configmap, "settings.json")
         return mbb_settings(deployed, os.environ.get(MAKE_BEFORE_BREAK_ENV, ""))
 
-    for name, port in MAKE_BEFORE_BREAK_PORTS.items():
-
-        def cmd(name: str = name, port: int = port) -> list[str]:
-            d = s.state / name
-            kubeconfig = sa_kubeconfig(ns, APP, d / "kubeconfig")
-            settings = d / "settings.json"
-            settings.parent.mkdir(parents=True, exist_ok=True)
-            settings.write_text(document())
-            return [
-                s.python,
-                "-m",
-                "daemons.make_before_break",
-                "--settings",
-                str(settings),
-                "--kubeconfig",
-                str(kubeconfig),
-                "--listen",
-                f"127.0.0.1:{port}",
-                "--identity",
-                name,
-            ]
-
-        yield s.daemon(name, cmd, ready_url=f"http://127.0.0.1:{port}/healthz", fingerprint=document)
+    yield from lease_controllers(
+        s,
+        "daemons.make_before_break",
+        service_account=APP,
+        namespace=ns,
+        ports=MAKE_BEFORE_BREAK_PORTS,
+        document=document,
+    )
 
 
 def descheduler(s: Stack) -> Iterable[Daemon]:
