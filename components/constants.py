@@ -26,6 +26,15 @@ CLAIM_LABEL = "gpucluster.io/claim"
 SETTINGS_LABEL = "gpucluster.io/settings"
 #: The GPU type a burst provider must rent for a pod (pod template annotation, read by the provider service).
 GPU_TYPE_ANNOTATION = "burst.gpucluster.io/gpu-type"
+#: A node that passed the Ansible acceptance roles (``ansible/roles/node_admission`` sets it to ``true``): GPU
+#: flavors select it, and only accepted nodes count as capacity.
+ACCEPTED_LABEL = "gpucluster.io/accepted"
+ACCEPTED_VALUE = "true"
+#: A quarantined node (the quarantine controller sets it with the taint; ``kubectl get nodes -l`` lists them).
+QUARANTINED_LABEL = "gpucluster.io/quarantined"
+#: Why and since when (RFC 3339, UTC) a node is quarantined: what goes to the hardware provider.
+QUARANTINE_REASON_ANNOTATION = "gpucluster.io/quarantine-reason"
+QUARANTINED_AT_ANNOTATION = "gpucluster.io/quarantined-at"
 
 # --- taints -------------------------------------------------------------------------------------------------
 
@@ -41,6 +50,14 @@ VIRTUAL_NODE_TAINT_VALUE = "gpucluster"
 VIRTUAL_NODE_TAINT_EFFECT = "NoSchedule"
 #: As the node binary's ``--taint`` flag takes it.
 VIRTUAL_NODE_TAINT = f"{VIRTUAL_NODE_TAINT_KEY}={VIRTUAL_NODE_TAINT_VALUE}:{VIRTUAL_NODE_TAINT_EFFECT}"
+
+#: The quarantine taint: a node with a hot or erroring GPU. NoExecute, so running training pods leave it (the
+#: controller manager's taint-eviction controller evicts what does not tolerate it); inference tolerates it and
+#: keeps serving there.
+QUARANTINE_TAINT_KEY = "gpucluster.io/quarantine"
+QUARANTINE_TAINT_EFFECT = "NoExecute"
+#: The taint ``node_admission`` puts on a node that failed acceptance (NoSchedule).
+ACCEPTANCE_FAILED_TAINT_KEY = "gpucluster.io/acceptance-failed"
 
 #: The extended resource GPUs are requested as.
 GPU_RESOURCE = "nvidia.com/gpu"

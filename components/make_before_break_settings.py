@@ -33,7 +33,7 @@ from typing import Annotated, Any
 
 from pydantic import Field, ValidationError, ValidationInfo, field_validator
 
-from components.constants import DEFAULT_BURST_TAINT_KEY, GPU_RESOURCE, VIRTUAL_NODE_TAINT_KEY
+from components.constants import DEFAULT_BURST_TAINT_KEY, GPU_RESOURCE, QUARANTINE_TAINT_KEY, VIRTUAL_NODE_TAINT_KEY
 from components.documents import read_settings_file
 from components.issues import ConfigIssue, SettingsError, issues_from_validation_error, shown
 from components.model import (
@@ -60,7 +60,7 @@ FIELD_MANAGER = "gpucluster-make-before-break"
 #: Label and NoSchedule taint on a reserved node (the same key as ``daemons.make_before_break.model``).
 DEFAULT_RESERVATION_KEY = "gpucluster.io/reservation"
 DEFAULT_NODE_NAME = "gpu-burst"
-DEFAULT_QUARANTINE_TAINT_KEYS = ("gpucluster.io/quarantine",)
+DEFAULT_QUARANTINE_TAINT_KEYS = (QUARANTINE_TAINT_KEY,)
 #: Longest hold: beyond it every Kueue admission could stall for longer than an hour (blockAdmission).
 MAX_HOLD_SECONDS = 3600.0
 #: Most Deployments coming home at once.
