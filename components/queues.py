@@ -21,12 +21,23 @@ import yaml
 
 from components.charts import helm_chart, resolve_chart
 from components.constants import DECLARED_GPUS_ANNOTATION, TIER_LABEL
-from components.queues_settings import ClusterQueueSpec, GpuFlavor, KueueSettings, Priorities, Team
+from components.queues_settings import (
+    ClusterQueueSpec,
+    GpuFlavor,
+    KueueSettings,
+    Priorities,
+    Team,
+    resource_groups,
+)
 
 KUEUE_API = "kueue.x-k8s.io/v1beta2"
 _K8S_PROVIDER_VERSION = importlib.metadata.version("pulumi_kubernetes")
 #: Resources Kueue does not account for: the scheduler handles them; quotas are about GPUs.
 NON_GPU_RESOURCE_PREFIXES = ("cpu", "memory", "ephemeral-storage", "hugepages-", "pods")
+#: The ClusterQueue field the quota controller owns. An atomic list in Kueue's API (``+listType=atomic``): one
+#: field manager owns all of it, so the controller's server-side apply takes it whole, and the Kubernetes provider
+#: drops an ignored field another manager owns from its own applies.
+QUOTA_FIELD = "spec.resourceGroups"
 
 
 @dataclass(frozen=True)
@@ -42,6 +53,11 @@ class QueuesArgs:
     namespaces: Mapping[str, pulumi.Resource] = field(default_factory=dict)
     #: AdmissionChecks every ClusterQueue lists (each admits training): ``make-before-break`` while it is on.
     admission_checks: Sequence[str] = ()
+    #: The quota controller owns ``spec.resourceGroups`` (its numbers follow the healthy GPUs): Pulumi creates each
+    #: ClusterQueue with the numbers at full capacity and then leaves that field alone (``ignoreChanges``), so a
+    #: ``pulumi up`` never puts the static numbers back. The stack's quotas reach the controller as shares through
+    #: its settings, a change to them included.
+    quota_follows_capacity: bool = False
 
     def __post_init__(self) -> None:
         if not self.flavors:
@@ -121,16 +137,6 @@ def cluster_queue_spec(
 ) -> dict[str, Any]:
     """A ClusterQueue: GPU quota per flavor (one resource group per GPU resource name), cohort and preemption,
     and the AdmissionChecks every workload it admits must pass (none: the key is left out)."""
-    by_resource: dict[str, list[dict[str, Any]]] = {}
-    for flavor in flavors:
-        if flavor.name not in spec.quota:
-            continue
-        # Quotas are resource.Quantity values: the API server returns them as strings, so they are sent as
-        # strings too, or every `pulumi preview` would see 32 => "32" as a change.
-        resource: dict[str, Any] = {"name": flavor.gpu_resource, "nominalQuota": str(spec.quota[flavor.name])}
-        if flavor.name in spec.borrowing_limit:
-            resource["borrowingLimit"] = str(spec.borrowing_limit[flavor.name])
-        by_resource.setdefault(flavor.gpu_resource, []).append({"name": flavor.name, "resources": [resource]})
     out: dict[str, Any] = {
         "cohortName": cohort,
         "queueingStrategy": spec.queueing_strategy,
@@ -139,9 +145,9 @@ def cluster_queue_spec(
                 {"key": "kubernetes.io/metadata.name", "operator": "In", "values": sorted(set(namespaces))}
             ]
         },
-        "resourceGroups": [
-            {"coveredResources": [resource], "flavors": entries} for resource, entries in by_resource.items()
-        ],
+        "resourceGroups": resource_groups(
+            [(f.name, f.gpu_resource) for f in flavors], spec.quota, spec.borrowing_limit
+        ),
         "preemption": {
             "withinClusterQueue": "LowerPriority",
             "reclaimWithinCohort": "Any",
@@ -212,7 +218,7 @@ class Queues(pulumi.ComponentResource):
                     # What the quota policy checks every ClusterQueue against.
                     "annotations": {DECLARED_GPUS_ANNOTATION: str(f.capacity)},
                 },
-                spec={"nodeLabels": dict(f.node_labels), "tolerations": [t.to_k8s() for t in f.tolerations]},
+                spec={"nodeLabels": f.selector_labels, "tolerations": [t.to_k8s() for t in f.tolerations]},
                 opts=after_chart,
             )
             for f in args.flavors
@@ -229,7 +235,11 @@ class Queues(pulumi.ComponentResource):
                 spec=cluster_queue_spec(
                     q, args.cohort, args.flavors, team_namespaces.get(qname, []), args.admission_checks
                 ),
-                opts=pulumi.ResourceOptions(parent=self, depends_on=[self.chart, *self.flavors.values()]),
+                opts=pulumi.ResourceOptions(
+                    parent=self,
+                    depends_on=[self.chart, *self.flavors.values()],
+                    ignore_changes=[QUOTA_FIELD] if args.quota_follows_capacity else None,
+                ),
             )
             for qname, q in args.queues.items()
         }
@@ -277,6 +287,7 @@ class Queues(pulumi.ComponentResource):
                 "clusterQueues": sorted(self.cluster_queues),
                 "localQueues": sorted(self.local_queues),
                 "resourceFlavors": sorted(self.flavors),
+                "quotaFollowsCapacity": args.quota_follows_capacity,
                 "workloadPriorityClasses": [wp.name for wp in args.priorities.workload],
             }
         )

@@ -8,12 +8,13 @@ inference, ...) are in ``components/config/rules.py``.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field, field_validator
 
 from components.charts import ChartSource
-from components.constants import GPU_RESOURCE
+from components.constants import ACCEPTED_LABEL, ACCEPTED_VALUE, GPU_RESOURCE
 from components.issues import shown
 from components.model import (
     ConfigModel,
@@ -39,6 +40,10 @@ class GpuFlavor(ConfigModel):
     node_count: Annotated[int, Field(ge=1, le=10_000)]
     gpu_resource: Annotated[str, AfterValidator(lambda v: check_qualified_name(v, "resource name"))] = GPU_RESOURCE
     tolerations: list[Toleration] = []
+    #: Select only nodes that passed the Ansible acceptance roles (``gpucluster.io/accepted=true``), so a node that
+    #: never passed gets no training and counts as no capacity. A stack that turns it off is reported by the
+    #: policy pack (``flavors-select-accepted-nodes``).
+    require_acceptance: bool = True
 
     @field_validator("node_labels")
     @classmethod
@@ -50,6 +55,13 @@ class GpuFlavor(ConfigModel):
         """GPUs the flavor declares: nodes x GPUs per node."""
         return self.gpus_per_node * self.node_count
 
+    @property
+    def selector_labels(self) -> dict[str, str]:
+        """The ResourceFlavor's ``nodeLabels``: the flavor's own, and the acceptance label unless turned off."""
+        if not self.require_acceptance:
+            return dict(self.node_labels)
+        return {**self.node_labels, ACCEPTED_LABEL: ACCEPTED_VALUE}
+
 
 class ClusterQueueSpec(ConfigModel):
     """A Kueue ClusterQueue in the cohort: GPU quota per flavor, optional borrowing limits."""
@@ -57,6 +69,27 @@ class ClusterQueueSpec(ConfigModel):
     quota: Annotated[dict[str, Annotated[int, Field(ge=0)]], Field(min_length=1)]
     borrowing_limit: dict[str, Annotated[int, Field(ge=0)]] = {}
     queueing_strategy: Literal["BestEffortFIFO", "StrictFIFO"] = "BestEffortFIFO"
+
+
+def resource_groups(
+    flavors: Sequence[tuple[str, str]], quota: Mapping[str, int], borrowing_limit: Mapping[str, int]
+) -> list[dict[str, object]]:
+    """A ClusterQueue's ``spec.resourceGroups``: one group per GPU resource name, its flavors in ``flavors`` order
+    (``(flavor, resource)`` pairs; those without a quota are left out).
+
+    Shared by the Pulumi component (the numbers at full capacity) and the quota controller (the numbers that follow
+    healthy capacity), so both write the same shape. Quotas are ``resource.Quantity`` values, which the API server
+    returns as strings: they are sent as strings too, or every ``pulumi preview`` would see 32 => "32" as a change.
+    """
+    by_resource: dict[str, list[dict[str, object]]] = {}
+    for name, resource in flavors:
+        if name not in quota:
+            continue
+        entry: dict[str, object] = {"name": resource, "nominalQuota": str(quota[name])}
+        if name in borrowing_limit:
+            entry["borrowingLimit"] = str(borrowing_limit[name])
+        by_resource.setdefault(resource, []).append({"name": name, "resources": [entry]})
+    return [{"coveredResources": [resource], "flavors": entries} for resource, entries in by_resource.items()]
 
 
 class Team(ConfigModel):
