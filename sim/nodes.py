@@ -2,7 +2,8 @@
 
 ``python sim/nodes.py [STACK_FILE]`` prints a Kubernetes ``List`` of Node objects (JSON) for ``kubectl
 apply``: for every flavor in the stack's ``gpucluster:flavors``, ``nodeCount`` nodes named
-``<flavor>-node-<i>`` carrying the flavor's node labels, ``gpucluster.io/flavor=<flavor>``, ``gpusPerNode``
+``<flavor>-node-<i>`` carrying the flavor's node labels, ``gpucluster.io/flavor=<flavor>``, the acceptance label
+``gpucluster.io/accepted=true``, ``gpusPerNode``
 GPUs of the flavor's GPU resource (``nvidia.com/gpu`` unless it says otherwise) plus CPU, memory and pod
 capacity, one taint per flavor toleration (so the toleration means something), and the annotation that
 makes kwok manage them. ``--status NAME`` prints only the status patch of one node (capacity and
@@ -34,6 +35,9 @@ DEFAULT_STACK = ROOT / "stacks" / "Pulumi.local.yaml"
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
 KWOK_ANNOTATION_VALUE = "fake"
 FLAVOR_LABEL = "gpucluster.io/flavor"
+#: As components.constants.ACCEPTED_LABEL (this script runs without the repository on its path).
+ACCEPTED_LABEL = "gpucluster.io/accepted"
+ACCEPTED_VALUE = "true"
 
 #: Host resources that come with each GPU (a typical 8-GPU training node: 192 cores, ~2 TiB).
 CPU_PER_GPU = 24
@@ -142,6 +146,9 @@ def build_nodes(flavors: Sequence[Flavor]) -> list[dict[str, Any]]:
             labels = {
                 **flavor.node_labels,
                 FLAVOR_LABEL: flavor.name,
+                # Every fake node has passed acceptance (the flavors select accepted nodes); a test that wants one
+                # that has not removes the label.
+                ACCEPTED_LABEL: ACCEPTED_VALUE,
                 "kubernetes.io/hostname": name,
                 "kubernetes.io/os": "linux",
                 "kubernetes.io/arch": "amd64",

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
+from components.constants import ACCEPTED_LABEL, ACCEPTED_VALUE
 from tests.support.sim import load_sim_module
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,6 +33,13 @@ def test_local_stack_gives_four_annotated_h100_nodes() -> None:
         assert n["status"]["allocatable"]["nvidia.com/gpu"] == "8"
         assert "taints" not in n["spec"]
     assert len({n["spec"]["podCIDR"] for n in built}) == 4
+
+
+def test_every_fake_node_carries_the_acceptance_label_the_flavors_select() -> None:
+    flavors = nodes.load_flavors(ROOT / "stacks" / "Pulumi.local.yaml")
+    assert (nodes.ACCEPTED_LABEL, nodes.ACCEPTED_VALUE) == (ACCEPTED_LABEL, ACCEPTED_VALUE)
+    for n in nodes.build_nodes(flavors):
+        assert n["metadata"]["labels"][ACCEPTED_LABEL] == ACCEPTED_VALUE
 
 
 def test_flavor_tolerations_become_taints() -> None:
