@@ -15,29 +15,10 @@ Nothing else: no Secrets, no deletes, no writes to a Deployment's scale.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
-
 from daemons.make_before_break.model import KUEUE_GROUP
+from daemons.toolkit.rbac import Rule, lease_rules
 
-
-@dataclass(frozen=True)
-class Rule:
-    api_groups: tuple[str, ...]
-    resources: tuple[str, ...]
-    verbs: tuple[str, ...]
-    resource_names: tuple[str, ...] = ()
-
-    def to_k8s(self) -> dict[str, Any]:
-        """The rule as an rbac.authorization.k8s.io/v1 PolicyRule (camelCase keys)."""
-        out: dict[str, Any] = {
-            "apiGroups": list(self.api_groups),
-            "resources": list(self.resources),
-            "verbs": list(self.verbs),
-        }
-        if self.resource_names:
-            out["resourceNames"] = list(self.resource_names)
-        return out
+__all__ = ["CLUSTER_RULES", "Rule", "admission_check_rules", "cluster_rules", "inference_rules", "lease_rules"]
 
 
 CLUSTER_RULES: tuple[Rule, ...] = (
@@ -63,14 +44,6 @@ def inference_rules() -> tuple[Rule, ...]:
     return (
         Rule(("",), ("pods",), ("patch",)),
         Rule(("apps",), ("deployments",), ("list", "patch")),
-    )
-
-
-def lease_rules(lease_name: str) -> tuple[Rule, ...]:
-    """A Role in the controller's namespace: create the Lease (create cannot name an object), then its own only."""
-    return (
-        Rule(("coordination.k8s.io",), ("leases",), ("create",)),
-        Rule(("coordination.k8s.io",), ("leases",), ("get", "update"), (lease_name,)),
     )
 
 

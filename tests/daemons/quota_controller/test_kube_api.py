@@ -1,0 +1,266 @@
+"""The quota controller against a real kube-apiserver (RBAC on) with Kueue's v1beta2 CRDs, as the least-privilege
+ServiceAccount of :mod:`daemons.quota_controller.rbac`: the queues follow a cordoned, a quarantined and a deleted
+node and come back; Pulumi's next apply (which leaves the ignored field out) keeps the controller's numbers; what
+that account is refused.
+
+Nothing else runs (no scheduler, no Kueue): the test plays Pulumi and the node lifecycle by writing objects itself.
+Skipped, saying why, when the pinned tools or the Kueue module are absent.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+
+from components.constants import ACCEPTED_LABEL, QUARANTINE_TAINT_KEY
+from components.queues_settings import resource_groups
+from components.quota_controller_settings import FIELD_MANAGER, QuotaControllerSettings
+from daemons.quota_controller.client import KubeApi
+from daemons.quota_controller.controller import Controller
+from daemons.quota_controller.decide import Quota, live_quotas
+from daemons.quota_controller.metrics import Metrics
+from daemons.quota_controller.model import KUEUE_API, KUEUE_GROUP
+from daemons.quota_controller.rbac import EVENT_RULES, EVENTS_NAMESPACE, cluster_rules, lease_rules
+from daemons.quota_controller.translate import queue_view
+from daemons.toolkit.lease import KubeError, KubeLeaseApi, LeaderElector, load_kube_config
+from tests.support.apiserver import ApiServer, running_apiserver, wait_for
+from tests.support.require import missing
+
+pytestmark = [pytest.mark.integration, pytest.mark.filterwarnings("ignore:Unverified HTTPS request")]
+
+CRDS = Path.home() / "go/pkg/mod/sigs.k8s.io/kueue@v0.17.0/config/components/crd/bases"
+KINDS = ("resourceflavors", "clusterqueues")
+SYSTEM = "gpucluster-capacity"
+GPU = "nvidia.com/gpu"
+PULUMI = "pulumi-kubernetes-test"
+FLAVORS = [("h100", GPU)]
+SHARES = {"pretraining": ({"h100": 24}, {"h100": 8}), "evaluation": ({"h100": 8}, {})}
+SETTINGS = QuotaControllerSettings.model_validate(
+    {
+        "namespace": SYSTEM,
+        "flavors": [{"name": "h100", "nodeLabels": {"gpu": "h100"}, "declaredGpus": 32}],
+        "clusterQueues": [
+            {"name": name, "quota": quota, "borrowingLimit": limit} for name, (quota, limit) in SHARES.items()
+        ],
+    }
+)
+
+
+def now_text() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@pytest.fixture(scope="module")
+def kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
+    absent = [k for k in KINDS if not (CRDS / f"kueue.x-k8s.io_{k}.yaml").exists()]
+    if absent:
+        missing(f"the Kueue v0.17.0 CRDs are not in the Go module cache ({CRDS}; missing: {', '.join(absent)})")
+    with running_apiserver(tmp_path_factory.mktemp("quota-apiserver"), authorization_mode="RBAC") as server:
+        ext = client.ApiextensionsV1Api(server.api_client)
+        for kind in KINDS:
+            ext.create_custom_resource_definition(yaml.safe_load((CRDS / f"kueue.x-k8s.io_{kind}.yaml").read_text()))
+
+        def established(kind: str) -> bool:
+            status = ext.read_custom_resource_definition(f"{kind}.{KUEUE_GROUP}").status
+            conditions = (status.conditions if status else None) or []
+            return any(c.type == "Established" and c.status == "True" for c in conditions)
+
+        for kind in KINDS:
+            wait_for(f"CRD {kind} established", functools.partial(established, kind))
+        client.CoreV1Api(server.api_client).create_namespace(
+            client.V1Namespace.model_validate({"metadata": {"name": SYSTEM}})
+        )
+        yield server
+
+
+def admin(server: ApiServer) -> KubeApi:
+    return KubeApi(server.api_client)
+
+
+def raw(server: ApiServer, method: str, path: str, body: Any = None, content_type: str | None = None) -> Any:
+    return admin(server).request(method, path, f"{method} {path}", body=body, content_type=content_type)
+
+
+def node(server: ApiServer, name: str) -> None:
+    raw(
+        server, "POST", "/api/v1/nodes", {"metadata": {"name": name, "labels": {"gpu": "h100", ACCEPTED_LABEL: "true"}}}
+    )
+    ready = {"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "ok"}
+    status = {
+        "status": {
+            "capacity": {GPU: "8", "cpu": "96", "pods": "110"},
+            "allocatable": {GPU: "8", "cpu": "96", "pods": "110"},
+            "conditions": [{**ready, "lastHeartbeatTime": now_text(), "lastTransitionTime": now_text()}],
+        }
+    }
+    raw(server, "PATCH", f"/api/v1/nodes/{name}/status", status, "application/merge-patch+json")
+
+
+def pulumi_apply(server: ApiServer, name: str, *, with_groups: bool) -> None:
+    """What the Kubernetes provider sends: the whole queue at creation; without the ignored field later."""
+    quota, limit = SHARES[name]
+    spec: dict[str, Any] = {"cohortName": "research", "queueingStrategy": "BestEffortFIFO"}
+    if with_groups:
+        spec["resourceGroups"] = resource_groups(FLAVORS, quota, limit)
+    body = {"apiVersion": KUEUE_API, "kind": "ClusterQueue", "metadata": {"name": name}, "spec": spec}
+    path = f"/apis/{KUEUE_API}/clusterqueues/{name}?fieldManager={PULUMI}&force=true"
+    raw(server, "PATCH", path, body, "application/apply-patch+yaml")
+
+
+def quotas(server: ApiServer, name: str) -> dict[str, Quota] | None:
+    return live_quotas(queue_view(raw(server, "GET", f"/apis/{KUEUE_API}/clusterqueues/{name}")))
+
+
+def service_account_client(server: ApiServer, tmp: Path) -> Any:
+    """A client authenticated as the controller's ServiceAccount, bound to exactly the rules in rbac.py."""
+    rbac = "/apis/rbac.authorization.k8s.io/v1"
+    sa = {"kind": "ServiceAccount", "name": "quota", "namespace": SYSTEM}
+    raw(server, "POST", f"/api/v1/namespaces/{SYSTEM}/serviceaccounts", {"metadata": {"name": "quota"}})
+
+    def bind(scope: str, name: str, rules: list[dict[str, Any]]) -> None:
+        base = f"{rbac}/namespaces/{scope}" if scope else rbac
+        role_kind = "Role" if scope else "ClusterRole"
+        raw(server, "POST", f"{base}/{role_kind.lower()}s", {"metadata": {"name": name}, "rules": rules})
+        binding = {
+            "metadata": {"name": name},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": role_kind, "name": name},
+            "subjects": [sa],
+        }
+        raw(server, "POST", f"{base}/{role_kind.lower()}bindings", binding)
+
+    bind("", "quota", [r.to_k8s() for r in cluster_rules([q.name for q in SETTINGS.cluster_queues])])
+    bind(EVENTS_NAMESPACE, "quota-events", [r.to_k8s() for r in EVENT_RULES])
+    bind(SYSTEM, "quota-lease", [r.to_k8s() for r in lease_rules(SETTINGS.lease_name)])
+    token = raw(
+        server,
+        "POST",
+        f"/api/v1/namespaces/{SYSTEM}/serviceaccounts/quota/token",
+        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 3600}},
+    )["status"]["token"]
+    config = json.loads(server.kubeconfig.read_text())
+    config["users"] = [{"name": "t", "user": {"token": token}}]
+    path = tmp / "sa-kubeconfig"
+    path.write_text(json.dumps(config))
+    return load_kube_config(str(path))
+
+
+def events(server: ApiServer) -> list[tuple[str, str, str]]:
+    items = raw(server, "GET", f"/api/v1/namespaces/{EVENTS_NAMESPACE}/events")["items"]
+    return [(e["involvedObject"]["name"], e["reason"], e["message"]) for e in items]
+
+
+def test_queues_follow_healthy_capacity_as_the_least_privilege_account(kube: ApiServer, tmp_path: Path) -> None:
+    server = kube
+    for i in range(4):
+        node(server, f"h100-node-{i}")
+    for name in SHARES:
+        pulumi_apply(server, name, with_groups=True)
+    sa_client = service_account_client(server, tmp_path)
+    elector = LeaderElector(
+        KubeLeaseApi(sa_client), SYSTEM, SETTINGS.lease_name, "test_1", lease_duration_s=15, renew_deadline_s=10
+    )
+    elector.try_acquire_or_renew()
+    controller = Controller(SETTINGS, KubeApi(sa_client), Metrics(), is_leader=elector.is_leader, identity="test_1")
+
+    # full capacity: nothing to write
+    assert controller.cycle().outcomes == ()
+
+    # one node cordoned, one quarantined: 16 of 32 GPUs
+    raw(server, "PATCH", "/api/v1/nodes/h100-node-1", {"spec": {"unschedulable": True}}, "application/merge-patch+json")
+    taint = {"key": QUARANTINE_TAINT_KEY, "value": "gpu-temperature", "effect": "NoExecute"}
+    raw(server, "PATCH", "/api/v1/nodes/h100-node-2", {"spec": {"taints": [taint]}}, "application/merge-patch+json")
+    result = controller.cycle()
+    assert sorted((o.queue, o.result) for o in result.outcomes) == [
+        ("evaluation", "applied"),
+        ("pretraining", "applied"),
+    ]
+    assert quotas(server, "pretraining") == {"h100": Quota(12, 4)}
+    assert quotas(server, "evaluation") == {"h100": Quota(4)}
+    said = [e for e in events(server) if e[1] == "QuotaFollowsCapacity"]
+    assert ("pretraining", "QuotaFollowsCapacity") in {(q, r) for q, r, _ in said}
+    message = next(m for q, _, m in said if q == "pretraining")
+    assert "h100 24 (borrowing 8) -> 12 (borrowing 4)" in message
+    assert "h100-node-1 cordoned, h100-node-2 quarantined" in message
+
+    # the controller owns the field now; Pulumi's next apply leaves it out (ignoreChanges) and keeps the numbers
+    managers = raw(server, "GET", f"/apis/{KUEUE_API}/clusterqueues/pretraining")["metadata"]["managedFields"]
+    owners = [m["manager"] for m in managers if "f:resourceGroups" in json.dumps(m.get("fieldsV1", {}))]
+    assert owners == [FIELD_MANAGER]
+    pulumi_apply(server, "pretraining", with_groups=False)
+    assert quotas(server, "pretraining") == {"h100": Quota(12, 4)}
+
+    # a node deleted: 8 of 32
+    raw(server, "DELETE", "/api/v1/nodes/h100-node-3")
+    controller.cycle()
+    assert quotas(server, "pretraining") == {"h100": Quota(6, 2)}
+    assert quotas(server, "evaluation") == {"h100": Quota(2)}
+
+    # uncordoned, out of quarantine, a new node: the stack's numbers again
+    raw(
+        server, "PATCH", "/api/v1/nodes/h100-node-1", {"spec": {"unschedulable": False}}, "application/merge-patch+json"
+    )
+    raw(server, "PATCH", "/api/v1/nodes/h100-node-2", {"spec": {"taints": None}}, "application/merge-patch+json")
+    node(server, "h100-node-3")
+    controller.cycle()
+    assert quotas(server, "pretraining") == {"h100": Quota(24, 8)}
+    assert quotas(server, "evaluation") == {"h100": Quota(8)}
+
+    # what the account may not do: write nodes, or any queue that is not the stack's
+    sa = KubeApi(sa_client)
+    with pytest.raises(KubeError, match="403"):
+        sa.request(
+            "PATCH",
+            "/api/v1/nodes/h100-node-0",
+            "patch node",
+            body={"spec": {"unschedulable": True}},
+            content_type="application/merge-patch+json",
+        )
+    with pytest.raises(KubeError, match="403"):
+        sa.apply_resource_groups("someone-elses", resource_groups(FLAVORS, {"h100": 1}, {}))
+    with pytest.raises(KubeError, match="403"):
+        sa.request("GET", f"/apis/{KUEUE_API}/resourceflavors", "list flavors")
+    elector.release()
+
+
+def test_the_command_once_as_a_dry_run_reads_everything_and_writes_nothing(kube: ApiServer, tmp_path: Path) -> None:
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    from tests.support.sim import ROOT  # noqa: PLC0415
+
+    raw(kube, "PATCH", "/api/v1/nodes/h100-node-0", {"spec": {"unschedulable": True}}, "application/merge-patch+json")
+    before = quotas(kube, "evaluation")
+    settings = tmp_path / "settings.json"
+    settings.write_text(SETTINGS.to_json())
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "daemons.quota_controller",
+            "--settings",
+            str(settings),
+            "--kubeconfig",
+            str(kube.kubeconfig),
+            "--once",
+            "--dry-run",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["capacity"]["h100"]["out"] == {"h100-node-0": "cordoned"}
+    assert out["quotas"]["evaluation"]["h100"]["nominalQuota"] == 6
+    assert [u["result"] for u in out["updates"]] == ["skipped", "skipped"]
+    assert quotas(kube, "evaluation") == before
