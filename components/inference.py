@@ -5,6 +5,10 @@ Stack config: ``gpucluster:inferenceServices``, a list of the entries ``componen
 The pods tolerate the virtual node's own taint (``virtual-kubelet.io/provider=gpucluster:NoSchedule``), so they
 may run there when the cluster is full, and deliberately do NOT tolerate the burst taint: while the taint
 controller has it on the virtual node, no new replica goes out and the descheduler brings the running ones back.
+
+They also tolerate the quarantine taint (``gpucluster.io/quarantine``, NoExecute, any value, no time limit): a GPU
+too hot or erroring for training still serves inference, so a replica on a quarantined node keeps running and new
+ones may land there; training, which never tolerates it (the policy pack refuses that), leaves the node.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import pulumi_kubernetes as k8s
 from components.constants import (
     GPU_RESOURCE,
     GPU_TYPE_ANNOTATION,
+    QUARANTINE_TAINT_KEY,
     VIRTUAL_NODE_TAINT_KEY,
     VIRTUAL_NODE_TAINT_VALUE,
     WORKLOAD_LABEL,
@@ -34,15 +39,21 @@ def pod_labels(spec: InferenceServiceSpec) -> dict[str, str]:
     return {"app.kubernetes.io/name": spec.name, "app.kubernetes.io/instance": f"{spec.namespace}.{spec.name}"}
 
 
+#: Every effect of the quarantine taint, whatever its value (the reason word), for as long as it stays.
+QUARANTINE_TOLERATION = {"key": QUARANTINE_TAINT_KEY, "operator": "Exists"}
+
+
 def burst_tolerations(spec: InferenceServiceSpec) -> list[dict[str, str]]:
-    """Tolerate the virtual node (to burst) and the GPU nodes' taint; never the burst taint (to come home)."""
+    """Tolerate the virtual node (to burst), the quarantine taint (to keep serving on a GPU training must leave) and
+    the GPU nodes' taint; never the burst taint (to come home)."""
     out = [
         {
             "key": VIRTUAL_NODE_TAINT_KEY,
             "operator": "Equal",
             "value": VIRTUAL_NODE_TAINT_VALUE,
             "effect": "NoSchedule",
-        }
+        },
+        dict(QUARANTINE_TOLERATION),
     ]
     if spec.gpus_per_replica > 0:
         out.append({"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"})

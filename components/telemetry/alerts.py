@@ -7,8 +7,11 @@ Every alert carries ``node`` (DCGM's ``Hostname`` is copied into ``node``) and, 
 ``FabricDevicesMissing`` fires when the fabric exporter finds fewer HCAs or GPUs than the node should have (its
 ``..._devices`` gauge below ``..._devices_expected``), which a node without its sysfs mount or with a dead HCA
 would otherwise pass as a healthy scrape with no series.
-``GpuTemperatureHigh`` also carries ``gpucluster_signal: gpu-quarantine``: the label a quarantine controller
-selects on.
+The alerts that mean "take this node away from training" carry ``gpucluster_signal: gpu-quarantine``, the label
+the quarantine controller (daemons/quarantine/) selects on: ``GpuTemperatureHigh``, ``GpuXidError``,
+``NvlinkErrorsIncreasing`` and ``InfinibandLinkErrorsIncreasing`` (:data:`QUARANTINE_ALERTS`); the others only
+inform. ``QuarantineBreakerOpen`` fires while the controller's circuit breaker refuses to quarantine more of a
+flavor's nodes: someone must look, the controller will not.
 """
 
 from __future__ import annotations
@@ -19,6 +22,9 @@ from components.telemetry.settings import TelemetrySettings
 
 QUARANTINE_SIGNAL_LABEL = "gpucluster_signal"
 QUARANTINE_SIGNAL_VALUE = "gpu-quarantine"
+#: The alerts that carry the quarantine signal.
+QUARANTINE_ALERTS = ("GpuTemperatureHigh", "GpuXidError", "NvlinkErrorsIncreasing", "InfinibandLinkErrorsIncreasing")
+_SIGNAL = {QUARANTINE_SIGNAL_LABEL: QUARANTINE_SIGNAL_VALUE}
 
 FABRIC = "gpucluster_fabric"
 
@@ -40,7 +46,7 @@ def rule_groups(settings: TelemetrySettings) -> dict[str, Any]:
             "alert": "GpuTemperatureHigh",
             "expr": f"max by (node, gpu, UUID) ({_dcgm('DCGM_FI_DEV_GPU_TEMP')}) > {_num(a.gpu_temp_limit_c)}",
             "for": f"{a.for_minutes}m",
-            "labels": {"severity": "critical", QUARANTINE_SIGNAL_LABEL: QUARANTINE_SIGNAL_VALUE},
+            "labels": {"severity": "critical", **_SIGNAL},
             "annotations": {
                 "summary": "GPU {{ $labels.gpu }} on {{ $labels.node }} is above "
                 f"{_num(a.gpu_temp_limit_c)} °C",
@@ -74,7 +80,7 @@ def rule_groups(settings: TelemetrySettings) -> dict[str, Any]:
                 f" or (DCGM_FI_DEV_XID_ERRORS > 0 unless DCGM_FI_DEV_XID_ERRORS offset {window})"
                 ', "node", "$1", "Hostname", "(.+)")'
             ),
-            "labels": {"severity": "warning"},
+            "labels": {"severity": "warning", **_SIGNAL},
             "annotations": {
                 "summary": "New XID error on GPU {{ $labels.gpu }} of {{ $labels.node }}",
                 "description": "DCGM_FI_DEV_XID_ERRORS changed in the last "
@@ -86,7 +92,7 @@ def rule_groups(settings: TelemetrySettings) -> dict[str, Any]:
         {
             "alert": "NvlinkErrorsIncreasing",
             "expr": f"sum by (node, gpu, uuid, link, type) (increase({FABRIC}_nvlink_errors_total[{window}])) > 0",
-            "labels": {"severity": "warning"},
+            "labels": {"severity": "warning", **_SIGNAL},
             "annotations": {
                 "summary": "NVLink {{ $labels.type }} errors on GPU {{ $labels.gpu }} link {{ $labels.link }} "
                 "of {{ $labels.node }}",
@@ -99,7 +105,7 @@ def rule_groups(settings: TelemetrySettings) -> dict[str, Any]:
                 f"sum by (node, device, port, type) (increase({FABRIC}_infiniband_port_errors_total"
                 f'{{type=~"symbol_error|link_downed|link_error_recovery"}}[{window}])) > 0'
             ),
-            "labels": {"severity": "warning"},
+            "labels": {"severity": "warning", **_SIGNAL},
             "annotations": {
                 "summary": "InfiniBand {{ $labels.type }} increasing on {{ $labels.device }} port "
                 "{{ $labels.port }} of {{ $labels.node }}",
@@ -158,10 +164,25 @@ def rule_groups(settings: TelemetrySettings) -> dict[str, Any]:
             },
         },
     ]
+    quarantine_rules: list[dict[str, Any]] = [
+        {
+            "alert": "QuarantineBreakerOpen",
+            "expr": "max by (flavor) (gpucluster_quarantine_breaker_open) == 1",
+            "labels": {"severity": "critical"},
+            "annotations": {
+                "summary": "The quarantine circuit breaker of flavor {{ $labels.flavor }} is open",
+                "description": "More nodes of flavor {{ $labels.flavor }} ask for quarantine than maxShare allows "
+                "within breakerWindow; the controller quarantines no more of them. A burst this size is more often "
+                "a shared cause (cooling, a fabric switch, a bad exporter) than many bad GPUs: look at the refused "
+                "nodes (Events QuarantineBreakerOpen) before quarantining any by hand.",
+            },
+        },
+    ]
     return {
         "groups": [
             {"name": "gpucluster-gpu", "rules": gpu_rules},
             {"name": "gpucluster-fabric", "rules": fabric_rules},
+            {"name": "gpucluster-quarantine", "rules": quarantine_rules},
         ]
     }
 

@@ -19,6 +19,7 @@ import pulumi_kubernetes as k8s
 import yaml
 
 from components.charts import helm_chart, offline_without_mirror, resolve_chart
+from components.constants import QUARANTINE_TAINT_KEY
 from components.telemetry.alerts import rule_groups
 from components.telemetry.counters import counters_csv
 from components.telemetry.dashboard import dashboard
@@ -35,6 +36,17 @@ PART_OF = {"app.kubernetes.io/part-of": "gpucluster", "app.kubernetes.io/compone
 def _check_namespace(namespace: str, what: str) -> None:
     if len(namespace) > 63 or not _DNS_LABEL.match(namespace):
         raise ValueError(f"{what}.namespace: {namespace!r} is not a Kubernetes namespace name")
+
+
+def telemetry_tolerations(settings: TelemetrySettings) -> list[dict[str, str]]:
+    """The exporters' tolerations: the stack's GPU ones, and always the quarantine taint (any value, every effect),
+    so a quarantined node keeps being observed (its alerts say when it is healthy again)."""
+    out = [t.to_k8s() for t in settings.gpu_tolerations]
+    if not any(
+        t.get("key") == QUARANTINE_TAINT_KEY and t.get("operator") == "Exists" and "effect" not in t for t in out
+    ):
+        out.append({"key": QUARANTINE_TAINT_KEY, "operator": "Exists"})
+    return out
 
 
 def _check_settings(settings: Any, what: str) -> None:
@@ -63,7 +75,7 @@ def dcgm_values(settings: TelemetrySettings) -> dict[str, Any]:
         "image": {"repository": d.image_repository, "tag": d.image_tag},
         "arguments": ["-f", DCGM_COUNTERS_PATH],
         "nodeSelector": dict(settings.gpu_node_selector),
-        "tolerations": [t.to_k8s() for t in settings.gpu_tolerations],
+        "tolerations": telemetry_tolerations(settings),
         "extraConfigMapVolumes": [
             {
                 "name": "gpucluster-counters",
@@ -154,7 +166,7 @@ def fabric_pod_spec(settings: TelemetrySettings) -> dict[str, Any]:
         "serviceAccountName": FABRIC_APP,
         "automountServiceAccountToken": False,
         "nodeSelector": dict(settings.gpu_node_selector),
-        "tolerations": [t.to_k8s() for t in settings.gpu_tolerations],
+        "tolerations": telemetry_tolerations(settings),
         "securityContext": {
             "runAsNonRoot": True,
             "runAsUser": 65534,

@@ -74,6 +74,8 @@ def test_deployment_is_burstable_inference(graph: Graph) -> None:
         "value": "gpucluster",
         "effect": "NoSchedule",
     } in pod["tolerations"]
+    # a quarantined GPU still serves: every effect of the quarantine taint, any reason, no time limit
+    assert {"key": "gpucluster.io/quarantine", "operator": "Exists"} in pod["tolerations"]
     for t in pod["tolerations"]:
         assert t["key"] != BURST_KEY, "an inference pod must never tolerate the burst taint"
         assert t["key"], "an empty-key toleration would tolerate the burst taint too"
@@ -124,7 +126,7 @@ def test_cpu_only_service_has_no_gpu_limit_and_default_gpu_type_applies() -> Non
     graph = build(args(spec=spec(gpusPerReplica=0, gpuType=None), default_gpu_type="L40S"))
     pod = _pod(graph)
     assert "nvidia.com/gpu" not in pod["spec"]["containers"][0]["resources"]["limits"]
-    assert [t["key"] for t in pod["spec"]["tolerations"]] == ["virtual-kubelet.io/provider"]
+    assert [t["key"] for t in pod["spec"]["tolerations"]] == ["virtual-kubelet.io/provider", "gpucluster.io/quarantine"]
     assert pod["metadata"]["annotations"] == {GPU_TYPE_ANNOTATION: "L40S"}
     no_type = build(args(spec=spec(gpuType=None)))
     assert _pod(no_type)["metadata"]["annotations"] == {}

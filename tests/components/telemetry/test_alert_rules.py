@@ -15,7 +15,13 @@ from typing import Any
 import pytest
 import yaml
 
-from components.telemetry.alerts import QUARANTINE_SIGNAL_LABEL, QUARANTINE_SIGNAL_VALUE, rule_groups
+from components.quarantine_settings import DEFAULT_SIGNAL_QUERY, REASONS, SIGNAL_LABEL, SIGNAL_VALUE
+from components.telemetry.alerts import (
+    QUARANTINE_ALERTS,
+    QUARANTINE_SIGNAL_LABEL,
+    QUARANTINE_SIGNAL_VALUE,
+    rule_groups,
+)
 from components.telemetry.settings import TelemetrySettings
 from tests.support.require import debian_tool
 
@@ -34,7 +40,8 @@ def case(series: list[tuple[str, str]], alert: str, at: str, fires: list[dict[st
     }
 
 
-HOT = {**GPU_OUT, "severity": "critical", QUARANTINE_SIGNAL_LABEL: QUARANTINE_SIGNAL_VALUE}
+SIGNAL = {QUARANTINE_SIGNAL_LABEL: QUARANTINE_SIGNAL_VALUE}
+HOT = {**GPU_OUT, "severity": "critical", **SIGNAL}
 
 CASES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     # name: (fires, stays quiet)
@@ -93,7 +100,7 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
             [(f"DCGM_FI_DEV_XID_ERRORS{GPU_SEL}", "0 0 0 79 79")],
             "GpuXidError",
             "4m",
-            [{**GPU, "node": "gpu-node-1", "severity": "warning"}],
+            [{**GPU, "node": "gpu-node-1", "severity": "warning", **SIGNAL}],
         ),
         case([(f"DCGM_FI_DEV_XID_ERRORS{GPU_SEL}", "79x20")], "GpuXidError", "15m", []),
     ),
@@ -107,7 +114,17 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
             ],
             "NvlinkErrorsIncreasing",
             "4m",
-            [{"node": "gpu-node-1", "gpu": "0", "uuid": "GPU-a", "link": "3", "type": "replay", "severity": "warning"}],
+            [
+                {
+                    "node": "gpu-node-1",
+                    "gpu": "0",
+                    "uuid": "GPU-a",
+                    "link": "3",
+                    "type": "replay",
+                    "severity": "warning",
+                    **SIGNAL,
+                }
+            ],
         ),
         case(
             [
@@ -126,7 +143,7 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
             [(f'gpucluster_fabric_infiniband_port_errors_total{{{IB_SEL},type="symbol_error"}}', "0 0 1 2 3")],
             "InfinibandLinkErrorsIncreasing",
             "4m",
-            [{**IB_OUT, "type": "symbol_error", "severity": "warning"}],
+            [{**IB_OUT, "type": "symbol_error", "severity": "warning", **SIGNAL}],
         ),
         case(
             [
@@ -231,6 +248,28 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
             [],
         ),
     ),
+    "QuarantineBreakerOpen": (
+        # two replicas export the gauge; one series per flavor fires
+        case(
+            [
+                ('gpucluster_quarantine_breaker_open{flavor="h100",pod="q-0"}', "0 1 1"),
+                ('gpucluster_quarantine_breaker_open{flavor="h100",pod="q-1"}', "0 1 1"),
+                ('gpucluster_quarantine_breaker_open{flavor="l40s",pod="q-0"}', "0 0 0"),
+            ],
+            "QuarantineBreakerOpen",
+            "2m",
+            [{"flavor": "h100", "severity": "critical"}],
+        ),
+        case(
+            [
+                ('gpucluster_quarantine_breaker_open{flavor="h100",pod="q-0"}', "1 0 0"),
+                ('gpucluster_quarantine_breaker_open{flavor="l40s",pod="q-0"}', "0 0 0"),
+            ],
+            "QuarantineBreakerOpen",
+            "2m",
+            [],
+        ),
+    ),
     "FabricExporterCollectorFailing": (
         case(
             [('gpucluster_fabric_collector_success{node="gpu-node-1",collector="nvlink"}', "0x20")],
@@ -281,7 +320,7 @@ def test_rule_file_passes_promtool_check(tmp_path: Path) -> None:
     path.write_text(yaml.safe_dump(rule_groups(TelemetrySettings()), sort_keys=False))
     proc = subprocess.run([promtool, "check", "rules", str(path)], capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "SUCCESS: 9 rules found" in proc.stdout
+    assert "SUCCESS: 10 rules found" in proc.stdout
 
 
 def test_all_cases_pass_under_promtool(tmp_path: Path) -> None:
@@ -307,3 +346,17 @@ def test_temperature_limit_comes_from_settings(tmp_path: Path) -> None:
     quiet = case([(f"DCGM_FI_DEV_GPU_TEMP{GPU_SEL}", "70x6")], "GpuTemperatureHigh", "4m", [])
     proc = promtool_test(tmp_path, rule_groups(settings), [fires, early, quiet])
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_the_quarantine_alerts_carry_the_signal_and_the_others_do_not() -> None:
+    rules = {r["alert"]: r for g in rule_groups(TelemetrySettings())["groups"] for r in g["rules"]}
+    signalled = {
+        name for name, r in rules.items() if r["labels"].get(QUARANTINE_SIGNAL_LABEL) == QUARANTINE_SIGNAL_VALUE
+    }
+    assert signalled == set(QUARANTINE_ALERTS)
+    # the controller's names for the signal and its reason words agree with the rules
+    assert (SIGNAL_LABEL, SIGNAL_VALUE) == (QUARANTINE_SIGNAL_LABEL, QUARANTINE_SIGNAL_VALUE)
+    assert f'{QUARANTINE_SIGNAL_LABEL}="{QUARANTINE_SIGNAL_VALUE}"' in DEFAULT_SIGNAL_QUERY
+    assert set(REASONS) == set(QUARANTINE_ALERTS)
+    assert "QuarantineBreakerOpen" in rules
+    assert QUARANTINE_SIGNAL_LABEL not in rules["QuarantineBreakerOpen"]["labels"]

@@ -18,6 +18,7 @@ from components.telemetry import (
     csv_fields,
     required_dcgm_fields,
 )
+from components.telemetry.resources import telemetry_tolerations
 from tests.support.pulumi_harness import Graph, deploy
 
 CHART = "kubernetes:helm.sh/v4:Chart"
@@ -78,6 +79,11 @@ def test_dcgm_chart_is_pinned_on_gpu_nodes_with_our_csv(with_operator: Graph) ->
     assert values["arguments"] == ["-f", values["extraVolumeMounts"][0]["mountPath"]]
     assert values["extraConfigMapVolumes"][0]["configMap"]["name"] == DCGM_COUNTERS_CONFIGMAP
     assert values["serviceMonitor"]["enabled"] is True
+    # a quarantined node stays observed: the NoExecute quarantine taint must not evict the exporter
+    assert values["tolerations"] == [
+        {"key": "nvidia.com/gpu", "operator": "Exists"},
+        {"key": "gpucluster.io/quarantine", "operator": "Exists"},
+    ]
     assert cm.inputs["metadata"]["name"] == DCGM_COUNTERS_CONFIGMAP
     assert required_dcgm_fields(TelemetrySettings()) <= csv_fields(cm.inputs["data"][DCGM_COUNTERS_KEY])
 
@@ -93,6 +99,7 @@ def test_fabric_exporter_is_unprivileged_with_sys_read_only(with_operator: Graph
     assert pod["automountServiceAccountToken"] is False
     assert pod["serviceAccountName"] == sa.inputs["metadata"]["name"]
     assert pod["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    assert {"key": "gpucluster.io/quarantine", "operator": "Exists"} in pod["tolerations"]
     assert "hostNetwork" not in pod
     assert "hostPID" not in pod
     (container,) = pod["containers"]
@@ -153,3 +160,16 @@ def test_args_are_validated_with_clear_messages() -> None:
         FabricExporterArgs(TelemetrySettings(), "Bad_NS")
     with pytest.raises(TypeError, match=r"TelemetryArgs\.settings: expected TelemetrySettings, got dict"):
         TelemetryArgs({"namespace": "x"})  # type: ignore[arg-type]
+
+
+def test_the_quarantine_toleration_is_added_once_whatever_the_stack_lists() -> None:
+    quarantine = {"key": "gpucluster.io/quarantine", "operator": "Exists"}
+    none = TelemetrySettings.model_validate({"gpuTolerations": []})
+    assert telemetry_tolerations(none) == [quarantine]
+    listed = TelemetrySettings.model_validate({"gpuTolerations": [quarantine]})
+    assert telemetry_tolerations(listed) == [quarantine]
+    # a toleration of one effect only would let the NoExecute taint evict the exporter: ours is added
+    narrow = TelemetrySettings.model_validate(
+        {"gpuTolerations": [{"key": "gpucluster.io/quarantine", "operator": "Exists", "effect": "NoSchedule"}]}
+    )
+    assert telemetry_tolerations(narrow)[-1] == quarantine
