@@ -16,6 +16,7 @@ from policies.make_before_break import (
     training_queues_make_before_break_off,
 )
 from policies.priorities import training_above_inference, workload_priorities_ordered
+from policies.quarantine import training_never_tolerates_quarantine
 from policies.quota import quota_within_capacity
 from policies.rbac import virtual_node_least_privilege
 from policies.secrets import no_secrets_in_clear
@@ -43,6 +44,7 @@ ALL_POLICIES: list[Policy] = [
     inference_deployments_make_before_break,
     training_queues_carry_make_before_break,
     training_queues_make_before_break_off,
+    training_never_tolerates_quarantine,
 ]
 
 #: The policies that only advise: what a stack's choice costs, never a refusal.
