@@ -15,6 +15,7 @@ from components.inference import InferenceService, InferenceServiceArgs
 from components.make_before_break import MakeBeforeBreak, MakeBeforeBreakArgs
 from components.make_before_break_settings import CHECK_NAME
 from components.queues import Queues, QueuesArgs
+from components.quota_controller import QuotaController, QuotaControllerArgs
 from components.storage import Storage, StorageArgs
 from components.taint_controller import TaintController, TaintControllerArgs
 from components.telemetry import Telemetry, TelemetryArgs
@@ -64,11 +65,14 @@ class GpuCluster(pulumi.ComponentResource):
         mbb = cfg.make_before_break if cfg.make_before_break.enabled else None
         if mbb is not None:
             burst_namespaces.append(mbb.namespace)
+        quota = cfg.quota_controller if cfg.quota_controller.enabled else None
+        capacity_namespaces = [quota.namespace] if quota is not None else []
         self.namespaces: dict[str, k8s.core.v1.Namespace] = {}
         for ns, role in [
             *((n, "training") for n in cfg.training_namespaces),
             *((n, "inference") for n in cfg.inference_namespaces),
             *((n, "burst") for n in dict.fromkeys(burst_namespaces)),
+            *((n, "capacity") for n in dict.fromkeys(capacity_namespaces) if n not in burst_namespaces),
         ]:
             self.namespaces[ns] = k8s.core.v1.Namespace(
                 f"{name}-ns-{ns}",
@@ -89,9 +93,22 @@ class GpuCluster(pulumi.ComponentResource):
                 namespaces=self.namespaces,
                 # Every ClusterQueue admits training: while make-before-break is on, each waits for its room.
                 admission_checks=(CHECK_NAME,) if mbb is not None else (),
+                # The quota controller owns the queues' resource groups while it runs.
+                quota_follows_capacity=quota is not None,
             ),
             opts=pulumi.ResourceOptions(parent=self),
         )
+        self.quota_controller: QuotaController | None = None
+        if quota is not None:
+            self.quota_controller = QuotaController(
+                f"{name}-quota-controller",
+                QuotaControllerArgs(
+                    settings=quota,
+                    labels=labels,
+                    depends_on=(self.namespaces[quota.namespace], *self.queues.cluster_queues.values()),
+                ),
+                opts=pulumi.ResourceOptions(parent=self),
+            )
         self.storage = Storage(
             f"{name}-storage",
             StorageArgs(
@@ -205,5 +222,6 @@ class GpuCluster(pulumi.ComponentResource):
                 else None
             ),
             "inferenceServices": sorted(self.inference_services),
+            "quotaFollowsCapacity": quota is not None,
         }
         self.register_outputs(self.outputs)

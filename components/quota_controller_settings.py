@@ -69,6 +69,7 @@ FILLED = {
     "clusterQueues": "gpucluster:queues",
     "outTaintKeys": f"the quarantine and acceptance taints ({', '.join(DEFAULT_OUT_TAINT_KEYS)})",
     "acceptedLabel": f"the acceptance label ({ACCEPTED_LABEL})",
+    "acceptedValue": f"the acceptance label's value ({ACCEPTED_VALUE})",
 }
 
 

@@ -23,6 +23,8 @@ from components.make_before_break_settings import FILLED as MAKE_BEFORE_BREAK_FI
 from components.make_before_break_settings import MakeBeforeBreakSettings
 from components.model import MAX_STRING, DnsLabel, TaintKey
 from components.queues_settings import ClusterQueueSpec, GpuFlavor, KueueSettings, Priorities, Team
+from components.quota_controller_settings import FILLED as QUOTA_CONTROLLER_FILLED
+from components.quota_controller_settings import QuotaControllerSettings, QuotaFlavor, QuotaQueue
 from components.storage_settings import StorageSettings
 from components.taint_controller_settings import TaintControllerSettings
 from components.telemetry.settings import TelemetrySettings
@@ -82,6 +84,8 @@ class StackConfig:
     telemetry: TelemetrySettings
     #: The make-before-break AdmissionCheck controller; its ``inferenceNamespaces`` filled from the stack's.
     make_before_break: MakeBeforeBreakSettings
+    #: The quota controller; its flavors and the queues' shares filled from the stack's.
+    quota_controller: QuotaControllerSettings
     #: None when the stack has no ``gpucluster:burst`` section.
     burst: BurstConfig | None = None
     inference_services: tuple[InferenceServiceSpec, ...] = ()
@@ -137,6 +141,10 @@ def _section(attribute: str, tp: Any, default: Any = _MISSING, *, model: bool = 
 
 #: Validated by the make-before-break controller's model, less the fields the stack fills.
 MAKE_BEFORE_BREAK_KEY = "makeBeforeBreak"
+#: Validated by the quota controller's model, less the fields the stack fills.
+QUOTA_CONTROLLER_KEY = "quotaController"
+#: Each section's filled fields (camelCase key: where from): a stack that sets one is refused.
+FILLED_BY_STACK = {MAKE_BEFORE_BREAK_KEY: MAKE_BEFORE_BREAK_FILLED, QUOTA_CONTROLLER_KEY: QUOTA_CONTROLLER_FILLED}
 
 SECTIONS: dict[str, _Section] = {
     "environment": _section("environment", DnsLabel),
@@ -153,6 +161,7 @@ SECTIONS: dict[str, _Section] = {
     "storage": _section("storage", StorageSettings, model=True),
     "telemetry": _section("telemetry", TelemetrySettings, {}, model=True),
     MAKE_BEFORE_BREAK_KEY: _section("make_before_break", MakeBeforeBreakSettings, {}, model=True),
+    QUOTA_CONTROLLER_KEY: _section("quota_controller", QuotaControllerSettings, {}, model=True),
     "inferenceServices": _section("inference_services", list[InferenceServiceSpec], []),
 }
 #: Validated by :func:`parse_burst`: two daemons' models share the section.
@@ -187,6 +196,7 @@ class StackSections:
     storage: StorageSettings | None = None
     telemetry: TelemetrySettings | None = None
     make_before_break: MakeBeforeBreakSettings | None = None
+    quota_controller: QuotaControllerSettings | None = None
     inference_services: tuple[InferenceServiceSpec, ...] | None = None
     #: None when the stack has no ``gpucluster:burst`` section or it did not validate.
     burst: BurstConfig | None = None
@@ -225,7 +235,33 @@ class StackSections:
             # It moves Deployments in the stack's inference namespaces unless told fewer.
             filled["inference_namespaces"] = list(values["inference_namespaces"])
         values["make_before_break"] = mbb.model_copy(update=filled)
+        values["quota_controller"] = fill_quota_controller(
+            values["quota_controller"], values["flavors"], values["queues"]
+        )
         return StackConfig(**values, burst=burst)
+
+
+def fill_quota_controller(
+    settings: QuotaControllerSettings, flavors: tuple[GpuFlavor, ...], queues: Mapping[str, ClusterQueueSpec]
+) -> QuotaControllerSettings:
+    """The quota controller's settings with the stack's flavors, and the queues' numbers at full capacity as shares."""
+    filled = {
+        "flavors": [
+            QuotaFlavor(
+                name=f.name,
+                node_labels=dict(f.node_labels),
+                gpu_resource=f.gpu_resource,
+                declared_gpus=f.capacity,
+                require_acceptance=f.require_acceptance,
+            )
+            for f in flavors
+        ],
+        "cluster_queues": [
+            QuotaQueue(name=name, quota=dict(q.quota), borrowing_limit=dict(q.borrowing_limit))
+            for name, q in queues.items()
+        ],
+    }
+    return QuotaControllerSettings.model_validate({**settings.model_dump(), **filled})
 
 
 def parse_burst(raw: Any) -> tuple[BurstConfig | None, list[ConfigIssue]]:
@@ -285,8 +321,8 @@ def parse_sections(
             continue
         else:
             data = section.default
-        if key == MAKE_BEFORE_BREAK_KEY and isinstance(data, Mapping):
-            for name, origin in MAKE_BEFORE_BREAK_FILLED.items():
+        if key in FILLED_BY_STACK and isinstance(data, Mapping):
+            for name, origin in FILLED_BY_STACK[key].items():
                 if name in data:
                     issues.append(ConfigIssue(f"{key}.{name}", data[name], f"is filled from {origin}; do not set it"))
         try:

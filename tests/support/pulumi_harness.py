@@ -31,6 +31,8 @@ class Registered:
     outputs: dict[str, Any] = field(default_factory=dict)
     #: The resource's ``additional_secret_outputs`` (what the policy pack's ``no-secrets-in-clear`` reads).
     secret_outputs: list[str] = field(default_factory=list)
+    #: The resource's ``ignore_changes`` property paths.
+    ignore_changes: list[str] = field(default_factory=list)
 
 
 class _Mocks(pulumi.runtime.Mocks):
@@ -59,6 +61,7 @@ class _RecordingMonitor(pulumi_mocks.MockMonitor):
                 custom=request.custom,
                 remote=request.remote,
                 secret_outputs=list(request.additionalSecretOutputs),
+                ignore_changes=list(request.ignoreChanges),
             )
         return response
 
