@@ -393,6 +393,7 @@ KSM_TELEMETRY_PORT = 18091
 PROMETHEUS_PORT = 9090
 TAINT_CONTROLLER_PORTS = {"taint-controller-a": 9102, "taint-controller-b": 9103}
 MAKE_BEFORE_BREAK_PORTS = {"make-before-break-a": 9104, "make-before-break-b": 9105}
+QUOTA_CONTROLLER_PORTS = {"quota-controller-a": 9106, "quota-controller-b": 9107}
 #: Settings of the make-before-break controllers laid over the deployed ones (a JSON object of camelCase keys):
 #: the bench's baseline columns answer the check at once (``{"maxHold": "1ms", "nodeGrace": "0.5ms"}``).
 MAKE_BEFORE_BREAK_ENV = "GPUCLUSTER_MBB_SETTINGS"
@@ -620,6 +621,7 @@ def prometheus(s: Stack) -> Iterable[Daemon]:
             "kube-state-metrics": [f"127.0.0.1:{KSM_PORT}"],
             "taint-controller": [f"127.0.0.1:{p}" for p in TAINT_CONTROLLER_PORTS.values()],
             "make-before-break": [f"127.0.0.1:{p}" for p in MAKE_BEFORE_BREAK_PORTS.values()],
+            "quota-controller": [f"127.0.0.1:{p}" for p in QUOTA_CONTROLLER_PORTS.values()],
             "burst-provider": [f"127.0.0.1:{port}"],
         }
         config = {
@@ -738,6 +740,28 @@ def make_before_break(s: Stack) -> Iterable[Daemon]:
     )
 
 
+def quota_controllers(s: Stack) -> Iterable[Daemon]:
+    """Two quota controllers electing a leader, with the ServiceAccount and settings Pulumi deployed; none when the
+    stack turns the controller off."""
+    from components.quota_controller import APP  # noqa: PLC0415 (needs ROOT on the path)
+
+    quota = s.config.quota_controller
+    if not quota.enabled:
+        return
+
+    def document() -> str:
+        return deployed_text(quota.namespace, f"{APP}-settings", "settings.json")
+
+    yield from lease_controllers(
+        s,
+        "daemons.quota_controller",
+        service_account=APP,
+        namespace=quota.namespace,
+        ports=QUOTA_CONTROLLER_PORTS,
+        document=document,
+    )
+
+
 def descheduler(s: Stack) -> Iterable[Daemon]:
     """The pinned descheduler with the policy and ServiceAccount its chart deployed."""
     ns = s.config.descheduler.namespace
@@ -772,7 +796,7 @@ def descheduler(s: Stack) -> Iterable[Daemon]:
 #: Every daemon's builder, in start order (stop runs it backwards): the fake cloud and the fake RunPod before the
 #: provider service that rents from them, the provider service before the node that asks it for capacity,
 #: kube-state-metrics and Prometheus before the taint controllers that query them; the make-before-break controllers
-#: once the virtual node they move replicas to is up.
+#: once the virtual node they move replicas to is up; the quota controllers, which need only the API server.
 BUILDERS: tuple[Callable[[Stack], Iterable[Daemon]], ...] = (
     fake_clouds,
     fake_runpods,
@@ -782,6 +806,7 @@ BUILDERS: tuple[Callable[[Stack], Iterable[Daemon]], ...] = (
     prometheus,
     taint_controllers,
     make_before_break,
+    quota_controllers,
     descheduler,
 )
 

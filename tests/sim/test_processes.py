@@ -56,6 +56,8 @@ def test_daemons_start_in_dependency_order(cluster: Path) -> None:
         "taint-controller-b",
         "make-before-break-a",
         "make-before-break-b",
+        "quota-controller-a",
+        "quota-controller-b",
         "descheduler",
     ]
 
@@ -116,6 +118,12 @@ def test_command_lines_are_the_programs_with_what_pulumi_deployed(cluster: Path)
             *("-m", "daemons.make_before_break", "--settings", f"{state}/{name}/settings.json"),
             *("--kubeconfig", f"{state}/{name}/kubeconfig", "--listen", f"127.0.0.1:{port}", "--identity", name),
         ]
+    for name, port in (("quota-controller-a", 9106), ("quota-controller-b", 9107)):
+        assert cmds[name] == [
+            VENV_PY,
+            *("-m", "daemons.quota_controller", "--settings", f"{state}/{name}/settings.json"),
+            *("--kubeconfig", f"{state}/{name}/kubeconfig", "--listen", f"127.0.0.1:{port}", "--identity", name),
+        ]
     assert cmds["descheduler"] == [
         f"{tools}/descheduler",
         f"--kubeconfig={state}/descheduler/kubeconfig",
@@ -132,6 +140,7 @@ def test_each_daemon_reads_the_deployed_files_with_its_own_serviceaccount(cluste
     settings = json.loads((state / "provider" / "settings.json").read_text())
     assert settings == {"providers": "as deployed"}
     assert (state / "taint-controller-a" / "settings.json").read_text() == '{"highMark": 8}'
+    assert (state / "quota-controller-a" / "settings.json").read_text() == '{"returnAfter": "20s"}'
     assert (state / "descheduler" / "policy.yaml").read_text() == fake_kubectl.DESCHEDULER_POLICY
     secret = state / "provider" / "secrets" / "runpodFakeApiKey"
     assert secret.read_bytes() == b"not-a-real-key"
@@ -145,6 +154,7 @@ def test_each_daemon_reads_the_deployed_files_with_its_own_serviceaccount(cluste
         "virtual-node": "gpucluster-burst-gpucluster-virtual-node",
         "taint-controller-b": "gpucluster-burst-gpucluster-taint-controller",
         "make-before-break-a": "gpucluster-burst-gpucluster-make-before-break",
+        "quota-controller-b": "gpucluster-capacity-gpucluster-quota-controller",
         "descheduler": "kube-system-descheduler",
     }
     for name, user in users.items():
@@ -159,6 +169,7 @@ def test_each_daemon_reads_the_deployed_files_with_its_own_serviceaccount(cluste
         "kube-state-metrics": ["127.0.0.1:18090"],
         "taint-controller": ["127.0.0.1:9102", "127.0.0.1:9103"],
         "make-before-break": ["127.0.0.1:9104", "127.0.0.1:9105"],
+        "quota-controller": ["127.0.0.1:9106", "127.0.0.1:9107"],
         "burst-provider": ["127.0.0.1:10299"],
     }
 

@@ -18,6 +18,7 @@ SETTINGS = {
     ("gpucluster-burst", "gpucluster-virtual-node-settings"): '{"providers": "as deployed"}',
     ("gpucluster-burst", "gpucluster-taint-controller-settings"): '{"highMark": 8}',
     ("gpucluster-burst", "gpucluster-make-before-break-settings"): '{"maxHold": "60s", "nodeGrace": "20s"}',
+    ("gpucluster-capacity", "gpucluster-quota-controller-settings"): '{"returnAfter": "20s"}',
 }
 #: The provider Secret holds the local stack's one provider secret, the key the RunPod fake accepts.
 SECRET_DATA = {"runpodFakeApiKey": base64.b64encode(b"not-a-real-key").decode()}
