@@ -29,11 +29,10 @@ from components.daemon_deployment import (
     daemon_service_account,
 )
 from components.model import check_qualified_name
-from components.quota_controller_settings import QuotaControllerSettings
+from components.quota_controller_settings import APP, QuotaControllerSettings
 from components.rbac import grant
 from daemons.quota_controller import rbac as daemon_rbac
 
-APP = "gpucluster-quota-controller"
 SETTINGS_DIR = "/etc/gpucluster/quota-controller"
 METRICS_PORT = 9106
 PART_OF = {"app.kubernetes.io/part-of": "gpucluster", "app.kubernetes.io/component": "capacity"}

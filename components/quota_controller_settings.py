@@ -57,6 +57,8 @@ from components.model import (
     parse_duration,
 )
 
+#: The controller's Deployment, ServiceAccount and command.
+APP = "gpucluster-quota-controller"
 #: Field manager of the controller's server-side applies: it owns ``spec.resourceGroups`` of every ClusterQueue.
 FIELD_MANAGER = "gpucluster-quota-controller"
 DEFAULT_OUT_TAINT_KEYS = (QUARANTINE_TAINT_KEY, ACCEPTANCE_FAILED_TAINT_KEY)
@@ -202,6 +204,7 @@ def load_settings(path: str | Path) -> QuotaControllerSettings:
 
 
 __all__ = [
+    "APP",
     "FIELD_MANAGER",
     "FILLED",
     "QuotaControllerSettings",

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pulumi_policy import Policy
 
 from policies.burst_settings import provider_secrets_not_in_config
+from policies.capacity import flavors_select_accepted_nodes, quota_controller_where_queues_are
 from policies.confidential_env import confidential_env_stays_in_our_clusters
 from policies.descheduler import descheduler_bounded
 from policies.images import images_pinned
@@ -45,7 +46,9 @@ ALL_POLICIES: list[Policy] = [
     training_queues_carry_make_before_break,
     training_queues_make_before_break_off,
     training_never_tolerates_quarantine,
+    quota_controller_where_queues_are,
+    flavors_select_accepted_nodes,
 ]
 
 #: The policies that only advise: what a stack's choice costs, never a refusal.
-ADVISORY: frozenset[str] = frozenset({training_queues_make_before_break_off.name})
+ADVISORY: frozenset[str] = frozenset({training_queues_make_before_break_off.name, flavors_select_accepted_nodes.name})

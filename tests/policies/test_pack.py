@@ -56,11 +56,13 @@ def test_the_pack_is_mandatory_by_default() -> None:
 
 @pytest.mark.parametrize(("stack", "advised"), [("local", True), ("prod", False)])
 def test_the_advice_is_given_where_it_applies(stack: str, advised: bool) -> None:
-    """A stack that turns make-before-break off is told what that costs; prod runs it and is not."""
+    """A stack that turns make-before-break off, or node acceptance, is told what that costs; prod runs both and is
+    not."""
     cfg = load_stack_file(ROOT / "stacks" / f"Pulumi.{stack}.yaml")
     if advised:
         off = cfg.make_before_break.model_copy(update={"enabled": False})
-        cfg = dataclasses.replace(cfg, make_before_break=off)
+        unaccepted = tuple(f.model_copy(update={"require_acceptance": False}) for f in cfg.flavors)
+        cfg = dataclasses.replace(cfg, make_before_break=off, flavors=unaccepted)
     resources = as_policy_resources(
         deploy(lambda: GpuCluster(stack, GpuClusterArgs(config=cfg, secrets=secrets_of(cfg))))
     )

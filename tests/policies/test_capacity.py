@@ -1,0 +1,82 @@
+"""Capacity guardrails: a quota controller following every ClusterQueue wherever there are queues; flavors that
+do not select accepted nodes are advised against, with the cost."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pulumi_policy import EnforcementLevel
+
+from policies.capacity import flavors_select_accepted_nodes, quota_controller_where_queues_are
+from tests.policies.support import NA, check_stack, resource
+
+CQ = "kubernetes:kueue.x-k8s.io/v1beta2:ClusterQueue"
+FLAVOR = "kubernetes:kueue.x-k8s.io/v1beta2:ResourceFlavor"
+DEPLOYMENT = "kubernetes:apps/v1:Deployment"
+CONFIG_MAP = "kubernetes:core/v1:ConfigMap"
+
+
+def _cq(name: str) -> Any:
+    return resource(CQ, {"metadata": {"name": name}, "spec": {"resourceGroups": []}}, name)
+
+
+def _controller(command: str = "gpucluster-quota-controller") -> Any:
+    spec = {"template": {"spec": {"containers": [{"name": "controller", "command": [command]}]}}}
+    return resource(DEPLOYMENT, {"metadata": {"name": command}, "spec": spec}, "controller")
+
+
+def _settings(*queues: str) -> Any:
+    document = {"clusterQueues": [{"name": q, "quota": {"h100": 8}} for q in queues]}
+    props = {
+        "metadata": {
+            "name": "gpucluster-quota-controller-settings",
+            "labels": {"gpucluster.io/settings": "quota-controller"},
+        },
+        "data": {"settings.json": json.dumps(document)},
+    }
+    return resource(CONFIG_MAP, props, "settings")
+
+
+def _flavor(labels: dict[str, str]) -> Any:
+    return resource(FLAVOR, {"metadata": {"name": "h100"}, "spec": {"nodeLabels": labels}}, "h100")
+
+
+def test_queues_followed_by_the_controller_pass() -> None:
+    stack = [_cq("pretraining"), _cq("evaluation"), _controller(), _settings("pretraining", "evaluation")]
+    assert check_stack(quota_controller_where_queues_are, stack) == []
+
+
+def test_queues_without_the_controller_are_refused_with_the_cost() -> None:
+    found = check_stack(quota_controller_where_queues_are, [_cq("pretraining"), _controller("something-else")])
+    assert isinstance(found, list)
+    assert len(found) == 1
+    assert "no gpucluster-quota-controller Deployment" in found[0]
+    assert "waitForPodsReady evicts them later" in found[0]
+
+
+def test_a_queue_the_controller_does_not_follow_is_refused() -> None:
+    found = check_stack(
+        quota_controller_where_queues_are,
+        [_cq("pretraining"), _cq("evaluation"), _controller(), _settings("pretraining")],
+    )
+    assert found == [
+        "ClusterQueue(s) ['evaluation'] are not in the gpucluster-quota-controller settings: their quotas stay static"
+    ]
+
+
+def test_no_queue_no_controller_needed() -> None:
+    assert check_stack(quota_controller_where_queues_are, [_controller()]) == NA
+
+
+def test_a_flavor_selecting_accepted_nodes_passes() -> None:
+    stack = [_flavor({"nvidia.com/gpu.product": "H100", "gpucluster.io/accepted": "true"})]
+    assert check_stack(flavors_select_accepted_nodes, stack) == []
+
+
+def test_a_flavor_that_does_not_require_acceptance_is_advised_against() -> None:
+    assert flavors_select_accepted_nodes.enforcement_level == EnforcementLevel.ADVISORY
+    found = check_stack(flavors_select_accepted_nodes, [_flavor({"nvidia.com/gpu.product": "H100"})])
+    assert isinstance(found, list)
+    assert len(found) == 1
+    assert "never passed the acceptance roles" in found[0]
