@@ -743,7 +743,7 @@ def make_before_break(s: Stack) -> Iterable[Daemon]:
 def quota_controllers(s: Stack) -> Iterable[Daemon]:
     """Two quota controllers electing a leader, with the ServiceAccount and settings Pulumi deployed; none when the
     stack turns the controller off."""
-    from components.quota_controller import APP  # noqa: PLC0415 (needs ROOT on the path)
+    from components.quota_controller_settings import APP  # noqa: PLC0415 (needs ROOT on the path)
 
     quota = s.config.quota_controller
     if not quota.enabled:
