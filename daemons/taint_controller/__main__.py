@@ -38,7 +38,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="gpucluster-taint-controller",
         description=(
             "Add the NoSchedule burst taint to the virtual node while in-cluster GPU headroom stays at or above "
-            "highMark for holdAdd; remove it while headroom stays below lowMark with inference pods Pending for "
+            "highMark for holdAdd where the burst replicas would come home; remove it while the headroom of some GPU "
+            "type (or of the whole cluster) stays below lowMark with inference pods of that type Pending for "
             "holdRemove; otherwise change nothing. Only the holder of the Lease acts. Metrics are prefixed "
             "gpucluster_taint_controller_."
         ),
@@ -133,10 +134,14 @@ def _run_once(controller: Controller, elector: LeaderElector | None) -> int:
                 "leader": result.leader,
                 "headroom": result.headroom,
                 "pending": result.pending,
+                "headroomByType": result.headroom_by_type,
+                "pendingByType": result.pending_by_type,
+                "burst": result.burst,
                 "taintPresent": result.taint_present,
                 "action": result.decision.action.value,
                 "reason": result.decision.reason,
                 "detail": result.decision.detail,
+                "gpuType": result.decision.gpu_type,
                 "changed": result.changed,
             }
         )

@@ -1,7 +1,9 @@
 """One tick of the taint controller, and the loop that runs ticks every ``interval``.
 
-A tick: query headroom and pending inference, read the virtual node, let the :class:`Decider` decide, and — only
-on the leader, only when not a dry run, and only after checking leadership once more — change the node.
+A tick: query headroom and pending inference (for the whole cluster and, with ``gpuTypes`` set, by GPU type),
+reserved nodes and the inference pods already on the virtual node, read the virtual node, let the :class:`Decider`
+decide, and — only on the leader, only when not a dry run, and only after checking leadership once more — change
+the node.
 
 Every replica queries, decides (so a standby that takes over already knows how long a condition has held) and
 exports metrics; only the leader writes (taints, Events). ``decisions_total`` counts the leader's decisions.
@@ -17,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from components.taint_controller_settings import TAINT_EFFECT, TAINT_VALUE, TaintControllerSettings
-from daemons.taint_controller.decide import Action, Decider, Decision, Thresholds
+from daemons.taint_controller.decide import ALL, Action, Decider, Decision, Thresholds
 from daemons.taint_controller.kube import (
     ConflictError,
     EventSink,
@@ -51,6 +53,11 @@ class TickResult:
     decision: Decision
     #: What was written to the node this tick: "add", "remove", "replace" (effect repaired), or None.
     changed: str | None = None
+    #: Headroom and pending by GPU type (without the whole cluster's row); None when unknown or not asked.
+    headroom_by_type: dict[str, float] | None = None
+    pending_by_type: dict[str, float] | None = None
+    #: Inference pods on the virtual node: the whole cluster's row (``""``) and one per GPU type; None: unknown.
+    burst: dict[str, float] | None = None
 
 
 class Controller:
@@ -88,6 +95,17 @@ class Controller:
         self._headroom_query = settings.render_query(settings.headroom_query)
         self._pending_query = settings.render_query(settings.pending_query)
         self._reserved_query = settings.render_query(settings.reserved_query)
+        #: Asked only with GPU types to tell apart. Without them the whole cluster is the only row, as it always
+        #: was, and the burst pods could not change a decision (they would come home to that one row).
+        self._by_type_queries: tuple[str, str, str] | None = (
+            (
+                settings.render_query(settings.headroom_by_type_query),
+                settings.render_query(settings.pending_by_type_query),
+                settings.render_query(settings.burst_query),
+            )
+            if settings.gpu_types
+            else None
+        )
         self._last_warning: dict[str, float] = {}
         self._last_transition: tuple[str, float] | None = None
         self._last_taint_present: bool | None = None
@@ -105,6 +123,37 @@ class Controller:
                 extra={"query": what, "reason": exc.reason, "error": str(exc)},
             )
             return None, f"{what} query failed ({exc.reason}): {exc}"
+
+    def _query_rows(self, what: str, promql: str, *, may_be_empty: bool) -> tuple[dict[str, float] | None, str | None]:
+        """(rows by ``gpu_type``, None) or (None, problem); an empty answer is no rows where ``may_be_empty``."""
+        try:
+            result = self.querier.query(promql)
+            if not result.samples and not may_be_empty:
+                raise QueryError("empty", "the query returned no sample")
+            return result.by_label("gpu_type"), None
+        except QueryError as exc:
+            self.metrics.query_errors.labels(exc.reason).inc()
+            log.warning(
+                "query failed; changing nothing",
+                extra={"query": what, "reason": exc.reason, "error": str(exc)},
+            )
+            return None, f"{what} query failed ({exc.reason}): {exc}"
+
+    def _by_type(self) -> tuple[dict[str, float] | None, dict[str, float] | None, list[str]]:
+        """Headroom and pending by GPU type, and the problems; (None, None, []) without GPU types."""
+        if self._by_type_queries is None:
+            return None, None, []
+        headroom_q, pending_q, _ = self._by_type_queries
+        # A type with no node (or nothing pending) has no series: an empty answer is no rows, and the whole
+        # cluster's query, asked beside it, is what tells "kube-state-metrics is down" apart.
+        by_type_h, h_problem = self._query_rows("headroom by type", headroom_q, may_be_empty=True)
+        by_type_p, p_problem = self._query_rows("pending by type", pending_q, may_be_empty=True)
+        # The whole cluster's row is the whole cluster's queries'; a custom query's untyped sample is ignored.
+        if by_type_h is not None:
+            by_type_h.pop(ALL, None)
+        if by_type_p is not None:
+            by_type_p.pop(ALL, None)
+        return by_type_h, by_type_p, [p for p in (h_problem, p_problem) if p]
 
     def _read_node(self) -> NodeState | None:
         try:
@@ -198,10 +247,26 @@ class Controller:
         self.metrics.is_leader.set(1 if leader else 0)
         headroom, headroom_problem = self._query("headroom", self._headroom_query)
         pending, pending_problem = self._query("pending", self._pending_query)
-        # Unknown reservations only lose the shortcut (holdRemove applies): no Warning of their own.
+        by_type_h, by_type_p, by_type_problems = self._by_type()
+        # Unknown reservations only lose the shortcut (holdRemove applies); unknown burst pods make every row a
+        # place to come home to (the add waits for all of them): neither raises a Warning of its own.
         reserved, _ = self._query("reserved", self._reserved_query)
+        burst: dict[str, float] | None = None
+        if self._by_type_queries is not None:
+            burst, _ = self._query_rows("burst", self._by_type_queries[2], may_be_empty=False)
         self.metrics.headroom.set(math.nan if headroom is None else headroom)
         self.metrics.pending.set(math.nan if pending is None else pending)
+        self.metrics.set_by_type(self.metrics.headroom_by_type, by_type_h, self.settings.gpu_types)
+        self.metrics.set_by_type(self.metrics.pending_by_type, by_type_p, self.settings.gpu_types)
+        self.metrics.burst.set(math.nan if burst is None else burst.get(ALL, 0.0))
+        burst_typed = None if burst is None else {k: v for k, v in burst.items() if k != ALL}
+        self.metrics.set_by_type(self.metrics.burst_by_type, burst_typed, self.settings.gpu_types)
+
+        # Headroom is known only when every part of it is; pending by type unknown leaves the whole cluster's.
+        headroom_rows: dict[str, float] | None = None
+        if headroom is not None and (self._by_type_queries is None or by_type_h is not None):
+            headroom_rows = {**(by_type_h or {}), ALL: headroom}
+        pending_rows = None if pending is None else {**(by_type_p or {}), ALL: pending}
 
         node = self._read_node()
         changed: str | None = None
@@ -214,10 +279,12 @@ class Controller:
             self.metrics.taint_present.set(1 if taint_present else 0)
 
         known = taint_present if taint_present is not None else bool(self._last_taint_present)
-        decision = self.decider.decide(self._clock(), headroom, pending, known, reserved)
+        decision = self.decider.decide(
+            self._clock(), headroom_rows, pending_rows, known, reserved=reserved, burst=burst
+        )
         if node is None and decision.action is not Action.HOLD:
             decision = Decision(Action.HOLD, "node-unreadable", f"cannot read node {self.settings.node_name}")
-        problems = [p for p in (headroom_problem, pending_problem) if p]
+        problems = [p for p in (headroom_problem, pending_problem) if p] + by_type_problems
         if leader:
             self.metrics.decisions.labels(decision.action.value).inc()
             if problems:
@@ -235,6 +302,10 @@ class Controller:
                 "headroom": headroom,
                 "pending": pending,
                 "reserved": reserved,
+                "headroom_by_type": by_type_h,
+                "pending_by_type": by_type_p,
+                "burst": burst,
+                "gpu_type": decision.gpu_type,
                 "taint_present": taint_present,
                 "action": decision.action.value,
                 "reason": decision.reason,
@@ -242,7 +313,7 @@ class Controller:
                 "changed": changed,
             },
         )
-        return TickResult(leader, headroom, pending, taint_present, decision, changed)
+        return TickResult(leader, headroom, pending, taint_present, decision, changed, by_type_h, by_type_p, burst)
 
     def run(self, stop: threading.Event) -> None:
         """Ticks every ``interval`` until ``stop`` is set; an unexpected error is logged and the loop goes on."""

@@ -235,8 +235,8 @@ class Decider:
             nearest = max(rows, key=lambda r: (free.get(r, 0.0), r == ALL, r)) if rows else ALL
         else:
             blocking = [r for r in home if r not in self._add_since]
-            # Every home row high: the one that became high last is the one to wait for.
-            ready = None if blocking else max(home, key=lambda r: (self._add_since[r], r == ALL, r))
+            # Every home row high: the one that became high last is the one to wait for (a GPU type on a tie).
+            ready = None if blocking else max(home, key=lambda r: (self._add_since[r], r != ALL, r))
             nearest = min(blocking, key=lambda r: (free.get(r, 0.0), r == ALL, r)) if blocking else ALL
 
         if ready is not None:

@@ -1,15 +1,16 @@
 """The controller's Prometheus metrics, in a registry of their own (no process/platform collectors mixed in).
 
-Every name starts with ``gpucluster_taint_controller_``. ``flaps_total`` counts transitions that reverse the
-previous transition within ``flapWindow`` (an add less than flapWindow after a remove, or the other way
-round): the symptom of marks or hold times set too tight.
+Every name starts with ``gpucluster_taint_controller_``. The whole cluster's values have no label; the values by
+GPU type are metrics of their own (``*_by_type_*{gpu_type}``), so summing one metric never counts a GPU twice.
+``flaps_total`` counts transitions that reverse the previous transition within ``flapWindow`` (an add less than
+flapWindow after a remove, or the other way round): the symptom of marks or hold times set too tight.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
@@ -36,6 +37,29 @@ class Metrics:
         )
         self.pending = Gauge(
             f"{PREFIX}_pending_inference_pods", "Unbound Pending inference pods (NaN when unknown)", registry=r
+        )
+        self.headroom_by_type = Gauge(
+            f"{PREFIX}_headroom_by_type_gpus",
+            "Free in-cluster GPUs of each configured GPU type (NaN when unknown; the whole cluster is headroom_gpus)",
+            ["gpu_type"],
+            registry=r,
+        )
+        self.pending_by_type = Gauge(
+            f"{PREFIX}_pending_inference_by_type_pods",
+            "Unbound Pending inference pods asking for each configured GPU type (NaN when unknown)",
+            ["gpu_type"],
+            registry=r,
+        )
+        self.burst = Gauge(
+            f"{PREFIX}_burst_inference_pods",
+            "Inference pods on the virtual node: the replicas that come home once the taint is on (NaN when unknown)",
+            registry=r,
+        )
+        self.burst_by_type = Gauge(
+            f"{PREFIX}_burst_inference_by_type_pods",
+            "Inference pods on the virtual node asking for each configured GPU type (NaN when unknown)",
+            ["gpu_type"],
+            registry=r,
         )
         self.taint_present = Gauge(
             f"{PREFIX}_taint_present", "1 when the virtual node carries the burst taint", registry=r
@@ -70,6 +94,14 @@ class Metrics:
             self.kube_errors.labels(op)
         self.headroom.set(math.nan)
         self.pending.set(math.nan)
+        self.burst.set(math.nan)
+
+    @staticmethod
+    def set_by_type(gauge: Gauge, rows: Mapping[str, float] | None, gpu_types: Sequence[str]) -> None:
+        """One value per configured GPU type: its row, zero when the answer has none for it, NaN when unknown.
+        The label values are the configured types, so no series is left behind when a type drops out."""
+        for gpu_type in gpu_types:
+            gauge.labels(gpu_type).set(math.nan if rows is None else rows.get(gpu_type, 0.0))
 
     def mark_transition(self, timestamp: float) -> None:
         """The taint was added or removed at ``timestamp`` (Unix seconds)."""

@@ -50,6 +50,20 @@ class QueryResult:
             raise QueryError("not-scalar", f"the query returned {value}")
         return value
 
+    def by_label(self, label: str) -> dict[str, float]:
+        """The samples keyed by ``label`` (``""`` for a sample without it), possibly none; QueryError('multiple')
+        when two samples share a key, ('not-scalar') for a NaN or infinite value."""
+        rows: dict[str, float] = {}
+        for sample in self.samples:
+            key = sample.labels.get(label, "")
+            if key in rows:
+                shown = f"{label}={key!r}" if key else f"no {label}"
+                raise QueryError("multiple", f"the query returned two samples with {shown}; it must return one each")
+            if math.isnan(sample.value) or math.isinf(sample.value):
+                raise QueryError("not-scalar", f"the query returned {sample.value} for {label}={key!r}")
+            rows[key] = sample.value
+        return rows
+
 
 class Querier(Protocol):
     def query(self, promql: str) -> QueryResult: ...

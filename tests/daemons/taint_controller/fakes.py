@@ -30,32 +30,52 @@ class Clock:
         self.now += seconds
 
 
+Answer = float | dict[str, float] | QueryError | None
+
+
 class FakeQuerier:
-    """Answers by query: a float, None (empty result) or a QueryError to raise."""
+    """Answers by query: a float (one sample), rows by GPU type (``""``: the sample without ``gpu_type``), None (an
+    empty result) or a QueryError to raise."""
 
     def __init__(
         self,
-        headroom: float | QueryError | None = 0.0,
-        pending: float | QueryError | None = 0.0,
-        reserved: float | QueryError | None = 0.0,
+        headroom: Answer = 0.0,
+        pending: Answer = 0.0,
+        reserved: Answer = 0.0,
+        *,
+        headroom_by_type: Answer = None,
+        pending_by_type: Answer = None,
+        burst: Answer = 0.0,
     ) -> None:
         self.headroom = headroom
         self.pending = pending
         self.reserved = reserved
+        self.headroom_by_type = headroom_by_type
+        self.pending_by_type = pending_by_type
+        self.burst = burst
         self.queries: list[str] = []
+
+    def _answer(self, promql: str) -> Answer:
+        if 'kube_pod_info{node="' in promql:  # pods bound to the virtual node
+            return self.burst
+        if "allocatable" in promql:
+            return self.headroom_by_type if "gpu_type" in promql else self.headroom
+        if "kube_node_spec_taint" in promql:
+            return self.reserved
+        return self.pending_by_type if "gpu_type" in promql else self.pending
 
     def query(self, promql: str) -> QueryResult:
         self.queries.append(promql)
-        if "allocatable" in promql:
-            answer = self.headroom
-        elif "kube_node_spec_taint" in promql:
-            answer = self.reserved
-        else:
-            answer = self.pending
+        answer = self._answer(promql)
         if isinstance(answer, QueryError):
             raise answer
         if answer is None:
             return QueryResult("vector", ())
+        if isinstance(answer, dict):
+            return QueryResult(
+                "vector",
+                tuple(Sample({"gpu_type": k} if k else {}, float(v), 0.0) for k, v in answer.items()),
+            )
         return QueryResult("vector", (Sample({}, float(answer), 0.0),))
 
 
