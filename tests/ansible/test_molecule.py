@@ -8,6 +8,7 @@ verdict is fail and names the GPU/link/port/test.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -165,3 +166,62 @@ def test_node_admission_failing_node_is_tainted_and_fails(tmp_path: Path) -> Non
     assert not [c for c in calls if "gpucluster.io/accepted=true" in c], calls
     summary = json.loads((tmp_path / "artifacts/acceptance/molecule/summary.json").read_text())
     assert list(summary["failed"]) == ["instance"]
+
+
+def _seed_kubectl_state(variables: dict[str, Any], nodes: dict[str, Any]) -> Path:
+    """The kubectl shim's cluster state before the run (its state file beside the knob file)."""
+    state = Path(variables["acceptance_environment"]["GPUCLUSTER_SHIM_KNOBS"] + ".state.json")
+    state.write_text(json.dumps({"kubectl": nodes}))
+    return state
+
+
+QUARANTINED_NODE = {
+    "labels": {"gpucluster.io/accepted": "true", "gpucluster.io/quarantined": "true"},
+    "taints": {"gpucluster.io/quarantine:NoExecute": "gpu-temperature", "nvidia.com/gpu:NoSchedule": ""},
+    "annotations": {
+        "gpucluster.io/quarantine-reason": "firing: GpuTemperatureHigh (gpu=3, UUID=GPU-3)",
+        "gpucluster.io/quarantined-at": "2025-05-01T10:00:00Z",
+        "other.example/keep": "yes",
+    },
+}
+
+
+def test_node_admission_pass_releases_a_quarantined_node_once(tmp_path: Path) -> None:
+    """The default scenario on a quarantined node: converge releases it (released-at first, label last),
+    idempotence finds nothing left to release, check mode changes nothing."""
+    variables = _role_vars("node_admission", tmp_path, {})
+    variables.update({"acceptance_expect_status": "pass", "acceptance_expect_reasons": []})
+    state = _seed_kubectl_state(variables, {"gpu-sim-instance": QUARANTINED_NODE})
+    res = _molecule("node_admission", "default", tmp_path, variables)
+    assert res.returncode == 0, _explain(res)
+    node = json.loads(state.read_text())["kubectl"]["gpu-sim-instance"]
+    assert node["taints"] == {"nvidia.com/gpu:NoSchedule": ""}
+    assert node["labels"] == {"gpucluster.io/accepted": "true"}
+    annotations = node["annotations"]
+    assert set(annotations) == {"other.example/keep", "gpucluster.io/quarantine-released-at"}
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", annotations["gpucluster.io/quarantine-released-at"])
+    calls = [json.loads(line)[1:] for line in (tmp_path / "kubectl.log").read_text().splitlines()]
+    admission = {"gpucluster.io/accepted=true", "gpucluster.io/acceptance-failed:NoSchedule-"}
+    release = [c for c in calls if c[0] != "get" and not admission & set(c)]
+    assert [c[0] for c in release] == ["annotate", "taint", "annotate", "label"], calls
+    assert release[1][-1] == "gpucluster.io/quarantine:NoExecute-"
+    assert release[2][-2:] == ["gpucluster.io/quarantine-reason-", "gpucluster.io/quarantined-at-"]
+    assert release[3][-1] == "gpucluster.io/quarantined-"
+    # converge, idempotence and check mode each read the node once; only converge released it
+    assert len([c for c in calls if c[0] == "get"]) == 3, calls
+
+
+def test_node_admission_failing_node_stays_quarantined(tmp_path: Path) -> None:
+    variables = _role_vars("node_admission", tmp_path, {})
+    variables["nvlink_acceptance_verdict"] = {"status": "fail", "reasons": ["GPU 6 link 3 down"], "details": {}}
+    variables.update({"acceptance_expect_status": "fail", "acceptance_expect_reasons": ["nvlink_acceptance: GPU 6"]})
+    state = _seed_kubectl_state(variables, {"gpu-sim-instance": QUARANTINED_NODE})
+    res = _molecule("node_admission", "failing", tmp_path, variables)
+    assert res.returncode == 0, _explain(res)
+    node = json.loads(state.read_text())["kubectl"]["gpu-sim-instance"]
+    assert node["taints"]["gpucluster.io/quarantine:NoExecute"] == "gpu-temperature"
+    assert node["labels"]["gpucluster.io/quarantined"] == "true"
+    assert "gpucluster.io/quarantine-released-at" not in node["annotations"]
+    calls = [json.loads(line)[1] for line in (tmp_path / "kubectl.log").read_text().splitlines()]
+    assert "annotate" not in calls
+    assert "get" not in calls
