@@ -9,19 +9,31 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
+from components.constants import QUARANTINE_TAINT_KEY
 from components.taint_controller_settings import (
+    DEFAULT_BURST_QUERY,
+    DEFAULT_HEADROOM_BY_TYPE_QUERY,
     DEFAULT_HEADROOM_QUERY,
+    DEFAULT_PENDING_BY_TYPE_QUERY,
     DEFAULT_PENDING_QUERY,
     DEFAULT_RESERVED_QUERY,
+    MAX_GPU_TYPES,
+    NO_GPU_TYPES,
     RESERVATION_TAINT_KEY,
     SettingsError,
     TaintControllerSettings,
+    gpu_type_of,
+    gpu_types_in_cluster,
+    ksm_label_name,
     load_settings,
     parse_duration,
     parse_settings,
 )
 from tests.support.require import debian_tool
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def problems(data: dict[str, Any]) -> dict[str, str]:
@@ -299,3 +311,191 @@ def test_the_daemon_readme_shows_the_default_queries_as_they_are() -> None:
     assert re.sub(r"\s+", "", DEFAULT_HEADROOM_QUERY) in shown
     assert re.sub(r"\s+", "", DEFAULT_PENDING_QUERY) in shown
     assert re.sub(r"\s+", "", DEFAULT_RESERVED_QUERY) in shown
+    for query in (DEFAULT_HEADROOM_BY_TYPE_QUERY, DEFAULT_PENDING_BY_TYPE_QUERY, DEFAULT_BURST_QUERY):
+        assert re.sub(r"\s+", "", query) in shown
+
+
+# --- GPU types ----------------------------------------------------------------------------------------------------
+
+
+def test_no_gpu_types_by_default_and_the_queries_by_type_match_nothing() -> None:
+    s = TaintControllerSettings()
+    assert s.gpu_types == []
+    assert s.gpu_type_node_label == "nvidia.com/gpu.product"
+    assert s.ksm_flags() == []
+    for query in (s.headroom_by_type_query, s.pending_by_type_query, s.burst_query):
+        rendered = s.render_query(query)
+        assert NO_GPU_TYPES in rendered
+        assert "$" not in rendered
+
+
+def test_gpu_types_expand_into_every_query_by_type() -> None:
+    s = parse_settings({"gpuTypes": ["H100", "L40S"], "nodeName": "burst-1"})
+    headroom = s.render_query(s.headroom_by_type_query)
+    assert "$" not in headroom
+    assert 'kube_node_labels{label_nvidia_com_gpu_product="L40S"}' in headroom
+    assert 'label_nvidia_com_gpu_product=~"(?i).*(H100).*"' in headroom
+    assert 'node!="burst-1"' in headroom
+    pending = s.render_query(s.pending_by_type_query)
+    assert 'kube_pod_annotations{annotation_burst_gpucluster_io_gpu_type="L40S"}' in pending
+    assert "kube_pod_nodeselectors{nodeselector_nvidia_com_gpu_product" in pending
+    assert NO_GPU_TYPES not in pending
+    assert s.ksm_flags() == [
+        "--metric-labels-allowlist=nodes=[nvidia.com/gpu.product]",
+        "--metric-annotations-allowlist=pods=[burst.gpucluster.io/gpu-type]",
+        "--metric-opt-in-list=kube_pod_nodeselectors",
+    ]
+    other = parse_settings({"gpuTypes": ["H100", "L40S"], "gpuTypeNodeLabel": "example.com/gpuModel"})
+    assert "label_example_com_gpu_model=" in other.render_query(other.headroom_by_type_query)
+    assert other.ksm_flags()[0] == "--metric-labels-allowlist=nodes=[example.com/gpuModel]"
+
+
+@pytest.mark.parametrize(
+    ("data", "path", "text"),
+    [
+        ({"gpuTypes": ["H100", "h100"]}, "gpuTypes", "listed twice (in any case): h100"),
+        ({"gpuTypes": ["H 100"]}, "gpuTypes[0]", "not a GPU type name"),
+        ({"gpuTypes": [f"T{i}" for i in range(MAX_GPU_TYPES + 1)]}, "gpuTypes", f"at most {MAX_GPU_TYPES} items"),
+        ({"gpuTypeNodeLabel": "not a label!"}, "gpuTypeNodeLabel", "qualified name"),
+        ({"burstQuery": ""}, "burstQuery", "empty"),
+        ({"headroomByTypeQuery": ""}, "headroomByTypeQuery", "empty"),
+    ],
+)
+def test_invalid_gpu_type_settings_name_the_key(data: dict[str, Any], path: str, text: str) -> None:
+    found = problems(data)
+    assert path in found, found
+    assert text in found[path]
+
+
+def test_as_many_gpu_types_as_the_limit_are_accepted() -> None:
+    assert len(parse_settings({"gpuTypes": [f"T{i}" for i in range(MAX_GPU_TYPES)]}).gpu_types) == MAX_GPU_TYPES
+
+
+@pytest.mark.parametrize(
+    ("prefix", "key", "name"),
+    [
+        ("label", "nvidia.com/gpu.product", "label_nvidia_com_gpu_product"),
+        ("annotation", "burst.gpucluster.io/gpu-type", "annotation_burst_gpucluster_io_gpu_type"),
+        ("label", "example.com/gpuModel", "label_example_com_gpu_model"),
+    ],
+)
+def test_ksm_label_names(prefix: str, key: str, name: str) -> None:
+    assert ksm_label_name(prefix, key) == name
+
+
+@pytest.mark.parametrize(
+    ("value", "gpu_type"),
+    [
+        ("NVIDIA-H100-80GB-HBM3", "H100"),
+        ("NVIDIA-L40S", "L40S"),
+        ("nvidia-l40s", "L40S"),  # any case
+        ("L40S", "L40S"),
+        ("Tesla-T4", None),
+        ("H100-or-L40S", None),  # names two: neither
+    ],
+)
+def test_gpu_type_of_a_node_label_value(value: str, gpu_type: str | None) -> None:
+    assert gpu_type_of(value, ["H100", "L40S"]) == gpu_type
+
+
+def test_an_exact_name_wins_over_one_it_contains() -> None:
+    assert gpu_type_of("H100-NVL", ["H100", "H100-NVL"]) == "H100-NVL"
+    assert gpu_type_of("NVIDIA-H100-NVL", ["H100", "H100-NVL"]) is None
+
+
+def test_the_prod_stack_tells_its_two_gpu_types_apart() -> None:
+    """Prod's flavors select NVIDIA-H100-80GB-HBM3 and NVIDIA-L40S nodes; its providers offer H100 and L40S."""
+    config = yaml.safe_load((ROOT / "stacks" / "Pulumi.prod.yaml").read_text())["config"]
+    products = [f["nodeLabels"].get("nvidia.com/gpu.product", "") for f in config["gpucluster:flavors"]]
+    offered = [t for p in config["gpucluster:burst"]["providers"] for t in p["gpuTypes"]]
+    assert gpu_types_in_cluster(products, offered) == ["H100", "L40S"]
+
+
+@pytest.mark.parametrize(
+    "products",
+    [
+        ["NVIDIA-H100-80GB-HBM3"],  # one GPU type: the one pool decides as before
+        ["NVIDIA-H100-80GB-HBM3", "NVIDIA-H100-80GB-HBM3"],  # two flavors, one type
+        ["NVIDIA-H100-80GB-HBM3", "Tesla-T4"],  # the other offers no burst type
+        [],
+    ],
+)
+def test_one_gpu_type_gets_no_gpu_types(products: list[str]) -> None:
+    assert gpu_types_in_cluster(products, ["H100", "L40S"]) == []
+
+
+# --- the queries by type, under promtool -------------------------------------------------------------------------
+
+#: node -> (GPUs, product label, taint key or None, GPUs requested by a Running pod on it)
+_TYPED_NODES: dict[str, tuple[int, str, str | None, int]] = {
+    "h100-a": (8, "NVIDIA-H100-80GB-HBM3", None, 2),
+    "h100-q": (8, "NVIDIA-H100-80GB-HBM3", QUARANTINE_TAINT_KEY, 1),
+    "l40s-a": (8, "NVIDIA-L40S", None, 8),
+    "t4-a": (4, "Tesla-T4", None, 0),
+    "gpu-burst": (16, "", None, 0),
+}
+
+
+def _typed_series(quarantined: bool) -> list[dict[str, str]]:
+    series = []
+    for node, (gpus, product, taint, used) in _TYPED_NODES.items():
+        labels = f'node="{node}",label_nvidia_com_gpu_product="{product}"' if product else f'node="{node}"'
+        series += [
+            {
+                "series": f'kube_node_status_allocatable{{resource="nvidia_com_gpu",node="{node}"}}',
+                "values": f"{gpus}x5",
+            },
+            {"series": f'kube_node_spec_unschedulable{{node="{node}"}}', "values": "0x5"},
+            {"series": f'kube_node_info{{node="{node}"}}', "values": "1x5"},
+            {"series": f"kube_node_labels{{{labels}}}", "values": "1x5"},
+        ]
+        if taint and quarantined:
+            series.append(
+                {"series": f'kube_node_spec_taint{{node="{node}",key="{taint}",effect="NoExecute"}}', "values": "1x5"}
+            )
+        if used:
+            pod = f'namespace="inference",pod="on-{node}"'
+            series += [
+                {
+                    "series": f'kube_pod_container_resource_requests{{resource="nvidia_com_gpu",node="{node}",{pod}}}',
+                    "values": f"{used}x5",
+                },
+                {"series": f'kube_pod_status_phase{{{pod},phase="Running"}}', "values": "1x5"},
+            ]
+    return series
+
+
+def _promtool(tmp_path: Path, series: list[dict[str, str]], expr: str, samples: list[dict[str, Any]]) -> bool:
+    (tmp_path / "empty.yml").write_text("groups: []\n")
+    case = {
+        "interval": "1m",
+        "input_series": series,
+        "promql_expr_test": [{"expr": expr, "eval_time": "2m", "exp_samples": samples}],
+    }
+    (tmp_path / "test.yml").write_text(json.dumps({"rule_files": ["empty.yml"], "tests": [case]}))
+    proc = subprocess.run(
+        [debian_tool("promtool"), "test", "rules", str(tmp_path / "test.yml")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return proc.returncode == 0
+
+
+@pytest.mark.parametrize(
+    ("quarantined", "whole", "h100", "l40s"),
+    [(False, 6 + 7 + 0 + 4, 6 + 7, 0), (True, 6 + 0 + 4, 6, 0)],
+    ids=["healthy", "h100-q-quarantined"],
+)
+def test_quarantined_gpus_are_no_headroom(tmp_path: Path, quarantined: bool, whole: int, h100: int, l40s: int) -> None:
+    s = TaintControllerSettings(node_name="gpu-burst", gpu_types=["H100", "L40S"])
+    series = _typed_series(quarantined)
+    by_type: list[dict[str, Any]] = [
+        {"labels": '{gpu_type="H100"}', "value": h100},
+        {"labels": '{gpu_type="L40S"}', "value": l40s},
+    ]
+    assert _promtool(tmp_path, series, s.render_query(s.headroom_query), [{"labels": "{}", "value": whole}])
+    assert _promtool(tmp_path, series, s.render_query(s.headroom_by_type_query), by_type)
+    # and the check can fail: the other case's numbers are refused
+    wrong: list[dict[str, Any]] = [{"labels": '{gpu_type="H100"}', "value": 13 if quarantined else 6}, by_type[1]]
+    assert not _promtool(tmp_path, series, s.render_query(s.headroom_by_type_query), wrong)

@@ -315,3 +315,134 @@ def test_tick_result_reports_inputs() -> None:
     result = r.controller.tick()
     assert (result.leader, result.headroom, result.pending, result.taint_present) == (True, 2, 1, True)
     assert result.decision.action is Action.HOLD
+
+
+# --- by GPU type ------------------------------------------------------------------------------------------------
+
+TYPED = SETTINGS.model_copy(update={"gpu_types": ["H100", "L40S"]})
+
+
+def typed_rig(taints: list[Taint] | None = None) -> Rig:
+    r = rig(taints)
+    r.controller = Controller(
+        TYPED,
+        r.querier,
+        r.nodes,
+        r.events,
+        r.metrics,
+        is_leader=lambda: r.leader[0],
+        clock=r.clock,
+        wall_clock=r.clock.wall,
+    )
+    return r
+
+
+def test_without_gpu_types_only_the_whole_cluster_is_asked() -> None:
+    r = rig()
+    r.ticks(1)
+    assert len(r.querier.queries) == 3
+    assert not any("gpu_type" in q for q in r.querier.queries)
+    assert r.metrics.registry.get_sample_value("gpucluster_taint_controller_headroom_by_type_gpus", {}) is None
+    burst = r.metric("burst_inference_pods")
+    assert burst is not None
+    assert math.isnan(burst)  # not asked
+
+
+def test_with_gpu_types_every_query_by_type_is_rendered() -> None:
+    r = typed_rig()
+    r.ticks(1)
+    assert len(r.querier.queries) == 6
+    by_type = [q for q in r.querier.queries if "gpu_type" in q]
+    assert len(by_type) == 3
+    assert all("$" not in q.replace('"$1"', "") for q in by_type)
+    assert all("kube_node_labels" in q or "kube_pod_annotations" in q for q in by_type)
+
+
+def test_idle_h100_with_l40s_pending_removes_the_taint_and_says_which_type() -> None:
+    r = typed_rig([OURS])
+    r.querier.headroom, r.querier.pending = 16, 3
+    r.querier.headroom_by_type, r.querier.pending_by_type = {"H100": 16, "L40S": 0}, {"L40S": 3}
+    assert r.ticks(5) == [None] * 4 + ["remove"]
+    assert r.events.reasons() == [REASON_REMOVED]
+    assert r.events.events[0][2].startswith("L40S: headroom 0 < lowMark 1 with 3 inference pods pending for 120s")
+    assert r.metric("headroom_gpus") == 16
+    assert r.metric("headroom_by_type_gpus", gpu_type="H100") == 16
+    assert r.metric("headroom_by_type_gpus", gpu_type="L40S") == 0
+    assert r.metric("pending_inference_by_type_pods", gpu_type="L40S") == 3
+    assert r.metric("pending_inference_by_type_pods", gpu_type="H100") == 0  # no series: nothing pending
+
+
+def test_the_same_cluster_without_gpu_types_keeps_the_taint() -> None:
+    r = rig([OURS])
+    r.querier.headroom, r.querier.pending = 16, 3
+    r.querier.headroom_by_type, r.querier.pending_by_type = {"H100": 16, "L40S": 0}, {"L40S": 3}
+    assert r.ticks(10) == [None] * 10
+
+
+def test_an_empty_answer_by_type_is_zero_for_every_type() -> None:
+    """No node of a configured type: no series, which is no room (the whole cluster's answer says ksm is up)."""
+    r = typed_rig([OURS])
+    r.querier.headroom, r.querier.pending = 8, 1
+    r.querier.headroom_by_type, r.querier.pending_by_type = None, {"L40S": 1}
+    assert r.ticks(5)[-1] == "remove"
+    assert r.metric("headroom_by_type_gpus", gpu_type="L40S") == 0
+
+
+@pytest.mark.parametrize("failure", [QueryError("timeout", "slow"), QueryError("multiple", "two H100 rows")])
+def test_headroom_by_type_failing_is_unknown_headroom(failure: QueryError) -> None:
+    r = typed_rig([OURS])
+    r.querier.headroom, r.querier.pending = 16, 3
+    r.querier.headroom_by_type, r.querier.pending_by_type = failure, {"L40S": 3}
+    assert r.ticks(20) == [None] * 20
+    assert r.metric("query_errors_total", reason=failure.reason) == 20
+    assert REASON_QUERY_FAILED in r.events.reasons()
+    assert "headroom by type query failed" in r.events.events[0][2]
+    h100 = r.metric("headroom_by_type_gpus", gpu_type="H100")
+    assert h100 is not None
+    assert math.isnan(h100)
+    assert r.controller.decider.remove_since is None  # fail-static: the timers restarted
+
+
+def test_pending_by_type_failing_leaves_the_whole_clusters_rule() -> None:
+    r = typed_rig([OURS])
+    r.querier.headroom, r.querier.pending = 0, 3
+    r.querier.headroom_by_type, r.querier.pending_by_type = {"H100": 0, "L40S": 0}, QueryError("http", "HTTP 500")
+    assert r.ticks(5)[-1] == "remove"  # the whole cluster is full with inference Pending
+    assert "pending by type query failed" in r.events.events[0][2]
+    r2 = typed_rig([OURS])
+    r2.querier.headroom, r2.querier.pending = 16, 3
+    r2.querier.headroom_by_type, r2.querier.pending_by_type = {"H100": 16, "L40S": 0}, QueryError("http", "500")
+    assert r2.ticks(10) == [None] * 10  # which type is Pending is unknown: no removal on the whole's room
+
+
+def test_replicas_out_hold_the_add_until_their_type_has_room() -> None:
+    r = typed_rig()
+    r.querier.headroom, r.querier.pending = 20, 0
+    r.querier.headroom_by_type, r.querier.burst = {"H100": 20, "L40S": 0}, {"": 2, "L40S": 2}
+    assert r.ticks(30) == [None] * 30
+    assert r.metric("burst_inference_pods") == 2
+    assert r.metric("burst_inference_by_type_pods", gpu_type="L40S") == 2
+    r.querier.headroom_by_type = {"H100": 12, "L40S": 8}
+    assert r.ticks(21)[-1] == "add"
+    assert r.events.events[-1][2].startswith("L40S: headroom 8 >= highMark 4 for 600s")
+
+
+def test_unknown_burst_pods_wait_for_every_type_without_a_warning() -> None:
+    r = typed_rig()
+    r.querier.headroom, r.querier.pending = 20, 0
+    r.querier.headroom_by_type, r.querier.burst = {"H100": 20, "L40S": 0}, QueryError("timeout", "slow")
+    assert r.ticks(30) == [None] * 30
+    assert r.events.events == []
+    r.querier.headroom_by_type = {"H100": 12, "L40S": 8}
+    assert r.ticks(21)[-1] == "add"
+
+
+def test_tick_result_reports_the_rows() -> None:
+    r = typed_rig([OURS])
+    r.querier.headroom, r.querier.pending = 16, 3
+    r.querier.headroom_by_type, r.querier.pending_by_type = {"H100": 16, "L40S": 0}, {"L40S": 3}
+    result = r.controller.tick()
+    assert result.headroom_by_type == {"H100": 16, "L40S": 0}
+    assert result.pending_by_type == {"L40S": 3}
+    assert result.burst == {"": 0}
+    assert (result.decision.reason, result.decision.gpu_type) == ("holding-remove", "L40S")

@@ -165,3 +165,147 @@ def test_thresholds_refuse_marks_without_a_gap(low: int, high: int) -> None:
 def test_zero_hold_times_act_on_the_first_observation() -> None:
     d = Decider(Thresholds(high_mark=1, low_mark=0, hold_add_s=0, hold_remove_s=0))
     assert d.decide(0, 1, 0, False).action is Action.ADD
+
+
+# --- by GPU type ------------------------------------------------------------------------------------------------
+# Rows: "" is the whole cluster, the others GPU types (prod mixes H100 and L40S).
+
+
+def test_idle_h100s_with_l40s_pending_remove_the_taint() -> None:
+    """The whole cluster has 20 free GPUs, all of them H100: the Pending L40S replicas have nowhere to go."""
+    d = decider()
+    headroom = {"": 20, "H100": 20, "L40S": 0}
+    pending = {"": 3, "L40S": 3}
+    assert d.decide(0, headroom, pending, True).action is Action.HOLD
+    decision = d.decide(HOLD_REMOVE, headroom, pending, True)
+    assert (decision.action, decision.reason, decision.gpu_type) == (Action.REMOVE, "headroom-low", "L40S")
+    assert decision.detail.startswith("L40S: headroom 0 < lowMark 2 with 3 inference pods pending for 120s")
+
+
+def test_the_whole_cluster_alone_would_keep_the_taint_on() -> None:
+    """The same numbers as one pool (a stack without gpuTypes): 20 free GPUs is room, and nothing comes off."""
+    d = decider()
+    assert {d.decide(t, 20, 3, True).action for t in range(0, 1000, 30)} == {Action.HOLD}
+
+
+def test_a_type_with_room_for_its_pending_stays_quiet() -> None:
+    """H100 replicas Pending while H100 has room (a moment before the scheduler binds them): no removal."""
+    d = decider()
+    steps = [d.decide(t, {"": 10, "H100": 6, "L40S": 4}, {"": 2, "H100": 2}, True) for t in range(0, 1000, 30)]
+    assert {s.action for s in steps} == {Action.HOLD}
+    assert d.remove_since is None
+
+
+def test_each_type_has_its_own_remove_timer() -> None:
+    """L40S low for 90 s, then it gets room just as H100 runs out: H100 needs a full hold of its own."""
+    d = decider()
+    for t in (0, 30, 60, 90):
+        d.decide(t, {"": 8, "H100": 8, "L40S": 0}, {"": 1, "L40S": 1}, True)
+    assert d.remove_since_by_type == {"L40S": 0}
+    low_h100 = ({"": 4, "H100": 0, "L40S": 4}, {"": 1, "H100": 1})
+    assert d.decide(120, *low_h100, True).action is Action.HOLD  # L40S would have completed its hold here
+    assert d.remove_since_by_type == {"H100": 120}
+    assert d.decide(120 + HOLD_REMOVE - 1, *low_h100, True).action is Action.HOLD
+    decision = d.decide(120 + HOLD_REMOVE, *low_h100, True)
+    assert (decision.action, decision.gpu_type) == (Action.REMOVE, "H100")
+
+
+def test_the_type_low_for_longest_decides() -> None:
+    d = decider()
+    d.decide(0, {"": 0, "H100": 0, "L40S": 0}, {"": 1, "L40S": 1}, True)
+    decision = d.decide(HOLD_REMOVE, {"": 0, "H100": 0, "L40S": 0}, {"": 3, "H100": 2, "L40S": 1}, True)
+    assert (decision.action, decision.gpu_type) == (Action.REMOVE, "L40S")
+
+
+def test_a_type_missing_from_headroom_is_zero() -> None:
+    """Pending inference asks for a type no in-cluster node has: no room for it anywhere in-cluster."""
+    d = decider()
+    d.decide(0, {"": 30, "H100": 30}, {"": 1, "L40S": 1}, True)
+    decision = d.decide(HOLD_REMOVE, {"": 30, "H100": 30}, {"": 1, "L40S": 1}, True)
+    assert (decision.action, decision.gpu_type) == (Action.REMOVE, "L40S")
+    assert "L40S: headroom 0 < lowMark" in decision.detail
+
+
+def test_a_row_that_drops_out_loses_its_timers() -> None:
+    d = decider()
+    d.decide(0, {"": 0, "L40S": 0}, {"": 1, "L40S": 1}, True)
+    d.decide(30, {"": 0}, {"": 0}, True)
+    assert d.remove_since_by_type == {}
+    d.decide(60, {"": 0, "L40S": 0}, {"": 1, "L40S": 1}, True)
+    assert d.decide(60 + HOLD_REMOVE - 1, {"": 0, "L40S": 0}, {"": 1, "L40S": 1}, True).action is Action.HOLD
+
+
+def test_unknown_headroom_restarts_every_types_timers() -> None:
+    d = decider()
+    d.decide(0, {"": 20, "H100": 20, "L40S": 0}, {"": 1, "L40S": 1}, True)
+    assert d.decide(60, None, {"": 1, "L40S": 1}, True).reason == "headroom-unknown"
+    assert (d.add_since_by_type, d.remove_since_by_type) == ({}, {})
+    assert d.decide(HOLD_REMOVE, {"": 20, "H100": 20, "L40S": 0}, {"": 1, "L40S": 1}, True).action is Action.HOLD
+
+
+def test_the_reservation_shortcut_names_the_type() -> None:
+    decision = decider().decide(0, {"": 16, "H100": 16, "L40S": 0}, {"": 4, "L40S": 4}, True, reserved=2)
+    assert (decision.action, decision.reason, decision.gpu_type) == (Action.REMOVE, "room-reserved", "L40S")
+
+
+def test_with_nothing_out_the_whole_cluster_high_adds() -> None:
+    """No burst replica to bring home: room anywhere is reason enough to keep new replicas in-cluster."""
+    d = decider()
+    rows = {"": HIGH, "H100": HIGH - 2, "L40S": 2}
+    d.decide(0, rows, {"": 0}, False, burst={"": 0})
+    decision = d.decide(HOLD_ADD, rows, {"": 0}, False, burst={"": 0})
+    assert (decision.action, decision.reason, decision.gpu_type) == (Action.ADD, "headroom-high", "")
+    assert decision.detail.startswith(f"all GPU types: headroom {HIGH} >= highMark {HIGH} for 600s")
+
+
+def test_replicas_out_come_home_only_to_their_own_type() -> None:
+    """L40S replicas are out and only H100 has room: the taint stays off until L40S has room too."""
+    d = decider()
+    out = {"": 2, "L40S": 2}
+    no_l40s_room = {"": 20, "H100": 20, "L40S": 3}
+    for t in range(0, 2000, 30):
+        decision = d.decide(t, no_l40s_room, {"": 0}, False, burst=out)
+        assert decision.action is Action.HOLD
+    assert (decision.reason, decision.gpu_type) == ("between-marks", "L40S")
+    assert "where burst replicas come home: all GPU types, L40S" in decision.detail
+    room = {"": 28, "H100": 20, "L40S": HIGH}
+    assert d.decide(2000, room, {"": 0}, False, burst=out).reason == "holding-add"
+    decision = d.decide(2000 + HOLD_ADD, room, {"": 0}, False, burst=out)
+    assert (decision.action, decision.gpu_type) == (Action.ADD, "L40S")
+
+
+def test_every_type_out_must_hold_high_for_the_whole_hold() -> None:
+    """H100 has been high for long, L40S only just: the add waits for L40S's own holdAdd."""
+    d = decider()
+    out = {"": 2, "H100": 1, "L40S": 1}
+    d.decide(0, {"": 30, "H100": 24, "L40S": 6}, {"": 0}, False, burst=out)
+    d.decide(300, {"": 32, "H100": 24, "L40S": HIGH}, {"": 0}, False, burst=out)
+    assert d.decide(HOLD_ADD, {"": 32, "H100": 24, "L40S": HIGH}, {"": 0}, False, burst=out).action is Action.HOLD
+    decision = d.decide(300 + HOLD_ADD, {"": 32, "H100": 24, "L40S": HIGH}, {"": 0}, False, burst=out)
+    assert (decision.action, decision.gpu_type) == (Action.ADD, "L40S")
+
+
+def test_unknown_burst_pods_wait_for_every_type() -> None:
+    d = decider()
+    one_low = {"": 20, "H100": 20, "L40S": 3}
+    assert {d.decide(t, one_low, {"": 0}, False).action for t in range(0, 2000, 30)} == {Action.HOLD}
+    all_high = {"": 30, "H100": 20, "L40S": HIGH}
+    d.decide(2000, all_high, {"": 0}, False)
+    assert d.decide(2000 + HOLD_ADD, all_high, {"": 0}, False).action is Action.ADD
+
+
+def test_pending_without_room_blocks_the_add_whatever_else_has_room() -> None:
+    """The taint never goes on while some Pending inference has nowhere in-cluster to go."""
+    d = decider()
+    rows = {"": 30, "H100": 30, "L40S": 0}
+    for t in range(0, 2000, 30):
+        decision = d.decide(t, rows, {"": 1, "L40S": 1}, False, burst={"": 0})
+        assert decision.action is Action.HOLD
+    assert (decision.reason, decision.gpu_type) == ("taint-absent", "L40S")
+
+
+def test_a_type_out_with_no_node_in_cluster_never_adds() -> None:
+    d = decider()
+    steps = [d.decide(t, {"": 30, "H100": 30}, {"": 0}, False, burst={"": 1, "A100": 1}) for t in range(0, 2000, 30)]
+    assert {s.action for s in steps} == {Action.HOLD}
+    assert steps[-1].gpu_type == "A100"
