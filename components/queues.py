@@ -27,8 +27,8 @@ from components.queues_settings import (
     KueueSettings,
     Priorities,
     Team,
-    resource_groups,
 )
+from components.quota_controller_settings import resource_groups
 
 KUEUE_API = "kueue.x-k8s.io/v1beta2"
 _K8S_PROVIDER_VERSION = importlib.metadata.version("pulumi_kubernetes")

@@ -8,7 +8,6 @@ inference, ...) are in ``components/config/rules.py``.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field, field_validator
@@ -69,27 +68,6 @@ class ClusterQueueSpec(ConfigModel):
     quota: Annotated[dict[str, Annotated[int, Field(ge=0)]], Field(min_length=1)]
     borrowing_limit: dict[str, Annotated[int, Field(ge=0)]] = {}
     queueing_strategy: Literal["BestEffortFIFO", "StrictFIFO"] = "BestEffortFIFO"
-
-
-def resource_groups(
-    flavors: Sequence[tuple[str, str]], quota: Mapping[str, int], borrowing_limit: Mapping[str, int]
-) -> list[dict[str, object]]:
-    """A ClusterQueue's ``spec.resourceGroups``: one group per GPU resource name, its flavors in ``flavors`` order
-    (``(flavor, resource)`` pairs; those without a quota are left out).
-
-    Shared by the Pulumi component (the numbers at full capacity) and the quota controller (the numbers that follow
-    healthy capacity), so both write the same shape. Quotas are ``resource.Quantity`` values, which the API server
-    returns as strings: they are sent as strings too, or every ``pulumi preview`` would see 32 => "32" as a change.
-    """
-    by_resource: dict[str, list[dict[str, object]]] = {}
-    for name, resource in flavors:
-        if name not in quota:
-            continue
-        entry: dict[str, object] = {"name": resource, "nominalQuota": str(quota[name])}
-        if name in borrowing_limit:
-            entry["borrowingLimit"] = str(borrowing_limit[name])
-        by_resource.setdefault(resource, []).append({"name": name, "resources": [entry]})
-    return [{"coveredResources": [resource], "flavors": entries} for resource, entries in by_resource.items()]
 
 
 class Team(ConfigModel):

@@ -26,7 +26,7 @@ On by default: a stack whose queues follow capacity turns it off only on purpose
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -73,6 +73,27 @@ FILLED = {
     "acceptedLabel": f"the acceptance label ({ACCEPTED_LABEL})",
     "acceptedValue": f"the acceptance label's value ({ACCEPTED_VALUE})",
 }
+
+
+def resource_groups(
+    flavors: Sequence[tuple[str, str]], quota: Mapping[str, int], borrowing_limit: Mapping[str, int]
+) -> list[dict[str, object]]:
+    """A ClusterQueue's ``spec.resourceGroups``: one group per GPU resource name, its flavors in ``flavors`` order
+    (``(flavor, resource)`` pairs; those without a quota are left out).
+
+    Shared by the Pulumi component (the numbers at full capacity) and the quota controller (the numbers that follow
+    healthy capacity), so both write the same shape. Quotas are ``resource.Quantity`` values, which the API server
+    returns as strings: they are sent as strings too, or every ``pulumi preview`` would see 32 => "32" as a change.
+    """
+    by_resource: dict[str, list[dict[str, object]]] = {}
+    for name, resource in flavors:
+        if name not in quota:
+            continue
+        entry: dict[str, object] = {"name": resource, "nominalQuota": str(quota[name])}
+        if name in borrowing_limit:
+            entry["borrowingLimit"] = str(borrowing_limit[name])
+        by_resource.setdefault(resource, []).append({"name": name, "resources": [entry]})
+    return [{"coveredResources": [resource], "flavors": entries} for resource, entries in by_resource.items()]
 
 
 class QuotaFlavor(ConfigModel):
@@ -213,4 +234,5 @@ __all__ = [
     "SettingsError",
     "load_settings",
     "parse_settings",
+    "resource_groups",
 ]

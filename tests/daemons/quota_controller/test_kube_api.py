@@ -21,8 +21,7 @@ import yaml
 from kubernetes import client
 
 from components.constants import ACCEPTED_LABEL, QUARANTINE_TAINT_KEY
-from components.queues_settings import resource_groups
-from components.quota_controller_settings import FIELD_MANAGER, QuotaControllerSettings
+from components.quota_controller_settings import FIELD_MANAGER, QuotaControllerSettings, resource_groups
 from daemons.quota_controller.client import KubeApi
 from daemons.quota_controller.controller import Controller
 from daemons.quota_controller.decide import Quota, live_quotas

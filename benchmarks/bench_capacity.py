@@ -1,0 +1,260 @@
+"""Quota that follows healthy capacity against static quota, side by side in one run on the simulated cluster.
+
+Runs ``make up`` (idempotent), then each scenario twice: with the quota controllers running (following), and with
+them stopped and every ClusterQueue put back to the stack's numbers (static: Kueue alone, as before the
+controller). Rows:
+
+- a node lost (NotReady, then deleted) and a node quarantined: seconds from the fault until every ClusterQueue's
+  quota is right (the goal is 5 s; static: never, the numbers stay);
+- a gang sized to the whole cluster submitted after the loss: static admits it (after make-before-break's maxHold),
+  its pods that fit run, the one that cannot waits, and ``waitForPodsReady`` evicts the gang; following holds it (no
+  quota reserved), and admits it once the node is back. The GPU-seconds wasted: GPUs held by pods of a gang that
+  was then evicted, until the eviction.
+
+Nothing is asserted: these are measurements. ``--quick`` skips the gang rows (minutes of waiting for
+``waitForPodsReady``). The figures are written to ``.state/bench-capacity/figures.json`` too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from components.model import parse_duration  # noqa: E402 (run as a script: the repository first on the path)
+from components.quota_controller_settings import resource_groups  # noqa: E402
+from daemons.quota_controller.apportion import apportion  # noqa: E402
+from daemons.quota_controller.decide import live_quotas  # noqa: E402
+from daemons.quota_controller.translate import queue_view  # noqa: E402
+from sim import flip, node_faults  # noqa: E402
+from sim import processes as sim_daemons  # noqa: E402
+
+#: How long the static column waits for a quota that never changes before saying so.
+STATIC_WAIT_S = 20.0
+#: How long the following column shows the gang held before the node comes back.
+HOLD_SHOWN_S = 60.0
+
+
+@dataclass
+class Column:
+    name: str
+    rows: dict[str, str] = field(default_factory=dict)
+    figures: dict[str, float | None] = field(default_factory=dict)
+
+
+def quotas() -> dict[str, int]:
+    """ClusterQueue -> its nominalQuota of the stack's first flavor."""
+    cfg = sim_daemons.stack_config()
+    flavor = cfg.flavors[0].name
+    out = {}
+    for name in cfg.queues:
+        found = live_quotas(queue_view(sim_daemons.kubectl_json("get", "clusterqueue", name)))
+        out[name] = found[flavor].nominal if found and flavor in found else -1
+    return out
+
+
+def expected(lost_gpus: int) -> dict[str, int]:
+    cfg = sim_daemons.stack_config()
+    flavor = cfg.flavors[0]
+    shares = {q: spec.quota[flavor.name] for q, spec in cfg.queues.items() if flavor.name in spec.quota}
+    return apportion(shares, flavor.capacity, flavor.capacity - lost_gpus)
+
+
+def until(check: Callable[[], bool], timeout: float, interval: float = 0.25) -> float | None:
+    """Seconds until ``check()`` holds; None when it did not within ``timeout``."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        if check():
+            return time.monotonic() - t0
+        time.sleep(interval)
+    return None
+
+
+def controllers(on: bool) -> None:
+    registry = sim_daemons.registry()
+    for name in sim_daemons.QUOTA_CONTROLLER_PORTS:
+        d = registry[name]
+        if on and not d.running():
+            d.start()
+        if not on and d.running():
+            d.stop()
+
+
+def static_quotas() -> None:
+    """Every ClusterQueue back to the stack's numbers, as Pulumi created it (Kueue alone)."""
+    cfg = sim_daemons.stack_config()
+    flavors = [(f.name, f.gpu_resource) for f in cfg.flavors]
+    for name, spec in cfg.queues.items():
+        groups = resource_groups(flavors, spec.quota, spec.borrowing_limit)
+        patch = json.dumps({"spec": {"resourceGroups": groups}})
+        sim_daemons.kubectl("patch", "clusterqueue", name, "--type=merge", "-p", patch)
+
+
+def seconds(value: float | None, static_text: str) -> str:
+    return static_text if value is None else f"{value:.1f} s"
+
+
+def node_rows(col: Column, node: str, per_node: int, following: bool) -> None:
+    lost = expected(per_node)
+    wait = 60.0 if following else STATIC_WAIT_S
+    full = quotas()
+    never = f"never (still {full}, {STATIC_WAIT_S:.0f} s on)"
+
+    node_faults.not_ready(node)
+    t = until(lambda: quotas() == lost, wait)
+    node_faults.delete(node)
+    col.figures["not_ready_s"] = t
+    col.rows["node lost (NotReady, then deleted): quota right"] = seconds(t, never)
+    node_faults.recreate(node)
+    until(lambda: quotas() == full, 90.0)
+
+    node_faults.quarantine(node)
+    t = until(lambda: quotas() == lost, wait)
+    col.figures["quarantined_s"] = t
+    col.rows["node quarantined: quota right"] = seconds(t, never)
+    node_faults.release(node)
+    until(lambda: quotas() == full, 30.0)
+
+
+def gang_pods() -> list[dict[str, Any]]:
+    s = flip.setup_from_stack()
+    items = sim_daemons.kubectl_json("get", "pods", "-n", s.training_ns, "-l", f"job-name={flip.TRAINING_JOB}")
+    return list(items.get("items") or [])
+
+
+def evicted() -> bool:
+    s = flip.setup_from_stack()
+    for w in sim_daemons.kubectl_json("get", "workloads.kueue.x-k8s.io", "-n", s.training_ns).get("items") or []:
+        for c in w.get("status", {}).get("conditions") or []:
+            if c.get("type") == "Evicted" and c.get("status") == "True":
+                return True
+    return False
+
+
+def gang_state() -> str:
+    s = flip.setup_from_stack()
+    return flip.workload_state(
+        sim_daemons.kubectl_json("get", "workloads.kueue.x-k8s.io", "-n", s.training_ns)["items"]
+    )
+
+
+def delete_gang() -> None:
+    s = flip.setup_from_stack()
+    sim_daemons.kubectl("delete", "job", flip.TRAINING_JOB, "-n", s.training_ns, "--ignore-not-found", "--wait=true")
+
+
+def gang_rows(col: Column, node: str, per_node: int, following: bool, timeout: float) -> None:
+    s = flip.setup_from_stack()
+    delete_gang()
+    node_faults.delete(node)
+    if following:
+        until(lambda: quotas() == expected(per_node), 30.0)
+    sim_daemons.kubectl("apply", "-f", "-", input=json.dumps(flip.training_job(s, "30m", s.nodes)))
+    t0 = time.monotonic()
+    wasted = 0.0
+    last = t0
+    outcome = ""
+    admitted_at: float | None = None
+    while time.monotonic() - t0 < timeout:
+        now = time.monotonic()
+        running = sum(1 for p in gang_pods() if p.get("status", {}).get("phase") == "Running")
+        wasted += running * s.gpus_per_node * (now - last)
+        last = now
+        state = gang_state()
+        if state == "admitted" and admitted_at is None:
+            admitted_at = now - t0
+        if evicted():
+            outcome = f"admitted at {admitted_at or 0:.0f} s, evicted by waitForPodsReady at {now - t0:.0f} s"
+            break
+        if following and now - t0 >= HOLD_SHOWN_S:
+            outcome = f"held {now - t0:.0f} s with no quota reserved ({state or 'pending'})"
+            break
+        time.sleep(1.0)
+    else:
+        outcome = f"neither evicted nor held after {timeout:.0f} s (state {gang_state() or 'pending'})"
+    col.rows["gang of the whole cluster after the loss"] = outcome
+    col.rows["GPU-seconds wasted on it"] = f"{wasted:.0f}"
+    col.figures["wasted_gpu_seconds"] = wasted
+    node_faults.recreate(node)
+    if following:
+        t = until(lambda: gang_state() == "admitted", 120.0, interval=0.5)
+        col.rows["node back -> gang admitted"] = "not within 120 s" if t is None else f"{t:.1f} s"
+        col.figures["admitted_after_return_s"] = t
+    else:
+        col.rows["node back -> gang admitted"] = "(evicted; requeued with backoff)"
+    delete_gang()
+
+
+def run(quick: bool) -> list[Column]:
+    cfg = sim_daemons.stack_config()
+    flavor = cfg.flavors[0]
+    node = f"{flavor.name}-node-{flavor.node_count - 1}"
+    per_node = flavor.gpus_per_node
+    # make-before-break's hold, Kueue's pods-ready timeout, and room for the eviction to be written
+    hold = cfg.make_before_break.max_hold_seconds if cfg.make_before_break.enabled else 0.0
+    gang_timeout = hold + parse_duration(cfg.kueue.wait_for_pods_ready.timeout) + 60.0
+    columns = []
+    for following in (True, False):
+        col = Column("following quotas" if following else "static quotas (Kueue alone)")
+        controllers(following)
+        if not following:
+            static_quotas()
+        try:
+            node_rows(col, node, per_node, following)
+            if not quick:
+                gang_rows(col, node, per_node, following, gang_timeout)
+        finally:
+            names = {n["metadata"]["name"] for n in sim_daemons.kubectl_json("get", "nodes").get("items") or []}
+            if node not in names:
+                node_faults.recreate(node)
+            node_faults.ready(node)
+            node_faults.release(node)
+            delete_gang()
+        columns.append(col)
+    controllers(True)
+    return columns
+
+
+def table(columns: Sequence[Column]) -> str:
+    rows = list(dict.fromkeys(r for c in columns for r in c.rows))
+    width = max(len(r) for r in rows) + 2
+    widths = [max(len(c.name), *(len(c.rows.get(r, "")) for r in rows)) + 2 for c in columns]
+    lines = [" " * width + "".join(c.name.ljust(w) for c, w in zip(columns, widths, strict=True))]
+    for r in rows:
+        lines.append(r.ljust(width) + "".join(c.rows.get(r, "").ljust(w) for c, w in zip(columns, widths, strict=True)))
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="benchmarks/bench_capacity.py", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="only the node rows (no gang, no waitForPodsReady wait)")
+    parser.add_argument("--no-up", action="store_true", help="use the running cluster as it is (no make up)")
+    args = parser.parse_args(argv)
+    if not args.no_up:
+        up = subprocess.run(
+            ["make", "--no-print-directory", "up"], cwd=ROOT, capture_output=True, text=True, check=False
+        )
+        if up.returncode != 0:
+            print(up.stdout[-3000:], up.stderr[-3000:], sep="\n", file=sys.stderr)
+            print("bench_capacity: make up failed", file=sys.stderr)
+            return 1
+    columns = run(args.quick)
+    out = ROOT / ".state" / "bench-capacity"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "figures.json").write_text(json.dumps({c.name: c.figures for c in columns}, indent=2))
+    print("quota against healthy capacity (local stack: 4 nodes x 8 GPUs, one node lost)")
+    print(table(columns))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
