@@ -19,6 +19,7 @@ Example (camelCase, as in the stack YAML or the JSON file)::
     leaseName: gpucluster-taint-controller
     replicas: 2
     inferenceNamespaces: [inference]
+    gpuTypes: [H100, L40S]   # decide per GPU type (a node's from nvidia.com/gpu.product); empty: one pool
 
 The taint's effect is fixed to ``NoSchedule``: a NoExecute burst taint would evict every external inference
 replica at once, so the model refuses any other value.
