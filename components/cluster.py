@@ -14,6 +14,7 @@ from components.descheduler import Descheduler, DeschedulerArgs
 from components.inference import InferenceService, InferenceServiceArgs
 from components.make_before_break import MakeBeforeBreak, MakeBeforeBreakArgs
 from components.make_before_break_settings import CHECK_NAME
+from components.quarantine import Quarantine, QuarantineArgs
 from components.queues import Queues, QueuesArgs
 from components.quota_controller import QuotaController, QuotaControllerArgs
 from components.storage import Storage, StorageArgs
@@ -66,7 +67,8 @@ class GpuCluster(pulumi.ComponentResource):
         if mbb is not None:
             burst_namespaces.append(mbb.namespace)
         quota = cfg.quota_controller if cfg.quota_controller.enabled else None
-        capacity_namespaces = [quota.namespace] if quota is not None else []
+        quarantine = cfg.quarantine if cfg.quarantine.enabled else None
+        capacity_namespaces = [c.namespace for c in (quota, quarantine) if c is not None]
         self.namespaces: dict[str, k8s.core.v1.Namespace] = {}
         for ns, role in [
             *((n, "training") for n in cfg.training_namespaces),
@@ -107,6 +109,13 @@ class GpuCluster(pulumi.ComponentResource):
                     labels=labels,
                     depends_on=(self.namespaces[quota.namespace], *self.queues.cluster_queues.values()),
                 ),
+                opts=pulumi.ResourceOptions(parent=self),
+            )
+        self.quarantine: Quarantine | None = None
+        if quarantine is not None:
+            self.quarantine = Quarantine(
+                f"{name}-quarantine",
+                QuarantineArgs(settings=quarantine, labels=labels, depends_on=(self.namespaces[quarantine.namespace],)),
                 opts=pulumi.ResourceOptions(parent=self),
             )
         self.storage = Storage(
@@ -223,5 +232,6 @@ class GpuCluster(pulumi.ComponentResource):
             ),
             "inferenceServices": sorted(self.inference_services),
             "quotaFollowsCapacity": quota is not None,
+            "quarantine": quarantine is not None,
         }
         self.register_outputs(self.outputs)

@@ -35,6 +35,9 @@ QUARANTINED_LABEL = "gpucluster.io/quarantined"
 #: Why and since when (RFC 3339, UTC) a node is quarantined: what goes to the hardware provider.
 QUARANTINE_REASON_ANNOTATION = "gpucluster.io/quarantine-reason"
 QUARANTINED_AT_ANNOTATION = "gpucluster.io/quarantined-at"
+#: When a node was last released from quarantine (``node_admission`` or the documented kubectl step sets it): the
+#: quarantine controller does not quarantine it again within its ``releaseGrace``.
+RELEASED_AT_ANNOTATION = "gpucluster.io/quarantine-released-at"
 
 # --- taints -------------------------------------------------------------------------------------------------
 

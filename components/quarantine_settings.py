@@ -30,7 +30,7 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, Field, ValidationError, ValidationInfo, field_validator
 
-from components.constants import QUARANTINE_TAINT_KEY
+from components.constants import QUARANTINE_TAINT_KEY, RELEASED_AT_ANNOTATION
 from components.documents import read_settings_file
 from components.issues import ConfigIssue, SettingsError, issues_from_validation_error, shown
 from components.model import (
@@ -53,9 +53,6 @@ FIELD_MANAGER = "gpucluster-quarantine"
 #: The ledger ConfigMap in the controller's namespace: one entry per quarantined (or recently released or deleted)
 #: node; what goes to the hardware provider.
 LEDGER_NAME = "gpucluster-quarantine"
-#: Set by whoever releases a node (``node_admission`` on a pass, or the documented kubectl step), RFC 3339 UTC: the
-#: controller does not quarantine the node again within ``releaseGrace`` of it.
-RELEASED_AT_ANNOTATION = "gpucluster.io/quarantine-released-at"
 #: The label the alert rules that mean "quarantine this node" carry (``components.telemetry.alerts`` defines the same
 #: pair; the daemon cannot import that package, which builds Pulumi resources).
 SIGNAL_LABEL = "gpucluster_signal"

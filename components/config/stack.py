@@ -22,6 +22,8 @@ from components.issues import ConfigIssue, SettingsError, issues_from_validation
 from components.make_before_break_settings import FILLED as MAKE_BEFORE_BREAK_FILLED
 from components.make_before_break_settings import MakeBeforeBreakSettings
 from components.model import MAX_STRING, DnsLabel, TaintKey
+from components.quarantine_settings import FILLED as QUARANTINE_FILLED
+from components.quarantine_settings import QuarantineFlavor, QuarantineSettings
 from components.queues_settings import ClusterQueueSpec, GpuFlavor, KueueSettings, Priorities, Team
 from components.quota_controller_settings import FILLED as QUOTA_CONTROLLER_FILLED
 from components.quota_controller_settings import QuotaControllerSettings, QuotaFlavor, QuotaQueue
@@ -86,6 +88,8 @@ class StackConfig:
     make_before_break: MakeBeforeBreakSettings
     #: The quota controller; its flavors and the queues' shares filled from the stack's.
     quota_controller: QuotaControllerSettings
+    #: The quarantine controller; its flavors filled from the stack's.
+    quarantine: QuarantineSettings
     #: None when the stack has no ``gpucluster:burst`` section.
     burst: BurstConfig | None = None
     inference_services: tuple[InferenceServiceSpec, ...] = ()
@@ -143,8 +147,14 @@ def _section(attribute: str, tp: Any, default: Any = _MISSING, *, model: bool = 
 MAKE_BEFORE_BREAK_KEY = "makeBeforeBreak"
 #: Validated by the quota controller's model, less the fields the stack fills.
 QUOTA_CONTROLLER_KEY = "quotaController"
+#: Validated by the quarantine controller's model, less the fields the stack fills.
+QUARANTINE_KEY = "quarantine"
 #: Each section's filled fields (camelCase key: where from): a stack that sets one is refused.
-FILLED_BY_STACK = {MAKE_BEFORE_BREAK_KEY: MAKE_BEFORE_BREAK_FILLED, QUOTA_CONTROLLER_KEY: QUOTA_CONTROLLER_FILLED}
+FILLED_BY_STACK = {
+    MAKE_BEFORE_BREAK_KEY: MAKE_BEFORE_BREAK_FILLED,
+    QUOTA_CONTROLLER_KEY: QUOTA_CONTROLLER_FILLED,
+    QUARANTINE_KEY: QUARANTINE_FILLED,
+}
 
 SECTIONS: dict[str, _Section] = {
     "environment": _section("environment", DnsLabel),
@@ -162,6 +172,7 @@ SECTIONS: dict[str, _Section] = {
     "telemetry": _section("telemetry", TelemetrySettings, {}, model=True),
     MAKE_BEFORE_BREAK_KEY: _section("make_before_break", MakeBeforeBreakSettings, {}, model=True),
     QUOTA_CONTROLLER_KEY: _section("quota_controller", QuotaControllerSettings, {}, model=True),
+    QUARANTINE_KEY: _section("quarantine", QuarantineSettings, {}, model=True),
     "inferenceServices": _section("inference_services", list[InferenceServiceSpec], []),
 }
 #: Validated by :func:`parse_burst`: two daemons' models share the section.
@@ -197,6 +208,7 @@ class StackSections:
     telemetry: TelemetrySettings | None = None
     make_before_break: MakeBeforeBreakSettings | None = None
     quota_controller: QuotaControllerSettings | None = None
+    quarantine: QuarantineSettings | None = None
     inference_services: tuple[InferenceServiceSpec, ...] | None = None
     #: None when the stack has no ``gpucluster:burst`` section or it did not validate.
     burst: BurstConfig | None = None
@@ -238,6 +250,10 @@ class StackSections:
         values["quota_controller"] = fill_quota_controller(
             values["quota_controller"], values["flavors"], values["queues"]
         )
+        # Every node of a flavor is a candidate (its own labels, not the acceptance label): a hot node that has not
+        # passed acceptance yet is still taken out, and the breaker's share is of the whole flavor.
+        flavors = [QuarantineFlavor(name=f.name, node_labels=dict(f.node_labels)) for f in values["flavors"]]
+        values["quarantine"] = values["quarantine"].model_copy(update={"flavors": flavors})
         return StackConfig(**values, burst=burst)
 
 
