@@ -595,6 +595,11 @@ def virtual_node(s: Stack) -> Iterable[Daemon]:
 
 def kube_state_metrics(s: Stack) -> Iterable[Daemon]:
     """kube-state-metrics for the taint controller's queries (nodes and pods), with the admin kubeconfig."""
+    from components.taint_controller_settings import (  # noqa: PLC0415 (needs ROOT on the path)
+        KSM_ANNOTATIONS_ALLOWLIST,
+        KSM_LABELS_ALLOWLIST,
+        KSM_OPT_IN_METRICS,
+    )
 
     def cmd() -> list[str]:
         return [
@@ -605,6 +610,10 @@ def kube_state_metrics(s: Stack) -> Iterable[Daemon]:
             "--telemetry-host=127.0.0.1",
             f"--telemetry-port={KSM_TELEMETRY_PORT}",
             "--resources=nodes,pods",
+            # What the taint controller's by-type queries read (harmless for a stack of one GPU type).
+            f"--metric-labels-allowlist={KSM_LABELS_ALLOWLIST}",
+            f"--metric-annotations-allowlist={KSM_ANNOTATIONS_ALLOWLIST}",
+            f"--metric-opt-in-list={KSM_OPT_IN_METRICS}",
         ]
 
     yield s.daemon("kube-state-metrics", cmd, ready_url=f"http://127.0.0.1:{KSM_TELEMETRY_PORT}/metrics")

@@ -28,7 +28,7 @@ from components.queues_settings import ClusterQueueSpec, GpuFlavor, KueueSetting
 from components.quota_controller_settings import FILLED as QUOTA_CONTROLLER_FILLED
 from components.quota_controller_settings import QuotaControllerSettings, QuotaFlavor, QuotaQueue
 from components.storage_settings import StorageSettings
-from components.taint_controller_settings import TaintControllerSettings
+from components.taint_controller_settings import TaintControllerSettings, gpu_types_in_cluster
 from components.telemetry.settings import TelemetrySettings
 
 #: Where a misspelt key is checked against.
@@ -233,10 +233,14 @@ class StackSections:
             raise ValueError("a section did not validate")
         burst = self.burst
         if burst is not None:
-            # The taint controller sets the stack's burst taint key, the one the descheduler acts on.
-            burst = BurstConfig(
-                burst.settings, burst.taint_controller.model_copy(update={"taint_key": self.burst_taint_key})
-            )
+            # The taint controller sets the stack's burst taint key, the one the descheduler acts on, and tells the
+            # GPU types apart that the flavors' product labels name (two or more; one type decides as one pool).
+            tc = burst.taint_controller
+            update: dict[str, Any] = {"taint_key": self.burst_taint_key}
+            if "gpu_types" not in tc.model_fields_set:
+                labels = [f.node_labels.get(tc.gpu_type_node_label, "") for f in values["flavors"]]
+                update["gpu_types"] = gpu_types_in_cluster(labels, burst.settings.gpu_types())
+            burst = BurstConfig(burst.settings, tc.model_copy(update=update))
         mbb = values["make_before_break"]
         # The make-before-break controller acts on the stack's virtual node (none without burst) and burst taint.
         filled: dict[str, Any] = {

@@ -97,6 +97,9 @@ def test_command_lines_are_the_programs_with_what_pulumi_deployed(cluster: Path)
         f"--kubeconfig={cluster}/admin-kubeconfig",
         *("--host=127.0.0.1", "--port=18090", "--telemetry-host=127.0.0.1", "--telemetry-port=18091"),
         "--resources=nodes,pods",
+        "--metric-labels-allowlist=nodes=[nvidia.com/gpu.product]",
+        "--metric-annotations-allowlist=pods=[burst.gpucluster.io/gpu-type]",
+        "--metric-opt-in-list=kube_pod_nodeselectors",
     ]
     assert cmds["prometheus"] == [
         "prometheus",
