@@ -394,6 +394,9 @@ PROMETHEUS_PORT = 9090
 TAINT_CONTROLLER_PORTS = {"taint-controller-a": 9102, "taint-controller-b": 9103}
 MAKE_BEFORE_BREAK_PORTS = {"make-before-break-a": 9104, "make-before-break-b": 9105}
 QUOTA_CONTROLLER_PORTS = {"quota-controller-a": 9106, "quota-controller-b": 9107}
+QUARANTINE_PORTS = {"quarantine-a": 9108, "quarantine-b": 9109}
+#: The fake dcgm-exporter standing for every fake node's (sim/fake_dcgm.py).
+FAKE_DCGM_PORT = 18094
 #: Settings of the make-before-break controllers laid over the deployed ones (a JSON object of camelCase keys):
 #: the bench's baseline columns answer the check at once (``{"maxHold": "1ms", "nodeGrace": "0.5ms"}``).
 MAKE_BEFORE_BREAK_ENV = "GPUCLUSTER_MBB_SETTINGS"
@@ -414,6 +417,9 @@ FAKE_RUNPOD_BOOT_SECONDS = FAKE_CLOUD_DEFAULTS["boot-seconds"]
 FAKE_RUNPOD_PATH = "/v2"
 #: The descheduler chart's objects (its ServiceAccount, its policy ConfigMap) carry this label.
 DESCHEDULER_SELECTOR = "app.kubernetes.io/name=descheduler"
+#: The alert rules' ConfigMap (components/telemetry/resources.py, a stack without the Prometheus operator).
+RULES_CONFIGMAP = "gpucluster-gpu-fabric"
+RULES_KEY = "gpucluster-telemetry.rules.yaml"
 
 
 def stack_config(stack_file: Path | None = None) -> Any:
@@ -631,10 +637,15 @@ def prometheus(s: Stack) -> Iterable[Daemon]:
             "taint-controller": [f"127.0.0.1:{p}" for p in TAINT_CONTROLLER_PORTS.values()],
             "make-before-break": [f"127.0.0.1:{p}" for p in MAKE_BEFORE_BREAK_PORTS.values()],
             "quota-controller": [f"127.0.0.1:{p}" for p in QUOTA_CONTROLLER_PORTS.values()],
+            "quarantine": [f"127.0.0.1:{p}" for p in QUARANTINE_PORTS.values()],
+            "dcgm-exporter": [f"127.0.0.1:{FAKE_DCGM_PORT}"],
             "burst-provider": [f"127.0.0.1:{port}"],
         }
+        rules = write_deployed(s.config.telemetry.namespace, RULES_CONFIGMAP, RULES_KEY, d / "rules.yaml")
         config = {
             "global": {"scrape_interval": "2s", "evaluation_interval": "2s"},
+            # The alert rules the stack deployed (a ConfigMap: the local stack runs no Prometheus operator).
+            "rule_files": [str(rules)],
             "scrape_configs": [{"job_name": job, "static_configs": [{"targets": t}]} for job, t in targets.items()],
         }
         (d / "prometheus.yml").write_text(json.dumps(config, indent=2))
@@ -647,7 +658,27 @@ def prometheus(s: Stack) -> Iterable[Daemon]:
             "--log.level=warn",
         ]
 
-    yield s.daemon("prometheus", cmd, ready_url=f"http://127.0.0.1:{PROMETHEUS_PORT}/-/ready")
+    def rules() -> str:
+        return deployed_text(s.config.telemetry.namespace, RULES_CONFIGMAP, RULES_KEY)
+
+    yield s.daemon("prometheus", cmd, ready_url=f"http://127.0.0.1:{PROMETHEUS_PORT}/-/ready", fingerprint=rules)
+
+
+def fake_dcgm(s: Stack) -> Iterable[Daemon]:
+    """The fake dcgm-exporter for every node of the stack (test double: kwok nodes have no GPUs)."""
+
+    def cmd() -> list[str]:
+        stack = os.environ.get("GPUCLUSTER_SIM_STACK", str(ROOT / "stacks" / "Pulumi.local.yaml"))
+        return [
+            s.python,
+            str(ROOT / "sim" / "fake_dcgm.py"),
+            "--listen",
+            f"127.0.0.1:{FAKE_DCGM_PORT}",
+            "--stack",
+            stack,
+        ]
+
+    yield s.daemon("fake-dcgm", cmd, ready_url=f"http://127.0.0.1:{FAKE_DCGM_PORT}/metrics")
 
 
 def lease_controllers(
@@ -771,6 +802,23 @@ def quota_controllers(s: Stack) -> Iterable[Daemon]:
     )
 
 
+def quarantine_controllers(s: Stack) -> Iterable[Daemon]:
+    """Two quarantine controllers electing a leader, with the ServiceAccount and settings Pulumi deployed; none when
+    the stack turns quarantine off."""
+    from components.quarantine import APP  # noqa: PLC0415 (needs ROOT on the path)
+
+    q = s.config.quarantine
+    if not q.enabled:
+        return
+
+    def document() -> str:
+        return deployed_text(q.namespace, f"{APP}-settings", "settings.json")
+
+    yield from lease_controllers(
+        s, "daemons.quarantine", service_account=APP, namespace=q.namespace, ports=QUARANTINE_PORTS, document=document
+    )
+
+
 def descheduler(s: Stack) -> Iterable[Daemon]:
     """The pinned descheduler with the policy and ServiceAccount its chart deployed."""
     ns = s.config.descheduler.namespace
@@ -804,18 +852,21 @@ def descheduler(s: Stack) -> Iterable[Daemon]:
 
 #: Every daemon's builder, in start order (stop runs it backwards): the fake cloud and the fake RunPod before the
 #: provider service that rents from them, the provider service before the node that asks it for capacity,
-#: kube-state-metrics and Prometheus before the taint controllers that query them; the make-before-break controllers
-#: once the virtual node they move replicas to is up; the quota controllers, which need only the API server.
+#: kube-state-metrics and the fake dcgm-exporter before the Prometheus that scrapes them, Prometheus before the taint
+#: controllers that query it; the make-before-break controllers once the virtual node they move replicas to is up;
+#: the quota controllers (the API server only) and the quarantine controllers (Prometheus' alerts).
 BUILDERS: tuple[Callable[[Stack], Iterable[Daemon]], ...] = (
     fake_clouds,
     fake_runpods,
     provider,
     virtual_node,
     kube_state_metrics,
+    fake_dcgm,
     prometheus,
     taint_controllers,
     make_before_break,
     quota_controllers,
+    quarantine_controllers,
     descheduler,
 )
 

@@ -51,6 +51,7 @@ def test_daemons_start_in_dependency_order(cluster: Path) -> None:
         "provider",
         "virtual-node",
         "kube-state-metrics",
+        "fake-dcgm",
         "prometheus",
         "taint-controller-a",
         "taint-controller-b",
@@ -58,6 +59,8 @@ def test_daemons_start_in_dependency_order(cluster: Path) -> None:
         "make-before-break-b",
         "quota-controller-a",
         "quota-controller-b",
+        "quarantine-a",
+        "quarantine-b",
         "descheduler",
     ]
 
@@ -121,12 +124,21 @@ def test_command_lines_are_the_programs_with_what_pulumi_deployed(cluster: Path)
             *("-m", "daemons.make_before_break", "--settings", f"{state}/{name}/settings.json"),
             *("--kubeconfig", f"{state}/{name}/kubeconfig", "--listen", f"127.0.0.1:{port}", "--identity", name),
         ]
-    for name, port in (("quota-controller-a", 9106), ("quota-controller-b", 9107)):
-        assert cmds[name] == [
-            VENV_PY,
-            *("-m", "daemons.quota_controller", "--settings", f"{state}/{name}/settings.json"),
-            *("--kubeconfig", f"{state}/{name}/kubeconfig", "--listen", f"127.0.0.1:{port}", "--identity", name),
-        ]
+    for module, names in (
+        ("quota_controller", processes.QUOTA_CONTROLLER_PORTS),
+        ("quarantine", processes.QUARANTINE_PORTS),
+    ):
+        for name, port in names.items():
+            assert cmds[name] == [
+                VENV_PY,
+                *("-m", f"daemons.{module}", "--settings", f"{state}/{name}/settings.json"),
+                *("--kubeconfig", f"{state}/{name}/kubeconfig", "--listen", f"127.0.0.1:{port}", "--identity", name),
+            ]
+    assert cmds["fake-dcgm"] == [
+        VENV_PY,
+        str(processes.ROOT / "sim" / "fake_dcgm.py"),
+        *("--listen", "127.0.0.1:18094", "--stack", str(processes.ROOT / "stacks" / "Pulumi.local.yaml")),
+    ]
     assert cmds["descheduler"] == [
         f"{tools}/descheduler",
         f"--kubeconfig={state}/descheduler/kubeconfig",
@@ -158,6 +170,7 @@ def test_each_daemon_reads_the_deployed_files_with_its_own_serviceaccount(cluste
         "taint-controller-b": "gpucluster-burst-gpucluster-taint-controller",
         "make-before-break-a": "gpucluster-burst-gpucluster-make-before-break",
         "quota-controller-b": "gpucluster-capacity-gpucluster-quota-controller",
+        "quarantine-a": "gpucluster-capacity-gpucluster-quarantine",
         "descheduler": "kube-system-descheduler",
     }
     for name, user in users.items():
@@ -173,8 +186,12 @@ def test_each_daemon_reads_the_deployed_files_with_its_own_serviceaccount(cluste
         "taint-controller": ["127.0.0.1:9102", "127.0.0.1:9103"],
         "make-before-break": ["127.0.0.1:9104", "127.0.0.1:9105"],
         "quota-controller": ["127.0.0.1:9106", "127.0.0.1:9107"],
+        "quarantine": ["127.0.0.1:9108", "127.0.0.1:9109"],
+        "dcgm-exporter": ["127.0.0.1:18094"],
         "burst-provider": ["127.0.0.1:10299"],
     }
+    assert prom["rule_files"] == [f"{state}/prometheus/rules.yaml"]
+    assert (state / "prometheus" / "rules.yaml").read_text() == fake_kubectl.RULES
 
 
 def test_the_provider_and_the_node_follow_the_deployed_settings_and_secret(cluster: Path) -> None:

@@ -19,9 +19,12 @@ SETTINGS = {
     ("gpucluster-burst", "gpucluster-taint-controller-settings"): '{"highMark": 8}',
     ("gpucluster-burst", "gpucluster-make-before-break-settings"): '{"maxHold": "60s", "nodeGrace": "20s"}',
     ("gpucluster-capacity", "gpucluster-quota-controller-settings"): '{"returnAfter": "20s"}',
+    ("gpucluster-capacity", "gpucluster-quarantine-settings"): '{"interval": "2s"}',
 }
 #: The provider Secret holds the local stack's one provider secret, the key the RunPod fake accepts.
 SECRET_DATA = {"runpodFakeApiKey": base64.b64encode(b"not-a-real-key").decode()}
+#: The alert rules the telemetry component deployed (a ConfigMap: no Prometheus operator).
+RULES = "groups: []\n"
 DESCHEDULER_SA = "descheduler"
 DESCHEDULER_CM = "descheduler"
 DESCHEDULER_POLICY = "apiVersion: descheduler/v1alpha2\nkind: DeschedulerPolicy\n"
@@ -57,6 +60,8 @@ def answer(args: Sequence[str]) -> str | None:
             return json.dumps({"metadata": {"name": name}, "data": {"settings.json": SETTINGS[(ns or "", name)]}})
         if name == DESCHEDULER_CM:
             return json.dumps({"metadata": {"name": name}, "data": {"policy.yaml": DESCHEDULER_POLICY}})
+        if (ns, name) == ("gpu-telemetry", "gpucluster-gpu-fabric"):
+            return json.dumps({"metadata": {"name": name}, "data": {"gpucluster-telemetry.rules.yaml": RULES}})
     if args[:2] == ["get", "secret"] and args[2] == "gpucluster-virtual-node-provider-secrets":
         return json.dumps({"data": SECRET_DATA})
     return None
