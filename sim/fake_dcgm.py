@@ -113,6 +113,17 @@ class Fleet:
         return "\n".join(lines) + "\n"
 
 
+def admin(path: str, body: dict[str, Any] | None = None, url: str = "http://127.0.0.1:18094") -> Any:
+    """One admin call to a running fake (``/admin/gpu`` with a body, ``/admin/reset``, ``/admin/state``)."""
+    import urllib.request  # noqa: PLC0415 (clients only)
+
+    data = None if body is None and path == "/admin/state" else json.dumps(body or {}).encode()
+    req = urllib.request.Request(f"{url}{path}", data=data, method="GET" if data is None else "POST")
+    req.add_header("Content-Type", "application/json")
+    with urllib.request.urlopen(req, timeout=5) as reply:
+        return json.loads(reply.read())
+
+
 def fleet_of(stack_file: Path) -> Fleet:
     gpus: list[Gpu] = []
     for flavor in sim_nodes.load_flavors(stack_file):

@@ -1,0 +1,155 @@
+"""The quarantine controller on the simulated cluster: the fake dcgm-exporter, Prometheus evaluating the rules the
+stack deployed, the two controllers ``make up`` runs, and the kube-controller-manager's taint eviction.
+
+A GPU held above the limit: the alert fires, the node is quarantined, the training pod on it leaves, the inference
+replicas on a quarantined node stay Ready; the quota follows. A burst of hot nodes beyond the breaker's share
+leaves the rest untouched. Timings are printed, never asserted beyond generous bounds.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from components.config import load_stack_file
+from components.constants import QUARANTINE_TAINT_KEY, QUARANTINED_LABEL, RELEASED_AT_ANNOTATION
+from components.quarantine_settings import LEDGER_NAME
+from tests.support.local_stack import ROOT, LocalStack, gpu_job, wait_for
+from tests.support.sim import load_sim_module
+
+pytestmark = pytest.mark.integration
+
+CFG = load_stack_file(ROOT / "stacks" / "Pulumi.local.yaml")
+Q = CFG.quarantine
+TEAM = CFG.teams[0]
+SERVICE = CFG.inference_services[0]
+FLAVOR = CFG.flavors[0]
+NODES = [f"{FLAVOR.name}-node-{i}" for i in range(FLAVOR.node_count)]
+JOB = "quarantine-probe"
+dcgm = load_sim_module("fake_dcgm")
+faults = load_sim_module("node_faults")
+processes = load_sim_module("processes")
+PROMETHEUS = f"http://127.0.0.1:{processes.PROMETHEUS_PORT}"
+
+
+def firing(node: str) -> bool:
+    query = f'ALERTS{{alertstate="firing",gpucluster_signal="gpu-quarantine",node="{node}"}}'
+    url = f"{PROMETHEUS}/api/v1/query?" + urllib.parse.urlencode({"query": query})
+    with urllib.request.urlopen(url, timeout=5) as reply:
+        return bool(json.loads(reply.read())["data"]["result"])
+
+
+def quarantined(stack: LocalStack, node: str) -> bool:
+    taints = stack.get("node", node)["spec"].get("taints") or []
+    return any(t.get("key") == QUARANTINE_TAINT_KEY for t in taints)
+
+
+def pods_on(stack: LocalStack, namespace: str, node: str, selector: str) -> list[dict[str, Any]]:
+    return [
+        p
+        for p in stack.items("pods", "-n", namespace, "-l", selector, "--field-selector", f"spec.nodeName={node}")
+        if not p["metadata"].get("deletionTimestamp")
+    ]
+
+
+def clean(stack: LocalStack) -> None:
+    """Every GPU at rest, no alert firing, every node out of quarantine with no grace, the ledger emptied."""
+    dcgm.admin("/admin/reset")
+    wait_for("no quarantine alert firing", lambda: not any(firing(n) for n in NODES), timeout=60, interval=1)
+    for node in NODES:
+        faults.release(node)
+        stack.kubectl("annotate", "node", node, f"{RELEASED_AT_ANNOTATION}-")
+    stack.kubectl("delete", "configmap", LEDGER_NAME, "-n", Q.namespace, "--ignore-not-found")
+    stack.kubectl("delete", "job", JOB, "-n", TEAM.namespace, "--ignore-not-found", "--wait=true")
+
+
+@pytest.fixture
+def cool(local_stack: LocalStack) -> Iterator[LocalStack]:
+    registry = processes.registry()
+    for name in (*processes.QUARANTINE_PORTS, "fake-dcgm"):
+        if not registry[name].running():
+            registry[name].start()
+    clean(local_stack)
+    yield local_stack
+    clean(local_stack)
+
+
+def test_a_hot_gpu_takes_training_off_its_node_and_inference_stays(cool: LocalStack) -> None:
+    stack = cool
+    stack.apply(gpu_job(JOB, TEAM.namespace, parallelism=1, gpus=FLAVOR.gpus_per_node, run_for="30m"))
+
+    def training_node() -> str | None:
+        pods = stack.items("pods", "-n", TEAM.namespace, "-l", f"job-name={JOB}")
+        running = [p for p in pods if p["status"].get("phase") == "Running"]
+        return running[0]["spec"]["nodeName"] if running else None
+
+    hot_training = wait_for("the training pod Running", training_node, timeout=180, interval=1)
+    selector = f"app.kubernetes.io/name={SERVICE.name}"
+    serving = [n for n in NODES if n != hot_training and pods_on(stack, SERVICE.namespace, n, selector)]
+    assert serving, "no inference replica outside the training node to heat"
+    hot_serving = serving[0]
+    replicas_before = {p["metadata"]["name"] for p in pods_on(stack, SERVICE.namespace, hot_serving, selector)}
+
+    for node in (hot_training, hot_serving):
+        dcgm.admin("/admin/gpu", {"node": node, "gpu": 0, "temperature": 85})
+    wait_for("the alert firing", lambda: firing(hot_training), timeout=CFG.telemetry.alerts.for_minutes * 60 + 60)
+    fired = time.monotonic()
+    wait_for("the node quarantined", lambda: quarantined(stack, hot_training), timeout=60, interval=0.5)
+    tainted = time.monotonic() - fired
+    wait_for("the training pod off the node", lambda: training_node() != hot_training, timeout=120, interval=0.5)
+    off = time.monotonic() - fired
+    wait_for("the serving node quarantined", lambda: quarantined(stack, hot_serving), timeout=60, interval=0.5)
+    time.sleep(10)  # the taint eviction acts at once on what does not tolerate it: give it time to be wrong
+    after = pods_on(stack, SERVICE.namespace, hot_serving, selector)
+    ready = [
+        p
+        for p in after
+        if any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions") or [])
+    ]
+    print(
+        f"\nalert firing -> quarantine taint {tainted:.1f}s, -> training pod off the node {off:.1f}s; "
+        f"{len(ready)} inference replicas still Ready on quarantined {hot_serving}"
+    )
+    assert {p["metadata"]["name"] for p in ready} == replicas_before, "inference left a quarantined node"
+    node = stack.get("node", hot_training)
+    assert node["metadata"]["labels"].get(QUARANTINED_LABEL) == "true"
+    ledger = stack.get("configmap", LEDGER_NAME, "-n", Q.namespace)["data"]
+    assert json.loads(ledger[hot_training])["reason"] == "gpu-temperature"
+    # the quota follows: two of four nodes out
+    queue = next(iter(CFG.queues))
+    want = CFG.queues[queue].quota[FLAVOR.name] // 2
+    wait_for("the quota following", lambda: _nominal(stack, queue) == want, timeout=30, interval=0.5)
+
+
+def _nominal(stack: LocalStack, queue: str) -> int:
+    groups = stack.get("clusterqueue", queue)["spec"]["resourceGroups"]
+    return int(groups[0]["flavors"][0]["resources"][0]["nominalQuota"])
+
+
+def test_a_burst_of_hot_nodes_beyond_the_share_leaves_the_rest_untouched(cool: LocalStack) -> None:
+    stack = cool
+    allowed = max(1, int(Q.max_share * FLAVOR.node_count))
+    hot = NODES[: allowed + 1]
+    for node in hot:
+        dcgm.admin("/admin/gpu", {"node": node, "gpu": 1, "temperature": 90})
+    wait_for(
+        "every alert firing", lambda: all(firing(n) for n in hot), timeout=CFG.telemetry.alerts.for_minutes * 60 + 60
+    )
+    wait_for(f"{allowed} nodes quarantined", lambda: sum(quarantined(stack, n) for n in hot) >= allowed, timeout=60)
+    time.sleep(3 * Q.interval_seconds)  # more cycles: the breaker must hold, not just be late
+    taken = [n for n in hot if quarantined(stack, n)]
+    assert len(taken) == allowed, f"the breaker let {taken} through (share {Q.max_share} of {FLAVOR.node_count})"
+    refused = [n for n in hot if n not in taken]
+    events = [
+        e
+        for e in stack.items("events", "-n", "default")
+        if e["reason"] == "QuarantineBreakerOpen" and e["involvedObject"].get("name") in refused
+    ]
+    assert events, "no QuarantineBreakerOpen Event on the refused node"
+    print(f"\nhot {hot}: quarantined {taken}, refused by the breaker {refused}")
