@@ -25,6 +25,8 @@ DAEMON_MODULES = (
     "daemons.burst_provider.__main__",
     "daemons.taint_controller.__main__",
     "daemons.make_before_break.__main__",
+    "daemons.quota_controller.__main__",
+    "daemons.quarantine.__main__",
     "daemons.burst_provider.providers.fake",
     "daemons.burst_provider.providers.runpod",
     "daemons.burst_provider.providers.kubernetes.provider",

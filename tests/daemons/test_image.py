@@ -31,6 +31,8 @@ def test_an_unpinned_runtime_dependency_is_refused(tmp_path: Path) -> None:
 def test_every_daemon_module_imports() -> None:
     check_imports()
     assert "daemons.taint_controller.__main__" in DAEMON_MODULES
+    for controller in ("make_before_break", "quota_controller", "quarantine"):
+        assert f"daemons.{controller}.__main__" in DAEMON_MODULES
 
 
 def test_a_module_that_does_not_import_is_named(capsys: pytest.CaptureFixture[str]) -> None:
