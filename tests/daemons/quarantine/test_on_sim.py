@@ -61,6 +61,10 @@ def pods_on(stack: LocalStack, namespace: str, node: str, selector: str) -> list
 def clean(stack: LocalStack) -> None:
     """Every GPU at rest, no alert firing, every node out of quarantine with no grace, the ledger emptied."""
     dcgm.admin("/admin/reset")
+    present = {n["metadata"]["name"] for n in stack.items("nodes")}
+    for node in NODES:
+        if node not in present:
+            faults.recreate(node)
     wait_for("no quarantine alert firing", lambda: not any(firing(n) for n in NODES), timeout=60, interval=1)
     for node in NODES:
         faults.release(node)
@@ -153,3 +157,40 @@ def test_a_burst_of_hot_nodes_beyond_the_share_leaves_the_rest_untouched(cool: L
     ]
     assert events, "no QuarantineBreakerOpen Event on the refused node"
     print(f"\nhot {hot}: quarantined {taken}, refused by the breaker {refused}")
+
+
+def test_prometheus_down_quarantines_nothing_a_killed_leader_is_replaced_and_a_deleted_node_stays_listed(
+    cool: LocalStack,
+) -> None:
+    stack = cool
+    registry = processes.registry()
+    node = NODES[-1]
+    dcgm.admin("/admin/gpu", {"node": node, "gpu": 2, "temperature": 88})
+    wait_for("the alert firing", lambda: firing(node), timeout=CFG.telemetry.alerts.for_minutes * 60 + 60)
+    # Prometheus down and the leader SIGKILLed at once: the standby takes the Lease, finds no answer, changes nothing
+    registry["prometheus"].stop()
+    leader = stack.get("lease", Q.lease_name, "-n", Q.namespace)["spec"]["holderIdentity"]
+    registry[leader].kill()
+    try:
+        time.sleep(Q.lease_duration_seconds + 3 * Q.interval_seconds)
+        assert not quarantined(stack, node), "quarantined with Prometheus down"
+    finally:
+        registry["prometheus"].start()
+        registry[leader].start()
+    t0 = time.monotonic()
+    wait_for("the node quarantined once Prometheus answers", lambda: quarantined(stack, node), timeout=120, interval=1)
+    print(f"\nPrometheus back: {node} quarantined {time.monotonic() - t0:.1f}s later")
+    # quarantined, then deleted: the ledger keeps it as the replacement request, the quota leaves it out
+    faults.delete(node)
+    ledger = wait_for(
+        "the ledger marking the node deleted",
+        lambda: json.loads(stack.get("configmap", LEDGER_NAME, "-n", Q.namespace)["data"].get(node, "{}")).get(
+            "deleted"
+        ),
+        timeout=60,
+    )
+    assert ledger
+    queue = next(iter(CFG.queues))
+    want = CFG.queues[queue].quota[FLAVOR.name] * (FLAVOR.node_count - 1) // FLAVOR.node_count
+    wait_for("the quota without the deleted node", lambda: _nominal(stack, queue) == want, timeout=30, interval=0.5)
+    faults.recreate(node)
