@@ -1,11 +1,15 @@
 """Quota that follows healthy capacity against static quota, side by side in one run on the simulated cluster.
 
-Runs ``make up`` (idempotent), then each scenario twice: with the quota controllers running (following), and with
-them stopped and every ClusterQueue put back to the stack's numbers (static: Kueue alone, as before the
-controller). Rows:
+Runs ``make up`` (idempotent), then each scenario twice: with the quota and quarantine controllers running
+(following), and with them stopped and every ClusterQueue put back to the stack's numbers (static: Kueue and the
+alerts alone, as before the controllers). Rows:
 
 - a node lost (NotReady, then deleted) and a node quarantined: seconds from the fault until every ClusterQueue's
   quota is right (the goal is 5 s; static: never, the numbers stay);
+- a GPU held above the stack's limit (78 °C) in the fake dcgm-exporter under a training pod, and one under inference
+  replicas: seconds from the alert firing to the training pod off its node (static: the alert fires and nothing
+  acts), and the inference replicas still Ready on the quarantined node;
+- a burst of hot nodes one beyond the breaker's share: how many are quarantined and how many left untouched;
 - a gang sized to the whole cluster submitted after the loss: static admits it (after make-before-break's maxHold),
   its pods that fit run, the one that cannot waits, and ``waitForPodsReady`` evicts the gang; following holds it (no
   quota reserved), and admits it once the node is back. The GPU-seconds wasted: GPUs held by pods of a gang that
@@ -30,12 +34,14 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from components.constants import RELEASED_AT_ANNOTATION  # noqa: E402
 from components.model import parse_duration  # noqa: E402 (run as a script: the repository first on the path)
+from components.quarantine_settings import LEDGER_NAME  # noqa: E402
 from components.quota_controller_settings import resource_groups  # noqa: E402
 from daemons.quota_controller.apportion import apportion  # noqa: E402
 from daemons.quota_controller.decide import live_quotas  # noqa: E402
 from daemons.quota_controller.translate import queue_view  # noqa: E402
-from sim import flip, node_faults  # noqa: E402
+from sim import fake_dcgm, flip, node_faults  # noqa: E402
 from sim import processes as sim_daemons  # noqa: E402
 
 #: How long the static column waits for a quota that never changes before saying so.
@@ -194,6 +200,102 @@ def gang_rows(col: Column, node: str, per_node: int, following: bool, timeout: f
     delete_gang()
 
 
+QUARANTINE_JOB = "bench-quarantine-probe"
+
+
+def quarantine_controllers(on: bool) -> None:
+    registry = sim_daemons.registry()
+    for name in (*sim_daemons.QUARANTINE_PORTS,):
+        d = registry[name]
+        if on and not d.running():
+            d.start()
+        if not on and d.running():
+            d.stop()
+
+
+def cool_down(nodes: Sequence[str]) -> None:
+    """Every GPU at rest, no alert firing, no node quarantined or in its release grace, the ledger emptied."""
+    cfg = sim_daemons.stack_config()
+    fake_dcgm.admin("/admin/reset")
+    until(lambda: not any(node_faults.quarantine_alert_firing(n) for n in nodes), 90.0, interval=1.0)
+    for n in nodes:
+        node_faults.release(n)
+        sim_daemons.kubectl("annotate", "node", n, f"{RELEASED_AT_ANNOTATION}-")
+    sim_daemons.kubectl(
+        "delete", "configmap", LEDGER_NAME, "-n", cfg.quarantine.namespace, "--ignore-not-found", "--wait=true"
+    )
+    s = flip.setup_from_stack()
+    sim_daemons.kubectl("delete", "job", QUARANTINE_JOB, "-n", s.training_ns, "--ignore-not-found", "--wait=true")
+
+
+def _ready(pod: dict[str, Any]) -> bool:
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in pod["status"].get("conditions") or [])
+
+
+def quarantine_rows(col: Column, nodes: Sequence[str], following: bool) -> None:
+    """A hot GPU under a training pod and one under inference replicas; then a burst of hot nodes."""
+    cfg = sim_daemons.stack_config()
+    s = flip.setup_from_stack()
+    fire_timeout = cfg.telemetry.alerts.for_minutes * 60 + 60.0
+    job = flip.training_job(s, "30m", 1)
+    job["metadata"]["name"] = QUARANTINE_JOB
+    sim_daemons.kubectl("apply", "-f", "-", input=json.dumps(job))
+
+    def training_node() -> str | None:
+        pods = sim_daemons.kubectl_json("get", "pods", "-n", s.training_ns, "-l", f"job-name={QUARANTINE_JOB}")
+        running = [p for p in pods.get("items") or [] if p["status"].get("phase") == "Running"]
+        return str(running[0]["spec"]["nodeName"]) if running else None
+
+    if until(lambda: training_node() is not None, 180.0, interval=1.0) is None:
+        col.rows["GPU above the limit: alert -> training pod off its node"] = "the probe job never ran"
+        return
+    hot = str(training_node())
+    selector = f"app.kubernetes.io/name={s.service}"
+
+    def serving_on(node: str) -> list[dict[str, Any]]:
+        items = sim_daemons.kubectl_json(
+            "get", "pods", "-n", s.inference_ns, "-l", selector, "--field-selector", f"spec.nodeName={node}"
+        )
+        return [p for p in items.get("items") or [] if not p["metadata"].get("deletionTimestamp")]
+
+    serving = next((n for n in nodes if n != hot and serving_on(n)), None)
+    for node in (hot, serving):
+        if node is not None:
+            fake_dcgm.admin("/admin/gpu", {"node": node, "gpu": 0, "temperature": 85})
+    fired = until(lambda: node_faults.quarantine_alert_firing(hot), fire_timeout, interval=1.0)
+    if fired is None:
+        col.rows["GPU above the limit: alert -> training pod off its node"] = "the alert never fired"
+        return
+    wait = 120.0 if following else STATIC_WAIT_S
+    off = until(lambda: training_node() != hot, wait, interval=0.5)
+    col.figures["hot_gpu_training_off_s"] = off
+    col.rows["GPU above the limit: alert -> training pod off its node"] = seconds(
+        off, f"never: the alert fires, nothing acts ({STATIC_WAIT_S:.0f} s on)"
+    )
+    if serving is not None:
+        before = serving_on(serving)
+        until(lambda: node_faults.quarantined(serving), 30.0 if following else 1.0)
+        time.sleep(10.0)
+        after = [p for p in serving_on(serving) if _ready(p)]
+        kept = {p["metadata"]["name"] for p in after} & {p["metadata"]["name"] for p in before}
+        state = "quarantined" if node_faults.quarantined(serving) else "not quarantined"
+        col.rows["inference replicas on a hot node, still Ready"] = f"{len(kept)} of {len(before)} ({state})"
+    cool_down(nodes)
+
+    allowed = max(1, int(cfg.quarantine.max_share * len(nodes)))
+    burst = list(nodes[: allowed + 1])
+    for node in burst:
+        fake_dcgm.admin("/admin/gpu", {"node": node, "gpu": 1, "temperature": 90})
+    until(lambda: all(node_faults.quarantine_alert_firing(n) for n in burst), fire_timeout, interval=1.0)
+    until(lambda: sum(node_faults.quarantined(n) for n in burst) >= allowed, 30.0 if following else 5.0)
+    time.sleep(3 * cfg.quarantine.interval_seconds)
+    taken = [n for n in burst if node_faults.quarantined(n)]
+    col.rows[f"{len(burst)} hot nodes at once (breaker: {allowed} of {len(nodes)} per window)"] = (
+        f"{len(taken)} quarantined, {len(burst) - len(taken)} left untouched"
+    )
+    cool_down(nodes)
+
+
 def run(quick: bool) -> list[Column]:
     cfg = sim_daemons.stack_config()
     flavor = cfg.flavors[0]
@@ -206,10 +308,13 @@ def run(quick: bool) -> list[Column]:
     for following in (True, False):
         col = Column("following quotas" if following else "static quotas (Kueue alone)")
         controllers(following)
+        quarantine_controllers(following)
         if not following:
             static_quotas()
+        nodes = [f"{flavor.name}-node-{i}" for i in range(flavor.node_count)]
         try:
             node_rows(col, node, per_node, following)
+            quarantine_rows(col, nodes, following)
             if not quick:
                 gang_rows(col, node, per_node, following, gang_timeout)
         finally:
@@ -217,7 +322,8 @@ def run(quick: bool) -> list[Column]:
             if node not in names:
                 node_faults.recreate(node)
             node_faults.ready(node)
-            node_faults.release(node)
+            quarantine_controllers(True)
+            cool_down(nodes)
             delete_gang()
         columns.append(col)
     controllers(True)

@@ -13,6 +13,8 @@
   quarantine taint (NoExecute) with its reason, label and annotations, and their removal;
 * ``accept`` / ``unaccept``: the acceptance label.
 
+:func:`quarantined` and :func:`quarantine_alert_firing` tell what the quarantine path has done so far.
+
 Against the admin kubeconfig of ``make up`` (``sim/processes.py``'s ``kubectl``).
 """
 
@@ -121,6 +123,23 @@ def accept(node: str) -> None:
 
 def unaccept(node: str) -> None:
     kubectl("label", "node", node, f"{ACCEPTED_LABEL}-")
+
+
+def quarantined(node: str) -> bool:
+    """The node carries the quarantine taint."""
+    taints = (kubectl_json("get", "node", node).get("spec") or {}).get("taints") or []
+    return any(t.get("key") == QUARANTINE_TAINT_KEY for t in taints)
+
+
+def quarantine_alert_firing(node: str, prometheus: str = "http://127.0.0.1:9090") -> bool:
+    """A quarantine alert (``gpucluster_signal="gpu-quarantine"``) fires for the node in the sim's Prometheus."""
+    import urllib.parse  # noqa: PLC0415 (queries only)
+    import urllib.request  # noqa: PLC0415
+
+    query = f'ALERTS{{alertstate="firing",gpucluster_signal="gpu-quarantine",node="{node}"}}'
+    url = f"{prometheus}/api/v1/query?" + urllib.parse.urlencode({"query": query})
+    with urllib.request.urlopen(url, timeout=5) as reply:
+        return bool(json.loads(reply.read())["data"]["result"])
 
 
 ACTIONS = {

@@ -10,15 +10,13 @@ from __future__ import annotations
 
 import json
 import time
-import urllib.parse
-import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from components.config import load_stack_file
-from components.constants import QUARANTINE_TAINT_KEY, QUARANTINED_LABEL, RELEASED_AT_ANNOTATION
+from components.constants import QUARANTINED_LABEL, RELEASED_AT_ANNOTATION
 from components.quarantine_settings import LEDGER_NAME
 from tests.support.local_stack import ROOT, LocalStack, gpu_job, wait_for
 from tests.support.sim import load_sim_module
@@ -39,15 +37,11 @@ PROMETHEUS = f"http://127.0.0.1:{processes.PROMETHEUS_PORT}"
 
 
 def firing(node: str) -> bool:
-    query = f'ALERTS{{alertstate="firing",gpucluster_signal="gpu-quarantine",node="{node}"}}'
-    url = f"{PROMETHEUS}/api/v1/query?" + urllib.parse.urlencode({"query": query})
-    with urllib.request.urlopen(url, timeout=5) as reply:
-        return bool(json.loads(reply.read())["data"]["result"])
+    return bool(faults.quarantine_alert_firing(node, PROMETHEUS))
 
 
 def quarantined(stack: LocalStack, node: str) -> bool:
-    taints = stack.get("node", node)["spec"].get("taints") or []
-    return any(t.get("key") == QUARANTINE_TAINT_KEY for t in taints)
+    return bool(faults.quarantined(node))
 
 
 def pods_on(stack: LocalStack, namespace: str, node: str, selector: str) -> list[dict[str, Any]]:
