@@ -246,6 +246,8 @@ class Sampler:
         self.s, self.tl, self.t0 = s, tl, t0
         self.latest: timeline.Sample | None = None
         self.latest_pods: list[dict[str, Any]] = []
+        #: Training pods that already finished (phase Succeeded) at the latest sample.
+        self.training_succeeded = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="sampler", daemon=True)
 
@@ -275,6 +277,8 @@ class Sampler:
             workload=workload,
         )
         self.latest, self.latest_pods = sample, live
+        # A short run at scale: the first pods may finish before the last start.
+        self.training_succeeded = sum(1 for p in training if p.get("status", {}).get("phase") == "Succeeded")
         return sample
 
     def _run(self) -> None:
@@ -435,9 +439,14 @@ def run_cycle(opts: Options) -> tuple[timeline.Timeline, timeline.Figures]:
             _make_room(s, tl, sampler, phase=phase, until=until, q=q)
         else:
             _preempt_then_burst(s, tl, sampler, phase=phase, until=until, q=q, gang=gang)
-        until(f"all {gang} training pods Running", lambda x: x.training_running == gang)
+        # Every pod started: Running, or already done when a short run's first pods finish before its last start.
+        until(
+            f"all {gang} training pods Running",
+            lambda x: x.training_running + sampler.training_succeeded >= gang,
+        )
         tl.mark(sampler.now(), "training_running")
-        say(f"   {gang} training pods Running", q)
+        done = sampler.training_succeeded
+        say(f"   {gang} training pods Running" + (f" ({done} of them already done)" if done else ""), q)
         phase("training_running")
         if opts.path == NO_EXECUTE:
             # The baseline: the taint controller refuses NoExecute, so it is stopped and the taint set by hand.
