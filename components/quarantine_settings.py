@@ -57,7 +57,12 @@ LEDGER_NAME = "gpucluster-quarantine"
 #: pair; the daemon cannot import that package, which builds Pulumi resources).
 SIGNAL_LABEL = "gpucluster_signal"
 SIGNAL_VALUE = "gpu-quarantine"
-DEFAULT_SIGNAL_QUERY = f'ALERTS{{alertstate="firing",{SIGNAL_LABEL}="{SIGNAL_VALUE}"}}'
+_FIRING = f'ALERTS{{alertstate="firing",{SIGNAL_LABEL}="{SIGNAL_VALUE}"}}'
+#: An ALERTS sample older than this is no signal. Prometheus stopped while an alert fired writes no stale marker, so
+#: after a restart the last sample stays visible for the 5m lookback even once the alert has resolved; the rules are
+#: evaluated every 1m at most (Prometheus' default; 30s with the operator), so a live alert is never this old.
+SIGNAL_MAX_AGE_SECONDS = 150
+DEFAULT_SIGNAL_QUERY = f"{_FIRING} and (time() - timestamp({_FIRING}) < {SIGNAL_MAX_AGE_SECONDS})"
 #: The shipped alerts that quarantine, and the reason word each becomes (the taint's value, a label value). An alert
 #: not listed here that carries the signal label becomes its name in kebab case.
 REASONS: dict[str, str] = {
@@ -254,6 +259,7 @@ __all__ = [
     "QUARANTINE_TAINT_KEY",
     "REASONS",
     "RELEASED_AT_ANNOTATION",
+    "SIGNAL_MAX_AGE_SECONDS",
     "QuarantineFlavor",
     "QuarantineSettings",
     "SettingsError",

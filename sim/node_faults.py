@@ -132,14 +132,17 @@ def quarantined(node: str) -> bool:
 
 
 def quarantine_alert_firing(node: str, prometheus: str = "http://127.0.0.1:9090") -> bool:
-    """A quarantine alert (``gpucluster_signal="gpu-quarantine"``) fires for the node in the sim's Prometheus."""
+    """The quarantine controller would see a signal for the node: the stack's ``quarantine.signalQuery`` answers
+    with a sample for it in the sim's Prometheus."""
     import urllib.parse  # noqa: PLC0415 (queries only)
     import urllib.request  # noqa: PLC0415
 
-    query = f'ALERTS{{alertstate="firing",gpucluster_signal="gpu-quarantine",node="{node}"}}'
-    url = f"{prometheus}/api/v1/query?" + urllib.parse.urlencode({"query": query})
+    from sim.processes import stack_config  # noqa: PLC0415
+
+    url = f"{prometheus}/api/v1/query?" + urllib.parse.urlencode({"query": stack_config().quarantine.signal_query})
     with urllib.request.urlopen(url, timeout=5) as reply:
-        return bool(json.loads(reply.read())["data"]["result"])
+        result = json.loads(reply.read())["data"]["result"]
+    return any(sample["metric"].get("node") == node for sample in result)
 
 
 ACTIONS = {

@@ -35,7 +35,8 @@ def test_the_defaults() -> None:
         2,
         "gpucluster-quarantine",
     )
-    assert s.signal_query == DEFAULT_SIGNAL_QUERY == 'ALERTS{alertstate="firing",gpucluster_signal="gpu-quarantine"}'
+    firing = 'ALERTS{alertstate="firing",gpucluster_signal="gpu-quarantine"}'
+    assert s.signal_query == DEFAULT_SIGNAL_QUERY == f"{firing} and (time() - timestamp({firing}) < 150)"
     assert (s.interval_seconds, s.max_share, s.breaker_window_seconds, s.release_grace_seconds) == (15, 0.1, 3600, 1800)
     assert (s.ledger_retention_seconds, s.warning_event_interval_seconds, s.request_timeout_seconds) == (
         30 * 24 * 3600,

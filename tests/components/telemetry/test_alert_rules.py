@@ -339,6 +339,23 @@ def test_quiet_case_would_fail_if_expected_to_fire(tmp_path: Path, name: str) ->
     assert proc.returncode != 0, f"{name}: the quiet series also fire"
 
 
+def test_the_signal_query_sees_a_live_alert_and_not_the_ghost_of_one_before_a_restart(tmp_path: Path) -> None:
+    """Prometheus stopped while an alert fired writes no stale marker: its last ALERTS sample stays visible for the
+    5m lookback. The controller's query takes only samples fresher than SIGNAL_MAX_AGE_SECONDS."""
+    labels = '{alertname="GpuTemperatureHigh",alertstate="firing",gpucluster_signal="gpu-quarantine",node="n1"}'
+    series = [{"series": f"ALERTS{labels}", "values": "1 1 1"}]  # samples at 0m, 1m, 2m, then none
+    live = {"expr": DEFAULT_SIGNAL_QUERY, "eval_time": "2m", "exp_samples": [{"labels": f"ALERTS{labels}", "value": 1}]}
+    ghost = {"expr": DEFAULT_SIGNAL_QUERY, "eval_time": "6m", "exp_samples": []}
+    raw = {"expr": f"ALERTS{labels}", "eval_time": "6m", "exp_samples": [{"labels": f"ALERTS{labels}", "value": 1}]}
+    test = {"interval": "1m", "input_series": series, "promql_expr_test": [live, ghost, raw]}
+    proc = promtool_test(tmp_path, {"groups": []}, [test])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    # and the ghost case is not vacuous: expecting the ghost to be seen fails
+    seen = {**ghost, "exp_samples": live["exp_samples"]}
+    proc = promtool_test(tmp_path, {"groups": []}, [{**test, "promql_expr_test": [seen]}])
+    assert proc.returncode != 0
+
+
 def test_temperature_limit_comes_from_settings(tmp_path: Path) -> None:
     settings = TelemetrySettings.model_validate({"alerts": {"gpuTempLimitC": 70, "forMinutes": 3}})
     fires = case([(f"DCGM_FI_DEV_GPU_TEMP{GPU_SEL}", "75x6")], "GpuTemperatureHigh", "4m", [HOT])
