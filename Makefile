@@ -11,7 +11,7 @@ STAMP       := $(VENV)/.installed
 PY_PACKAGES := components policies daemons
 
 .PHONY: help venv lint lint-python lint-ansible test unit ansible-test integration \
-        lint-go go-test check-stacks policy render tools debian-deps sim-up sim-down up down bench bench-scale demo chaos daemons-status clean
+        lint-go go-test check-stacks policy render tools debian-deps sim-up sim-down up down bench bench-scale bench-scale-capacity demo chaos daemons-status clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | column -t -s $$'\t'
@@ -67,6 +67,9 @@ bench: $(STAMP) ## run every benchmark script in benchmarks/ and print its figur
 # Not one of bench's: it replaces the running cluster and takes an hour or more (benchmarks/scale_flip.py says how long).
 bench-scale: $(STAMP) ## the flip at 96 and 512 nodes (scale stacks in benchmarks/stacks), then the local cluster back
 	@$(PY) benchmarks/scale_flip.py $(SCALE_ARGS)
+
+bench-scale-capacity: $(STAMP) ## quota correction at 96 nodes and 4 ClusterQueues with 10 nodes lost, then the local cluster back
+	@$(PY) benchmarks/scale_capacity.py
 
 clean: ## remove local build state (not the tool cache)
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .state rendered

@@ -120,3 +120,13 @@ def test_the_scale_bench_says_where_a_scale_stopped() -> None:
     env = bench.SCALES["scale96"].env()
     assert env["GPUCLUSTER_STACK"] == "scale96"
     assert Path(env["GPUCLUSTER_SIM_STACK"]) == ROOT / "benchmarks" / "stacks" / "Pulumi.scale96.yaml"
+
+
+def test_the_capacity_stack_has_four_queues_sharing_the_whole_flavor() -> None:
+    cfg = load_stack_file(ROOT / "benchmarks" / "stacks" / "Pulumi.capacity96.yaml")
+    (flavor,) = cfg.flavors
+    assert (flavor.node_count, flavor.capacity) == (96, 768)
+    assert len(cfg.queues) == 4
+    assert sum(q.quota[flavor.name] for q in cfg.queues.values()) == flavor.capacity
+    assert cfg.quota_controller.enabled
+    assert {t.cluster_queue for t in cfg.teams} == set(cfg.queues)
