@@ -2,8 +2,9 @@
 stack deployed, the two controllers ``make up`` runs, and the kube-controller-manager's taint eviction.
 
 A GPU held above the limit: the alert fires, the node is quarantined, the training pod on it leaves, the inference
-replicas on a quarantined node stay Ready; the quota follows. A burst of hot nodes beyond the breaker's share
-leaves the rest untouched. Timings are printed, never asserted beyond generous bounds.
+replicas on a quarantined node stay Ready; the quota follows; a hot node beyond the breaker's share is left
+untouched. Prometheus down quarantines nothing, a killed leader is replaced, a quarantined node deleted stays
+listed. Timings are printed, never asserted beyond generous bounds.
 """
 
 from __future__ import annotations
@@ -125,33 +126,28 @@ def test_a_hot_gpu_takes_training_off_its_node_and_inference_stays(cool: LocalSt
     want = CFG.queues[queue].quota[FLAVOR.name] // 2
     wait_for("the quota following", lambda: _nominal(stack, queue) == want, timeout=30, interval=0.5)
 
+    # the breaker: two of four is the local stack's share per window; a third hot node is left untouched
+    allowed = max(1, int(Q.max_share * FLAVOR.node_count))
+    assert allowed == 2
+    third = next(n for n in NODES if n not in (hot_training, hot_serving))
+    dcgm.admin("/admin/gpu", {"node": third, "gpu": 1, "temperature": 90})
+    wait_for("the third alert firing", lambda: firing(third), timeout=CFG.telemetry.alerts.for_minutes * 60 + 60)
+    time.sleep(3 * Q.interval_seconds)  # more cycles: the breaker must hold, not just be late
+    assert not quarantined(stack, third), f"the breaker let a third node through (share {Q.max_share})"
+
+    def refused() -> bool:
+        return any(
+            e["reason"] == "QuarantineBreakerOpen" and e["involvedObject"].get("name") == third
+            for e in stack.items("events", "-n", "default")
+        )
+
+    wait_for("the QuarantineBreakerOpen Event on the refused node", refused, timeout=30)
+    print(f"breaker: {hot_training} and {hot_serving} quarantined, {third} left untouched")
+
 
 def _nominal(stack: LocalStack, queue: str) -> int:
     groups = stack.get("clusterqueue", queue)["spec"]["resourceGroups"]
     return int(groups[0]["flavors"][0]["resources"][0]["nominalQuota"])
-
-
-def test_a_burst_of_hot_nodes_beyond_the_share_leaves_the_rest_untouched(cool: LocalStack) -> None:
-    stack = cool
-    allowed = max(1, int(Q.max_share * FLAVOR.node_count))
-    hot = NODES[: allowed + 1]
-    for node in hot:
-        dcgm.admin("/admin/gpu", {"node": node, "gpu": 1, "temperature": 90})
-    wait_for(
-        "every alert firing", lambda: all(firing(n) for n in hot), timeout=CFG.telemetry.alerts.for_minutes * 60 + 60
-    )
-    wait_for(f"{allowed} nodes quarantined", lambda: sum(quarantined(stack, n) for n in hot) >= allowed, timeout=60)
-    time.sleep(3 * Q.interval_seconds)  # more cycles: the breaker must hold, not just be late
-    taken = [n for n in hot if quarantined(stack, n)]
-    assert len(taken) == allowed, f"the breaker let {taken} through (share {Q.max_share} of {FLAVOR.node_count})"
-    refused = [n for n in hot if n not in taken]
-    events = [
-        e
-        for e in stack.items("events", "-n", "default")
-        if e["reason"] == "QuarantineBreakerOpen" and e["involvedObject"].get("name") in refused
-    ]
-    assert events, "no QuarantineBreakerOpen Event on the refused node"
-    print(f"\nhot {hot}: quarantined {taken}, refused by the breaker {refused}")
 
 
 def test_prometheus_down_quarantines_nothing_a_killed_leader_is_replaced_and_a_deleted_node_stays_listed(
