@@ -123,6 +123,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"machine: lowest MemAvailable {monitor.min_mem:.0f} MiB, highest 1-min load {monitor.max_load:.1f}")
     print(f"scale_capacity: {STACK}: make down ...", flush=True)
     scale_flip.make("down", ENV, scale_flip.DOWN_TIMEOUT)
+    for key in ENV:  # the local cluster, not the scale stack, comes back
+        os.environ.pop(key, None)
     if not args.no_restore:
         print("scale_capacity: bringing the local cluster back (make up) ...", flush=True)
         if not scale_flip.make("up", {}, scale_flip.RESTORE_TIMEOUT).ok:
