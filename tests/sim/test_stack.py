@@ -140,7 +140,9 @@ def test_kwok_leaves_nodes_without_its_annotation_alone(local_stack: LocalStack)
 def test_kueue_objects_match_the_stack_config(local_stack: LocalStack) -> None:
     flavors = {f["metadata"]["name"]: f for f in local_stack.items(f"resourceflavors.{KUEUE}")}
     for f in CFG.flavors:
-        assert flavors[f.name]["spec"]["nodeLabels"] == f.node_labels
+        # the flavor's own labels and, unless it says otherwise, the acceptance label
+        assert flavors[f.name]["spec"]["nodeLabels"] == f.selector_labels
+        assert flavors[f.name]["spec"]["nodeLabels"]["gpucluster.io/accepted"] == "true"
         assert flavors[f.name]["metadata"]["annotations"]["gpucluster.io/declared-gpus"] == str(f.capacity)
 
     cqs = {c["metadata"]["name"]: c for c in local_stack.items(f"clusterqueues.{KUEUE}")}
