@@ -8,6 +8,7 @@ are printed, never asserted beyond generous bounds.
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Iterator
 
@@ -155,3 +156,26 @@ def test_a_killed_leader_is_replaced_and_the_quota_is_right(whole: LocalStack) -
     print(f"\nleader {leader} SIGKILLed, a node cordoned: the standby had the quota right in {took:.1f}s")
     faults.uncordon(NODE)
     settle_to(stack, FULL)
+
+
+def test_a_flapping_node_moves_the_quota_once_and_stays_out_until_it_holds(whole: LocalStack) -> None:
+    stack = whole
+    seen: list[int] = []
+    for _ in range(3):  # NotReady past the grace, Ready again, three times
+        faults.not_ready(NODE)
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < QC.not_ready_grace_seconds + 2:
+            seen.append(nominal(stack))
+            time.sleep(0.5)
+        faults.ready(NODE)
+        wait_for("the node Ready again", lambda: _ready(stack), timeout=30, interval=0.25)
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 5:
+            seen.append(nominal(stack))
+            time.sleep(0.5)
+    changes = sum(1 for a, b in itertools.pairwise(seen) if a != b)
+    print(f"\nflapping 3 times: the quota changed {changes} time(s) while it flapped")
+    assert changes == 1, f"the quota flapped with the node: {seen}"
+    assert seen[-1] == FULL - PER_NODE
+    back = settle_to(stack, FULL, timeout=QC.return_after_seconds + 20)
+    print(f"the node held Ready: quota back {back:.1f}s after the checks ended")
