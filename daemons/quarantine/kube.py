@@ -1,8 +1,8 @@
 """The quarantine controller's API calls and the one patch that quarantines a node.
 
-:class:`KubeApi` sends raw JSON on the official client's connection (its auth, TLS and timeouts); every failure is
-a :class:`~daemons.toolkit.lease.KubeError`, a conflict (HTTP 409, or a JSON patch whose ``test`` failed) a
-:class:`~daemons.toolkit.lease.ConflictError`.
+:class:`KubeApi` is the toolkit's client (``daemons/toolkit/kube_api.py``: raw JSON on the official client's
+connection, every failure a KubeError, a conflict a ConflictError, a missing object a NotFoundError) with this
+controller's field manager.
 
 :func:`quarantine_ops` is ONE JSON patch (RFC 6902) of the Node: it tests the resourceVersion, then adds the taint
 (an entry of ``spec.taints``, which has no merge key), the quarantined label and the reason and time annotations,
@@ -12,8 +12,7 @@ leave a node with the taint but without its reason, or the other way round.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
 
@@ -26,106 +25,23 @@ from components.constants import (
 )
 from components.quarantine_settings import FIELD_MANAGER, LEDGER_NAME, RELEASED_AT_ANNOTATION
 from daemons.quarantine.decide import NodeView, Taint, format_time
-from daemons.toolkit.lease import ConflictError, KubeError
-
-APPLY = "application/apply-patch+yaml"
-JSON_PATCH = "application/json-patch+json"
-#: Longest API message shown in a log line or an Event.
-_MAX_SHOWN = 300
+from daemons.toolkit.kube_api import JSON_PATCH, NotFoundError
+from daemons.toolkit.kube_api import KubeApi as BaseKubeApi
+from daemons.toolkit.kube_api import shown as _shown
 
 
 class TranslationError(ValueError):
     """A Node this controller cannot read: which node and which field (never the value)."""
 
 
-def _shown(text: str) -> str:
-    return text if len(text) <= _MAX_SHOWN else text[:_MAX_SHOWN] + "…"
-
-
-def _message(data: bytes) -> str:
-    try:
-        status = json.loads(data)
-    except ValueError:
-        return ""
-    message = status.get("message") if isinstance(status, dict) else None
-    return _shown(message) if isinstance(message, str) else ""
-
-
-def _has_causes(data: bytes) -> bool:
-    try:
-        status = json.loads(data)
-    except ValueError:
-        return True
-    details = status.get("details") if isinstance(status, dict) else None
-    return bool(isinstance(details, dict) and details.get("causes"))
-
-
-class NotFoundError(KubeError):
-    """HTTP 404: the object does not exist."""
-
-
-class KubeApi:
-    """Raw JSON calls on the official client's connection; errors are KubeError."""
+class KubeApi(BaseKubeApi):
+    """The toolkit's client with this controller's field manager and the calls it makes."""
 
     def __init__(self, api_client: Any, timeout_s: float = 10.0) -> None:
-        self._api = api_client
-        self._timeout = timeout_s
-
-    def request(
-        self,
-        method: str,
-        path: str,
-        what: str,
-        *,
-        query: Sequence[tuple[str, str]] = (),
-        body: Any = None,
-        content_type: str | None = None,
-    ) -> Any:
-        headers = {"Accept": "application/json"}
-        if content_type:
-            headers["Content-Type"] = content_type
-        try:
-            serialized = self._api.param_serialize(
-                method=method,
-                resource_path=path,
-                query_params=list(query),
-                header_params=headers,
-                body=body,
-                auth_settings=["BearerToken"],
-            )
-            response = self._api.call_api(*serialized, _request_timeout=self._timeout)
-            data = response.read()
-        except Exception as exc:  # unreachable, TLS, timeouts
-            raise KubeError(f"{what}: {_shown(str(exc))}") from None
-        status = int(getattr(response, "status", 0) or 0)
-        if 200 <= status < 300:
-            try:
-                return json.loads(data) if data else {}
-            except ValueError:
-                raise KubeError(f"{what}: the reply is not JSON") from None
-        message = _message(data or b"")
-        if status == 404:
-            raise NotFoundError(f"{what}: not found")
-        if status == 409:
-            raise ConflictError(f"{what}: conflict ({message})")
-        if status == 422 and content_type == JSON_PATCH and not _has_causes(data or b""):
-            raise ConflictError(f"{what}: the object changed since it was read")
-        raise KubeError(f"{what}: HTTP {status}: {message}")
+        super().__init__(api_client, timeout_s, FIELD_MANAGER)
 
     def list_nodes(self) -> list[Mapping[str, Any]]:
-        items: list[Mapping[str, Any]] = []
-        token = ""
-        for _ in range(1000):
-            query = [("limit", "500"), *([("continue", token)] if token else [])]
-            page = self.request("GET", "/api/v1/nodes", "list nodes", query=query)
-            batch = page.get("items") if isinstance(page, dict) else None
-            if not isinstance(batch, list) or not all(isinstance(i, Mapping) for i in batch):
-                raise KubeError("list nodes: the reply has no list of items")
-            items += batch
-            token = (page.get("metadata") or {}).get("continue") or ""
-            if not token:
-                return items
-        raise KubeError("list nodes: more than 1000 pages")
+        return self.list_all("/api/v1/nodes", "list nodes")
 
     def patch_node(self, name: str, ops: list[dict[str, Any]]) -> Mapping[str, Any]:
         path = f"/api/v1/nodes/{quote(name)}"
@@ -142,13 +58,7 @@ class KubeApi:
     def apply_ledger(self, body: dict[str, Any]) -> Mapping[str, Any]:
         ns = body["metadata"]["namespace"]
         path = f"/api/v1/namespaces/{quote(ns)}/configmaps/{LEDGER_NAME}"
-        query = [("fieldManager", FIELD_MANAGER), ("force", "true")]
-        what = f"apply configmap {ns}/{LEDGER_NAME}"
-        return dict(self.request("PATCH", path, what, query=query, body=body, content_type=APPLY))
-
-    def create_event(self, body: dict[str, Any]) -> None:
-        ns = body["metadata"]["namespace"]
-        self.request("POST", f"/api/v1/namespaces/{quote(ns)}/events", "create event", body=body)
+        return self.apply(path, f"apply configmap {ns}/{LEDGER_NAME}", body, force=True)
 
 
 # --- nodes ------------------------------------------------------------------------------------------------------

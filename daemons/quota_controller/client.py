@@ -15,7 +15,7 @@ from urllib.parse import quote
 from components.quota_controller_settings import FIELD_MANAGER
 from daemons.quota_controller.model import KUEUE_API
 from daemons.toolkit.kube_api import KubeApi as BaseKubeApi
-from daemons.toolkit.lease import KubeError
+from daemons.toolkit.kube_api import NotFoundError
 
 
 class KubeApi(BaseKubeApi):
@@ -30,10 +30,8 @@ class KubeApi(BaseKubeApi):
             return dict(
                 self.request("GET", f"/apis/{KUEUE_API}/clusterqueues/{quote(name)}", f"read clusterqueue {name}")
             )
-        except KubeError as exc:
-            if "HTTP 404" in str(exc):
-                return None
-            raise
+        except NotFoundError:
+            return None
 
     def apply_resource_groups(self, name: str, groups: list[dict[str, object]]) -> Mapping[str, Any]:
         body = {

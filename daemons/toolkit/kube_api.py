@@ -46,6 +46,10 @@ def _status_message(data: bytes) -> str:
     return shown(message) if isinstance(message, str) else ""
 
 
+class NotFoundError(KubeError):
+    """HTTP 404: the object does not exist."""
+
+
 class KubeApi:
     """Raw JSON calls on the official client's connection (its auth, TLS and timeouts); errors are KubeError."""
 
@@ -87,6 +91,8 @@ class KubeApi:
             except ValueError:
                 raise KubeError(f"{what}: the reply is not JSON") from None
         message = _status_message(data or b"")
+        if status == 404:
+            raise NotFoundError(f"{what}: not found")
         if status == 409:
             raise ConflictError(f"{what}: conflict ({message})")
         if status == 422 and content_type == JSON_PATCH and not _has_causes(data or b""):
