@@ -19,8 +19,7 @@ from daemons.make_before_break.controller import Controller, CycleResult
 from daemons.make_before_break.metrics import Metrics
 from daemons.toolkit.http import Routes
 from daemons.toolkit.lease import KubeLeaseApi, LeaderElector, load_kube_config
-from daemons.toolkit.logs import LEVELS
-from daemons.toolkit.serve import EXIT_BAD_SETTINGS, serve_behind_lease, start
+from daemons.toolkit.serve import EXIT_BAD_SETTINGS, controller_parser, serve_behind_lease, start
 
 __all__ = ["EXIT_BAD_SETTINGS", "build_parser", "main", "summary"]
 
@@ -30,51 +29,21 @@ PROG = "gpucluster-make-before-break"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog=PROG,
-        description=(
+    return controller_parser(
+        PROG,
+        (
             f"The Kueue AdmissionCheck controller for controllerName {CONTROLLER_NAME}: before a training gang is "
             "admitted, reserve the nodes it needs, roll the inference Deployments in the way off them "
             "make-before-break, and set the check Ready (with podSetUpdates for the reservation) once the GPUs are "
             "free; after maxHold, Ready anyway. Only the holder of the Lease writes. Metrics are prefixed "
             "gpucluster_make_before_break_."
         ),
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        listen=":9103",
+        once_help="run one cycle (taking the Lease if it is free, releasing it after), print the "
+        "observation's problems, the decided actions and what was written as JSON on stdout and exit; no HTTP server",
+        dry_run_help="observe, decide and log what would change, but write nothing: no patch, no apply, no "
+        "Event, no Lease (the replica behaves as leader for its decisions)",
     )
-    p.add_argument(
-        "--settings",
-        required=True,
-        metavar="FILE",
-        help="settings file: JSON when it ends in .json, YAML otherwise (camelCase keys; see the README)",
-    )
-    p.add_argument(
-        "--kubeconfig",
-        default=None,
-        metavar="FILE",
-        help="kubeconfig to use (default: the in-cluster service account, else ~/.kube/config)",
-    )
-    p.add_argument(
-        "--listen", default=":9103", metavar="[HOST]:PORT", help="where to serve /metrics and /healthz (port 0: any)"
-    )
-    p.add_argument(
-        "--identity", default=None, help="leader election identity (default: $POD_NAME or the hostname, then _<pid>)"
-    )
-    p.add_argument(
-        "--once",
-        action="store_true",
-        help="run one cycle (taking the Lease if it is free, releasing it after), print the observation's problems, "
-        "the decided actions and what was written as JSON on stdout and exit; no HTTP server",
-    )
-    p.add_argument(
-        "--dry-run",
-        action="store_true",
-        help="observe, decide and log what would change, but write nothing: no patch, no apply, no Event, no Lease "
-        "(the replica behaves as leader for its decisions)",
-    )
-    p.add_argument(
-        "--log-level", default="info", choices=LEVELS, help="minimum level of the JSON log lines written to stderr"
-    )
-    return p
 
 
 def _build(

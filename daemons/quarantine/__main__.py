@@ -20,8 +20,7 @@ from daemons.quarantine.metrics import Metrics
 from daemons.taint_controller.prometheus import PrometheusClient
 from daemons.toolkit.http import Routes
 from daemons.toolkit.lease import KubeLeaseApi, LeaderElector, load_kube_config
-from daemons.toolkit.logs import LEVELS
-from daemons.toolkit.serve import EXIT_BAD_SETTINGS, serve_behind_lease, start
+from daemons.toolkit.serve import EXIT_BAD_SETTINGS, controller_parser, serve_behind_lease, start
 
 __all__ = ["EXIT_BAD_SETTINGS", "build_parser", "main", "summary"]
 
@@ -31,9 +30,9 @@ PROG = "gpucluster-quarantine"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog=PROG,
-        description=(
+    return controller_parser(
+        PROG,
+        (
             "Quarantine GPU nodes whose quarantine alerts fire (signalQuery, by default the firing ALERTS labelled "
             "gpucluster_signal=gpu-quarantine): one patch adds the NoExecute taint gpucluster.io/quarantine=<reason>, "
             "the gpucluster.io/quarantined label and the reason and time annotations, so training leaves the node and "
@@ -42,43 +41,14 @@ def build_parser() -> argparse.ArgumentParser:
             f"ConfigMap {LEDGER_NAME}. Prometheus down: nothing changes. Only the holder of the Lease writes. Metrics "
             "are prefixed gpucluster_quarantine_."
         ),
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        listen=":9108",
+        once_help="run one cycle (taking the Lease if it is free, releasing it after), print the decisions, "
+        "the breakers and what was written as JSON on stdout and exit; no HTTP server",
+        dry_run_help="query, decide and log what would change, but write nothing: no node patch, no ledger, no "
+        "Event, no Lease (the replica behaves as leader for its decisions); the settings' dryRun does the same",
+        settings_help="settings file: JSON when it ends in .json, YAML otherwise (the QuarantineSettings model, "
+        "camelCase keys; see the README)",
     )
-    p.add_argument(
-        "--settings",
-        required=True,
-        metavar="FILE",
-        help="settings file: JSON when it ends in .json, YAML otherwise (the QuarantineSettings model, camelCase keys; "
-        "see the README)",
-    )
-    p.add_argument(
-        "--kubeconfig",
-        default=None,
-        metavar="FILE",
-        help="kubeconfig to use (default: the in-cluster service account, else ~/.kube/config)",
-    )
-    p.add_argument(
-        "--listen", default=":9108", metavar="[HOST]:PORT", help="where to serve /metrics and /healthz (port 0: any)"
-    )
-    p.add_argument(
-        "--identity", default=None, help="leader election identity (default: $POD_NAME or the hostname, then _<pid>)"
-    )
-    p.add_argument(
-        "--once",
-        action="store_true",
-        help="run one cycle (taking the Lease if it is free, releasing it after), print the decisions, the breakers "
-        "and what was written as JSON on stdout and exit; no HTTP server",
-    )
-    p.add_argument(
-        "--dry-run",
-        action="store_true",
-        help="query, decide and log what would change, but write nothing: no node patch, no ledger, no Event, no "
-        "Lease (the replica behaves as leader for its decisions); the settings' dryRun does the same",
-    )
-    p.add_argument(
-        "--log-level", default="info", choices=LEVELS, help="minimum level of the JSON log lines written to stderr"
-    )
-    return p
 
 
 def _build(

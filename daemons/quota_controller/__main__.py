@@ -19,8 +19,7 @@ from daemons.quota_controller.controller import Controller, CycleResult
 from daemons.quota_controller.metrics import PREFIX, Metrics
 from daemons.toolkit.http import Routes
 from daemons.toolkit.lease import KubeLeaseApi, LeaderElector, load_kube_config
-from daemons.toolkit.logs import LEVELS
-from daemons.toolkit.serve import EXIT_BAD_SETTINGS, serve_behind_lease, start
+from daemons.toolkit.serve import EXIT_BAD_SETTINGS, controller_parser, serve_behind_lease, start
 
 __all__ = ["EXIT_BAD_SETTINGS", "build_parser", "main", "summary"]
 
@@ -30,49 +29,19 @@ PROG = "gpucluster-quota-controller"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog=PROG,
-        description=(
+    return controller_parser(
+        PROG,
+        (
             "Keep every ClusterQueue's nominalQuota and borrowingLimit in step with the GPUs that are really there: "
             "per flavor, the GPUs of nodes that are Ready, schedulable, accepted and not quarantined, shared among "
             "the queues in the stack's proportions. It owns each queue's spec.resourceGroups (server-side apply). "
             f"Only the holder of the Lease writes. Metrics are prefixed {PREFIX}_."
         ),
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
-    p.add_argument(
-        "--settings",
-        required=True,
-        metavar="FILE",
-        help="settings file: JSON when it ends in .json, YAML otherwise (camelCase keys; see the README)",
-    )
-    p.add_argument(
-        "--kubeconfig",
-        default=None,
-        metavar="FILE",
-        help="kubeconfig to use (default: the in-cluster service account, else ~/.kube/config)",
-    )
-    p.add_argument(
-        "--listen", default=":9106", metavar="[HOST]:PORT", help="where to serve /metrics and /healthz (port 0: any)"
-    )
-    p.add_argument(
-        "--identity", default=None, help="leader election identity (default: $POD_NAME or the hostname, then _<pid>)"
-    )
-    p.add_argument(
-        "--once",
-        action="store_true",
-        help="run one cycle (taking the Lease if it is free, releasing it after), print the capacity, the quotas "
+        listen=":9106",
+        once_help="run one cycle (taking the Lease if it is free, releasing it after), print the capacity, the quotas "
         "and what was written as JSON on stdout and exit; no HTTP server",
+        dry_run_help="read, decide and log what would change, but write nothing: no apply, no Event, no Lease",
     )
-    p.add_argument(
-        "--dry-run",
-        action="store_true",
-        help="read, decide and log what would change, but write nothing: no apply, no Event, no Lease",
-    )
-    p.add_argument(
-        "--log-level", default="info", choices=LEVELS, help="minimum level of the JSON log lines written to stderr"
-    )
-    return p
 
 
 def _build(

@@ -22,11 +22,50 @@ from components.issues import SettingsError
 from daemons.toolkit.http import HttpService, Routes
 from daemons.toolkit.lease import LeaderElector
 from daemons.toolkit.listen import ListenError, parse_listen
-from daemons.toolkit.logs import setup_logging
+from daemons.toolkit.logs import LEVELS, setup_logging
 from daemons.toolkit.shutdown import Step, StopSignal, drain
 
 #: SIGTERM may take one election round (retryPeriod) plus this: the cycle in flight, the Lease release, HTTP.
 DRAIN_EXTRA_SECONDS = 15.0
+
+
+SETTINGS_HELP = "settings file: JSON when it ends in .json, YAML otherwise (camelCase keys; see the README)"
+
+
+def controller_parser(
+    prog: str,
+    description: str,
+    *,
+    listen: str,
+    once_help: str,
+    dry_run_help: str,
+    settings_help: str = SETTINGS_HELP,
+) -> argparse.ArgumentParser:
+    """The command line every Lease-electing controller of ours takes: ``--settings``, ``--kubeconfig``,
+    ``--listen``, ``--identity``, ``--once``, ``--dry-run``, ``--log-level``; what a cycle and a dry run do is the
+    controller's own text."""
+    p = argparse.ArgumentParser(
+        prog=prog, description=description, formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
+    p.add_argument("--settings", required=True, metavar="FILE", help=settings_help)
+    p.add_argument(
+        "--kubeconfig",
+        default=None,
+        metavar="FILE",
+        help="kubeconfig to use (default: the in-cluster service account, else ~/.kube/config)",
+    )
+    p.add_argument(
+        "--listen", default=listen, metavar="[HOST]:PORT", help="where to serve /metrics and /healthz (port 0: any)"
+    )
+    p.add_argument(
+        "--identity", default=None, help="leader election identity (default: $POD_NAME or the hostname, then _<pid>)"
+    )
+    p.add_argument("--once", action="store_true", help=once_help)
+    p.add_argument("--dry-run", action="store_true", help=dry_run_help)
+    p.add_argument(
+        "--log-level", default="info", choices=LEVELS, help="minimum level of the JSON log lines written to stderr"
+    )
+    return p
 
 
 def serve_behind_lease(
