@@ -222,8 +222,14 @@ def test_the_daemon_adds_the_taint_and_releases_its_lease_on_sigterm(
     )
     try:
         wait_for("burst taint added", lambda: OURS in node.get_node(NODE).taints)
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
-            text = r.read().decode().splitlines()
+
+        def scrape() -> list[str]:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+                return r.read().decode().splitlines()
+
+        # The taint is written before the tick updates its gauges: the scrape may come in between.
+        wait_for("taint_present gauge", lambda: "gpucluster_taint_controller_taint_present 1.0" in scrape(), 10)
+        text = scrape()
         assert "gpucluster_taint_controller_is_leader 1.0" in text
         assert "gpucluster_taint_controller_taint_present 1.0" in text
         assert 'gpucluster_taint_controller_decisions_total{action="add"} 1.0' in text
