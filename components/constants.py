@@ -70,3 +70,19 @@ GPU_RESOURCE = "nvidia.com/gpu"
 CREDENTIAL_KEY_PATTERN = (
     r"(api[_-]?key|apikey|token|passw(or)?d|secret|credential|private[_-]?key|kubeconfig|client[_-]?key)"
 )
+
+# --- training jobs (let it crash) ---------------------------------------------------------------------------
+
+#: A training JobSet and its pods: the job's name, and the team that submitted it.
+TRAINING_JOB_LABEL = "gpucluster.io/training-job"
+TEAM_LABEL = "gpucluster.io/team"
+#: On the JobSet: the checkpoint interval it was given (seconds) and its restart bound per hour.
+CHECKPOINT_INTERVAL_ANNOTATION = "gpucluster.io/checkpoint-interval-seconds"
+MAX_RESTARTS_PER_HOUR_ANNOTATION = "gpucluster.io/max-restarts-per-hour"
+#: The checkpoint report: a job annotates its team's ``checkpoints`` claim with
+#: ``checkpoint.gpucluster.io/<jobset name>: <RFC 3339 time its last complete checkpoint finished>``.
+CHECKPOINT_ANNOTATION_PREFIX = "checkpoint.gpucluster.io/"
+#: The measured reliability the next submission's checkpoint interval follows (written by the interruption
+#: accounting daemon in its namespace): training node-seconds per interruption.
+RELIABILITY_CONFIGMAP = "gpucluster-training-reliability"
+TRAINING_NAMESPACE = "gpucluster-training"

@@ -55,3 +55,18 @@ def checkpoint_interval_seconds(write_seconds: float, mtbf_seconds: float) -> fl
     if write_seconds <= 0 or mtbf_seconds <= 0:
         raise ValueError("write time and MTBF must both be positive")
     return math.sqrt(2.0 * write_seconds * mtbf_seconds)
+
+
+def predicted_ettr(interval_seconds: float, write_seconds: float, mtbf_seconds: float, restart_seconds: float) -> float:
+    """Effective training time ratio the first-order model predicts (the share of wall time that is kept work).
+
+    Checkpointing every ``interval_seconds`` of work costs ``write_seconds`` each time, so at most
+    ``interval / (interval + write)`` of the time runs training. Each interruption (one per ``mtbf_seconds`` on
+    average) costs the time to run again (``restart_seconds``) plus the work since the last checkpoint, half a
+    cycle on average. Clamped to [0, 1].
+    """
+    if interval_seconds <= 0 or write_seconds < 0 or mtbf_seconds <= 0 or restart_seconds < 0:
+        raise ValueError("interval and MTBF must be positive, write and restart times not negative")
+    cycle = interval_seconds + write_seconds
+    kept = interval_seconds / cycle * (1.0 - (restart_seconds + cycle / 2.0) / mtbf_seconds)
+    return min(1.0, max(0.0, kept))
