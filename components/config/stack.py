@@ -31,6 +31,7 @@ from components.storage_settings import StorageSettings
 from components.taint_controller_settings import TaintControllerSettings, gpu_types_in_cluster
 from components.telemetry.settings import TelemetrySettings
 
+from components.training.settings import TrainingSettings
 #: Where a misspelt key is checked against.
 UNKNOWN_KEY_HINT = "check the spelling against README's config reference"
 
@@ -93,6 +94,8 @@ class StackConfig:
     #: None when the stack has no ``gpucluster:burst`` section.
     burst: BurstConfig | None = None
     inference_services: tuple[InferenceServiceSpec, ...] = ()
+    #: Training jobs' restart bounds and where their measured reliability is read.
+    training: TrainingSettings
 
     @property
     def burst_enabled(self) -> bool:
@@ -177,6 +180,7 @@ SECTIONS: dict[str, _Section] = {
 }
 #: Validated by :func:`parse_burst`: two daemons' models share the section.
 BURST_KEY = "burst"
+    "training": _section("training", TrainingSettings, {}, model=True),
 TAINT_CONTROLLER_KEY = "taintController"
 #: Fields of the taint controller's settings the component fills; the stack does not set them.
 TAINT_CONTROLLER_FILLED = {"nodeName": "burst.virtualNode.nodeName", "taintKey": "gpucluster:burstTaintKey"}
@@ -214,6 +218,7 @@ class StackSections:
     burst: BurstConfig | None = None
     #: Keys under ``config:`` that are neither sections nor secrets the burst section names.
     unknown: tuple[str, ...] = field(default_factory=tuple)
+    training: TrainingSettings | None = None
 
     @property
     def training_namespaces(self) -> set[str]:

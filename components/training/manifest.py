@@ -1,0 +1,310 @@
+"""The JobSet a training job becomes, and the checkpoint interval it is given: pure functions, no I/O.
+
+:func:`jobset_manifest` turns a :class:`~components.training.spec.JobSpec` and a :class:`JobContext` (what the
+stack decides: the team's namespace and LocalQueue, the training PriorityClass, the claims, the restart bounds and
+the interval) into one JobSet (sigs.k8s.io/jobset v1alpha2) that Kueue admits as one gang:
+
+* ``spec.suspend: true`` with the team's ``kueue.x-k8s.io/queue-name`` and ``priority-class`` labels: Kueue
+  unsuspends it once the whole gang's quota is admitted;
+* one replicated Job ``node`` of ``nodes`` Indexed pods, ``backoffLimit: 0``, whose ``podFailurePolicy`` fails the
+  Job at once and says why: first a pod with the ``DisruptionTarget`` condition (the node's fault: drained,
+  quarantined, lost), then any non-zero exit (the program's fault);
+* a JobSet ``failurePolicy`` that recreates the whole gang in place on either: a node's fault does not count
+  towards ``maxRestarts`` (``RestartJobSetAndIgnoreMaxRestarts``), the program's does. The Kueue Workload stays
+  admitted across restarts: the gang keeps its quota and does not queue again.
+
+:func:`checkpoint_interval` is Young/Daly on the measured reliability when there is enough of it, else on the
+stack's prior.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+from components.config.stack import StackConfig
+from components.constants import (
+    CHECKPOINT_ANNOTATION_PREFIX,
+    CHECKPOINT_INTERVAL_ANNOTATION,
+    GPU_RESOURCE,
+    MAX_RESTARTS_PER_HOUR_ANNOTATION,
+    TEAM_LABEL,
+    TRAINING_JOB_LABEL,
+)
+from components.storage_settings import checkpoint_interval_seconds
+from components.training.checks import queue_flavors, team_of
+from components.training.spec import JobSpec
+
+JOBSET_API_VERSION = "jobset.x-k8s.io/v1alpha2"
+JOBSET_KIND = "JobSet"
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
+#: The one replicated Job; pods are ``<name>-node-0-<index>``, reachable as ``<pod>.<name>``.
+REPLICATED_JOB = "node"
+CONTAINER = "trainer"
+CHECKPOINTS_CLAIM = "checkpoints"
+DATASETS_CLAIM = "datasets"
+CHECKPOINTS_MOUNT = "/checkpoints"
+DATASETS_MOUNT = "/datasets"
+MASTER_PORT = 29500
+#: What the Job controller writes when a pod with ``DisruptionTarget`` matches the first podFailurePolicy rule
+#: ("Pod %s/%s has condition %v matching %v rule at index %d"); the JobSet rule for a node's fault matches it.
+NODE_FAULT_MESSAGE = "has condition DisruptionTarget"
+#: The measured MTBI is trusted from this many interruptions on; fewer, and the stack's prior is used.
+MIN_TRUSTED_INTERRUPTIONS = 3
+
+IntervalSource = Literal["measured", "stack"]
+
+
+# --- the checkpoint interval --------------------------------------------------------------------------------
+
+
+class ReliabilityError(ValueError):
+    """The reliability ConfigMap's data cannot be read; the message names the key."""
+
+
+@dataclass(frozen=True)
+class Reliability:
+    """The cluster's measured reliability (ConfigMap ``gpucluster-training-reliability``)."""
+
+    #: Training node-seconds per interruption.
+    node_mtbi_seconds: float
+    interruptions: int
+    node_seconds: float
+    updated_at: str
+
+    @property
+    def trusted(self) -> bool:
+        return self.interruptions >= MIN_TRUSTED_INTERRUPTIONS
+
+
+def _number(data: Mapping[str, str], key: str, kind: type[int] | type[float]) -> Any:
+    text = data.get(key)
+    if text is None:
+        raise ReliabilityError(f"{key}: missing")
+    try:
+        value = kind(str(text).strip())
+    except ValueError:
+        what = "an integer" if kind is int else "a number"
+        raise ReliabilityError(f"{key}: {str(text)[:40]!r} is not {what}") from None
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ReliabilityError(f"{key}: must be finite")
+    if value < 0:
+        raise ReliabilityError(f"{key}: must not be negative")
+    return value
+
+
+def parse_reliability(data: Mapping[str, str]) -> Reliability:
+    """The ConfigMap's ``data``: ``nodeMtbiSeconds``, ``interruptions``, ``nodeSeconds``, ``updatedAt``."""
+    updated = str(data.get("updatedAt", ""))
+    try:
+        datetime.fromisoformat(updated.replace("Z", "+00:00"))
+    except ValueError:
+        raise ReliabilityError(f"updatedAt: {updated[:40]!r} is not an RFC 3339 time") from None
+    mtbi = _number(data, "nodeMtbiSeconds", float)
+    interruptions = _number(data, "interruptions", int)
+    if interruptions > 0 and mtbi <= 0:
+        raise ReliabilityError("nodeMtbiSeconds: must be positive once there are interruptions")
+    return Reliability(mtbi, interruptions, _number(data, "nodeSeconds", float), updated)
+
+
+@dataclass(frozen=True)
+class Interval:
+    """The checkpoint interval a job gets, and what it was computed from."""
+
+    seconds: int
+    source: IntervalSource
+    write_seconds: float
+    mtbf_seconds: float
+    #: One line for a person: where the MTBF came from.
+    reason: str
+
+
+def write_seconds_of(spec: JobSpec, stack: StackConfig) -> float:
+    if spec.checkpoint_write_seconds is not None:
+        return spec.checkpoint_write_seconds
+    return stack.storage.checkpointing.write_seconds
+
+
+def checkpoint_interval(spec: JobSpec, stack: StackConfig, reliability: Reliability | None) -> Interval:
+    """Young/Daly: sqrt(2 x write time x the job's MTBF). The job's MTBF is the measured node MTBI over its nodes
+    when at least :data:`MIN_TRUSTED_INTERRUPTIONS` were measured, else the stack's ``mtbfHours`` (the prior)."""
+    write = write_seconds_of(spec, stack)
+    if reliability is not None and reliability.trusted and reliability.node_mtbi_seconds > 0:
+        mtbf = reliability.node_mtbi_seconds / spec.nodes
+        source: IntervalSource = "measured"
+        reason = (
+            f"measured: {reliability.node_mtbi_seconds:.0f} node-seconds per interruption over "
+            f"{reliability.interruptions} interruptions (updated {reliability.updated_at}), / {spec.nodes} nodes"
+        )
+    else:
+        mtbf = stack.storage.checkpointing.mtbf_hours * 3600.0
+        source = "stack"
+        why = (
+            "no measured reliability"
+            if reliability is None
+            else f"only {reliability.interruptions} interruptions measured (trusted from {MIN_TRUSTED_INTERRUPTIONS})"
+        )
+        reason = f"stack prior storage.checkpointing.mtbfHours = {stack.storage.checkpointing.mtbf_hours:g} ({why})"
+    seconds = max(1, round(checkpoint_interval_seconds(write, mtbf)))
+    return Interval(seconds, source, write, mtbf, reason)
+
+
+# --- the JobSet -----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class JobContext:
+    """What the stack decides for one job: where it runs, how it is scheduled and restarted, its interval."""
+
+    namespace: str
+    local_queue: str
+    #: The training Kubernetes PriorityClass (``priorities.pod.training.name``).
+    pod_priority_class: str
+    checkpoint_interval_seconds: int
+    max_restarts_per_hour: int
+    max_restarts: int
+    gpu_resource: str = GPU_RESOURCE
+    #: Labels every object of the stack carries (environment), added to the JobSet's.
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.checkpoint_interval_seconds < 1:
+            raise ValueError("JobContext.checkpoint_interval_seconds: must be at least 1")
+        if self.max_restarts_per_hour < 1 or self.max_restarts < 0:
+            raise ValueError("JobContext: max_restarts_per_hour must be at least 1, max_restarts not negative")
+
+
+def job_context(spec: JobSpec, stack: StackConfig, interval: Interval) -> JobContext:
+    """The context of a spec that passed :func:`components.training.checks.check_spec` against ``stack``."""
+    team = team_of(spec, stack)
+    if team is None:
+        raise ValueError(f"spec.team: no team {spec.team!r} in the stack (check the spec first)")
+    offered = [f for f in queue_flavors(spec, stack) if spec.flavor in (None, f.name)]
+    gpu_resource = offered[0].gpu_resource if offered else GPU_RESOURCE
+    training = stack.training
+    return JobContext(
+        namespace=team.namespace,
+        local_queue=team.local_queue,
+        pod_priority_class=stack.priorities.pod.training.name,
+        checkpoint_interval_seconds=interval.seconds,
+        max_restarts_per_hour=spec.max_restarts_per_hour or training.max_restarts_per_hour,
+        max_restarts=spec.max_restarts if spec.max_restarts is not None else training.max_restarts,
+        gpu_resource=gpu_resource,
+    )
+
+
+def job_env(spec: JobSpec, ctx: JobContext) -> list[dict[str, str]]:
+    """The environment the trainer gets: the package's names first, then the spec's own (sorted)."""
+    name = spec.name
+    ours = {
+        "GPUCLUSTER_JOB_NAME": name,
+        "GPUCLUSTER_CHECKPOINT_DIR": f"{CHECKPOINTS_MOUNT}/{name}",
+        "GPUCLUSTER_DATASETS_DIR": DATASETS_MOUNT,
+        "GPUCLUSTER_CHECKPOINT_INTERVAL_SECONDS": str(ctx.checkpoint_interval_seconds),
+        "GPUCLUSTER_CHECKPOINT_ANNOTATION": f"{CHECKPOINT_ANNOTATION_PREFIX}{name}",
+        "GPUCLUSTER_NODES": str(spec.nodes),
+        "GPUCLUSTER_GPUS_PER_NODE": str(spec.gpus_per_node),
+        "MASTER_ADDR": f"{name}-{REPLICATED_JOB}-0-0.{name}",
+        "MASTER_PORT": str(MASTER_PORT),
+    }
+    return [{"name": k, "value": v} for k, v in ours.items()] + [
+        {"name": k, "value": spec.env[k]} for k in sorted(spec.env)
+    ]
+
+
+def pod_failure_policy() -> dict[str, Any]:
+    """The node's fault first (a pod with DisruptionTarget), then the program's (any non-zero exit)."""
+    return {
+        "rules": [
+            {"action": "FailJob", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
+            {"action": "FailJob", "onExitCodes": {"operator": "NotIn", "values": [0]}},
+        ]
+    }
+
+
+def failure_policy(max_restarts: int) -> dict[str, Any]:
+    """Recreate the gang in place on either fault; only the program's count towards ``maxRestarts``."""
+    return {
+        "maxRestarts": max_restarts,
+        "restartStrategy": "Recreate",
+        "rules": [
+            {
+                "name": "NodeFault",
+                "action": "RestartJobSetAndIgnoreMaxRestarts",
+                "onJobFailureReasons": ["PodFailurePolicy"],
+                "onJobFailureMessagePatterns": [NODE_FAULT_MESSAGE],
+            },
+            {
+                "name": "ProgramFault",
+                "action": "RestartJobSet",
+                "onJobFailureReasons": ["PodFailurePolicy", "BackoffLimitExceeded"],
+            },
+        ],
+    }
+
+
+def jobset_manifest(spec: JobSpec, ctx: JobContext) -> dict[str, Any]:
+    """The whole JobSet object (apiVersion, kind, metadata, spec) for ``spec`` in ``ctx``."""
+    name = spec.name
+    ours = {TRAINING_JOB_LABEL: name, TEAM_LABEL: spec.team}
+    gpus = {ctx.gpu_resource: str(spec.gpus_per_node)}
+    container: dict[str, Any] = {
+        "name": CONTAINER,
+        "image": spec.image,
+        "command": list(spec.command),
+        "args": list(spec.args),
+        "env": job_env(spec, ctx),
+        "resources": {"requests": dict(gpus), "limits": dict(gpus)},
+        "volumeMounts": [
+            {"name": CHECKPOINTS_CLAIM, "mountPath": CHECKPOINTS_MOUNT},
+            {"name": DATASETS_CLAIM, "mountPath": DATASETS_MOUNT, "readOnly": True},
+        ],
+    }
+    pod_spec: dict[str, Any] = {
+        # podFailurePolicy needs it: a failed container fails its pod, and the policy decides.
+        "restartPolicy": "Never",
+        "priorityClassName": ctx.pod_priority_class,
+        "containers": [container],
+        "volumes": [
+            {"name": CHECKPOINTS_CLAIM, "persistentVolumeClaim": {"claimName": CHECKPOINTS_CLAIM}},
+            {"name": DATASETS_CLAIM, "persistentVolumeClaim": {"claimName": DATASETS_CLAIM, "readOnly": True}},
+        ],
+    }
+    job_spec = {
+        "parallelism": spec.nodes,
+        "completions": spec.nodes,
+        "completionMode": "Indexed",
+        "backoffLimit": 0,
+        "podFailurePolicy": pod_failure_policy(),
+        "template": {"metadata": {"labels": dict(ours)}, "spec": pod_spec},
+    }
+    return {
+        "apiVersion": JOBSET_API_VERSION,
+        "kind": JOBSET_KIND,
+        "metadata": {
+            "name": name,
+            "namespace": ctx.namespace,
+            "labels": {
+                **ctx.labels,
+                QUEUE_LABEL: ctx.local_queue,
+                PRIORITY_LABEL: spec.priority,
+                **ours,
+            },
+            "annotations": {
+                CHECKPOINT_INTERVAL_ANNOTATION: str(ctx.checkpoint_interval_seconds),
+                MAX_RESTARTS_PER_HOUR_ANNOTATION: str(ctx.max_restarts_per_hour),
+            },
+        },
+        "spec": {
+            "network": {"enableDNSHostnames": True, "subdomain": name, "publishNotReadyAddresses": True},
+            "successPolicy": {"operator": "All"},
+            "startupPolicy": {"startupPolicyOrder": "AnyOrder"},
+            "failurePolicy": failure_policy(ctx.max_restarts),
+            "suspend": True,
+            "replicatedJobs": [{"name": REPLICATED_JOB, "replicas": 1, "template": {"spec": job_spec}}],
+        },
+    }

@@ -1,0 +1,135 @@
+"""The job spec a researcher writes (``job.yaml``) and how it is read: :class:`JobSpec`, :func:`load_spec`.
+
+One small typed document: what to run (image, command, args, env), how big (nodes, GPUs per node), whose
+(team, research priority) and how long one checkpoint takes to write. Everything else a training job needs (the
+team's queue, the training PriorityClass, the claims, the restart policy, the checkpoint interval) comes from the
+stack (``manifest.py``). A bad spec is refused with every problem at once, each naming its field as
+``spec.<field>``, never with a stack trace; a spec that parses is then checked against the stack (``checks.py``).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, Field, ValidationError, field_validator
+
+from components.documents import DocumentError, read_document
+from components.issues import ConfigIssue, SettingsError, issues_from_validation_error, shown
+from components.model import ConfigModel, DnsLabel
+
+#: Every problem of a spec is reported under this prefix: ``spec.nodes: must be at least 1``.
+SPEC_PATH = "spec"
+#: Longest job name: JobSet names its pods ``<name>-node-0-<index>-<suffix>`` and its Jobs ``<name>-node-0``, and
+#: a pod's hostname (a DNS label, 63 characters) must hold the name with those parts.
+MAX_NAME = 40
+#: GPUs one node may carry (the flavors' own bound).
+MAX_GPUS_PER_NODE = 16
+#: Nodes one job may ask for (the flavors' own bound on a node count).
+MAX_NODES = 10_000
+#: Environment names the job gets from the package; a spec cannot set or override them.
+RESERVED_ENV_PREFIX = "GPUCLUSTER_"
+RESERVED_ENV = frozenset({"MASTER_ADDR", "MASTER_PORT"})
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+#: A JobSet's name is also its headless Service's name: a DNS-1035 label (starts with a letter).
+_JOB_NAME = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+_IMAGE = re.compile(r"^[^\s]+$")
+
+
+def _check_name(value: str) -> str:
+    if len(value) > MAX_NAME:
+        raise ValueError(f"{shown(value)} is longer than {MAX_NAME} characters (JobSet's pod names must fit in 63)")
+    if not _JOB_NAME.match(value):
+        raise ValueError(f"{shown(value)} must start with a letter and hold only lower-case letters, digits and '-'")
+    return value
+
+
+def _at_least_one(value: int) -> int:
+    if value < 1:
+        raise ValueError("must be at least 1")
+    if value > MAX_NODES:
+        raise ValueError(f"must be at most {MAX_NODES}")
+    return value
+
+
+def _gpus(value: int) -> int:
+    if not 1 <= value <= MAX_GPUS_PER_NODE:
+        raise ValueError(f"must be between 1 and {MAX_GPUS_PER_NODE} (got {value})")
+    return value
+
+
+def _image(value: str) -> str:
+    if not value or not _IMAGE.match(value):
+        raise ValueError(f"{shown(value)} is not an image reference (registry/name:tag, no spaces)")
+    return value
+
+
+def _positive(value: float) -> float:
+    if value <= 0:
+        raise ValueError(f"must be more than 0 seconds (got {value})")
+    return value
+
+
+class JobSpec(ConfigModel):
+    """A training job as a researcher writes it (camelCase keys; unknown keys refused)."""
+
+    name: Annotated[str, AfterValidator(_check_name)]
+    team: DnsLabel
+    image: Annotated[str, AfterValidator(_image)]
+    command: Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1)]
+    args: list[str] = []
+    nodes: Annotated[int, AfterValidator(_at_least_one)]
+    gpus_per_node: Annotated[int, AfterValidator(_gpus)]
+    #: A Kueue WorkloadPriorityClass of the stack (``priorities.workload``).
+    priority: DnsLabel
+    #: Seconds one complete checkpoint takes to write; default: the stack's ``storage.checkpointing.writeSeconds``.
+    checkpoint_write_seconds: Annotated[float, AfterValidator(_positive)] | None = None
+    env: dict[str, str] = {}
+    #: Default: the stack's ``training.maxRestartsPerHour``.
+    max_restarts_per_hour: Annotated[int, Field(ge=1, le=60)] | None = None
+    #: Restarts for the program's faults over the job's life; default: the stack's ``training.maxRestarts``.
+    max_restarts: Annotated[int, Field(ge=0, le=10_000)] | None = None
+    #: A GPU flavor of the stack the job must fit (nodes x GPUs per node); default: any flavor of its queue.
+    flavor: DnsLabel | None = None
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, v: dict[str, str]) -> dict[str, str]:
+        for key in v:
+            if not _ENV_NAME.match(key):
+                raise ValueError(f"{shown(key)} is not an environment variable name (letters, digits, '_')")
+            if key.startswith(RESERVED_ENV_PREFIX) or key in RESERVED_ENV:
+                raise ValueError(
+                    f"{key} is set by the package (names starting with {RESERVED_ENV_PREFIX}, "
+                    f"{', '.join(sorted(RESERVED_ENV))}); choose another name"
+                )
+        return v
+
+
+class SpecError(SettingsError):
+    """Every problem of one job spec at once, each with its ``spec.<field>`` path."""
+
+    def __init__(self, issues: list[ConfigIssue], source: str = "job spec") -> None:
+        super().__init__(issues, source)
+
+
+def parse_spec(raw: Any, source: str = "job spec") -> JobSpec:
+    """Validate a decoded spec document; :class:`SpecError` lists every problem with its field."""
+    if not isinstance(raw, dict):
+        raise SpecError([ConfigIssue(SPEC_PATH, None, f"expected a map of job fields, got {shown(raw)}")], source)
+    try:
+        return JobSpec.model_validate(raw)
+    except ValidationError as err:
+        raise SpecError(issues_from_validation_error(err, SPEC_PATH), source) from None
+
+
+def load_spec(path: Path | str) -> JobSpec:
+    """Read and validate ``path``; a file that cannot be read or is not YAML is refused naming the file (and the
+    line, for YAML that does not parse)."""
+    path = Path(path)
+    try:
+        raw = read_document(path, "yaml")
+    except DocumentError as exc:
+        raise SpecError([ConfigIssue(str(path), None, exc.reason)], str(path)) from None
+    return parse_spec(raw, str(path))
