@@ -1,0 +1,101 @@
+"""Each check of a spec against the stack, one case that passes and one that fails, registered once."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from components.config import StackConfig, parse_stack_config
+from components.training.checks import (
+    CHECKS,
+    check_spec,
+    flavor_fits,
+    priority_exists,
+    spec_issues,
+    team_exists,
+    team_queue_exists,
+)
+from components.training.spec import SpecError, parse_spec
+from tests.components.training.conftest import local_raw, spec_doc
+
+
+def found(check: Any, stack: StackConfig, **change: Any) -> list[str]:
+    return [str(i) for i in check(parse_spec(spec_doc(**change)), stack)]
+
+
+def test_every_check_is_registered_once() -> None:
+    assert [team_exists, team_queue_exists, priority_exists, flavor_fits] == CHECKS
+
+
+def test_a_valid_spec_passes_every_check(stack: StackConfig) -> None:
+    assert spec_issues(parse_spec(spec_doc()), stack) == []
+    check_spec(parse_spec(spec_doc(flavor="h100", nodes=4)), stack)
+
+
+def test_team_exists(stack: StackConfig) -> None:
+    assert found(team_exists, stack, team="vision") == []
+    (issue,) = found(team_exists, stack, team="robotics")
+    assert issue.startswith("spec.team: no team 'robotics' in the stack (teams: ['foundation', 'vision'])")
+
+
+def test_priority_exists(stack: StackConfig) -> None:
+    assert found(priority_exists, stack, priority="research-urgent") == []
+    (issue,) = found(priority_exists, stack, priority="urgent")
+    assert issue.startswith("spec.priority: no WorkloadPriorityClass 'urgent'")
+    assert "research-default" in issue
+
+
+def test_team_queue_exists() -> None:
+    raw = local_raw()
+    # A stack whose team points at a queue it lacks is refused by the stack rules already; the check stands on its
+    # own for a StackConfig assembled otherwise (the Pulumi component's callers).
+    good = parse_stack_config(raw)
+    assert found(team_queue_exists, good) == []
+    teams = tuple(t.model_copy(update={"cluster_queue": "gone"}) for t in good.teams)
+    broken = StackConfig(**{**good.__dict__, "teams": teams})
+    (issue,) = found(team_queue_exists, broken)
+    assert issue == "spec.team: team 'foundation' points at ClusterQueue 'gone', which the stack does not declare"
+
+
+def test_a_named_flavor_must_exist(stack: StackConfig) -> None:
+    assert found(flavor_fits, stack, flavor="h100") == []
+    (issue,) = found(flavor_fits, stack, flavor="a100")
+    assert issue.startswith("spec.flavor: no flavor 'a100' in the stack (flavors: ['h100'])")
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        ({"gpusPerNode": 9, "flavor": "h100"}, "spec.gpusPerNode: does not fit: 9 GPUs per node, but a h100 node"),
+        ({"nodes": 5, "flavor": "h100"}, "spec.nodes: does not fit: 5 nodes, but the h100 flavor has 4"),
+        ({"gpusPerNode": 9}, "spec.gpusPerNode: fits no flavor of the team's queue: 9 GPUs per node"),
+        ({"nodes": 5}, "spec.nodes: fits no flavor of the team's queue: 5 nodes, but the h100 flavor has 4"),
+    ],
+)
+def test_a_gang_no_flavor_can_hold_is_refused(stack: StackConfig, change: dict[str, Any], expected: str) -> None:
+    (issue,) = found(flavor_fits, stack, **change)
+    assert issue.startswith(expected)
+
+
+def test_the_largest_gang_that_fits_passes(stack: StackConfig) -> None:
+    assert found(flavor_fits, stack, nodes=4, gpusPerNode=8) == []
+    assert found(flavor_fits, stack, nodes=4, gpusPerNode=8, flavor="h100") == []
+
+
+def test_a_flavor_outside_the_team_queue_is_refused() -> None:
+    raw = local_raw()
+    raw["flavors"] = [
+        *raw["flavors"],
+        {"name": "a100", "nodeLabels": {"nvidia.com/gpu.product": "A100"}, "gpusPerNode": 8, "nodeCount": 2},
+    ]
+    stack = parse_stack_config(raw)
+    (issue,) = found(flavor_fits, stack, flavor="a100")
+    assert issue == "spec.flavor: the team's queue has no quota of flavor 'a100'"
+
+
+def test_check_spec_raises_every_problem_with_the_source(stack: StackConfig) -> None:
+    with pytest.raises(SpecError) as err:
+        check_spec(parse_spec(spec_doc(team="robotics", priority="urgent")), stack, "job.yaml")
+    assert str(err.value).startswith("job.yaml: 2 problem(s)")
+    assert [i.path for i in err.value.issues] == ["spec.team", "spec.priority"]

@@ -1,0 +1,260 @@
+"""The JobSet a spec becomes follows the shared contract field by field, and the interval follows the measured
+reliability only when there is enough of it."""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+import pytest
+
+from components.config import StackConfig, parse_stack_config
+from components.constants import (
+    CHECKPOINT_INTERVAL_ANNOTATION,
+    MAX_RESTARTS_PER_HOUR_ANNOTATION,
+    QUARANTINE_TAINT_KEY,
+    TEAM_LABEL,
+    TRAINING_JOB_LABEL,
+)
+from components.storage_settings import checkpoint_interval_seconds
+from components.training.manifest import (
+    MIN_TRUSTED_INTERRUPTIONS,
+    JobContext,
+    Reliability,
+    ReliabilityError,
+    checkpoint_interval,
+    job_context,
+    jobset_manifest,
+    parse_reliability,
+)
+from components.training.spec import JobSpec, parse_spec
+from tests.components.training.conftest import local_raw, spec_doc
+
+UPDATED = "2026-12-01T10:00:00Z"
+
+
+def manifest_of(stack: StackConfig, **change: Any) -> dict[str, Any]:
+    spec = parse_spec(spec_doc(**change))
+    return jobset_manifest(spec, job_context(spec, stack, checkpoint_interval(spec, stack, None)))
+
+
+def job_of(m: dict[str, Any]) -> dict[str, Any]:
+    (rj,) = m["spec"]["replicatedJobs"]
+    return dict(rj["template"]["spec"])
+
+
+def trainer_of(m: dict[str, Any]) -> dict[str, Any]:
+    (c,) = job_of(m)["template"]["spec"]["containers"]
+    return dict(c)
+
+
+def test_metadata_queues_the_job_on_the_team_queue_with_its_priority(stack: StackConfig) -> None:
+    m = manifest_of(stack)
+    assert (m["apiVersion"], m["kind"]) == ("jobset.x-k8s.io/v1alpha2", "JobSet")
+    assert m["metadata"]["name"] == "llm-pretrain"
+    assert m["metadata"]["namespace"] == "team-foundation"
+    assert m["metadata"]["labels"] == {
+        "kueue.x-k8s.io/queue-name": "training",
+        "kueue.x-k8s.io/priority-class": "research-default",
+        TRAINING_JOB_LABEL: "llm-pretrain",
+        TEAM_LABEL: "foundation",
+    }
+    assert m["metadata"]["annotations"] == {
+        CHECKPOINT_INTERVAL_ANNOTATION: "1315",
+        MAX_RESTARTS_PER_HOUR_ANNOTATION: "6",
+    }
+
+
+def test_the_jobset_is_one_suspended_gang_kueue_admits(stack: StackConfig) -> None:
+    spec = manifest_of(stack)["spec"]
+    assert spec["suspend"] is True
+    assert spec["network"]["enableDNSHostnames"] is True
+    assert spec["successPolicy"] == {"operator": "All"}
+    assert spec["startupPolicy"] == {"startupPolicyOrder": "AnyOrder"}
+    (rj,) = spec["replicatedJobs"]
+    assert (rj["name"], rj["replicas"]) == ("node", 1)
+
+
+def test_the_job_fails_at_once_and_says_whose_fault(stack: StackConfig) -> None:
+    job = job_of(manifest_of(stack, nodes=3))
+    assert (job["parallelism"], job["completions"], job["completionMode"]) == (3, 3, "Indexed")
+    assert job["backoffLimit"] == 0
+    assert job["podFailurePolicy"]["rules"] == [
+        {"action": "FailJob", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
+        {"action": "FailJob", "onExitCodes": {"operator": "NotIn", "values": [0]}},
+    ]
+    assert job["template"]["spec"]["restartPolicy"] == "Never"
+
+
+def test_the_gang_restarts_in_place_and_only_the_program_faults_count(stack: StackConfig) -> None:
+    policy = manifest_of(stack)["spec"]["failurePolicy"]
+    assert policy["maxRestarts"] == 100
+    assert policy["restartStrategy"] == "Recreate"
+    assert policy["rules"] == [
+        {
+            "name": "NodeFault",
+            "action": "RestartJobSetAndIgnoreMaxRestarts",
+            "onJobFailureReasons": ["PodFailurePolicy"],
+            "onJobFailureMessagePatterns": ["has condition DisruptionTarget"],
+        },
+        {
+            "name": "ProgramFault",
+            "action": "RestartJobSet",
+            "onJobFailureReasons": ["PodFailurePolicy", "BackoffLimitExceeded"],
+        },
+    ]
+
+
+def test_the_node_fault_rule_matches_only_the_job_controller_message_for_a_disruption(stack: StackConfig) -> None:
+    # JobSet matches onJobFailureMessagePatterns as regular expressions against the Job's failure message; the
+    # Job controller writes "Pod %s/%s has condition %v matching %v rule at index %d" for onPodConditions and
+    # "Container %s for pod %s/%s failed with exit code %v matching %v rule at index %d" for onExitCodes.
+    node_rule, program_rule = manifest_of(stack)["spec"]["failurePolicy"]["rules"]
+    (pattern,) = node_rule["onJobFailureMessagePatterns"]
+    pod = "team-foundation/llm-pretrain-node-0-1-x7k"
+    disrupted = f"Pod {pod} has condition DisruptionTarget matching FailJob rule at index 0"
+    crashed = f"Container trainer for pod {pod} failed with exit code 1 matching FailJob rule at index 1"
+    assert re.search(pattern, disrupted)
+    assert not re.search(pattern, crashed)
+    assert "onJobFailureMessagePatterns" not in program_rule
+
+
+def test_the_restart_bounds_come_from_the_spec_else_the_stack() -> None:
+    raw = local_raw()
+    raw["training"] = {"maxRestartsPerHour": 3, "maxRestarts": 7}
+    stack = parse_stack_config(raw)
+    m = manifest_of(stack)
+    assert m["metadata"]["annotations"][MAX_RESTARTS_PER_HOUR_ANNOTATION] == "3"
+    assert m["spec"]["failurePolicy"]["maxRestarts"] == 7
+    m = manifest_of(stack, maxRestartsPerHour=2, maxRestarts=0)
+    assert m["metadata"]["annotations"][MAX_RESTARTS_PER_HOUR_ANNOTATION] == "2"
+    assert m["spec"]["failurePolicy"]["maxRestarts"] == 0
+
+
+def test_the_pod_runs_at_training_priority_with_the_claims_and_gpus(stack: StackConfig) -> None:
+    job = job_of(manifest_of(stack, gpusPerNode=4))
+    pod = job["template"]
+    assert pod["metadata"]["labels"] == {TRAINING_JOB_LABEL: "llm-pretrain", TEAM_LABEL: "foundation"}
+    assert pod["spec"]["priorityClassName"] == "gpucluster-training"
+    assert pod["spec"]["volumes"] == [
+        {"name": "checkpoints", "persistentVolumeClaim": {"claimName": "checkpoints"}},
+        {"name": "datasets", "persistentVolumeClaim": {"claimName": "datasets", "readOnly": True}},
+    ]
+    trainer = pod["spec"]["containers"][0]
+    assert trainer["name"] == "trainer"
+    assert trainer["resources"] == {"requests": {"nvidia.com/gpu": "4"}, "limits": {"nvidia.com/gpu": "4"}}
+    assert trainer["volumeMounts"] == [
+        {"name": "checkpoints", "mountPath": "/checkpoints"},
+        {"name": "datasets", "mountPath": "/datasets", "readOnly": True},
+    ]
+    assert (trainer["image"], trainer["command"], trainer["args"]) == (
+        "ghcr.io/example/trainer:1.0.0",
+        ["torchrun"],
+        ["train.py"],
+    )
+
+
+def test_no_toleration_no_node_selector(stack: StackConfig) -> None:
+    pod = job_of(manifest_of(stack))["template"]["spec"]
+    assert "tolerations" not in pod
+    assert "nodeSelector" not in pod
+    assert QUARANTINE_TAINT_KEY not in str(pod)
+
+
+def test_the_job_env_names_its_checkpoints_and_its_master(stack: StackConfig) -> None:
+    env = trainer_of(manifest_of(stack, env={"WANDB_PROJECT": "p", "A_FIRST": "1"}))["env"]
+    assert env == [
+        {"name": "GPUCLUSTER_JOB_NAME", "value": "llm-pretrain"},
+        {"name": "GPUCLUSTER_CHECKPOINT_DIR", "value": "/checkpoints/llm-pretrain"},
+        {"name": "GPUCLUSTER_DATASETS_DIR", "value": "/datasets"},
+        {"name": "GPUCLUSTER_CHECKPOINT_INTERVAL_SECONDS", "value": "1315"},
+        {"name": "GPUCLUSTER_CHECKPOINT_ANNOTATION", "value": "checkpoint.gpucluster.io/llm-pretrain"},
+        {"name": "GPUCLUSTER_NODES", "value": "2"},
+        {"name": "GPUCLUSTER_GPUS_PER_NODE", "value": "8"},
+        {"name": "MASTER_ADDR", "value": "llm-pretrain-node-0-0.llm-pretrain"},
+        {"name": "MASTER_PORT", "value": "29500"},
+        {"name": "A_FIRST", "value": "1"},
+        {"name": "WANDB_PROJECT", "value": "p"},
+    ]
+
+
+def test_the_manifest_is_pure(stack: StackConfig) -> None:
+    assert manifest_of(stack) == manifest_of(stack)
+
+
+# --- the interval ---------------------------------------------------------------------------------------------
+
+
+def spec(**change: Any) -> JobSpec:
+    return parse_spec(spec_doc(**change))
+
+
+def reliability(interruptions: int, mtbi: float = 8 * 3600.0) -> Reliability:
+    return Reliability(node_mtbi_seconds=mtbi, interruptions=interruptions, node_seconds=1e6, updated_at=UPDATED)
+
+
+def test_the_prior_gives_krea_range(stack: StackConfig) -> None:
+    interval = checkpoint_interval(spec(), stack, None)
+    assert interval.source == "stack"
+    assert interval.seconds == round(math.sqrt(2 * 30 * 8 * 3600))
+    assert 20 * 60 <= interval.seconds <= 30 * 60
+    assert "no measured reliability" in interval.reason
+
+
+def test_the_write_time_comes_from_the_spec_else_the_stack(stack: StackConfig) -> None:
+    assert checkpoint_interval(spec(checkpointWriteSeconds=120), stack, None).write_seconds == 120
+    assert checkpoint_interval(spec(), stack, None).write_seconds == stack.storage.checkpointing.write_seconds
+
+
+def test_measured_reliability_is_trusted_from_three_interruptions(stack: StackConfig) -> None:
+    # 2 nodes, 10 h of node-time per interruption: the job's MTBF is 5 h.
+    trusted = checkpoint_interval(spec(), stack, reliability(MIN_TRUSTED_INTERRUPTIONS, 10 * 3600.0))
+    assert trusted.source == "measured"
+    assert trusted.mtbf_seconds == 5 * 3600.0
+    assert trusted.seconds == round(checkpoint_interval_seconds(30, 5 * 3600.0))
+    assert "3 interruptions" in trusted.reason
+    untrusted = checkpoint_interval(spec(), stack, reliability(MIN_TRUSTED_INTERRUPTIONS - 1, 10 * 3600.0))
+    assert untrusted.source == "stack"
+    assert untrusted.mtbf_seconds == 8 * 3600.0
+    assert "only 2 interruptions measured" in untrusted.reason
+
+
+def test_a_bigger_gang_checkpoints_more_often_on_measured_reliability(stack: StackConfig) -> None:
+    small = checkpoint_interval(spec(nodes=1), stack, reliability(10))
+    big = checkpoint_interval(spec(nodes=4), stack, reliability(10))
+    assert big.seconds == pytest.approx(small.seconds / 2, abs=1)
+
+
+def test_parse_reliability_reads_the_configmap() -> None:
+    r = parse_reliability(
+        {"nodeMtbiSeconds": "36000.5", "interruptions": "4", "nodeSeconds": "144002", "updatedAt": UPDATED}
+    )
+    assert r == Reliability(36000.5, 4, 144002.0, UPDATED)
+    assert r.trusted
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        ({"nodeMtbiSeconds": "lots"}, "nodeMtbiSeconds: 'lots' is not a number"),
+        ({"nodeMtbiSeconds": "nan"}, "nodeMtbiSeconds: must be finite"),
+        ({"nodeMtbiSeconds": "0"}, "nodeMtbiSeconds: must be positive once there are interruptions"),
+        ({"interruptions": "2.5"}, "interruptions: '2.5' is not an integer"),
+        ({"interruptions": "-1"}, "interruptions: must not be negative"),
+        ({"nodeSeconds": None}, "nodeSeconds: missing"),
+        ({"updatedAt": "yesterday"}, "updatedAt: 'yesterday' is not an RFC 3339 time"),
+    ],
+)
+def test_a_bad_configmap_is_refused_naming_the_key(change: dict[str, Any], expected: str) -> None:
+    data = {"nodeMtbiSeconds": "36000", "interruptions": "4", "nodeSeconds": "144000", "updatedAt": UPDATED}
+    data.update(change)
+    with pytest.raises(ReliabilityError, match=f"^{expected}"):
+        parse_reliability({k: v for k, v in data.items() if v is not None})
+
+
+def test_a_context_refuses_bounds_that_cannot_hold() -> None:
+    with pytest.raises(ValueError, match="checkpoint_interval_seconds"):
+        JobContext("ns", "q", "p", checkpoint_interval_seconds=0, max_restarts_per_hour=1, max_restarts=0)
+    with pytest.raises(ValueError, match="max_restarts_per_hour"):
+        JobContext("ns", "q", "p", checkpoint_interval_seconds=1, max_restarts_per_hour=0, max_restarts=0)
