@@ -1,0 +1,1 @@
+"""Interruption accounting for training JobSets (``gpucluster-interruptions``): causes, ledger, ETTR, bound."""

@@ -1,0 +1,285 @@
+"""Per job: the list of interruptions (time, cause, time to running again, work lost), rebuilt from API objects.
+
+The counts are the API server's own and exact: JobSet ``status.restarts`` and ``status.restartsCountTowardsMax``
+(program restarts; the difference is the node's), Kueue's ``status.schedulingStats.evictions`` per reason
+(preemption and requeue). The times come from the objects too (JobSet restart Events, the Workload's Evicted
+condition) and from the daemon's own record, kept on the JobSet in the annotation ``gpucluster.io/interruptions``
+(compact JSON, at most ``max_entries`` interruptions, written by the leader only). A daemon killed with -9 loses
+nothing: the next cycle compares the counters in status with those in the record, and every restart counted in status
+but missing from the record is added with the cause from the counter that moved and the time from its Event if the
+API server still keeps it, else the time it was noticed, marked ``timeEstimated``.
+
+Work lost by an interruption at ``t`` = ``t`` - the last checkpoint the job reported before ``t``, bounded below by
+the time the attempt started running; when the only checkpoint reported is after ``t`` (the daemon was away), the
+attempt's running time, at most one checkpoint interval, marked estimated the same way.
+
+Pure: no I/O, the clock passed in.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from daemons.interruptions.classify import Cause, eviction_cause, pod_cause, pod_detail, restart_causes
+from daemons.interruptions.model import NODE_RESTART_REASON, PROGRAM_RESTART_REASON, JobView
+
+#: Longest detail text kept per interruption.
+MAX_DETAIL = 120
+#: Longest record (the annotation's value); the oldest interruptions go first beyond it.
+MAX_RECORD_BYTES = 32_768
+VERSION = 1
+
+
+@dataclass(frozen=True)
+class Interruption:
+    at: float
+    cause: Cause
+    #: True: an in-place restart (JobSet); False: Kueue evicted the Workload.
+    restart: bool
+    #: When every pod of the gang was Running again (None: not yet).
+    recovered_at: float | None = None
+    work_lost_s: float = 0.0
+    #: The time is when the daemon noticed it, not when it happened (its Event was gone).
+    time_estimated: bool = False
+    detail: str = ""
+
+    @property
+    def recovery_s(self) -> float | None:
+        return None if self.recovered_at is None else max(0.0, self.recovered_at - self.at)
+
+
+@dataclass(frozen=True)
+class Record:
+    """The daemon's record on one JobSet: the counters it has accounted for, and the interruptions (newest last)."""
+
+    uid: str
+    restarts: int = 0
+    towards_max: int = 0
+    evictions: Mapping[str, int] = field(default_factory=dict)
+    #: First time the Workload was seen admitted, and every pod first seen Running.
+    first_admitted: float | None = None
+    first_running: float | None = None
+    #: When the restart bound stopped the job, and the time restarts count from after it was resumed.
+    stopped_at: float | None = None
+    bound_from: float | None = None
+    items: tuple[Interruption, ...] = ()
+
+
+def counts(job: JobView) -> dict[Cause, int]:
+    """Interruptions by cause, exact, from the JobSet's and the Workload's counters."""
+    out = dict.fromkeys(Cause, 0)
+    out[Cause.PROGRAM] = max(0, job.restarts_towards_max)
+    out[Cause.NODE] = max(0, job.restarts - job.restarts_towards_max)
+    if job.workload is not None:
+        for reason, n in job.workload.evictions.items():
+            out[eviction_cause(reason)] += max(0, n)
+    return out
+
+
+# ---------------------------------------------------------------- the annotation
+
+
+def _num(value: Any, what: str) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"{what} is not a number")
+    return float(value)
+
+
+def parse_record(text: str, uid: str) -> tuple[Record, str]:
+    """The record in the annotation, and a problem ('' when none). Unreadable, or another JobSet's (a JobSet
+    recreated under the same name has a new uid): a fresh record, so every counted restart is accounted again."""
+    if not text:
+        return Record(uid), ""
+    try:
+        data = json.loads(text)
+        if not isinstance(data, dict):
+            raise ValueError("not a JSON object")
+        if data.get("uid") != uid:
+            return Record(uid), "the record is another JobSet's (uid differs); starting afresh"
+        items = []
+        for i, raw in enumerate(data.get("items") or []):
+            if not isinstance(raw, dict):
+                raise ValueError(f"items[{i}] is not an object")
+            items.append(
+                Interruption(
+                    at=float(raw["at"]),
+                    cause=Cause(raw["cause"]),
+                    restart=bool(raw.get("restart", True)),
+                    recovered_at=_num(raw.get("recoveredAt"), f"items[{i}].recoveredAt"),
+                    work_lost_s=float(raw.get("workLost", 0.0)),
+                    time_estimated=bool(raw.get("timeEstimated", False)),
+                    detail=str(raw.get("detail", ""))[:MAX_DETAIL],
+                )
+            )
+        ev = data.get("evictions") or {}
+        if not isinstance(ev, dict):
+            raise ValueError("evictions is not an object")
+        return (
+            Record(
+                uid=uid,
+                restarts=int(data.get("restarts", 0)),
+                towards_max=int(data.get("towardsMax", 0)),
+                evictions={str(k): int(v) for k, v in ev.items()},
+                first_admitted=_num(data.get("firstAdmitted"), "firstAdmitted"),
+                first_running=_num(data.get("firstRunning"), "firstRunning"),
+                stopped_at=_num(data.get("stoppedAt"), "stoppedAt"),
+                bound_from=_num(data.get("boundFrom"), "boundFrom"),
+                items=tuple(items),
+            ),
+            "",
+        )
+    except (ValueError, KeyError, TypeError) as exc:
+        return Record(uid), f"the record cannot be read ({str(exc)[:80]}); starting afresh"
+
+
+def _item_json(i: Interruption) -> dict[str, Any]:
+    out: dict[str, Any] = {"at": round(i.at, 3), "cause": i.cause.value}
+    if not i.restart:
+        out["restart"] = False
+    if i.recovered_at is not None:
+        out["recoveredAt"] = round(i.recovered_at, 3)
+    out["workLost"] = round(i.work_lost_s, 3)
+    if i.time_estimated:
+        out["timeEstimated"] = True
+    if i.detail:
+        out["detail"] = i.detail[:MAX_DETAIL]
+    return out
+
+
+def render(record: Record, max_entries: int) -> str:
+    """The annotation's value: compact JSON, the newest ``max_entries`` interruptions, at most
+    :data:`MAX_RECORD_BYTES` (the counters stay exact however many interruptions are dropped)."""
+    head: dict[str, Any] = {"v": VERSION, "uid": record.uid, "restarts": record.restarts}
+    head["towardsMax"] = record.towards_max
+    if record.evictions:
+        head["evictions"] = dict(sorted(record.evictions.items()))
+    for key, value in (
+        ("firstAdmitted", record.first_admitted),
+        ("firstRunning", record.first_running),
+        ("stoppedAt", record.stopped_at),
+        ("boundFrom", record.bound_from),
+    ):
+        if value is not None:
+            head[key] = round(value, 3)
+    items = [_item_json(i) for i in record.items[-max_entries:]]
+    while True:
+        text = json.dumps({**head, "items": items}, separators=(",", ":"))
+        if len(text) <= MAX_RECORD_BYTES or not items:
+            return text
+        items = items[1:]
+
+
+# ---------------------------------------------------------------- rebuilding
+
+
+def _work_lost(
+    at: float, attempt_start: float, checkpoint_at: float | None, interval: float | None
+) -> tuple[float, bool]:
+    """Work lost at ``at`` and whether it is estimated (see the module docstring)."""
+    if checkpoint_at is not None and checkpoint_at <= at:
+        return max(0.0, at - max(checkpoint_at, attempt_start)), False
+    ran = max(0.0, at - attempt_start)
+    if checkpoint_at is not None and interval:
+        return min(ran, interval), True
+    return ran, checkpoint_at is not None
+
+
+def _new(
+    record: Record,
+    job: JobView,
+    now: float,
+    cause: Cause,
+    k: int,
+    *,
+    restart: bool,
+    known_at: float | None,
+) -> list[Interruption]:
+    """``k`` new interruptions of one cause: the newest at ``known_at`` when that is newer than the last one of its
+    cause in the record, the others (and all of them without it) at ``now``, marked ``timeEstimated``."""
+    if k <= 0:
+        return []
+    last_same = max((i.at for i in record.items if i.cause == cause), default=None)
+    exact = known_at is not None and (last_same is None or known_at > last_same)
+    times: list[tuple[float, bool]] = [(now, True)] * k
+    if exact and known_at is not None:
+        times = [(known_at, True)] * (k - 1) + [(known_at, False)]
+    details = [pod_detail(p, n) for p, n in job.failures if pod_cause(p, n) == cause]
+    out = []
+    attempt_start = max(
+        [t for t in (record.first_running, *(i.recovered_at for i in record.items)) if t is not None],
+        default=job.created_at,
+    )
+    for n, (noticed, estimated) in enumerate(times):
+        at = noticed
+        if estimated and job.all_running_since is not None and job.all_running_since < at:
+            at = job.all_running_since  # it is running again already: it failed before that, when is not known
+        lost, lost_estimated = _work_lost(at, min(attempt_start, at), job.checkpoint_at, job.checkpoint_interval_s)
+        out.append(
+            Interruption(
+                at=at,
+                cause=cause,
+                restart=restart,
+                work_lost_s=lost,
+                time_estimated=estimated or lost_estimated,
+                detail="; ".join(details)[:MAX_DETAIL] if n == len(times) - 1 else "",
+            )
+        )
+    return out
+
+
+def reconcile(record: Record, job: JobView, now: float) -> Record:
+    """The record brought up to what the objects say now: new restarts and evictions added, open interruptions
+    closed when every pod of the gang is Running again since they happened."""
+    if record.uid != job.uid:
+        record = Record(job.uid)
+    node_new, program_new = restart_causes(
+        (record.restarts, record.towards_max), (job.restarts, job.restarts_towards_max)
+    )
+    last_event = dict(job.restart_events)
+    added = _new(record, job, now, Cause.NODE, node_new, restart=True, known_at=last_event.get(NODE_RESTART_REASON))
+    added += _new(
+        record, job, now, Cause.PROGRAM, program_new, restart=True, known_at=last_event.get(PROGRAM_RESTART_REASON)
+    )
+    evictions = dict(record.evictions)
+    wl = job.workload
+    if wl is not None:
+        for reason, n in sorted(wl.evictions.items()):
+            k = n - evictions.get(reason, 0)
+            known = wl.evicted_at if wl.evicted_reason == reason else None
+            added += _new(record, job, now, eviction_cause(reason), k, restart=False, known_at=known)
+            evictions[reason] = max(n, evictions.get(reason, 0))
+    items = sorted((*record.items, *added), key=lambda i: i.at)
+    if job.all_running_since is not None:
+        items = [
+            replace(i, recovered_at=job.all_running_since)
+            if i.recovered_at is None and job.all_running_since >= i.at
+            else i
+            for i in items
+        ]
+    first_admitted = record.first_admitted
+    if wl is not None and wl.admitted_at is not None:
+        first_admitted = wl.admitted_at if first_admitted is None else min(first_admitted, wl.admitted_at)
+    first_running = record.first_running
+    if first_running is None and job.all_running_since is not None:
+        first_running = job.all_running_since
+    bound_from = record.bound_from
+    stopped_at = record.stopped_at
+    if stopped_at is not None and wl is not None and wl.active:
+        # Resumed by an operator: restarts before now no longer count toward the bound.
+        stopped_at, bound_from = None, now
+    return Record(
+        uid=job.uid,
+        restarts=max(record.restarts, job.restarts),
+        towards_max=max(record.towards_max, job.restarts_towards_max),
+        evictions=evictions,
+        first_admitted=first_admitted,
+        first_running=first_running,
+        stopped_at=stopped_at,
+        bound_from=bound_from,
+        items=tuple(items),
+    )
