@@ -4,6 +4,7 @@ reliability and prints how to watch it."""
 
 from __future__ import annotations
 
+import argparse
 import subprocess
 import sys
 from collections.abc import Mapping
@@ -130,7 +131,8 @@ def test_help_documents_every_flag(capsys: pytest.CaptureFixture[str]) -> None:
     text = capsys.readouterr().out
     for flag in ("job.yaml", "--stack", "--dry-run", "--kubeconfig"):
         assert flag in text
-    sub = cli.parser()._subparsers._group_actions[0].choices["submit"]  # type: ignore[union-attr]
+    subparsers = next(a for a in cli.parser()._actions if isinstance(a, argparse._SubParsersAction))
+    sub = subparsers.choices["submit"]
     for action in sub._actions:
         assert action.help, action.dest
 
