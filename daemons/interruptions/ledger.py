@@ -216,8 +216,14 @@ def _new(
     )
     for n, (noticed, estimated) in enumerate(times):
         at = noticed
-        if estimated and job.all_running_since is not None and job.all_running_since < at:
-            at = job.all_running_since  # it is running again already: it failed before that, when is not known
+        last_any = max((i.at for i in record.items), default=None)
+        if (
+            estimated
+            and job.all_running_since is not None
+            and job.all_running_since < at
+            and (last_any is None or job.all_running_since > last_any)
+        ):
+            at = job.all_running_since  # running again already since a restart noticed late: it failed before that
         lost, lost_estimated = _work_lost(at, min(attempt_start, at), job.checkpoint_at, job.checkpoint_interval_s)
         out.append(
             Interruption(

@@ -1,0 +1,179 @@
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+from daemons.interruptions.classify import Cause, NodeState, PodFailure
+from daemons.interruptions.ledger import (
+    MAX_RECORD_BYTES,
+    Interruption,
+    Record,
+    counts,
+    parse_record,
+    reconcile,
+    render,
+)
+from daemons.interruptions.model import NODE_RESTART_REASON, PROGRAM_RESTART_REASON, JobView, WorkloadView
+
+T0 = 1_000_000.0
+
+
+def job(**kw: object) -> JobView:
+    base = JobView(
+        namespace="team-a",
+        name="llm",
+        uid="u1",
+        team="a",
+        created_at=T0,
+        restarts=0,
+        restarts_towards_max=0,
+        max_restarts_per_hour=None,
+        checkpoint_interval_s=1800.0,
+        nodes=4,
+        workload=WorkloadView("team-a", "jobset-llm", True, True, T0 + 10),
+        all_running_since=T0 + 60,
+    )
+    return replace(base, **kw)  # type: ignore[arg-type]
+
+
+def test_counts_are_the_counters() -> None:
+    wl = WorkloadView("team-a", "w", True, True, T0, evictions={"Preempted": 2, "PodsReadyTimeout": 1})
+    c = counts(job(restarts=5, restarts_towards_max=2, workload=wl))
+    assert c[Cause.PROGRAM] == 2
+    assert c[Cause.NODE] == 3
+    assert c[Cause.PREEMPTION] == 2
+    assert c[Cause.REQUEUE] == 1
+    assert c[Cause.UNKNOWN] == 0
+
+
+def test_first_sight_records_admission_and_running() -> None:
+    r = reconcile(Record("u1"), job(), T0 + 100)
+    assert r.first_admitted == T0 + 10
+    assert r.first_running == T0 + 60
+    assert r.items == ()
+
+
+def test_a_program_restart_takes_its_event_time_and_work_lost_from_the_checkpoint() -> None:
+    r = reconcile(Record("u1"), job(), T0 + 100)
+    failed = job(
+        restarts=1,
+        restarts_towards_max=1,
+        all_running_since=None,
+        restart_events=((PROGRAM_RESTART_REASON, T0 + 1000),),
+        checkpoint_at=T0 + 700,
+        failures=((PodFailure("llm-node-0-2", "n3", exit_code=137, reason="OOMKilled"), NodeState(True)),),
+    )
+    r = reconcile(r, failed, T0 + 1005)
+    (item,) = r.items
+    assert item.cause is Cause.PROGRAM
+    assert item.restart
+    assert item.at == T0 + 1000
+    assert item.work_lost_s == 300.0
+    assert not item.time_estimated
+    assert item.recovered_at is None
+    assert "OOMKilled" in item.detail
+    # all pods Running again at +1090: recovery 90 s
+    r = reconcile(r, replace(failed, all_running_since=T0 + 1090), T0 + 1100)
+    assert r.items[0].recovery_s == 90.0
+
+
+def test_work_lost_is_bounded_by_the_attempt_start() -> None:
+    r = reconcile(Record("u1"), job(), T0 + 100)
+    failed = job(restarts=1, restarts_towards_max=1, restart_events=((PROGRAM_RESTART_REASON, T0 + 500),))
+    r = reconcile(r, replace(failed, checkpoint_at=T0 + 5), T0 + 505)
+    assert r.items[0].work_lost_s == 440.0  # from first running at +60, not from the old checkpoint
+
+
+def test_node_restart_from_the_counter_difference() -> None:
+    r = reconcile(Record("u1"), job(), T0 + 100)
+    r = reconcile(
+        r, job(restarts=1, restart_events=((NODE_RESTART_REASON, T0 + 400),), checkpoint_at=T0 + 350), T0 + 410
+    )
+    assert [(i.cause, i.at, i.work_lost_s) for i in r.items] == [(Cause.NODE, T0 + 400, 50.0)]
+
+
+def test_a_restart_without_its_event_is_kept_and_marked_estimated() -> None:
+    # The daemon was away: status counts 2 program restarts, no Event left, the gang is Running again.
+    r = reconcile(Record("u1"), job(restarts=2, restarts_towards_max=2, all_running_since=T0 + 5000), T0 + 9000)
+    assert len(r.items) == 2
+    assert all(i.time_estimated and i.cause is Cause.PROGRAM for i in r.items)
+    assert r.restarts == 2
+    assert r.towards_max == 2
+
+
+def test_an_event_older_than_the_last_recorded_restart_is_not_reused() -> None:
+    r = reconcile(Record("u1"), job(), T0 + 100)
+    events = ((PROGRAM_RESTART_REASON, T0 + 400),)
+    r = reconcile(r, job(restarts=1, restarts_towards_max=1, restart_events=events), T0 + 410)
+    r = reconcile(r, job(restarts=2, restarts_towards_max=2, restart_events=events), T0 + 900)
+    assert [i.time_estimated for i in r.items] == [False, True]
+
+
+def test_evictions_by_reason() -> None:
+    wl = WorkloadView(
+        "team-a", "w", True, False, None, evictions={"Preempted": 1}, evicted_reason="Preempted", evicted_at=T0 + 300
+    )
+    r = reconcile(Record("u1"), job(), T0 + 100)
+    r = reconcile(r, job(workload=wl, all_running_since=None), T0 + 310)
+    (item,) = r.items
+    assert item.cause is Cause.PREEMPTION
+    assert not item.restart
+    assert item.at == T0 + 300
+    assert r.evictions == {"Preempted": 1}
+    # The same count again adds nothing.
+    assert reconcile(r, job(workload=wl, all_running_since=None), T0 + 320).items == r.items
+
+
+def test_a_recreated_jobset_starts_afresh() -> None:
+    r = reconcile(Record("u1", restarts=5, towards_max=5), job(uid="u2", restarts=1, restarts_towards_max=1), T0)
+    assert r.uid == "u2"
+    assert len(r.items) == 1
+
+
+def test_the_record_round_trips_and_a_kill_loses_nothing() -> None:
+    r = reconcile(Record("u1"), job(), T0 + 100)
+    r = reconcile(
+        r, job(restarts=1, restarts_towards_max=1, restart_events=((PROGRAM_RESTART_REASON, T0 + 400),)), T0 + 410
+    )
+    text = render(r, 50)
+    again, problem = parse_record(text, "u1")
+    assert problem == ""
+    assert again == r
+    # A new process reads the record and the objects: nothing is added twice, nothing is lost.
+    later = reconcile(
+        again, job(restarts=1, restarts_towards_max=1, restart_events=((PROGRAM_RESTART_REASON, T0 + 400),)), T0 + 500
+    )
+    assert len(later.items) == 1
+
+
+def test_render_is_compact_and_bounded() -> None:
+    items = tuple(Interruption(T0 + i, Cause.PROGRAM, True, detail="x" * 200) for i in range(400))
+    text = render(Record("u1", restarts=400, towards_max=400, items=items), 50)
+    data = json.loads(text)
+    assert len(data["items"]) == 50
+    assert data["restarts"] == 400
+    assert " " not in text[:40]
+    big = render(Record("u1", items=items), 400)
+    assert len(big) <= MAX_RECORD_BYTES
+    assert json.loads(big)["items"][-1]["at"] == T0 + 399
+
+
+def test_unreadable_or_foreign_records_start_afresh_with_a_problem() -> None:
+    assert parse_record("", "u1") == (Record("u1"), "")
+    rec, problem = parse_record("{not json", "u1")
+    assert rec == Record("u1")
+    assert "cannot be read" in problem
+    rec, problem = parse_record(json.dumps({"uid": "other"}), "u1")
+    assert rec == Record("u1")
+    assert "another JobSet" in problem
+    rec, problem = parse_record(json.dumps({"uid": "u1", "items": [{"at": "x", "cause": "node"}]}), "u1")
+    assert "cannot be read" in problem
+
+
+def test_a_resume_clears_the_stop_and_restarts_count_from_then() -> None:
+    stopped = Record("u1", stopped_at=T0 + 50)
+    wl_inactive = WorkloadView("team-a", "w", False, True, T0)
+    assert reconcile(stopped, job(workload=wl_inactive), T0 + 60).stopped_at == T0 + 50
+    resumed = reconcile(stopped, job(), T0 + 70)
+    assert resumed.stopped_at is None
+    assert resumed.bound_from == T0 + 70
