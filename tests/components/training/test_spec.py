@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from components.training.spec import MAX_NAME, JobSpec, SpecError, load_spec, parse_spec
+from components.training.spec import MAX_NAME, MAX_NODES, JobSpec, SpecError, load_spec, parse_spec
 from tests.components.training.conftest import EXAMPLE, spec_doc
 
 
@@ -103,3 +103,9 @@ def test_the_error_names_the_file_it_came_from(tmp_path: Path) -> None:
         load_spec(path)
     assert str(err.value).startswith(f"{path}: 1 problem(s)")
     assert "spec.nodes: must be at least 1" in str(err.value)
+
+
+def test_the_longest_name_leaves_jobset_pod_names_valid() -> None:
+    # The JobSet webhook checks <name>-<replicatedJob>-<jobIndex>-<podIndex>-<5 characters> is a DNS-1035 label.
+    longest = f"{'a' * MAX_NAME}-node-0-{MAX_NODES - 1}-abcde"
+    assert len(longest) <= 63
