@@ -1,0 +1,280 @@
+"""The interruption accounting daemon against a real kube-apiserver (RBAC on) with the JobSet v0.11.1 and Kueue
+v0.17.0 CRDs, as the least-privilege ServiceAccount of :mod:`daemons.interruptions.rbac`, running as its own process
+(``python -m daemons.interruptions``): it is killed with SIGKILL after recording a restart, restarts and evictions
+happen while it is down (their Events gone for one of them), and the next process accounts for every one of them
+from the objects and its record, stops the job at its restart bound and exports the counts.
+
+Nothing else runs (no JobSet or Kueue controller): the test plays them by writing the objects' status itself.
+Skipped, saying why, when the pinned tools or the module caches are absent.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import json
+import os
+import signal
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+
+from components.interruptions_settings import InterruptionsSettings
+from daemons.interruptions.client import KubeApi
+from daemons.interruptions.model import JOBSET_API, KUEUE_API, LEDGER_ANNOTATION
+from daemons.interruptions.rbac import CLUSTER_RULES, namespace_rules
+from daemons.toolkit.kube_api import MERGE_PATCH
+from tests.support.apiserver import ApiServer, free_port, running_apiserver, wait_for
+from tests.support.require import missing
+
+pytestmark = [pytest.mark.integration, pytest.mark.filterwarnings("ignore:Unverified HTTPS request")]
+
+MOD = Path.home() / "go/pkg/mod/sigs.k8s.io"
+CRDS = {
+    "jobsets.jobset.x-k8s.io": MOD / "jobset@v0.11.1/config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml",
+    "workloads.kueue.x-k8s.io": MOD / "kueue@v0.17.0/config/components/crd/bases/kueue.x-k8s.io_workloads.yaml",
+}
+ROOT = Path(__file__).resolve().parents[3]
+SYSTEM = "gpucluster-training"
+TEAM = "team-a"
+SETTINGS = InterruptionsSettings.model_validate(
+    {"interval": "1s", "leaseDuration": "4s", "renewDeadline": "3s", "retryPeriod": "1s"}
+)
+
+
+def stamp(seconds_ago: float = 0.0) -> str:
+    t = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=seconds_ago)
+    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@pytest.fixture(scope="module")
+def kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
+    absent = [str(p) for p in CRDS.values() if not p.exists()]
+    if absent:
+        missing(f"the JobSet / Kueue CRDs are not in the Go module cache (missing: {', '.join(absent)})")
+    with running_apiserver(tmp_path_factory.mktemp("interruptions-apiserver"), authorization_mode="RBAC") as server:
+        ext = client.ApiextensionsV1Api(server.api_client)
+        for path in CRDS.values():
+            ext.create_custom_resource_definition(yaml.safe_load(path.read_text()))
+
+        def established(name: str) -> bool:
+            status = ext.read_custom_resource_definition(name).status
+            return any(c.type == "Established" and c.status == "True" for c in (status.conditions or []))
+
+        for name in CRDS:
+            wait_for(f"CRD {name} established", functools.partial(established, name))
+        core = client.CoreV1Api(server.api_client)
+        for ns in (SYSTEM, TEAM):
+            core.create_namespace(client.V1Namespace.model_validate({"metadata": {"name": ns}}))
+        yield server
+
+
+def raw(server: ApiServer, method: str, path: str, body: Any = None, content_type: str | None = None) -> Any:
+    return KubeApi(server.api_client).request(method, path, f"{method} {path}", body=body, content_type=content_type)
+
+
+def service_account_kubeconfig(server: ApiServer, tmp: Path) -> Path:
+    rbac = "/apis/rbac.authorization.k8s.io/v1"
+    sa = {"kind": "ServiceAccount", "name": "interruptions", "namespace": SYSTEM}
+    raw(server, "POST", f"/api/v1/namespaces/{SYSTEM}/serviceaccounts", {"metadata": {"name": "interruptions"}})
+
+    def bind(scope: str, name: str, rules: list[dict[str, Any]]) -> None:
+        base = f"{rbac}/namespaces/{scope}" if scope else rbac
+        kind = "Role" if scope else "ClusterRole"
+        raw(server, "POST", f"{base}/{kind.lower()}s", {"metadata": {"name": name}, "rules": rules})
+        ref = {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": name}
+        raw(
+            server,
+            "POST",
+            f"{base}/{kind.lower()}bindings",
+            {"metadata": {"name": name}, "roleRef": ref, "subjects": [sa]},
+        )
+
+    bind("", "interruptions", [r.to_k8s() for r in CLUSTER_RULES])
+    ns_rules = namespace_rules(SETTINGS.reliability_config_map, SETTINGS.lease_name)
+    bind(SYSTEM, "interruptions", [r.to_k8s() for r in ns_rules])
+    token = raw(
+        server,
+        "POST",
+        f"/api/v1/namespaces/{SYSTEM}/serviceaccounts/interruptions/token",
+        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 3600}},
+    )["status"]["token"]
+    config = json.loads(server.kubeconfig.read_text())
+    config["users"] = [{"name": "t", "user": {"token": token}}]
+    path = tmp / "sa-kubeconfig"
+    path.write_text(json.dumps(config))
+    return path
+
+
+POD = {"spec": {"restartPolicy": "Never", "containers": [{"name": "trainer", "image": "trainer:1"}]}}
+
+
+def create_job(server: ApiServer) -> tuple[str, str]:
+    body = {
+        "apiVersion": JOBSET_API,
+        "kind": "JobSet",
+        "metadata": {
+            "name": "llm",
+            "labels": {"gpucluster.io/training-job": "llm", "gpucluster.io/team": TEAM},
+            "annotations": {
+                "gpucluster.io/max-restarts-per-hour": "2",
+                "gpucluster.io/checkpoint-interval-seconds": "600",
+            },
+        },
+        "spec": {
+            "replicatedJobs": [
+                {
+                    "name": "node",
+                    "replicas": 1,
+                    "template": {"spec": {"parallelism": 1, "completions": 1, "template": POD}},
+                }
+            ],
+        },
+    }
+    js = raw(server, "POST", f"/apis/{JOBSET_API}/namespaces/{TEAM}/jobsets", body)
+    uid = js["metadata"]["uid"]
+    wl = {
+        "apiVersion": KUEUE_API,
+        "kind": "Workload",
+        "metadata": {
+            "name": "jobset-llm",
+            "ownerReferences": [{"apiVersion": JOBSET_API, "kind": "JobSet", "name": "llm", "uid": uid}],
+        },
+        "spec": {"queueName": "team-a", "podSets": [{"name": "node", "count": 1, "template": POD}]},
+    }
+    raw(server, "POST", f"/apis/{KUEUE_API}/namespaces/{TEAM}/workloads", wl)
+    admitted = {
+        "type": "Admitted",
+        "status": "True",
+        "reason": "Admitted",
+        "message": "admitted",
+        "lastTransitionTime": stamp(600),
+    }
+    set_workload_status(server, {"conditions": [admitted]})
+    return uid, "jobset-llm"
+
+
+def set_workload_status(server: ApiServer, status: dict[str, Any]) -> None:
+    path = f"/apis/{KUEUE_API}/namespaces/{TEAM}/workloads/jobset-llm/status"
+    raw(server, "PATCH", path, {"status": status}, MERGE_PATCH)
+
+
+def set_restarts(server: ApiServer, restarts: int, towards: int) -> None:
+    path = f"/apis/{JOBSET_API}/namespaces/{TEAM}/jobsets/llm/status"
+    raw(server, "PATCH", path, {"status": {"restarts": restarts, "restartsCountTowardsMax": towards}}, MERGE_PATCH)
+
+
+def restart_event(server: ApiServer, uid: str, reason: str, seconds_ago: float) -> str:
+    body = {
+        "metadata": {"generateName": "llm."},
+        "involvedObject": {"apiVersion": JOBSET_API, "kind": "JobSet", "name": "llm", "namespace": TEAM, "uid": uid},
+        "reason": reason,
+        "message": "jobset restarted",
+        "type": "Warning",
+        "firstTimestamp": stamp(seconds_ago),
+        "lastTimestamp": stamp(seconds_ago),
+        "count": 1,
+    }
+    return str(raw(server, "POST", f"/api/v1/namespaces/{TEAM}/events", body)["metadata"]["name"])
+
+
+def record(server: ApiServer) -> dict[str, Any]:
+    js = raw(server, "GET", f"/apis/{JOBSET_API}/namespaces/{TEAM}/jobsets/llm")
+    text = (js["metadata"].get("annotations") or {}).get(LEDGER_ANNOTATION)
+    return json.loads(text) if text else {}
+
+
+def start_daemon(settings: Path, kubeconfig: Path, port: int, identity: str, log: Path) -> subprocess.Popen[bytes]:
+    flags = ["--settings", str(settings), "--kubeconfig", str(kubeconfig), "--listen", f"127.0.0.1:{port}"]
+    return subprocess.Popen(
+        [sys.executable, "-m", "daemons.interruptions", *flags, "--identity", identity, "--log-level", "debug"],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=log.open("w"),
+        env={**os.environ, "PYTHONWARNINGS": "ignore"},
+    )
+
+
+def scrape(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        return str(r.read().decode())
+
+
+def test_a_kill_9_loses_no_interruption_and_the_bound_stops_the_job(kube: ApiServer, tmp_path: Path) -> None:
+    server = kube
+    kubeconfig = service_account_kubeconfig(server, tmp_path)
+    settings = tmp_path / "settings.json"
+    settings.write_text(SETTINGS.to_json())
+    uid, workload = create_job(server)
+
+    port = free_port()
+    first = start_daemon(settings, kubeconfig, port, "first", tmp_path / "first.log")
+    try:
+        set_restarts(server, 1, 1)
+        restart_event(server, uid, "RestartJobSetFailurePolicyAction", 30)
+        wait_for("the first restart recorded", lambda: len(record(server).get("items", [])) == 1, timeout=60)
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.wait(10)
+    (item,) = record(server)["items"]
+    assert item["cause"] == "program"
+    assert "timeEstimated" not in item
+
+    # While it is down: a node restart whose Event is kept, a program restart whose Event is gone, a preemption.
+    set_restarts(server, 3, 2)
+    restart_event(server, uid, "RestartJobSetAndIgnoreMaxRestartsFailurePolicyAction", 5)
+    evicted = {
+        "type": "Evicted",
+        "status": "True",
+        "reason": "Preempted",
+        "message": "preempted",
+        "lastTransitionTime": stamp(2),
+    }
+    set_workload_status(
+        server,
+        {
+            "schedulingStats": {"evictions": [{"reason": "Preempted", "underlyingCause": "", "count": 1}]},
+            "conditions": [evicted],
+        },
+    )
+
+    port = free_port()
+    second = start_daemon(settings, kubeconfig, port, "second", tmp_path / "second.log")
+    try:
+        # The killed leader's Lease runs out (4 s) before the new process may write.
+        wait_for("every interruption recorded", lambda: len(record(server).get("items", [])) == 4, timeout=90)
+        rec = record(server)
+        assert (rec["uid"], rec["restarts"], rec["towardsMax"], rec["evictions"]) == (uid, 3, 2, {"Preempted": 1})
+        causes = sorted((i["cause"], bool(i.get("timeEstimated"))) for i in rec["items"])
+        assert causes == [("node", False), ("preemption", False), ("program", False), ("program", True)]
+
+        # Three restarts within the hour, bound 2: stopped, once, saying how to resume.
+        wl_path = f"/apis/{KUEUE_API}/namespaces/{TEAM}/workloads/{workload}"
+        wait_for(
+            "the workload deactivated", lambda: raw(server, "GET", wl_path)["spec"].get("active") is False, timeout=30
+        )
+        events = raw(server, "GET", f"/api/v1/namespaces/{TEAM}/events")["items"]
+        (bound,) = [e for e in events if e["reason"] == "RestartBoundReached"]
+        assert bound["type"] == "Warning"
+        assert bound["involvedObject"]["name"] == "llm"
+        assert "3 restarts in the last hour" in bound["message"]
+        assert "kubectl -n team-a patch workload jobset-llm --type merge" in bound["message"]
+
+        wait_for("the counts exported", lambda: 'cause="preemption"' in scrape(port), timeout=30)
+        text = scrape(port)
+        for cause, n in (("program", 2), ("node", 1), ("preemption", 1), ("requeue", 0)):
+            labels = f'cause="{cause}",job="llm",namespace="team-a",team="team-a"'
+            assert f"gpucluster_training_interruptions_total{{{labels}}} {n}.0" in text
+        assert "gpucluster_interruptions_is_leader 1.0" in text
+        cm = raw(server, "GET", f"/api/v1/namespaces/{SYSTEM}/configmaps/{SETTINGS.reliability_config_map}")
+        assert cm["data"]["interruptions"] == "4"
+    finally:
+        second.send_signal(signal.SIGTERM)
+        assert second.wait(30) == 0
