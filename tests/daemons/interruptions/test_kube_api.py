@@ -66,7 +66,8 @@ def kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
 
         def established(name: str) -> bool:
             status = ext.read_custom_resource_definition(name).status
-            return any(c.type == "Established" and c.status == "True" for c in (status.conditions or []))
+            conditions = (status.conditions if status else None) or []
+            return any(c.type == "Established" and c.status == "True" for c in conditions)
 
         for name in CRDS:
             wait_for(f"CRD {name} established", functools.partial(established, name))
