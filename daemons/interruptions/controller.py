@@ -314,6 +314,9 @@ class Controller:
                     now - job.checkpoint_at
                     if job.checkpoint_at is not None and job.all_running_since is not None
                     else None,
+                    job.checkpoint_interval_s,
+                    limit,
+                    record.stopped_at is not None,
                 )
             )
         uids = {job.uid for job, _ in observed.jobs}

@@ -8,7 +8,8 @@ last cycle that could read them (fail-static: when the API server cannot be read
   Kueue ``schedulingStats.evictions``), so a restarted daemon exports the same numbers, and they only reset when
   the JobSet is recreated (a counter reset ``rate()`` handles); ``restarts_last_hour``, ``recovery_seconds`` (last
   interruption -> all pods Running again), ``work_lost_seconds`` (sum), ``ettr``, ``checkpoint_age_seconds``
-  (while every pod runs and a checkpoint was reported);
+  (while every pod runs and a checkpoint was reported), and for the alerts ``checkpoint_interval_seconds``,
+  ``max_restarts_per_hour`` and ``stopped_at_bound``;
 * cluster: ``cluster_ettr`` (node-weighted), ``node_mtbi_seconds`` (training node-seconds per interruption).
 
 The daemon itself (``gpucluster_interruptions_``): ``is_leader``, ``cycles_total``, ``cycle_errors_total{read}``,
@@ -45,6 +46,10 @@ class JobFigures:
     work_lost_s: float
     ettr: float | None
     checkpoint_age_s: float | None
+    #: What the alerts compare with: the job's checkpoint interval, its restart bound, whether the bound stopped it.
+    checkpoint_interval_s: float | None = None
+    max_restarts_per_hour: int = 0
+    stopped: bool = False
 
 
 @dataclass
@@ -82,6 +87,19 @@ class FiguresCollector(Collector):
             "ettr": GaugeMetricFamily(
                 f"{TRAINING}_ettr", "Effective training time ratio since first admitted", labels=JOB_LABELS
             ),
+            "interval": GaugeMetricFamily(
+                f"{TRAINING}_checkpoint_interval_seconds",
+                "The checkpoint interval the job was given",
+                labels=JOB_LABELS,
+            ),
+            "bound": GaugeMetricFamily(
+                f"{TRAINING}_max_restarts_per_hour", "The job's restart bound", labels=JOB_LABELS
+            ),
+            "stopped": GaugeMetricFamily(
+                f"{TRAINING}_stopped_at_bound",
+                "1 while the restart bound keeps the job stopped (its Workload deactivated)",
+                labels=JOB_LABELS,
+            ),
             "age": GaugeMetricFamily(
                 f"{TRAINING}_checkpoint_age_seconds",
                 "Seconds since the last checkpoint the job reported (while every pod runs)",
@@ -98,6 +116,10 @@ class FiguresCollector(Collector):
                 gauges["recovery"].add_metric(key, j.recovery_s)
             if j.ettr is not None:
                 gauges["ettr"].add_metric(key, j.ettr)
+            gauges["bound"].add_metric(key, j.max_restarts_per_hour)
+            gauges["stopped"].add_metric(key, 1 if j.stopped else 0)
+            if j.checkpoint_interval_s is not None:
+                gauges["interval"].add_metric(key, j.checkpoint_interval_s)
             if j.checkpoint_age_s is not None:
                 gauges["age"].add_metric(key, j.checkpoint_age_s)
         yield interruptions

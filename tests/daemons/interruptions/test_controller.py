@@ -145,6 +145,9 @@ def test_the_bound_stops_a_crash_loop_once_with_an_event_that_says_how_to_resume
     assert "stoppedAt" in record
     assert c.cycle().stopped == ()  # stopped once
     assert metrics.bound_stops._value.get() == 1
+    text = metrics.render().decode()
+    assert 'gpucluster_training_stopped_at_bound{job="llm",namespace="team-a",team="a"} 1.0' in text
+    assert 'gpucluster_training_max_restarts_per_hour{job="llm",namespace="team-a",team="a"} 2.0' in text
 
 
 def test_a_standby_writes_nothing_but_exports_the_figures() -> None:
