@@ -12,6 +12,13 @@ the quarantine controller (daemons/quarantine/) selects on: ``GpuTemperatureHigh
 ``NvlinkErrorsIncreasing`` and ``InfinibandLinkErrorsIncreasing`` (:data:`QUARANTINE_ALERTS`); the others only
 inform. ``QuarantineBreakerOpen`` fires while the controller's circuit breaker refuses to quarantine more of a
 flavor's nodes: someone must look, the controller will not.
+
+The ``training`` group reads the interruption accounting daemon (daemons/interruptions/), whose replicas all export
+the same figures (hence ``max by`` / ``min by``): ``TrainingEttrLow`` (a job's ETTR below ``ettrLowRatio`` for
+``ettrLowForMinutes``), ``TrainingRestartBoundReached`` (a crash loop: more restarts in the last hour than the job's
+bound, or the bound keeps it stopped), ``TrainingCheckpointStale`` (while every pod runs, the last checkpoint is older
+than twice the job's interval: the trainer stopped reporting or writing) and ``TrainingRecoverySlow`` (the last
+interruption took longer than ``recoverySlowSeconds`` to get the gang Running again).
 """
 
 from __future__ import annotations
@@ -27,6 +34,8 @@ QUARANTINE_ALERTS = ("GpuTemperatureHigh", "GpuXidError", "NvlinkErrorsIncreasin
 _SIGNAL = {QUARANTINE_SIGNAL_LABEL: QUARANTINE_SIGNAL_VALUE}
 
 FABRIC = "gpucluster_fabric"
+TRAINING = "gpucluster_training"
+JOB = "namespace, job, team"
 
 
 def _dcgm(metric: str) -> str:
@@ -178,11 +187,68 @@ def rule_groups(settings: TelemetrySettings) -> dict[str, Any]:
             },
         },
     ]
+    training_rules: list[dict[str, Any]] = [
+        {
+            "alert": "TrainingEttrLow",
+            "expr": f"min by ({JOB}) ({TRAINING}_ettr) < {_num(a.ettr_low_ratio)}",
+            "for": f"{a.ettr_low_for_minutes}m",
+            "labels": {"severity": "warning"},
+            "annotations": {
+                "summary": "Training job {{ $labels.namespace }}/{{ $labels.job }} keeps "
+                "{{ $value | humanizePercentage }} of its time",
+                "description": f"Its effective training time ratio has been below {_num(a.ettr_low_ratio)} for "
+                f"{a.ettr_low_for_minutes} minutes: interruptions, slow recovery or work lost since the last "
+                "checkpoint. gpucluster_training_interruptions_total says which cause.",
+            },
+        },
+        {
+            "alert": "TrainingRestartBoundReached",
+            "expr": (
+                f"max by ({JOB}) ({TRAINING}_stopped_at_bound) == 1"
+                f" or max by ({JOB}) ({TRAINING}_restarts_last_hour)"
+                f" > on ({JOB}) max by ({JOB}) ({TRAINING}_max_restarts_per_hour)"
+            ),
+            "labels": {"severity": "critical"},
+            "annotations": {
+                "summary": "Training job {{ $labels.namespace }}/{{ $labels.job }} crash-loops past its restart bound",
+                "description": "More in-place restarts in the last hour than gpucluster.io/max-restarts-per-hour: "
+                "its Workload is deactivated and its quota freed. kubectl describe jobset says why (Event "
+                "RestartBoundReached) and how to resume.",
+            },
+        },
+        {
+            "alert": "TrainingCheckpointStale",
+            "expr": (
+                f"max by ({JOB}) ({TRAINING}_checkpoint_age_seconds)"
+                f" > on ({JOB}) 2 * max by ({JOB}) ({TRAINING}_checkpoint_interval_seconds)"
+            ),
+            "for": "5m",
+            "labels": {"severity": "warning"},
+            "annotations": {
+                "summary": "Training job {{ $labels.namespace }}/{{ $labels.job }} has not checkpointed for two "
+                "intervals",
+                "description": "Every pod runs, but the last checkpoint reported on the team's checkpoints claim "
+                "(annotation checkpoint.gpucluster.io/<job>) is older than twice the job's checkpoint interval: "
+                "the next interruption loses that much work.",
+            },
+        },
+        {
+            "alert": "TrainingRecoverySlow",
+            "expr": f"max by ({JOB}) ({TRAINING}_recovery_seconds) > {_num(a.recovery_slow_seconds)}",
+            "labels": {"severity": "warning"},
+            "annotations": {
+                "summary": "Training job {{ $labels.namespace }}/{{ $labels.job }} took {{ $value }} s to recover",
+                "description": f"The last interruption took longer than {_num(a.recovery_slow_seconds)} s from the "
+                "failure to every pod Running again (image pulls, scheduling, a slow checkpoint load).",
+            },
+        },
+    ]
     return {
         "groups": [
             {"name": "gpucluster-gpu", "rules": gpu_rules},
             {"name": "gpucluster-fabric", "rules": fabric_rules},
             {"name": "gpucluster-quarantine", "rules": quarantine_rules},
+            {"name": "training", "rules": training_rules},
         ]
     }
 

@@ -97,6 +97,11 @@ class AlertSettings(ConfigModel):
     error_window_minutes: Annotated[int, Field(ge=1, le=240)] = 5
     #: Minutes a fabric-exporter collector may fail before alerting.
     collector_failing_minutes: Annotated[int, Field(ge=1, le=240)] = 10
+    #: Training: a job's effective training time ratio below this for ``ettrLowForMinutes`` alerts.
+    ettr_low_ratio: Annotated[float, Field(gt=0, lt=1)] = 0.8
+    ettr_low_for_minutes: Annotated[int, Field(ge=1, le=1440)] = 30
+    #: Training: an interruption that took longer than this to get every pod Running again alerts.
+    recovery_slow_seconds: Annotated[float, Field(gt=0)] = 600.0
 
     @field_validator("gpu_temp_limit_c")
     @classmethod

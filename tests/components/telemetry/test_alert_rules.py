@@ -41,6 +41,9 @@ def case(series: list[tuple[str, str]], alert: str, at: str, fires: list[dict[st
 
 
 SIGNAL = {QUARANTINE_SIGNAL_LABEL: QUARANTINE_SIGNAL_VALUE}
+JOB_SEL = 'namespace="team-a",job="llm",team="a"'
+JOB_OUT = {"namespace": "team-a", "job": "llm", "team": "a"}
+TRAIN_WARN = {**JOB_OUT, "severity": "warning"}
 HOT = {**GPU_OUT, "severity": "critical", **SIGNAL}
 
 CASES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
@@ -284,6 +287,116 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
             [],
         ),
     ),
+    "TrainingEttrLow": (
+        case([(f"gpucluster_training_ettr{{{JOB_SEL}}}", "0.79x40")], "TrainingEttrLow", "31m", [TRAIN_WARN]),
+        case([(f"gpucluster_training_ettr{{{JOB_SEL}}}", "0.8x40")], "TrainingEttrLow", "31m", []),
+    ),
+    "TrainingEttrLow-brief": (
+        # two replicas export it: one alert
+        case(
+            [
+                (f'gpucluster_training_ettr{{{JOB_SEL},pod="i-0"}}', "0.5x40"),
+                (f'gpucluster_training_ettr{{{JOB_SEL},pod="i-1"}}', "0.5x40"),
+            ],
+            "TrainingEttrLow",
+            "31m",
+            [TRAIN_WARN],
+        ),
+        # a dip shorter than 30 minutes: quiet
+        case([(f"gpucluster_training_ettr{{{JOB_SEL}}}", "0.5x20 0.9x20")], "TrainingEttrLow", "31m", []),
+    ),
+    "TrainingRestartBoundReached": (
+        case(
+            [
+                (f"gpucluster_training_restarts_last_hour{{{JOB_SEL}}}", "7x5"),
+                (f"gpucluster_training_max_restarts_per_hour{{{JOB_SEL}}}", "6x5"),
+                (f"gpucluster_training_stopped_at_bound{{{JOB_SEL}}}", "0x5"),
+            ],
+            "TrainingRestartBoundReached",
+            "2m",
+            [{**JOB_OUT, "severity": "critical"}],
+        ),
+        case(
+            [
+                (f"gpucluster_training_restarts_last_hour{{{JOB_SEL}}}", "6x5"),
+                (f"gpucluster_training_max_restarts_per_hour{{{JOB_SEL}}}", "6x5"),
+                (f"gpucluster_training_stopped_at_bound{{{JOB_SEL}}}", "0x5"),
+            ],
+            "TrainingRestartBoundReached",
+            "2m",
+            [],
+        ),
+    ),
+    "TrainingRestartBoundReached-stopped": (
+        # the hour has passed, the job is still stopped until someone resumes it
+        case(
+            [
+                (f"gpucluster_training_restarts_last_hour{{{JOB_SEL}}}", "0x5"),
+                (f"gpucluster_training_max_restarts_per_hour{{{JOB_SEL}}}", "6x5"),
+                (f"gpucluster_training_stopped_at_bound{{{JOB_SEL}}}", "1x5"),
+            ],
+            "TrainingRestartBoundReached",
+            "2m",
+            [{**JOB_OUT, "severity": "critical"}],
+        ),
+        case(
+            [
+                (f"gpucluster_training_restarts_last_hour{{{JOB_SEL}}}", "0x5"),
+                (f"gpucluster_training_max_restarts_per_hour{{{JOB_SEL}}}", "6x5"),
+                (f"gpucluster_training_stopped_at_bound{{{JOB_SEL}}}", "0x5"),
+            ],
+            "TrainingRestartBoundReached",
+            "2m",
+            [],
+        ),
+    ),
+    "TrainingCheckpointStale": (
+        case(
+            [
+                (f"gpucluster_training_checkpoint_age_seconds{{{JOB_SEL}}}", "3601x10"),
+                (f"gpucluster_training_checkpoint_interval_seconds{{{JOB_SEL}}}", "1800x10"),
+            ],
+            "TrainingCheckpointStale",
+            "6m",
+            [TRAIN_WARN],
+        ),
+        case(
+            [
+                (f"gpucluster_training_checkpoint_age_seconds{{{JOB_SEL}}}", "3600x10"),
+                (f"gpucluster_training_checkpoint_interval_seconds{{{JOB_SEL}}}", "1800x10"),
+            ],
+            "TrainingCheckpointStale",
+            "6m",
+            [],
+        ),
+    ),
+    "TrainingCheckpointStale-not-running": (
+        case(
+            [
+                (f"gpucluster_training_checkpoint_age_seconds{{{JOB_SEL}}}", "9000x10"),
+                (f"gpucluster_training_checkpoint_interval_seconds{{{JOB_SEL}}}", "1800x10"),
+            ],
+            "TrainingCheckpointStale",
+            "6m",
+            [TRAIN_WARN],
+        ),
+        # not every pod runs: the daemon exports no age, and nothing fires
+        case(
+            [(f"gpucluster_training_checkpoint_interval_seconds{{{JOB_SEL}}}", "1800x10")],
+            "TrainingCheckpointStale",
+            "6m",
+            [],
+        ),
+    ),
+    "TrainingRecoverySlow": (
+        case(
+            [(f"gpucluster_training_recovery_seconds{{{JOB_SEL}}}", "601x3")],
+            "TrainingRecoverySlow",
+            "1m",
+            [TRAIN_WARN],
+        ),
+        case([(f"gpucluster_training_recovery_seconds{{{JOB_SEL}}}", "600x3")], "TrainingRecoverySlow", "1m", []),
+    ),
 }
 
 
@@ -320,7 +433,7 @@ def test_rule_file_passes_promtool_check(tmp_path: Path) -> None:
     path.write_text(yaml.safe_dump(rule_groups(TelemetrySettings()), sort_keys=False))
     proc = subprocess.run([promtool, "check", "rules", str(path)], capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "SUCCESS: 10 rules found" in proc.stdout
+    assert "SUCCESS: 14 rules found" in proc.stdout
 
 
 def test_all_cases_pass_under_promtool(tmp_path: Path) -> None:
@@ -354,6 +467,22 @@ def test_the_signal_query_sees_a_live_alert_and_not_the_ghost_of_one_before_a_re
     seen = {**ghost, "exp_samples": live["exp_samples"]}
     proc = promtool_test(tmp_path, {"groups": []}, [{**test, "promql_expr_test": [seen]}])
     assert proc.returncode != 0
+
+
+def test_training_thresholds_come_from_settings(tmp_path: Path) -> None:
+    settings = TelemetrySettings.model_validate(
+        {"alerts": {"ettrLowRatio": 0.9, "ettrLowForMinutes": 10, "recoverySlowSeconds": 120}}
+    )
+    ettr = f"gpucluster_training_ettr{{{JOB_SEL}}}"
+    recovery = f"gpucluster_training_recovery_seconds{{{JOB_SEL}}}"
+    tests = [
+        case([(ettr, "0.85x20")], "TrainingEttrLow", "11m", [TRAIN_WARN]),
+        case([(ettr, "0.85x20")], "TrainingEttrLow", "9m", []),
+        case([(recovery, "121x3")], "TrainingRecoverySlow", "1m", [TRAIN_WARN]),
+        case([(recovery, "119x3")], "TrainingRecoverySlow", "1m", []),
+    ]
+    proc = promtool_test(tmp_path, rule_groups(settings), tests)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
 def test_temperature_limit_comes_from_settings(tmp_path: Path) -> None:
