@@ -31,6 +31,10 @@ one are not offered to the next):
    workload is left on its nodes (terminating ones count: they still hold GPUs), and each of those Deployments
    has every desired replica available. podSetUpdates: nodeSelector and toleration for the reservation.
 
+Per admitted workload: its reservation stays while it holds quota; a reserved node quarantined, cordoned, NotReady
+past ``nodeGrace`` or lost is replaced one for one by a healthy unreserved node (the gang restarts there:
+:mod:`daemons.make_before_break.replace`).
+
 Per workload that no longer holds quota (finished, evicted, being deleted, deleted): its reservations are
 released and its uid leaves the flips of every Deployment; a Deployment left with no flips waits for room to come
 home. Reservations and flips naming a uid with no live workload are collected the same way.
@@ -43,8 +47,9 @@ the virtual node are marked to go first; a return ends when its rollout is compl
 Unknown input (a list failed) -> no action, and the reason (fail-static).
 
 Steps 2 to 6 are ``flip_out``; the fallbacks (1 and 4) and an admitted workload keeping its room are
-``fallback``; workloads that no longer hold quota, and the returns, are ``flip_back``; ``assemble`` lists the
-actions. They share one :class:`~daemons.make_before_break.cycle.Cycle`, the working state of this call.
+``fallback`` (with ``replace``); workloads that no longer hold quota, and the returns, are ``flip_back``;
+``assemble`` lists the actions. They share one :class:`~daemons.make_before_break.cycle.Cycle`, the working state
+of this call.
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ from daemons.make_before_break.actions import Fallback, WorkloadReport
 from daemons.make_before_break.cycle import Cycle, gpu_pod_sets
 from daemons.make_before_break.model import Workload
 from daemons.make_before_break.plan import CannotFit, Plan, choose_room
+from daemons.make_before_break.replace import replace_bad_nodes
 
 
 def fall_back(c: Cycle, w: Workload, kind: Fallback, why: str) -> None:
@@ -62,8 +63,9 @@ def revert_stuck(c: Cycle, w: Workload) -> int:
 
 
 def hold(c: Cycle, w: Workload) -> None:
-    """Admitted (or the check is not ours to drive): keep the room as it is until the workload is done."""
+    """Admitted (or the check is not ours to drive): keep the room until the workload is done, a bad node replaced."""
     c.taken.update(c.mine[w.uid])
+    replace_bad_nodes(c, w)
     revert_stuck(c, w)
     c.reports.append(
         WorkloadReport(
