@@ -2,17 +2,29 @@
 
 Queries use two Grafana variables: ``$node`` (multi-value regex over nodes) and ``$__rate_interval``.
 ``panel_queries(dashboard)`` lists every query so tests can run them against a real Prometheus.
+
+The row "Training" reads the interruption accounting daemon (``gpucluster_training_*``; every replica exports the
+same figures, hence ``max by``): ETTR per job and for the cluster, interruptions by cause, restarts in the last hour
+against the bound, recovery time, work lost; and the per-job GPU view: dcgm-exporter attributes each GPU's series to
+the pod using it (``namespace``, ``pod``) and, with ``kubernetes.enablePodLabels``, copies the pod's labels with their
+names sanitised (``gpucluster.io/training-job`` -> :data:`DCGM_JOB_LABEL`), so tensor activity and temperature
+average per job.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
+from components.constants import TRAINING_JOB_LABEL
 from components.telemetry.settings import TelemetrySettings
 
 UID = "gpucluster-gpu-fabric"
 FABRIC = "gpucluster_fabric"
 DS = {"type": "prometheus", "uid": "${datasource}"}
+TRAINING = "gpucluster_training"
+#: The training job label as dcgm-exporter writes it on a GPU's series (pod label names sanitised for Prometheus).
+DCGM_JOB_LABEL = re.sub(r"[^a-zA-Z0-9_]", "_", TRAINING_JOB_LABEL)
 
 
 def _dcgm(metric: str) -> str:
@@ -199,6 +211,7 @@ def dashboard(settings: TelemetrySettings) -> dict[str, Any]:
             (12, 32, 12, 8),
         ),
     ]
+    panels += training_panels(settings, y=40)
     return {
         "uid": UID,
         "title": "GPU and fabric",
@@ -235,6 +248,101 @@ def dashboard(settings: TelemetrySettings) -> dict[str, Any]:
     }
 
 
+def training_panels(settings: TelemetrySettings, *, y: int) -> list[dict[str, Any]]:
+    """The row "Training" and its panels, from ``y`` down."""
+    a = settings.alerts
+    job = "namespace, job"
+    row = {"id": 11, "type": "row", "title": "Training", "collapsed": False, "panels": []}
+    row["gridPos"] = {"x": 0, "y": y, "w": 24, "h": 1}
+    y += 1
+    per_job = f'{DCGM_JOB_LABEL}!=""'
+    gpu = _panel(
+        17,
+        "Tensor activity and temperature per job",
+        [
+            (
+                f"avg by (namespace, {DCGM_JOB_LABEL}) (DCGM_FI_PROF_PIPE_TENSOR_ACTIVE{{{per_job}}})",
+                f"{{{{namespace}}}}/{{{{{DCGM_JOB_LABEL}}}}} tensor",
+            ),
+            (
+                f"avg by (namespace, {DCGM_JOB_LABEL}) (DCGM_FI_DEV_GPU_TEMP{{{per_job}}})",
+                f"{{{{namespace}}}}/{{{{{DCGM_JOB_LABEL}}}}} temperature",
+            ),
+        ],
+        (0, y + 24, 24, 8),
+        unit="percentunit",
+        description="Averaged over the GPUs of each job's pods (dcgm-exporter's pod mapping): tensor-core activity "
+        "rises and falls with the job's phases; temperature on the right axis.",
+    )
+    gpu["fieldConfig"]["overrides"] = [
+        {
+            "matcher": {"id": "byRegexp", "options": ".* temperature"},
+            "properties": [
+                {"id": "unit", "value": "celsius"},
+                {"id": "custom.axisPlacement", "value": "right"},
+            ],
+        }
+    ]
+    return [
+        row,
+        _panel(
+            12,
+            "ETTR per job and cluster",
+            [
+                (f"max by ({job}) ({TRAINING}_ettr)", "{{namespace}}/{{job}}"),
+                (f"max({TRAINING}_cluster_ettr)", "cluster"),
+            ],
+            (0, y, 12, 8),
+            unit="percentunit",
+            thresholds=[{"color": "red", "value": None}, {"color": "green", "value": a.ettr_low_ratio}],
+            description="Effective training time ratio since each job was first admitted: time with every pod "
+            "Running, less checkpoint writes and work lost, over wall time. The cluster's is node-weighted.",
+        ),
+        _panel(
+            13,
+            "Interruptions by cause (last hour)",
+            [
+                (
+                    f"sum by (cause) (max by ({job}, cause) (increase({TRAINING}_interruptions_total[1h])))",
+                    "{{cause}}",
+                )
+            ],
+            (12, y, 12, 8),
+            description="node, program, preemption, requeue, unknown (daemons/interruptions/classify.py).",
+        ),
+        _panel(
+            14,
+            "Restarts in the last hour and the bound",
+            [
+                (f"max by ({job}) ({TRAINING}_restarts_last_hour)", "{{namespace}}/{{job}}"),
+                (f"max by ({job}) ({TRAINING}_max_restarts_per_hour)", "{{namespace}}/{{job}} bound"),
+            ],
+            (0, y + 8, 12, 8),
+            description="Past its bound a job is stopped: its Workload deactivated (Event RestartBoundReached).",
+        ),
+        _panel(
+            15,
+            "Recovery time (failure to every pod Running)",
+            [(f"max by ({job}) ({TRAINING}_recovery_seconds)", "{{namespace}}/{{job}}")],
+            (12, y + 8, 12, 8),
+            unit="s",
+            thresholds=[{"color": "green", "value": None}, {"color": "orange", "value": a.recovery_slow_seconds}],
+        ),
+        _panel(
+            16,
+            "Work lost and checkpoint age",
+            [
+                (f"max by ({job}) ({TRAINING}_work_lost_seconds)", "{{namespace}}/{{job}} lost"),
+                (f"max by ({job}) ({TRAINING}_checkpoint_age_seconds)", "{{namespace}}/{{job}} checkpoint age"),
+            ],
+            (0, y + 16, 24, 8),
+            unit="s",
+            description="Work lost: the time since the last checkpoint at each interruption, summed.",
+        ),
+        gpu,
+    ]
+
+
 def panel_queries(doc: dict[str, Any]) -> list[tuple[str, str]]:
-    """``(panel title, expr)`` for every query of the dashboard."""
-    return [(p["title"], t["expr"]) for p in doc["panels"] for t in p["targets"]]
+    """``(panel title, expr)`` for every query of the dashboard (rows have none)."""
+    return [(p["title"], t["expr"]) for p in doc["panels"] for t in p.get("targets", [])]

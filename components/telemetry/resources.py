@@ -91,12 +91,18 @@ def dcgm_values(settings: TelemetrySettings) -> dict[str, Any]:
         "serviceMonitor": {
             "enabled": settings.prometheus_operator,
             "interval": d.scrape_interval,
-            "honorLabels": False,
+            # The exporter's namespace and pod (the pod using the GPU, from its pod mapping) win over the
+            # target's, which would otherwise rename them exported_namespace and exported_pod.
+            "honorLabels": True,
             "relabelings": [
                 {"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "node", "action": "replace"}
             ],
         },
-        "kubernetes": {"enablePodLabels": False},
+        # Pod mapping: the chart always sets DCGM_EXPORTER_KUBERNETES=true (each GPU's series carry the namespace,
+        # pod and container using it, read from the kubelet's pod-resources socket); enablePodLabels also copies the
+        # pod's labels (gpucluster.io/training-job -> gpucluster_io_training_job), with the chart's read-only RBAC
+        # on pods, so the dashboard averages per training job.
+        "kubernetes": {"enablePodLabels": True, "rbac": {"create": True}},
     }
     if not settings.prometheus_operator:
         values["podAnnotations"] = {

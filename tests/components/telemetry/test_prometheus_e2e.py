@@ -1,7 +1,9 @@
 """A real Prometheus (Debian package) scrapes the fabric exporter over a fixture tree and a fake DCGM target.
 
 * ``rate()`` over counters the test advances at a known pace returns that pace (and the x4 data unit);
-* every dashboard query runs without error and returns series.
+* every dashboard query runs without error and returns series: the GPU ones over the fake DCGM target (GPU 0
+  attributed to a training pod the way dcgm-exporter's pod mapping does), the training row over the interruption
+  accounting daemon's own metrics (its collector, figures set by hand), scraped with honor_labels as it must be.
 """
 
 from __future__ import annotations
@@ -23,6 +25,9 @@ import pytest
 import yaml
 
 from components.telemetry import TelemetrySettings, dashboard, panel_queries
+from components.telemetry.dashboard import DCGM_JOB_LABEL
+from daemons.interruptions.classify import Cause
+from daemons.interruptions.metrics import Figures, JobFigures, Metrics
 from tests.support.require import debian_tool
 from tests.support.telemetry import (
     NVML_FIXTURE,
@@ -71,8 +76,33 @@ class FakeDcgm(BaseHTTPRequestHandler):
                     f'gpu="{gpu}",UUID="GPU-{gpu}",pci_bus_id="00000000:{gpu + 10}:00.0",device="nvidia{gpu}",'
                     f'modelName="NVIDIA H100 80GB HBM3",Hostname="{NODE}",DCGM_FI_DRIVER_VERSION="550.90.07"'
                 )
+                if gpu == 0:  # in use by a training pod: dcgm-exporter's pod mapping and pod labels
+                    labels += f',namespace="team-a",pod="llm-node-0-0",container="trainer",{DCGM_JOB_LABEL}="llm"'
                 lines.append(f"{field}{{{labels}}} {value}")
         body = ("\n".join(lines) + "\n").encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain; version=0.0.4")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return
+
+
+def interruptions_metrics() -> Metrics:
+    metrics = Metrics()
+    counts = dict.fromkeys(Cause, 0) | {Cause.PROGRAM: 2, Cause.NODE: 1}
+    job = JobFigures("team-a", "llm", "a", counts, 3, 95.0, 400.0, 0.91, 120.0, 1314.0, 6, False)
+    metrics.figures.figures = Figures([job], cluster_ettr=0.91, node_mtbi_s=7200.0)
+    return metrics
+
+
+class InterruptionsTarget(BaseHTTPRequestHandler):
+    metrics = interruptions_metrics()
+
+    def do_GET(self) -> None:
+        body = self.metrics.render()
         self.send_response(200)
         self.send_header("Content-Type", "text/plain; version=0.0.4")
         self.send_header("Content-Length", str(len(body)))
@@ -144,6 +174,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     )
     dcgm = ThreadingHTTPServer(("127.0.0.1", 0), FakeDcgm)
     threading.Thread(target=dcgm.serve_forever, daemon=True).start()
+    training = ThreadingHTTPServer(("127.0.0.1", 0), InterruptionsTarget)
+    threading.Thread(target=training.serve_forever, daemon=True).start()
 
     prom_port = free_port()
     config = {
@@ -151,6 +183,12 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         "scrape_configs": [
             {"job_name": "fabric", "static_configs": [{"targets": [f"127.0.0.1:{exporter.port}"]}]},
             {"job_name": "dcgm", "static_configs": [{"targets": [f"127.0.0.1:{dcgm.server_address[1]}"]}]},
+            {
+                "job_name": "interruptions",
+                # its job and namespace labels are the training job's, not the target's
+                "honor_labels": True,
+                "static_configs": [{"targets": [f"127.0.0.1:{training.server_address[1]}"]}],
+            },
         ],
     }
     (tmp / "prometheus.yml").write_text(yaml.safe_dump(config))
@@ -188,11 +226,12 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         pacer.stop.set()
         exporter.stop()
         dcgm.shutdown()
+        training.shutdown()
 
 
 def test_targets_are_up(stack: dict[str, Any]) -> None:
     up = wait_for(stack["port"], "up")
-    assert {r["metric"]["job"]: r["value"][1] for r in up} == {"fabric": "1", "dcgm": "1"}
+    assert {r["metric"]["job"]: r["value"][1] for r in up} == {"fabric": "1", "dcgm": "1", "interruptions": "1"}
 
 
 def test_rate_over_an_advancing_counter(stack: dict[str, Any]) -> None:
@@ -226,3 +265,16 @@ def test_every_dashboard_query_returns_series(stack: dict[str, Any]) -> None:
     var = doc["templating"]["list"][1]["definition"]  # label_values(<metric>, node)
     metric = var.split("(")[1].split(",")[0]
     assert wait_for(stack["port"], metric)[0]["metric"]["node"] == NODE
+
+
+def test_the_per_job_gpu_view_and_the_training_row_name_the_job(stack: dict[str, Any]) -> None:
+    doc = dashboard(TelemetrySettings())
+    queries = dict(panel_queries(doc)[::-1])  # the first query of each panel
+    (tensor,) = api(stack["port"], queries["Tensor activity and temperature per job"])["data"]["result"]
+    assert tensor["metric"] == {"namespace": "team-a", DCGM_JOB_LABEL: "llm"}
+    assert float(tensor["value"][1]) == pytest.approx(0.42)
+    (ettr,) = api(stack["port"], queries["ETTR per job and cluster"])["data"]["result"]
+    assert ettr["metric"] == {"namespace": "team-a", "job": "llm"}
+    assert float(ettr["value"][1]) == pytest.approx(0.91)
+    causes = api(stack["port"], queries["Interruptions by cause (last hour)"])["data"]["result"]
+    assert {r["metric"]["cause"] for r in causes} == {c.value for c in Cause}

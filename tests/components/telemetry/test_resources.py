@@ -79,6 +79,10 @@ def test_dcgm_chart_is_pinned_on_gpu_nodes_with_our_csv(with_operator: Graph) ->
     assert values["arguments"] == ["-f", values["extraVolumeMounts"][0]["mountPath"]]
     assert values["extraConfigMapVolumes"][0]["configMap"]["name"] == DCGM_COUNTERS_CONFIGMAP
     assert values["serviceMonitor"]["enabled"] is True
+    # pod mapping on: each GPU's series name the pod using it and carry its labels (the per-job panel), and the
+    # exporter's namespace/pod win over the target's
+    assert values["kubernetes"] == {"enablePodLabels": True, "rbac": {"create": True}}
+    assert values["serviceMonitor"]["honorLabels"] is True
     # a quarantined node stays observed: the NoExecute quarantine taint must not evict the exporter
     assert values["tolerations"] == [
         {"key": "nvidia.com/gpu", "operator": "Exists"},
