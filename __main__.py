@@ -3,8 +3,8 @@
 GPUCLUSTER_OFFLINE_CHARTS (optional, used by `make policy` and `make render CHARTS=gomodule`) reads registry
 charts from the Go modules that carry them (components/charts.py).
 
-The local stack (`kueue.localWebhooks` set) runs Kueue outside the simulated cluster: a stack transform from
-sim/local_webhooks.py points the Kueue chart's webhook objects at it. No other stack registers a transform.
+The local stack (`kueue.localWebhooks` set) runs Kueue and JobSet outside the simulated cluster: a stack transform
+from sim/local_webhooks.py points the charts' webhook objects at them. No other stack registers a transform.
 """
 
 import pulumi
@@ -23,7 +23,9 @@ except StackConfigError as err:
 if config.kueue.local_webhooks is not None:
     from sim import local_webhooks
 
-    local_webhooks.register(config.kueue.local_webhooks)
+    jobset = config.jobset
+    others = {jobset.namespace: jobset.local_webhooks} if jobset.enabled and jobset.local_webhooks else None
+    local_webhooks.register(config.kueue.local_webhooks, others)
 
 cluster = GpuCluster(config.cluster_name, GpuClusterArgs(config=config))
 for key, value in cluster.outputs.items():

@@ -128,6 +128,7 @@ def go_module_dir(module: str, version: str) -> Path:
 #: engine can preview a production stack with no chart registry in reach.
 OFFLINE_MIRRORS: dict[str, tuple[str, Callable[[str], str], str]] = {
     "oci://registry.k8s.io/kueue/charts/kueue": ("sigs.k8s.io/kueue", lambda v: f"v{v}", "charts/kueue"),
+    "oci://registry.k8s.io/jobset/charts/jobset": ("sigs.k8s.io/jobset", lambda v: f"v{v}", "charts/jobset"),
     "https://kubernetes-sigs.github.io/descheduler/descheduler": (
         "sigs.k8s.io/descheduler",
         lambda v: f"v{v}",

@@ -12,6 +12,7 @@ from components.config import StackConfig
 from components.constants import ENVIRONMENT_LABEL, PROJECT, WORKLOAD_LABEL
 from components.descheduler import Descheduler, DeschedulerArgs
 from components.inference import InferenceService, InferenceServiceArgs
+from components.jobset import JobSet, JobSetArgs
 from components.make_before_break import MakeBeforeBreak, MakeBeforeBreakArgs
 from components.make_before_break_settings import CHECK_NAME
 from components.quarantine import Quarantine, QuarantineArgs
@@ -82,6 +83,14 @@ class GpuCluster(pulumi.ComponentResource):
                 opts=pulumi.ResourceOptions(parent=self),
             )
 
+        self.jobset: JobSet | None = None
+        if cfg.jobset.enabled:
+            # Training jobs are JobSets: Kueue's jobset integration waits for the CRD, so no ordering is needed.
+            self.jobset = JobSet(
+                f"{name}-jobset",
+                JobSetArgs(settings=cfg.jobset, labels=labels),
+                opts=pulumi.ResourceOptions(parent=self),
+            )
         self.queues = Queues(
             f"{name}-queues",
             QueuesArgs(

@@ -7,6 +7,7 @@ set -euo pipefail
 # shellcheck source=sim/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
+"$ROOT/sim/jobset.sh" stop
 "$ROOT/sim/kueue.sh" stop
 "$ROOT/sim/kwok-cluster.sh" down --name "$NAME" --state "$SIM_STATE"
 step "sim is down"

@@ -1,10 +1,11 @@
-"""The local stack's Kueue webhooks: point the chart's webhook objects at a Kueue controller outside the cluster.
+"""The local stack's webhooks: point the Kueue and JobSet charts' webhook objects at controllers outside the cluster.
 
-On the simulated cluster Kueue runs as a local process (sim/kueue.sh) and serves its admission and conversion
-webhooks on loopback with a certificate of its own. When the stack sets ``gpucluster:kueue.localWebhooks``,
-``__main__.py`` registers :func:`local_webhooks_transform` as a stack transform: the engine then hands it every
-resource it registers, the objects the Kueue chart renders included, and it rewrites the webhook ones. Pulumi owns
-the rewritten objects, so a re-run shows no drift; production stacks never register it.
+On the simulated cluster Kueue and JobSet run as local processes (sim/kueue.sh, sim/jobset.sh) and serve their
+admission and conversion webhooks on loopback with a certificate of their own. When the stack sets
+``gpucluster:kueue.localWebhooks``, ``__main__.py`` registers :func:`local_webhooks_transform` as a stack
+transform: the engine then hands it every resource it registers, the objects the charts render included, and it
+rewrites the webhook ones. Pulumi owns the rewritten objects, so a re-run shows no drift; production stacks never
+register it.
 """
 
 from __future__ import annotations
@@ -80,20 +81,38 @@ def local_webhooks_props(type_: str, props: Mapping[str, Any], base_url: str, ca
     return None
 
 
-def local_webhooks_transform(local: LocalWebhooks, root: Path = ROOT) -> Transform:
-    """A Pulumi transform that makes Kueue's webhooks call a controller running outside the cluster.
+def service_namespace(type_: str, props: Mapping[str, Any]) -> str | None:
+    """The namespace of the Service a webhook object calls (its first webhook's), None when it names none."""
+    if type_ in WEBHOOK_CONFIGURATION_TYPES:
+        for hook in props.get("webhooks") or []:
+            service = (hook.get("clientConfig") or {}).get("service") or {}
+            if service.get("namespace"):
+                return str(service["namespace"])
+        return None
+    webhook = ((props.get("spec") or {}).get("conversion") or {}).get("webhook") or {}
+    service = (webhook.get("clientConfig") or {}).get("service") or {}
+    return str(service["namespace"]) if service.get("namespace") else None
 
-    Every other resource passes untouched (None). The CA file is read when the first webhook object is
-    transformed, never at import.
+
+def local_webhooks_transform(
+    local: LocalWebhooks, root: Path = ROOT, others: Mapping[str, LocalWebhooks] | None = None
+) -> Transform:
+    """A Pulumi transform that makes the charts' webhooks call controllers running outside the cluster.
+
+    ``local`` serves every webhook object (Kueue's); ``others`` maps the namespace of the Service a chart's webhooks
+    name to the controller that serves them instead (JobSet's, in ``jobset-system``). Every other resource passes
+    untouched (None). A CA file is read when the first webhook object for it is transformed, never at import.
     """
-    ca: list[str] = []
+    routes = dict(others or {})
+    cas: dict[str, str] = {}
 
     def transform(args: pulumi.ResourceTransformArgs) -> pulumi.ResourceTransformResult | None:
         if args.type_ not in (*WEBHOOK_CONFIGURATION_TYPES, CRD_TYPE):
             return None
-        if not ca:
-            ca.append(read_ca_bundle(local, root))
-        props = local_webhooks_props(args.type_, args.props, local.url, ca[0])
+        target = routes.get(service_namespace(args.type_, args.props) or "", local)
+        if target.ca_bundle_file not in cas:
+            cas[target.ca_bundle_file] = read_ca_bundle(target, root)
+        props = local_webhooks_props(args.type_, args.props, target.url, cas[target.ca_bundle_file])
         if props is None:
             return None
         return pulumi.ResourceTransformResult(props=props, opts=args.opts)
@@ -101,9 +120,12 @@ def local_webhooks_transform(local: LocalWebhooks, root: Path = ROOT) -> Transfo
     return transform
 
 
-def register(local: LocalWebhooks | None) -> bool:
-    """Register the transform for this program run when the stack sets ``kueue.localWebhooks``; True if it did."""
+def register(local: LocalWebhooks | None, others: Mapping[str, LocalWebhooks] | None = None) -> bool:
+    """Register the transform for this program run when the stack sets ``kueue.localWebhooks``; True if it did.
+
+    ``others``: the Service namespace -> local controller of further charts (``jobset.localWebhooks``).
+    """
     if local is None:
         return False
-    pulumi.runtime.register_resource_transform(local_webhooks_transform(local))
+    pulumi.runtime.register_resource_transform(local_webhooks_transform(local, others=others))
     return True

@@ -11,6 +11,7 @@ if [[ -d "$STATE/daemons" ]]; then
   # The daemons of the stack that was deployed: GPUCLUSTER_STACK / GPUCLUSTER_SIM_STACK as make up had them.
   GPUCLUSTER_SIM_STACK="$STACK" "$(sim_python)" "$ROOT/sim/processes.py" stop || warn "some local daemons did not stop cleanly"
 fi
+"$ROOT/sim/jobset.sh" stop
 "$ROOT/sim/kueue.sh" stop
 if [[ -d "$STATE/pulumi" ]]; then
   step "dropping the Pulumi state of the local stack ($STATE/pulumi)"

@@ -6,7 +6,8 @@
 #   2. sim/kueue.sh certs             the loopback certificate the stack's webhook objects trust
 #   3. pulumi up --stack local        Pulumi CLI + Python host + Kubernetes provider from the tool cache,
 #                                     state in .state/pulumi (file backend)
-#   4. sim/kueue.sh start             the Kueue controller with the Configuration Pulumi deployed
+#   4. sim/kueue.sh start             the Kueue controller with the Configuration Pulumi deployed, then
+#      sim/jobset.sh start            the JobSet controller (training jobs are JobSets)
 #   5. the descheduler dry run
 #   6. sim/processes.py start          the stack's daemons as local processes (fake GPU cloud, burst provider
 #                                     service, virtual node, kube-state-metrics, Prometheus, taint controllers,
@@ -34,7 +35,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 t_start=$SECONDS
 sim_require_tools pulumi pulumi-language-python pulumi-language-python-exec pulumi-resource-kubernetes kueue \
-  descheduler kubectl
+  jobset descheduler kubectl
 [[ -x "$ROOT/.venv/bin/python" ]] || die "the Python venv is missing (make venv)"
 [[ -f "$STACK" ]] || die "stack file $STACK not found (GPUCLUSTER_STACK=$STACK_NAME, GPUCLUSTER_SIM_STACK)"
 mapfile -t config_file < <(stack_file_args)
@@ -87,6 +88,8 @@ step "pulumi up --stack $STACK_NAME"
 pulumi_up || die "pulumi up failed twice (the engine's message is above)"
 # The update may have changed Kueue's Configuration: restart the controller if so.
 "$ROOT/sim/kueue.sh" start
+# The chart installed the JobSet CRD and pointed its webhooks at loopback: serve them.
+"$ROOT/sim/jobset.sh" start
 
 export KUBECONFIG="$KUBECONFIG_FILE"
 "$ROOT/sim/descheduler.sh"

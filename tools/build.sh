@@ -73,6 +73,10 @@ ldflags() {
       v="$(version tools/kueue sigs.k8s.io/kueue)"
       echo "-X sigs.k8s.io/kueue/pkg/version.GitVersion=$v"
       ;;
+    jobset)
+      v="$(version tools/jobset sigs.k8s.io/jobset)"
+      echo "-X sigs.k8s.io/jobset/pkg/version.GitVersion=$v"
+      ;;
     descheduler)
       v="$(version tools/descheduler sigs.k8s.io/descheduler)"
       echo "-X sigs.k8s.io/descheduler/pkg/version.version=$v"
@@ -112,6 +116,7 @@ STEPS=(
   "kwok tools/kwok sigs.k8s.io/kwok/cmd/kwok sigs.k8s.io/kwok"
   "etcd tools/etcd go.etcd.io/etcd/server/v3 go.etcd.io/etcd/server/v3"
   "kueue tools/kueue sigs.k8s.io/kueue/cmd/kueue sigs.k8s.io/kueue"
+  "jobset tools/jobset sigs.k8s.io/jobset sigs.k8s.io/jobset"
   "descheduler tools/descheduler sigs.k8s.io/descheduler/cmd/descheduler sigs.k8s.io/descheduler"
   "gpucluster-virtual-node virtualnode gpucluster.local/virtualnode/cmd/gpucluster-virtual-node github.com/virtual-kubelet/virtual-kubelet"
   "kube-state-metrics tools/kube-state-metrics k8s.io/kube-state-metrics/v2 k8s.io/kube-state-metrics/v2"

@@ -19,6 +19,7 @@ from components.constants import DEFAULT_BURST_TAINT_KEY, PROJECT
 from components.descheduler_settings import DeschedulerSettings
 from components.inference_settings import InferenceServiceSpec
 from components.issues import ConfigIssue, SettingsError, issues_from_validation_error, key_text, shown
+from components.jobset_settings import JobSetSettings
 from components.make_before_break_settings import FILLED as MAKE_BEFORE_BREAK_FILLED
 from components.make_before_break_settings import MakeBeforeBreakSettings
 from components.model import MAX_STRING, DnsLabel, TaintKey
@@ -30,8 +31,8 @@ from components.quota_controller_settings import QuotaControllerSettings, QuotaF
 from components.storage_settings import StorageSettings
 from components.taint_controller_settings import TaintControllerSettings, gpu_types_in_cluster
 from components.telemetry.settings import TelemetrySettings
-
 from components.training.settings import TrainingSettings
+
 #: Where a misspelt key is checked against.
 UNKNOWN_KEY_HINT = "check the spelling against README's config reference"
 
@@ -85,17 +86,19 @@ class StackConfig:
     descheduler: DeschedulerSettings
     storage: StorageSettings
     telemetry: TelemetrySettings
+    #: The JobSet controller: training jobs are JobSets.
+    jobset: JobSetSettings
     #: The make-before-break AdmissionCheck controller; its ``inferenceNamespaces`` filled from the stack's.
     make_before_break: MakeBeforeBreakSettings
     #: The quota controller; its flavors and the queues' shares filled from the stack's.
     quota_controller: QuotaControllerSettings
     #: The quarantine controller; its flavors filled from the stack's.
     quarantine: QuarantineSettings
+    #: Training jobs' restart bounds and where their measured reliability is read.
+    training: TrainingSettings
     #: None when the stack has no ``gpucluster:burst`` section.
     burst: BurstConfig | None = None
     inference_services: tuple[InferenceServiceSpec, ...] = ()
-    #: Training jobs' restart bounds and where their measured reliability is read.
-    training: TrainingSettings
 
     @property
     def burst_enabled(self) -> bool:
@@ -170,17 +173,18 @@ SECTIONS: dict[str, _Section] = {
     "inferenceNamespaces": _section("inference_namespaces", Annotated[list[DnsLabel], Field(min_length=1)]),
     "priorities": _section("priorities", Priorities, model=True),
     "kueue": _section("kueue", KueueSettings, {}, model=True),
+    "jobset": _section("jobset", JobSetSettings, {}, model=True),
     "descheduler": _section("descheduler", DeschedulerSettings, {}, model=True),
     "storage": _section("storage", StorageSettings, model=True),
     "telemetry": _section("telemetry", TelemetrySettings, {}, model=True),
     MAKE_BEFORE_BREAK_KEY: _section("make_before_break", MakeBeforeBreakSettings, {}, model=True),
     QUOTA_CONTROLLER_KEY: _section("quota_controller", QuotaControllerSettings, {}, model=True),
     QUARANTINE_KEY: _section("quarantine", QuarantineSettings, {}, model=True),
+    "training": _section("training", TrainingSettings, {}, model=True),
     "inferenceServices": _section("inference_services", list[InferenceServiceSpec], []),
 }
 #: Validated by :func:`parse_burst`: two daemons' models share the section.
 BURST_KEY = "burst"
-    "training": _section("training", TrainingSettings, {}, model=True),
 TAINT_CONTROLLER_KEY = "taintController"
 #: Fields of the taint controller's settings the component fills; the stack does not set them.
 TAINT_CONTROLLER_FILLED = {"nodeName": "burst.virtualNode.nodeName", "taintKey": "gpucluster:burstTaintKey"}
@@ -207,18 +211,19 @@ class StackSections:
     inference_namespaces: tuple[str, ...] | None = None
     priorities: Priorities | None = None
     kueue: KueueSettings | None = None
+    jobset: JobSetSettings | None = None
     descheduler: DeschedulerSettings | None = None
     storage: StorageSettings | None = None
     telemetry: TelemetrySettings | None = None
     make_before_break: MakeBeforeBreakSettings | None = None
     quota_controller: QuotaControllerSettings | None = None
     quarantine: QuarantineSettings | None = None
+    training: TrainingSettings | None = None
     inference_services: tuple[InferenceServiceSpec, ...] | None = None
     #: None when the stack has no ``gpucluster:burst`` section or it did not validate.
     burst: BurstConfig | None = None
     #: Keys under ``config:`` that are neither sections nor secrets the burst section names.
     unknown: tuple[str, ...] = field(default_factory=tuple)
-    training: TrainingSettings | None = None
 
     @property
     def training_namespaces(self) -> set[str]:

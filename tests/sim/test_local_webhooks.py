@@ -218,3 +218,19 @@ def test_production_stacks_register_no_transform(ca_file: Path, monkeypatch: pyt
     mocks = _run_program("prod", ca_file, monkeypatch)
     assert "kubernetes:helm.sh/v4:Chart" in mocks.types
     assert mocks.stack_transforms == []
+
+
+def test_a_chart_s_webhooks_go_to_the_controller_that_serves_its_service_namespace(ca_file: Path) -> None:
+    jobset = LocalWebhooks(url="https://127.0.0.1:19444", ca_bundle_file=str(ca_file))
+    transform = local_webhooks_transform(
+        LocalWebhooks(url=URL, ca_bundle_file=str(ca_file)), others={"jobset-system": jobset}
+    )
+    opts = pulumi.ResourceOptions()
+    props = _webhook_config("/mutate--v1-pod")
+    props["webhooks"][0]["clientConfig"]["service"]["namespace"] = "jobset-system"
+    to_jobset = transform(pulumi.ResourceTransformArgs(True, MUTATING, "j", props, opts))
+    assert to_jobset is not None
+    assert to_jobset.props["webhooks"][0]["clientConfig"]["url"] == "https://127.0.0.1:19444/mutate--v1-pod"
+    to_kueue = transform(pulumi.ResourceTransformArgs(True, MUTATING, "k", _webhook_config("/mutate"), opts))
+    assert to_kueue is not None
+    assert to_kueue.props["webhooks"][0]["clientConfig"]["url"] == f"{URL}/mutate"

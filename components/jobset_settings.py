@@ -1,0 +1,30 @@
+"""Settings of the JobSet controller (``components/jobset.py``): ``gpucluster:jobset``.
+
+JobSet (sigs.k8s.io/jobset) is the gang workload training jobs are submitted as: Kueue admits it all or nothing,
+and its failure policy restarts the whole gang in place without giving its quota up. The chart is pinned to the
+version Kueue v0.17.0 itself requires.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from components.charts import ChartSource
+from components.model import ConfigModel, DnsLabel, SemVer
+from components.queues_settings import LocalWebhooks
+
+JOBSET_CHART_VERSION = "0.11.1"
+#: The API the training JobSets are written in.
+JOBSET_API = "jobset.x-k8s.io/v1alpha2"
+
+
+class JobSetSettings(ConfigModel):
+    """The JobSet controller, installed from its pinned chart (CRD, controller, webhooks)."""
+
+    enabled: bool = True
+    chart_version: SemVer = JOBSET_CHART_VERSION
+    chart: ChartSource = ChartSource(oci="oci://registry.k8s.io/jobset/charts/jobset")
+    namespace: DnsLabel = "jobset-system"
+    #: Local-stack only: serve JobSet's admission webhooks from a controller outside the cluster (sim/jobset.sh).
+    local_webhooks: LocalWebhooks | None = None
+    extra_values: dict[str, Any] = {}

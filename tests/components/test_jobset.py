@@ -1,0 +1,59 @@
+"""The JobSet controller: its pinned chart (the version Kueue v0.17.0 requires), offline from its Go module, in every
+stack, and the local stack's webhooks served on loopback."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from components.charts import ChartSource, GoModuleChart, resolve_chart
+from components.config import load_stack_file
+from components.jobset import JobSet, JobSetArgs, jobset_chart_values
+from components.jobset_settings import JOBSET_CHART_VERSION, JobSetSettings
+from tests.support.pulumi_harness import deploy
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_pinned_version_is_the_one_kueue_requires() -> None:
+    go_mod = (ROOT / "tools" / "kueue" / "go.sum").read_text()
+    assert f"sigs.k8s.io/jobset v{JOBSET_CHART_VERSION} " in go_mod
+    assert f"sigs.k8s.io/jobset v{JOBSET_CHART_VERSION}" in (ROOT / "tools" / "jobset" / "go.mod").read_text()
+
+
+def test_offline_mode_reads_the_chart_from_its_go_module(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GPUCLUSTER_OFFLINE_CHARTS", "1")
+    resolved = resolve_chart(JobSetSettings().chart, JOBSET_CHART_VERSION)
+    assert resolved.chart.endswith(f"sigs.k8s.io/jobset@v{JOBSET_CHART_VERSION}/charts/jobset")
+    assert (Path(resolved.chart) / "crds" / "jobset.x-k8s.io_jobsets.yaml").is_file()
+
+
+def test_two_replicas_with_leader_election_and_the_stack_s_extras_merged() -> None:
+    values = jobset_chart_values(JobSetSettings(extra_values={"controller": {"replicas": 3}, "prometheus": {}}))
+    assert values["controller"] == {"replicas": 3, "leaderElection": {"enable": True}}
+    assert values["prometheus"] == {}
+
+
+def test_the_component_installs_the_chart_in_its_namespace() -> None:
+    source = GoModuleChart(module="sigs.k8s.io/jobset", version="v0.11.1", path="charts/jobset")
+    settings = JobSetSettings(chart=ChartSource(go_module=source))
+    graph = deploy(lambda: JobSet("js", JobSetArgs(settings=settings, labels={"gpucluster.io/environment": "t"})))
+    (ns,) = graph.of_type("kubernetes:core/v1:Namespace")
+    assert ns.inputs["metadata"]["name"] == "jobset-system"
+    (chart,) = graph.of_type("kubernetes:helm.sh/v4:Chart")
+    assert chart.inputs["namespace"] == "jobset-system"
+    assert chart.inputs["chart"].endswith("sigs.k8s.io/jobset@v0.11.1/charts/jobset")
+
+
+def test_a_disabled_controller_is_not_a_component() -> None:
+    with pytest.raises(ValueError, match=r"jobset\.enabled is false"):
+        JobSetArgs(settings=JobSetSettings(enabled=False))
+
+
+@pytest.mark.parametrize("stack", ["local", "dev", "staging", "prod"])
+def test_every_stack_runs_jobset(stack: str) -> None:
+    cfg = load_stack_file(ROOT / "stacks" / f"Pulumi.{stack}.yaml")
+    assert cfg.jobset.enabled
+    # Only the local stack serves the webhooks from a process outside the cluster.
+    assert (cfg.jobset.local_webhooks is not None) == (stack == "local")
