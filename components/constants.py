@@ -86,3 +86,6 @@ CHECKPOINT_ANNOTATION_PREFIX = "checkpoint.gpucluster.io/"
 #: accounting daemon in its namespace): training node-seconds per interruption.
 RELIABILITY_CONFIGMAP = "gpucluster-training-reliability"
 TRAINING_NAMESPACE = "gpucluster-training"
+#: The ServiceAccount a training job's pods run as in its team namespace: it may annotate the team's
+#: ``checkpoints`` claim with the checkpoint report and nothing else.
+TRAINER_SERVICE_ACCOUNT = "gpucluster-trainer"

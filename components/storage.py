@@ -4,6 +4,8 @@ Driver-agnostic: Lustre, WEKA, VAST, GPFS/Spectrum Scale or NFS, each reached th
 StorageClass that provisions volumes (``mode: dynamic``) or pre-created filesets bound as static
 PersistentVolumes (``mode: static``). Every training namespace gets a ``checkpoints`` and a ``datasets`` claim,
 both ReadWriteMany so every rank of a gang mounts the same tree; checkpoints are retained when a claim goes.
+Training pods run as the namespace's ``gpucluster-trainer`` ServiceAccount, which may read and annotate the
+``checkpoints`` claim (the checkpoint report, ``checkpoint.gpucluster.io/<job>``) and nothing else.
 """
 
 from __future__ import annotations
@@ -14,10 +16,20 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.constants import CLAIM_LABEL, STORAGE_DRIVER_LABEL
+from components.constants import CLAIM_LABEL, STORAGE_DRIVER_LABEL, TRAINER_SERVICE_ACCOUNT
+from components.rbac import grant
 from components.storage_settings import Claim, StorageSettings, checkpoint_interval_seconds
 
 CLAIMS = ("checkpoints", "datasets")
+#: What a training pod may do with the API: annotate its team's checkpoints claim with the checkpoint report.
+CHECKPOINT_REPORT_RULES = (
+    {
+        "apiGroups": [""],
+        "resources": ["persistentvolumeclaims"],
+        "resourceNames": ["checkpoints"],
+        "verbs": ["get", "patch"],
+    },
+)
 
 
 @dataclass(frozen=True)
@@ -111,6 +123,26 @@ class Storage(pulumi.ComponentResource):
                     ),
                     opts=pulumi.ResourceOptions(parent=self, depends_on=deps),
                 )
+        self.trainer_accounts: dict[str, k8s.core.v1.ServiceAccount] = {}
+        for ns in args.namespaces:
+            deps = [args.namespace_resources[ns]] if ns in args.namespace_resources else []
+            account = k8s.core.v1.ServiceAccount(
+                f"{name}-trainer-{ns}",
+                metadata={"name": TRAINER_SERVICE_ACCOUNT, "namespace": ns, "labels": dict(args.labels)},
+                opts=pulumi.ResourceOptions(parent=self, depends_on=deps),
+            )
+            self.trainer_accounts[ns] = account
+            grant(
+                self,
+                (f"{name}-checkpoint-report-{ns}", f"{name}-checkpoint-report-binding-{ns}"),
+                name="gpucluster-checkpoint-report",
+                rules=CHECKPOINT_REPORT_RULES,
+                service_account=account,
+                subject=[{"kind": "ServiceAccount", "name": TRAINER_SERVICE_ACCOUNT, "namespace": ns}],
+                labels=args.labels,
+                namespace=ns,
+                depends_on=deps,
+            )
         self.checkpoint_interval_minutes = checkpoint_cadence_minutes(s)
         self.register_outputs(
             {

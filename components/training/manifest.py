@@ -32,6 +32,7 @@ from components.constants import (
     GPU_RESOURCE,
     MAX_RESTARTS_PER_HOUR_ANNOTATION,
     TEAM_LABEL,
+    TRAINER_SERVICE_ACCOUNT,
     TRAINING_JOB_LABEL,
 )
 from components.storage_settings import checkpoint_interval_seconds
@@ -268,6 +269,8 @@ def jobset_manifest(spec: JobSpec, ctx: JobContext) -> dict[str, Any]:
         # podFailurePolicy needs it: a failed container fails its pod, and the policy decides.
         "restartPolicy": "Never",
         "priorityClassName": ctx.pod_priority_class,
+        # May annotate the team's checkpoints claim with the checkpoint report (components/storage.py grants it).
+        "serviceAccountName": TRAINER_SERVICE_ACCOUNT,
         "containers": [container],
         "volumes": [
             {"name": CHECKPOINTS_CLAIM, "persistentVolumeClaim": {"claimName": CHECKPOINTS_CLAIM}},
@@ -280,7 +283,13 @@ def jobset_manifest(spec: JobSpec, ctx: JobContext) -> dict[str, Any]:
         "completionMode": "Indexed",
         "backoffLimit": 0,
         "podFailurePolicy": pod_failure_policy(),
-        "template": {"metadata": {"labels": dict(ours)}, "spec": pod_spec},
+        "template": {
+            "metadata": {
+                "labels": dict(ours),
+                **({"annotations": dict(spec.pod_annotations)} if spec.pod_annotations else {}),
+            },
+            "spec": pod_spec,
+        },
     }
     return {
         "apiVersion": JOBSET_API_VERSION,

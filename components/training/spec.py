@@ -17,7 +17,7 @@ from pydantic import AfterValidator, Field, ValidationError, field_validator
 
 from components.documents import DocumentError, read_document
 from components.issues import ConfigIssue, SettingsError, issues_from_validation_error, shown
-from components.model import ConfigModel, DnsLabel
+from components.model import ConfigModel, DnsLabel, check_qualified_name
 
 #: Every problem of a spec is reported under this prefix: ``spec.nodes: must be at least 1``.
 SPEC_PATH = "spec"
@@ -92,6 +92,15 @@ class JobSpec(ConfigModel):
     max_restarts: Annotated[int, Field(ge=0, le=10_000)] | None = None
     #: A GPU flavor of the stack the job must fit (nodes x GPUs per node); default: any flavor of its queue.
     flavor: DnsLabel | None = None
+    #: Annotations on every pod of the job (a profiler's or sidecar's settings); keys are qualified names.
+    pod_annotations: dict[str, str] = {}
+
+    @field_validator("pod_annotations")
+    @classmethod
+    def _annotations(cls, v: dict[str, str]) -> dict[str, str]:
+        for key in v:
+            check_qualified_name(key, "annotation key")
+        return v
 
     @field_validator("env")
     @classmethod

@@ -180,6 +180,24 @@ def test_dynamic_storage_class_and_rwx_claims(local: Graph) -> None:
     assert not local.of_type("kubernetes:core/v1:PersistentVolume")
 
 
+def test_training_pods_may_write_the_checkpoint_report_on_their_claim_only(local: Graph) -> None:
+    for ns in ("team-foundation", "team-vision"):
+        sa = local.one("kubernetes:core/v1:ServiceAccount", f"sim-storage-trainer-{ns}")
+        assert sa.inputs["metadata"] == {**sa.inputs["metadata"], "name": "gpucluster-trainer", "namespace": ns}
+        role = local.one("kubernetes:rbac.authorization.k8s.io/v1:Role", f"sim-storage-checkpoint-report-{ns}")
+        (rule,) = role.inputs["rules"]
+        assert rule == {
+            "apiGroups": [""],
+            "resources": ["persistentvolumeclaims"],
+            "resourceNames": ["checkpoints"],
+            "verbs": ["get", "patch"],
+        }
+        binding = local.one(
+            "kubernetes:rbac.authorization.k8s.io/v1:RoleBinding", f"sim-storage-checkpoint-report-binding-{ns}"
+        )
+        assert binding.inputs["subjects"] == [{"kind": "ServiceAccount", "name": "gpucluster-trainer", "namespace": ns}]
+
+
 def test_static_storage_binds_each_claim_to_its_own_retained_pv(prod: Graph) -> None:
     pvs = prod.of_type("kubernetes:core/v1:PersistentVolume")
     assert len(pvs) == 4 * 2

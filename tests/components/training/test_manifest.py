@@ -15,6 +15,7 @@ from components.constants import (
     MAX_RESTARTS_PER_HOUR_ANNOTATION,
     QUARANTINE_TAINT_KEY,
     TEAM_LABEL,
+    TRAINER_SERVICE_ACCOUNT,
     TRAINING_JOB_LABEL,
 )
 from components.storage_settings import checkpoint_interval_seconds
@@ -28,7 +29,7 @@ from components.training.manifest import (
     jobset_manifest,
     parse_reliability,
 )
-from components.training.spec import JobSpec, parse_spec
+from components.training.spec import JobSpec, SpecError, parse_spec
 from tests.components.training.conftest import local_raw, spec_doc
 
 UPDATED = "2026-12-01T10:00:00Z"
@@ -258,3 +259,19 @@ def test_a_context_refuses_bounds_that_cannot_hold() -> None:
         JobContext("ns", "q", "p", checkpoint_interval_seconds=0, max_restarts_per_hour=1, max_restarts=0)
     with pytest.raises(ValueError, match="max_restarts_per_hour"):
         JobContext("ns", "q", "p", checkpoint_interval_seconds=1, max_restarts_per_hour=0, max_restarts=0)
+
+
+def test_the_pods_run_as_the_trainer_account_that_may_write_the_checkpoint_report(stack: StackConfig) -> None:
+    pod = job_of(manifest_of(stack))["template"]["spec"]
+    assert pod["serviceAccountName"] == TRAINER_SERVICE_ACCOUNT == "gpucluster-trainer"
+
+
+def test_pod_annotations_go_on_every_pod_and_are_absent_when_none(stack: StackConfig) -> None:
+    meta = job_of(manifest_of(stack, podAnnotations={"profiler.example.com/every": "100"}))["template"]["metadata"]
+    assert meta["annotations"] == {"profiler.example.com/every": "100"}
+    assert "annotations" not in job_of(manifest_of(stack))["template"]["metadata"]
+
+
+def test_a_pod_annotation_key_that_is_not_a_qualified_name_is_refused() -> None:
+    with pytest.raises(SpecError, match=r"spec\.podAnnotations.*annotation key"):
+        parse_spec(spec_doc(podAnnotations={"not a key": "x"}))
