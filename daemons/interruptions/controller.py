@@ -74,11 +74,15 @@ def choose(annotation: Record, memory: Record | None) -> Record:
     )
 
 
-def reliability_data(cluster: ClusterTime) -> dict[str, str]:
-    """The reliability ConfigMap's data, less ``updatedAt`` (the contract of issue 15)."""
+def reliability_data(cluster: ClusterTime) -> dict[str, str] | None:
+    """The reliability ConfigMap's data, less ``updatedAt`` (the contract of issue 15); ``nodeMtbiSeconds`` is 0
+    before the first interruption. None while interruptions have happened but no training time yet (an MTBI of 0
+    would say every node fails at once): nothing is written, and readers keep the last figures or their prior."""
     mtbi = cluster.node_mtbi_s
+    if cluster.interruptions > 0 and (mtbi is None or mtbi <= 0):
+        return None
     return {
-        "nodeMtbiSeconds": f"{mtbi:.1f}" if mtbi is not None else "",
+        "nodeMtbiSeconds": f"{mtbi:.1f}" if mtbi is not None else "0",
         "interruptions": str(cluster.interruptions),
         "nodeSeconds": f"{cluster.node_seconds:.1f}",
     }
@@ -229,7 +233,7 @@ class Controller:
 
     def _write_reliability(self, cluster: ClusterTime) -> bool:
         data = reliability_data(cluster)
-        if data == self._written_reliability:
+        if data is None or data == self._written_reliability:
             return False
         try:
             self.api.put_config_map(

@@ -10,7 +10,8 @@ from typing import Any, cast
 
 from components.interruptions_settings import InterruptionsSettings
 from daemons.interruptions.client import KubeApi
-from daemons.interruptions.controller import Controller, resume_command
+from daemons.interruptions.controller import Controller, reliability_data, resume_command
+from daemons.interruptions.ettr import ClusterTime
 from daemons.interruptions.metrics import Metrics
 from daemons.interruptions.model import LEDGER_ANNOTATION
 from daemons.toolkit.lease import KubeError
@@ -168,6 +169,7 @@ def test_a_standby_writes_nothing_but_exports_the_figures() -> None:
 def test_fail_static_keeps_the_figures_and_writes_nothing() -> None:
     api = FakeApi()
     crash(api, 1)
+    api.pods = [running_pod(1, NOW - 5)]
     c, metrics = controller(api)
     first = c.cycle()
     assert first.figures is not None
@@ -213,3 +215,17 @@ def test_a_new_leader_after_a_kill_reads_the_record_and_adds_nothing_twice() -> 
     second, _ = controller(api)  # a fresh process: no memory, only the annotation and the objects
     second.cycle()
     assert json.loads(api.jobset["metadata"]["annotations"][LEDGER_ANNOTATION])["items"] == json.loads(before)["items"]
+
+
+def test_reliability_data_before_and_without_training_time() -> None:
+    assert reliability_data(ClusterTime(None, 0.0, 0)) == {
+        "nodeMtbiSeconds": "0",
+        "interruptions": "0",
+        "nodeSeconds": "0.0",
+    }
+    assert reliability_data(ClusterTime(None, 0.0, 2)) is None  # interrupted before any training: not measurable
+    assert reliability_data(ClusterTime(0.9, 7200.0, 3)) == {
+        "nodeMtbiSeconds": "2400.0",
+        "interruptions": "3",
+        "nodeSeconds": "7200.0",
+    }

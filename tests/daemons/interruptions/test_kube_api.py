@@ -246,6 +246,13 @@ def test_a_kill_9_loses_no_interruption_and_the_bound_stops_the_job(kube: ApiSer
         },
     )
 
+    # The gang runs again (attempt 3): training time the reliability figures count.
+    pod_labels = {"gpucluster.io/training-job": "llm", "jobset.sigs.k8s.io/restart-attempt": "3"}
+    pod = {"metadata": {"name": "llm-node-0-0", "labels": pod_labels}, "spec": {"nodeName": "n1", **POD["spec"]}}
+    raw(server, "POST", f"/api/v1/namespaces/{TEAM}/pods", pod)
+    running = {"status": {"phase": "Running", "startTime": stamp(1)}}
+    raw(server, "PATCH", f"/api/v1/namespaces/{TEAM}/pods/llm-node-0-0/status", running, MERGE_PATCH)
+
     port = free_port()
     second = start_daemon(settings, kubeconfig, port, "second", tmp_path / "second.log")
     try:
@@ -276,6 +283,7 @@ def test_a_kill_9_loses_no_interruption_and_the_bound_stops_the_job(kube: ApiSer
         assert "gpucluster_interruptions_is_leader 1.0" in text
         cm = raw(server, "GET", f"/api/v1/namespaces/{SYSTEM}/configmaps/{SETTINGS.reliability_config_map}")
         assert cm["data"]["interruptions"] == "4"
+        assert float(cm["data"]["nodeMtbiSeconds"]) > 0
     finally:
         second.send_signal(signal.SIGTERM)
         assert second.wait(30) == 0
