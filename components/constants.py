@@ -79,6 +79,8 @@ TEAM_LABEL = "gpucluster.io/team"
 #: On the JobSet: the checkpoint interval it was given (seconds) and its restart bound per hour.
 CHECKPOINT_INTERVAL_ANNOTATION = "gpucluster.io/checkpoint-interval-seconds"
 MAX_RESTARTS_PER_HOUR_ANNOTATION = "gpucluster.io/max-restarts-per-hour"
+#: On the JobSet: seconds one complete checkpoint takes to write (training stalls meanwhile).
+CHECKPOINT_WRITE_ANNOTATION = "gpucluster.io/checkpoint-write-seconds"
 #: The checkpoint report: a job annotates its team's ``checkpoints`` claim with
 #: ``checkpoint.gpucluster.io/<jobset name>: <RFC 3339 time its last complete checkpoint finished>``.
 CHECKPOINT_ANNOTATION_PREFIX = "checkpoint.gpucluster.io/"

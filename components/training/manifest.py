@@ -29,6 +29,7 @@ from components.config.stack import StackConfig
 from components.constants import (
     CHECKPOINT_ANNOTATION_PREFIX,
     CHECKPOINT_INTERVAL_ANNOTATION,
+    CHECKPOINT_WRITE_ANNOTATION,
     GPU_RESOURCE,
     MAX_RESTARTS_PER_HOUR_ANNOTATION,
     TEAM_LABEL,
@@ -171,6 +172,8 @@ class JobContext:
     gpu_resource: str = GPU_RESOURCE
     #: Labels every object of the stack carries (environment), added to the JobSet's.
     labels: Mapping[str, str] = field(default_factory=dict)
+    #: Seconds one checkpoint takes to write (the JobSet says so, for the interruption accounting's ETTR).
+    checkpoint_write_seconds: float = 30.0
 
     def __post_init__(self) -> None:
         if self.checkpoint_interval_seconds < 1:
@@ -192,6 +195,7 @@ def job_context(spec: JobSpec, stack: StackConfig, interval: Interval) -> JobCon
         local_queue=team.local_queue,
         pod_priority_class=stack.priorities.pod.training.name,
         checkpoint_interval_seconds=interval.seconds,
+        checkpoint_write_seconds=interval.write_seconds,
         max_restarts_per_hour=spec.max_restarts_per_hour or training.max_restarts_per_hour,
         max_restarts=spec.max_restarts if spec.max_restarts is not None else training.max_restarts,
         gpu_resource=gpu_resource,
@@ -305,6 +309,7 @@ def jobset_manifest(spec: JobSpec, ctx: JobContext) -> dict[str, Any]:
             },
             "annotations": {
                 CHECKPOINT_INTERVAL_ANNOTATION: str(ctx.checkpoint_interval_seconds),
+                CHECKPOINT_WRITE_ANNOTATION: f"{ctx.checkpoint_write_seconds:g}",
                 MAX_RESTARTS_PER_HOUR_ANNOTATION: str(ctx.max_restarts_per_hour),
             },
         },

@@ -300,7 +300,11 @@ class Controller:
                 created_at=job.created_at,
                 nodes=job.nodes,
                 interval_s=job.checkpoint_interval_s,
-                write_s=self.settings.checkpoint_write_seconds,
+                write_s=(
+                    job.checkpoint_write_s
+                    if job.checkpoint_write_s is not None
+                    else self.settings.checkpoint_write_seconds
+                ),
                 interruptions=sum(by_cause.values()),
             )
             times.append(t)

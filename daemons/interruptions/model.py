@@ -70,6 +70,8 @@ class JobView:
     checkpoint_at: float | None = None
     #: The JobSet is suspended (queued or stopped).
     suspended: bool = False
+    #: Seconds one checkpoint write stalls it (its annotation); None: the daemon's default.
+    checkpoint_write_s: float | None = None
 
     @property
     def key(self) -> str:

@@ -15,6 +15,7 @@ from typing import Any
 from components.constants import (
     CHECKPOINT_ANNOTATION_PREFIX,
     CHECKPOINT_INTERVAL_ANNOTATION,
+    CHECKPOINT_WRITE_ANNOTATION,
     MAX_RESTARTS_PER_HOUR_ANNOTATION,
     TEAM_LABEL,
     TRAINING_JOB_LABEL,
@@ -224,6 +225,7 @@ def job_view(
         restarts_towards_max=towards,
         max_restarts_per_hour=max_rph if max_rph is not None and max_rph >= 0 else None,
         checkpoint_interval_s=_float(annotations.get(CHECKPOINT_INTERVAL_ANNOTATION)),
+        checkpoint_write_s=_float(annotations.get(CHECKPOINT_WRITE_ANNOTATION)),
         nodes=gang,
         record_text=str(annotations.get(LEDGER_ANNOTATION, "")),
         pods_running=len(current),

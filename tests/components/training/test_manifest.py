@@ -12,6 +12,7 @@ import pytest
 from components.config import StackConfig, parse_stack_config
 from components.constants import (
     CHECKPOINT_INTERVAL_ANNOTATION,
+    CHECKPOINT_WRITE_ANNOTATION,
     MAX_RESTARTS_PER_HOUR_ANNOTATION,
     QUARANTINE_TAINT_KEY,
     TEAM_LABEL,
@@ -63,6 +64,7 @@ def test_metadata_queues_the_job_on_the_team_queue_with_its_priority(stack: Stac
     }
     assert m["metadata"]["annotations"] == {
         CHECKPOINT_INTERVAL_ANNOTATION: "1315",
+        CHECKPOINT_WRITE_ANNOTATION: "30",
         MAX_RESTARTS_PER_HOUR_ANNOTATION: "6",
     }
 

@@ -175,3 +175,13 @@ def test_workload_view() -> None:
         "Preempted",
         parse_time("2026-01-01T00:02:00Z"),
     )
+
+
+def test_the_job_s_own_checkpoint_write_time_is_read_and_absent_is_none() -> None:
+    js = jobset()
+    js["metadata"]["annotations"]["gpucluster.io/checkpoint-write-seconds"] = "0.25"
+    j = job_view(js, pods=[], nodes={}, workload=None, events=[], claim_annotations={})
+    assert j.checkpoint_write_s == 0.25
+    assert (
+        job_view(jobset(), pods=[], nodes={}, workload=None, events=[], claim_annotations={}).checkpoint_write_s is None
+    )
