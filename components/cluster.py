@@ -12,6 +12,7 @@ from components.config import StackConfig
 from components.constants import ENVIRONMENT_LABEL, PROJECT, WORKLOAD_LABEL
 from components.descheduler import Descheduler, DeschedulerArgs
 from components.inference import InferenceService, InferenceServiceArgs
+from components.interruptions import Interruptions, InterruptionsArgs
 from components.jobset import JobSet, JobSetArgs
 from components.make_before_break import MakeBeforeBreak, MakeBeforeBreakArgs
 from components.make_before_break_settings import CHECK_NAME
@@ -70,12 +71,19 @@ class GpuCluster(pulumi.ComponentResource):
         quota = cfg.quota_controller if cfg.quota_controller.enabled else None
         quarantine = cfg.quarantine if cfg.quarantine.enabled else None
         capacity_namespaces = [c.namespace for c in (quota, quarantine) if c is not None]
+        interruptions = cfg.interruptions if cfg.interruptions.enabled else None
         self.namespaces: dict[str, k8s.core.v1.Namespace] = {}
         for ns, role in [
             *((n, "training") for n in cfg.training_namespaces),
             *((n, "inference") for n in cfg.inference_namespaces),
             *((n, "burst") for n in dict.fromkeys(burst_namespaces)),
             *((n, "capacity") for n in dict.fromkeys(capacity_namespaces) if n not in burst_namespaces),
+            *(
+                [(interruptions.namespace, "accounting")]
+                if interruptions is not None
+                and interruptions.namespace not in [*burst_namespaces, *capacity_namespaces]
+                else []
+            ),
         ]:
             self.namespaces[ns] = k8s.core.v1.Namespace(
                 f"{name}-ns-{ns}",
@@ -125,6 +133,19 @@ class GpuCluster(pulumi.ComponentResource):
             self.quarantine = Quarantine(
                 f"{name}-quarantine",
                 QuarantineArgs(settings=quarantine, labels=labels, depends_on=(self.namespaces[quarantine.namespace],)),
+                opts=pulumi.ResourceOptions(parent=self),
+            )
+        self.interruptions: Interruptions | None = None
+        if interruptions is not None:
+            # It reads JobSets and Kueue Workloads: after both CRDs exist.
+            after = [self.queues.chart, *([self.jobset.chart] if self.jobset is not None else [])]
+            self.interruptions = Interruptions(
+                f"{name}-interruptions",
+                InterruptionsArgs(
+                    settings=interruptions,
+                    labels=labels,
+                    depends_on=(self.namespaces[interruptions.namespace], *after),
+                ),
                 opts=pulumi.ResourceOptions(parent=self),
             )
         self.storage = Storage(

@@ -27,6 +27,7 @@ DAEMON_MODULES = (
     "daemons.make_before_break.__main__",
     "daemons.quota_controller.__main__",
     "daemons.quarantine.__main__",
+    "daemons.interruptions.__main__",
     "daemons.burst_provider.providers.fake",
     "daemons.burst_provider.providers.runpod",
     "daemons.burst_provider.providers.kubernetes.provider",

@@ -395,6 +395,7 @@ TAINT_CONTROLLER_PORTS = {"taint-controller-a": 9102, "taint-controller-b": 9103
 MAKE_BEFORE_BREAK_PORTS = {"make-before-break-a": 9104, "make-before-break-b": 9105}
 QUOTA_CONTROLLER_PORTS = {"quota-controller-a": 9106, "quota-controller-b": 9107}
 QUARANTINE_PORTS = {"quarantine-a": 9108, "quarantine-b": 9109}
+INTERRUPTIONS_PORTS = {"interruptions-a": 9112, "interruptions-b": 9113}
 #: The fake dcgm-exporter standing for every fake node's (sim/fake_dcgm.py).
 FAKE_DCGM_PORT = 18094
 #: Settings of the make-before-break controllers laid over the deployed ones (a JSON object of camelCase keys):
@@ -625,6 +626,10 @@ def kube_state_metrics(s: Stack) -> Iterable[Daemon]:
     yield s.daemon("kube-state-metrics", cmd, ready_url=f"http://127.0.0.1:{KSM_TELEMETRY_PORT}/metrics")
 
 
+#: Scrape jobs whose targets' own namespace and job labels win (honor_labels).
+HONOR_LABELS = frozenset({"interruptions", "dcgm-exporter"})
+
+
 def prometheus(s: Stack) -> Iterable[Daemon]:
     """Prometheus (Debian) scraping kube-state-metrics, the controllers and the provider service every 2s."""
     port = s.burst.virtual_node.port
@@ -638,6 +643,7 @@ def prometheus(s: Stack) -> Iterable[Daemon]:
             "make-before-break": [f"127.0.0.1:{p}" for p in MAKE_BEFORE_BREAK_PORTS.values()],
             "quota-controller": [f"127.0.0.1:{p}" for p in QUOTA_CONTROLLER_PORTS.values()],
             "quarantine": [f"127.0.0.1:{p}" for p in QUARANTINE_PORTS.values()],
+            "interruptions": [f"127.0.0.1:{p}" for p in INTERRUPTIONS_PORTS.values()],
             "dcgm-exporter": [f"127.0.0.1:{FAKE_DCGM_PORT}"],
             "burst-provider": [f"127.0.0.1:{port}"],
         }
@@ -646,7 +652,12 @@ def prometheus(s: Stack) -> Iterable[Daemon]:
             "global": {"scrape_interval": "2s", "evaluation_interval": "2s"},
             # The alert rules the stack deployed (a ConfigMap: the local stack runs no Prometheus operator).
             "rule_files": [str(rules)],
-            "scrape_configs": [{"job_name": job, "static_configs": [{"targets": t}]} for job, t in targets.items()],
+            # The interruption accounting and dcgm-exporter label their series with the workload's namespace and
+            # job (the training job's name), which must win over the scrape's own.
+            "scrape_configs": [
+                {"job_name": job, "static_configs": [{"targets": t}], "honor_labels": job in HONOR_LABELS}
+                for job, t in targets.items()
+            ],
         }
         (d / "prometheus.yml").write_text(json.dumps(config, indent=2))
         return [
@@ -819,6 +830,28 @@ def quarantine_controllers(s: Stack) -> Iterable[Daemon]:
     )
 
 
+def interruption_accounting(s: Stack) -> Iterable[Daemon]:
+    """Two interruption accounting daemons electing a leader, with the ServiceAccount and settings Pulumi deployed;
+    none when the stack turns it off."""
+    from components.interruptions_settings import APP  # noqa: PLC0415 (needs ROOT on the path)
+
+    i = s.config.interruptions
+    if not i.enabled:
+        return
+
+    def document() -> str:
+        return deployed_text(i.namespace, f"{APP}-settings", "settings.json")
+
+    yield from lease_controllers(
+        s,
+        "daemons.interruptions",
+        service_account=APP,
+        namespace=i.namespace,
+        ports=INTERRUPTIONS_PORTS,
+        document=document,
+    )
+
+
 def descheduler(s: Stack) -> Iterable[Daemon]:
     """The pinned descheduler with the policy and ServiceAccount its chart deployed."""
     ns = s.config.descheduler.namespace
@@ -854,7 +887,8 @@ def descheduler(s: Stack) -> Iterable[Daemon]:
 #: provider service that rents from them, the provider service before the node that asks it for capacity,
 #: kube-state-metrics and the fake dcgm-exporter before the Prometheus that scrapes them, Prometheus before the taint
 #: controllers that query it; the make-before-break controllers once the virtual node they move replicas to is up;
-#: the quota controllers (the API server only) and the quarantine controllers (Prometheus' alerts).
+#: the quota controllers (the API server only), the quarantine controllers (Prometheus' alerts) and the interruption
+#: accounting (the API server only).
 BUILDERS: tuple[Callable[[Stack], Iterable[Daemon]], ...] = (
     fake_clouds,
     fake_runpods,
@@ -867,6 +901,7 @@ BUILDERS: tuple[Callable[[Stack], Iterable[Daemon]], ...] = (
     make_before_break,
     quota_controllers,
     quarantine_controllers,
+    interruption_accounting,
     descheduler,
 )
 

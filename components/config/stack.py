@@ -18,6 +18,7 @@ from components.burst_settings import BurstSettings, settings_issues
 from components.constants import DEFAULT_BURST_TAINT_KEY, PROJECT
 from components.descheduler_settings import DeschedulerSettings
 from components.inference_settings import InferenceServiceSpec
+from components.interruptions_settings import InterruptionsSettings
 from components.issues import ConfigIssue, SettingsError, issues_from_validation_error, key_text, shown
 from components.jobset_settings import JobSetSettings
 from components.make_before_break_settings import FILLED as MAKE_BEFORE_BREAK_FILLED
@@ -96,6 +97,8 @@ class StackConfig:
     quarantine: QuarantineSettings
     #: Training jobs' restart bounds and where their measured reliability is read.
     training: TrainingSettings
+    #: The interruption accounting daemon (ETTR, the restart bound, the measured reliability).
+    interruptions: InterruptionsSettings
     #: None when the stack has no ``gpucluster:burst`` section.
     burst: BurstConfig | None = None
     inference_services: tuple[InferenceServiceSpec, ...] = ()
@@ -181,6 +184,7 @@ SECTIONS: dict[str, _Section] = {
     QUOTA_CONTROLLER_KEY: _section("quota_controller", QuotaControllerSettings, {}, model=True),
     QUARANTINE_KEY: _section("quarantine", QuarantineSettings, {}, model=True),
     "training": _section("training", TrainingSettings, {}, model=True),
+    "interruptions": _section("interruptions", InterruptionsSettings, {}, model=True),
     "inferenceServices": _section("inference_services", list[InferenceServiceSpec], []),
 }
 #: Validated by :func:`parse_burst`: two daemons' models share the section.
@@ -219,6 +223,7 @@ class StackSections:
     quota_controller: QuotaControllerSettings | None = None
     quarantine: QuarantineSettings | None = None
     training: TrainingSettings | None = None
+    interruptions: InterruptionsSettings | None = None
     inference_services: tuple[InferenceServiceSpec, ...] | None = None
     #: None when the stack has no ``gpucluster:burst`` section or it did not validate.
     burst: BurstConfig | None = None

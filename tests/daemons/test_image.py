@@ -31,7 +31,7 @@ def test_an_unpinned_runtime_dependency_is_refused(tmp_path: Path) -> None:
 def test_every_daemon_module_imports() -> None:
     check_imports()
     assert "daemons.taint_controller.__main__" in DAEMON_MODULES
-    for controller in ("make_before_break", "quota_controller", "quarantine"):
+    for controller in ("make_before_break", "quota_controller", "quarantine", "interruptions"):
         assert f"daemons.{controller}.__main__" in DAEMON_MODULES
 
 

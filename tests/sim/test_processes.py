@@ -61,6 +61,8 @@ def test_daemons_start_in_dependency_order(cluster: Path) -> None:
         "quota-controller-b",
         "quarantine-a",
         "quarantine-b",
+        "interruptions-a",
+        "interruptions-b",
         "descheduler",
     ]
 
@@ -127,6 +129,7 @@ def test_command_lines_are_the_programs_with_what_pulumi_deployed(cluster: Path)
     for module, names in (
         ("quota_controller", processes.QUOTA_CONTROLLER_PORTS),
         ("quarantine", processes.QUARANTINE_PORTS),
+        ("interruptions", processes.INTERRUPTIONS_PORTS),
     ):
         for name, port in names.items():
             assert cmds[name] == [
@@ -171,6 +174,7 @@ def test_each_daemon_reads_the_deployed_files_with_its_own_serviceaccount(cluste
         "make-before-break-a": "gpucluster-burst-gpucluster-make-before-break",
         "quota-controller-b": "gpucluster-capacity-gpucluster-quota-controller",
         "quarantine-a": "gpucluster-capacity-gpucluster-quarantine",
+        "interruptions-b": "gpucluster-training-gpucluster-interruptions",
         "descheduler": "kube-system-descheduler",
     }
     for name, user in users.items():
@@ -187,9 +191,13 @@ def test_each_daemon_reads_the_deployed_files_with_its_own_serviceaccount(cluste
         "make-before-break": ["127.0.0.1:9104", "127.0.0.1:9105"],
         "quota-controller": ["127.0.0.1:9106", "127.0.0.1:9107"],
         "quarantine": ["127.0.0.1:9108", "127.0.0.1:9109"],
+        "interruptions": ["127.0.0.1:9112", "127.0.0.1:9113"],
         "dcgm-exporter": ["127.0.0.1:18094"],
         "burst-provider": ["127.0.0.1:10299"],
     }
+    # The accounting's and dcgm-exporter's own namespace and job labels win over the scrape's.
+    honored = {j["job_name"] for j in prom["scrape_configs"] if j["honor_labels"]}
+    assert honored == {"interruptions", "dcgm-exporter"}
     assert prom["rule_files"] == [f"{state}/prometheus/rules.yaml"]
     assert (state / "prometheus" / "rules.yaml").read_text() == fake_kubectl.RULES
 

@@ -20,6 +20,7 @@ SETTINGS = {
     ("gpucluster-burst", "gpucluster-make-before-break-settings"): '{"maxHold": "60s", "nodeGrace": "20s"}',
     ("gpucluster-capacity", "gpucluster-quota-controller-settings"): '{"returnAfter": "20s"}',
     ("gpucluster-capacity", "gpucluster-quarantine-settings"): '{"interval": "2s"}',
+    ("gpucluster-training", "gpucluster-interruptions-settings"): '{"interval": "1s"}',
 }
 #: The provider Secret holds the local stack's one provider secret, the key the RunPod fake accepts.
 SECRET_DATA = {"runpodFakeApiKey": base64.b64encode(b"not-a-real-key").decode()}

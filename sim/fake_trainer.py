@@ -1,0 +1,257 @@
+"""A fake trainer for the simulated cluster: what a gang's program would do, played from outside the pods.
+
+kwok runs no containers, so this process stands in for the program of every training JobSet it is told about.
+While every pod of the gang's current attempt is Running it makes progress (one second of work per second), stops
+to write a checkpoint every ``GPUCLUSTER_CHECKPOINT_INTERVAL_SECONDS`` of work (for the write time in the pod
+annotation ``sim.gpucluster.io/checkpoint-write-seconds``), and after each complete checkpoint writes the
+checkpoint report the contract names (``checkpoint.gpucluster.io/<jobset>: <RFC 3339>`` on the team's
+``checkpoints`` claim). An interruption (a new restart attempt, a pod gone, a JobSet resubmitted) loses the work
+since the last complete checkpoint; the next attempt resumes from it. Once the work in
+``sim.gpucluster.io/work-seconds`` is done it ends every pod Succeeded, and the JobSet completes.
+
+A *logical job* (pod annotation ``sim.gpucluster.io/logical-job``, default the JobSet's name) keeps its progress
+across JobSets: a job that gives its nodes up on each failure is resubmitted under a new name and resumes from the
+same checkpoint.
+
+:class:`Progress` is the pure part (the clock is passed in); :class:`FakeTrainer` reads and writes the API.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from components.constants import CHECKPOINT_ANNOTATION_PREFIX, TRAINING_JOB_LABEL
+
+WORK_ANNOTATION = "sim.gpucluster.io/work-seconds"
+WRITE_ANNOTATION = "sim.gpucluster.io/checkpoint-write-seconds"
+LOGICAL_JOB_ANNOTATION = "sim.gpucluster.io/logical-job"
+INTERVAL_ENV = "GPUCLUSTER_CHECKPOINT_INTERVAL_SECONDS"
+#: JobSet's label on every pod: which restart attempt it belongs to.
+RESTART_ATTEMPT_LABEL = "jobset.sigs.k8s.io/restart-attempt"
+JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
+
+
+def rfc3339(t: float) -> str:
+    return dt.datetime.fromtimestamp(t, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+@dataclass
+class Progress:
+    """One logical job's training, advanced by :meth:`tick` with the time and whether its gang runs."""
+
+    work_needed: float
+    interval: float
+    write: float
+    saved: float = 0.0
+    since_save: float = 0.0
+    #: Seconds left of the checkpoint being written (None: computing).
+    writing_left: float | None = None
+    attempt: str | None = None
+    last: float | None = None
+    done_at: float | None = None
+    #: Times a complete checkpoint finished (what the report carries).
+    checkpoints: list[float] = field(default_factory=list)
+    #: Work lost by each interruption, and when the gang ran again after one.
+    lost: list[float] = field(default_factory=list)
+    interrupted_at: list[float] = field(default_factory=list)
+    running_again_at: list[float] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.work_needed <= 0 or self.interval <= 0 or self.write < 0:
+            raise ValueError("work and interval must be positive, the write time not negative")
+
+    @property
+    def done(self) -> bool:
+        return self.done_at is not None
+
+    def interrupt(self, now: float) -> None:
+        """The gang stopped: the work since the last complete checkpoint (and a write under way) is lost."""
+        if self.attempt is None:
+            return
+        self.lost.append(self.since_save)
+        self.interrupted_at.append(now)
+        self.since_save = 0.0
+        self.writing_left = None
+        self.attempt = None
+        self.last = None
+
+    def tick(self, now: float, attempt: str | None) -> None:
+        """Advance to ``now``; ``attempt`` names the running gang (None: not every pod Running)."""
+        if self.done:
+            return
+        if attempt != self.attempt:
+            self.interrupt(now)
+            if attempt is None:
+                return
+            self.attempt = attempt
+            self.last = now
+            if self.interrupted_at:
+                self.running_again_at.append(now)
+            return
+        if attempt is None or self.last is None:
+            return
+        self._advance(self.last, now)
+        self.last = now
+
+    def _advance(self, t: float, until: float) -> None:
+        while t < until and not self.done:
+            if self.writing_left is not None:
+                step = min(self.writing_left, until - t)
+                t += step
+                self.writing_left -= step
+                if self.writing_left <= 1e-9:
+                    self.saved += self.since_save
+                    self.since_save = 0.0
+                    self.writing_left = None
+                    self.checkpoints.append(t)
+                continue
+            to_finish = self.work_needed - self.saved - self.since_save
+            to_checkpoint = self.interval - self.since_save
+            step = min(until - t, to_finish, to_checkpoint)
+            t += step
+            self.since_save += step
+            if self.saved + self.since_save >= self.work_needed - 1e-9:
+                self.done_at = t
+            elif self.since_save >= self.interval - 1e-9:
+                self.writing_left = self.write
+
+
+def gang_attempt(jobset: Mapping[str, Any], pods: Iterable[Mapping[str, Any]]) -> str | None:
+    """``<jobset>/<attempt>`` when every pod of the current restart attempt is Running; else None."""
+    name = jobset["metadata"]["name"]
+    attempt = str((jobset.get("status") or {}).get("restarts", 0))
+    want = sum(
+        int(rj["replicas"]) * int(rj["template"]["spec"].get("parallelism", 1))
+        for rj in jobset["spec"]["replicatedJobs"]
+    )
+    running = [
+        p
+        for p in pods
+        if (p["metadata"].get("labels") or {}).get(RESTART_ATTEMPT_LABEL) == attempt
+        and not p["metadata"].get("deletionTimestamp")
+        and (p.get("status") or {}).get("phase") == "Running"
+    ]
+    return f"{name}/{attempt}" if len(running) >= want > 0 else None
+
+
+def _pod_template(jobset: Mapping[str, Any]) -> Mapping[str, Any]:
+    return jobset["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]  # type: ignore[no-any-return]
+
+
+def progress_for(jobset: Mapping[str, Any]) -> tuple[str, Progress]:
+    """The logical job a JobSet plays and a fresh :class:`Progress` from its template."""
+    template = _pod_template(jobset)
+    annotations = (template.get("metadata") or {}).get("annotations") or {}
+    env = {e["name"]: e.get("value", "") for c in template["spec"]["containers"] for e in c.get("env") or []}
+    logical = annotations.get(LOGICAL_JOB_ANNOTATION, jobset["metadata"]["name"])
+    return logical, Progress(
+        work_needed=float(annotations.get(WORK_ANNOTATION, "60")),
+        interval=float(env.get(INTERVAL_ENV, "60")),
+        write=float(annotations.get(WRITE_ANNOTATION, "0")),
+    )
+
+
+class FakeTrainer:
+    """Plays the program of every training JobSet in ``namespace``; :meth:`step` once per poll."""
+
+    def __init__(self, api: Any, namespace: str, clock: Callable[[], float]) -> None:
+        self.api = api  # a kubernetes.client.ApiClient
+        self.namespace = namespace
+        self.clock = clock
+        self.jobs: dict[str, Progress] = {}
+        self._reported: dict[str, int] = {}
+
+    def _custom(self) -> Any:
+        from kubernetes import client  # noqa: PLC0415 (only the I/O side needs the client)
+
+        return client.CustomObjectsApi(self.api)
+
+    def _core(self) -> Any:
+        from kubernetes import client  # noqa: PLC0415
+
+        return client.CoreV1Api(self.api)
+
+    def step(self) -> None:
+        now = self.clock()
+        jobsets = self._custom().list_namespaced_custom_object(
+            "jobset.x-k8s.io", "v1alpha2", self.namespace, "jobsets", label_selector=TRAINING_JOB_LABEL
+        )["items"]
+        pods = self.api.sanitize_for_serialization(self._core().list_namespaced_pod(self.namespace).items)
+        by_jobset: dict[str, list[dict[str, Any]]] = {}
+        for p in pods:
+            owner = (p["metadata"].get("labels") or {}).get(JOBSET_NAME_LABEL)
+            if owner:
+                by_jobset.setdefault(owner, []).append(p)
+        seen: set[str] = set()
+        for js in jobsets:
+            if any(
+                c.get("type") in ("Completed", "Failed") and c.get("status") == "True"
+                for c in (js.get("status") or {}).get("conditions") or []
+            ):
+                continue
+            logical, fresh = progress_for(js)
+            seen.add(logical)
+            progress = self.jobs.setdefault(logical, fresh)
+            was_done = progress.done
+            progress.tick(now, gang_attempt(js, by_jobset.get(js["metadata"]["name"], [])))
+            self._report(js, logical, progress)
+            if progress.done and not was_done:
+                self._succeed(by_jobset.get(js["metadata"]["name"], []))
+        for logical, progress in self.jobs.items():
+            if logical not in seen and not progress.done:
+                progress.tick(now, None)
+
+    def _report(self, jobset: Mapping[str, Any], logical: str, progress: Progress) -> None:
+        """The checkpoint report on the team's claim, once per new complete checkpoint."""
+        if len(progress.checkpoints) == self._reported.get(logical, 0):
+            return
+        self._reported[logical] = len(progress.checkpoints)
+        key = f"{CHECKPOINT_ANNOTATION_PREFIX}{jobset['metadata']['name']}"
+        body = {"metadata": {"annotations": {key: rfc3339(progress.checkpoints[-1])}}}
+        self._core().patch_namespaced_persistent_volume_claim("checkpoints", self.namespace, body)
+
+    def _succeed(self, pods: Iterable[Mapping[str, Any]]) -> None:
+        """The program finished: every pod of the gang exits 0."""
+        now = rfc3339(self.clock())
+        for p in pods:
+            if (p.get("status") or {}).get("phase") != "Running":
+                continue
+            containers = [
+                {
+                    "name": c["name"],
+                    "image": c["image"],
+                    "imageID": "",
+                    "ready": False,
+                    "restartCount": 0,
+                    "state": {
+                        "terminated": {"exitCode": 0, "reason": "Completed", "startedAt": now, "finishedAt": now}
+                    },
+                }
+                for c in p["spec"]["containers"]
+            ]
+            body = {"status": {"phase": "Succeeded", "containerStatuses": containers}}
+            self._core().patch_namespaced_pod_status(p["metadata"]["name"], self.namespace, body)
+
+
+def fail_pod(api: Any, namespace: str, name: str, exit_code: int = 1) -> None:
+    """The program crashed in one pod: its container exits ``exit_code`` (the program's fault)."""
+    from kubernetes import client  # noqa: PLC0415
+
+    core = client.CoreV1Api(api)
+    pod = api.sanitize_for_serialization(core.read_namespaced_pod(name, namespace))
+    now = rfc3339(dt.datetime.now(dt.UTC).timestamp())
+    containers = [
+        {
+            "name": c["name"],
+            "image": c["image"],
+            "imageID": "",
+            "ready": False,
+            "restartCount": 0,
+            "state": {"terminated": {"exitCode": exit_code, "reason": "Error", "startedAt": now, "finishedAt": now}},
+        }
+        for c in pod["spec"]["containers"]
+    ]
+    core.patch_namespaced_pod_status(name, namespace, {"status": {"phase": "Failed", "containerStatuses": containers}})
