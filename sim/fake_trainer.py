@@ -52,6 +52,8 @@ class Progress:
     attempt: str | None = None
     last: float | None = None
     done_at: float | None = None
+    #: When the gang first ran (the start of its training time: the first queueing is not an interruption's).
+    started_at: float | None = None
     #: Times a complete checkpoint finished (what the report carries).
     checkpoints: list[float] = field(default_factory=list)
     #: Work lost by each interruption, and when the gang ran again after one.
@@ -88,6 +90,8 @@ class Progress:
                 return
             self.attempt = attempt
             self.last = now
+            if self.started_at is None:
+                self.started_at = now
             if self.interrupted_at:
                 self.running_again_at.append(now)
             return

@@ -7,7 +7,8 @@
 #   3. pulumi up --stack local        Pulumi CLI + Python host + Kubernetes provider from the tool cache,
 #                                     state in .state/pulumi (file backend)
 #   4. sim/kueue.sh start             the Kueue controller with the Configuration Pulumi deployed, then
-#      sim/jobset.sh start            the JobSet controller (training jobs are JobSets)
+#      sim/jobset.sh start            the JobSet controller (training jobs are JobSets), and
+#      sim/claims.py                  a volume for each training claim (no CSI driver runs here)
 #   5. the descheduler dry run
 #   6. sim/processes.py start          the stack's daemons as local processes (fake GPU cloud, burst provider
 #                                     service, virtual node, kube-state-metrics, Prometheus, taint controllers,
@@ -90,6 +91,8 @@ pulumi_up || die "pulumi up failed twice (the engine's message is above)"
 "$ROOT/sim/kueue.sh" start
 # The chart installed the JobSet CRD and pointed its webhooks at loopback: serve them.
 "$ROOT/sim/jobset.sh" start
+# No CSI driver runs here: give each training claim a volume, or no pod mounting one is ever scheduled.
+"$(sim_python)" "$ROOT/sim/claims.py" || die "the training claims could not be bound (the reason is above)"
 
 export KUBECONFIG="$KUBECONFIG_FILE"
 "$ROOT/sim/descheduler.sh"

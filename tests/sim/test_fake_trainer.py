@@ -22,6 +22,7 @@ def test_work_pauses_for_each_checkpoint_write_and_finishes_on_time() -> None:
     # 10 s work, 2 s write, 10 s work, 2 s write, 5 s work: done at 29 s.
     assert p.checkpoints == pytest.approx([12.0, 24.0])
     assert p.done_at == pytest.approx(29.0)
+    assert p.started_at == 0.0
     assert p.lost == []
 
 
