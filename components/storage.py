@@ -55,6 +55,12 @@ def checkpoint_cadence_minutes(settings: StorageSettings) -> float:
     return checkpoint_interval_seconds(c.write_seconds, c.mtbf_hours * 3600.0) / 60.0
 
 
+def checkpoint_write_gbps(settings: StorageSettings) -> float:
+    """The write bandwidth one checkpoint needs: ``sizeTb`` in ``writeSeconds``, in GB/s (1 TB in 30 s: 33.3)."""
+    c = settings.checkpointing
+    return c.size_tb * 1000.0 / c.write_seconds
+
+
 class Storage(pulumi.ComponentResource):
     """The parallel-FS StorageClass (or static PVs) and the per-namespace RWX claims."""
 
@@ -149,5 +155,7 @@ class Storage(pulumi.ComponentResource):
                 "storageClass": s.storage_class_name,
                 "claims": sorted(self.claims),
                 "checkpointIntervalMinutes": round(self.checkpoint_interval_minutes, 1),
+                # What the filesystem must sustain for one checkpoint of sizeTb in writeSeconds.
+                "checkpointWriteGBps": round(checkpoint_write_gbps(s), 1),
             }
         )

@@ -219,6 +219,8 @@ def test_checkpoint_cadence_is_exported(prod_cfg: StackConfig, local: Graph) -> 
     assert 20 <= checkpoint_cadence_minutes(prod_cfg.storage) <= 30
     storage = local.one("gpucluster:storage:Storage", "sim-storage")
     assert storage.outputs["checkpointIntervalMinutes"] == pytest.approx(21.9, abs=0.05)
+    # 1 TB in 30 s: the bandwidth the parallel filesystem must give one checkpoint.
+    assert storage.outputs["checkpointWriteGBps"] == pytest.approx(33.3)
     cluster = local.one("gpucluster:cluster:GpuCluster", "sim")
     assert cluster.outputs["checkpointIntervalMinutes"] == storage.outputs["checkpointIntervalMinutes"]
     assert cluster.outputs["gpus"] == {"h100": 32}

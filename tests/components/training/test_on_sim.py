@@ -1,0 +1,241 @@
+"""Let it crash on the simulated cluster: a job submitted with ``gpucluster submit``, restarted in place by JobSet
+and Kueue, stopped at its restart bound by the interruption accounting, and counted whatever kills that daemon.
+
+The real JobSet controller, Kueue, make-before-break, the quarantine and the interruption accounting run as
+``make up`` starts them; failures are injected the way the program or the node would fail (``sim/fake_trainer``'s
+``fail_pod``, ``sim/node_faults``). Timings are printed, never asserted beyond generous bounds.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from components.config import load_stack_file
+from tests.support.local_stack import ROOT, LocalStack, condition, wait_for
+from tests.support.sim import load_sim_module
+
+pytestmark = pytest.mark.integration
+
+CFG = load_stack_file(ROOT / "stacks" / "Pulumi.local.yaml")
+NS = "team-vision"
+SELECTOR = "gpucluster.io/training-job"
+faults = load_sim_module("node_faults")
+processes = load_sim_module("processes")
+trainer = load_sim_module("fake_trainer")
+
+
+def spec_file(tmp: Path, name: str, *, nodes: int = 1, per_hour: int = 6) -> Path:
+    doc = {
+        "name": name,
+        "team": "vision",
+        "image": "registry.invalid/trainer:sim",
+        "command": ["train"],
+        "nodes": nodes,
+        "gpusPerNode": 8,
+        "priority": "research-default",
+        "maxRestartsPerHour": per_hour,
+        # kwok would end a Job's pod after 10 s: these run until a test ends them.
+        "podAnnotations": {"sim.gpucluster.io/run-for": "1000h"},
+    }
+    path = tmp / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def submit(stack: LocalStack, spec: Path) -> str:
+    out = stack.run(
+        str(ROOT / ".venv" / "bin" / "python"),
+        *("-m", "components.training", "submit", str(spec), "--stack", str(ROOT / "stacks" / "Pulumi.local.yaml")),
+        *("--kubeconfig", str(stack.kubeconfig)),
+    )
+    return out.stdout
+
+
+def jobset(stack: LocalStack, name: str) -> dict[str, Any]:
+    return stack.get("jobset", "-n", NS, name)
+
+
+def workload(stack: LocalStack, name: str) -> dict[str, Any]:
+    (w,) = [
+        w
+        for w in stack.items("workloads", "-n", NS)
+        if any(o.get("name") == name for o in w["metadata"].get("ownerReferences") or [])
+    ]
+    return w
+
+
+def gang(stack: LocalStack, name: str, attempt: int) -> list[dict[str, Any]]:
+    """The pods of the attempt, once every one is Running."""
+    pods = stack.items("pods", "-n", NS, "-l", f"jobset.sigs.k8s.io/jobset-name={name}")
+    current = [
+        p
+        for p in pods
+        if p["metadata"]["labels"].get("jobset.sigs.k8s.io/restart-attempt") == str(attempt)
+        and p["status"].get("phase") == "Running"
+        and not p["metadata"].get("deletionTimestamp")
+    ]
+    return current
+
+
+def running(stack: LocalStack, name: str, attempt: int, nodes: int, timeout: float = 120) -> list[dict[str, Any]]:
+    pods: list[dict[str, Any]] = wait_for(
+        f"{name} attempt {attempt}: {nodes} pods Running",
+        lambda: p if len(p := gang(stack, name, attempt)) == nodes else None,
+        timeout=timeout,
+        interval=0.5,
+    )
+    return pods
+
+
+def fail_program(stack: LocalStack, pod: dict[str, Any]) -> None:
+    api = load_kube_config(stack)
+    trainer.fail_pod(api, NS, pod["metadata"]["name"], exit_code=1)
+
+
+def load_kube_config(stack: LocalStack) -> Any:
+    from daemons.toolkit.lease import load_kube_config as load  # noqa: PLC0415
+
+    return load(str(stack.kubeconfig))
+
+
+def events(stack: LocalStack, name: str, reason: str) -> list[dict[str, Any]]:
+    return [
+        e
+        for e in stack.items("events", "-n", NS, "--field-selector", f"involvedObject.name={name}")
+        if e.get("reason") == reason
+    ]
+
+
+@pytest.fixture
+def clean(local_stack: LocalStack) -> Iterator[LocalStack]:
+    registry = processes.registry()
+    for name in processes.INTERRUPTIONS_PORTS:
+        if not registry[name].running():
+            registry[name].start()
+    local_stack.kubectl(
+        *("delete", "jobsets", "-n", NS, "-l", SELECTOR, "--ignore-not-found", "--wait=true", "--timeout=90s")
+    )
+    yield local_stack
+    local_stack.kubectl(
+        *("delete", "jobsets", "-n", NS, "-l", SELECTOR, "--ignore-not-found", "--wait=true", "--timeout=90s")
+    )
+    for node in stack_nodes(local_stack):
+        if node["metadata"]["labels"].get("gpucluster.io/quarantined"):
+            faults.release(node["metadata"]["name"])
+    for name in processes.INTERRUPTIONS_PORTS:
+        if not registry[name].running():
+            registry[name].start()
+
+
+def stack_nodes(stack: LocalStack) -> list[dict[str, Any]]:
+    return stack.items("nodes", "-l", "gpucluster.io/flavor")
+
+
+def test_a_program_fault_restarts_the_gang_in_place_keeping_its_quota_and_a_node_fault_moves_it(
+    clean: LocalStack, tmp_path: Path
+) -> None:
+    stack = clean
+    out = submit(stack, spec_file(tmp_path, "crash-in-place"))
+    assert f"kubectl get jobset -n {NS} crash-in-place" in out
+    t0 = time.monotonic()
+    first = running(stack, "crash-in-place", 0, 1, timeout=150)
+    print(f"submitted -> gang Running: {time.monotonic() - t0:.1f} s")
+    js = jobset(stack, "crash-in-place")
+    # The package's wiring reached the pods: the claims, the account that may report checkpoints, the interval.
+    spec = first[0]["spec"]
+    assert {v["persistentVolumeClaim"]["claimName"] for v in spec["volumes"] if "persistentVolumeClaim" in v} == {
+        "checkpoints",
+        "datasets",
+    }
+    assert spec["serviceAccountName"] == "gpucluster-trainer"
+    env = {e["name"]: e["value"] for e in spec["containers"][0]["env"]}
+    assert (
+        env["GPUCLUSTER_CHECKPOINT_INTERVAL_SECONDS"]
+        == js["metadata"]["annotations"]["gpucluster.io/checkpoint-interval-seconds"]
+    )
+    w0 = workload(stack, "crash-in-place")
+    node0 = first[0]["spec"]["nodeName"]
+
+    # The program's fault: the whole gang restarts in place, the Workload stays admitted, nothing queues again.
+    t0 = time.monotonic()
+    fail_program(stack, first[0])
+    again = running(stack, "crash-in-place", 1, 1)
+    print(f"program fault -> gang Running again: {time.monotonic() - t0:.1f} s")
+    status = jobset(stack, "crash-in-place")["status"]
+    assert (status["restarts"], status.get("restartsCountTowardsMax", 0)) == (1, 1)
+    w1 = workload(stack, "crash-in-place")
+    assert w1["metadata"]["uid"] == w0["metadata"]["uid"]
+    assert condition(w1, "Admitted") == "True"
+    assert not (w1["status"].get("schedulingStats") or {}).get("evictions")
+    assert again[0]["spec"]["nodeName"] == node0  # on the machine it had
+
+    # The node's fault: its node is quarantined, the gang restarts elsewhere, and it does not count.
+    t0 = time.monotonic()
+    faults.quarantine(node0)
+    moved = running(stack, "crash-in-place", 2, 1)
+    print(f"node quarantined -> gang Running on another node: {time.monotonic() - t0:.1f} s")
+    assert moved[0]["spec"]["nodeName"] != node0
+    status = jobset(stack, "crash-in-place")["status"]
+    assert (status["restarts"], status.get("restartsCountTowardsMax", 0)) == (2, 1)
+    assert workload(stack, "crash-in-place")["metadata"]["uid"] == w0["metadata"]["uid"]
+
+    # The accounting saw both, with their causes.
+    def ledger() -> list[dict[str, Any]] | None:
+        text = jobset(stack, "crash-in-place")["metadata"].get("annotations", {}).get("gpucluster.io/interruptions")
+        if not text:
+            return None
+        items = json.loads(text).get("items") or []
+        return items if len(items) >= 2 else None
+
+    items = wait_for("the interruption ledger holds both", ledger, timeout=30)
+    assert [i["cause"] for i in items][:2] == ["program", "node"]
+
+
+def test_a_crash_loop_stops_at_the_restart_bound_with_an_event_that_says_why(clean: LocalStack, tmp_path: Path) -> None:
+    stack = clean
+    submit(stack, spec_file(tmp_path, "crash-loop", per_hour=2))
+    for attempt in range(3):
+        pods = running(stack, "crash-loop", attempt, 1, timeout=150)
+        fail_program(stack, pods[0])
+    (event,) = wait_for("RestartBoundReached", lambda: events(stack, "crash-loop", "RestartBoundReached"), timeout=60)
+    print(f"bound event: {event['message']}")
+    assert event["type"] == "Warning"
+    assert "3 restarts in the last hour" in event["message"]
+    assert "--type merge" in event["message"]
+    wait_for(
+        "the Workload deactivated", lambda: workload(stack, "crash-loop")["spec"].get("active") is False, timeout=30
+    )
+    # Kueue stops it: its pods go and its quota is free.
+    wait_for(
+        "the gang gone", lambda: not stack.items("pods", "-n", NS, "-l", "jobset.sigs.k8s.io/jobset-name=crash-loop")
+    )
+
+
+def test_kill_9_of_the_accounting_loses_no_interruption(clean: LocalStack, tmp_path: Path) -> None:
+    stack = clean
+    submit(stack, spec_file(tmp_path, "crash-kill", per_hour=20))
+    pods = running(stack, "crash-kill", 0, 1, timeout=150)
+    registry = processes.registry()
+    for name in processes.INTERRUPTIONS_PORTS:
+        registry[name].kill()  # SIGKILL: nothing is flushed
+    fail_program(stack, pods[0])
+    pods = running(stack, "crash-kill", 1, 1)
+    fail_program(stack, pods[0])
+    running(stack, "crash-kill", 2, 1)
+    for name in processes.INTERRUPTIONS_PORTS:
+        registry[name].start()
+
+    def recorded() -> list[dict[str, Any]] | None:
+        text = jobset(stack, "crash-kill")["metadata"].get("annotations", {}).get("gpucluster.io/interruptions")
+        items = (json.loads(text).get("items") or []) if text else []
+        return items if len(items) == 2 else None
+
+    items = wait_for("both restarts that happened while it was down", recorded, timeout=60)
+    assert [i["cause"] for i in items] == ["program", "program"]
