@@ -21,6 +21,7 @@ from tests.support.sim import load_sim_module, path_without
 
 ROOT = Path(__file__).resolve().parents[2]
 processes = load_sim_module("processes")
+daemon_runtime = load_sim_module("daemon_runtime")
 VENV_PY = processes.python()
 
 
@@ -36,6 +37,7 @@ def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.delenv(processes.MAKE_BEFORE_BREAK_ENV, raising=False)
     admin = tmp_path / "admin-kubeconfig"
     admin.write_text("{}")
+    monkeypatch.setattr(daemon_runtime, "ADMIN_KUBECONFIG", admin)
     monkeypatch.setattr(processes, "ADMIN_KUBECONFIG", admin)
     return tmp_path
 
