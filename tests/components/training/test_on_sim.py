@@ -155,7 +155,7 @@ def test_a_program_fault_restarts_the_gang_in_place_keeping_its_quota_and_a_node
         "datasets",
     }
     assert spec["serviceAccountName"] == "gpucluster-trainer"
-    env = {e["name"]: e["value"] for e in spec["containers"][0]["env"]}
+    env = {e["name"]: e.get("value") for e in spec["containers"][0]["env"]}
     assert (
         env["GPUCLUSTER_CHECKPOINT_INTERVAL_SECONDS"]
         == js["metadata"]["annotations"]["gpucluster.io/checkpoint-interval-seconds"]
