@@ -39,6 +39,25 @@ def jobset_chart_values(settings: JobSetSettings) -> dict[str, Any]:
     return values
 
 
+#: The chart's webhook certificate Secret: rendered with empty keys that the controller fills in (internal
+#: certificate management). Pulumi must neither put the empty values back nor keep the certificate in clear.
+WEBHOOK_SECRET_SUFFIX = "webhook-server-cert"
+
+
+def webhook_secret_transform(args: pulumi.ResourceTransformArgs) -> pulumi.ResourceTransformResult | None:
+    """The chart's webhook certificate Secret: its data a secret output that Pulumi leaves to the controller."""
+    if args.type_ != "kubernetes:core/v1:Secret":
+        return None
+    metadata = args.props.get("metadata")
+    name = str(metadata.get("name") or "") if isinstance(metadata, dict) else ""
+    if not name.endswith(WEBHOOK_SECRET_SUFFIX):
+        return None
+    opts = pulumi.ResourceOptions.merge(
+        args.opts, pulumi.ResourceOptions(additional_secret_outputs=["data"], ignore_changes=["data"])
+    )
+    return pulumi.ResourceTransformResult(props=args.props, opts=opts)
+
+
 class JobSet(pulumi.ComponentResource):
     """The JobSet controller from its pinned chart, in its own namespace."""
 
@@ -55,6 +74,8 @@ class JobSet(pulumi.ComponentResource):
             resolve_chart(s.chart, s.chart_version),
             namespace=s.namespace,
             values=jobset_chart_values(s),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.namespace]),
+            opts=pulumi.ResourceOptions(
+                parent=self, depends_on=[self.namespace], transforms=[webhook_secret_transform]
+            ),
         )
         self.register_outputs({"namespace": s.namespace, "chartVersion": s.chart_version})

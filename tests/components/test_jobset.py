@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pulumi
 import pytest
 
 from components.charts import ChartSource, GoModuleChart, resolve_chart
 from components.config import load_stack_file
-from components.jobset import JobSet, JobSetArgs, jobset_chart_values
+from components.jobset import JobSet, JobSetArgs, jobset_chart_values, webhook_secret_transform
 from components.jobset_settings import JOBSET_CHART_VERSION, JobSetSettings
 from tests.support.pulumi_harness import deploy
 
@@ -57,3 +58,23 @@ def test_every_stack_runs_jobset(stack: str) -> None:
     assert cfg.jobset.enabled
     # Only the local stack serves the webhooks from a process outside the cluster.
     assert (cfg.jobset.local_webhooks is not None) == (stack == "local")
+
+
+def test_the_webhook_certificate_secret_is_left_to_the_controller_and_kept_secret() -> None:
+    opts = pulumi.ResourceOptions()
+    secret = {"metadata": {"name": "js-chart-webhook-server-cert"}, "data": {"tls.crt": ""}}
+    result = webhook_secret_transform(
+        pulumi.ResourceTransformArgs(True, "kubernetes:core/v1:Secret", "s", secret, opts)
+    )
+    assert result is not None
+    assert result.opts.additional_secret_outputs == ["data"]
+    assert result.opts.ignore_changes == ["data"]
+    other = {"metadata": {"name": "something-else"}, "data": {"k": ""}}
+    assert (
+        webhook_secret_transform(pulumi.ResourceTransformArgs(True, "kubernetes:core/v1:Secret", "o", other, opts))
+        is None
+    )
+    assert (
+        webhook_secret_transform(pulumi.ResourceTransformArgs(True, "kubernetes:core/v1:ConfigMap", "c", secret, opts))
+        is None
+    )

@@ -177,8 +177,15 @@ def test_a_tolerating_pod_runs_on_the_fake_cloud_and_is_reachable(clean: LocalSt
         assert address == inst["address"]
         slices = wait_for(
             "an EndpointSlice for the external replica",
+            # The probe's own: replicas moved on purpose (make-before-break) have slices of their Services too.
             lambda: stack.items(
-                "endpointslices", "-n", NS, "-l", "endpointslice.kubernetes.io/managed-by=burst.gpucluster.io"
+                "endpointslices",
+                *(
+                    "-n",
+                    NS,
+                    "-l",
+                    f"endpointslice.kubernetes.io/managed-by=burst.gpucluster.io,kubernetes.io/service-name={PROBE}",
+                ),
             ),
         )
         endpoints = [e for s in slices for e in s.get("endpoints") or []]
