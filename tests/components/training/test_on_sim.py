@@ -239,3 +239,45 @@ def test_kill_9_of_the_accounting_loses_no_interruption(clean: LocalStack, tmp_p
 
     items = wait_for("both restarts that happened while it was down", recorded, timeout=60)
     assert [i["cause"] for i in items] == ["program", "program"]
+
+
+def test_the_checkpoint_report_bounds_the_work_lost_and_measured_reliability_sets_the_next_interval(
+    clean: LocalStack, tmp_path: Path
+) -> None:
+    stack = clean
+    submit(stack, spec_file(tmp_path, "crash-report", per_hour=20))
+    for attempt in range(3):
+        pods = running(stack, "crash-report", attempt, 1, timeout=150)
+        # The job reports a complete checkpoint 5 s before it crashes: that is what the crash loses, no more.
+        time.sleep(2.0)
+        reported = time.time()
+        stamp = trainer.rfc3339(reported)
+        stack.kubectl(
+            *("annotate", "pvc", "checkpoints", "-n", NS, f"checkpoint.gpucluster.io/crash-report={stamp}"),
+            "--overwrite",
+        )
+        time.sleep(5.0)
+        fail_program(stack, pods[0])
+    running(stack, "crash-report", 3, 1)
+
+    def ledger() -> list[dict[str, Any]] | None:
+        text = jobset(stack, "crash-report")["metadata"].get("annotations", {}).get("gpucluster.io/interruptions")
+        items = (json.loads(text).get("items") or []) if text else []
+        return items if len(items) == 3 else None
+
+    items = wait_for("three interruptions on the books", ledger, timeout=60)
+    lost = [i["workLost"] for i in items]
+    print(f"work lost per interruption (5 s after each report): {lost}")
+    assert all(4.0 <= w <= 8.0 for w in lost), lost
+
+    def measured() -> dict[str, str] | None:
+        cm = stack.get("configmap", "-n", CFG.training.reliability_namespace, "gpucluster-training-reliability")
+        data: dict[str, str] = cm.get("data") or {}
+        return (
+            data if int(data.get("interruptions", "0")) >= 3 and float(data.get("nodeMtbiSeconds", "0")) > 0 else None
+        )
+
+    data = wait_for("the reliability ConfigMap with three interruptions", measured, timeout=60)
+    out = submit(stack, spec_file(tmp_path, "crash-next"))
+    print(f"reliability {data}; next submission: {out.splitlines()[1]}")
+    assert "source measured" in out
