@@ -19,7 +19,7 @@ from daemons.quarantine.kube import KubeApi
 from daemons.quarantine.metrics import Metrics
 from daemons.taint_controller.prometheus import PrometheusClient
 from daemons.toolkit.http import Routes
-from daemons.toolkit.lease import KubeLeaseApi, LeaderElector, load_kube_config
+from daemons.toolkit.lease import LeaderElector, elector_for, load_kube_config
 from daemons.toolkit.serve import EXIT_BAD_SETTINGS, controller_parser, serve_behind_lease, start
 
 __all__ = ["EXIT_BAD_SETTINGS", "build_parser", "main", "summary"]
@@ -59,15 +59,7 @@ def _build(
     dry_run = bool(args.dry_run or settings.dry_run)
     elector: LeaderElector | None = None
     if not dry_run:
-        elector = LeaderElector(
-            KubeLeaseApi(api_client),
-            settings.namespace,
-            settings.lease_name,
-            identity,
-            lease_duration_s=settings.lease_duration_seconds,
-            renew_deadline_s=settings.renew_deadline_seconds,
-            on_change=lambda leader: metrics.is_leader.set(1 if leader else 0),
-        )
+        elector = elector_for(api_client, settings, identity, metrics.is_leader)
     controller = Controller(
         settings,
         PrometheusClient(settings.prometheus_url, settings.request_timeout_seconds),

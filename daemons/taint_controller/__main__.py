@@ -17,7 +17,6 @@ from components.taint_controller_settings import TaintControllerSettings, load_s
 from daemons.taint_controller.controller import Controller
 from daemons.taint_controller.kube import (
     KubeEventSink,
-    KubeLeaseApi,
     KubeNodeApi,
     LeaderElector,
     load_kube_config,
@@ -25,6 +24,7 @@ from daemons.taint_controller.kube import (
 from daemons.taint_controller.metrics import Metrics
 from daemons.taint_controller.prometheus import PrometheusClient
 from daemons.toolkit.http import Routes
+from daemons.toolkit.lease import elector_for
 from daemons.toolkit.logs import LEVELS
 from daemons.toolkit.serve import EXIT_BAD_SETTINGS, serve_behind_lease, start
 
@@ -99,15 +99,7 @@ def _build(
     metrics = Metrics()
     elector: LeaderElector | None = None
     if not args.dry_run:
-        elector = LeaderElector(
-            KubeLeaseApi(api_client),
-            settings.namespace,
-            settings.lease_name,
-            identity,
-            lease_duration_s=settings.lease_duration_seconds,
-            renew_deadline_s=settings.renew_deadline_seconds,
-            on_change=lambda leader: metrics.is_leader.set(1 if leader else 0),
-        )
+        elector = elector_for(api_client, settings, identity, metrics.is_leader)
     controller = Controller(
         settings,
         PrometheusClient(settings.prometheus_url, settings.query_timeout_seconds),

@@ -335,3 +335,29 @@ class KubeLeaseApi:
             raise api_error(exc, f"update lease {namespace}/{name}") from None
         except Exception as exc:
             raise KubeError(f"update lease {namespace}/{name}: {exc}") from None
+
+
+class LeaseSettings(Protocol):
+    """What a controller's settings say about its Lease (``components.model.LeaseTimings`` and a namespace)."""
+
+    @property
+    def namespace(self) -> str: ...
+    @property
+    def lease_name(self) -> str: ...
+    @property
+    def lease_duration_seconds(self) -> float: ...
+    @property
+    def renew_deadline_seconds(self) -> float: ...
+
+
+def elector_for(api_client: Any, settings: LeaseSettings, identity: str, is_leader_gauge: Any) -> LeaderElector:
+    """The controller's LeaderElector on its settings' Lease; ``is_leader_gauge`` follows who leads (1 or 0)."""
+    return LeaderElector(
+        KubeLeaseApi(api_client),
+        settings.namespace,
+        settings.lease_name,
+        identity,
+        lease_duration_s=settings.lease_duration_seconds,
+        renew_deadline_s=settings.renew_deadline_seconds,
+        on_change=lambda leader: is_leader_gauge.set(1 if leader else 0),
+    )
