@@ -9,8 +9,6 @@ Example (stack YAML)::
     gpucluster:burst:
       virtualNode:
         nodeName: gpu-burst
-        nodeImage: ghcr.io/example/gpucluster-virtual-node:0.1.0
-        providerImage: ghcr.io/example/gpucluster-daemons:0.1.0
         inferenceNamespaces: [inference]
         creationTimeout: 10m
       providers:
@@ -19,6 +17,8 @@ Example (stack YAML)::
           maxGpus: 16
           gpuTypes: {H100: {pricePerGpuHour: 2.50}}
           fake: {url: "http://127.0.0.1:18080"}
+
+``nodeImage`` and ``providerImage`` are filled from ``gpucluster:images`` unless the section sets them.
 
 Secrets (API keys, kubeconfigs) are referenced by NAME only; their values live in files under the daemon's
 ``--secrets-dir`` (see daemons/burst_provider/secrets.py).
@@ -35,6 +35,7 @@ from pydantic import AfterValidator, Field, ValidationError
 
 from components.constants import GPU_RESOURCE
 from components.documents import read_settings_file
+from components.images_settings import DEFAULT_DAEMONS_IMAGE, DEFAULT_VIRTUAL_NODE_IMAGE
 from components.issues import ConfigIssue, SettingsError, issues_from_validation_error, shown
 from components.model import (
     ByteQuantity,
@@ -194,8 +195,10 @@ class VirtualNodeSettings(ConfigModel):
 
     node_name: DnsLabel = "gpu-burst"
     namespace: DnsLabel = "gpucluster-burst"
-    node_image: Image
-    provider_image: Image
+    #: The Go virtual node's image and the provider service's (the daemons' image); unset in a stack, both are filled
+    #: from ``gpucluster:images``.
+    node_image: Image = DEFAULT_VIRTUAL_NODE_IMAGE
+    provider_image: Image = DEFAULT_DAEMONS_IMAGE
     #: Loopback port of the provider service (the container runs as a non-root user).
     port: UnprivilegedPort = DEFAULT_PORT
     #: Namespaces whose pods may burst, and where EndpointSlices for external replicas are kept.

@@ -172,7 +172,9 @@ class GpuCluster(pulumi.ComponentResource):
             )
 
         self.telemetry = Telemetry(
-            f"{name}-telemetry", TelemetryArgs(settings=cfg.telemetry), opts=pulumi.ResourceOptions(parent=self)
+            f"{name}-telemetry",
+            TelemetryArgs(settings=cfg.telemetry, labels=labels),
+            opts=pulumi.ResourceOptions(parent=self),
         )
 
         self.virtual_node: VirtualNode | None = None

@@ -10,7 +10,7 @@ Pure pydantic (no Pulumi): the daemon imports it.
 Example (camelCase, as in the stack YAML)::
 
     enabled: true
-    image: ghcr.io/example/gpucluster-daemons:0.1.0
+    image: ghcr.io/example/gpucluster-daemons:0.1.0  # unset: from gpucluster:images
     interval: 5s                  # read the JobSets, pods, nodes and Workloads this often
     defaultMaxRestartsPerHour: 6  # the bound of a JobSet without gpucluster.io/max-restarts-per-hour
     checkpointWriteSeconds: 30    # how long one checkpoint write stalls training (not training time)
@@ -27,6 +27,7 @@ from pydantic import Field, ValidationError
 
 from components.constants import QUARANTINE_TAINT_KEY, RELIABILITY_CONFIGMAP, TRAINING_NAMESPACE
 from components.documents import read_settings_file
+from components.images_settings import DEFAULT_DAEMONS_IMAGE
 from components.issues import ConfigIssue, SettingsError, issues_from_validation_error
 from components.model import (
     DnsLabel,
@@ -51,7 +52,8 @@ class InterruptionsSettings(LeaseTimings):
     enabled: bool = True
     #: Where the Deployment, its Lease and the reliability ConfigMap live.
     namespace: DnsLabel = TRAINING_NAMESPACE
-    image: Image = "ghcr.io/example/gpucluster-daemons:0.1.0"
+    #: Unset in a stack: filled from ``gpucluster:images`` (components/images_settings.py).
+    image: Image = DEFAULT_DAEMONS_IMAGE
     replicas: Annotated[int, Field(ge=1, le=3)] = 2
     #: How often the daemon reads the training JobSets and what belongs to them (at least a second).
     interval: PollInterval = "5s"

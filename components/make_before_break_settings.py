@@ -15,7 +15,7 @@ inference replicas on the GPUs it needs are replaced elsewhere first (daemons/ma
 Example (camelCase, as in the stack YAML or the JSON file)::
 
     enabled: true
-    image: ghcr.io/example/gpucluster-daemons:0.1.0
+    image: ghcr.io/example/gpucluster-daemons:0.1.0  # unset: from gpucluster:images
     maxHold: 5m          # a gang waits at most this long for its room, then training wins by preemption
     nodeGrace: 60s       # a reserved node that is not Ready keeps counting this long
     returnBatch: 2       # Deployments coming home at the same time
@@ -35,6 +35,7 @@ from pydantic import Field, ValidationError, ValidationInfo, field_validator
 
 from components.constants import DEFAULT_BURST_TAINT_KEY, GPU_RESOURCE, QUARANTINE_TAINT_KEY, VIRTUAL_NODE_TAINT_KEY
 from components.documents import read_settings_file
+from components.images_settings import DEFAULT_DAEMONS_IMAGE
 from components.issues import ConfigIssue, SettingsError, issues_from_validation_error, shown
 from components.model import (
     DnsLabel,
@@ -103,7 +104,8 @@ class MakeBeforeBreakSettings(LeaseTimings):
     enabled: bool = False
     #: Where the Deployment and its Lease live.
     namespace: DnsLabel = "gpucluster-burst"
-    image: Image = "ghcr.io/example/gpucluster-daemons:0.1.0"
+    #: Unset in a stack: filled from ``gpucluster:images`` (components/images_settings.py).
+    image: Image = DEFAULT_DAEMONS_IMAGE
     replicas: Annotated[int, Field(ge=1, le=3)] = 2
     #: How long a gang may wait for its room, from QuotaReserved; then the check goes Ready anyway. Below Kueue's
     #: pods-ready timeout (10m by default), which the stack check holds it to.

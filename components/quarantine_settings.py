@@ -32,6 +32,7 @@ from pydantic import AfterValidator, Field, ValidationError, ValidationInfo, fie
 
 from components.constants import QUARANTINE_TAINT_KEY, RELEASED_AT_ANNOTATION
 from components.documents import read_settings_file
+from components.images_settings import DEFAULT_DAEMONS_IMAGE
 from components.issues import ConfigIssue, SettingsError, issues_from_validation_error, shown
 from components.model import (
     ConfigModel,
@@ -132,7 +133,8 @@ class QuarantineSettings(LeaseTimings):
     enabled: bool = True
     #: Where the Deployment, its Lease and the ledger live.
     namespace: DnsLabel = "gpucluster-capacity"
-    image: Image = "ghcr.io/example/gpucluster-daemons:0.1.0"
+    #: Unset in a stack: filled from ``gpucluster:images`` (components/images_settings.py).
+    image: Image = DEFAULT_DAEMONS_IMAGE
     replicas: Annotated[int, Field(ge=1, le=3)] = 2
     lease_name: DnsSubdomain = "gpucluster-quarantine"
     prometheus_url: HttpUrl = "http://prometheus-operated.monitoring.svc:9090"

@@ -13,7 +13,7 @@ Pure pydantic (no Pulumi): the daemon imports it.
 Example (camelCase, as in the stack YAML)::
 
     enabled: true
-    image: ghcr.io/example/gpucluster-daemons:0.1.0
+    image: ghcr.io/example/gpucluster-daemons:0.1.0  # unset: from gpucluster:images
     interval: 1s          # list nodes and queues this often
     notReadyGrace: 4s     # a node NotReady for less than this still counts (a blink changes nothing)
     returnAfter: 60s      # a node back from NotReady counts again once Ready this long
@@ -40,6 +40,7 @@ from components.constants import (
     QUARANTINE_TAINT_KEY,
 )
 from components.documents import read_settings_file
+from components.images_settings import DEFAULT_DAEMONS_IMAGE
 from components.issues import ConfigIssue, SettingsError, issues_from_validation_error
 from components.model import (
     ConfigModel,
@@ -127,7 +128,8 @@ class QuotaControllerSettings(LeaseTimings):
     enabled: bool = True
     #: Where the Deployment and its Lease live.
     namespace: DnsLabel = "gpucluster-capacity"
-    image: Image = "ghcr.io/example/gpucluster-daemons:0.1.0"
+    #: Unset in a stack: filled from ``gpucluster:images`` (components/images_settings.py).
+    image: Image = DEFAULT_DAEMONS_IMAGE
     replicas: Annotated[int, Field(ge=1, le=3)] = 2
     #: How often the controller lists the nodes and queues (at least a second).
     interval: PollInterval = "1s"

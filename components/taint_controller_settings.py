@@ -9,7 +9,7 @@ Example (camelCase, as in the stack YAML or the JSON file)::
 
     enabled: true
     namespace: gpucluster-burst
-    image: ghcr.io/example/gpucluster-daemons:0.1.0
+    image: ghcr.io/example/gpucluster-daemons:0.1.0  # unset: from gpucluster:images
     prometheusUrl: http://prometheus-operated.monitoring.svc:9090
     highMark: 4          # add the burst taint at or above this many free in-cluster GPUs ...
     holdAdd: 10m         # ... held this long
@@ -44,6 +44,7 @@ from components.constants import (
     QUARANTINE_TAINT_KEY,
 )
 from components.documents import read_settings_file
+from components.images_settings import DEFAULT_DAEMONS_IMAGE
 from components.issues import ConfigIssue, SettingsError, issues_from_validation_error, shown
 from components.model import (
     DnsLabel,
@@ -285,7 +286,8 @@ class TaintControllerSettings(LeaseTimings):
     enabled: bool = True
     #: Where the Deployment and its Lease live.
     namespace: DnsLabel = "gpucluster-burst"
-    image: Image = "ghcr.io/example/gpucluster-daemons:0.1.0"
+    #: Unset in a stack: filled from ``gpucluster:images`` (components/images_settings.py).
+    image: Image = DEFAULT_DAEMONS_IMAGE
     prometheus_url: HttpUrl = "http://prometheus-operated.monitoring.svc:9090"
     headroom_query: str = DEFAULT_HEADROOM_QUERY
     pending_query: str = DEFAULT_PENDING_QUERY

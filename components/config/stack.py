@@ -1,22 +1,24 @@
 """The validated settings of one stack (:class:`StackConfig`), composed of each room's own settings model.
 
 Each ``gpucluster:<key>`` section is validated by the model that lives beside its component (queues, storage,
-descheduler, telemetry, burst, inference). :func:`parse_sections` validates every section on its own and keeps
-what validated as :class:`StackSections`; the rules between sections (``rules.py``) then run on what is there,
-and only a stack without a single problem becomes a :class:`StackConfig`.
+descheduler, telemetry, burst, inference), and ``gpucluster:images`` names our own images: every image field of ours
+a stack leaves unset is filled from it (:meth:`StackSections.to_config`). :func:`parse_sections` validates every
+section on its own and keeps what validated as :class:`StackSections`; the rules between sections (``rules.py``) then
+run on what is there, and only a stack without a single problem becomes a :class:`StackConfig`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
-from pydantic import ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
-from components.burst_settings import BurstSettings, settings_issues
+from components.burst_settings import BurstSettings, VirtualNodeSettings, settings_issues
 from components.constants import DEFAULT_BURST_TAINT_KEY, PROJECT
 from components.descheduler_settings import DeschedulerSettings
+from components.images_settings import DAEMONS_IMAGE, VIRTUAL_NODE_IMAGE, ImagesSettings
 from components.inference_settings import InferenceServiceSpec
 from components.interruptions_settings import InterruptionsSettings
 from components.issues import ConfigIssue, SettingsError, issues_from_validation_error, key_text, shown
@@ -33,6 +35,8 @@ from components.storage_settings import StorageSettings
 from components.taint_controller_settings import TaintControllerSettings, gpu_types_in_cluster
 from components.telemetry.settings import TelemetrySettings
 from components.training.settings import TrainingSettings
+
+_M = TypeVar("_M", bound=BaseModel)
 
 #: Where a misspelt key is checked against.
 UNKNOWN_KEY_HINT = "check the spelling against README's config reference"
@@ -99,6 +103,8 @@ class StackConfig:
     training: TrainingSettings
     #: The interruption accounting daemon (ETTR, the restart bound, the measured reliability).
     interruptions: InterruptionsSettings
+    #: Where our own images come from: every image of ours above that the stack did not set is named by it.
+    images: ImagesSettings
     #: None when the stack has no ``gpucluster:burst`` section.
     burst: BurstConfig | None = None
     inference_services: tuple[InferenceServiceSpec, ...] = ()
@@ -185,6 +191,7 @@ SECTIONS: dict[str, _Section] = {
     QUARANTINE_KEY: _section("quarantine", QuarantineSettings, {}, model=True),
     "training": _section("training", TrainingSettings, {}, model=True),
     "interruptions": _section("interruptions", InterruptionsSettings, {}, model=True),
+    "images": _section("images", ImagesSettings, {}, model=True),
     "inferenceServices": _section("inference_services", list[InferenceServiceSpec], []),
 }
 #: Validated by :func:`parse_burst`: two daemons' models share the section.
@@ -224,6 +231,7 @@ class StackSections:
     quarantine: QuarantineSettings | None = None
     training: TrainingSettings | None = None
     interruptions: InterruptionsSettings | None = None
+    images: ImagesSettings | None = None
     inference_services: tuple[InferenceServiceSpec, ...] | None = None
     #: None when the stack has no ``gpucluster:burst`` section or it did not validate.
     burst: BurstConfig | None = None
@@ -246,8 +254,23 @@ class StackSections:
         values = {s.attribute: getattr(self, s.attribute) for s in SECTIONS.values()}
         if any(v is None for v in values.values()):  # pragma: no cover - the caller checks for issues first
             raise ValueError("a section did not validate")
+        images: ImagesSettings = values["images"]
+        daemons = images.ref(DAEMONS_IMAGE)
+        # Every daemon of ours runs the daemons' image by the stack's scheme, unless its section names one.
+        for attribute in ("make_before_break", "quota_controller", "quarantine", "interruptions"):
+            values[attribute] = with_image(values[attribute], daemons)
+        telemetry: TelemetrySettings = values["telemetry"]
+        values["telemetry"] = telemetry.model_copy(
+            update={"fabric_exporter": with_image(telemetry.fabric_exporter, daemons)}
+        )
         burst = self.burst
         if burst is not None:
+            burst = BurstConfig(
+                burst.settings.model_copy(
+                    update={"virtual_node": fill_virtual_node_images(burst.settings.virtual_node, images)}
+                ),
+                with_image(burst.taint_controller, daemons),
+            )
             # The taint controller sets the stack's burst taint key, the one the descheduler acts on, and tells the
             # GPU types apart that the flavors' product labels name (two or more; one type decides as one pool).
             tc = burst.taint_controller
@@ -274,6 +297,22 @@ class StackSections:
         flavors = [QuarantineFlavor(name=f.name, node_labels=dict(f.node_labels)) for f in values["flavors"]]
         values["quarantine"] = values["quarantine"].model_copy(update={"flavors": flavors})
         return StackConfig(**values, burst=burst)
+
+
+def with_image(model: _M, ref: str) -> _M:
+    """``model`` with ``image`` set to ``ref``, unless the stack set it (an explicit image wins: a build under
+    test)."""
+    return model if "image" in model.model_fields_set else model.model_copy(update={"image": ref})
+
+
+def fill_virtual_node_images(vn: VirtualNodeSettings, images: ImagesSettings) -> VirtualNodeSettings:
+    """The virtual node's two images from the stack's scheme, each unless the stack set it."""
+    update: dict[str, str] = {}
+    if "node_image" not in vn.model_fields_set:
+        update["node_image"] = images.ref(VIRTUAL_NODE_IMAGE)
+    if "provider_image" not in vn.model_fields_set:
+        update["provider_image"] = images.ref(DAEMONS_IMAGE)
+    return vn.model_copy(update=update)
 
 
 def fill_quota_controller(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,6 +21,7 @@ import yaml
 
 from components.charts import helm_chart, offline_without_mirror, resolve_chart
 from components.constants import QUARANTINE_TAINT_KEY
+from components.model import check_qualified_name
 from components.telemetry.alerts import rule_groups
 from components.telemetry.counters import counters_csv
 from components.telemetry.dashboard import dashboard
@@ -47,6 +49,11 @@ def telemetry_tolerations(settings: TelemetrySettings) -> list[dict[str, str]]:
     ):
         out.append({"key": QUARANTINE_TAINT_KEY, "operator": "Exists"})
     return out
+
+
+def _check_labels(labels: Mapping[str, str], what: str) -> None:
+    for key in labels:
+        check_qualified_name(key, f"{what}.labels key")
 
 
 def _check_settings(settings: Any, what: str) -> None:
@@ -159,10 +166,13 @@ class FabricExporterArgs:
     settings: TelemetrySettings
     namespace: str
     depends_on: tuple[pulumi.Resource, ...] = field(default=())
+    #: The stack's labels (its environment among them) on the exporter's own objects; the selector stays its name.
+    labels: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         _check_settings(self.settings, "FabricExporterArgs")
         _check_namespace(self.namespace, "FabricExporterArgs")
+        _check_labels(self.labels, "FabricExporterArgs")
 
 
 def fabric_pod_spec(settings: TelemetrySettings) -> dict[str, Any]:
@@ -232,7 +242,7 @@ class FabricExporter(pulumi.ComponentResource):
     def __init__(self, name: str, args: FabricExporterArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("gpucluster:telemetry:FabricExporter", name, None, opts)
         s = args.settings
-        labels = {**PART_OF, "app.kubernetes.io/name": FABRIC_APP}
+        labels = {**args.labels, **PART_OF, "app.kubernetes.io/name": FABRIC_APP}
         selector = {"app.kubernetes.io/name": FABRIC_APP}
         annotations = scrape_annotations(s.fabric_exporter.port) if s.fabric_scrape == "annotations" else {}
         child = pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on))
@@ -388,9 +398,12 @@ class GpuDashboard(pulumi.ComponentResource):
 class TelemetryArgs:
     settings: TelemetrySettings
     depends_on: tuple[pulumi.Resource, ...] = field(default=())
+    #: The stack's labels, on the workloads of ours (the fabric exporter); the charts' objects keep their own.
+    labels: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         _check_settings(self.settings, "TelemetryArgs")
+        _check_labels(self.labels, "TelemetryArgs")
 
 
 class Telemetry(pulumi.ComponentResource):
@@ -410,7 +423,9 @@ class Telemetry(pulumi.ComponentResource):
             deps = (*deps, self.namespace)
         child = pulumi.ResourceOptions(parent=self)
         self.dcgm = DcgmExporter(f"{name}-dcgm", DcgmExporterArgs(s, s.namespace, deps), child)
-        self.fabric = FabricExporter(f"{name}-fabric", FabricExporterArgs(s, s.namespace, deps), child)
+        self.fabric = FabricExporter(
+            f"{name}-fabric", FabricExporterArgs(s, s.namespace, deps, labels=args.labels), child
+        )
         self.alerts = GpuAlerts(f"{name}-alerts", GpuAlertsArgs(s, s.namespace, deps), child)
         dash_deps = deps if s.dashboard_namespace == s.namespace else args.depends_on
         self.dashboard = GpuDashboard(f"{name}-dashboard", GpuDashboardArgs(s, s.dashboard_namespace, dash_deps), child)

@@ -11,7 +11,7 @@ Example (stack YAML)::
         chart: {repo: https://nvidia.github.io/dcgm-exporter/helm-charts, name: dcgm-exporter}
         imageTag: 4.2.3-4.1.3-ubuntu22.04
       fabricExporter:
-        image: registry.example.com/gpucluster/daemons:0.1.0
+        image: ghcr.io/example/gpucluster-daemons:0.1.0  # unset: from gpucluster:images
         port: 9402
         scrape: serviceMonitor
       alerts:
@@ -28,6 +28,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, ValidationError, field_validator
 
 from components.charts import ChartSource
+from components.images_settings import DEFAULT_DAEMONS_IMAGE
 from components.issues import ConfigIssue, SettingsError, issues_from_validation_error, shown
 from components.model import (
     ConfigModel,
@@ -71,7 +72,8 @@ class DcgmExporterSettings(ConfigModel):
 
 
 class FabricExporterSettings(ConfigModel):
-    image: Image = "ghcr.io/gpucluster/daemons:0.1.0"
+    #: The daemons' image (the exporter is one of its console scripts); unset in a stack: from ``gpucluster:images``.
+    image: Image = DEFAULT_DAEMONS_IMAGE
     port: Annotated[int, Field(ge=1024, le=65535)] = 9402
     #: How Prometheus finds the exporter; unset follows ``prometheusOperator``.
     scrape: Literal["serviceMonitor", "annotations"] | None = None
