@@ -9,7 +9,7 @@ from policies.burst_settings import provider_secrets_not_in_config
 from policies.capacity import flavors_select_accepted_nodes, quota_controller_where_queues_are
 from policies.confidential_env import confidential_env_stays_in_our_clusters
 from policies.descheduler import descheduler_bounded
-from policies.images import images_pinned
+from policies.images import images_pinned, prod_images_by_digest
 from policies.inference import inference_gpu_deployments_burstable, inference_gpu_deployments_have_pdb
 from policies.make_before_break import (
     inference_deployments_make_before_break,
@@ -34,6 +34,7 @@ ALL_POLICIES: list[Policy] = [
     quota_within_capacity,
     checkpoint_claims_rwx,
     images_pinned,
+    prod_images_by_digest,
     no_privileged_or_host_path,
     no_secrets_in_clear,
     dcgm_counters_complete,

@@ -10,10 +10,14 @@ import pytest
 import yaml
 
 from components.cluster import GpuCluster, GpuClusterArgs
-from components.config import StackConfig, load_stack_file
+from components.config import StackConfig, load_stack_file, parse_stack_config, read_stack_file
+from components.constants import ENVIRONMENT_LABEL
 from components.descheduler import DeschedulerArgs
 from components.queues import QueuesArgs, kueue_manager_config
 from components.storage import StorageArgs, checkpoint_cadence_minutes
+from policies.common import WORKLOAD_TYPES
+from policies.images import prod_images_by_digest
+from tests.policies.support import check_resource
 from tests.support.pulumi_harness import Graph, deploy, secrets_of
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -303,3 +307,34 @@ def test_offline_preview_leaves_out_a_chart_no_go_module_carries(
     dcgm = graph.one("gpucluster:telemetry:DcgmExporter", "prod-telemetry-dcgm")
     assert [c.type for c in graph.children_of(dcgm)] == ["kubernetes:core/v1:ConfigMap"]
     assert graph.one(CHART, "prod-queues-kueue").inputs["chart"].endswith("sigs.k8s.io/kueue@v0.17.0/charts/kueue")
+
+
+# --- images ---------------------------------------------------------------------------------------------------
+
+
+def test_prod_workloads_carry_the_environment_and_run_images_by_digest(prod: Graph) -> None:
+    """Every workload of ours labels itself with the stack's environment (prod-images-by-digest reads it there), and
+    in prod each names its image by digest: ours from gpucluster:images, the inference services' from their teams."""
+    workloads = [r for r in prod.resources if r.type in WORKLOAD_TYPES]
+    kinds = {r.type.rsplit(":", 1)[1] for r in workloads}
+    assert {"Deployment", "DaemonSet"} <= kinds
+    names = {r.inputs["metadata"]["name"] for r in workloads}
+    assert {"gpucluster-fabric-exporter", "gpucluster-make-before-break", "llm-serve"} <= names
+    for r in workloads:
+        assert r.inputs["metadata"]["labels"][ENVIRONMENT_LABEL] == "prod", r.name
+        assert check_resource(prod_images_by_digest, r.type, r.inputs) == [], r.name
+
+
+def test_prod_without_its_digests_is_refused_by_the_policy() -> None:
+    raw = read_stack_file(ROOT / "stacks" / "Pulumi.prod.yaml")
+    del raw["images"]["digests"]
+    cfg = parse_stack_config(raw, "prod without digests")
+    graph = deploy(lambda: GpuCluster("prod", GpuClusterArgs(config=cfg)))
+    refused = {
+        r.inputs["metadata"]["name"]
+        for r in graph.resources
+        if r.type in WORKLOAD_TYPES and check_resource(prod_images_by_digest, r.type, r.inputs)
+    }
+    # Ours run by tag now; the inference service keeps its team's digest.
+    assert {"gpucluster-fabric-exporter", "gpucluster-make-before-break"} <= refused
+    assert "llm-serve" not in refused
