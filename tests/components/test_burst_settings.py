@@ -17,13 +17,12 @@ from components.burst_settings import (
     parse_settings,
     settings_json,
 )
+from components.images_settings import DEFAULT_DAEMONS_IMAGE, DEFAULT_VIRTUAL_NODE_IMAGE
 from components.issues import REDACTED
 
 VALID: dict[str, Any] = {
     "virtualNode": {
         "nodeName": "gpu-burst",
-        "nodeImage": "ghcr.io/example/gpucluster-virtual-node:0.1.0",
-        "providerImage": "ghcr.io/example/gpucluster-daemons:0.1.0",
         "inferenceNamespaces": ["inference"],
         "creationTimeout": "10m",
         "reconcileInterval": "5s",
@@ -149,7 +148,7 @@ def test_parse_duration_refuses(text: str) -> None:
         ("virtualNode.failurePenalty", -1, "virtualNode.failurePenalty"),
         ("virtualNode.nodeName", "GPU Burst", "virtualNode.nodeName"),
         ("virtualNode.nodeImage", "ghcr.io/example/node:latest", "virtualNode.nodeImage"),
-        ("virtualNode.providerImage", ..., "virtualNode.providerImage"),
+        ("virtualNode.providerImage", "ghcr.io/example/gpucluster-daemons", "virtualNode.providerImage"),
         ("virtualNode.port", 70000, "virtualNode.port"),
         ("virtualNode.inferenceNamespaces", [], "virtualNode.inferenceNamespaces"),
         ("virtualNode.bogus", 1, "virtualNode.bogus"),
@@ -353,3 +352,12 @@ def test_runpod_v2_defaults_and_what_is_sent() -> None:
     assert any(i.startswith("providers[1].runpod.containerDiskGb:") for i in found), found
     found = issues(with_change("virtualNode.confidentialEnvToRentedProviders", "maybe"))
     assert any(i.startswith("virtualNode.confidentialEnvToRentedProviders:") for i in found), found
+
+
+def test_a_file_without_images_takes_the_schemes_defaults() -> None:
+    vn = parse_settings(VALID).virtual_node
+    assert (vn.node_image, vn.provider_image) == (DEFAULT_VIRTUAL_NODE_IMAGE, DEFAULT_DAEMONS_IMAGE)
+    explicit = with_change("virtualNode.nodeImage", "registry.test.example/gpucluster-virtual-node:0.2.0-dev.1")
+    assert (
+        parse_settings(explicit).virtual_node.node_image == "registry.test.example/gpucluster-virtual-node:0.2.0-dev.1"
+    )

@@ -14,6 +14,7 @@ from pulumi.runtime import config as pulumi_config
 from components.burst_settings import BurstSettings
 from components.cluster import GpuCluster, GpuClusterArgs
 from components.config import load_stack_file
+from components.images_settings import DEFAULT_DAEMONS_IMAGE, DEFAULT_VIRTUAL_NODE_IMAGE
 from components.virtual_node import (
     NODE_TAINT,
     SECRETS_DIR,
@@ -35,8 +36,6 @@ def settings(**virtual_node: Any) -> BurstSettings:
             "virtualNode": {
                 "nodeName": "gpu-burst",
                 "namespace": "gpucluster-burst",
-                "nodeImage": "ghcr.io/example/gpucluster-virtual-node:0.1.0",
-                "providerImage": "ghcr.io/example/gpucluster-daemons:0.1.0",
                 "inferenceNamespaces": ["inference", "inference-canary"],
                 **virtual_node,
             },
@@ -151,7 +150,7 @@ def test_one_replica_recreated_never_two_nodes_at_once(graph: Graph) -> None:
 
 def test_node_container_registers_the_tainted_node(graph: Graph) -> None:
     node = _containers(graph)["node"]
-    assert node["image"] == "ghcr.io/example/gpucluster-virtual-node:0.1.0"
+    assert node["image"] == DEFAULT_VIRTUAL_NODE_IMAGE  # unset: the scheme's default
     assert node["args"] == [
         "--nodename=gpu-burst",
         "--provider-url=http://127.0.0.1:10299",
@@ -165,6 +164,7 @@ def test_node_container_registers_the_tainted_node(graph: Graph) -> None:
 
 def test_provider_container_command_and_loopback_probes(graph: Graph) -> None:
     provider = _containers(graph)["provider"]
+    assert provider["image"] == DEFAULT_DAEMONS_IMAGE
     assert provider["command"] == ["gpucluster-burst-provider"]
     assert provider["args"] == [
         "--settings",

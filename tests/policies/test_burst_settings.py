@@ -11,6 +11,7 @@ import pytest
 from components.burst_settings import BurstSettings, settings_json
 from components.cluster import GpuCluster, GpuClusterArgs
 from components.config import load_stack_file
+from components.images_settings import DEFAULT_DAEMONS_IMAGE, DEFAULT_VIRTUAL_NODE_IMAGE
 from policies.burst_settings import provider_secrets_not_in_config
 from policies.inference import (
     inference_gpu_deployments_burstable,
@@ -31,8 +32,8 @@ from tests.support.pulumi_harness import deploy, secrets_of
 def _burst_settings() -> dict[str, Any]:
     return {
         "virtualNode": {
-            "nodeImage": "ghcr.io/example/gpucluster-virtual-node:0.1.0",
-            "providerImage": "ghcr.io/example/gpucluster-daemons:0.1.0",
+            "nodeImage": DEFAULT_VIRTUAL_NODE_IMAGE,
+            "providerImage": DEFAULT_DAEMONS_IMAGE,
         },
         "providers": [
             {

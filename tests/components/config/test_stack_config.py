@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 import yaml
 
-from components.config import StackConfigError, load_stack_file, parse_stack_config, read_stack_file
+from components.config import StackConfig, StackConfigError, load_stack_file, parse_stack_config, read_stack_file
+from components.images_settings import DEFAULT_DAEMONS_IMAGE, DEFAULT_VIRTUAL_NODE_IMAGE, project_version
 from components.storage_settings import checkpoint_interval_seconds
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -237,6 +238,20 @@ INVALID: list[tuple[str, Callable[[dict[str, Any]], None], str, str]] = [
     ("bad-burst-taint-key", _set("burstTaintKey", "not a key!"), "burstTaintKey", "qualified name"),
     ("unknown-top-level-key", _set("flavour", []), "flavour", "unknown key gpucluster:flavour"),
     ("environment-not-dns", _set("environment", "Prod_1"), "environment", "DNS label"),
+    ("images-registry-with-scheme", _set("images.registry", "https://registry.example/x"), "images.registry", "scheme"),
+    ("images-version-latest", _set("images.version", "latest"), "images.version", "'latest' is refused"),
+    (
+        "images-digest-of-an-unknown-image",
+        _set("images.digests.gpucluster-fabric-exporter", "sha256:" + "3" * 64),
+        "images.digests.gpucluster-fabric-exporter",
+        "known: gpucluster-daemons, gpucluster-virtual-node",
+    ),
+    (
+        "images-digest-not-sha256",
+        _set("images.digests.gpucluster-daemons", "sha256:abc"),
+        "images.digests.gpucluster-daemons",
+        "is not a digest",
+    ),
 ]
 
 
@@ -553,3 +568,81 @@ def test_unknown_keys_and_secrets_never_carry_their_value() -> None:
     assert {i.path for i in caught.value.issues} == {"runpodApiKey", "someToken"}
     assert all(i.value is None for i in caught.value.issues)
     assert "in_clear" not in str(caught.value)
+
+
+# --- gpucluster:images ---------------------------------------------------------------------------------------
+
+
+def our_images(cfg: StackConfig) -> dict[str, str]:
+    """Every image field of ours in a resolved stack, by where it sits."""
+    assert cfg.burst is not None
+    return {
+        "makeBeforeBreak.image": cfg.make_before_break.image,
+        "quotaController.image": cfg.quota_controller.image,
+        "quarantine.image": cfg.quarantine.image,
+        "interruptions.image": cfg.interruptions.image,
+        "telemetry.fabricExporter.image": cfg.telemetry.fabric_exporter.image,
+        "burst.taintController.image": cfg.burst.taint_controller.image,
+        "burst.virtualNode.providerImage": cfg.burst.settings.virtual_node.provider_image,
+        "burst.virtualNode.nodeImage": cfg.burst.settings.virtual_node.node_image,
+    }
+
+
+def test_prod_resolves_every_image_of_ours_by_its_registry_version_and_digest() -> None:
+    images = our_images(load_stack_file(ROOT / "stacks" / "Pulumi.prod.yaml"))
+    daemons = f"registry.internal.example/gpucluster/gpucluster-daemons:{project_version()}@sha256:" + "1" * 64
+    node = f"registry.internal.example/gpucluster/gpucluster-virtual-node:{project_version()}@sha256:" + "2" * 64
+    assert images.pop("burst.virtualNode.nodeImage") == node
+    assert images == dict.fromkeys(images, daemons)
+    assert len(images) == 7
+
+
+def test_every_stack_names_our_images_one_way() -> None:
+    """No stack sets an image of ours itself: each comes from its gpucluster:images section."""
+    for path in STACKS:
+        raw = read_stack_file(path)
+        registry = "registry.internal.example/gpucluster" if path.name == "Pulumi.prod.yaml" else "ghcr.io/example"
+        assert raw["images"]["registry"] == registry, path.name
+        for where, image in our_images(load_stack_file(path)).items():
+            name = "gpucluster-virtual-node" if where.endswith("nodeImage") else "gpucluster-daemons"
+            assert image.startswith(f"{registry}/{name}:{project_version()}"), (path.name, where, image)
+
+
+def test_an_unset_image_is_filled_from_the_scheme() -> None:
+    raw = base()
+    raw["images"] = {"registry": "registry.test.example/build", "version": "0.2.0-rc.1"}
+    images = our_images(parse_stack_config(raw, "test"))
+    assert images.pop("burst.virtualNode.nodeImage") == "registry.test.example/build/gpucluster-virtual-node:0.2.0-rc.1"
+    assert set(images.values()) == {"registry.test.example/build/gpucluster-daemons:0.2.0-rc.1"}
+
+
+def test_without_an_images_section_the_defaults_name_them() -> None:
+    raw = base()
+    del raw["images"]
+    images = our_images(parse_stack_config(raw, "test"))
+    assert images.pop("burst.virtualNode.nodeImage") == DEFAULT_VIRTUAL_NODE_IMAGE
+    assert set(images.values()) == {DEFAULT_DAEMONS_IMAGE}
+
+
+def test_an_explicit_image_wins_over_the_scheme() -> None:
+    """A section that names its own image (a build under test) keeps it; the others still follow the scheme."""
+    raw = base()
+    test_build = "registry.test.example/gpucluster-daemons:0.2.0-dev.3"
+    test_node = "registry.test.example/gpucluster-virtual-node:0.2.0-dev.3"
+    raw["makeBeforeBreak"]["image"] = test_build
+    raw["quotaController"] = {"image": test_build}
+    raw["quarantine"] = {"image": test_build}
+    raw["interruptions"] = {"image": test_build}
+    raw["telemetry"]["fabricExporter"]["image"] = test_build
+    raw["burst"]["taintController"]["image"] = test_build
+    raw["burst"]["virtualNode"]["providerImage"] = test_build
+    raw["burst"]["virtualNode"]["nodeImage"] = test_node
+    images = our_images(parse_stack_config(raw, "test"))
+    assert images.pop("burst.virtualNode.nodeImage") == test_node
+    assert set(images.values()) == {test_build}
+    # One explicit image leaves the rest to the scheme.
+    raw = base()
+    raw["quarantine"] = {"image": test_build}
+    images = our_images(parse_stack_config(raw, "test"))
+    assert images.pop("quarantine.image") == test_build
+    assert all(i.startswith("registry.internal.example/gpucluster/") for i in images.values())

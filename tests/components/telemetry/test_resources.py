@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 import yaml
 
+from components.images_settings import DEFAULT_DAEMONS_IMAGE
 from components.telemetry import (
     DCGM_COUNTERS_CONFIGMAP,
     DCGM_COUNTERS_KEY,
@@ -113,7 +114,7 @@ def test_fabric_exporter_is_unprivileged_with_sys_read_only(with_operator: Graph
     assert sc["capabilities"] == {"drop": ["ALL"]}
     assert {"name": "sys", "mountPath": "/host/sys", "readOnly": True} in container["volumeMounts"]
     assert "--sysfs-root=/host/sys" in container["args"]
-    assert container["image"] == "ghcr.io/gpucluster/daemons:0.1.0"
+    assert container["image"] == DEFAULT_DAEMONS_IMAGE  # unset: the scheme's default
     assert ds.inputs["spec"]["template"]["metadata"]["annotations"] == {}
 
 
