@@ -11,7 +11,7 @@ STAMP       := $(VENV)/.installed
 PY_PACKAGES := components policies daemons
 
 .PHONY: help venv lint lint-python lint-ansible test unit ansible-test integration \
-        lint-go go-test check-stacks policy render tools debian-deps sim-up sim-down up down bench bench-scale bench-scale-capacity demo chaos daemons-status clean
+        lint-go go-test check-stacks policy render tools debian-deps images images-lock sim-up sim-down up down bench bench-scale bench-scale-capacity demo chaos daemons-status clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | column -t -s $$'\t'
@@ -52,8 +52,15 @@ check-stacks: $(STAMP) ## validate every stack file offline
 policy: tools venv ## the real engine previews every stack with the policy pack (local against the sim)
 	@bash policies/preview-stacks.sh $(STACKS)
 
-debian-deps: ## install the Debian packages make up and the tests use (prometheus, node_exporter, openssl, curl), if missing
+debian-deps: ## install the Debian packages make up, make images and the tests use (prometheus, mmdebstrap, runc ...), if missing
 	@bash tools/install-debian-deps.sh
+
+# No container engine: a Debian base by mmdebstrap, the wheels and the Go binary on top, OCI archives in .state/images.
+images: debian-deps venv ## build the daemon and virtual-node images offline (.state/images); PIN=prod writes their digests into that stack
+	$(PY) -m images build $(if $(PIN),--stack $(PIN) --pin $(PIN))
+
+images-lock: venv ## resolve the daemon image's wheels from pyproject.toml's pins into images/daemons.lock
+	$(PY) -m images lock
 
 test: lint debian-deps tools go-test ## the test command: lint, then every test (Go, unit, Ansible, telemetry, integration)
 	$(PY) -m pytest

@@ -2,14 +2,16 @@
 # make debian-deps: the Debian packages `make up` and the tests need: prometheus (the Prometheus the simulated
 # cluster's taint controllers query, promtool for the rule tests, the real Prometheus the exporter tests scrape),
 # prometheus-node-exporter (benchmark baseline), openssl and curl (the local Kueue controller's certificate and
-# readiness probe).
+# readiness probe), and what `make images` builds and checks images with: mmdebstrap (the Debian base), umoci
+# (unpacks an image into a runtime bundle), runc (runs it: Debian's crun 1.8 refuses a hybrid cgroup hierarchy),
+# skopeo (inspects and pushes OCI archives).
 # Idempotent and quick: installs only what is missing; does nothing when everything is present. Needs root (or
 # sudo) only when something is missing. On a system without dpkg the programs must already be on PATH.
 set -euo pipefail
 
-wanted=(prometheus prometheus-node-exporter openssl curl)
+wanted=(prometheus prometheus-node-exporter openssl curl mmdebstrap umoci runc skopeo)
 # The programs those packages give, for a system that is not Debian.
-programs=(prometheus promtool prometheus-node-exporter openssl curl)
+programs=(prometheus promtool prometheus-node-exporter openssl curl mmdebstrap umoci runc skopeo)
 
 if ! command -v dpkg-query >/dev/null 2>&1; then
   absent=()
