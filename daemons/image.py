@@ -1,4 +1,4 @@
-"""What the daemon image needs, read from the project itself (``daemons/Dockerfile`` runs these).
+"""What the daemon image needs, read from the project itself (``make images`` and its entry-point test use these).
 
 ``python -m daemons.image requirements pyproject.toml`` prints the pinned runtime dependencies the daemons
 import (not the Pulumi/IaC stack), so the image and the tests use the same versions.

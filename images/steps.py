@@ -211,14 +211,23 @@ def download_locked(lock: Path, cache: Path) -> list[Path]:
 
 
 def project_wheel(root: Path, out: Path) -> Path:
-    """The project's own wheel, built from its source tree."""
+    """The project's own wheel, built from a copy of the files git tracks (as they are in the work tree), so
+    neither an untracked file nor a stale ``build/`` directory goes into the image."""
     out.mkdir(parents=True, exist_ok=True)
     for old in out.glob("*.whl"):
         old.unlink()
-    run(
-        "project wheel (pip wheel)",
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(out), str(root)],
-    )
+    listed = run("project wheel (git ls-files)", ["git", "ls-files", "-z"], cwd=root)
+    with tempfile.TemporaryDirectory(prefix="gpucluster-wheel-") as tmp:
+        for rel in filter(None, listed.split("\0")):
+            source = root / rel
+            if source.is_file() and not source.is_symlink():
+                target = Path(tmp) / rel
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(source, target)
+        run(
+            "project wheel (pip wheel)",
+            [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(out), tmp],
+        )
     wheels = list(out.glob("*.whl"))
     if len(wheels) != 1:
         raise BuildError(f"project wheel: expected one wheel in {out}, found {len(wheels)}")

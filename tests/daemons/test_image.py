@@ -1,4 +1,4 @@
-"""daemons/image.py: what daemons/Dockerfile installs and checks, read from the project itself."""
+"""daemons/image.py: what the daemon image (make images) pins and checks, read from the project itself."""
 
 from __future__ import annotations
 
