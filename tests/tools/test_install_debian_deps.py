@@ -16,7 +16,7 @@ from tests.support.sim import path_without
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "tools" / "install-debian-deps.sh"
-PACKAGES = ("prometheus", "prometheus-node-exporter", "openssl", "curl")
+PACKAGES = ("prometheus", "prometheus-node-exporter", "openssl", "curl", "mmdebstrap", "umoci", "runc", "skopeo")
 
 
 @dataclass(frozen=True)
@@ -63,7 +63,7 @@ def test_everything_installed_is_said_and_apt_is_not_called(machine: Machine) ->
 
 
 def test_only_the_missing_packages_are_installed(machine: Machine) -> None:
-    machine.installed("prometheus-node-exporter", "openssl")
+    machine.installed("prometheus-node-exporter", "openssl", "mmdebstrap", "umoci", "runc", "skopeo")
     proc = machine.run()
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "installing: prometheus curl\n"
@@ -88,7 +88,7 @@ def test_a_user_with_sudo_installs_through_it(machine: Machine) -> None:
     machine.stub("sudo", 'exec "$@"')
     proc = machine.run()
     assert proc.returncode == 0, proc.stderr
-    assert "sudo apt-get install -y -qq --no-install-recommends curl" in machine.calls("sudo")
+    assert f"sudo apt-get install -y -qq --no-install-recommends {PACKAGES[-1]}" in machine.calls("sudo")
 
 
 def test_without_dpkg_the_programs_must_be_on_path(machine: Machine) -> None:
@@ -96,9 +96,9 @@ def test_without_dpkg_the_programs_must_be_on_path(machine: Machine) -> None:
     assert proc.returncode == 1
     assert proc.stderr == (
         "install-debian-deps: no dpkg here to install packages; install these programs yourself: "
-        "prometheus promtool prometheus-node-exporter openssl curl\n"
+        "prometheus promtool prometheus-node-exporter openssl curl mmdebstrap umoci runc skopeo\n"
     )
-    for program in ("prometheus", "promtool", "prometheus-node-exporter", "openssl", "curl"):
+    for program in ("prometheus", "promtool", "prometheus-node-exporter", "openssl", "curl", *PACKAGES[4:]):
         machine.stub(program, "exit 0")
     proc = machine.run()
     assert proc.returncode == 0, proc.stderr
