@@ -57,3 +57,23 @@ def test_a_stack_violating_a_mandatory_policy_fails_the_preview(tmp_path: Path) 
     assert "maxNoOfPodsToEvictTotal is 50, above the allowed 20" in out
     assert "policy preview failed for: unbounded" in out
     shutil.rmtree(ROOT / ".state" / "policy" / "unbounded", ignore_errors=True)
+
+
+def test_prod_passes_pinned_and_is_refused_with_an_image_by_tag_alone(tmp_path: Path) -> None:
+    doc = yaml.safe_load((ROOT / "stacks" / "Pulumi.prod.yaml").read_text())
+    # The daemons' image by its tag alone: the virtual node's stays pinned.
+    del doc["config"]["gpucluster:images"]["digests"]["gpucluster-daemons"]
+    drafts = tmp_path / "drafts"
+    drafts.mkdir()
+    draft = drafts / "Pulumi.prod-unpinned.yaml"
+    draft.write_text(yaml.safe_dump(doc))
+    proc = _preview("prod", str(draft))
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out[-4000:]
+    assert "prod-images-by-digest" in out
+    assert "registry.internal.example/gpucluster/gpucluster-daemons:" in out
+    assert "policy preview failed for: prod-unpinned" in out
+    # prod itself, pinned, is not among the failures.
+    failed = next(line for line in out.splitlines() if "policy preview failed for:" in line)
+    assert failed.split("failed for:", 1)[1].split() == ["prod-unpinned"], failed
+    shutil.rmtree(ROOT / ".state" / "policy" / "prod-unpinned", ignore_errors=True)
