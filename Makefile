@@ -57,7 +57,7 @@ debian-deps: ## install the Debian packages make up, make images and the tests u
 
 # No container engine: a Debian base by mmdebstrap, the wheels and the Go binary on top, OCI archives in .state/images.
 images: debian-deps venv ## build the daemon and virtual-node images offline (.state/images); PIN=prod writes their digests into that stack
-	$(PY) -m images build $(if $(PIN),--stack $(PIN) --pin $(PIN))
+	$(PY) -m images build $(if $(PIN),--stack $(PIN) --pin $(PIN)) $(IMAGES_ARGS)
 
 images-lock: venv ## resolve the daemon image's wheels from pyproject.toml's pins into images/daemons.lock
 	$(PY) -m images lock
