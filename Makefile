@@ -66,7 +66,7 @@ test: lint debian-deps tools go-test ## the test command: lint, then every test 
 	$(PY) -m pytest
 
 unit: $(STAMP) ## unit tests only (no simulated cluster)
-	$(PY) -m pytest -m "not integration and not molecule"
+	$(PY) -m pytest -m "not integration and not molecule and not images"
 
 bench: $(STAMP) ## run every benchmark script in benchmarks/ and print its figures
 	@set -e; for b in benchmarks/bench_*; do echo "== $$b"; case $$b in *.py) $(PY) $$b ;; *) bash $$b ;; esac; done
