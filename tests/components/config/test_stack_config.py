@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import math
+import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -589,9 +590,14 @@ def our_images(cfg: StackConfig) -> dict[str, str]:
 
 
 def test_prod_resolves_every_image_of_ours_by_its_registry_version_and_digest() -> None:
-    images = our_images(load_stack_file(ROOT / "stacks" / "Pulumi.prod.yaml"))
-    daemons = f"registry.internal.example/gpucluster/gpucluster-daemons:{project_version()}@sha256:" + "1" * 64
-    node = f"registry.internal.example/gpucluster/gpucluster-virtual-node:{project_version()}@sha256:" + "2" * 64
+    path = ROOT / "stacks" / "Pulumi.prod.yaml"
+    images = our_images(load_stack_file(path))
+    # The digests a pin wrote (make images PIN=prod), whichever build they are of.
+    pinned = read_stack_file(path)["images"]["digests"]
+    assert all(re.fullmatch(r"sha256:[0-9a-f]{64}", d) for d in pinned.values()), pinned
+    registry, version = "registry.internal.example/gpucluster", project_version()
+    daemons = f"{registry}/gpucluster-daemons:{version}@{pinned['gpucluster-daemons']}"
+    node = f"{registry}/gpucluster-virtual-node:{version}@{pinned['gpucluster-virtual-node']}"
     assert images.pop("burst.virtualNode.nodeImage") == node
     assert images == dict.fromkeys(images, daemons)
     assert len(images) == 7
