@@ -14,10 +14,9 @@ from pathlib import Path
 import yaml
 
 from components.config import StackConfigError, load_stack_file
-from components.images_settings import IMAGE_NAMES
+from components.images_settings import IMAGE_NAMES, check_digest, check_image_name
 
 SECTION = "gpucluster:images"
-_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 
 
 class PinError(RuntimeError):
@@ -50,10 +49,11 @@ def _block_end(lines: list[str], start: int, indent: int) -> int:
 def pinned_text(text: str, digests: Mapping[str, str], source: str = "stack") -> str:
     """``text`` with the section's ``digests:`` set to ``digests`` (name -> sha256:...)."""
     for name, digest in digests.items():
-        if name not in IMAGE_NAMES:
-            raise PinError(f"{source}: no image named {name!r} (known: {', '.join(IMAGE_NAMES)})")
-        if not _DIGEST.match(digest):
-            raise PinError(f"{source}: {name}: {digest!r} is not a sha256 digest")
+        try:
+            check_image_name(name)
+            check_digest(digest)
+        except ValueError as exc:
+            raise PinError(f"{source}: {exc}") from None
     lines = text.splitlines()
     try:
         top = next(i for i, line in enumerate(lines) if re.match(r"^config:\s*(#.*)?$", line))

@@ -56,9 +56,9 @@ def test_section_without_digests_and_stack_without_section() -> None:
 @pytest.mark.parametrize(
     ("digests", "message"),
     [
-        ({"gpucluster-other": D1}, "no image named 'gpucluster-other'"),
-        ({DAEMONS_IMAGE: "sha256:abc"}, "is not a sha256 digest"),
-        ({DAEMONS_IMAGE: "1" * 64}, "is not a sha256 digest"),
+        ({"gpucluster-other": D1}, "no image of ours is named 'gpucluster-other'"),
+        ({DAEMONS_IMAGE: "sha256:abc"}, "is not a digest such as sha256:"),
+        ({DAEMONS_IMAGE: "1" * 64}, "is not a digest such as sha256:"),
     ],
 )
 def test_bad_digests_are_refused(digests: dict[str, str], message: str) -> None:
