@@ -1,5 +1,6 @@
 """The fake providers the simulated cluster runs: the fake GPU cloud (``cloud_server``), the fake of RunPod's API
-(``runpod_server``), and what they are built on (``_http``).
+(``runpod_server``, with RunPod's document and rules in ``runpod_contract``), and what they are built on
+(``_http``).
 
 ``cloud_server``: a rental cloud of our own with knobs (boot time, failure and death rates, prices, capacity), run as
 its own process (``python -m daemons.burst_provider.fakes.cloud_server``) so its instances outlive a killed provider

@@ -1,7 +1,8 @@
 """A fake of RunPod's REST API v2 that follows its OpenAPI document: the RunPod adapter without an account.
 
 The contract is RunPod's own document, kept as ``tests/fixtures/runpod/openapi-v2.json`` (its source, commit and
-sha256 in the README beside it); ``tests/daemons/burst_provider/test_runpod_contract.py`` validates every reply this
+sha256 in the README beside it), read with the handler's rules in ``runpod_contract``;
+``tests/daemons/burst_provider/test_runpod_contract.py`` validates every reply this
 fake sends against the document's response schemas. What the fake serves, under ``/v2``:
 
 - ``POST /pods`` (createPod): the body is validated against ``CreatePodRequest`` itself (422 with ``errors`` when it
@@ -50,53 +51,35 @@ import itertools
 import json
 import logging
 import os
-import re
 import string
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from daemons.burst_provider.fakes._http import BackgroundServer, Clock, Reply, serve_until_signal
+from daemons.burst_provider.fakes.runpod_contract import (
+    CPU_FLAVORS,
+    contract_problem,
+    create_rule_problem,
+    problem,
+    schema_errors,
+)
 from daemons.toolkit.listen import ListenError, parse_listen
 from daemons.toolkit.logs import LEVELS, setup_logging
-
-if TYPE_CHECKING:  # the dev dependencies: imported where a create is validated, so the module imports without them
-    import jsonschema
-    import referencing
 
 log = logging.getLogger("fakes.runpod")
 
 PREFIX = "/v2"
-#: RunPod's document, a test fixture of the project (so the fake runs from a checkout).
-OPENAPI = Path(__file__).resolve().parents[3] / "tests" / "fixtures" / "runpod" / "openapi-v2.json"
-DOCUMENT_URI = "urn:runpod:openapi-v2"
-PROBLEM = "application/problem+json"
-_PORT_RE = re.compile(r"^(\d{1,5})/(http|tcp)$")
 #: What RunPod says when a GPU type has no machine left (a 400 with a detail only).
 NO_CAPACITY = "There are no longer any instances available with the requested specifications."
 REFUSAL_DETAIL = {
     400: NO_CAPACITY,
     402: "Insufficient balance: add funds to your account to deploy this pod.",
     403: "Your account cannot access the requested GPU pool.",
-}
-TITLES = {
-    400: "Bad Request",
-    401: "Unauthorized",
-    402: "Payment Required",
-    403: "Forbidden",
-    404: "Not Found",
-    405: "Method Not Allowed",
-    409: "Conflict",
-    422: "Unprocessable Entity",
-    429: "Too Many Requests",
-    500: "Internal Server Error",
-    502: "Bad Gateway",
-    503: "Service Unavailable",
 }
 ACTIONS = {
     "PROVISIONING": ["stop", "terminate"],
@@ -105,54 +88,9 @@ ACTIONS = {
     "EXITED": ["start", "terminate"],
     "ERROR": ["start", "terminate"],
 }
-#: The CPU flavors of the catalogue (getCpuType).
-CPU_FLAVORS: dict[str, dict[str, Any]] = {
-    "cpu5c": {"name": "Compute-Optimized", "group": "Gen 5", "min": 2, "max": 32, "ram": 2.0, "price": 0.04},
-    "cpu5g": {"name": "General Purpose", "group": "Gen 5", "min": 2, "max": 32, "ram": 4.0, "price": 0.05},
-}
 #: The pod statuses of the document (``Pod.status``), which ``POST /admin/pods/{id}/status`` may set.
 STATUSES = ("PROVISIONING", "STARTING", "RUNNING", "EXITED", "ERROR", "TERMINATED")
 _KNOB_KEYS = ("bootSeconds", "pricePerGpuHour", "capacity", "neverAddress", "refusals", "rateLimits", "failAfterCreate")
-
-
-@cache
-def document() -> dict[str, Any]:
-    """RunPod's v2 OpenAPI document (the test fixture)."""
-    value: dict[str, Any] = json.loads(OPENAPI.read_bytes())
-    return value
-
-
-@cache
-def registry() -> referencing.Registry[Any]:
-    import referencing  # noqa: PLC0415 (a dev dependency, see the module docstring)
-    import referencing.jsonschema  # noqa: PLC0415
-
-    resource = referencing.Resource.from_contents(document(), default_specification=referencing.jsonschema.DRAFT202012)
-    value: referencing.Registry[Any] = referencing.Registry().with_resource(DOCUMENT_URI, resource)
-    return value
-
-
-def validator(pointer: str) -> jsonschema.Draft202012Validator:
-    """A validator for the document's schema at ``pointer`` (``components/schemas/Pod``), resolving its $refs."""
-    import jsonschema  # noqa: PLC0415 (a dev dependency, see the module docstring)
-
-    return jsonschema.Draft202012Validator({"$ref": f"{DOCUMENT_URI}#/{pointer}"}, registry=registry())
-
-
-def schema_errors(pointer: str, value: object) -> list[str]:
-    """Each way ``value`` breaks the document's schema at ``pointer``, as ``$.path: message``."""
-    out = []
-    for error in sorted(validator(pointer).iter_errors(value), key=lambda e: list(e.absolute_path)):
-        path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path)
-        out.append(f"${path}: {error.message}")
-    return out
-
-
-def problem(status: int, detail: str, errors: Sequence[str] = (), headers: tuple[tuple[str, str], ...] = ()) -> Reply:
-    body: dict[str, Any] = {"title": TITLES.get(status, "Error"), "status": status, "detail": detail}
-    if errors:
-        body["errors"] = list(errors)
-    return Reply(status, body, content_type=PROBLEM, headers=headers)
 
 
 @dataclass
@@ -634,27 +572,6 @@ def _number(value: object, key: str, *, low: float) -> float:
     return float(value)
 
 
-def create_rule_problem(body: dict[str, Any]) -> str:
-    """The createPod handler's rules beyond the schema (a 400), or "" when the body keeps them."""
-    if ("gpu" in body) == ("cpu" in body):
-        return "exactly one of gpu or cpu must be set"
-    if "cpu" in body:
-        count = body["cpu"]["vcpuCount"]
-        if count & (count - 1):
-            return f"cpu.vcpuCount {count} is not a power of two"
-        flavor = CPU_FLAVORS.get(body["cpu"]["id"])
-        if flavor is None:
-            return f"CPU flavor {body['cpu']['id']} does not exist"
-        if not flavor["min"] <= count <= flavor["max"]:
-            return f"cpu.vcpuCount {count} is outside {flavor['min']}..{flavor['max']} for {body['cpu']['id']}"
-        if "persistent" in body.get("mounts", {}):
-            return "mounts.persistent is invalid when cpu is set"
-    for port in body.get("ports", []):
-        if not _PORT_RE.match(port):
-            return f'ports: {port!r} is not "<port>/http" or "<port>/tcp"'
-    return ""
-
-
 class FakeRunpodServer(BackgroundServer):
     """``FakeRunpod`` over HTTP on a thread; ``base_url`` is the API base (``http://host:port/v2``)."""
 
@@ -719,18 +636,6 @@ def _read_key(args: argparse.Namespace) -> str:
     return from_env
 
 
-def _contract_problem() -> str:
-    """Why creates cannot be validated against RunPod's document here, or ""."""
-    if not OPENAPI.is_file():
-        return f"RunPod's OpenAPI document is not at {OPENAPI}: run this fake from a checkout of the project"
-    try:
-        import jsonschema  # noqa: F401, PLC0415 (only checked: a dev dependency)
-        import referencing  # noqa: F401, PLC0415
-    except ImportError as exc:
-        return f"{exc.name or exc} is not installed: the fake validates creates with the dev dependencies (make venv)"
-    return ""
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -743,7 +648,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         key = _read_key(args)
     except ValueError as exc:
         parser.error(str(exc))
-    if problem_text := _contract_problem():
+    if problem_text := contract_problem():
         parser.error(problem_text)
     capacity: dict[str, int] = {}
     for item in args.capacity:

@@ -22,14 +22,8 @@ import jsonschema
 import pytest
 
 from daemons.burst_provider.fakes._http import ManualClock
-from daemons.burst_provider.fakes.runpod_server import (
-    OPENAPI,
-    FakeRunpod,
-    FakeRunpodServer,
-    document,
-    registry,
-    validator,
-)
+from daemons.burst_provider.fakes.runpod_contract import OPENAPI, document, registry, validator
+from daemons.burst_provider.fakes.runpod_server import FakeRunpod, FakeRunpodServer
 from daemons.burst_provider.providers.base import InstanceSpec, ProviderError
 from tests.daemons.burst_provider.test_runpod_provider import BOOT, H100_ID, KEY, Env, make_provider, spec
 

@@ -173,8 +173,9 @@ def test_the_module_imports_without_the_dev_dependencies() -> None:
         "        if name.split('.')[0] in ('jsonschema', 'referencing'):\n"
         "            raise ModuleNotFoundError(name, name=name)\n"
         "sys.meta_path.insert(0, Block())\n"
-        "import daemons.burst_provider.fakes.runpod_server as m\n"
-        "print(m._contract_problem())\n"
+        "import daemons.burst_provider.fakes.runpod_server\n"
+        "import daemons.burst_provider.fakes.runpod_contract as m\n"
+        "print(m.contract_problem())\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert "jsonschema is not installed" in out

@@ -17,7 +17,8 @@ import pytest
 
 from components.burst_settings import ProviderSettings
 from daemons.burst_provider.fakes._http import ManualClock
-from daemons.burst_provider.fakes.runpod_server import FakeRunpod, FakeRunpodServer, schema_errors
+from daemons.burst_provider.fakes.runpod_contract import schema_errors
+from daemons.burst_provider.fakes.runpod_server import FakeRunpod, FakeRunpodServer
 from daemons.burst_provider.providers.base import (
     AdapterContext,
     ContainerSpec,
