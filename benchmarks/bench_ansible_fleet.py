@@ -4,6 +4,11 @@ Every host is a local-connection node whose GPU/IB/storage tools are the test sh
 is Ansible's own cost of the pipeline (task dispatch, module runs, verdicts, reports) with the
 hardware steps shortened to about a second. Prints one line per run and the scaling ratio.
 
+Every known fault is seeded on its own node, spread over the fleet, and each run is then verified as
+tests/ansible/test_fleet.py verifies its small fleet (harness.fleet_problems): the summary lists exactly
+the seeded nodes with the check that caught each, and every host's report has a pass or fail from every
+check. Prints that the verification held, or exits non-zero naming what differed.
+
     .venv/bin/python benchmarks/bench_ansible_fleet.py [--hosts 64] [--forks 16]
 """
 
@@ -17,20 +22,26 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.ansible.harness import FAULTS, build_fleet, run_playbook
+from tests.ansible.harness import FAULTS, build_fleet, fleet_problems, run_dir, run_playbook, spread_faults
 
 
 def run(hosts: int, forks: int, root: Path) -> tuple[float, int, int]:
+    """Wall time, exit status and number of nodes seeded to fail of one verified run over ``hosts`` nodes."""
     tmp = root / f"fleet-{hosts}"
     tmp.mkdir()
     # Seed every known fault once so failing paths are part of the measured work.
-    faults = {f"gpu-sim-{i:03d}": f for i, f in enumerate(sorted(FAULTS))} if hosts > len(FAULTS) else {}
+    faults = spread_faults(hosts) if hosts > len(FAULTS) else {}
     inventory, expected = build_fleet(tmp, hosts, faults)
     start = time.monotonic()
     res = run_playbook("acceptance.yml", inventory, tmp, "--forks", str(forks), timeout=3600)
     wall = time.monotonic() - start
-    if not (tmp / "artifacts/acceptance/test-run/summary.json").exists():
+    if not (run_dir(tmp) / "summary.json").exists():
         sys.exit(f"run with {hosts} hosts wrote no summary (rc={res.returncode}):\n{res.stdout[-3000:]}")
+    problems = fleet_problems(tmp, hosts, expected)
+    if (res.returncode != 0) != bool(expected):
+        problems.insert(0, f"the play ended rc={res.returncode} with {len(expected)} nodes seeded to fail")
+    if problems:
+        sys.exit("\n".join([f"verification failed for the run with {hosts} hosts:", *problems]))
     return wall, res.returncode, len(expected)
 
 
@@ -49,6 +60,10 @@ def main() -> int:
         print(
             f"acceptance.yml {args.hosts:3d} hosts forks={args.forks:<3d} wall {many:7.1f} s  rc={rcn} "
             f"({failing} seeded to fail)"
+        )
+        print(
+            f"verification held at {args.hosts} hosts: the summary lists exactly the {failing} seeded nodes, "
+            "each with the check that caught it, and every host's report has every check pass or fail"
         )
         print(f"fleet / 1-host wall ratio {many / one:5.2f}  ({many / args.hosts:.2f} s per host)")
     return 0

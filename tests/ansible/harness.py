@@ -22,6 +22,8 @@ SHIMS = REPO / "tests" / "fixtures" / "ansible" / "shims"
 VENV_BIN = Path(sys.executable).parent
 MODULE_PYTHON = "/usr/bin/python3" if Path("/usr/bin/python3").exists() else sys.executable
 
+RUN_ID = "test-run"
+
 IB_COUNTERS = ("symbol_error", "link_downed", "link_error_recovery", "port_rcv_errors")
 HCAS = [f"mlx5_{i}" for i in range(8)]
 
@@ -49,6 +51,23 @@ FAULTS: dict[str, tuple[dict[str, Any], str]] = {
     ),
     "burn_faulty": ({"burn_faulty": [6]}, "gpu_burn_in"),
 }
+
+
+def host_names(size: int) -> list[str]:
+    """The names build_fleet gives a fleet of ``size`` nodes, in inventory order."""
+    return [f"gpu-sim-{i:03d}" for i in range(size)]
+
+
+def spread_faults(size: int) -> dict[str, str]:
+    """Every FAULTS key on its own node, spread evenly over a fleet of ``size`` nodes with healthy ones between.
+
+    Returns {host: FAULTS key}, for build_fleet.
+    """
+    names = sorted(FAULTS)
+    if size < len(names):
+        raise ValueError(f"a fleet of {size} nodes cannot hold {len(names)} seeded faults")
+    hosts = host_names(size)
+    return {hosts[(2 * i + 1) * size // (2 * len(names))]: fault for i, fault in enumerate(names)}
 
 
 def seed_node(root: Path, name: str, knobs: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -151,8 +170,7 @@ def build_fleet(
     """
     hosts: dict[str, dict[str, Any]] = {}
     expected: dict[str, str] = {}
-    for i in range(size):
-        name = f"gpu-sim-{i:03d}"
+    for name in host_names(size):
         fault = faults.get(name)
         knobs: dict[str, Any] = {}
         if fault:
@@ -161,7 +179,7 @@ def build_fleet(
         hosts[name] = seed_node(tmp / "nodes", name, knobs)
     group_vars: dict[str, Any] = {
         "node_admission_artifacts_dir": str(tmp / "artifacts"),
-        "node_admission_run_id": "test-run",
+        "node_admission_run_id": RUN_ID,
         # The simulated fleet stands for a 64-node pool writing one checkpoint together.
         "node_checkpoint_writers": 64,
     }
@@ -169,3 +187,64 @@ def build_fleet(
         group_vars["node_admission_kubeconfig"] = str(kubeconfig)
         group_vars["node_admission_kubectl_bin"] = str(SHIMS / "kubectl")
     return write_inventory(tmp / "inventory.yml", hosts, group_vars), expected
+
+
+def run_dir(tmp: Path) -> Path:
+    """Where an acceptance run over ``build_fleet(tmp, ...)`` writes each node's report and the summary."""
+    return tmp / "artifacts" / "acceptance" / RUN_ID
+
+
+def required_checks() -> list[str]:
+    """The checks every node's report must hold: node_admission's default required_checks."""
+    defaults = yaml.safe_load((ROLES_DIR / "node_admission" / "defaults" / "main.yml").read_text())
+    return list(defaults["node_admission_required_checks"])
+
+
+def fleet_problems(tmp: Path, size: int, expected: dict[str, str]) -> list[str]:
+    """How a finished acceptance run over ``build_fleet(tmp, size, ...)`` differs from what was seeded.
+
+    ``expected`` is build_fleet's {host: check expected to fail}. The summary must count every host, list
+    exactly the expected hosts as failed, each with reasons from its check alone (and its report failing that
+    check alone), and pass the rest; every host's report must hold a pass or a fail from every required check,
+    so no failing node was stopped mid-pipeline. Returns one line per difference, empty when there is none.
+    """
+    out = run_dir(tmp)
+    summary_file = out / "summary.json"
+    if not summary_file.exists():
+        return [f"the run wrote no summary at {summary_file}"]
+    summary = json.loads(summary_file.read_text())
+    hosts = host_names(size)
+    problems: list[str] = []
+    if summary.get("hosts_total") != size:
+        problems.append(f"summary counts {summary.get('hosts_total')} hosts, not {size}")
+    failed: dict[str, list[str]] = summary.get("failed", {})
+    problems += [f"{h} failed but was seeded healthy: {failed[h]}" for h in sorted(set(failed) - set(expected))]
+    for host, check in sorted(expected.items()):
+        if host not in failed:
+            problems.append(f"{host} was seeded to fail {check} but the summary does not list it as failed")
+        elif not failed[host]:
+            problems.append(f"{host} is listed as failed with no reasons (seeded to fail {check})")
+        elif wrong := [r for r in failed[host] if not r.startswith(f"{check}: ")]:
+            problems.append(f"{host} was seeded to fail {check} but has other reasons: {wrong}")
+    passed = set(summary.get("passed", []))
+    healthy = set(hosts) - set(expected)
+    if missing := sorted(healthy - passed):
+        problems.append(f"healthy hosts not listed as passed: {missing}")
+    if extra := sorted(passed - healthy):
+        problems.append(f"hosts listed as passed that are not healthy hosts of this fleet: {extra}")
+    checks = required_checks()
+    for host in hosts:
+        report_file = out / f"{host}.json"
+        if not report_file.exists():
+            problems.append(f"{host} has no report")
+            continue
+        report = json.loads(report_file.read_text())
+        want = [expected[host]] if host in expected else []
+        if report.get("failed_checks") != want:
+            problems.append(f"{host} report fails {report.get('failed_checks')}, expected {want}")
+        statuses = {name: verdict.get("status") for name, verdict in report.get("checks", {}).items()}
+        if sorted(statuses) != sorted(checks):
+            problems.append(f"{host} report has checks {sorted(statuses)}, expected {sorted(checks)}")
+        if unfinished := {name: st for name, st in statuses.items() if st not in {"pass", "fail"}}:
+            problems.append(f"{host} report has checks with neither pass nor fail: {unfinished}")
+    return problems

@@ -1,7 +1,9 @@
-"""The whole acceptance pipeline over a 64-node simulated fleet, and the burn-in playbook.
+"""The whole acceptance pipeline over a small simulated fleet, and the burn-in playbook.
 
-One node per seeded fault; the run must keep going across hosts, end non-zero, and its summary
-must list exactly the seeded nodes, each with the check that caught it.
+One node per seeded fault, spread among a couple of healthy nodes; the run must keep going across
+hosts, end non-zero, and its summary must list exactly the seeded nodes, each with the check that
+caught it. The same run over 64 hosts, with the same verification (harness.fleet_problems), is
+`make bench` (benchmarks/bench_ansible_fleet.py): it takes minutes, too long for the test suite.
 """
 
 from __future__ import annotations
@@ -12,44 +14,34 @@ from pathlib import Path
 
 import pytest
 
-from tests.ansible.harness import FAULTS, build_fleet, run_playbook
+from tests.ansible.harness import FAULTS, build_fleet, fleet_problems, host_names, run_playbook, spread_faults
 
 # Real ansible-playbook runs against simulated hosts: grouped with the molecule scenarios.
 pytestmark = pytest.mark.molecule
 
-FLEET_SIZE = 64
-# Spread the seeded faults across the fleet, one node each.
-SEEDED = {f"gpu-sim-{5 * i + 3:03d}": fault for i, fault in enumerate(sorted(FAULTS))}
+# Room for one node per seeded fault and two healthy ones.
+FLEET_SIZE = len(FAULTS) + 2
+SEEDED = spread_faults(FLEET_SIZE)
 
 
 def test_fleet_summary_lists_exactly_the_seeded_nodes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text("apiVersion: v1\nkind: Config\n")
     inventory, expected = build_fleet(tmp_path, FLEET_SIZE, SEEDED, kubeconfig=kubeconfig)
+    assert len(expected) == len(FAULTS) < FLEET_SIZE
     log = tmp_path / "kubectl.log"
     # Every host's kubectl calls go to one log (the controller runs kubectl).
     monkeypatch.setenv("KUBECTL_SHIM_LOG", str(log))
     res = run_playbook("acceptance.yml", inventory, tmp_path, "--forks", "16", timeout=1500)
     assert res.returncode != 0, "a fleet with failing nodes must end the play non-zero"
-    summary = json.loads((tmp_path / "artifacts/acceptance/test-run/summary.json").read_text())
-    assert summary["hosts_total"] == FLEET_SIZE
-    assert sorted(summary["failed"]) == sorted(expected), res.stdout[-4000:]
-    assert len(summary["passed"]) == FLEET_SIZE - len(expected)
-    for host, check in expected.items():
-        reasons = summary["failed"][host]
-        assert reasons, host
-        assert all(r.startswith(f"{check}: ") for r in reasons), (host, SEEDED[host], reasons)
-        report = json.loads((tmp_path / f"artifacts/acceptance/test-run/{host}.json").read_text())
-        assert report["failed_checks"] == [check]
-    # Every node got past every check: the failing ones were not stopped mid-pipeline.
-    for i in range(FLEET_SIZE):
-        report = json.loads((tmp_path / f"artifacts/acceptance/test-run/gpu-sim-{i:03d}.json").read_text())
-        assert all(v["status"] in {"pass", "fail"} for v in report["checks"].values()), report
+    # Exactly the seeded nodes failed, each with its check, and every node got a verdict from every check.
+    problems = fleet_problems(tmp_path, FLEET_SIZE, expected)
+    assert not problems, "\n".join(["the run differs from the seeded fleet:", *problems, res.stdout[-4000:]])
     calls = [json.loads(line) for line in log.read_text().splitlines()]
     tainted = {c[3] for c in calls if c[1] == "taint" and not c[4].endswith("-")}
     labeled = {c[3] for c in calls if c[1] == "label" and c[4].endswith("=true")}
     assert tainted == set(expected)
-    assert labeled == {f"gpu-sim-{i:03d}" for i in range(FLEET_SIZE)} - set(expected)
+    assert labeled == set(host_names(FLEET_SIZE)) - set(expected)
     thermal_host = next(h for h, f in SEEDED.items() if f == "hot_gpu")
     assert [c[4] for c in calls if c[1] == "taint" and c[3] == thermal_host] == [
         "gpucluster.io/acceptance-failed=thermal:NoSchedule"
