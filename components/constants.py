@@ -1,4 +1,4 @@
-"""Names the components write, the daemons act on and the policy pack reads: defined once, here.
+"""Names and limits the components write, the daemons act on and the policy pack reads: defined once, here.
 
 Pure constants (no Pulumi import): the daemons and the policy pack import this module too, so a label the policy
 pack checks can never drift from the label a component sets.
@@ -91,3 +91,11 @@ TRAINING_NAMESPACE = "gpucluster-training"
 #: The ServiceAccount a training job's pods run as in its team namespace: it may annotate the team's
 #: ``checkpoints`` claim with the checkpoint report and nothing else.
 TRAINER_SERVICE_ACCOUNT = "gpucluster-trainer"
+
+# --- GPU health ---------------------------------------------------------------------------------------------
+
+#: The GPU thermal ceiling (°C): a GPU above it is removed from training. The telemetry alert's ``gpuTempLimitC``
+#: defaults to it and may only be lowered. Ansible cannot import it: ``ansible/roles/gpu_thermal_acceptance``
+#: repeats it as a literal (defaults, argument_specs, the preflight assert), and
+#: ``tests/ansible/test_thermal_ceiling.py`` fails when any of those differs from this value.
+GPU_TEMP_CEILING_C = 78.0

@@ -28,6 +28,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, ValidationError, field_validator
 
 from components.charts import ChartSource
+from components.constants import GPU_TEMP_CEILING_C
 from components.images_settings import DEFAULT_DAEMONS_IMAGE
 from components.issues import ConfigIssue, SettingsError, issues_from_validation_error, shown
 from components.model import (
@@ -42,8 +43,6 @@ from components.model import (
 )
 
 STACK_KEY = "gpucluster:telemetry"
-#: Hard ceiling for the GPU temperature alert: the quarantine signal must never be configured later than this.
-GPU_TEMP_CEILING_C = 78.0
 DEFAULT_DCGM_CHART_VERSION = "4.2.3"
 DEFAULT_DCGM_IMAGE_TAG = "4.2.3-4.1.3-ubuntu22.04"
 DEFAULT_DCGM_CHART_REPO = "https://nvidia.github.io/dcgm-exporter/helm-charts"
@@ -83,7 +82,9 @@ class FabricExporterSettings(ConfigModel):
 
 
 class AlertSettings(ConfigModel):
-    #: GPU core temperature (°C) above which a GPU is reported for quarantine; at most 78.
+    #: GPU core temperature (°C) above which a GPU is reported for quarantine; defaults to the hard ceiling
+    #: ``GPU_TEMP_CEILING_C`` (components/constants.py) and may only be lowered: the quarantine signal must never
+    #: be configured later than that.
     gpu_temp_limit_c: Annotated[float, Field(gt=0)] = GPU_TEMP_CEILING_C
     #: Minutes the temperature must stay above the limit before the alert fires.
     for_minutes: Annotated[int, Field(ge=1, le=60)] = 2
