@@ -41,7 +41,7 @@ from components.config import load_stack_file  # noqa: E402 (run as a script: th
 from components.storage_settings import checkpoint_interval_seconds, predicted_ettr  # noqa: E402
 from components.training.manifest import Interval, job_context, jobset_manifest  # noqa: E402
 from components.training.spec import parse_spec  # noqa: E402
-from daemons.toolkit.lease import load_kube_config  # noqa: E402
+from daemons.toolkit.kube import load_kube_config  # noqa: E402
 from sim.fake_trainer import (  # noqa: E402
     LOGICAL_JOB_ANNOTATION,
     WORK_ANNOTATION,

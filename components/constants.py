@@ -24,6 +24,8 @@ STORAGE_DRIVER_LABEL = "gpucluster.io/storage-driver"
 CLAIM_LABEL = "gpucluster.io/claim"
 #: A daemon's settings ConfigMap: which daemon reads it (``burst-provider``, ``taint-controller``).
 SETTINGS_LABEL = "gpucluster.io/settings"
+#: The API server accepts Events about a cluster-scoped object (a Node, a ClusterQueue, an AdmissionCheck) only here.
+CLUSTER_EVENTS_NAMESPACE = "default"
 #: The GPU type a burst provider must rent for a pod (pod template annotation, read by the provider service).
 GPU_TYPE_ANNOTATION = "burst.gpucluster.io/gpu-type"
 #: A node that passed the Ansible acceptance roles (``ansible/roles/node_admission`` sets it to ``true``): GPU
@@ -61,6 +63,8 @@ QUARANTINE_TAINT_KEY = "gpucluster.io/quarantine"
 QUARANTINE_TAINT_EFFECT = "NoExecute"
 #: The taint ``node_admission`` puts on a node that failed acceptance (NoSchedule).
 ACCEPTANCE_FAILED_TAINT_KEY = "gpucluster.io/acceptance-failed"
+#: Label and NoSchedule taint on a node make-before-break reserved for a waiting gang; the value is the Workload's uid.
+RESERVATION_KEY = "gpucluster.io/reservation"
 
 #: The extended resource GPUs are requested as.
 GPU_RESOURCE = "nvidia.com/gpu"

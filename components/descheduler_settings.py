@@ -7,8 +7,8 @@ from typing import Annotated
 
 from pydantic import Field
 
-from components.charts import ChartSource
-from components.model import ConfigModel, DnsLabel, Duration, SemVer
+from components.chart_settings import ChartSource
+from components.model import ConfigModel, DnsLabel, PositiveDuration, SemVer
 
 
 class DeschedulerSettings(ConfigModel):
@@ -18,7 +18,7 @@ class DeschedulerSettings(ConfigModel):
     chart_version: SemVer = "0.36.0"
     chart: ChartSource = ChartSource(repo="https://kubernetes-sigs.github.io/descheduler/", name="descheduler")
     namespace: DnsLabel = "kube-system"
-    interval: Duration = "1m"
+    interval: PositiveDuration = "1m"
     max_pods_to_evict_per_node: Annotated[int, Field(ge=1, le=100)] = 2
     max_pods_to_evict_total: Annotated[int, Field(ge=1, le=1000)] = 4
     max_pods_to_evict_per_namespace: Annotated[int, Field(ge=1, le=1000)] | None = None

@@ -19,21 +19,19 @@ Example (camelCase, as in the stack YAML)::
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from pathlib import Path
-from typing import Annotated, Any
+from collections.abc import Iterator
+from typing import Annotated
 
-from pydantic import Field, ValidationError
+from pydantic import Field
 
 from components.constants import QUARANTINE_TAINT_KEY, RELIABILITY_CONFIGMAP, TRAINING_NAMESPACE
-from components.documents import read_settings_file
 from components.images_settings import DEFAULT_DAEMONS_IMAGE
-from components.issues import ConfigIssue, SettingsError, issues_from_validation_error
+from components.issues import SettingsError
 from components.model import (
+    ControllerSettings,
     DnsLabel,
     DnsSubdomain,
     Image,
-    LeaseTimings,
     PollInterval,
     PositiveDuration,
     Problem,
@@ -46,7 +44,7 @@ APP = "gpucluster-interruptions"
 FIELD_MANAGER = "gpucluster-interruptions"
 
 
-class InterruptionsSettings(LeaseTimings):
+class InterruptionsSettings(ControllerSettings):
     """Everything the interruption accounting daemon needs; see the module docstring."""
 
     enabled: bool = True
@@ -78,34 +76,13 @@ class InterruptionsSettings(LeaseTimings):
         yield from self.lease_problems()
 
     @property
-    def interval_seconds(self) -> float:
-        return parse_duration(self.interval)
-
-    @property
     def request_timeout_seconds(self) -> float:
         return parse_duration(self.request_timeout)
 
-    def to_json(self) -> str:
-        """The daemon's settings file, as the component renders it into the ConfigMap."""
-        return self.model_dump_json(by_alias=True, indent=2)
 
-
-def parse_settings(data: Any, source: str = "settings") -> InterruptionsSettings:
-    """Validate already-parsed settings; SettingsError lists every problem with its key path."""
-    if not isinstance(data, Mapping):
-        raise SettingsError(
-            [ConfigIssue("(top level)", None, f"expected a JSON object of settings, got {type(data).__name__}")],
-            source,
-        )
-    try:
-        return InterruptionsSettings.model_validate(dict(data))
-    except ValidationError as exc:
-        raise SettingsError(issues_from_validation_error(exc), source) from None
-
-
-def load_settings(path: str | Path) -> InterruptionsSettings:
-    """Read a JSON (``.json``) or YAML (anything else) settings file; SettingsError on any problem."""
-    return parse_settings(read_settings_file(path), str(Path(path)))
+#: Validate already-parsed settings, or read a settings file: SettingsError lists every problem with its key path.
+parse_settings = InterruptionsSettings.parse
+load_settings = InterruptionsSettings.load
 
 
 __all__ = ["APP", "FIELD_MANAGER", "InterruptionsSettings", "SettingsError", "load_settings", "parse_settings"]

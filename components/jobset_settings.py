@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from components.charts import ChartSource
+from components.chart_settings import ChartSource
 from components.model import ConfigModel, DnsLabel, SemVer
 from components.queues_settings import LocalWebhooks
 

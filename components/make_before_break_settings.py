@@ -27,21 +27,25 @@ Off by default: a ClusterQueue that lists the check admits nothing until the con
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator, Mapping
-from pathlib import Path
-from typing import Annotated, Any
+from collections.abc import Iterator
+from typing import Annotated
 
-from pydantic import Field, ValidationError, ValidationInfo, field_validator
+from pydantic import Field, ValidationInfo, field_validator
 
-from components.constants import DEFAULT_BURST_TAINT_KEY, GPU_RESOURCE, QUARANTINE_TAINT_KEY, VIRTUAL_NODE_TAINT_KEY
-from components.documents import read_settings_file
+from components.constants import (
+    DEFAULT_BURST_TAINT_KEY,
+    GPU_RESOURCE,
+    QUARANTINE_TAINT_KEY,
+    RESERVATION_KEY,
+    VIRTUAL_NODE_TAINT_KEY,
+)
 from components.images_settings import DEFAULT_DAEMONS_IMAGE
-from components.issues import ConfigIssue, SettingsError, issues_from_validation_error, shown
+from components.issues import SettingsError, shown
 from components.model import (
+    ControllerSettings,
     DnsLabel,
     DnsSubdomain,
     Image,
-    LeaseTimings,
     PollInterval,
     PositiveDuration,
     Problem,
@@ -50,7 +54,6 @@ from components.model import (
     parse_duration,
     shorter,
 )
-from daemons.make_before_break.decide import Policy
 
 #: The AdmissionCheck's name, listed on the training ClusterQueues.
 CHECK_NAME = "make-before-break"
@@ -58,8 +61,6 @@ CHECK_NAME = "make-before-break"
 CONTROLLER_NAME = "gpucluster.io/make-before-break"
 #: Field manager of every write the controller makes (server-side apply and patches alike).
 FIELD_MANAGER = "gpucluster-make-before-break"
-#: Label and NoSchedule taint on a reserved node (the same key as ``daemons.make_before_break.model``).
-DEFAULT_RESERVATION_KEY = "gpucluster.io/reservation"
 DEFAULT_NODE_NAME = "gpu-burst"
 DEFAULT_QUARANTINE_TAINT_KEYS = (QUARANTINE_TAINT_KEY,)
 #: Longest hold: beyond it every Kueue admission could stall for longer than an hour (blockAdmission).
@@ -97,7 +98,7 @@ def _reservation_key_apart(key: str) -> str | None:
     return None
 
 
-class MakeBeforeBreakSettings(LeaseTimings):
+class MakeBeforeBreakSettings(ControllerSettings):
     """Everything the make-before-break controller needs; see the module docstring."""
 
     #: Off until a stack sets it: the training ClusterQueues list the check only while it is on.
@@ -117,7 +118,7 @@ class MakeBeforeBreakSettings(LeaseTimings):
     #: The pod-deletion-cost that marks a replica to be removed first (negative: below every default pod).
     deletion_cost: Annotated[int, Field(ge=MIN_DELETION_COST, le=MAX_DELETION_COST)] = -1000
     #: Label and NoSchedule taint on a reserved node.
-    reservation_key: TaintKey = DEFAULT_RESERVATION_KEY
+    reservation_key: TaintKey = RESERVATION_KEY
     #: How often the controller lists and decides (at least a second).
     interval: PollInterval = "10s"
     #: How long one API call may take.
@@ -195,16 +196,6 @@ class MakeBeforeBreakSettings(LeaseTimings):
                 yield Problem((loc,), problem, value)
         yield from self.lease_problems()
 
-    def policy(self) -> Policy:
-        """The decision rules' knobs, in seconds."""
-        return Policy(
-            max_hold_s=self.max_hold_seconds,
-            node_grace_s=self.node_grace_seconds,
-            max_returning=self.return_batch,
-            deletion_cost=self.deletion_cost,
-            reservation_key=self.reservation_key,
-        )
-
     # Seconds, for the daemon.
     @property
     def max_hold_seconds(self) -> float:
@@ -215,41 +206,18 @@ class MakeBeforeBreakSettings(LeaseTimings):
         return parse_duration(self.node_grace)
 
     @property
-    def interval_seconds(self) -> float:
-        return parse_duration(self.interval)
-
-    @property
     def request_timeout_seconds(self) -> float:
         return parse_duration(self.request_timeout)
 
-    def to_json(self) -> str:
-        """The daemon's settings file, as the component renders it into the ConfigMap."""
-        return self.model_dump_json(by_alias=True, indent=2)
 
-
-def parse_settings(data: Any, source: str = "settings") -> MakeBeforeBreakSettings:
-    """Validate already-parsed settings; SettingsError lists every problem with its key path."""
-    if not isinstance(data, Mapping):
-        raise SettingsError(
-            [ConfigIssue("(top level)", None, f"expected a JSON object of settings, got {type(data).__name__}")],
-            source,
-        )
-    try:
-        return MakeBeforeBreakSettings.model_validate(dict(data))
-    except ValidationError as exc:
-        raise SettingsError(issues_from_validation_error(exc), source) from None
-
-
-def load_settings(path: str | Path) -> MakeBeforeBreakSettings:
-    """Read a JSON (``.json``) or YAML (anything else) settings file; SettingsError on any problem, hostile files
-    included (components/documents.py)."""
-    return parse_settings(read_settings_file(path), str(Path(path)))
+#: Validate already-parsed settings, or read a settings file: SettingsError lists every problem with its key path.
+parse_settings = MakeBeforeBreakSettings.parse
+load_settings = MakeBeforeBreakSettings.load
 
 
 __all__ = [
     "CHECK_NAME",
     "CONTROLLER_NAME",
-    "DEFAULT_RESERVATION_KEY",
     "FIELD_MANAGER",
     "FILLED",
     "MakeBeforeBreakSettings",

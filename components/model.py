@@ -16,7 +16,8 @@ import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
-from typing import TYPE_CHECKING, Annotated, Any, Literal, Self
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Self
 from urllib.parse import urlsplit
 
 from pydantic import (
@@ -32,7 +33,8 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
-from components.issues import shown
+from components.documents import read_settings_file
+from components.issues import ConfigIssue, SettingsError, issues_from_validation_error, shown
 
 #: Longest string any settings field takes (a PromQL query is the longest we write: well under 1000).
 MAX_STRING = 4096
@@ -152,11 +154,6 @@ def parse_duration(text: str) -> float:
     return sum(float(n) * _UNIT_SECONDS[unit] for n, unit in _DURATION_PART.findall(text))
 
 
-def check_duration(value: str) -> str:
-    parse_duration(value)
-    return value
-
-
 def check_positive_duration(value: str) -> str:
     """A duration a daemon waits or looks back: longer than zero, at most a week."""
     seconds = parse_duration(value)
@@ -177,7 +174,7 @@ def check_poll_interval(value: str) -> str:
     return value
 
 
-Duration = Annotated[str, AfterValidator(check_duration)]
+#: Every period, timeout or window the stack or a daemon takes: longer than zero, at most a week.
 PositiveDuration = Annotated[str, AfterValidator(check_positive_duration)]
 PollInterval = Annotated[str, AfterValidator(check_poll_interval)]
 
@@ -250,6 +247,52 @@ class LeaseTimings(ConfigModel):
     @property
     def retry_period_seconds(self) -> float:
         return parse_duration(self.retry_period)
+
+
+class ControllerSettings(LeaseTimings):
+    """What every controller of ours that stands by behind a Lease shares: its switch, namespace, image, replicas and
+    polling interval (declared by each subclass among its own fields, so its settings file keeps its key order), the
+    Lease rules, the settings file it reads (:meth:`to_json`, :meth:`parse`, :meth:`load`).
+
+    ``settings_format`` pins the file's format (the taint controller reads JSON only); None: JSON for ``.json``,
+    YAML otherwise.
+    """
+
+    settings_format: ClassVar[Literal["json", "yaml"] | None] = None
+
+    if TYPE_CHECKING:
+        enabled: bool
+        namespace: str
+        image: str
+        replicas: int
+        interval: str
+        lease_name: str
+
+    @property
+    def interval_seconds(self) -> float:
+        return parse_duration(self.interval)
+
+    def to_json(self) -> str:
+        """The daemon's settings file, as the component renders it into the ConfigMap."""
+        return self.model_dump_json(by_alias=True, indent=2)
+
+    @classmethod
+    def parse(cls, data: Any, source: str = "settings") -> Self:
+        """Validate already-parsed settings; SettingsError lists every problem with its key path."""
+        if not isinstance(data, Mapping):
+            raise SettingsError(
+                [ConfigIssue("(top level)", None, f"expected a JSON object of settings, got {type(data).__name__}")],
+                source,
+            )
+        try:
+            return cls.model_validate(dict(data))
+        except ValidationError as exc:
+            raise SettingsError(issues_from_validation_error(exc), source) from None
+
+    @classmethod
+    def load(cls, path: str | Path) -> Self:
+        """Read the settings file; SettingsError on any problem, hostile files included (components/documents.py)."""
+        return cls.parse(read_settings_file(path, cls.settings_format), str(Path(path)))
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -384,3 +427,45 @@ class Toleration(ConfigModel):
         if self.effect is not None:
             out["effect"] = self.effect
         return out
+
+
+def pod_resource_count(spec: object, resource: str) -> int:
+    """How many of a countable ``resource`` (``nvidia.com/gpu``) a pod spec holds, as the scheduler counts it: the
+    larger of its containers' sum and its largest init container, each container's request, else its limit (for an
+    extended resource the API server makes them equal). The one rule for "the GPUs a pod holds".
+
+    ValueError naming the field for anything that is not a pod spec's shape or not a whole, non-negative number.
+    """
+    if not isinstance(spec, Mapping):
+        raise ValueError("spec is missing")
+
+    def one(container: object, at: str) -> int:
+        if not isinstance(container, Mapping):
+            raise ValueError(f"{at} is not an object")
+        resources = container.get("resources") or {}
+        if not isinstance(resources, Mapping):
+            raise ValueError(f"{at}.resources is not an object")
+        requests, limits = resources.get("requests") or {}, resources.get("limits") or {}
+        if not isinstance(requests, Mapping) or not isinstance(limits, Mapping):
+            raise ValueError(f"{at}.resources: requests and limits must be objects")
+        value = requests.get(resource, limits.get(resource))
+        if value is None:
+            return 0
+        where = f"{at}.resources {resource}"
+        if isinstance(value, bool) or not isinstance(value, int | str):
+            raise ValueError(f"{where}: not a quantity")
+        try:
+            number = Decimal(value) if isinstance(value, int) else parse_quantity(value)
+        except ValueError:
+            raise ValueError(f"{where}: not a quantity") from None
+        if number < 0 or number != number.to_integral_value():
+            raise ValueError(f"{where}: not a whole number of devices")
+        return int(number)
+
+    def each(list_name: str) -> list[int]:
+        items = spec.get(list_name) or []
+        if not isinstance(items, list):
+            raise ValueError(f"spec.{list_name} has the wrong type: a list is expected")
+        return [one(c, f"spec.{list_name}[{i}]") for i, c in enumerate(items)]
+
+    return max([sum(each("containers")), *each("initContainers")])

@@ -24,23 +24,21 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterator, Mapping
-from pathlib import Path
-from typing import Annotated, Any
+from collections.abc import Iterator
+from typing import Annotated
 
-from pydantic import AfterValidator, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import AfterValidator, Field, ValidationInfo, field_validator
 
 from components.constants import QUARANTINE_TAINT_KEY, RELEASED_AT_ANNOTATION
-from components.documents import read_settings_file
 from components.images_settings import DEFAULT_DAEMONS_IMAGE
-from components.issues import ConfigIssue, SettingsError, issues_from_validation_error, shown
+from components.issues import SettingsError, shown
 from components.model import (
     ConfigModel,
+    ControllerSettings,
     DnsLabel,
     DnsSubdomain,
     HttpUrl,
     Image,
-    LeaseTimings,
     PollInterval,
     PositiveDuration,
     Problem,
@@ -127,7 +125,7 @@ class QuarantineFlavor(ConfigModel):
         return check_labels(v)
 
 
-class QuarantineSettings(LeaseTimings):
+class QuarantineSettings(ControllerSettings):
     """Everything the quarantine controller needs; see the module docstring."""
 
     enabled: bool = True
@@ -205,9 +203,6 @@ class QuarantineSettings(LeaseTimings):
         yield from self.lease_problems()
 
     # Seconds, for the daemon.
-    @property
-    def interval_seconds(self) -> float:
-        return parse_duration(self.interval)
 
     @property
     def breaker_window_seconds(self) -> float:
@@ -229,28 +224,10 @@ class QuarantineSettings(LeaseTimings):
     def request_timeout_seconds(self) -> float:
         return parse_duration(self.request_timeout)
 
-    def to_json(self) -> str:
-        """The daemon's settings file, as the component renders it into the ConfigMap."""
-        return self.model_dump_json(by_alias=True, indent=2)
 
-
-def parse_settings(data: Any, source: str = "settings") -> QuarantineSettings:
-    """Validate already-parsed settings; SettingsError lists every problem with its key path."""
-    if not isinstance(data, Mapping):
-        raise SettingsError(
-            [ConfigIssue("(top level)", None, f"expected a JSON object of settings, got {type(data).__name__}")],
-            source,
-        )
-    try:
-        return QuarantineSettings.model_validate(dict(data))
-    except ValidationError as exc:
-        raise SettingsError(issues_from_validation_error(exc), source) from None
-
-
-def load_settings(path: str | Path) -> QuarantineSettings:
-    """Read a JSON (``.json``) or YAML (anything else) settings file; SettingsError on any problem, hostile files
-    included (components/documents.py)."""
-    return parse_settings(read_settings_file(path), str(Path(path)))
+#: Validate already-parsed settings, or read a settings file: SettingsError lists every problem with its key path.
+parse_settings = QuarantineSettings.parse
+load_settings = QuarantineSettings.load
 
 
 __all__ = [

@@ -12,13 +12,13 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field, field_validator
 
-from components.charts import ChartSource
+from components.chart_settings import ChartSource
 from components.constants import ACCEPTED_LABEL, ACCEPTED_VALUE, GPU_RESOURCE
 from components.issues import shown
 from components.model import (
     ConfigModel,
     DnsLabel,
-    Duration,
+    PositiveDuration,
     SemVer,
     Toleration,
     check_labels,
@@ -109,8 +109,8 @@ class WaitForPodsReady(ConfigModel):
     """Kueue's all-or-nothing gate: a gang that cannot get every pod ready in time is evicted and requeued."""
 
     enable: bool = True
-    timeout: Duration = "10m"
-    recovery_timeout: Duration | None = "3m"
+    timeout: PositiveDuration = "10m"
+    recovery_timeout: PositiveDuration | None = "3m"
     block_admission: bool = True
     backoff_base_seconds: Annotated[int, Field(ge=1)] = 60
     backoff_max_seconds: Annotated[int, Field(ge=1)] = 3600

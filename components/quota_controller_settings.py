@@ -27,10 +27,9 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
-from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, field_validator
 
 from components.constants import (
     ACCEPTANCE_FAILED_TAINT_KEY,
@@ -39,16 +38,15 @@ from components.constants import (
     GPU_RESOURCE,
     QUARANTINE_TAINT_KEY,
 )
-from components.documents import read_settings_file
 from components.images_settings import DEFAULT_DAEMONS_IMAGE
-from components.issues import ConfigIssue, SettingsError, issues_from_validation_error
+from components.issues import SettingsError
 from components.model import (
     ConfigModel,
+    ControllerSettings,
     DnsLabel,
     DnsSubdomain,
     Image,
     LabelKey,
-    LeaseTimings,
     PollInterval,
     PositiveDuration,
     Problem,
@@ -122,7 +120,7 @@ class QuotaQueue(ConfigModel):
     borrowing_limit: dict[str, Annotated[int, Field(ge=0)]] = {}
 
 
-class QuotaControllerSettings(LeaseTimings):
+class QuotaControllerSettings(ControllerSettings):
     """Everything the quota controller needs; see the module docstring."""
 
     enabled: bool = True
@@ -186,9 +184,6 @@ class QuotaControllerSettings(LeaseTimings):
         yield from self.lease_problems()
 
     # Seconds, for the daemon.
-    @property
-    def interval_seconds(self) -> float:
-        return parse_duration(self.interval)
 
     @property
     def not_ready_grace_seconds(self) -> float:
@@ -202,28 +197,10 @@ class QuotaControllerSettings(LeaseTimings):
     def request_timeout_seconds(self) -> float:
         return parse_duration(self.request_timeout)
 
-    def to_json(self) -> str:
-        """The daemon's settings file, as the component renders it into the ConfigMap."""
-        return self.model_dump_json(by_alias=True, indent=2)
 
-
-def parse_settings(data: Any, source: str = "settings") -> QuotaControllerSettings:
-    """Validate already-parsed settings; SettingsError lists every problem with its key path."""
-    if not isinstance(data, Mapping):
-        raise SettingsError(
-            [ConfigIssue("(top level)", None, f"expected a JSON object of settings, got {type(data).__name__}")],
-            source,
-        )
-    try:
-        return QuotaControllerSettings.model_validate(dict(data))
-    except ValidationError as exc:
-        raise SettingsError(issues_from_validation_error(exc), source) from None
-
-
-def load_settings(path: str | Path) -> QuotaControllerSettings:
-    """Read a JSON (``.json``) or YAML (anything else) settings file; SettingsError on any problem, hostile files
-    included (components/documents.py)."""
-    return parse_settings(read_settings_file(path), str(Path(path)))
+#: Validate already-parsed settings, or read a settings file: SettingsError lists every problem with its key path.
+parse_settings = QuotaControllerSettings.parse
+load_settings = QuotaControllerSettings.load
 
 
 __all__ = [

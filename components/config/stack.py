@@ -32,7 +32,8 @@ from components.queues_settings import ClusterQueueSpec, GpuFlavor, KueueSetting
 from components.quota_controller_settings import FILLED as QUOTA_CONTROLLER_FILLED
 from components.quota_controller_settings import QuotaControllerSettings, QuotaFlavor, QuotaQueue
 from components.storage_settings import StorageSettings
-from components.taint_controller_settings import TaintControllerSettings, gpu_types_in_cluster
+from components.taint_controller_queries import gpu_types_in_cluster
+from components.taint_controller_settings import TaintControllerSettings
 from components.telemetry.settings import TelemetrySettings
 from components.training.settings import TrainingSettings
 

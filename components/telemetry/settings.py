@@ -27,14 +27,14 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, ValidationError, field_validator
 
-from components.charts import ChartSource
+from components.chart_settings import ChartSource
 from components.constants import GPU_TEMP_CEILING_C
 from components.images_settings import DEFAULT_DAEMONS_IMAGE
 from components.issues import ConfigIssue, SettingsError, issues_from_validation_error, shown
 from components.model import (
     ConfigModel,
-    Duration,
     Image,
+    PositiveDuration,
     Problem,
     SemVerOrV,
     Toleration,
@@ -58,7 +58,7 @@ class DcgmExporterSettings(ConfigModel):
     chart: ChartSource = ChartSource(repo=DEFAULT_DCGM_CHART_REPO, name="dcgm-exporter")
     image_repository: str = "nvcr.io/nvidia/k8s/dcgm-exporter"
     image_tag: str = DEFAULT_DCGM_IMAGE_TAG
-    scrape_interval: Duration = "15s"
+    scrape_interval: PositiveDuration = "15s"
 
     @field_validator("image_tag")
     @classmethod
@@ -76,7 +76,7 @@ class FabricExporterSettings(ConfigModel):
     port: Annotated[int, Field(ge=1024, le=65535)] = 9402
     #: How Prometheus finds the exporter; unset follows ``prometheusOperator``.
     scrape: Literal["serviceMonitor", "annotations"] | None = None
-    scrape_interval: Duration = "15s"
+    scrape_interval: PositiveDuration = "15s"
     #: RuntimeClass that injects the NVIDIA driver libraries and device nodes (GPU operator: "nvidia").
     runtime_class_name: str | None = "nvidia"
 

@@ -35,7 +35,7 @@ from components.training.manifest import (
     parse_reliability,
 )
 from components.training.spec import JobSpec, load_spec
-from daemons.toolkit.lease import load_kube_config
+from daemons.toolkit.kube import load_kube_config
 
 EXIT_OK = 0
 EXIT_REFUSED = 1

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 from components.burst_settings import BurstSettings
 from components.constants import GPU_RESOURCE, GPU_TYPE_ANNOTATION
 from components.model import parse_quantity as _parse_quantity
+from components.model import pod_resource_count
 from daemons.burst_provider.providers.base import ContainerSpec, InstanceSpec, InstanceTags, Port
 
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
@@ -57,17 +58,11 @@ def _containers(pod: Mapping[str, Any]) -> list[Mapping[str, Any]]:
 
 
 def gpu_count(pod: Mapping[str, Any]) -> int:
-    """The sum of the containers' ``nvidia.com/gpu`` limits (requests when a container gives no limit)."""
-    total = 0
-    for i, c in enumerate(_containers(pod)):
-        res = c.get("resources") or {}
-        value = (res.get("limits") or {}).get(GPU_RESOURCE, (res.get("requests") or {}).get(GPU_RESOURCE))
-        if value is not None:
-            n = parse_quantity(value, f"spec.containers[{i}].resources.limits[{GPU_RESOURCE}]")
-            if n != int(n) or n < 0:
-                raise PodTranslationError(f"spec.containers[{i}]: {GPU_RESOURCE} must be a whole number, got {value}")
-            total += int(n)
-    return total
+    """GPUs the pod holds (``components.model.pod_resource_count``: the one rule), to rent as many."""
+    try:
+        return pod_resource_count(pod.get("spec") or {}, GPU_RESOURCE)
+    except ValueError as exc:
+        raise PodTranslationError(str(exc)) from None
 
 
 def gpu_type(pod: Mapping[str, Any], settings: BurstSettings) -> str:

@@ -29,7 +29,7 @@ from daemons.interruptions.metrics import Figures, JobFigures, Metrics
 from daemons.interruptions.model import BOUND_REASON, JOBSET_API, JobView, WorkloadView
 from daemons.interruptions.translate import job_view, node_state, owner_uid, workload_view
 from daemons.toolkit.events import event_body, format_time
-from daemons.toolkit.lease import ConflictError, KubeError
+from daemons.toolkit.kube import ConflictError, KubeError
 
 log = logging.getLogger("interruptions")
 

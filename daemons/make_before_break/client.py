@@ -13,9 +13,9 @@ from urllib.parse import quote
 from components.make_before_break_settings import FIELD_MANAGER, MakeBeforeBreakSettings
 from daemons.make_before_break.model import KUEUE_API
 from daemons.make_before_break.observe import RawLists
+from daemons.toolkit.kube import KubeError
 from daemons.toolkit.kube_api import JSON_PATCH, MERGE_PATCH
 from daemons.toolkit.kube_api import KubeApi as BaseKubeApi
-from daemons.toolkit.lease import KubeError
 
 
 class KubeApi(BaseKubeApi):

@@ -19,7 +19,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from components.make_before_break_settings import CONTROLLER_NAME, MakeBeforeBreakSettings
+from components.constants import CLUSTER_EVENTS_NAMESPACE
+from components.make_before_break_settings import CONTROLLER_NAME, FIELD_MANAGER, MakeBeforeBreakSettings
 from daemons.make_before_break.actions import (
     Action,
     ReleaseNode,
@@ -35,17 +36,18 @@ from daemons.make_before_break.fields import TranslationError
 from daemons.make_before_break.metrics import Metrics
 from daemons.make_before_break.model import KUEUE_API, CheckState, Phase
 from daemons.make_before_break.observe import Observed, observe
+from daemons.make_before_break.policy import policy_of
 from daemons.make_before_break.requests import (
     active_body,
     check_body,
     deletion_cost_patch,
-    event_body,
     placement_body,
     release_ops,
     reserve_ops,
 )
 from daemons.make_before_break.translate import check_entry, controller_name_of
-from daemons.toolkit.lease import ConflictError, KubeError
+from daemons.toolkit.events import event_body
+from daemons.toolkit.kube import ConflictError, KubeError
 
 log = logging.getLogger("make_before_break")
 
@@ -65,7 +67,6 @@ REASON_PLACEMENT = {
     None: "PlacementHome",
 }
 #: Events about cluster-scoped objects (Nodes, the AdmissionCheck) must live here.
-EVENT_NAMESPACE = "default"
 #: A Warning Event for the same problem on the same object goes out at most this often.
 WARNING_INTERVAL_S = 300.0
 
@@ -122,7 +123,7 @@ class Controller:
         self._clock = clock
         #: Measures durations (decide_seconds, cycle_seconds); monotonic, unlike the clock decisions are made with.
         self._timer = timer
-        self.policy = settings.policy()
+        self.policy = policy_of(settings)
         self._warned: dict[tuple[str, str], float] = {}
 
     # ---------------------------------------------------------------- events
@@ -146,6 +147,7 @@ class Controller:
                     reason=reason,
                     message=message,
                     now=now,
+                    component=FIELD_MANAGER,
                     identity=self.identity,
                 )
             )
@@ -154,7 +156,7 @@ class Controller:
 
     def _node_event(self, name: str, uid: str | None, event_type: str, reason: str, message: str) -> None:
         involved = {"apiVersion": "v1", "kind": "Node", "name": name, "uid": uid}
-        self._event(involved, EVENT_NAMESPACE, event_type, reason, message)
+        self._event(involved, CLUSTER_EVENTS_NAMESPACE, event_type, reason, message)
 
     def _workload_event(self, ns: str, name: str, uid: str, *, event_type: str, reason: str, message: str) -> None:
         involved = {"apiVersion": KUEUE_API, "kind": "Workload", "name": name, "namespace": ns, "uid": uid}
@@ -279,7 +281,7 @@ class Controller:
                 message = f"spec.controllerName is {owner!r}, not {CONTROLLER_NAME}: leaving it alone"
                 log.error("the admission check is not ours", extra={"check": name, "controller": owner})
                 involved = {"apiVersion": KUEUE_API, "kind": "AdmissionCheck", "name": name, "uid": None}
-                self._event(involved, EVENT_NAMESPACE, "Warning", REASON_NOT_OURS, message)
+                self._event(involved, CLUSTER_EVENTS_NAMESPACE, "Warning", REASON_NOT_OURS, message)
                 return "not ours"
             body = active_body(check, self._clock())
             if body is None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 from daemons.make_before_break.actions import (
     Fallback,
@@ -24,9 +23,7 @@ from daemons.make_before_break.actions import (
 )
 from daemons.make_before_break.model import Deployment, Node, Pod, PodSet, VirtualNode, Workload
 from daemons.make_before_break.plan import PodKey
-
-if TYPE_CHECKING:
-    from daemons.make_before_break.decide import Policy
+from daemons.make_before_break.policy import Policy
 
 DeploymentKey = tuple[str, str]
 

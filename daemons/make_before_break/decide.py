@@ -62,30 +62,8 @@ from daemons.make_before_break.cycle import Cycle
 from daemons.make_before_break.fallback import hold
 from daemons.make_before_break.flip_back import collect, returns
 from daemons.make_before_break.flip_out import flip_out
-from daemons.make_before_break.model import RESERVATION_KEY, CheckState, Observation
-
-
-@dataclass(frozen=True)
-class Policy:
-    #: How long a workload may be held; measured from QuotaReserved.
-    max_hold_s: float = 600.0
-    #: How long a reserved node that is not Ready keeps counting.
-    node_grace_s: float = 60.0
-    #: Deployments coming home at the same time.
-    max_returning: int = 2
-    #: The pod-deletion-cost that marks a replica to go first.
-    deletion_cost: int = -1000
-    reservation_key: str = RESERVATION_KEY
-
-    def __post_init__(self) -> None:
-        if not self.max_hold_s > 0:
-            raise ValueError(f"max_hold_s must be above 0 (got {self.max_hold_s})")
-        if not 0 <= self.node_grace_s < self.max_hold_s:
-            raise ValueError(f"node_grace_s ({self.node_grace_s}) must be >= 0 and below max_hold_s")
-        if self.max_returning < 1:
-            raise ValueError(f"max_returning must be at least 1 (got {self.max_returning})")
-        if not self.reservation_key:
-            raise ValueError("reservation_key must not be empty")
+from daemons.make_before_break.model import CheckState, Observation
+from daemons.make_before_break.policy import Policy
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,6 @@ holds. Timestamps are RFC 3339 on the API and Unix seconds here.
 from __future__ import annotations
 
 import datetime as dt
-import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -67,10 +66,6 @@ def parse_time(text: Any, where: str) -> float:
     if value.tzinfo is None:
         raise TranslationError(f"{where}: timestamp without a time zone")
     return value.timestamp()
-
-
-def format_time(seconds: float) -> str:
-    return dt.datetime.fromtimestamp(math.floor(seconds), dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def conditions_of(obj: Mapping[str, Any], where: str) -> dict[str, Mapping[str, Any]]:

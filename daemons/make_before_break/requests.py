@@ -20,11 +20,10 @@ from typing import Any
 
 from components.make_before_break_settings import FIELD_MANAGER
 from daemons.make_before_break.actions import SetCheckPending, SetCheckReady, SetPlacement
-from daemons.make_before_break.fields import conditions_of, format_time, ref_of, str_map, taints_of, value_at
+from daemons.make_before_break.fields import conditions_of, ref_of, str_map, taints_of, value_at
 from daemons.make_before_break.model import DELETION_COST_ANNOTATION, KUEUE_API, CheckState
 from daemons.make_before_break.translate import check_entry
-
-COMPONENT = FIELD_MANAGER
+from daemons.toolkit.events import format_time
 
 
 def _pointer(key: str) -> str:
@@ -158,32 +157,4 @@ def active_body(check: Mapping[str, Any], now: float) -> dict[str, Any] | None:
                 }
             ]
         },
-    }
-
-
-def event_body(
-    involved: Mapping[str, Any],
-    namespace: str,
-    *,
-    event_type: str,
-    reason: str,
-    message: str,
-    now: float,
-    identity: str,
-) -> dict[str, Any]:
-    stamp = format_time(now)
-    return {
-        "apiVersion": "v1",
-        "kind": "Event",
-        "metadata": {"generateName": f"{involved['name']}.", "namespace": namespace},
-        "involvedObject": dict(involved),
-        "type": event_type,
-        "reason": reason,
-        "message": message[:1024],
-        "source": {"component": COMPONENT},
-        "reportingComponent": COMPONENT,
-        "reportingInstance": identity[:128],
-        "firstTimestamp": stamp,
-        "lastTimestamp": stamp,
-        "count": 1,
     }

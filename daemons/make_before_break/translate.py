@@ -13,7 +13,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from components.make_before_break_settings import MakeBeforeBreakSettings
-from components.model import parse_quantity
+from components.model import parse_quantity, pod_resource_count
 from daemons.make_before_break.fields import (
     TranslationError,
     conditions_of,
@@ -60,24 +60,11 @@ def _count(value: Any, where: str) -> int:
 
 
 def pod_gpus(spec: Any, resource: str, where: str) -> int:
-    """GPUs a pod (spec) requests: the larger of its containers' sum and its largest init container."""
-
-    def one(container: Any, i: int, list_name: str) -> int:
-        at = f"{where}: spec.{list_name}[{i}]"
-        if not isinstance(container, Mapping):
-            raise TranslationError(f"{at} is not an object")
-        requests = value_at(container, "resources.requests", Mapping, at, {})
-        limits = value_at(container, "resources.limits", Mapping, at, {})
-        value = requests.get(resource, limits.get(resource))
-        return 0 if value is None else _count(value, f"{at}.resources {resource}")
-
-    def each(list_name: str) -> list[int]:
-        items = value_at({"spec": spec}, f"spec.{list_name}", list, where, [])
-        return [one(c, i, list_name) for i, c in enumerate(items)]
-
-    if not isinstance(spec, Mapping):
-        raise TranslationError(f"{where}: spec is missing")
-    return max([sum(each("containers")), *each("initContainers")])
+    """GPUs a pod (spec) holds (``components.model.pod_resource_count``: the one rule)."""
+    try:
+        return pod_resource_count(spec, resource)
+    except ValueError as exc:
+        raise TranslationError(f"{where}: {exc}") from None
 
 
 def node_gpus(obj: Mapping[str, Any], resource: str) -> int:

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from components.constants import CLUSTER_EVENTS_NAMESPACE
 from components.quarantine_settings import LEDGER_NAME, QuarantineSettings
 from daemons.quarantine.decide import (
     Decision,
@@ -30,19 +31,18 @@ from daemons.quarantine.decide import (
     Signal,
     build_ledger,
     decide,
-    format_time,
 )
 from daemons.quarantine.kube import TranslationError, node_from, quarantine_ops
 from daemons.quarantine.ledger import apply_body, entries_from, to_data
 from daemons.quarantine.metrics import Metrics
-from daemons.taint_controller.prometheus import Querier, QueryError, Sample
-from daemons.toolkit.lease import ConflictError, KubeError
+from daemons.toolkit.events import event_body
+from daemons.toolkit.kube import ConflictError, KubeError
+from daemons.toolkit.prometheus import Querier, QueryError, Sample
 
 log = logging.getLogger("quarantine")
 
 COMPONENT = "gpucluster-quarantine"
 #: Where Events about (cluster-scoped) Nodes must live.
-NODE_EVENT_NAMESPACE = "default"
 
 # Event reasons (``kubectl describe node``; the ledger's in ``kubectl -n <ns> describe configmap``).
 REASON_QUARANTINED = "NodeQuarantined"
@@ -130,22 +130,16 @@ class Controller:
     def _event(self, involved: dict[str, Any], namespace: str, event_type: str, reason: str, message: str) -> None:
         if self.dry_run:
             return
-        now = format_time(self._wall())
-        body = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"generateName": f"{involved['name']}.", "namespace": namespace},
-            "involvedObject": involved,
-            "type": event_type,
-            "reason": reason,
-            "message": message[:1024],
-            "source": {"component": COMPONENT},
-            "reportingComponent": COMPONENT,
-            "reportingInstance": self.identity[:128],
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
-        }
+        body = event_body(
+            involved,
+            namespace,
+            event_type=event_type,
+            reason=reason,
+            message=message,
+            now=self._wall(),
+            component=COMPONENT,
+            identity=self.identity,
+        )
         try:
             self.api.create_event(body)
         except KubeError as exc:
@@ -153,7 +147,7 @@ class Controller:
 
     def _node_event(self, node: NodeView, event_type: str, reason: str, message: str) -> None:
         involved = {"apiVersion": "v1", "kind": "Node", "name": node.name, "uid": node.uid or None}
-        self._event(involved, NODE_EVENT_NAMESPACE, event_type, reason, message)
+        self._event(involved, CLUSTER_EVENTS_NAMESPACE, event_type, reason, message)
 
     def _ledger_event(self, reason: str, message: str) -> None:
         ns = self.settings.namespace

@@ -40,6 +40,8 @@ from components.constants import (
     VIRTUAL_NODE_TAINT_KEY,
 )
 from components.quarantine_settings import RELEASED_AT_ANNOTATION, reason_of
+from daemons.toolkit.events import format_time  # noqa: F401 (the decision's times, as its tests name them)
+from daemons.toolkit.taint import Taint
 
 #: Which reason names a node when several alerts fire for it: the seed rule (temperature) first.
 REASON_ORDER = ("gpu-temperature", "xid", "nvlink-errors", "infiniband-errors")
@@ -58,13 +60,6 @@ class Outcome(StrEnum):
     RELEASED_RECENTLY = "released-recently"
     NOT_A_CANDIDATE = "not-a-candidate"
     UNKNOWN_NODE = "unknown-node"
-
-
-@dataclass(frozen=True)
-class Taint:
-    key: str
-    effect: str
-    value: str | None = None
 
 
 @dataclass(frozen=True)
@@ -192,11 +187,6 @@ class Plan:
 
 
 # --- times ------------------------------------------------------------------------------------------------------
-
-
-def format_time(seconds: float) -> str:
-    """RFC 3339, UTC, whole seconds (as the annotations carry it)."""
-    return dt.datetime.fromtimestamp(math.floor(seconds), dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def parse_time(text: str | None) -> float | None:

@@ -24,10 +24,12 @@ from components.constants import (
     QUARANTINED_LABEL,
 )
 from components.quarantine_settings import FIELD_MANAGER, LEDGER_NAME, RELEASED_AT_ANNOTATION
-from daemons.quarantine.decide import NodeView, Taint, format_time
+from daemons.quarantine.decide import NodeView
+from daemons.toolkit.events import format_time
 from daemons.toolkit.kube_api import JSON_PATCH, NotFoundError
 from daemons.toolkit.kube_api import KubeApi as BaseKubeApi
 from daemons.toolkit.kube_api import shown as _shown
+from daemons.toolkit.taint import Taint
 
 
 class TranslationError(ValueError):

@@ -18,7 +18,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from components.quarantine_settings import FIELD_MANAGER, LEDGER_NAME
-from daemons.quarantine.decide import LedgerEntry, format_time, parse_time
+from daemons.quarantine.decide import LedgerEntry, parse_time
+from daemons.toolkit.events import format_time
 
 __all__ = ["FIELD_MANAGER", "LEDGER_NAME", "apply_body", "entries_from", "to_data"]
 

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
 from daemons.quarantine.decide import Breaker, LedgerEntry, Outcome
-from daemons.taint_controller.prometheus import REASONS
+from daemons.toolkit.prometheus import REASONS
 
 PREFIX = "gpucluster_quarantine"
 #: Why a sample of the signal query was not used.

@@ -13,29 +13,10 @@ evicts what does not tolerate the taint), no Secrets, no deletes.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
-
 from components.quarantine_settings import LEDGER_NAME
+from daemons.toolkit.rbac import Rule, lease_rules
 
-
-@dataclass(frozen=True)
-class Rule:
-    api_groups: tuple[str, ...]
-    resources: tuple[str, ...]
-    verbs: tuple[str, ...]
-    resource_names: tuple[str, ...] = ()
-
-    def to_k8s(self) -> dict[str, Any]:
-        """The rule as an rbac.authorization.k8s.io/v1 PolicyRule (camelCase keys)."""
-        out: dict[str, Any] = {
-            "apiGroups": list(self.api_groups),
-            "resources": list(self.resources),
-            "verbs": list(self.verbs),
-        }
-        if self.resource_names:
-            out["resourceNames"] = list(self.resource_names)
-        return out
+__all__ = ["CLUSTER_RULES", "NODE_EVENT_RULES", "Rule", "namespace_rules"]
 
 
 CLUSTER_RULES: tuple[Rule, ...] = (Rule(("",), ("nodes",), ("get", "list", "watch", "patch")),)
@@ -46,8 +27,7 @@ NODE_EVENT_RULES: tuple[Rule, ...] = (Rule(("",), ("events",), ("create",)),)
 def namespace_rules(lease_name: str) -> tuple[Rule, ...]:
     """A Role in the controller's namespace."""
     return (
-        Rule(("coordination.k8s.io",), ("leases",), ("create",)),
-        Rule(("coordination.k8s.io",), ("leases",), ("get", "update"), (lease_name,)),
+        *lease_rules(lease_name),
         Rule(("",), ("configmaps",), ("create",)),
         Rule(("",), ("configmaps",), ("get", "patch"), (LEDGER_NAME,)),
         Rule(("",), ("events",), ("create",)),

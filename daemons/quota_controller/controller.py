@@ -14,17 +14,16 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from components.constants import ACCEPTANCE_FAILED_TAINT_KEY
+from components.constants import ACCEPTANCE_FAILED_TAINT_KEY, CLUSTER_EVENTS_NAMESPACE
 from components.quota_controller_settings import FIELD_MANAGER, QuotaControllerSettings
 from daemons.quota_controller.capacity import FlavorRule, Rules
 from daemons.quota_controller.client import KubeApi
 from daemons.quota_controller.decide import Decider, Decision, QueueShares, QueueUpdate
 from daemons.quota_controller.metrics import Metrics
 from daemons.quota_controller.model import KUEUE_API, NodeView, Observation, Out, QueueView
-from daemons.quota_controller.rbac import EVENTS_NAMESPACE
 from daemons.quota_controller.translate import node_view, queue_view
 from daemons.toolkit.events import event_body
-from daemons.toolkit.lease import ConflictError, KubeError
+from daemons.toolkit.kube import ConflictError, KubeError
 
 log = logging.getLogger("quota_controller")
 
@@ -141,7 +140,7 @@ class Controller:
         involved = {"apiVersion": KUEUE_API, "kind": "ClusterQueue", "name": queue}
         body = event_body(
             involved,
-            EVENTS_NAMESPACE,
+            CLUSTER_EVENTS_NAMESPACE,
             event_type=event_type,
             reason=reason,
             message=message,

@@ -13,10 +13,8 @@ from collections.abc import Sequence
 from daemons.quota_controller.model import KUEUE_GROUP
 from daemons.toolkit.rbac import Rule, lease_rules
 
-__all__ = ["EVENTS_NAMESPACE", "EVENT_RULES", "Rule", "cluster_rules", "lease_rules"]
+__all__ = ["EVENT_RULES", "Rule", "cluster_rules", "lease_rules"]
 
-#: The API server accepts Events about a ClusterQueue (cluster-scoped) only in this namespace.
-EVENTS_NAMESPACE = "default"
 EVENT_RULES: tuple[Rule, ...] = (Rule(("",), ("events",), ("create",)),)
 
 

@@ -21,18 +21,17 @@ from dataclasses import dataclass
 from components.taint_controller_settings import TAINT_EFFECT, TAINT_VALUE, TaintControllerSettings
 from daemons.taint_controller.decide import ALL, Action, Decider, Decision, Thresholds
 from daemons.taint_controller.kube import (
-    ConflictError,
     EventSink,
-    KubeError,
     NodeApi,
     NodeState,
-    Taint,
     add_taint_ops,
     remove_taint_ops,
     replace_taint_ops,
 )
 from daemons.taint_controller.metrics import Metrics
-from daemons.taint_controller.prometheus import Querier, QueryError
+from daemons.toolkit.kube import ConflictError, KubeError
+from daemons.toolkit.prometheus import Querier, QueryError
+from daemons.toolkit.taint import Taint
 
 log = logging.getLogger("taint_controller")
 

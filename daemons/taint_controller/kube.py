@@ -13,49 +13,38 @@ node changed since it was read) is a :class:`ConflictError`; the next tick reads
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from daemons.toolkit.lease import (
-    ConflictError,
-    KubeError,
-    KubeLeaseApi,
-    LeaderElector,
-    LeaseApi,
-    LeaseRecord,
-    load_kube_config,
-)
-from daemons.toolkit.lease import api_error as _api_error
-from daemons.toolkit.lease import micro_time as _micro_time
-from daemons.toolkit.lease import utcnow as _utcnow
+from components.constants import CLUSTER_EVENTS_NAMESPACE
+from daemons.toolkit.events import event_body
+from daemons.toolkit.kube import ConflictError, KubeError, load_kube_config
+from daemons.toolkit.kube import api_error as _api_error
+from daemons.toolkit.lease import KubeLeaseApi, LeaderElector, LeaseApi, LeaseRecord
+from daemons.toolkit.taint import Taint
 
-#: Leader election moved to daemons/toolkit/lease.py; these names stay importable from here.
-__all__ = ["ConflictError", "KubeError", "KubeLeaseApi", "LeaderElector", "LeaseApi", "LeaseRecord", "load_kube_config"]
+#: The toolkit's names this module's callers and tests use, importable from here too.
+__all__ = [
+    "ConflictError",
+    "KubeError",
+    "KubeLeaseApi",
+    "LeaderElector",
+    "LeaseApi",
+    "LeaseRecord",
+    "Taint",
+    "load_kube_config",
+]
 
 log = logging.getLogger("taint_controller.kube")
 
 COMPONENT = "gpucluster-taint-controller"
-#: Where Events about the (cluster-scoped) node must live; see KubeEventSink.
-EVENT_NAMESPACE = "default"
 
 
 # --- node taints ------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Taint:
-    key: str
-    effect: str
-    value: str | None = None
-
-    def to_k8s(self) -> dict[str, str]:
-        out = {"key": self.key, "effect": self.effect}
-        if self.value is not None:
-            out["value"] = self.value
-        return out
 
 
 @dataclass(frozen=True)
@@ -177,28 +166,20 @@ class KubeEventSink:
         self._timeout = timeout_s
 
     def emit(self, node: NodeState | None, node_name: str, event_type: str, reason: str, message: str) -> None:
-        now = _micro_time(_utcnow())
+        involved = {"apiVersion": "v1", "kind": "Node", "name": node_name, "uid": node.uid if node else None}
         body = client.CoreV1Event.model_validate(
-            {
-                "metadata": {"generateName": f"{node_name}.", "namespace": EVENT_NAMESPACE},
-                "involvedObject": {
-                    "apiVersion": "v1",
-                    "kind": "Node",
-                    "name": node_name,
-                    "uid": node.uid if node else None,
-                },
-                "type": event_type,
-                "reason": reason,
-                "message": message[:1024],
-                "source": {"component": COMPONENT},
-                "reportingComponent": COMPONENT,
-                "reportingInstance": self._identity[:128],
-                "firstTimestamp": now,
-                "lastTimestamp": now,
-                "count": 1,
-            }
+            event_body(
+                involved,
+                CLUSTER_EVENTS_NAMESPACE,
+                event_type=event_type,
+                reason=reason,
+                message=message,
+                now=time.time(),
+                component=COMPONENT,
+                identity=self._identity,
+            )
         )
         try:
-            self._core.create_namespaced_event(EVENT_NAMESPACE, body, _request_timeout=self._timeout)
+            self._core.create_namespaced_event(CLUSTER_EVENTS_NAMESPACE, body, _request_timeout=self._timeout)
         except Exception as exc:
             log.warning("cannot record an event", extra={"reason": reason, "error": str(exc)[:500]})

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
 from daemons.taint_controller.decide import Action
-from daemons.taint_controller.prometheus import REASONS
+from daemons.toolkit.prometheus import REASONS
 
 PREFIX = "gpucluster_taint_controller"
 

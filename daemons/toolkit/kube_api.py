@@ -1,8 +1,8 @@
 """Raw JSON calls to the Kubernetes API on the official client's connection, for our controllers.
 
 :class:`KubeApi` sends (its auth, TLS and timeouts are the client's); every failure is a
-:class:`~daemons.toolkit.lease.KubeError`, a conflict (HTTP 409, or a JSON patch whose ``test`` failed) a
-:class:`~daemons.toolkit.lease.ConflictError`. Server-side applies carry the controller's own field manager. What a
+:class:`~daemons.toolkit.kube.KubeError`, a conflict (HTTP 409, or a JSON patch whose ``test`` failed) a
+:class:`~daemons.toolkit.kube.ConflictError`. Server-side applies carry the controller's own field manager. What a
 reply says is cut before it reaches a message (:func:`shown`).
 """
 
@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import quote
 
-from daemons.toolkit.lease import ConflictError, KubeError
+from daemons.toolkit.kube import ConflictError, KubeError
 
 #: Longest piece of a reply a message shows.
 _MAX_SHOWN = 300

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+from pydantic import ValidationError
+
 from components.config import load_stack_file
 from components.descheduler import NO_EVICTION_ANNOTATION, NO_EVICTION_POLICY, Descheduler, DeschedulerArgs
 from components.descheduler_settings import DeschedulerSettings
@@ -46,3 +49,13 @@ def test_every_stack_renders_it() -> None:
     for stack in ("local", "dev", "staging", "prod"):
         cfg = load_stack_file(ROOT / "stacks" / f"Pulumi.{stack}.yaml")
         assert _evictor_args(cfg.descheduler)["noEvictionPolicy"] == "Mandatory", stack
+
+
+@pytest.mark.parametrize("interval", ["0s", "0m"])
+def test_an_interval_of_zero_is_refused(interval: str) -> None:
+    with pytest.raises(ValidationError, match="must be longer than zero"):
+        DeschedulerSettings.model_validate({"interval": interval})
+
+
+def test_a_positive_interval_is_taken() -> None:
+    assert DeschedulerSettings.model_validate({"interval": "30s"}).interval == "30s"

@@ -12,16 +12,16 @@ from typing import Any
 import pytest
 
 from components.config import StackConfigError, load_stack_file, parse_stack_config, read_stack_file
+from components.constants import RESERVATION_KEY
 from components.issues import SettingsError
 from components.make_before_break_settings import (
-    DEFAULT_RESERVATION_KEY,
     FILLED,
     MakeBeforeBreakSettings,
     load_settings,
     parse_settings,
 )
-from components.taint_controller_settings import RESERVATION_TAINT_KEY
-from daemons.make_before_break import model as daemon_model
+from components.taint_controller_queries import DEFAULT_RESERVED_QUERY
+from daemons.make_before_break.policy import policy_of
 
 ROOT = Path(__file__).resolve().parents[2]
 PROD = read_stack_file(ROOT / "stacks" / "Pulumi.prod.yaml")
@@ -58,7 +58,9 @@ def test_off_until_a_stack_sets_it() -> None:
 
 
 def test_the_reservation_key_is_the_one_the_daemon_and_the_headroom_query_use() -> None:
-    assert DEFAULT_RESERVATION_KEY == daemon_model.RESERVATION_KEY == RESERVATION_TAINT_KEY
+    assert MakeBeforeBreakSettings().reservation_key == RESERVATION_KEY
+    assert policy_of(MakeBeforeBreakSettings()).reservation_key == RESERVATION_KEY
+    assert f'key="{RESERVATION_KEY}"' in DEFAULT_RESERVED_QUERY
 
 
 def test_every_stack_sets_it_on() -> None:
@@ -186,7 +188,7 @@ def test_the_document_is_what_the_daemon_reads(tmp_path: Path) -> None:
     assert (daemon.admission_check_name, daemon.return_batch) == ("make-before-break", 2)
     # prod's burst section is off: no virtual node to rent on.
     assert (daemon.virtual_node_name, daemon.burst_taint_key) == (None, "gpucluster.io/in-cluster-capacity")
-    policy = daemon.policy()
+    policy = policy_of(daemon)
     assert (policy.max_hold_s, policy.node_grace_s, policy.max_returning, policy.deletion_cost) == (
         600.0,
         60.0,
@@ -235,7 +237,7 @@ def test_settings_from_yaml_and_their_rules(tmp_path: Path) -> None:
     good = tmp_path / "s.yaml"
     good.write_text("maxHold: 5m\nnodeGrace: 30s\ninferenceNamespaces: [inference, llm]\n")
     s = load_settings(good)
-    assert (s.policy().max_hold_s, s.policy().node_grace_s, s.inference_namespaces) == (
+    assert (policy_of(s).max_hold_s, policy_of(s).node_grace_s, s.inference_namespaces) == (
         300.0,
         30.0,
         ["inference", "llm"],

@@ -29,6 +29,7 @@ from components.model import (
     check_qualified_name,
     parse_duration,
     parse_quantity,
+    pod_resource_count,
 )
 
 
@@ -270,3 +271,49 @@ def test_toleration() -> None:
         Toleration.model_validate({"key": "bad key"})
     with pytest.raises(ValidationError, match="NoSchedule"):
         Toleration.model_validate({"key": "gpu", "effect": "Evict"})
+
+
+# --- the GPUs a pod holds ---------------------------------------------------------------------------------------
+
+GPU = "nvidia.com/gpu"
+
+
+def container(requests: object = None, limits: object = None) -> dict[str, object]:
+    resources: dict[str, object] = {}
+    if requests is not None:
+        resources["requests"] = {GPU: requests}
+    if limits is not None:
+        resources["limits"] = {GPU: limits}
+    return {"name": "c", "resources": resources}
+
+
+@pytest.mark.parametrize(
+    ("spec", "held"),
+    [
+        ({"containers": [container(limits="2"), container(requests=3)]}, 5),  # a request, else the limit
+        ({"containers": [container(requests="1", limits="4")]}, 1),  # the request wins
+        ({"containers": [container(limits=2)], "initContainers": [container(limits="4")]}, 4),  # the larger init
+        ({"containers": [container(limits=2), container(limits=2)], "initContainers": [container(limits=3)]}, 4),
+        ({"containers": [{"name": "cpu-only"}]}, 0),
+        ({}, 0),
+    ],
+)
+def test_the_gpus_a_pod_holds_are_counted_as_the_scheduler_does(spec: dict[str, object], held: int) -> None:
+    assert pod_resource_count(spec, GPU) == held
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        (None, "spec is missing"),
+        ({"containers": ["x"]}, r"spec\.containers\[0\] is not an object"),
+        ({"containers": [container(limits="1.5")]}, r"spec\.containers\[0\]\.resources nvidia.com/gpu: not a whole"),
+        ({"containers": [container(limits="lots")]}, "not a quantity"),
+        ({"containers": [container(limits=True)]}, "not a quantity"),
+        ({"initContainers": [container(requests=-1)]}, r"spec\.initContainers\[0\].*not a whole number"),
+        ({"containers": "all"}, r"spec\.containers has the wrong type"),
+    ],
+)
+def test_a_pod_that_is_no_pod_spec_is_refused_naming_the_field(spec: object, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        pod_resource_count(spec, GPU)

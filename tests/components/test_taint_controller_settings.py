@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 import yaml
 
-from components.constants import QUARANTINE_TAINT_KEY
-from components.taint_controller_settings import (
+from components.constants import QUARANTINE_TAINT_KEY, RESERVATION_KEY
+from components.taint_controller_queries import (
     DEFAULT_BURST_QUERY,
     DEFAULT_HEADROOM_BY_TYPE_QUERY,
     DEFAULT_HEADROOM_QUERY,
@@ -21,12 +21,13 @@ from components.taint_controller_settings import (
     DEFAULT_RESERVED_QUERY,
     MAX_GPU_TYPES,
     NO_GPU_TYPES,
-    RESERVATION_TAINT_KEY,
-    SettingsError,
-    TaintControllerSettings,
     gpu_type_of,
     gpu_types_in_cluster,
     ksm_label_name,
+)
+from components.taint_controller_settings import (
+    SettingsError,
+    TaintControllerSettings,
     load_settings,
     parse_duration,
     parse_settings,
@@ -273,9 +274,9 @@ def _promtool_headroom(
     ("taints", "expected", "wrong"),
     [
         ([], 13, 6),  # gpu-a 8 + gpu-c 8 - 3 requested
-        ([("gpu-c", RESERVATION_TAINT_KEY)], 6, 13),  # gpu-c and its pod left out
+        ([("gpu-c", RESERVATION_KEY)], 6, 13),  # gpu-c and its pod left out
         ([("gpu-c", "example.com/other")], 13, 6),  # another taint is still headroom
-        ([("gpu-a", RESERVATION_TAINT_KEY), ("gpu-c", RESERVATION_TAINT_KEY)], 0, 13),  # all reserved: 0, not empty
+        ([("gpu-a", RESERVATION_KEY), ("gpu-c", RESERVATION_KEY)], 0, 13),  # all reserved: 0, not empty
     ],
     ids=["no-reservation", "one-reserved", "other-taint", "all-reserved"],
 )
@@ -291,8 +292,8 @@ def test_default_headroom_leaves_reserved_nodes_out(
     ("taints", "expected", "wrong"),
     [
         ([], 0, 1),  # none reserved: zero, not empty (the hold applies)
-        ([("gpu-c", RESERVATION_TAINT_KEY)], 1, 0),
-        ([("gpu-a", RESERVATION_TAINT_KEY), ("gpu-c", RESERVATION_TAINT_KEY)], 2, 1),
+        ([("gpu-c", RESERVATION_KEY)], 1, 0),
+        ([("gpu-a", RESERVATION_KEY), ("gpu-c", RESERVATION_KEY)], 2, 1),
         ([("gpu-c", "example.com/other")], 0, 1),  # another taint is no reservation
     ],
     ids=["none", "one", "two", "other-taint"],

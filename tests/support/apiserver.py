@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from daemons.toolkit.lease import load_kube_config
+from daemons.toolkit.kube import load_kube_config
 from tests.support.require import missing
 from tests.support.sim import tools_bin
 

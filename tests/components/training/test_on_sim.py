@@ -100,7 +100,7 @@ def fail_program(stack: LocalStack, pod: dict[str, Any]) -> None:
 
 
 def load_kube_config(stack: LocalStack) -> Any:
-    from daemons.toolkit.lease import load_kube_config as load  # noqa: PLC0415
+    from daemons.toolkit.kube import load_kube_config as load  # noqa: PLC0415
 
     return load(str(stack.kubeconfig))
 
@@ -116,7 +116,7 @@ def events(stack: LocalStack, name: str, reason: str) -> list[dict[str, Any]]:
 @pytest.fixture
 def clean(local_stack: LocalStack) -> Iterator[LocalStack]:
     registry = processes.registry()
-    for name in processes.INTERRUPTIONS_PORTS:
+    for name in processes.controller_ports("interruptions"):
         if not registry[name].running():
             registry[name].start()
     local_stack.kubectl(
@@ -129,7 +129,7 @@ def clean(local_stack: LocalStack) -> Iterator[LocalStack]:
     for node in stack_nodes(local_stack):
         if node["metadata"]["labels"].get("gpucluster.io/quarantined"):
             faults.release(node["metadata"]["name"])
-    for name in processes.INTERRUPTIONS_PORTS:
+    for name in processes.controller_ports("interruptions"):
         if not registry[name].running():
             registry[name].start()
 
@@ -223,13 +223,13 @@ def test_kill_9_of_the_accounting_loses_no_interruption(clean: LocalStack, tmp_p
     submit(stack, spec_file(tmp_path, "crash-kill", per_hour=20))
     pods = running(stack, "crash-kill", 0, 1, timeout=150)
     registry = processes.registry()
-    for name in processes.INTERRUPTIONS_PORTS:
+    for name in processes.controller_ports("interruptions"):
         registry[name].kill()  # SIGKILL: nothing is flushed
     fail_program(stack, pods[0])
     pods = running(stack, "crash-kill", 1, 1)
     fail_program(stack, pods[0])
     running(stack, "crash-kill", 2, 1)
-    for name in processes.INTERRUPTIONS_PORTS:
+    for name in processes.controller_ports("interruptions"):
         registry[name].start()
 
     def recorded() -> list[dict[str, Any]] | None:

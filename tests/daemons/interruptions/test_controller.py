@@ -14,7 +14,7 @@ from daemons.interruptions.controller import Controller, reliability_data, resum
 from daemons.interruptions.ettr import ClusterTime
 from daemons.interruptions.metrics import Metrics
 from daemons.interruptions.model import LEDGER_ANNOTATION
-from daemons.toolkit.lease import KubeError
+from daemons.toolkit.kube import KubeError
 
 NOW = 1_800_000_000.0
 

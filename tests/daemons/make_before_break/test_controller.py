@@ -15,7 +15,7 @@ from daemons.make_before_break.client import KubeApi
 from daemons.make_before_break.controller import Controller
 from daemons.make_before_break.metrics import Metrics
 from daemons.make_before_break.model import Phase
-from daemons.toolkit.lease import ConflictError, KubeError
+from daemons.toolkit.kube import ConflictError, KubeError
 from tests.daemons.make_before_break.api_objects import FLAVOR, KEY, T0_S, UID, S, node, workload
 
 

@@ -27,7 +27,8 @@ from daemons.make_before_break.controller import Controller
 from daemons.make_before_break.metrics import Metrics
 from daemons.make_before_break.model import KUEUE_API, KUEUE_GROUP
 from daemons.make_before_break.rbac import cluster_rules, inference_rules, lease_rules
-from daemons.toolkit.lease import KubeLeaseApi, LeaderElector, load_kube_config
+from daemons.toolkit.kube import load_kube_config
+from daemons.toolkit.lease import KubeLeaseApi, LeaderElector
 from tests.support.apiserver import ApiServer, running_apiserver, wait_for
 from tests.support.require import missing
 from tests.support.sim import ROOT, tools_bin

@@ -10,9 +10,9 @@ import copy
 from typing import Any
 
 from components.constants import QUARANTINE_REASON_ANNOTATION, QUARANTINED_AT_ANNOTATION, QUARANTINED_LABEL
-from daemons.quarantine.decide import format_time
-from daemons.taint_controller.prometheus import QueryError, QueryResult, Sample
-from daemons.toolkit.lease import ConflictError, KubeError
+from daemons.toolkit.events import format_time
+from daemons.toolkit.kube import ConflictError, KubeError
+from daemons.toolkit.prometheus import QueryError, QueryResult, Sample
 
 START = 1_800_000_000.0
 

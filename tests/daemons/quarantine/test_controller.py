@@ -20,8 +20,8 @@ from daemons.quarantine.controller import (
     signals_from,
 )
 from daemons.quarantine.metrics import Metrics
-from daemons.taint_controller.prometheus import QueryError, Sample
-from daemons.toolkit.lease import KubeError
+from daemons.toolkit.kube import KubeError
+from daemons.toolkit.prometheus import QueryError, Sample
 from tests.daemons.quarantine.fakes import START, Clock, FakeApi, FakeQuerier, format_time
 
 H100 = {"gpu.example/type": "h100"}

@@ -17,7 +17,7 @@ from daemons.quarantine.controller import Controller
 from daemons.quarantine.kube import KubeApi
 from daemons.quarantine.metrics import Metrics
 from daemons.quarantine.rbac import CLUSTER_RULES, NODE_EVENT_RULES, namespace_rules
-from daemons.toolkit.lease import KubeError, load_kube_config
+from daemons.toolkit.kube import KubeError, load_kube_config
 from tests.daemons.quarantine.fakes import FakeQuerier
 from tests.support.apiserver import ApiServer, running_apiserver
 

@@ -20,16 +20,17 @@ import pytest
 import yaml
 from kubernetes import client
 
-from components.constants import ACCEPTED_LABEL, QUARANTINE_TAINT_KEY
+from components.constants import ACCEPTED_LABEL, CLUSTER_EVENTS_NAMESPACE, QUARANTINE_TAINT_KEY
 from components.quota_controller_settings import FIELD_MANAGER, QuotaControllerSettings, resource_groups
 from daemons.quota_controller.client import KubeApi
 from daemons.quota_controller.controller import Controller
 from daemons.quota_controller.decide import Quota, live_quotas
 from daemons.quota_controller.metrics import Metrics
 from daemons.quota_controller.model import KUEUE_API, KUEUE_GROUP
-from daemons.quota_controller.rbac import EVENT_RULES, EVENTS_NAMESPACE, cluster_rules, lease_rules
+from daemons.quota_controller.rbac import EVENT_RULES, cluster_rules, lease_rules
 from daemons.quota_controller.translate import queue_view
-from daemons.toolkit.lease import KubeError, KubeLeaseApi, LeaderElector, load_kube_config
+from daemons.toolkit.kube import KubeError, load_kube_config
+from daemons.toolkit.lease import KubeLeaseApi, LeaderElector
 from tests.support.apiserver import ApiServer, running_apiserver, wait_for
 from tests.support.require import missing
 
@@ -136,7 +137,7 @@ def service_account_client(server: ApiServer, tmp: Path) -> Any:
         raw(server, "POST", f"{base}/{role_kind.lower()}bindings", binding)
 
     bind("", "quota", [r.to_k8s() for r in cluster_rules([q.name for q in SETTINGS.cluster_queues])])
-    bind(EVENTS_NAMESPACE, "quota-events", [r.to_k8s() for r in EVENT_RULES])
+    bind(CLUSTER_EVENTS_NAMESPACE, "quota-events", [r.to_k8s() for r in EVENT_RULES])
     bind(SYSTEM, "quota-lease", [r.to_k8s() for r in lease_rules(SETTINGS.lease_name)])
     token = raw(
         server,
@@ -152,7 +153,7 @@ def service_account_client(server: ApiServer, tmp: Path) -> Any:
 
 
 def events(server: ApiServer) -> list[tuple[str, str, str]]:
-    items = raw(server, "GET", f"/api/v1/namespaces/{EVENTS_NAMESPACE}/events")["items"]
+    items = raw(server, "GET", f"/api/v1/namespaces/{CLUSTER_EVENTS_NAMESPACE}/events")["items"]
     return [(e["involvedObject"]["name"], e["reason"], e["message"]) for e in items]
 
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from daemons.taint_controller.kube import ConflictError, KubeError, LeaseRecord, NodeState, Taint
-from daemons.taint_controller.prometheus import QueryError, QueryResult, Sample
+from daemons.toolkit.prometheus import QueryError, QueryResult, Sample
 
 
 class Clock:

@@ -19,7 +19,7 @@ from daemons.taint_controller.controller import (
 from daemons.taint_controller.decide import Action
 from daemons.taint_controller.kube import ConflictError, KubeError, Taint
 from daemons.taint_controller.metrics import Metrics
-from daemons.taint_controller.prometheus import QueryError
+from daemons.toolkit.prometheus import QueryError
 from tests.daemons.taint_controller.fakes import Clock, FakeEvents, FakeNodes, FakeQuerier
 
 KEY = "gpucluster.io/in-cluster-capacity"

@@ -19,19 +19,14 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from components.constants import GPU_TYPE_ANNOTATION, QUARANTINE_TAINT_EFFECT, QUARANTINE_TAINT_KEY
-from components.taint_controller_settings import (
-    KSM_ANNOTATIONS_ALLOWLIST,
-    KSM_LABELS_ALLOWLIST,
-    KSM_OPT_IN_METRICS,
-    RESERVATION_TAINT_KEY,
-    TaintControllerSettings,
-)
+from components.constants import GPU_TYPE_ANNOTATION, QUARANTINE_TAINT_EFFECT, QUARANTINE_TAINT_KEY, RESERVATION_KEY
+from components.taint_controller_queries import KSM_ANNOTATIONS_ALLOWLIST, KSM_LABELS_ALLOWLIST, KSM_OPT_IN_METRICS
+from components.taint_controller_settings import TaintControllerSettings
 from daemons.taint_controller.controller import REASON_REMOVED, Controller
 from daemons.taint_controller.decide import Action, Decider, Thresholds
 from daemons.taint_controller.kube import Taint
 from daemons.taint_controller.metrics import Metrics
-from daemons.taint_controller.prometheus import PrometheusClient, QueryError
+from daemons.toolkit.prometheus import PrometheusClient, QueryError
 from tests.daemons.taint_controller.conftest import ApiServer, free_port, wait_for
 from tests.daemons.taint_controller.fakes import Clock, FakeEvents, FakeNodes
 from tests.support.apiserver import running_apiserver
@@ -42,7 +37,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.filterwarnings("ignore:Unveri
 
 SETTINGS = TaintControllerSettings(node_name="gpu-burst", inference_namespaces=["inference", "serving"])
 GPU = "nvidia.com/gpu"
-RESERVATION = {"key": RESERVATION_TAINT_KEY, "value": "uid-1", "effect": "NoSchedule"}
+RESERVATION = {"key": RESERVATION_KEY, "value": "uid-1", "effect": "NoSchedule"}
 QUARANTINE = {"key": QUARANTINE_TAINT_KEY, "value": "gpu-temperature", "effect": QUARANTINE_TAINT_EFFECT}
 PRODUCT = "nvidia.com/gpu.product"
 H100, L40S = "NVIDIA-H100-80GB-HBM3", "NVIDIA-L40S"
@@ -133,7 +128,7 @@ def cluster(
             lambda: (
                 len(prom_query(url, 'kube_pod_status_phase{pod="waiting-elsewhere",phase="Pending"} == 1')) == 1
                 and len(prom_query(url, 'kube_node_status_allocatable{resource="nvidia_com_gpu"}')) >= 5
-                and len(prom_query(url, f'kube_node_spec_taint{{key="{RESERVATION_TAINT_KEY}"}}')) == 1
+                and len(prom_query(url, f'kube_node_spec_taint{{key="{RESERVATION_KEY}"}}')) == 1
             ),
         )
         yield url, ksm
@@ -213,7 +208,7 @@ def test_headroom_counts_schedulable_real_nodes_minus_bound_live_requests(cluste
 def test_headroom_without_the_reservation_leave_out_would_count_the_reserved_node(cluster: tuple[str, Any]) -> None:
     """The same query without its reservation clauses sees gpu-c: the leave-out is what keeps it out."""
     url, _ = cluster
-    clause = f' unless on(node) kube_node_spec_taint{{key="{RESERVATION_TAINT_KEY}"}}'
+    clause = f' unless on(node) kube_node_spec_taint{{key="{RESERVATION_KEY}"}}'
     assert clause in SETTINGS.headroom_query
     promql = SETTINGS.render_query(SETTINGS.headroom_query.replace(clause, ""))
     assert PrometheusClient(url, 5).query(promql).single_value() == 12 + 8 - 1
@@ -253,7 +248,7 @@ def test_every_schedulable_node_reserved_is_zero_headroom_not_unknown(
     core: Any = client.CoreV1Api(apiserver.api_client)
     for name in ("gpu-a", "gpu-d", "cpu-1"):
         core.patch_node(name, {"spec": {"taints": [RESERVATION]}})
-    reserved = f'count(kube_node_spec_taint{{key="{RESERVATION_TAINT_KEY}"}})'
+    reserved = f'count(kube_node_spec_taint{{key="{RESERVATION_KEY}"}})'
     wait_for("every node reserved", lambda: [r["value"][1] for r in prom_query(url, reserved)] == ["4"])
     promql = SETTINGS.render_query(SETTINGS.headroom_query)
     assert PrometheusClient(url, 5).query(promql).single_value() == 0

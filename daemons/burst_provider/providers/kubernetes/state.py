@@ -20,6 +20,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from components.constants import GPU_RESOURCE
+from components.model import pod_resource_count
 from daemons.burst_provider import replies
 from daemons.burst_provider.providers.base import Instance, InstanceState, InstanceTags, Port
 from daemons.burst_provider.providers.kubernetes.translate import (
@@ -31,8 +33,6 @@ from daemons.burst_provider.providers.kubernetes.translate import (
     SOURCE_NAMESPACE_LABEL,
     SOURCE_UID_LABEL,
 )
-
-GPU_RESOURCE = "nvidia.com/gpu"
 
 
 def _timestamp(value: object) -> float | None:
@@ -149,17 +149,12 @@ def _quantity_int(value: object) -> int:
 
 
 def pod_gpu_request(pod: Mapping[str, Any]) -> int:
-    """GPUs a pod holds: the larger of its containers' sum and its largest init container (requests, else limits)."""
-    spec = pod.get("spec") or {}
-
-    def gpus(c: Mapping[str, Any]) -> int:
-        res = c.get("resources") or {}
-        value = (res.get("requests") or {}).get(GPU_RESOURCE, (res.get("limits") or {}).get(GPU_RESOURCE, 0))
-        return _quantity_int(value)
-
-    main = sum(gpus(c) for c in spec.get("containers") or [])
-    init = max((gpus(c) for c in spec.get("initContainers") or []), default=0)
-    return max(main, init)
+    """GPUs a pod holds (``components.model.pod_resource_count``: the one rule); a pod the API server would not
+    have taken counts as none."""
+    try:
+        return pod_resource_count(pod.get("spec") or {}, GPU_RESOURCE)
+    except ValueError:
+        return 0
 
 
 def tolerates(tolerations: Sequence[Mapping[str, Any]], taint: Mapping[str, Any]) -> bool:

@@ -11,7 +11,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from daemons.taint_controller.prometheus import PrometheusClient, QueryError, QueryResult, parse_response
+from daemons.toolkit.prometheus import PrometheusClient, QueryError, QueryResult, parse_response
 
 Responder = Callable[[str], tuple[int, bytes]]
 
