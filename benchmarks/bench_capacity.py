@@ -87,7 +87,7 @@ def until(check: Callable[[], bool], timeout: float, interval: float = 0.25) -> 
 
 def controllers(on: bool) -> None:
     registry = sim_daemons.registry()
-    for name in sim_daemons.QUOTA_CONTROLLER_PORTS:
+    for name in sim_daemons.controller_ports("quota-controller"):
         d = registry[name]
         if on and not d.running():
             d.start()
@@ -205,7 +205,7 @@ QUARANTINE_JOB = "bench-quarantine-probe"
 
 def quarantine_controllers(on: bool) -> None:
     registry = sim_daemons.registry()
-    for name in (*sim_daemons.QUARANTINE_PORTS,):
+    for name in (*sim_daemons.controller_ports("quarantine"),):
         d = registry[name]
         if on and not d.running():
             d.start()

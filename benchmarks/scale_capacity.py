@@ -43,7 +43,7 @@ from sim import processes as sim_daemons  # noqa: E402
 def controller_seconds() -> dict[str, float]:
     """The leader's decide and cycle durations so far: count and sum of each histogram, summed over replicas."""
     out: dict[str, float] = {}
-    for port in sim_daemons.QUOTA_CONTROLLER_PORTS.values():
+    for port in sim_daemons.controller_ports("quota-controller").values():
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as reply:
                 text = reply.read().decode()

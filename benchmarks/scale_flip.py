@@ -52,7 +52,7 @@ from sim import processes as sim_daemons  # noqa: E402
 STACKS = ROOT / "benchmarks" / "stacks"
 METRIC = "gpucluster_make_before_break"
 #: The make-before-break controllers sim/processes.py runs (their /metrics ports, their logs).
-MBB_NAMES = tuple(sim_daemons.MAKE_BEFORE_BREAK_PORTS)
+MBB_NAMES = tuple(sim_daemons.controller_ports("make-before-break"))
 #: Where sim/processes.py writes the daemons' logs.
 LOGS = ROOT / ".state" / "daemons" / "logs"
 
@@ -261,7 +261,7 @@ def parse_metrics(text: str) -> tuple[bool, dict[str, Histogram]]:
 
 
 def scrape_all() -> dict[str, tuple[bool, dict[str, Histogram]]]:
-    return {name: scrape(port) for name, port in sim_daemons.MAKE_BEFORE_BREAK_PORTS.items()}
+    return {name: scrape(port) for name, port in sim_daemons.controller_ports("make-before-break").items()}
 
 
 def log_offsets(logs: Path = LOGS) -> dict[str, int]:

@@ -10,19 +10,22 @@ import pulumi_kubernetes as k8s
 
 from components.config import StackConfig
 from components.constants import ENVIRONMENT_LABEL, PROJECT, WORKLOAD_LABEL
+from components.controller import Controller, ControllerArgs
 from components.descheduler import Descheduler, DeschedulerArgs
 from components.inference import InferenceService, InferenceServiceArgs
-from components.interruptions import Interruptions, InterruptionsArgs
 from components.jobset import JobSet, JobSetArgs
-from components.make_before_break import MakeBeforeBreak, MakeBeforeBreakArgs
+from components.make_before_break import MakeBeforeBreak
 from components.make_before_break_settings import CHECK_NAME
-from components.quarantine import Quarantine, QuarantineArgs
 from components.queues import Queues, QueuesArgs
-from components.quota_controller import QuotaController, QuotaControllerArgs
 from components.storage import Storage, StorageArgs
-from components.taint_controller import TaintController, TaintControllerArgs
 from components.telemetry import Telemetry, TelemetryArgs
 from components.virtual_node import VirtualNode, VirtualNodeArgs
+from daemons.interruptions.spec import SPEC as INTERRUPTIONS
+from daemons.make_before_break.spec import SPEC as MAKE_BEFORE_BREAK
+from daemons.make_before_break.spec import WORKLOAD_NAMESPACES
+from daemons.quarantine.spec import SPEC as QUARANTINE
+from daemons.quota_controller.spec import SPEC as QUOTA_CONTROLLER
+from daemons.taint_controller.spec import SPEC as TAINT_CONTROLLER
 
 
 @dataclass(frozen=True)
@@ -117,31 +120,38 @@ class GpuCluster(pulumi.ComponentResource):
             ),
             opts=pulumi.ResourceOptions(parent=self),
         )
-        self.quota_controller: QuotaController | None = None
+        self.quota_controller: Controller | None = None
         if quota is not None:
-            self.quota_controller = QuotaController(
+            self.quota_controller = Controller(
                 f"{name}-quota-controller",
-                QuotaControllerArgs(
+                ControllerArgs(
+                    spec=QUOTA_CONTROLLER,
                     settings=quota,
                     labels=labels,
                     depends_on=(self.namespaces[quota.namespace], *self.queues.cluster_queues.values()),
                 ),
                 opts=pulumi.ResourceOptions(parent=self),
             )
-        self.quarantine: Quarantine | None = None
+        self.quarantine: Controller | None = None
         if quarantine is not None:
-            self.quarantine = Quarantine(
+            self.quarantine = Controller(
                 f"{name}-quarantine",
-                QuarantineArgs(settings=quarantine, labels=labels, depends_on=(self.namespaces[quarantine.namespace],)),
+                ControllerArgs(
+                    spec=QUARANTINE,
+                    settings=quarantine,
+                    labels=labels,
+                    depends_on=(self.namespaces[quarantine.namespace],),
+                ),
                 opts=pulumi.ResourceOptions(parent=self),
             )
-        self.interruptions: Interruptions | None = None
+        self.interruptions: Controller | None = None
         if interruptions is not None:
             # It reads JobSets and Kueue Workloads: after both CRDs exist.
             after = [self.queues.chart, *([self.jobset.chart] if self.jobset is not None else [])]
-            self.interruptions = Interruptions(
+            self.interruptions = Controller(
                 f"{name}-interruptions",
-                InterruptionsArgs(
+                ControllerArgs(
+                    spec=INTERRUPTIONS,
                     settings=interruptions,
                     labels=labels,
                     depends_on=(self.namespaces[interruptions.namespace], *after),
@@ -178,7 +188,7 @@ class GpuCluster(pulumi.ComponentResource):
         )
 
         self.virtual_node: VirtualNode | None = None
-        self.taint_controller: TaintController | None = None
+        self.taint_controller: Controller | None = None
         if burst is not None:
             vn = burst.settings.virtual_node
             # The node's Roles live in the inference namespaces: those must exist first.
@@ -191,9 +201,10 @@ class GpuCluster(pulumi.ComponentResource):
                 opts=pulumi.ResourceOptions(parent=self),
             )
             if burst.taint_controller.enabled:
-                self.taint_controller = TaintController(
+                self.taint_controller = Controller(
                     f"{name}-taint-controller",
-                    TaintControllerArgs(
+                    ControllerArgs(
+                        spec=TAINT_CONTROLLER,
                         settings=burst.taint_controller,
                         labels=labels,
                         depends_on=(self.namespaces[burst.taint_controller.namespace],),
@@ -205,9 +216,10 @@ class GpuCluster(pulumi.ComponentResource):
         if mbb is not None:
             self.make_before_break = MakeBeforeBreak(
                 f"{name}-make-before-break",
-                MakeBeforeBreakArgs(
+                ControllerArgs(
+                    spec=MAKE_BEFORE_BREAK,
                     settings=mbb,
-                    workload_namespaces=cfg.training_namespaces,
+                    context={WORKLOAD_NAMESPACES: tuple(cfg.training_namespaces)},
                     labels=labels,
                     # Its Roles live in these namespaces; the AdmissionCheck needs Kueue's CRDs (the chart).
                     depends_on=(

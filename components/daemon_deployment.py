@@ -16,7 +16,8 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-SETTINGS_FILE = "settings.json"
+from daemons.toolkit.spec import SETTINGS_FILE
+
 _NONROOT = 65534
 
 

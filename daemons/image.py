@@ -16,6 +16,8 @@ import tomllib
 from collections.abc import Sequence
 from pathlib import Path
 
+from daemons.registry import CONTROLLERS
+
 #: The daemons' runtime dependencies, by their names in pyproject.toml.
 RUNTIME_DEPENDENCIES = ("pydantic", "PyYAML", "prometheus-client", "nvidia-ml-py", "kubernetes")
 
@@ -23,11 +25,7 @@ RUNTIME_DEPENDENCIES = ("pydantic", "PyYAML", "prometheus-client", "nvidia-ml-py
 DAEMON_MODULES = (
     "daemons.fabric_exporter.__main__",
     "daemons.burst_provider.__main__",
-    "daemons.taint_controller.__main__",
-    "daemons.make_before_break.__main__",
-    "daemons.quota_controller.__main__",
-    "daemons.quarantine.__main__",
-    "daemons.interruptions.__main__",
+    *(f"{spec.module}.__main__" for spec in CONTROLLERS),
     "daemons.burst_provider.providers.fake",
     "daemons.burst_provider.providers.runpod",
     "daemons.burst_provider.providers.kubernetes.provider",

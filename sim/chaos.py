@@ -189,7 +189,9 @@ def run(argv: Sequence[str] | None = None) -> int:
     mbb = cfg.make_before_break
     # The longest a gang may wait: maxHold, then a dead leader's Lease running out and the successor's cycle.
     admit_within = mbb.max_hold_seconds + mbb.lease_duration_seconds + 2 * mbb.interval_seconds if mbb.enabled else None
-    tc_metrics = [f"http://127.0.0.1:{port}/metrics" for port in processes.TAINT_CONTROLLER_PORTS.values()]
+    tc_metrics = [
+        f"http://127.0.0.1:{port}/metrics" for port in processes.controller_ports("taint-controller").values()
+    ]
     errors_metric = "gpucluster_taint_controller_query_errors_total"
 
     def outage(sampler: flip.Sampler, cycle: int) -> None:

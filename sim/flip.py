@@ -381,7 +381,7 @@ def answer_at_once(registry: dict[str, sim_daemons.Daemon], on: bool) -> None:
         os.environ[sim_daemons.MAKE_BEFORE_BREAK_ENV] = ANSWER_AT_ONCE
     else:
         os.environ.pop(sim_daemons.MAKE_BEFORE_BREAK_ENV, None)
-    for name in sim_daemons.MAKE_BEFORE_BREAK_PORTS:
+    for name in sim_daemons.controller_ports("make-before-break"):
         if name in registry:
             registry[name].stop()
             registry[name].start()

@@ -104,11 +104,23 @@ __all__ = [
 KSM_PORT = 18090
 KSM_TELEMETRY_PORT = 18091
 PROMETHEUS_PORT = 9090
-TAINT_CONTROLLER_PORTS = {"taint-controller-a": 9102, "taint-controller-b": 9103}
-MAKE_BEFORE_BREAK_PORTS = {"make-before-break-a": 9104, "make-before-break-b": 9105}
-QUOTA_CONTROLLER_PORTS = {"quota-controller-a": 9106, "quota-controller-b": 9107}
-QUARANTINE_PORTS = {"quarantine-a": 9108, "quarantine-b": 9109}
-INTERRUPTIONS_PORTS = {"interruptions-a": 9112, "interruptions-b": 9113}
+
+
+def controller_ports(name: str) -> dict[str, int]:
+    """The two replicas of the registered controller ``name`` (``daemons/registry.py``) on the simulated cluster:
+    ``<name>-a`` on its spec's metrics port, ``<name>-b`` on the next."""
+    from daemons.registry import by_name  # noqa: PLC0415 (needs the venv: without one this module still answers)
+
+    port = by_name(name).metrics_port
+    return {f"{name}-a": port, f"{name}-b": port + 1}
+
+
+def registered_controllers() -> tuple[str, ...]:
+    from daemons.registry import CONTROLLERS  # noqa: PLC0415 (needs the venv: without one this module still answers)
+
+    return tuple(spec.name for spec in CONTROLLERS)
+
+
 #: The fake dcgm-exporter standing for every fake node's (sim/fake_dcgm.py).
 FAKE_DCGM_PORT = 18094
 #: Settings of the make-before-break controllers laid over the deployed ones (a JSON object of camelCase keys):
@@ -315,7 +327,7 @@ def virtual_node(s: Stack) -> Iterable[Daemon]:
 
 def kube_state_metrics(s: Stack) -> Iterable[Daemon]:
     """kube-state-metrics for the taint controller's queries (nodes and pods), with the admin kubeconfig."""
-    from components.taint_controller_settings import (  # noqa: PLC0415 (needs ROOT on the path)
+    from components.taint_controller_queries import (  # noqa: PLC0415 (needs ROOT on the path)
         KSM_ANNOTATIONS_ALLOWLIST,
         KSM_LABELS_ALLOWLIST,
         KSM_OPT_IN_METRICS,
@@ -352,11 +364,7 @@ def prometheus(s: Stack) -> Iterable[Daemon]:
         d.mkdir(parents=True, exist_ok=True)
         targets = {
             "kube-state-metrics": [f"127.0.0.1:{KSM_PORT}"],
-            "taint-controller": [f"127.0.0.1:{p}" for p in TAINT_CONTROLLER_PORTS.values()],
-            "make-before-break": [f"127.0.0.1:{p}" for p in MAKE_BEFORE_BREAK_PORTS.values()],
-            "quota-controller": [f"127.0.0.1:{p}" for p in QUOTA_CONTROLLER_PORTS.values()],
-            "quarantine": [f"127.0.0.1:{p}" for p in QUARANTINE_PORTS.values()],
-            "interruptions": [f"127.0.0.1:{p}" for p in INTERRUPTIONS_PORTS.values()],
+            **{n: [f"127.0.0.1:{p}" for p in controller_ports(n).values()] for n in registered_controllers()},
             "dcgm-exporter": [f"127.0.0.1:{FAKE_DCGM_PORT}"],
             "burst-provider": [f"127.0.0.1:{port}"],
         }
@@ -442,23 +450,8 @@ def lease_controllers(
 
 
 def taint_controllers(s: Stack) -> Iterable[Daemon]:
-    """Two taint controllers electing a leader on the stack's Lease, with its ServiceAccount and settings."""
-    from components.taint_controller import APP  # noqa: PLC0415 (needs ROOT on the path)
-
-    ns = s.config.burst.taint_controller.namespace
-    configmap = f"{APP}-settings"
-
-    def document() -> str:
-        return deployed_text(ns, configmap, "settings.json")
-
-    yield from lease_controllers(
-        s,
-        "daemons.taint_controller",
-        service_account=APP,
-        namespace=ns,
-        ports=TAINT_CONTROLLER_PORTS,
-        document=document,
-    )
+    """Two taint controllers electing a leader on the stack's Lease (Prometheus, the virtual node)."""
+    yield from spec_controllers(s, "taint-controller", s.config.burst.taint_controller)
 
 
 def mbb_settings(deployed: str, overrides: str) -> str:
@@ -482,87 +475,54 @@ def make_before_break(s: Stack) -> Iterable[Daemon]:
 
     None when the stack leaves the check off. ``GPUCLUSTER_MBB_SETTINGS`` lays settings over the deployed ones.
     """
-    from components.make_before_break import APP  # noqa: PLC0415 (needs ROOT on the path)
+    yield from spec_controllers(
+        s,
+        "make-before-break",
+        s.config.make_before_break,
+        overrides=lambda deployed: mbb_settings(deployed, os.environ.get(MAKE_BEFORE_BREAK_ENV, "")),
+    )
 
-    mbb = s.config.make_before_break
-    if not mbb.enabled:
+
+def spec_controllers(
+    s: Stack, name: str, settings: Any, overrides: Callable[[str], str] | None = None
+) -> Iterable[Daemon]:
+    """Two replicas of the registered controller ``name`` (``daemons/registry.py``), electing a leader, with the
+    ServiceAccount and settings Pulumi deployed (``overrides`` may lay more over them); none when the stack turns
+    it off."""
+    from daemons.registry import by_name  # noqa: PLC0415 (needs the venv: without one this module still answers)
+    from daemons.toolkit.spec import SETTINGS_FILE  # noqa: PLC0415
+
+    if not settings.enabled:
         return
-    ns = mbb.namespace
-    configmap = f"{APP}-settings"
+    spec = by_name(name)
 
     def document() -> str:
-        deployed = deployed_text(ns, configmap, "settings.json")
-        return mbb_settings(deployed, os.environ.get(MAKE_BEFORE_BREAK_ENV, ""))
+        deployed = deployed_text(settings.namespace, f"{spec.app}-settings", SETTINGS_FILE)
+        return overrides(deployed) if overrides else deployed
 
     yield from lease_controllers(
         s,
-        "daemons.make_before_break",
-        service_account=APP,
-        namespace=ns,
-        ports=MAKE_BEFORE_BREAK_PORTS,
+        spec.module,
+        service_account=spec.app,
+        namespace=settings.namespace,
+        ports=controller_ports(name),
         document=document,
     )
 
 
 def quota_controllers(s: Stack) -> Iterable[Daemon]:
-    """Two quota controllers electing a leader, with the ServiceAccount and settings Pulumi deployed; none when the
-    stack turns the controller off."""
-    from components.quota_controller_settings import APP  # noqa: PLC0415 (needs ROOT on the path)
-
-    quota = s.config.quota_controller
-    if not quota.enabled:
-        return
-
-    def document() -> str:
-        return deployed_text(quota.namespace, f"{APP}-settings", "settings.json")
-
-    yield from lease_controllers(
-        s,
-        "daemons.quota_controller",
-        service_account=APP,
-        namespace=quota.namespace,
-        ports=QUOTA_CONTROLLER_PORTS,
-        document=document,
-    )
+    """Two quota controllers (the API server only)."""
+    yield from spec_controllers(s, "quota-controller", s.config.quota_controller)
 
 
 def quarantine_controllers(s: Stack) -> Iterable[Daemon]:
-    """Two quarantine controllers electing a leader, with the ServiceAccount and settings Pulumi deployed; none when
-    the stack turns quarantine off."""
-    from components.quarantine import APP  # noqa: PLC0415 (needs ROOT on the path)
-
-    q = s.config.quarantine
-    if not q.enabled:
-        return
-
-    def document() -> str:
-        return deployed_text(q.namespace, f"{APP}-settings", "settings.json")
-
-    yield from lease_controllers(
-        s, "daemons.quarantine", service_account=APP, namespace=q.namespace, ports=QUARANTINE_PORTS, document=document
-    )
+    """Two quarantine controllers (Prometheus' alerts, the Nodes)."""
+    yield from spec_controllers(s, "quarantine", s.config.quarantine)
 
 
 def interruption_accounting(s: Stack) -> Iterable[Daemon]:
-    """Two interruption accounting daemons electing a leader, with the ServiceAccount and settings Pulumi deployed;
-    none when the stack turns it off."""
-    from components.interruptions_settings import APP  # noqa: PLC0415 (needs ROOT on the path)
-
-    i = s.config.interruptions
-    if not i.enabled:
-        return
-
-    def document() -> str:
-        return deployed_text(i.namespace, f"{APP}-settings", "settings.json")
-
-    yield from lease_controllers(
-        s,
-        "daemons.interruptions",
-        service_account=APP,
-        namespace=i.namespace,
-        ports=INTERRUPTIONS_PORTS,
-        document=document,
-    )
+    """Two interruption accounting daemons (the API server only)."""
+    yield from spec_controllers(s, "interruptions", s.config.interruptions)
 
 
 def descheduler(s: Stack) -> Iterable[Daemon]:

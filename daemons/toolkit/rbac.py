@@ -31,3 +31,28 @@ def lease_rules(lease_name: str) -> tuple[Rule, ...]:
         Rule(("coordination.k8s.io",), ("leases",), ("create",)),
         Rule(("coordination.k8s.io",), ("leases",), ("get", "update"), (lease_name,)),
     )
+
+
+@dataclass(frozen=True)
+class Grant:
+    """One Role (``namespace`` given) or ClusterRole named ``name`` with ``rules``, bound to the controller's
+    ServiceAccount. ``resource`` is the Pulumi name stem of the role (``clusterrole``, ``role``,
+    ``events-role-default``): the binding's is the same with ``rolebinding``; both are kept stable, as URNs."""
+
+    resource: str
+    name: str
+    rules: tuple[Rule, ...]
+    namespace: str | None = None
+
+    def __post_init__(self) -> None:
+        if "role" not in self.resource:
+            raise ValueError(f"Grant.resource: {self.resource!r} must name the role (contain 'role')")
+        if not self.rules:
+            raise ValueError(f"Grant {self.resource!r}: no rules; grant nothing rather than an empty role")
+
+    @property
+    def binding_resource(self) -> str:
+        return self.resource.replace("role", "rolebinding", 1)
+
+    def k8s_rules(self) -> list[dict[str, Any]]:
+        return [r.to_k8s() for r in self.rules]

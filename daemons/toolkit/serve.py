@@ -18,7 +18,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
-from components.issues import SettingsError
 from daemons.toolkit.http import HttpService, Routes
 from daemons.toolkit.lease import LeaderElector
 from daemons.toolkit.listen import ListenError, parse_listen
@@ -150,10 +149,12 @@ def start(
     build: Callable[[argparse.Namespace, S, str], B],
     prog: str,
     log: logging.Logger,
+    bad_settings: type[Exception],
 ) -> Started[S, B] | int:
     """Parse the flags (``--listen``, ``--log-level``, ``--settings``, ``--identity``), load the settings and
     build the daemon; an exit status when it cannot: 2 (:data:`EXIT_BAD_SETTINGS`) with one message naming every
-    problem, 0 when the settings disable it, 1 without a Kubernetes client. A bad ``--listen`` is a usage error."""
+    problem (``load`` raises ``bad_settings``), 0 when the settings disable it, 1 without a Kubernetes client. A bad
+    ``--listen`` is a usage error."""
     args = parser.parse_args(argv)
     try:
         host, port = parse_listen(args.listen, default_host="0.0.0.0")
@@ -162,7 +163,7 @@ def start(
     setup_logging(args.log_level)
     try:
         settings = load(args.settings)
-    except SettingsError as exc:
+    except bad_settings as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
         return EXIT_BAD_SETTINGS
     if not settings.enabled:

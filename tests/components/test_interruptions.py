@@ -7,12 +7,14 @@ from typing import Any
 
 import pytest
 
-from components.interruptions import METRICS_PORT, Interruptions, InterruptionsArgs
+from components.controller import Controller, ControllerArgs
 from components.interruptions_settings import APP, InterruptionsSettings, parse_settings
+from daemons.interruptions.spec import SPEC
 from tests.support.pulumi_harness import Graph, deploy
 
 RBAC = "kubernetes:rbac.authorization.k8s.io/v1"
 TOKEN = "gpucluster:interruptions:Interruptions"
+METRICS_PORT = SPEC.metrics_port
 
 
 def settings(**change: Any) -> InterruptionsSettings:
@@ -21,7 +23,7 @@ def settings(**change: Any) -> InterruptionsSettings:
 
 @pytest.fixture(scope="module")
 def graph() -> Graph:
-    return deploy(lambda: Interruptions("interruptions", InterruptionsArgs(settings=settings())))
+    return deploy(lambda: Controller("interruptions", ControllerArgs(spec=SPEC, settings=settings())))
 
 
 def test_every_child_is_parented_and_the_outputs_are_registered(graph: Graph) -> None:
@@ -80,8 +82,8 @@ def test_the_deployment_runs_the_daemon(graph: Graph) -> None:
 
 def test_args_refuse_what_cannot_run() -> None:
     with pytest.raises(ValueError, match="disabled"):
-        InterruptionsArgs(settings=settings(enabled=False))
+        ControllerArgs(spec=SPEC, settings=settings(enabled=False))
     with pytest.raises(TypeError, match="InterruptionsSettings"):
-        InterruptionsArgs(settings={"enabled": True})  # type: ignore[arg-type]
+        ControllerArgs(spec=SPEC, settings={"enabled": True})
     with pytest.raises(ValueError, match="labels key"):
-        InterruptionsArgs(settings=settings(), labels={"bad key": "x"})
+        ControllerArgs(spec=SPEC, settings=settings(), labels={"bad key": "x"})

@@ -13,14 +13,11 @@ import pytest
 
 from components.cluster import GpuCluster, GpuClusterArgs
 from components.config import load_stack_file, parse_stack_config, read_stack_file
-from components.make_before_break import (
-    APP,
-    METRICS_PORT,
-    MakeBeforeBreak,
-    MakeBeforeBreakArgs,
-)
+from components.controller import ControllerArgs
+from components.make_before_break import MakeBeforeBreak
 from components.make_before_break_settings import MakeBeforeBreakSettings, parse_settings
 from components.queues import cluster_queue_spec
+from daemons.make_before_break.spec import SPEC, WORKLOAD_NAMESPACES
 from tests.support.pulumi_harness import Graph, deploy, secrets_of
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -28,18 +25,22 @@ RBAC = "kubernetes:rbac.authorization.k8s.io/v1"
 CHECK = "kubernetes:kueue.x-k8s.io/v1beta2:AdmissionCheck"
 CQ = "kubernetes:kueue.x-k8s.io/v1beta2:ClusterQueue"
 TOKEN = "gpucluster:burst:MakeBeforeBreak"
+APP = SPEC.app
+METRICS_PORT = SPEC.metrics_port
 
 
 def settings(**change: Any) -> MakeBeforeBreakSettings:
     return MakeBeforeBreakSettings(enabled=True, inference_namespaces=["inference", "serving"], **change)
 
 
-def args(**change: Any) -> MakeBeforeBreakArgs:
+def args(**change: Any) -> ControllerArgs:
     base: dict[str, Any] = {
         "settings": settings(),
         "workload_namespaces": ("team-a", "team-b"),
     }
-    return MakeBeforeBreakArgs(**{**base, **change})
+    merged = {**base, **change}
+    context = {WORKLOAD_NAMESPACES: merged.pop("workload_namespaces")}
+    return ControllerArgs(spec=SPEC, context=context, **merged)
 
 
 @pytest.fixture(scope="module")

@@ -8,12 +8,15 @@ from typing import Any
 
 import pytest
 
-from components.quarantine import APP, METRICS_PORT, Quarantine, QuarantineArgs
+from components.controller import Controller, ControllerArgs
 from components.quarantine_settings import QuarantineSettings, parse_settings
+from daemons.quarantine.spec import SPEC
 from tests.support.pulumi_harness import Graph, deploy
 
 RBAC = "kubernetes:rbac.authorization.k8s.io/v1"
 TOKEN = "gpucluster:capacity:Quarantine"
+APP = SPEC.app
+METRICS_PORT = SPEC.metrics_port
 FLAVORS = [
     {"name": "h100", "nodeLabels": {"gpu.example/type": "h100"}},
     {"name": "l40s", "nodeLabels": {"gpu.example/type": "l40s"}},
@@ -27,7 +30,9 @@ def settings(**change: Any) -> QuarantineSettings:
 @pytest.fixture(scope="module")
 def graph() -> Graph:
     return deploy(
-        lambda: Quarantine("q", QuarantineArgs(settings=settings(), labels={"gpucluster.io/environment": "t"}))
+        lambda: Controller(
+            "q", ControllerArgs(spec=SPEC, settings=settings(), labels={"gpucluster.io/environment": "t"})
+        )
     )
 
 
@@ -107,9 +112,9 @@ def test_the_deployment_runs_the_controller_like_the_other_controllers(graph: Gr
 def test_args_refuse_what_cannot_run(change: dict[str, Any], fragment: str) -> None:
     base: dict[str, Any] = {"settings": settings()}
     with pytest.raises(ValueError, match=fragment):
-        QuarantineArgs(**{**base, **change})
+        ControllerArgs(spec=SPEC, **{**base, **change})
 
 
 def test_args_refuse_other_settings_types() -> None:
     with pytest.raises(TypeError, match="expected QuarantineSettings"):
-        QuarantineArgs(settings={"flavors": FLAVORS})  # type: ignore[arg-type]
+        ControllerArgs(spec=SPEC, settings={"flavors": FLAVORS})

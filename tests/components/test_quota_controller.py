@@ -1,6 +1,6 @@
-"""QuotaController under Pulumi's mocks: least-privilege RBAC (the stack's queues by name, Events in default), the
-settings document the daemon reads, the Deployment; the queues leave spec.resourceGroups to it while it runs, and
-keep their static numbers and no ignoreChanges while it is off."""
+"""The quota controller's spec deployed by Controller under Pulumi's mocks: least-privilege RBAC (the stack's
+queues by name, Events in default), the settings document the daemon reads, the Deployment; the queues leave
+spec.resourceGroups to it while it runs, and keep their static numbers and no ignoreChanges while it is off."""
 
 from __future__ import annotations
 
@@ -13,8 +13,9 @@ import pytest
 
 from components.cluster import GpuCluster, GpuClusterArgs
 from components.config import StackConfigError, parse_stack_config, read_stack_file
-from components.quota_controller import APP, METRICS_PORT, QuotaController, QuotaControllerArgs
+from components.controller import Controller, ControllerArgs
 from components.quota_controller_settings import QuotaControllerSettings, parse_settings
+from daemons.quota_controller.spec import SPEC
 from tests.support.pulumi_harness import Graph, deploy, secrets_of
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -22,6 +23,8 @@ RBAC = "kubernetes:rbac.authorization.k8s.io/v1"
 CQ = "kubernetes:kueue.x-k8s.io/v1beta2:ClusterQueue"
 FLAVOR = "kubernetes:kueue.x-k8s.io/v1beta2:ResourceFlavor"
 TOKEN = "gpucluster:capacity:QuotaController"
+APP = SPEC.app
+METRICS_PORT = SPEC.metrics_port
 
 
 def settings(**change: Any) -> QuotaControllerSettings:
@@ -34,7 +37,7 @@ def settings(**change: Any) -> QuotaControllerSettings:
 
 @pytest.fixture(scope="module")
 def graph() -> Graph:
-    return deploy(lambda: QuotaController("quota", QuotaControllerArgs(settings=settings())))
+    return deploy(lambda: Controller("quota", ControllerArgs(spec=SPEC, settings=settings())))
 
 
 def test_every_child_is_parented_and_the_outputs_are_registered(graph: Graph) -> None:
@@ -90,7 +93,7 @@ def test_the_deployment_runs_the_controller(graph: Graph) -> None:
 )
 def test_args_refuse_what_cannot_run(change: dict[str, Any], fragment: str) -> None:
     with pytest.raises(ValueError, match=fragment):
-        QuotaControllerArgs(settings=settings(**change))
+        ControllerArgs(spec=SPEC, settings=settings(**change))
 
 
 # --- wired into the cluster ----------------------------------------------------------------------------------

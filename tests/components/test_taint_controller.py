@@ -10,9 +10,12 @@ from pathlib import Path
 import pytest
 
 from components.config import load_stack_file
-from components.taint_controller import METRICS_PORT, TaintController, TaintControllerArgs
+from components.controller import Controller, ControllerArgs
 from components.taint_controller_settings import TaintControllerSettings
+from daemons.taint_controller.spec import SPEC
 from tests.support.pulumi_harness import Graph, deploy
+
+METRICS_PORT = SPEC.metrics_port
 
 ROOT = Path(__file__).resolve().parents[2]
 RBAC = "kubernetes:rbac.authorization.k8s.io/v1"
@@ -26,7 +29,7 @@ def settings() -> TaintControllerSettings:
 
 @pytest.fixture(scope="module")
 def graph() -> Graph:
-    return deploy(lambda: TaintController("tc", TaintControllerArgs(settings=settings())))
+    return deploy(lambda: Controller("tc", ControllerArgs(spec=SPEC, settings=settings())))
 
 
 def test_stack_settings_are_completed_from_the_virtual_node_and_burst_taint_key() -> None:
@@ -108,12 +111,14 @@ def test_deployment_replicas_command_and_metrics(graph: Graph) -> None:
 
 
 def test_args_refuse_disabled_wrong_type_and_the_virtual_nodes_own_taint() -> None:
-    good = TaintControllerArgs(settings=settings())
-    with pytest.raises(ValueError, match=r"TaintControllerArgs\.settings\.enabled"):
+    good = ControllerArgs(spec=SPEC, settings=settings())
+    with pytest.raises(ValueError, match=r"ControllerArgs\(taint-controller\)\.settings\.enabled"):
         dataclasses.replace(good, settings=settings().model_copy(update={"enabled": False}))
-    with pytest.raises(ValueError, match=r"TaintControllerArgs\.settings\.taint_key"):
+    with pytest.raises(ValueError, match=r"ControllerArgs\(taint-controller\)\.settings\.taint_key"):
         dataclasses.replace(good, settings=settings().model_copy(update={"taint_key": "virtual-kubelet.io/provider"}))
-    with pytest.raises(ValueError, match=r"TaintControllerArgs\.settings\.taint_effect"):
+    with pytest.raises(ValueError, match=r"ControllerArgs\(taint-controller\)\.settings\.taint_effect"):
         dataclasses.replace(good, settings=settings().model_copy(update={"taint_effect": "NoExecute"}))
-    with pytest.raises(TypeError, match=r"TaintControllerArgs\.settings: expected TaintControllerSettings"):
-        TaintControllerArgs(settings={"enabled": True})  # type: ignore[arg-type]
+    with pytest.raises(
+        TypeError, match=r"ControllerArgs\(taint-controller\)\.settings: expected TaintControllerSettings"
+    ):
+        ControllerArgs(spec=SPEC, settings={"enabled": True})

@@ -21,13 +21,13 @@ from typing import Any
 
 import pytest
 
-from components import interruptions, make_before_break, quarantine, quota_controller, taint_controller
 from components.burst_settings import settings_json
 from components.config import StackConfig, load_stack_file
-from components.daemon_deployment import daemon_pod_spec
+from components.controller import controller_pod_spec
 from components.images_settings import IMAGE_NAMES
 from components.telemetry.resources import fabric_pod_spec
 from components.virtual_node import SETTINGS_DIR, SETTINGS_FILE, virtual_node_pod_spec
+from daemons.registry import INTERRUPTIONS, MAKE_BEFORE_BREAK, QUARANTINE, QUOTA_CONTROLLER, TAINT_CONTROLLER
 from images.build import build_all
 from images.runtime import Bundle, Container, unpack
 from tests.support.require import missing
@@ -46,11 +46,11 @@ def pod_specs(cfg: StackConfig) -> dict[str, dict[str, Any]]:
     """The pod specs the components render for a stack's images, by what they are."""
     assert cfg.burst is not None, "the prod stack has a burst section"
     specs = {
-        "taint controller": daemon_pod_spec(taint_controller._shape(cfg.burst.taint_controller), "cm"),
-        "make-before-break": daemon_pod_spec(make_before_break._shape(cfg.make_before_break), "cm"),
-        "quota controller": daemon_pod_spec(quota_controller._shape(cfg.quota_controller), "cm"),
-        "quarantine": daemon_pod_spec(quarantine._shape(cfg.quarantine), "cm"),
-        "interruptions": daemon_pod_spec(interruptions._shape(cfg.interruptions), "cm"),
+        "taint controller": controller_pod_spec(TAINT_CONTROLLER, cfg.burst.taint_controller, "cm"),
+        "make-before-break": controller_pod_spec(MAKE_BEFORE_BREAK, cfg.make_before_break, "cm"),
+        "quota controller": controller_pod_spec(QUOTA_CONTROLLER, cfg.quota_controller, "cm"),
+        "quarantine": controller_pod_spec(QUARANTINE, cfg.quarantine, "cm"),
+        "interruptions": controller_pod_spec(INTERRUPTIONS, cfg.interruptions, "cm"),
         "virtual node": virtual_node_pod_spec(cfg.burst.settings, "cm", "secret"),
         "fabric exporter": fabric_pod_spec(cfg.telemetry),
     }

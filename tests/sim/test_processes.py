@@ -129,9 +129,9 @@ def test_command_lines_are_the_programs_with_what_pulumi_deployed(cluster: Path)
             *("--kubeconfig", f"{state}/{name}/kubeconfig", "--listen", f"127.0.0.1:{port}", "--identity", name),
         ]
     for module, names in (
-        ("quota_controller", processes.QUOTA_CONTROLLER_PORTS),
-        ("quarantine", processes.QUARANTINE_PORTS),
-        ("interruptions", processes.INTERRUPTIONS_PORTS),
+        ("quota_controller", processes.controller_ports("quota-controller")),
+        ("quarantine", processes.controller_ports("quarantine")),
+        ("interruptions", processes.controller_ports("interruptions")),
     ):
         for name, port in names.items():
             assert cmds[name] == [

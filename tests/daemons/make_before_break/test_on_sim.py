@@ -85,7 +85,7 @@ def settled(local_stack: LocalStack) -> Iterator[LocalStack]:
     yield local_stack
     knobs(createFailureRate=0.0, deathRate=0.0, bootSeconds=5.0)
     local_stack.kubectl("delete", "job", flip.TRAINING_JOB, "-n", TEAM.namespace, "--ignore-not-found", "--wait=true")
-    for name in processes.MAKE_BEFORE_BREAK_PORTS:
+    for name in processes.controller_ports("make-before-break"):
         registry = processes.registry()
         if not registry[name].running():
             registry[name].start()

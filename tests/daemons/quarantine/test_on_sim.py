@@ -72,7 +72,7 @@ def clean(stack: LocalStack) -> None:
 @pytest.fixture
 def cool(local_stack: LocalStack) -> Iterator[LocalStack]:
     registry = processes.registry()
-    for name in (*processes.QUARANTINE_PORTS, "fake-dcgm"):
+    for name in (*processes.controller_ports("quarantine"), "fake-dcgm"):
         if not registry[name].running():
             registry[name].start()
     clean(local_stack)
@@ -156,7 +156,7 @@ def test_prometheus_down_quarantines_nothing_a_killed_leader_is_replaced_and_a_d
     stack = cool
     registry = processes.registry()
     node = NODES[-1]
-    controllers = list(processes.QUARANTINE_PORTS)
+    controllers = list(processes.controller_ports("quarantine"))
     for name in controllers:  # so nothing acts between the alert firing and Prometheus going down
         registry[name].stop()
     try:

@@ -60,14 +60,14 @@ def restore(stack: LocalStack) -> None:
 def whole(local_stack: LocalStack) -> Iterator[LocalStack]:
     """Every node healthy and the controllers running, before and after."""
     registry = processes.registry()
-    for name in processes.QUOTA_CONTROLLER_PORTS:
+    for name in processes.controller_ports("quota-controller"):
         if not registry[name].running():
             registry[name].start()
     restore(local_stack)
     settle_to(local_stack, FULL, timeout=QC.return_after_seconds + 30)
     yield local_stack
     restore(local_stack)
-    for name in processes.QUOTA_CONTROLLER_PORTS:
+    for name in processes.controller_ports("quota-controller"):
         if not registry[name].running():
             registry[name].start()
     settle_to(local_stack, FULL, timeout=QC.return_after_seconds + 30)

@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from daemons.taint_controller.__main__ import build_parser, http_app, main
+from daemons.taint_controller.__main__ import build_parser, main
 from daemons.taint_controller.metrics import Metrics
 from daemons.toolkit.http import HttpService
 from daemons.toolkit.listen import parse_listen
+from daemons.toolkit.runner import routes
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -104,7 +105,7 @@ def test_metrics_after_a_transition() -> None:
 def test_http_endpoints() -> None:
     metrics = Metrics()
     metrics.headroom.set(7)
-    server = HttpService("127.0.0.1", 0, http_app(metrics), log=logging.getLogger("t")).start()
+    server = HttpService("127.0.0.1", 0, routes(metrics), log=logging.getLogger("t")).start()
     base = server.url
     try:
         with urllib.request.urlopen(f"{base}/metrics", timeout=5) as r:

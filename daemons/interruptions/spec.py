@@ -1,0 +1,68 @@
+"""Interruptions, declared for the kit: the daemon that accounts for every interruption of the training JobSets
+and bounds their restarts.
+
+The daemon (``gpucluster-interruptions``) reads the training JobSets, their pods, the nodes, the Kueue Workloads
+they own, the Events on them and the checkpoint times the jobs report on their teams' ``checkpoints`` claims; it
+keeps each job's ledger in an annotation on the JobSet, exports interruptions by cause, recovery time, work lost and
+ETTR per job and for the cluster, deactivates the Workload of a job past its restart bound (with a
+``RestartBoundReached`` Event saying how to resume) and writes the measured reliability ConfigMap the next
+submission's checkpoint interval follows. Extra replicas stand by behind a Lease; only the leader writes.
+
+Least privilege (``rbac.py``): cluster-wide read of JobSets, pods, nodes, Workloads, Events and claims; patch
+JobSets and Workloads; create Events; in its own namespace the reliability ConfigMap and one Lease.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from components.interruptions_settings import APP, InterruptionsSettings, load_settings
+from components.issues import SettingsError
+from daemons.interruptions import rbac
+from daemons.interruptions.metrics import PREFIX, TRAINING
+from daemons.toolkit.rbac import Grant
+from daemons.toolkit.spec import APP_PREFIX, ControllerSpec
+
+NAME = APP.removeprefix(APP_PREFIX)
+
+
+def grants(s: InterruptionsSettings, _context: Mapping[str, Any]) -> tuple[Grant, ...]:
+    return (
+        Grant("clusterrole", APP, rbac.CLUSTER_RULES),
+        Grant("role", APP, rbac.namespace_rules(s.reliability_config_map, s.lease_name), s.namespace),
+    )
+
+
+def outputs(s: InterruptionsSettings) -> dict[str, object]:
+    return {
+        "reliabilityConfigMap": f"{s.namespace}/{s.reliability_config_map}",
+        "defaultMaxRestartsPerHour": s.default_max_restarts_per_hour,
+    }
+
+
+SPEC: ControllerSpec[InterruptionsSettings] = ControllerSpec(
+    name=NAME,
+    component_type="gpucluster:interruptions:Interruptions",
+    part_of="training",
+    metrics_port=9112,
+    stack_key="interruptions",
+    settings_model=InterruptionsSettings,
+    load_settings=load_settings,
+    settings_error=SettingsError,
+    grants=grants,
+    outputs=outputs,
+    description=(
+        "Account for every interruption of the training JobSets (label gpucluster.io/training-job): its cause "
+        "(node, program, preemption, requeue, unknown), the time to running again and the work lost since the "
+        "last checkpoint, rebuilt from the API server's objects and kept in the annotation "
+        "gpucluster.io/interruptions; export per-job and cluster ETTR; stop a job restarting more often than "
+        "gpucluster.io/max-restarts-per-hour (its Kueue Workload deactivated, a RestartBoundReached Event on the "
+        "JobSet); write the measured reliability ConfigMap. Only the holder of the Lease writes. Metrics are "
+        f"prefixed {TRAINING}_ and {PREFIX}_."
+    ),
+    once_help="run one cycle (taking the Lease if it is free, releasing it after), print each job's counts, "
+    "ETTR and what was written as JSON on stdout and exit; no HTTP server",
+    dry_run_help="read, account and log, but write nothing: no annotation, no Workload change, no Event, no "
+    "ConfigMap, no Lease",
+)

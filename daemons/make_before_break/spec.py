@@ -1,0 +1,94 @@
+"""Make-before-break, declared for the kit: the Kueue AdmissionCheck controller that holds a training gang until the
+inference it displaces is Ready elsewhere.
+
+Its component (``components/make_before_break.py``) adds the AdmissionCheck itself to what the kit deploys.
+Least privilege (``rbac.py``): the ClusterRole without Events; its Lease in its own namespace; in each inference
+namespace, Pods (deletion cost) and Deployments (roll them); Events only where their objects live: about Nodes and
+the check where the API server takes Events about cluster-scoped objects, about Workloads in the team namespaces
+(``context["workload_namespaces"]``), about Deployments in the inference namespaces.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from components.constants import CLUSTER_EVENTS_NAMESPACE
+from components.issues import SettingsError
+from components.make_before_break_settings import CHECK_NAME, CONTROLLER_NAME, MakeBeforeBreakSettings, load_settings
+from components.model import check_dns_label
+from daemons.make_before_break import rbac
+from daemons.make_before_break.metrics import PREFIX
+from daemons.toolkit.rbac import Grant
+from daemons.toolkit.spec import ControllerSpec
+
+NAME = "make-before-break"
+APP = f"gpucluster-{NAME}"
+#: The stack's team namespaces, where training Workloads live (Events about them go there).
+WORKLOAD_NAMESPACES = "workload_namespaces"
+
+
+def workload_namespaces(context: Mapping[str, Any]) -> Sequence[str]:
+    return tuple(context.get(WORKLOAD_NAMESPACES, ()))
+
+
+def grants(s: MakeBeforeBreakSettings, context: Mapping[str, Any]) -> tuple[Grant, ...]:
+    events = tuple(r for r in rbac.CLUSTER_RULES if "events" in r.resources)
+    return (
+        Grant("clusterrole", APP, tuple(r for r in rbac.cluster_rules(CHECK_NAME) if "events" not in r.resources)),
+        Grant("role", APP, rbac.lease_rules(s.lease_name), s.namespace),
+        *(Grant(f"role-{ns}", APP, rbac.inference_rules(), ns) for ns in s.inference_namespaces),
+        *(
+            Grant(f"events-role-{ns}", f"{APP}-events", events, ns)
+            for ns in dict.fromkeys((CLUSTER_EVENTS_NAMESPACE, *workload_namespaces(context), *s.inference_namespaces))
+        ),
+    )
+
+
+def check(s: MakeBeforeBreakSettings, context: Mapping[str, Any]) -> None:
+    where = f"ControllerArgs({NAME})"
+    namespaces = workload_namespaces(context)
+    if not namespaces:
+        raise ValueError(f"{where}.context.{WORKLOAD_NAMESPACES}: name the team namespaces training runs in")
+    for ns in namespaces:
+        check_dns_label(ns)
+    if s.reservation_key == s.burst_taint_key:
+        raise ValueError(f"{where}.settings.reservation_key: {s.reservation_key!r} is the burst taint key")
+    overlap = sorted(set(namespaces) & set(s.inference_namespaces))
+    if overlap:
+        raise ValueError(f"{where}.context.{WORKLOAD_NAMESPACES}: also inference namespaces: {overlap}")
+
+
+def outputs(s: MakeBeforeBreakSettings) -> dict[str, object]:
+    return {
+        "admissionCheck": CHECK_NAME,
+        "controllerName": CONTROLLER_NAME,
+        "maxHold": s.max_hold,
+        "reservationKey": s.reservation_key,
+    }
+
+
+SPEC: ControllerSpec[MakeBeforeBreakSettings] = ControllerSpec(
+    name=NAME,
+    component_type="gpucluster:burst:MakeBeforeBreak",
+    part_of="burst",
+    metrics_port=9104,
+    stack_key="makeBeforeBreak",
+    settings_model=MakeBeforeBreakSettings,
+    load_settings=load_settings,
+    settings_error=SettingsError,
+    grants=grants,
+    outputs=outputs,
+    check=check,
+    description=(
+        f"The Kueue AdmissionCheck controller for controllerName {CONTROLLER_NAME}: before a training gang is "
+        "admitted, reserve the nodes it needs, roll the inference Deployments in the way off them "
+        "make-before-break, and set the check Ready (with podSetUpdates for the reservation) once the GPUs are "
+        "free; after maxHold, Ready anyway. Only the holder of the Lease writes. Metrics are prefixed "
+        f"{PREFIX}_."
+    ),
+    once_help="run one cycle (taking the Lease if it is free, releasing it after), print the "
+    "observation's problems, the decided actions and what was written as JSON on stdout and exit; no HTTP server",
+    dry_run_help="observe, decide and log what would change, but write nothing: no patch, no apply, no "
+    "Event, no Lease (the replica behaves as leader for its decisions)",
+)

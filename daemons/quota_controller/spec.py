@@ -1,0 +1,65 @@
+"""The quota controller, declared for the kit: every ClusterQueue's quota follows the GPUs that are really there.
+
+Least privilege (``rbac.py``): list Nodes; get and patch the stack's ClusterQueues, by name; Events where Events
+about cluster-scoped objects live; one Lease in its own namespace.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from components.constants import CLUSTER_EVENTS_NAMESPACE
+from components.issues import SettingsError
+from components.quota_controller_settings import APP, QuotaControllerSettings, load_settings
+from daemons.quota_controller import rbac
+from daemons.quota_controller.metrics import PREFIX
+from daemons.toolkit.rbac import Grant
+from daemons.toolkit.spec import APP_PREFIX, ControllerSpec
+
+NAME = APP.removeprefix(APP_PREFIX)
+
+
+def grants(s: QuotaControllerSettings, _context: Mapping[str, Any]) -> tuple[Grant, ...]:
+    return (
+        Grant("clusterrole", APP, rbac.cluster_rules([q.name for q in s.cluster_queues])),
+        Grant("events-role", f"{APP}-events", rbac.EVENT_RULES, CLUSTER_EVENTS_NAMESPACE),
+        Grant("role", APP, rbac.lease_rules(s.lease_name), s.namespace),
+    )
+
+
+def check(s: QuotaControllerSettings, _context: Mapping[str, Any]) -> None:
+    if not s.flavors or not s.cluster_queues:
+        raise ValueError(f"ControllerArgs({NAME}).settings: no flavors or no clusterQueues to follow (fill them)")
+
+
+def outputs(s: QuotaControllerSettings) -> dict[str, object]:
+    return {
+        "clusterQueues": [q.name for q in s.cluster_queues],
+        "notReadyGrace": s.not_ready_grace,
+        "returnAfter": s.return_after,
+    }
+
+
+SPEC: ControllerSpec[QuotaControllerSettings] = ControllerSpec(
+    name=NAME,
+    component_type="gpucluster:capacity:QuotaController",
+    part_of="capacity",
+    metrics_port=9106,
+    stack_key="quotaController",
+    settings_model=QuotaControllerSettings,
+    load_settings=load_settings,
+    settings_error=SettingsError,
+    grants=grants,
+    outputs=outputs,
+    check=check,
+    description=(
+        "Keep every ClusterQueue's nominalQuota and borrowingLimit in step with the GPUs that are really there: "
+        "per flavor, the GPUs of nodes that are Ready, schedulable, accepted and not quarantined, shared among "
+        "the queues in the stack's proportions. It owns each queue's spec.resourceGroups (server-side apply). "
+        f"Only the holder of the Lease writes. Metrics are prefixed {PREFIX}_."
+    ),
+    once_help="run one cycle (taking the Lease if it is free, releasing it after), print the capacity, the quotas "
+    "and what was written as JSON on stdout and exit; no HTTP server",
+    dry_run_help="read, decide and log what would change, but write nothing: no apply, no Event, no Lease",
+)

@@ -1,0 +1,54 @@
+"""Every controller of ours that runs behind a Lease, listed once.
+
+The image's entry points (``daemons.image``), the simulated cluster (``sim/processes.py``) and the tests read this
+list; the stack model and ``GpuCluster`` deploy each spec with ``components.controller.Controller``. Adding a
+controller is its package (``spec.py`` with its settings model, rules and hooks, ``__main__.py`` over the kit's
+runner) and one line here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from daemons.interruptions.spec import SPEC as INTERRUPTIONS
+from daemons.make_before_break.spec import SPEC as MAKE_BEFORE_BREAK
+from daemons.quarantine.spec import SPEC as QUARANTINE
+from daemons.quota_controller.spec import SPEC as QUOTA_CONTROLLER
+from daemons.taint_controller.spec import SPEC as TAINT_CONTROLLER
+from daemons.toolkit.spec import ControllerSpec
+
+__all__ = [
+    "CONTROLLERS",
+    "INTERRUPTIONS",
+    "MAKE_BEFORE_BREAK",
+    "QUARANTINE",
+    "QUOTA_CONTROLLER",
+    "TAINT_CONTROLLER",
+    "by_name",
+]
+
+CONTROLLERS: tuple[ControllerSpec[Any], ...] = (
+    TAINT_CONTROLLER,
+    MAKE_BEFORE_BREAK,
+    QUOTA_CONTROLLER,
+    QUARANTINE,
+    INTERRUPTIONS,
+)
+
+
+def by_name(name: str) -> ControllerSpec[Any]:
+    for spec in CONTROLLERS:
+        if spec.name == name:
+            return spec
+    raise KeyError(f"no controller named {name!r}; known: {', '.join(s.name for s in CONTROLLERS)}")
+
+
+def _check_unique() -> None:
+    for attribute in ("name", "metrics_port", "stack_key", "component_type"):
+        values = [getattr(s, attribute) for s in CONTROLLERS]
+        repeated = sorted({str(v) for v in values if values.count(v) > 1})
+        if repeated:
+            raise ValueError(f"daemons.registry: two controllers share a {attribute}: {', '.join(repeated)}")
+
+
+_check_unique()

@@ -1,0 +1,179 @@
+"""The one runner of our Lease-electing controllers: a spec (``daemons/<name>/spec.py``) and its runtime hooks in,
+a command line out.
+
+``main_for(SPEC, Runtime(...))`` is a controller's whole ``main``: the flags (``controller_parser``, the port from
+the spec), the settings (exit 2 naming every problem, 0 when disabled), the Kubernetes client and the Lease
+(none in a dry run), then either ``--once`` (one cycle, its summary as JSON on stdout) or serving ``/metrics`` and
+``/healthz`` behind the Lease until SIGTERM (``serve_behind_lease``). What differs between controllers is in the
+:class:`Runtime`: how to make its metrics and its controller, what a cycle's summary says and what its ``running``
+log line adds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, Protocol, TypeVar
+
+from daemons.toolkit.http import Routes
+from daemons.toolkit.kube import load_kube_config
+from daemons.toolkit.lease import LeaderElector, elector_for
+from daemons.toolkit.serve import SETTINGS_HELP, Started, controller_parser, serve_behind_lease, start
+from daemons.toolkit.spec import ControllerSettingsLike, ControllerSpec
+
+
+class ControllerMetrics(Protocol):
+    #: 1 while this replica holds the Lease.
+    is_leader: Any
+
+    def render(self) -> bytes: ...
+
+
+class Cycling(Protocol):
+    def run(self, stop: threading.Event) -> None: ...
+
+
+S = TypeVar("S", bound=ControllerSettingsLike)
+M = TypeVar("M", bound=ControllerMetrics)
+C = TypeVar("C", bound=Cycling)
+
+
+@dataclass(frozen=True)
+class Wiring(Generic[S, M]):
+    """What the runner made for a controller: the runtime's ``controller`` hook builds the controller on it."""
+
+    settings: S
+    #: The official client's ApiClient (kubeconfig, else the pod's service account).
+    api_client: Any
+    metrics: M
+    identity: str
+    dry_run: bool
+    #: Whether this replica leads now (always True in a dry run, which takes no Lease).
+    is_leader: Callable[[], bool]
+
+
+def _flag_dry_run(args: argparse.Namespace, _settings: Any) -> bool:
+    return bool(args.dry_run)
+
+
+def _no_fields(_settings: Any) -> dict[str, object]:
+    return {}
+
+
+def _cycle(controller: Any) -> Any:
+    return controller.cycle()
+
+
+@dataclass(frozen=True)
+class Runtime(Generic[S, M, C]):
+    metrics: Callable[[], M]
+    controller: Callable[[Wiring[S, M]], C]
+    #: One cycle's result as the JSON ``--once`` prints.
+    summary: Callable[[Any], dict[str, object]]
+    #: Fields of the ``running`` log line beyond identity, Lease, listen address and dry run.
+    running: Callable[[S], dict[str, object]] = field(default=_no_fields)
+    #: Whether this run writes nothing (the flag; a controller may also read its settings).
+    dry_run: Callable[[argparse.Namespace, S], bool] = field(default=_flag_dry_run)
+    #: One cycle, for ``--once`` (``controller.cycle()``).
+    cycle: Callable[[C], Any] = field(default=_cycle)
+
+
+def routes(metrics: ControllerMetrics) -> Routes:
+    """``/metrics`` (Prometheus text) and ``/healthz``; 404 elsewhere."""
+    return Routes(metrics=metrics.render)
+
+
+def build_parser(spec: ControllerSpec[Any]) -> argparse.ArgumentParser:
+    return controller_parser(
+        spec.app,
+        spec.description,
+        listen=f":{spec.metrics_port}",
+        once_help=spec.once_help,
+        dry_run_help=spec.dry_run_help,
+        settings_help=spec.settings_help or SETTINGS_HELP,
+    )
+
+
+def run(spec: ControllerSpec[S], runtime: Runtime[S, M, C], argv: Sequence[str] | None = None) -> int:
+    log = logging.getLogger(spec.module.removeprefix("daemons."))
+
+    def build(args: argparse.Namespace, settings: S, identity: str) -> tuple[C, LeaderElector | None, M]:
+        api_client = load_kube_config(args.kubeconfig)
+        metrics = runtime.metrics()
+        dry_run = runtime.dry_run(args, settings)
+        elector = None if dry_run else elector_for(api_client, settings, identity, metrics.is_leader)
+        wiring = Wiring(
+            settings=settings,
+            api_client=api_client,
+            metrics=metrics,
+            identity=identity,
+            dry_run=dry_run,
+            is_leader=elector.is_leader if elector else (lambda: True),
+        )
+        return runtime.controller(wiring), elector, metrics
+
+    started = start(
+        build_parser(spec),
+        argv,
+        load=spec.load_settings,
+        build=build,
+        prog=spec.app,
+        log=log,
+        bad_settings=spec.settings_error,
+    )
+    if isinstance(started, int):
+        return started
+    return _once(started, runtime) if started.args.once else _serve(spec, started, runtime, log)
+
+
+def _once(started: Started[S, tuple[C, LeaderElector | None, M]], runtime: Runtime[S, M, C]) -> int:
+    controller, elector, _metrics = started.built
+    if elector is not None:
+        elector.try_acquire_or_renew()
+    try:
+        result = runtime.cycle(controller)
+    finally:
+        if elector is not None:
+            elector.release()
+    print(json.dumps(runtime.summary(result)))
+    return 0
+
+
+def _serve(
+    spec: ControllerSpec[S],
+    started: Started[S, tuple[C, LeaderElector | None, M]],
+    runtime: Runtime[S, M, C],
+    log: logging.Logger,
+) -> int:
+    settings, identity = started.settings, started.identity
+    controller, elector, metrics = started.built
+    return serve_behind_lease(
+        host=started.host,
+        port=started.port,
+        routes=routes(metrics),
+        loop=controller.run,
+        elector=elector,
+        retry_period_s=settings.retry_period_seconds,
+        running=lambda listen: {
+            "identity": identity,
+            **runtime.running(settings),
+            "lease": f"{settings.namespace}/{settings.lease_name}",
+            "listen": listen,
+            "dry_run": elector is None,
+        },
+        log=log,
+        server_version=spec.app,
+    )
+
+
+def main_for(spec: ControllerSpec[S], runtime: Runtime[S, M, C]) -> Callable[[Sequence[str] | None], int]:
+    """A controller's ``main(argv=None)``."""
+
+    def main(argv: Sequence[str] | None = None) -> int:
+        return run(spec, runtime, argv)
+
+    return main
