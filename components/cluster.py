@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -20,12 +21,11 @@ from components.queues import Queues, QueuesArgs
 from components.storage import Storage, StorageArgs
 from components.telemetry import Telemetry, TelemetryArgs
 from components.virtual_node import VirtualNode, VirtualNodeArgs
-from daemons.interruptions.spec import SPEC as INTERRUPTIONS
-from daemons.make_before_break.spec import SPEC as MAKE_BEFORE_BREAK
-from daemons.make_before_break.spec import WORKLOAD_NAMESPACES
-from daemons.quarantine.spec import SPEC as QUARANTINE
-from daemons.quota_controller.spec import SPEC as QUOTA_CONTROLLER
-from daemons.taint_controller.spec import SPEC as TAINT_CONTROLLER
+from daemons.registry import CONTROLLERS, MAKE_BEFORE_BREAK
+from daemons.toolkit.spec import AFTER_CLUSTER_QUEUES, AFTER_JOBSET, AFTER_KUEUE, NAMESPACE_ROLES, WORKLOAD_NAMESPACES
+
+#: The controllers whose component adds to the kit's (make-before-break's AdmissionCheck); the rest use Controller.
+COMPONENTS: dict[str, type[Controller]] = {MAKE_BEFORE_BREAK.name: MakeBeforeBreak}
 
 
 @dataclass(frozen=True)
@@ -63,30 +63,21 @@ class GpuCluster(pulumi.ComponentResource):
         labels = {"app.kubernetes.io/part-of": "gpucluster", ENVIRONMENT_LABEL: cfg.environment}
 
         burst = cfg.burst if cfg.burst_enabled else None
-        burst_namespaces: list[str] = []
-        if burst is not None:
-            burst_namespaces.append(burst.settings.virtual_node.namespace)
-            if burst.taint_controller.enabled:
-                burst_namespaces.append(burst.taint_controller.namespace)
+        #: Each registered controller the stack runs (``daemons/registry.py``), with its settings.
+        running = [(spec, settings) for spec in CONTROLLERS if (settings := cfg.controller_settings(spec.stack_key))]
+        running = [(spec, settings) for spec, settings in running if settings.enabled]
         mbb = cfg.make_before_break if cfg.make_before_break.enabled else None
-        if mbb is not None:
-            burst_namespaces.append(mbb.namespace)
         quota = cfg.quota_controller if cfg.quota_controller.enabled else None
-        quarantine = cfg.quarantine if cfg.quarantine.enabled else None
-        capacity_namespaces = [c.namespace for c in (quota, quarantine) if c is not None]
-        interruptions = cfg.interruptions if cfg.interruptions.enabled else None
+        # The virtual node's namespace and the controllers', each labelled with the first role of NAMESPACE_ROLES
+        # that claims it.
+        claimed = [(burst.settings.virtual_node.namespace, "burst")] if burst is not None else []
+        claimed += [(settings.namespace, spec.namespace_role) for spec, settings in running]
+        roles = {ns: role for role in reversed(NAMESPACE_ROLES) for ns, r in claimed if r == role}
         self.namespaces: dict[str, k8s.core.v1.Namespace] = {}
         for ns, role in [
             *((n, "training") for n in cfg.training_namespaces),
             *((n, "inference") for n in cfg.inference_namespaces),
-            *((n, "burst") for n in dict.fromkeys(burst_namespaces)),
-            *((n, "capacity") for n in dict.fromkeys(capacity_namespaces) if n not in burst_namespaces),
-            *(
-                [(interruptions.namespace, "accounting")]
-                if interruptions is not None
-                and interruptions.namespace not in [*burst_namespaces, *capacity_namespaces]
-                else []
-            ),
+            *((n, roles[n]) for n in dict.fromkeys(ns for ns, _ in claimed)),
         ]:
             self.namespaces[ns] = k8s.core.v1.Namespace(
                 f"{name}-ns-{ns}",
@@ -120,44 +111,6 @@ class GpuCluster(pulumi.ComponentResource):
             ),
             opts=pulumi.ResourceOptions(parent=self),
         )
-        self.quota_controller: Controller | None = None
-        if quota is not None:
-            self.quota_controller = Controller(
-                f"{name}-quota-controller",
-                ControllerArgs(
-                    spec=QUOTA_CONTROLLER,
-                    settings=quota,
-                    labels=labels,
-                    depends_on=(self.namespaces[quota.namespace], *self.queues.cluster_queues.values()),
-                ),
-                opts=pulumi.ResourceOptions(parent=self),
-            )
-        self.quarantine: Controller | None = None
-        if quarantine is not None:
-            self.quarantine = Controller(
-                f"{name}-quarantine",
-                ControllerArgs(
-                    spec=QUARANTINE,
-                    settings=quarantine,
-                    labels=labels,
-                    depends_on=(self.namespaces[quarantine.namespace],),
-                ),
-                opts=pulumi.ResourceOptions(parent=self),
-            )
-        self.interruptions: Controller | None = None
-        if interruptions is not None:
-            # It reads JobSets and Kueue Workloads: after both CRDs exist.
-            after = [self.queues.chart, *([self.jobset.chart] if self.jobset is not None else [])]
-            self.interruptions = Controller(
-                f"{name}-interruptions",
-                ControllerArgs(
-                    spec=INTERRUPTIONS,
-                    settings=interruptions,
-                    labels=labels,
-                    depends_on=(self.namespaces[interruptions.namespace], *after),
-                ),
-                opts=pulumi.ResourceOptions(parent=self),
-            )
         self.storage = Storage(
             f"{name}-storage",
             StorageArgs(
@@ -188,7 +141,6 @@ class GpuCluster(pulumi.ComponentResource):
         )
 
         self.virtual_node: VirtualNode | None = None
-        self.taint_controller: Controller | None = None
         if burst is not None:
             vn = burst.settings.virtual_node
             # The node's Roles live in the inference namespaces: those must exist first.
@@ -200,36 +152,27 @@ class GpuCluster(pulumi.ComponentResource):
                 ),
                 opts=pulumi.ResourceOptions(parent=self),
             )
-            if burst.taint_controller.enabled:
-                self.taint_controller = Controller(
-                    f"{name}-taint-controller",
-                    ControllerArgs(
-                        spec=TAINT_CONTROLLER,
-                        settings=burst.taint_controller,
-                        labels=labels,
-                        depends_on=(self.namespaces[burst.taint_controller.namespace],),
-                    ),
-                    opts=pulumi.ResourceOptions(parent=self),
-                )
 
-        self.make_before_break: MakeBeforeBreak | None = None
-        if mbb is not None:
-            self.make_before_break = MakeBeforeBreak(
-                f"{name}-make-before-break",
-                ControllerArgs(
-                    spec=MAKE_BEFORE_BREAK,
-                    settings=mbb,
-                    context={WORKLOAD_NAMESPACES: tuple(cfg.training_namespaces)},
-                    labels=labels,
-                    # Its Roles live in these namespaces; the AdmissionCheck needs Kueue's CRDs (the chart).
-                    depends_on=(
-                        *(
-                            self.namespaces[n]
-                            for n in dict.fromkeys((mbb.namespace, *mbb.inference_namespaces, *cfg.training_namespaces))
-                        ),
-                        self.queues.chart,
-                    ),
-                ),
+        # Every controller of ours, deployed from its spec once what it reads or writes exists.
+        after = {
+            AFTER_CLUSTER_QUEUES: list(self.queues.cluster_queues.values()),
+            AFTER_KUEUE: [self.queues.chart],
+            AFTER_JOBSET: [self.jobset.chart] if self.jobset is not None else [],
+        }
+        context = {WORKLOAD_NAMESPACES: tuple(cfg.training_namespaces)}
+        self.controllers: dict[str, Controller] = {}
+        for spec, settings in running:
+            args_ = ControllerArgs(spec=spec, settings=settings, context=context, labels=labels)
+            # Its namespace and those its grants live in (the cluster-wide Events namespace is no stack's).
+            namespaces = dict.fromkeys([settings.namespace, *(g.namespace for g in args_.grants() if g.namespace)])
+            depends_on = (
+                *(self.namespaces[n] for n in namespaces if n in self.namespaces),
+                *(r for a in spec.after for r in after[a]),
+            )
+            component = COMPONENTS.get(spec.name, Controller)
+            self.controllers[spec.name] = component(
+                f"{name}-{spec.name}",
+                dataclasses.replace(args_, depends_on=depends_on),
                 opts=pulumi.ResourceOptions(parent=self),
             )
 
@@ -276,6 +219,6 @@ class GpuCluster(pulumi.ComponentResource):
             ),
             "inferenceServices": sorted(self.inference_services),
             "quotaFollowsCapacity": quota is not None,
-            "quarantine": quarantine is not None,
+            "quarantine": cfg.quarantine.enabled,
         }
         self.register_outputs(self.outputs)

@@ -40,6 +40,8 @@ from components.model import (
 )
 
 #: The daemon's Deployment, ServiceAccount and command; the reporting component of its Events.
+#: Its section of the stack (``gpucluster:interruptions``), and its spec's ``stack_key``.
+STACK_KEY = "interruptions"
 APP = "gpucluster-interruptions"
 FIELD_MANAGER = "gpucluster-interruptions"
 
@@ -85,4 +87,12 @@ parse_settings = InterruptionsSettings.parse
 load_settings = InterruptionsSettings.load
 
 
-__all__ = ["APP", "FIELD_MANAGER", "InterruptionsSettings", "SettingsError", "load_settings", "parse_settings"]
+__all__ = [
+    "APP",
+    "FIELD_MANAGER",
+    "STACK_KEY",
+    "InterruptionsSettings",
+    "SettingsError",
+    "load_settings",
+    "parse_settings",
+]

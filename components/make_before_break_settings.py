@@ -56,6 +56,8 @@ from components.model import (
 )
 
 #: The AdmissionCheck's name, listed on the training ClusterQueues.
+#: Its section of the stack (``gpucluster:makeBeforeBreak``), and its spec's ``stack_key``.
+STACK_KEY = "makeBeforeBreak"
 CHECK_NAME = "make-before-break"
 #: The AdmissionCheck's ``spec.controllerName``: the controller acts only on checks naming it.
 CONTROLLER_NAME = "gpucluster.io/make-before-break"
@@ -220,6 +222,7 @@ __all__ = [
     "CONTROLLER_NAME",
     "FIELD_MANAGER",
     "FILLED",
+    "STACK_KEY",
     "MakeBeforeBreakSettings",
     "SettingsError",
     "load_settings",

@@ -48,6 +48,8 @@ from components.model import (
 )
 
 #: Field manager of the ledger's server-side apply and of the node patches' Events.
+#: Its section of the stack (``gpucluster:quarantine``), and its spec's ``stack_key``.
+STACK_KEY = "quarantine"
 FIELD_MANAGER = "gpucluster-quarantine"
 #: The ledger ConfigMap in the controller's namespace: one entry per quarantined (or recently released or deleted)
 #: node; what goes to the hardware provider.
@@ -239,6 +241,7 @@ __all__ = [
     "REASONS",
     "RELEASED_AT_ANNOTATION",
     "SIGNAL_MAX_AGE_SECONDS",
+    "STACK_KEY",
     "QuarantineFlavor",
     "QuarantineSettings",
     "SettingsError",

@@ -57,6 +57,8 @@ from components.model import (
 )
 
 #: The controller's Deployment, ServiceAccount and command.
+#: Its section of the stack (``gpucluster:quotaController``), and its spec's ``stack_key``.
+STACK_KEY = "quotaController"
 APP = "gpucluster-quota-controller"
 #: Field manager of the controller's server-side applies: it owns ``spec.resourceGroups`` of every ClusterQueue.
 FIELD_MANAGER = "gpucluster-quota-controller"
@@ -207,6 +209,7 @@ __all__ = [
     "APP",
     "FIELD_MANAGER",
     "FILLED",
+    "STACK_KEY",
     "QuotaControllerSettings",
     "QuotaFlavor",
     "QuotaQueue",

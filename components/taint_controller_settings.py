@@ -76,6 +76,9 @@ from components.taint_controller_queries import (
     pod_gpu_types_expr,
 )
 
+#: Its key within the stack's ``gpucluster:burst`` section, and its spec's ``stack_key``.
+SECTION_KEY = "taintController"
+STACK_KEY = f"burst.{SECTION_KEY}"
 DEFAULT_TAINT_KEY = DEFAULT_BURST_TAINT_KEY
 DEFAULT_NODE_NAME = "gpu-burst"
 TAINT_EFFECT = BURST_TAINT_EFFECT

@@ -25,6 +25,7 @@ __all__ = [
     "QUOTA_CONTROLLER",
     "TAINT_CONTROLLER",
     "by_name",
+    "check_unique",
 ]
 
 CONTROLLERS: tuple[ControllerSpec[Any], ...] = (
@@ -43,12 +44,13 @@ def by_name(name: str) -> ControllerSpec[Any]:
     raise KeyError(f"no controller named {name!r}; known: {', '.join(s.name for s in CONTROLLERS)}")
 
 
-def _check_unique() -> None:
+def check_unique(specs: tuple[ControllerSpec[Any], ...]) -> None:
+    """ValueError when two specs share a name, a metrics port, a stack key or a component type."""
     for attribute in ("name", "metrics_port", "stack_key", "component_type"):
-        values = [getattr(s, attribute) for s in CONTROLLERS]
+        values = [getattr(s, attribute) for s in specs]
         repeated = sorted({str(v) for v in values if values.count(v) > 1})
         if repeated:
             raise ValueError(f"daemons.registry: two controllers share a {attribute}: {', '.join(repeated)}")
 
 
-_check_unique()
+check_unique(CONTROLLERS)

@@ -449,11 +449,6 @@ def lease_controllers(
         yield s.daemon(name, cmd, ready_url=f"http://127.0.0.1:{port}/healthz", fingerprint=document)
 
 
-def taint_controllers(s: Stack) -> Iterable[Daemon]:
-    """Two taint controllers electing a leader on the stack's Lease (Prometheus, the virtual node)."""
-    yield from spec_controllers(s, "taint-controller", s.config.burst.taint_controller)
-
-
 def mbb_settings(deployed: str, overrides: str) -> str:
     """The deployed settings document with ``overrides`` (a JSON object, may be empty) laid over it."""
     if not overrides.strip():
@@ -470,59 +465,41 @@ def mbb_settings(deployed: str, overrides: str) -> str:
     return json.dumps({**document, **extra}, sort_keys=True)
 
 
-def make_before_break(s: Stack) -> Iterable[Daemon]:
-    """Two make-before-break controllers electing a leader, with the ServiceAccount and settings Pulumi deployed.
-
-    None when the stack leaves the check off. ``GPUCLUSTER_MBB_SETTINGS`` lays settings over the deployed ones.
-    """
-    yield from spec_controllers(
-        s,
-        "make-before-break",
-        s.config.make_before_break,
-        overrides=lambda deployed: mbb_settings(deployed, os.environ.get(MAKE_BEFORE_BREAK_ENV, "")),
-    )
+def mbb_overrides(deployed: str) -> str:
+    """``GPUCLUSTER_MBB_SETTINGS`` laid over the make-before-break controllers' deployed settings."""
+    return mbb_settings(deployed, os.environ.get(MAKE_BEFORE_BREAK_ENV, ""))
 
 
-def spec_controllers(
-    s: Stack, name: str, settings: Any, overrides: Callable[[str], str] | None = None
-) -> Iterable[Daemon]:
-    """Two replicas of the registered controller ``name`` (``daemons/registry.py``), electing a leader, with the
-    ServiceAccount and settings Pulumi deployed (``overrides`` may lay more over them); none when the stack turns
-    it off."""
-    from daemons.registry import by_name  # noqa: PLC0415 (needs the venv: without one this module still answers)
+#: What a run on the simulated cluster lays over a controller's deployed settings, by the spec's name.
+OVERRIDES: dict[str, Callable[[str], str]] = {"make-before-break": mbb_overrides}
+
+
+def controllers(s: Stack) -> Iterable[Daemon]:
+    """Two replicas of every registered controller the stack runs (``daemons/registry.py``, in its order: the
+    taint controllers once Prometheus is up, make-before-break once the virtual node is, then the quota,
+    quarantine and interruption controllers), each electing a leader with the ServiceAccount and settings Pulumi
+    deployed; none of a controller the stack turns off."""
+    from daemons.registry import CONTROLLERS  # noqa: PLC0415 (needs the venv: without one this module still answers)
     from daemons.toolkit.spec import SETTINGS_FILE  # noqa: PLC0415
 
-    if not settings.enabled:
-        return
-    spec = by_name(name)
+    for spec in CONTROLLERS:
+        settings = s.config.controller_settings(spec.stack_key)
+        if settings is None or not settings.enabled:
+            continue
 
-    def document() -> str:
-        deployed = deployed_text(settings.namespace, f"{spec.app}-settings", SETTINGS_FILE)
-        return overrides(deployed) if overrides else deployed
+        def document(spec: Any = spec, settings: Any = settings) -> str:
+            deployed = deployed_text(settings.namespace, f"{spec.app}-settings", SETTINGS_FILE)
+            override = OVERRIDES.get(spec.name)
+            return override(deployed) if override else deployed
 
-    yield from lease_controllers(
-        s,
-        spec.module,
-        service_account=spec.app,
-        namespace=settings.namespace,
-        ports=controller_ports(name),
-        document=document,
-    )
-
-
-def quota_controllers(s: Stack) -> Iterable[Daemon]:
-    """Two quota controllers (the API server only)."""
-    yield from spec_controllers(s, "quota-controller", s.config.quota_controller)
-
-
-def quarantine_controllers(s: Stack) -> Iterable[Daemon]:
-    """Two quarantine controllers (Prometheus' alerts, the Nodes)."""
-    yield from spec_controllers(s, "quarantine", s.config.quarantine)
-
-
-def interruption_accounting(s: Stack) -> Iterable[Daemon]:
-    """Two interruption accounting daemons (the API server only)."""
-    yield from spec_controllers(s, "interruptions", s.config.interruptions)
+        yield from lease_controllers(
+            s,
+            spec.module,
+            service_account=spec.app,
+            namespace=settings.namespace,
+            ports=controller_ports(spec.name),
+            document=document,
+        )
 
 
 def descheduler(s: Stack) -> Iterable[Daemon]:
@@ -558,10 +535,8 @@ def descheduler(s: Stack) -> Iterable[Daemon]:
 
 #: Every daemon's builder, in start order (stop runs it backwards): the fake cloud and the fake RunPod before the
 #: provider service that rents from them, the provider service before the node that asks it for capacity,
-#: kube-state-metrics and the fake dcgm-exporter before the Prometheus that scrapes them, Prometheus before the taint
-#: controllers that query it; the make-before-break controllers once the virtual node they move replicas to is up;
-#: the quota controllers (the API server only), the quarantine controllers (Prometheus' alerts) and the interruption
-#: accounting (the API server only).
+#: kube-state-metrics and the fake dcgm-exporter before the Prometheus that scrapes them, Prometheus and the virtual
+#: node before our controllers (the registry's order), the descheduler last.
 BUILDERS: tuple[Callable[[Stack], Iterable[Daemon]], ...] = (
     fake_clouds,
     fake_runpods,
@@ -570,11 +545,7 @@ BUILDERS: tuple[Callable[[Stack], Iterable[Daemon]], ...] = (
     kube_state_metrics,
     fake_dcgm,
     prometheus,
-    taint_controllers,
-    make_before_break,
-    quota_controllers,
-    quarantine_controllers,
-    interruption_accounting,
+    controllers,
     descheduler,
 )
 

@@ -20,19 +20,25 @@ from components.constants import DEFAULT_BURST_TAINT_KEY, PROJECT
 from components.descheduler_settings import DeschedulerSettings
 from components.images_settings import DAEMONS_IMAGE, VIRTUAL_NODE_IMAGE, ImagesSettings
 from components.inference_settings import InferenceServiceSpec
+from components.interruptions_settings import STACK_KEY as INTERRUPTIONS_KEY
 from components.interruptions_settings import InterruptionsSettings
 from components.issues import ConfigIssue, SettingsError, issues_from_validation_error, key_text, shown
 from components.jobset_settings import JobSetSettings
 from components.make_before_break_settings import FILLED as MAKE_BEFORE_BREAK_FILLED
+from components.make_before_break_settings import STACK_KEY as MAKE_BEFORE_BREAK_KEY
 from components.make_before_break_settings import MakeBeforeBreakSettings
 from components.model import MAX_STRING, DnsLabel, TaintKey
 from components.quarantine_settings import FILLED as QUARANTINE_FILLED
+from components.quarantine_settings import STACK_KEY as QUARANTINE_KEY
 from components.quarantine_settings import QuarantineFlavor, QuarantineSettings
 from components.queues_settings import ClusterQueueSpec, GpuFlavor, KueueSettings, Priorities, Team
 from components.quota_controller_settings import FILLED as QUOTA_CONTROLLER_FILLED
+from components.quota_controller_settings import STACK_KEY as QUOTA_CONTROLLER_KEY
 from components.quota_controller_settings import QuotaControllerSettings, QuotaFlavor, QuotaQueue
 from components.storage_settings import StorageSettings
 from components.taint_controller_queries import gpu_types_in_cluster
+from components.taint_controller_settings import SECTION_KEY as TAINT_CONTROLLER_SECTION
+from components.taint_controller_settings import STACK_KEY as TAINT_CONTROLLER_STACK_KEY
 from components.taint_controller_settings import TaintControllerSettings
 from components.telemetry.settings import TelemetrySettings
 from components.training.settings import TrainingSettings
@@ -114,6 +120,20 @@ class StackConfig:
     def burst_enabled(self) -> bool:
         return self.burst is not None and self.burst.enabled
 
+    def controller_settings(self, stack_key: str) -> Any:
+        """The settings of the controller whose section is ``stack_key`` (a spec's, ``daemons/registry.py``); None
+        while that section is not deployed at all (the taint controller's, while bursting is off)."""
+        sections = {
+            MAKE_BEFORE_BREAK_KEY: self.make_before_break,
+            QUOTA_CONTROLLER_KEY: self.quota_controller,
+            QUARANTINE_KEY: self.quarantine,
+            INTERRUPTIONS_KEY: self.interruptions,
+            TAINT_CONTROLLER_STACK_KEY: self.burst.taint_controller if self.burst_enabled and self.burst else None,
+        }
+        if stack_key not in sections:
+            raise KeyError(f"no controller's section is {stack_key!r}; known: {', '.join(sections)}")
+        return sections[stack_key]
+
     @property
     def provider_secret_names(self) -> tuple[str, ...]:
         """The secret config keys the burst providers read (none while bursting is off)."""
@@ -159,12 +179,6 @@ def _section(attribute: str, tp: Any, default: Any = _MISSING, *, model: bool = 
     return _Section(attribute, TypeAdapter(tp) if model else TypeAdapter(tp, config=_STRICT), default)
 
 
-#: Validated by the make-before-break controller's model, less the fields the stack fills.
-MAKE_BEFORE_BREAK_KEY = "makeBeforeBreak"
-#: Validated by the quota controller's model, less the fields the stack fills.
-QUOTA_CONTROLLER_KEY = "quotaController"
-#: Validated by the quarantine controller's model, less the fields the stack fills.
-QUARANTINE_KEY = "quarantine"
 #: Each section's filled fields (camelCase key: where from): a stack that sets one is refused.
 FILLED_BY_STACK = {
     MAKE_BEFORE_BREAK_KEY: MAKE_BEFORE_BREAK_FILLED,
@@ -191,13 +205,13 @@ SECTIONS: dict[str, _Section] = {
     QUOTA_CONTROLLER_KEY: _section("quota_controller", QuotaControllerSettings, {}, model=True),
     QUARANTINE_KEY: _section("quarantine", QuarantineSettings, {}, model=True),
     "training": _section("training", TrainingSettings, {}, model=True),
-    "interruptions": _section("interruptions", InterruptionsSettings, {}, model=True),
+    INTERRUPTIONS_KEY: _section("interruptions", InterruptionsSettings, {}, model=True),
     "images": _section("images", ImagesSettings, {}, model=True),
     "inferenceServices": _section("inference_services", list[InferenceServiceSpec], []),
 }
 #: Validated by :func:`parse_burst`: two daemons' models share the section.
 BURST_KEY = "burst"
-TAINT_CONTROLLER_KEY = "taintController"
+TAINT_CONTROLLER_KEY = TAINT_CONTROLLER_SECTION
 #: Fields of the taint controller's settings the component fills; the stack does not set them.
 TAINT_CONTROLLER_FILLED = {"nodeName": "burst.virtualNode.nodeName", "taintKey": "gpucluster:burstTaintKey"}
 _TAINT_CONTROLLER = TypeAdapter(TaintControllerSettings)

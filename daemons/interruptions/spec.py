@@ -17,12 +17,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from components.interruptions_settings import APP, InterruptionsSettings, load_settings
+from components.interruptions_settings import APP, STACK_KEY, InterruptionsSettings
 from components.issues import SettingsError
 from daemons.interruptions import rbac
 from daemons.interruptions.metrics import PREFIX, TRAINING
 from daemons.toolkit.rbac import Grant
-from daemons.toolkit.spec import APP_PREFIX, ControllerSpec
+from daemons.toolkit.spec import AFTER_JOBSET, AFTER_KUEUE, APP_PREFIX, ControllerSpec
 
 NAME = APP.removeprefix(APP_PREFIX)
 
@@ -45,10 +45,10 @@ SPEC: ControllerSpec[InterruptionsSettings] = ControllerSpec(
     name=NAME,
     component_type="gpucluster:interruptions:Interruptions",
     part_of="training",
+    namespace_role="accounting",
     metrics_port=9112,
-    stack_key="interruptions",
+    stack_key=STACK_KEY,
     settings_model=InterruptionsSettings,
-    load_settings=load_settings,
     settings_error=SettingsError,
     grants=grants,
     outputs=outputs,
@@ -65,4 +65,5 @@ SPEC: ControllerSpec[InterruptionsSettings] = ControllerSpec(
     "ETTR and what was written as JSON on stdout and exit; no HTTP server",
     dry_run_help="read, account and log, but write nothing: no annotation, no Workload change, no Event, no "
     "ConfigMap, no Lease",
+    after=(AFTER_KUEUE, AFTER_JOBSET),
 )

@@ -15,17 +15,15 @@ from typing import Any
 
 from components.constants import CLUSTER_EVENTS_NAMESPACE
 from components.issues import SettingsError
-from components.make_before_break_settings import CHECK_NAME, CONTROLLER_NAME, MakeBeforeBreakSettings, load_settings
+from components.make_before_break_settings import CHECK_NAME, CONTROLLER_NAME, STACK_KEY, MakeBeforeBreakSettings
 from components.model import check_dns_label
 from daemons.make_before_break import rbac
 from daemons.make_before_break.metrics import PREFIX
 from daemons.toolkit.rbac import Grant
-from daemons.toolkit.spec import ControllerSpec
+from daemons.toolkit.spec import AFTER_KUEUE, WORKLOAD_NAMESPACES, ControllerSpec
 
 NAME = "make-before-break"
 APP = f"gpucluster-{NAME}"
-#: The stack's team namespaces, where training Workloads live (Events about them go there).
-WORKLOAD_NAMESPACES = "workload_namespaces"
 
 
 def workload_namespaces(context: Mapping[str, Any]) -> Sequence[str]:
@@ -72,10 +70,10 @@ SPEC: ControllerSpec[MakeBeforeBreakSettings] = ControllerSpec(
     name=NAME,
     component_type="gpucluster:burst:MakeBeforeBreak",
     part_of="burst",
+    namespace_role="burst",
     metrics_port=9104,
-    stack_key="makeBeforeBreak",
+    stack_key=STACK_KEY,
     settings_model=MakeBeforeBreakSettings,
-    load_settings=load_settings,
     settings_error=SettingsError,
     grants=grants,
     outputs=outputs,
@@ -91,4 +89,5 @@ SPEC: ControllerSpec[MakeBeforeBreakSettings] = ControllerSpec(
     "observation's problems, the decided actions and what was written as JSON on stdout and exit; no HTTP server",
     dry_run_help="observe, decide and log what would change, but write nothing: no patch, no apply, no "
     "Event, no Lease (the replica behaves as leader for its decisions)",
+    after=(AFTER_KUEUE,),
 )

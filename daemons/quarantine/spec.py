@@ -19,7 +19,7 @@ from typing import Any
 
 from components.constants import CLUSTER_EVENTS_NAMESPACE
 from components.issues import SettingsError
-from components.quarantine_settings import LEDGER_NAME, QuarantineSettings, load_settings
+from components.quarantine_settings import LEDGER_NAME, STACK_KEY, QuarantineSettings
 from daemons.quarantine import rbac
 from daemons.quarantine.metrics import PREFIX
 from daemons.toolkit.rbac import Grant
@@ -57,10 +57,10 @@ SPEC: ControllerSpec[QuarantineSettings] = ControllerSpec(
     name=NAME,
     component_type="gpucluster:capacity:Quarantine",
     part_of="capacity",
+    namespace_role="capacity",
     metrics_port=9108,
-    stack_key="quarantine",
+    stack_key=STACK_KEY,
     settings_model=QuarantineSettings,
-    load_settings=load_settings,
     settings_error=SettingsError,
     grants=grants,
     outputs=outputs,

@@ -11,11 +11,11 @@ from typing import Any
 
 from components.constants import CLUSTER_EVENTS_NAMESPACE
 from components.issues import SettingsError
-from components.quota_controller_settings import APP, QuotaControllerSettings, load_settings
+from components.quota_controller_settings import APP, STACK_KEY, QuotaControllerSettings
 from daemons.quota_controller import rbac
 from daemons.quota_controller.metrics import PREFIX
 from daemons.toolkit.rbac import Grant
-from daemons.toolkit.spec import APP_PREFIX, ControllerSpec
+from daemons.toolkit.spec import AFTER_CLUSTER_QUEUES, APP_PREFIX, ControllerSpec
 
 NAME = APP.removeprefix(APP_PREFIX)
 
@@ -45,10 +45,10 @@ SPEC: ControllerSpec[QuotaControllerSettings] = ControllerSpec(
     name=NAME,
     component_type="gpucluster:capacity:QuotaController",
     part_of="capacity",
+    namespace_role="capacity",
     metrics_port=9106,
-    stack_key="quotaController",
+    stack_key=STACK_KEY,
     settings_model=QuotaControllerSettings,
-    load_settings=load_settings,
     settings_error=SettingsError,
     grants=grants,
     outputs=outputs,
@@ -62,4 +62,5 @@ SPEC: ControllerSpec[QuotaControllerSettings] = ControllerSpec(
     once_help="run one cycle (taking the Lease if it is free, releasing it after), print the capacity, the quotas "
     "and what was written as JSON on stdout and exit; no HTTP server",
     dry_run_help="read, decide and log what would change, but write nothing: no apply, no Event, no Lease",
+    after=(AFTER_CLUSTER_QUEUES,),
 )

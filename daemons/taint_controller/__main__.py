@@ -1,9 +1,7 @@
 """``gpucluster-taint-controller``: puts the NoSchedule burst taint on the virtual node while in-cluster GPUs are free.
 
-Serves ``/metrics`` and ``/healthz``. Logs are JSON, one object per line, on stderr. SIGTERM and SIGINT stop it
-gracefully: the loop ends, the Lease is released (holderIdentity emptied, so a standby takes over at once) and the
-process exits 0. Bad settings: one message naming every problem, exit status 2. The command line is the kit's
-(``daemons.toolkit.runner``) on this controller's spec (``spec.py``).
+The kit's command line (``daemons.toolkit.runner``: flags, settings, Lease, ``/metrics`` and ``/healthz``,
+``--once``, graceful stop) on this controller's ``spec.py``; here, what is its own.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from typing import Any
 
 from components.constants import CLUSTER_EVENTS_NAMESPACE
 from components.issues import SettingsError
-from components.taint_controller_settings import TAINT_EFFECT, TaintControllerSettings, load_settings
+from components.taint_controller_settings import STACK_KEY, TAINT_EFFECT, TaintControllerSettings
 from daemons.taint_controller.metrics import PREFIX
 from daemons.toolkit.rbac import Grant, Rule
 from daemons.toolkit.spec import ControllerSpec
@@ -69,10 +69,10 @@ SPEC: ControllerSpec[TaintControllerSettings] = ControllerSpec(
     name=NAME,
     component_type="gpucluster:burst:TaintController",
     part_of="burst",
+    namespace_role="burst",
     metrics_port=9102,
-    stack_key="burst.taintController",
+    stack_key=STACK_KEY,
     settings_model=TaintControllerSettings,
-    load_settings=load_settings,
     settings_error=SettingsError,
     grants=grants,
     outputs=outputs,

@@ -7,6 +7,11 @@ the spec), the settings (exit 2 naming every problem, 0 when disabled), the Kube
 ``/healthz`` behind the Lease until SIGTERM (``serve_behind_lease``). What differs between controllers is in the
 :class:`Runtime`: how to make its metrics and its controller, what a cycle's summary says and what its ``running``
 log line adds.
+
+What every controller's command does: serves ``/metrics`` and ``/healthz``; logs JSON, one object per line, on
+stderr; SIGTERM and SIGINT stop it gracefully (the loop ends, the Lease is released so a standby takes over at once,
+the process exits 0); bad settings print one message naming every problem and exit 2; settings that disable it
+exit 0.
 """
 
 from __future__ import annotations
@@ -119,7 +124,7 @@ def run(spec: ControllerSpec[S], runtime: Runtime[S, M, C], argv: Sequence[str] 
     started = start(
         build_parser(spec),
         argv,
-        load=spec.load_settings,
+        load=spec.settings_model.load,
         build=build,
         prog=spec.app,
         log=log,

@@ -25,6 +25,17 @@ SETTINGS_ROOT = "/etc/gpucluster"
 #: The settings file's name in that ConfigMap.
 SETTINGS_FILE = "settings.json"
 
+#: What a controller may need the stack to have deployed first (``ControllerSpec.after``): the ClusterQueues (it
+#: takes a field of theirs), Kueue's CRDs, JobSet's CRDs (it reads or writes their objects).
+AFTER_CLUSTER_QUEUES = "cluster-queues"
+AFTER_KUEUE = "kueue-crds"
+AFTER_JOBSET = "jobset-crds"
+AFTER = (AFTER_CLUSTER_QUEUES, AFTER_KUEUE, AFTER_JOBSET)
+#: What the stack adds to every spec's grants and checks (``context``): the team namespaces training runs in.
+WORKLOAD_NAMESPACES = "workload_namespaces"
+#: The ``gpucluster.io/workload`` role of a controller's namespace, by precedence when two share one.
+NAMESPACE_ROLES = ("burst", "capacity", "accounting")
+
 
 class ControllerSettingsLike(Protocol):
     """What the kit reads of every controller's settings (``components.model.ControllerSettings``)."""
@@ -48,6 +59,9 @@ class ControllerSettingsLike(Protocol):
 
     def to_json(self) -> str: ...
 
+    @classmethod
+    def load(cls, path: str) -> Any: ...
+
 
 S = TypeVar("S", bound=ControllerSettingsLike)
 
@@ -60,13 +74,14 @@ class ControllerSpec(Generic[S]):
     component_type: str
     #: ``app.kubernetes.io/component`` of everything it deploys (``capacity``, ``training``, ``burst``).
     part_of: str
+    #: The role its namespace is labelled with (one of NAMESPACE_ROLES).
+    namespace_role: str
     #: ``/metrics`` and ``/healthz``: the container port, the scrape annotation and the command's default.
     metrics_port: int
     #: The stack key its settings live under (``gpucluster:<stack_key>``).
     stack_key: str
+    #: Its ``load`` reads a settings file and raises ``settings_error`` naming every problem.
     settings_model: type[S]
-    #: Read a settings file; raises ``settings_error`` naming every problem.
-    load_settings: Callable[[str], S]
     settings_error: type[Exception]
     #: The Roles and ClusterRoles it needs, from its settings and what the stack adds (``context``).
     grants: Callable[[S, Mapping[str, Any]], tuple[Grant, ...]]
@@ -80,12 +95,21 @@ class ControllerSpec(Generic[S]):
     #: stack, or at odds with what the stack adds in ``context``).
     check: Callable[[S, Mapping[str, Any]], None] = field(default=lambda _s, _context: None)
     settings_help: str | None = None
+    #: What the stack must have deployed before it (AFTER); its namespaces it always waits for.
+    after: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.name or self.name != self.name.lower() or " " in self.name:
             raise ValueError(f"ControllerSpec.name: {self.name!r} must be a lower-case DNS label")
         if not 1024 <= self.metrics_port <= 65535:
             raise ValueError(f"ControllerSpec {self.name}: metrics_port {self.metrics_port} is not in 1024-65535")
+        if self.namespace_role not in NAMESPACE_ROLES:
+            raise ValueError(
+                f"ControllerSpec {self.name}: namespace_role {self.namespace_role!r} not in {NAMESPACE_ROLES}"
+            )
+        unknown = sorted(set(self.after) - set(AFTER))
+        if unknown:
+            raise ValueError(f"ControllerSpec {self.name}: after names {unknown}; known: {', '.join(AFTER)}")
 
     @property
     def app(self) -> str:
