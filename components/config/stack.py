@@ -27,7 +27,7 @@ from components.jobset_settings import JobSetSettings
 from components.make_before_break_settings import FILLED as MAKE_BEFORE_BREAK_FILLED
 from components.make_before_break_settings import STACK_KEY as MAKE_BEFORE_BREAK_KEY
 from components.make_before_break_settings import MakeBeforeBreakSettings
-from components.model import MAX_STRING, DnsLabel, TaintKey
+from components.model import MAX_STRING, ControllerSettings, DnsLabel, TaintKey
 from components.quarantine_settings import FILLED as QUARANTINE_FILLED
 from components.quarantine_settings import STACK_KEY as QUARANTINE_KEY
 from components.quarantine_settings import QuarantineFlavor, QuarantineSettings
@@ -123,13 +123,10 @@ class StackConfig:
     def controller_settings(self, stack_key: str) -> Any:
         """The settings of the controller whose section is ``stack_key`` (a spec's, ``daemons/registry.py``); None
         while that section is not deployed at all (the taint controller's, while bursting is off)."""
-        sections = {
-            MAKE_BEFORE_BREAK_KEY: self.make_before_break,
-            QUOTA_CONTROLLER_KEY: self.quota_controller,
-            QUARANTINE_KEY: self.quarantine,
-            INTERRUPTIONS_KEY: self.interruptions,
-            TAINT_CONTROLLER_STACK_KEY: self.burst.taint_controller if self.burst_enabled and self.burst else None,
-        }
+        sections = {key: getattr(self, section.attribute) for key, section in CONTROLLER_SECTIONS.items()}
+        sections[TAINT_CONTROLLER_STACK_KEY] = (
+            self.burst.taint_controller if self.burst_enabled and self.burst else None
+        )
         if stack_key not in sections:
             raise KeyError(f"no controller's section is {stack_key!r}; known: {', '.join(sections)}")
         return sections[stack_key]
@@ -173,10 +170,17 @@ class _Section:
     attribute: str
     adapter: TypeAdapter[Any]
     default: Any = _MISSING
+    #: What it validates to.
+    tp: Any = None
+
+    @property
+    def controller(self) -> bool:
+        """Whether the section is a controller's settings, whole."""
+        return isinstance(self.tp, type) and issubclass(self.tp, ControllerSettings)
 
 
 def _section(attribute: str, tp: Any, default: Any = _MISSING, *, model: bool = False) -> _Section:
-    return _Section(attribute, TypeAdapter(tp) if model else TypeAdapter(tp, config=_STRICT), default)
+    return _Section(attribute, TypeAdapter(tp) if model else TypeAdapter(tp, config=_STRICT), default, tp)
 
 
 #: Each section's filled fields (camelCase key: where from): a stack that sets one is refused.
@@ -209,6 +213,8 @@ SECTIONS: dict[str, _Section] = {
     "images": _section("images", ImagesSettings, {}, model=True),
     "inferenceServices": _section("inference_services", list[InferenceServiceSpec], []),
 }
+#: The sections that are a controller's settings, whole (the taint controller's is inside ``burst``).
+CONTROLLER_SECTIONS = {key: section for key, section in SECTIONS.items() if section.controller}
 #: Validated by :func:`parse_burst`: two daemons' models share the section.
 BURST_KEY = "burst"
 TAINT_CONTROLLER_KEY = TAINT_CONTROLLER_SECTION
@@ -272,8 +278,9 @@ class StackSections:
         images: ImagesSettings = values["images"]
         daemons = images.ref(DAEMONS_IMAGE)
         # Every daemon of ours runs the daemons' image by the stack's scheme, unless its section names one.
-        for attribute in ("make_before_break", "quota_controller", "quarantine", "interruptions"):
-            values[attribute] = with_image(values[attribute], daemons)
+        for attribute, value in values.items():
+            if isinstance(value, ControllerSettings):
+                values[attribute] = with_image(value, daemons)
         telemetry: TelemetrySettings = values["telemetry"]
         values["telemetry"] = telemetry.model_copy(
             update={"fabric_exporter": with_image(telemetry.fabric_exporter, daemons)}
