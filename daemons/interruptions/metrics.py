@@ -22,11 +22,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from daemons.interruptions.classify import Cause
+from daemons.toolkit.metrics import ControllerMetrics
 
 TRAINING = "gpucluster_training"
 PREFIX = "gpucluster_interruptions"
@@ -134,13 +135,12 @@ class FiguresCollector(Collector):
         yield mtbi
 
 
-class Metrics:
+class Metrics(ControllerMetrics):
     def __init__(self) -> None:
-        self.registry = CollectorRegistry(auto_describe=True)
+        super().__init__(PREFIX)
         r = self.registry
         self.figures = FiguresCollector()
         r.register(self.figures)
-        self.is_leader = Gauge(f"{PREFIX}_is_leader", "1 while this replica holds the Lease", registry=r)
         self.cycles = Counter(f"{PREFIX}_cycles", "Cycles run", registry=r)
         self.cycle_errors = Counter(
             f"{PREFIX}_cycle_errors", "Cycles that could not read the API server (figures kept)", ["read"], registry=r
@@ -152,6 +152,3 @@ class Metrics:
         )
         for read in READS:
             self.cycle_errors.labels(read)
-
-    def render(self) -> bytes:
-        return generate_latest(self.registry)

@@ -3,9 +3,10 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import Counter, Gauge, Histogram
 
 from daemons.make_before_break.actions import Fallback
+from daemons.toolkit.metrics import ControllerMetrics
 
 PREFIX = "gpucluster_make_before_break"
 #: Action kinds, as label values.
@@ -20,9 +21,9 @@ DECIDE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.
 CYCLE_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
 
-class Metrics:
+class Metrics(ControllerMetrics):
     def __init__(self) -> None:
-        self.registry = CollectorRegistry(auto_describe=True)
+        super().__init__(PREFIX)
         r = self.registry
         self.decisions = Counter(f"{PREFIX}_decisions", "Actions decided, by kind", ["kind"], registry=r)
         self.actions = Counter(
@@ -38,7 +39,6 @@ class Metrics:
             registry=r,
         )
         self.reserved_nodes = Gauge(f"{PREFIX}_reserved_nodes", "Nodes carrying the reservation taint", registry=r)
-        self.is_leader = Gauge(f"{PREFIX}_is_leader", "1 while this replica holds the lease", registry=r)
         self.observe_errors = Counter(
             f"{PREFIX}_observe_errors", "Lists that failed or held an unreadable object, by list", ["list"], registry=r
         )
@@ -69,6 +69,3 @@ class Metrics:
         self.hold_seconds.clear()
         for ref, seconds in holds.items():
             self.hold_seconds.labels(ref).set(seconds)
-
-    def render(self) -> bytes:
-        return generate_latest(self.registry)

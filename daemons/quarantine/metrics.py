@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client import Counter, Gauge
 
 from daemons.quarantine.decide import Breaker, LedgerEntry, Outcome
+from daemons.toolkit.metrics import ControllerMetrics
 from daemons.toolkit.prometheus import REASONS
 
 PREFIX = "gpucluster_quarantine"
@@ -21,9 +22,9 @@ SIGNAL_PROBLEMS = ("no-node", "no-alertname")
 OPERATIONS = ("list-nodes", "patch-node", "read-ledger", "apply-ledger")
 
 
-class Metrics:
+class Metrics(ControllerMetrics):
     def __init__(self) -> None:
-        self.registry = CollectorRegistry(auto_describe=True)
+        super().__init__(PREFIX)
         r = self.registry
         self.decisions = Counter(
             f"{PREFIX}_decisions", "Per-node decisions of the signals that fire, by outcome", ["outcome"], registry=r
@@ -78,7 +79,6 @@ class Metrics:
         self.ledger_problems = Counter(
             f"{PREFIX}_ledger_problems", "Ledger entries that could not be read (left out)", registry=r
         )
-        self.is_leader = Gauge(f"{PREFIX}_is_leader", "1 while this replica holds the lease", registry=r)
         self.cycles = Counter(f"{PREFIX}_cycles", "Cycles run", registry=r)
         for outcome in Outcome:
             self.decisions.labels(outcome.value)
@@ -108,6 +108,3 @@ class Metrics:
             counts[e.flavor] = counts.get(e.flavor, 0) + 1
         for flavor, count in counts.items():
             self.quarantined.labels(flavor).set(count)
-
-    def render(self) -> bytes:
-        return generate_latest(self.registry)

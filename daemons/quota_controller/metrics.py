@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import Counter, Gauge, Histogram
 
 from daemons.quota_controller.capacity import FlavorCount
 from daemons.quota_controller.decide import Quota
 from daemons.quota_controller.model import Out
+from daemons.toolkit.metrics import ControllerMetrics
 
 PREFIX = "gpucluster_quota_controller"
 #: What happened to a queue update: written, conflict, error, skipped (dry run, not leader).
@@ -20,9 +21,9 @@ DECIDE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.
 CYCLE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
-class Metrics:
+class Metrics(ControllerMetrics):
     def __init__(self) -> None:
-        self.registry = CollectorRegistry(auto_describe=True)
+        super().__init__(PREFIX)
         r = self.registry
         self.declared_gpus = Gauge(
             f"{PREFIX}_declared_gpus", "GPUs the stack declares, by flavor", ["flavor"], registry=r
@@ -56,7 +57,6 @@ class Metrics:
             ["reason"],
             registry=r,
         )
-        self.is_leader = Gauge(f"{PREFIX}_is_leader", "1 while this replica holds the lease", registry=r)
         self.cycles = Counter(f"{PREFIX}_cycles", "Cycles run (read, decide, write)", registry=r)
         self.decide_seconds = Histogram(
             f"{PREFIX}_decide_seconds", "Seconds one decision took (no I/O)", buckets=DECIDE_BUCKETS, registry=r
@@ -83,6 +83,3 @@ class Metrics:
         for queue, quotas in wanted.items():
             for flavor, quota in quotas.items():
                 self.nominal_quota.labels(queue, flavor).set(quota.nominal)
-
-    def render(self) -> bytes:
-        return generate_latest(self.registry)

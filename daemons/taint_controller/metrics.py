@@ -12,19 +12,20 @@ import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client import Counter, Gauge
 
 from daemons.taint_controller.decide import Action
+from daemons.toolkit.metrics import ControllerMetrics
 from daemons.toolkit.prometheus import REASONS
 
 PREFIX = "gpucluster_taint_controller"
 
 
-class Metrics:
+class Metrics(ControllerMetrics):
     def __init__(self, wall_clock: Callable[[], float] = time.time) -> None:
         self._wall = wall_clock
         self._last_change: float | None = None
-        self.registry = CollectorRegistry(auto_describe=True)
+        super().__init__(PREFIX)
         r = self.registry
         self.decisions = Counter(
             f"{PREFIX}_decisions",
@@ -70,7 +71,6 @@ class Metrics:
         self.kube_errors = Counter(
             f"{PREFIX}_kube_errors", "Failed Kubernetes API calls, by operation", ["operation"], registry=r
         )
-        self.is_leader = Gauge(f"{PREFIX}_is_leader", "1 while this replica holds the lease", registry=r)
         self.last_transition = Gauge(
             f"{PREFIX}_last_transition_timestamp_seconds",
             "Unix time this replica last added or removed the taint (0: never)",
@@ -111,6 +111,3 @@ class Metrics:
     def _seconds_since_change(self) -> float:
         last = self._last_change
         return math.nan if last is None else max(0.0, self._wall() - last)
-
-    def render(self) -> bytes:
-        return generate_latest(self.registry)
