@@ -4,9 +4,14 @@
 - ``listen``: ``HOST:PORT`` / ``:PORT`` / ``[IPv6]:PORT`` flags, with an error that names the flag.
 - ``http``: the ``/metrics`` + ``/healthz`` server, with readiness and extra routes where a daemon needs them.
 - ``shutdown``: SIGTERM/SIGINT to one stop event, and a drain of the stop steps within a deadline.
-- ``lease``: leader election on a coordination.k8s.io/v1 Lease (client-go's rules), and the API errors
-  (``KubeError``, ``ConflictError``) every Kubernetes call of the controllers raises.
+- ``kube``: the API errors every Kubernetes call raises (``KubeError``, ``ConflictError``) and the client's config;
+  ``kube_api``: raw JSON calls on that client; ``lease``: leader election on a coordination.k8s.io/v1 Lease.
+- ``prometheus``: the instant-query client that tells "the answer is N" from "there is no answer".
+- ``events``: Event bodies and the RFC 3339 time they carry; ``taint``: a Node taint; ``rbac``: rules and grants
+  as data.
+- ``spec``: a controller declared once (``ControllerSpec``); ``runner``: the one command line that runs any spec;
+  ``serve``: starting behind the Lease and serving until stopped; ``metrics``: the families every controller has.
 
-Standard library, ``prometheus_client`` and (``lease`` only) the ``kubernetes`` client: nothing here imports a
-daemon, the settings models or Pulumi.
+Standard library, ``prometheus_client`` and the ``kubernetes`` client: nothing here imports a daemon, the settings
+models or Pulumi (``tests/daemons/test_imports.py``).
 """
