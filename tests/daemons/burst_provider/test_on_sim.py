@@ -80,6 +80,8 @@ def probe(replicas: int = 1, name: str = PROBE) -> dict[str, Any]:
             "template": {
                 "metadata": {"labels": {"app": name}, "annotations": {"burst.gpucluster.io/gpu-type": "H100"}},
                 "spec": {
+                    # The probe stops at once; 30 s of grace per deletion only lengthened every teardown.
+                    "terminationGracePeriodSeconds": 2,
                     "nodeSelector": {"type": "virtual-kubelet"},
                     "tolerations": [
                         {
