@@ -19,6 +19,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from daemons.toolkit.kube import ConflictError, KubeError, api_error
+from daemons.toolkit.spec import LeaseSettings
 
 log = logging.getLogger("toolkit.lease")
 
@@ -290,19 +291,6 @@ class KubeLeaseApi:
             raise api_error(exc, f"update lease {namespace}/{name}") from None
         except Exception as exc:
             raise KubeError(f"update lease {namespace}/{name}: {exc}") from None
-
-
-class LeaseSettings(Protocol):
-    """What a controller's settings say about its Lease (``components.model.LeaseTimings`` and a namespace)."""
-
-    @property
-    def namespace(self) -> str: ...
-    @property
-    def lease_name(self) -> str: ...
-    @property
-    def lease_duration_seconds(self) -> float: ...
-    @property
-    def renew_deadline_seconds(self) -> float: ...
 
 
 def elector_for(api_client: Any, settings: LeaseSettings, identity: str, is_leader_gauge: Any) -> LeaderElector:

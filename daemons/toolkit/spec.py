@@ -37,23 +37,29 @@ WORKLOAD_NAMESPACES = "workload_namespaces"
 NAMESPACE_ROLES = ("burst", "capacity", "accounting")
 
 
-class ControllerSettingsLike(Protocol):
-    """What the kit reads of every controller's settings (``components.model.ControllerSettings``)."""
+class LeaseSettings(Protocol):
+    """What a controller's settings say about its Lease (``components.model.LeaseTimings`` and a namespace): what
+    leader election (``lease.elector_for``) reads."""
 
     @property
-    def enabled(self) -> bool: ...
-    @property
     def namespace(self) -> str: ...
-    @property
-    def image(self) -> str: ...
-    @property
-    def replicas(self) -> int: ...
     @property
     def lease_name(self) -> str: ...
     @property
     def lease_duration_seconds(self) -> float: ...
     @property
     def renew_deadline_seconds(self) -> float: ...
+
+
+class ControllerSettingsLike(LeaseSettings, Protocol):
+    """What the kit reads of every controller's settings (``components.model.ControllerSettings``)."""
+
+    @property
+    def enabled(self) -> bool: ...
+    @property
+    def image(self) -> str: ...
+    @property
+    def replicas(self) -> int: ...
     @property
     def retry_period_seconds(self) -> float: ...
 
