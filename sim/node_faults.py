@@ -13,7 +13,8 @@
   quarantine taint (NoExecute) with its reason, label and annotations, and their removal;
 * ``accept`` / ``unaccept``: the acceptance label.
 
-:func:`quarantined` and :func:`quarantine_alert_firing` tell what the quarantine path has done so far.
+:func:`quarantined` and :func:`quarantine_alert_firing` tell what the quarantine path has done so far;
+:func:`forget_alerts` wipes the quarantine alerts' series so the next scenario starts from none.
 
 Against the admin kubeconfig of ``make up`` (``sim/processes.py``'s ``kubectl``).
 """
@@ -40,6 +41,7 @@ from components.constants import (  # noqa: E402 (run as a script: the repositor
     QUARANTINED_AT_ANNOTATION,
     QUARANTINED_LABEL,
 )
+from components.quarantine_settings import SIGNAL_LABEL, SIGNAL_VALUE  # noqa: E402
 from sim.processes import DaemonError, kubectl, kubectl_json  # noqa: E402
 
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
@@ -143,6 +145,23 @@ def quarantine_alert_firing(node: str, prometheus: str = "http://127.0.0.1:9090"
     with urllib.request.urlopen(url, timeout=5) as reply:
         result = json.loads(reply.read())["data"]["result"]
     return any(sample["metric"].get("node") == node for sample in result)
+
+
+def forget_alerts(prometheus: str = "http://127.0.0.1:9090") -> None:
+    """Delete the sim Prometheus' quarantine ``ALERTS`` series, so a scenario starts with no signal at all.
+
+    A Prometheus stopped while an alert fired writes no stale marker, and an alert with a ``for`` shorter than the
+    restore grace is not restored, so its last sample from before the stop stays a signal until it is older than the
+    signal's maximum age (150 s). Live alerts are written again at the next evaluation (2 s in the sim). Uses the
+    admin API, which only the sim's Prometheus enables."""
+    import urllib.parse  # noqa: PLC0415 (queries only)
+    import urllib.request  # noqa: PLC0415
+
+    match = f'{{__name__=~"ALERTS|ALERTS_FOR_STATE",{SIGNAL_LABEL}="{SIGNAL_VALUE}"}}'
+    url = f"{prometheus}/api/v1/admin/tsdb/delete_series?" + urllib.parse.urlencode({"match[]": match})
+    with urllib.request.urlopen(urllib.request.Request(url, method="POST"), timeout=10) as reply:
+        if reply.status != 204:
+            raise RuntimeError(f"Prometheus refused to delete the ALERTS series: HTTP {reply.status}")
 
 
 ACTIONS = {

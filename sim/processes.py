@@ -358,6 +358,12 @@ HONOR_LABELS = frozenset({"interruptions", "dcgm-exporter"})
 def prometheus(s: Stack) -> Iterable[Daemon]:
     """Prometheus (Debian) scraping kube-state-metrics, the controllers and the provider service every 2s."""
     port = s.burst.virtual_node.port
+    flags = [
+        "--storage.tsdb.retention.time=1d",
+        "--log.level=warn",
+        # The tests' cleanup deletes leftover ALERTS series (node_faults.forget_alerts); it listens on 127.0.0.1.
+        "--web.enable-admin-api",
+    ]
 
     def cmd() -> list[str]:
         d = s.state / "prometheus"
@@ -386,14 +392,13 @@ def prometheus(s: Stack) -> Iterable[Daemon]:
             f"--config.file={d / 'prometheus.yml'}",
             f"--storage.tsdb.path={d / 'data'}",
             f"--web.listen-address=127.0.0.1:{PROMETHEUS_PORT}",
-            "--storage.tsdb.retention.time=1d",
-            "--log.level=warn",
+            *flags,
         ]
 
-    def rules() -> str:
-        return deployed_text(s.config.telemetry.namespace, RULES_CONFIGMAP, RULES_KEY)
+    def fingerprint() -> str:  # a running Prometheus started with other flags or rules is restarted
+        return "\n".join([*flags, deployed_text(s.config.telemetry.namespace, RULES_CONFIGMAP, RULES_KEY)])
 
-    yield s.daemon("prometheus", cmd, ready_url=f"http://127.0.0.1:{PROMETHEUS_PORT}/-/ready", fingerprint=rules)
+    yield s.daemon("prometheus", cmd, ready_url=f"http://127.0.0.1:{PROMETHEUS_PORT}/-/ready", fingerprint=fingerprint)
 
 
 def fake_dcgm(s: Stack) -> Iterable[Daemon]:

@@ -56,11 +56,12 @@ def pods_on(stack: LocalStack, namespace: str, node: str, selector: str) -> list
 def clean(stack: LocalStack) -> None:
     """Every GPU at rest, no alert firing, every node out of quarantine with no grace, the ledger emptied."""
     dcgm.admin("/admin/reset")
+    faults.forget_alerts(PROMETHEUS)  # a sample left from before a Prometheus restart would count for 150 s
     present = {n["metadata"]["name"] for n in stack.items("nodes")}
     for node in NODES:
         if node not in present:
             faults.recreate(node)
-    # within a few evaluations; after a Prometheus restart, once the last sample from before it is too old to count
+    # within a few evaluations
     wait_for("no quarantine signal", lambda: not any(firing(n) for n in NODES), timeout=200, interval=1)
     for node in NODES:
         faults.release(node)
