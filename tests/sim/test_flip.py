@@ -33,7 +33,7 @@ def _min_available(replicas: int, min_available: int | str) -> int:
 
 def test_one_flip_bursts_out_and_returns_gradually(local_stack: LocalStack, tmp_path: Path) -> None:
     service = CFG.inference_services[0]
-    opts = flip.Options(path=flip.PREEMPT, quiet=True, out=tmp_path, train_for="40s")
+    opts = flip.Options(path=flip.PREEMPT, quiet=True, out=tmp_path, train_for="15s")
     tl, figures = flip.run_cycle(opts)
     names = [m.name for m in tl.marks]
     assert names == [
