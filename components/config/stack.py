@@ -40,6 +40,7 @@ from components.taint_controller_queries import gpu_types_in_cluster
 from components.taint_controller_settings import SECTION_KEY as TAINT_CONTROLLER_SECTION
 from components.taint_controller_settings import STACK_KEY as TAINT_CONTROLLER_STACK_KEY
 from components.taint_controller_settings import TaintControllerSettings
+from components.telemetry.settings import FILLED as TELEMETRY_FILLED
 from components.telemetry.settings import TelemetrySettings
 from components.training.settings import TrainingSettings
 
@@ -188,6 +189,7 @@ FILLED_BY_STACK = {
     MAKE_BEFORE_BREAK_KEY: MAKE_BEFORE_BREAK_FILLED,
     QUOTA_CONTROLLER_KEY: QUOTA_CONTROLLER_FILLED,
     QUARANTINE_KEY: QUARANTINE_FILLED,
+    "telemetry": TELEMETRY_FILLED,
 }
 
 SECTIONS: dict[str, _Section] = {
@@ -282,8 +284,12 @@ class StackSections:
             if isinstance(value, ControllerSettings):
                 values[attribute] = with_image(value, daemons)
         telemetry: TelemetrySettings = values["telemetry"]
+        # The exporters tolerate make-before-break's reservation taint: a running gang's nodes stay watched.
         values["telemetry"] = telemetry.model_copy(
-            update={"fabric_exporter": with_image(telemetry.fabric_exporter, daemons)}
+            update={
+                "fabric_exporter": with_image(telemetry.fabric_exporter, daemons),
+                "reservation_taint_key": values["make_before_break"].reservation_key,
+            }
         )
         burst = self.burst
         if burst is not None:

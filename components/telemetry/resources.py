@@ -20,7 +20,7 @@ import pulumi_kubernetes as k8s
 import yaml
 
 from components.charts import helm_chart, offline_without_mirror, resolve_chart
-from components.constants import QUARANTINE_TAINT_KEY
+from components.constants import ACCEPTANCE_FAILED_TAINT_KEY, QUARANTINE_TAINT_KEY
 from components.model import check_qualified_name
 from components.telemetry.alerts import rule_groups
 from components.telemetry.counters import counters_csv
@@ -41,13 +41,17 @@ def _check_namespace(namespace: str, what: str) -> None:
 
 
 def telemetry_tolerations(settings: TelemetrySettings) -> list[dict[str, str]]:
-    """The exporters' tolerations: the stack's GPU ones, and always the quarantine taint (any value, every effect),
-    so a quarantined node keeps being observed (its alerts say when it is healthy again)."""
+    """The exporters' tolerations: the stack's GPU ones, and always the taints of ours on GPU nodes (any value,
+    every effect): quarantine and failed acceptance, so a node out of service keeps being observed (its alerts say
+    when it is healthy again), and make-before-break's reservation, which a running gang's nodes carry for the
+    whole run, so a rolled DaemonSet does not leave them unwatched."""
     out = [t.to_k8s() for t in settings.gpu_tolerations]
-    if not any(
-        t.get("key") == QUARANTINE_TAINT_KEY and t.get("operator") == "Exists" and "effect" not in t for t in out
-    ):
-        out.append({"key": QUARANTINE_TAINT_KEY, "operator": "Exists"})
+    ours = [QUARANTINE_TAINT_KEY, ACCEPTANCE_FAILED_TAINT_KEY]
+    if settings.reservation_taint_key is not None:
+        ours.append(settings.reservation_taint_key)
+    for key in ours:
+        if not any(t.get("key") == key and t.get("operator") == "Exists" and "effect" not in t for t in out):
+            out.append({"key": key, "operator": "Exists"})
     return out
 
 

@@ -37,12 +37,17 @@ from components.model import (
     PositiveDuration,
     Problem,
     SemVerOrV,
+    TaintKey,
     Toleration,
     check_dns_label,
     check_labels,
 )
 
 STACK_KEY = "gpucluster:telemetry"
+#: The fields the stack fills (camelCase key: where from); a stack section that sets one is refused.
+FILLED = {
+    "reservationTaintKey": "gpucluster:makeBeforeBreak.reservationKey",
+}
 DEFAULT_DCGM_CHART_VERSION = "4.2.3"
 DEFAULT_DCGM_IMAGE_TAG = "4.2.3-4.1.3-ubuntu22.04"
 DEFAULT_DCGM_CHART_REPO = "https://nvidia.github.io/dcgm-exporter/helm-charts"
@@ -126,6 +131,11 @@ class TelemetrySettings(ConfigModel):
     dcgm_exporter: DcgmExporterSettings = DcgmExporterSettings()
     fabric_exporter: FabricExporterSettings = FabricExporterSettings()
     alerts: AlertSettings = AlertSettings()
+
+    # Filled by the stack (FILLED).
+    #: Make-before-break's reservation taint, on a running gang's nodes for the whole run: the exporters tolerate
+    #: it, so a rolled DaemonSet still watches them.
+    reservation_taint_key: TaintKey | None = None
 
     @field_validator("namespace", "grafana_dashboard_namespace")
     @classmethod

@@ -490,6 +490,12 @@ BURST_INVALID: list[tuple[str, Callable[[dict[str, Any]], None], str, str]] = [
         "is filled from burst.virtualNode.nodeName",
     ),
     (
+        "telemetry-reservation-taint-is-filled",
+        _set("telemetry.reservationTaintKey", "example.com/held"),
+        "telemetry.reservationTaintKey",
+        "is filled from gpucluster:makeBeforeBreak.reservationKey",
+    ),
+    (
         "burst-controller-noexecute",
         _set("burst.taintController.taintEffect", "NoExecute"),
         "burst.taintController.taintEffect",

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 import yaml
 
+from components.config import load_stack_file
 from components.images_settings import DEFAULT_DAEMONS_IMAGE
 from components.telemetry import (
     DCGM_COUNTERS_CONFIGMAP,
@@ -19,8 +20,9 @@ from components.telemetry import (
     csv_fields,
     required_dcgm_fields,
 )
-from components.telemetry.resources import telemetry_tolerations
+from components.telemetry.resources import dcgm_values, telemetry_tolerations
 from tests.support.pulumi_harness import Graph, deploy
+from tests.support.sim import ROOT
 
 CHART = "kubernetes:helm.sh/v4:Chart"
 CM = "kubernetes:core/v1:ConfigMap"
@@ -88,6 +90,7 @@ def test_dcgm_chart_is_pinned_on_gpu_nodes_with_our_csv(with_operator: Graph) ->
     assert values["tolerations"] == [
         {"key": "nvidia.com/gpu", "operator": "Exists"},
         {"key": "gpucluster.io/quarantine", "operator": "Exists"},
+        {"key": "gpucluster.io/acceptance-failed", "operator": "Exists"},
     ]
     assert cm.inputs["metadata"]["name"] == DCGM_COUNTERS_CONFIGMAP
     assert required_dcgm_fields(TelemetrySettings()) <= csv_fields(cm.inputs["data"][DCGM_COUNTERS_KEY])
@@ -169,12 +172,25 @@ def test_args_are_validated_with_clear_messages() -> None:
 
 def test_the_quarantine_toleration_is_added_once_whatever_the_stack_lists() -> None:
     quarantine = {"key": "gpucluster.io/quarantine", "operator": "Exists"}
+    acceptance = {"key": "gpucluster.io/acceptance-failed", "operator": "Exists"}
     none = TelemetrySettings.model_validate({"gpuTolerations": []})
-    assert telemetry_tolerations(none) == [quarantine]
+    assert telemetry_tolerations(none) == [quarantine, acceptance]
     listed = TelemetrySettings.model_validate({"gpuTolerations": [quarantine]})
-    assert telemetry_tolerations(listed) == [quarantine]
+    assert telemetry_tolerations(listed) == [quarantine, acceptance]
     # a toleration of one effect only would let the NoExecute taint evict the exporter: ours is added
     narrow = TelemetrySettings.model_validate(
         {"gpuTolerations": [{"key": "gpucluster.io/quarantine", "operator": "Exists", "effect": "NoSchedule"}]}
     )
-    assert telemetry_tolerations(narrow)[-1] == quarantine
+    assert telemetry_tolerations(narrow)[-2:] == [quarantine, acceptance]
+
+
+def test_the_exporters_tolerate_the_reservation_taint_a_running_gang_holds() -> None:
+    cfg = load_stack_file(ROOT / "stacks" / "Pulumi.local.yaml")
+    reservation = {"key": cfg.make_before_break.reservation_key, "operator": "Exists"}
+    assert cfg.telemetry.reservation_taint_key == "gpucluster.io/reservation"
+    assert reservation in telemetry_tolerations(cfg.telemetry)
+    assert reservation in dcgm_values(cfg.telemetry)["tolerations"]
+    # a stack that renames the reservation key moves the exporters' toleration with it
+    moved = TelemetrySettings.model_validate({"reservationTaintKey": "example.com/held"})
+    assert {"key": "example.com/held", "operator": "Exists"} in telemetry_tolerations(moved)
+    assert reservation not in telemetry_tolerations(moved)
