@@ -77,6 +77,8 @@ CREDENTIAL_KEY_PATTERN = (
 
 # --- training jobs (let it crash) ---------------------------------------------------------------------------
 
+#: JobSet's label (and annotation) on each Job and pod: the restart attempt the gang is on (its ``status.restarts``).
+JOBSET_RESTART_ATTEMPT_LABEL = "jobset.sigs.k8s.io/restart-attempt"
 #: A training JobSet and its pods: the job's name, and the team that submitted it.
 TRAINING_JOB_LABEL = "gpucluster.io/training-job"
 TEAM_LABEL = "gpucluster.io/team"

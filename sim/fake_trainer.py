@@ -23,14 +23,12 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from components.constants import CHECKPOINT_ANNOTATION_PREFIX, TRAINING_JOB_LABEL
+from components.constants import CHECKPOINT_ANNOTATION_PREFIX, JOBSET_RESTART_ATTEMPT_LABEL, TRAINING_JOB_LABEL
 
 WORK_ANNOTATION = "sim.gpucluster.io/work-seconds"
 WRITE_ANNOTATION = "sim.gpucluster.io/checkpoint-write-seconds"
 LOGICAL_JOB_ANNOTATION = "sim.gpucluster.io/logical-job"
 INTERVAL_ENV = "GPUCLUSTER_CHECKPOINT_INTERVAL_SECONDS"
-#: JobSet's label on every pod: which restart attempt it belongs to.
-RESTART_ATTEMPT_LABEL = "jobset.sigs.k8s.io/restart-attempt"
 JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
 
 
@@ -134,7 +132,7 @@ def gang_attempt(jobset: Mapping[str, Any], pods: Iterable[Mapping[str, Any]]) -
     running = [
         p
         for p in pods
-        if (p["metadata"].get("labels") or {}).get(RESTART_ATTEMPT_LABEL) == attempt
+        if (p["metadata"].get("labels") or {}).get(JOBSET_RESTART_ATTEMPT_LABEL) == attempt
         and not p["metadata"].get("deletionTimestamp")
         and (p.get("status") or {}).get("phase") == "Running"
     ]

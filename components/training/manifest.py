@@ -31,11 +31,13 @@ from components.constants import (
     CHECKPOINT_INTERVAL_ANNOTATION,
     CHECKPOINT_WRITE_ANNOTATION,
     GPU_RESOURCE,
+    JOBSET_RESTART_ATTEMPT_LABEL,
     MAX_RESTARTS_PER_HOUR_ANNOTATION,
     TEAM_LABEL,
     TRAINER_SERVICE_ACCOUNT,
     TRAINING_JOB_LABEL,
 )
+from components.model import parse_duration
 from components.storage_settings import checkpoint_interval_seconds
 from components.training.checks import queue_flavors, team_of
 from components.training.spec import JobSpec
@@ -55,6 +57,11 @@ MASTER_PORT = 29500
 #: What the Job controller writes when a pod with ``DisruptionTarget`` matches the first podFailurePolicy rule
 #: ("Pod %s/%s has condition %v matching %v rule at index %d"); the JobSet rule for a node's fault matches it.
 NODE_FAULT_MESSAGE = "has condition DisruptionTarget"
+#: The trainer's restart attempt (JobSet's pod label), which the flight recorder's dump file names.
+RESTART_ATTEMPT_ENV = "GPUCLUSTER_RESTART_ATTEMPT"
+#: The node lifecycle controller's taints on a node that is not Ready, or whose kubelet stopped reporting.
+NODE_NOT_READY_TAINT = "node.kubernetes.io/not-ready"
+NODE_UNREACHABLE_TAINT = "node.kubernetes.io/unreachable"
 #: The measured MTBI is trusted from this many interruptions on; fewer, and the stack's prior is used.
 MIN_TRUSTED_INTERRUPTIONS = 3
 
@@ -174,12 +181,22 @@ class JobContext:
     labels: Mapping[str, str] = field(default_factory=dict)
     #: Seconds one checkpoint takes to write (the JobSet says so, for the interruption accounting's ETTR).
     checkpoint_write_seconds: float = 30.0
+    #: Seconds a pod stays on a not-ready or unreachable node (``training.nodeLostToleration``).
+    node_lost_toleration_seconds: int = 30
+    #: PyTorch's NCCL watchdog heartbeat timeout and flight recorder size (``training.ncclHeartbeatTimeout``,
+    #: ``training.flightRecorderEntries``; 0: off).
+    nccl_heartbeat_timeout_seconds: int = 300
+    flight_recorder_entries: int = 2000
 
     def __post_init__(self) -> None:
         if self.checkpoint_interval_seconds < 1:
             raise ValueError("JobContext.checkpoint_interval_seconds: must be at least 1")
         if self.max_restarts_per_hour < 1 or self.max_restarts < 0:
             raise ValueError("JobContext: max_restarts_per_hour must be at least 1, max_restarts not negative")
+        if self.node_lost_toleration_seconds < 1 or self.nccl_heartbeat_timeout_seconds < 1:
+            raise ValueError("JobContext: node_lost_toleration_seconds and nccl_heartbeat_timeout_seconds must be >= 1")
+        if self.flight_recorder_entries < 0:
+            raise ValueError("JobContext.flight_recorder_entries: must not be negative")
 
 
 def job_context(spec: JobSpec, stack: StackConfig, interval: Interval) -> JobContext:
@@ -199,11 +216,15 @@ def job_context(spec: JobSpec, stack: StackConfig, interval: Interval) -> JobCon
         max_restarts_per_hour=spec.max_restarts_per_hour or training.max_restarts_per_hour,
         max_restarts=spec.max_restarts if spec.max_restarts is not None else training.max_restarts,
         gpu_resource=gpu_resource,
+        node_lost_toleration_seconds=math.ceil(parse_duration(training.node_lost_toleration)),
+        nccl_heartbeat_timeout_seconds=math.ceil(parse_duration(training.nccl_heartbeat_timeout)),
+        flight_recorder_entries=training.flight_recorder_entries,
     )
 
 
-def job_env(spec: JobSpec, ctx: JobContext) -> list[dict[str, str]]:
-    """The environment the trainer gets: the package's names first, then the spec's own (sorted)."""
+def job_env(spec: JobSpec, ctx: JobContext) -> list[dict[str, Any]]:
+    """The environment the trainer gets: the package's names first, then PyTorch's fail-loud defaults (each unless
+    the spec sets it), then the spec's own (sorted)."""
     name = spec.name
     ours = {
         "GPUCLUSTER_JOB_NAME": name,
@@ -216,8 +237,49 @@ def job_env(spec: JobSpec, ctx: JobContext) -> list[dict[str, str]]:
         "MASTER_ADDR": f"{name}-{REPLICATED_JOB}-0-0.{name}",
         "MASTER_PORT": str(MASTER_PORT),
     }
-    return [{"name": k, "value": v} for k, v in ours.items()] + [
-        {"name": k, "value": spec.env[k]} for k in sorted(spec.env)
+    attempt = {
+        "name": RESTART_ATTEMPT_ENV,
+        "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{JOBSET_RESTART_ATTEMPT_LABEL}']"}},
+    }
+    defaults = {k: v for k, v in nccl_env(name, ctx).items() if k not in spec.env}
+    return [
+        *({"name": k, "value": v} for k, v in ours.items()),
+        attempt,
+        *({"name": k, "value": v} for k, v in defaults.items()),
+        *({"name": k, "value": spec.env[k]} for k in sorted(spec.env)),
+    ]
+
+
+def nccl_env(name: str, ctx: JobContext) -> dict[str, str]:
+    """PyTorch's NCCL process group set to fail loudly rather than hang (``torch_nccl_environment_variables``):
+    on a watchdog error or timeout the process is torn down without aborting the communicator (which can hang on
+    a broken fabric itself), a watchdog stuck in a CUDA or NCCL call is aborted after the heartbeat timeout, and
+    each rank's flight recorder is dumped to the job's checkpoint volume, one file per restart attempt and rank.
+    PyTorch reads the flight recorder's settings under its older ``TORCH_NCCL_`` names and, from 2.7, its
+    ``TORCH_FR_`` ones; both are set."""
+    env = {
+        "TORCH_NCCL_ASYNC_ERROR_HANDLING": "3",
+        "TORCH_NCCL_ENABLE_MONITORING": "1",
+        "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC": str(ctx.nccl_heartbeat_timeout_seconds),
+    }
+    if ctx.flight_recorder_entries > 0:
+        dump = f"{CHECKPOINTS_MOUNT}/{name}.flight-recorder.attempt-$({RESTART_ATTEMPT_ENV}).rank-"
+        env |= {
+            "TORCH_NCCL_TRACE_BUFFER_SIZE": str(ctx.flight_recorder_entries),
+            "TORCH_FR_BUFFER_SIZE": str(ctx.flight_recorder_entries),
+            "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
+            "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": dump,
+            "TORCH_FR_DUMP_TEMP_FILE": dump,
+        }
+    return env
+
+
+def node_lost_tolerations(seconds: int) -> list[dict[str, Any]]:
+    """Leave a not-ready or unreachable node after ``seconds``, not the API server's default 300: the taint
+    eviction marks the pod DisruptionTarget, a node fault, and the gang restarts without it."""
+    return [
+        {"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": seconds}
+        for key in (NODE_NOT_READY_TAINT, NODE_UNREACHABLE_TAINT)
     ]
 
 
@@ -276,6 +338,7 @@ def jobset_manifest(spec: JobSpec, ctx: JobContext) -> dict[str, Any]:
         # May annotate the team's checkpoints claim with the checkpoint report (components/storage.py grants it).
         "serviceAccountName": TRAINER_SERVICE_ACCOUNT,
         "containers": [container],
+        "tolerations": node_lost_tolerations(ctx.node_lost_toleration_seconds),
         "volumes": [
             {"name": CHECKPOINTS_CLAIM, "persistentVolumeClaim": {"claimName": CHECKPOINTS_CLAIM}},
             {"name": DATASETS_CLAIM, "persistentVolumeClaim": {"claimName": DATASETS_CLAIM, "readOnly": True}},

@@ -16,6 +16,7 @@ from components.constants import (
     CHECKPOINT_ANNOTATION_PREFIX,
     CHECKPOINT_INTERVAL_ANNOTATION,
     CHECKPOINT_WRITE_ANNOTATION,
+    JOBSET_RESTART_ATTEMPT_LABEL,
     MAX_RESTARTS_PER_HOUR_ANNOTATION,
     TEAM_LABEL,
     TRAINING_JOB_LABEL,
@@ -23,7 +24,6 @@ from components.constants import (
 from daemons.interruptions.classify import NodeState, PodFailure
 from daemons.interruptions.model import LEDGER_ANNOTATION, JobView, WorkloadView
 
-RESTART_ATTEMPT_LABEL = "jobset.sigs.k8s.io/restart-attempt"
 TRAINER = "trainer"
 
 
@@ -195,7 +195,7 @@ def job_view(
         failure = pod_failure(pod)
         if failure is not None:
             failures.append((failure, nodes.get(failure.node or "", NodeState(False)) if failure.node else None))
-        attempt = _map(pmeta, "labels").get(RESTART_ATTEMPT_LABEL)
+        attempt = _map(pmeta, "labels").get(JOBSET_RESTART_ATTEMPT_LABEL)
         if pmeta.get("deletionTimestamp") or (attempt is not None and _int(attempt) != restarts):
             continue
         if _map(pod, "status").get("phase") == "Running":

@@ -115,6 +115,7 @@ def test_command_lines_are_the_programs_with_what_pulumi_deployed(cluster: Path)
         "--web.listen-address=127.0.0.1:9090",
         "--storage.tsdb.retention.time=1d",
         "--log.level=warn",
+        "--web.enable-admin-api",
     ]
     for name, port in (("taint-controller-a", 9102), ("taint-controller-b", 9103)):
         assert cmds[name] == [

@@ -158,11 +158,46 @@ def test_the_pod_runs_at_training_priority_with_the_claims_and_gpus(stack: Stack
     )
 
 
-def test_no_toleration_no_node_selector(stack: StackConfig) -> None:
+def test_no_node_selector_and_only_a_lost_node_tolerated_for_seconds(stack: StackConfig) -> None:
     pod = job_of(manifest_of(stack))["template"]["spec"]
-    assert "tolerations" not in pod
     assert "nodeSelector" not in pod
     assert QUARANTINE_TAINT_KEY not in str(pod)
+    # not the API server's default 300 s: the gang leaves a lost node after the stack's 30 s
+    assert pod["tolerations"] == [
+        {"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 30}
+        for key in ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+    ]
+
+
+def with_training(**section: Any) -> StackConfig:
+    raw = local_raw()
+    raw["training"] = section
+    return parse_stack_config(raw)
+
+
+def test_the_lost_node_toleration_follows_the_stack() -> None:
+    pod = job_of(manifest_of(with_training(nodeLostToleration="2m")))["template"]["spec"]
+    assert {t["tolerationSeconds"] for t in pod["tolerations"]} == {120}
+    with pytest.raises(ValueError, match="node_lost_toleration_seconds"):
+        JobContext("ns", "q", "p", 1, 1, 0, node_lost_toleration_seconds=0)
+
+
+PYTORCH_DEFAULTS = [
+    {"name": "TORCH_NCCL_ASYNC_ERROR_HANDLING", "value": "3"},
+    {"name": "TORCH_NCCL_ENABLE_MONITORING", "value": "1"},
+    {"name": "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC", "value": "300"},
+    {"name": "TORCH_NCCL_TRACE_BUFFER_SIZE", "value": "2000"},
+    {"name": "TORCH_FR_BUFFER_SIZE", "value": "2000"},
+    {"name": "TORCH_NCCL_DUMP_ON_TIMEOUT", "value": "1"},
+    {
+        "name": "TORCH_NCCL_DEBUG_INFO_TEMP_FILE",
+        "value": "/checkpoints/llm-pretrain.flight-recorder.attempt-$(GPUCLUSTER_RESTART_ATTEMPT).rank-",
+    },
+    {
+        "name": "TORCH_FR_DUMP_TEMP_FILE",
+        "value": "/checkpoints/llm-pretrain.flight-recorder.attempt-$(GPUCLUSTER_RESTART_ATTEMPT).rank-",
+    },
+]
 
 
 def test_the_job_env_names_its_checkpoints_and_its_master(stack: StackConfig) -> None:
@@ -177,9 +212,26 @@ def test_the_job_env_names_its_checkpoints_and_its_master(stack: StackConfig) ->
         {"name": "GPUCLUSTER_GPUS_PER_NODE", "value": "8"},
         {"name": "MASTER_ADDR", "value": "llm-pretrain-node-0-0.llm-pretrain"},
         {"name": "MASTER_PORT", "value": "29500"},
+        {
+            "name": "GPUCLUSTER_RESTART_ATTEMPT",
+            "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['jobset.sigs.k8s.io/restart-attempt']"}},
+        },
+        *PYTORCH_DEFAULTS,
         {"name": "A_FIRST", "value": "1"},
         {"name": "WANDB_PROJECT", "value": "p"},
     ]
+
+
+def test_the_spec_overrides_a_pytorch_default_and_the_stack_can_turn_the_flight_recorder_off(
+    stack: StackConfig,
+) -> None:
+    env = trainer_of(manifest_of(stack, env={"TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC": "900"}))["env"]
+    timeouts = [e for e in env if e["name"] == "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC"]
+    assert timeouts == [{"name": "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC", "value": "900"}]  # the spec's, once
+    env = trainer_of(manifest_of(with_training(flightRecorderEntries=0, ncclHeartbeatTimeout="10m")))["env"]
+    names = {e["name"]: e.get("value") for e in env}
+    assert names["TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC"] == "600"
+    assert not {"TORCH_NCCL_TRACE_BUFFER_SIZE", "TORCH_NCCL_DUMP_ON_TIMEOUT", "TORCH_FR_DUMP_TEMP_FILE"} & set(names)
 
 
 def test_the_manifest_is_pure(stack: StackConfig) -> None:
