@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from components.constants import GPU_RESOURCE, VIRTUAL_NODE_TAINT_KEY
 from components.telemetry.settings import TelemetrySettings
 
 QUARANTINE_SIGNAL_LABEL = "gpucluster_signal"
@@ -34,6 +35,14 @@ QUARANTINE_ALERTS = ("GpuTemperatureHigh", "GpuXidError", "NvlinkErrorsIncreasin
 _SIGNAL = {QUARANTINE_SIGNAL_LABEL: QUARANTINE_SIGNAL_VALUE}
 
 FABRIC = "gpucluster_fabric"
+#: The fabric exporter's ``hw_counters`` (mlx5's names) that count transport retries and timeouts on a port.
+IB_TRANSPORT_ERRORS = (
+    "local_ack_timeout_err",
+    "rnr_nak_retry_err",
+    "packet_seq_err",
+    "implied_nak_seq_err",
+    "out_of_sequence",
+)
 TRAINING = "gpucluster_training"
 JOB = "namespace, job, team"
 
@@ -45,6 +54,28 @@ def _dcgm(metric: str) -> str:
 
 def _num(v: float) -> str:
     return f"{v:g}"
+
+
+def _telemetry_missing(alert: str, present: str, exporter: str, minutes: int) -> dict[str, Any]:
+    """A Ready node with GPUs (kube-state-metrics), not the virtual node, with no series of ``exporter``."""
+    gpu = GPU_RESOURCE.replace(".", "_").replace("/", "_")
+    return {
+        "alert": alert,
+        "expr": (
+            f'(max by (node) (kube_node_status_capacity{{resource="{gpu}"}}) > 0)'
+            ' and on (node) (max by (node) (kube_node_status_condition{condition="Ready",status="true"}) == 1)'
+            f' unless on (node) max by (node) (kube_node_spec_taint{{key="{VIRTUAL_NODE_TAINT_KEY}"}})'
+            f" unless on (node) {present}"
+        ),
+        "for": f"{minutes}m",
+        "labels": {"severity": "warning"},
+        "annotations": {
+            "summary": f"GPU node {{{{ $labels.node }}}} has no series from {exporter}",
+            "description": f"The node is Ready and has GPUs, but Prometheus has had no series from {exporter} "
+            f"for it for {minutes} minutes: its pod is missing, crash-looping or unscheduled (a taint it does not "
+            "tolerate). Nothing on this node can be quarantined or seen to stall until it reports again.",
+        },
+    }
 
 
 def rule_groups(settings: TelemetrySettings) -> dict[str, Any]:
@@ -100,25 +131,56 @@ def rule_groups(settings: TelemetrySettings) -> dict[str, Any]:
     fabric_rules: list[dict[str, Any]] = [
         {
             "alert": "NvlinkErrorsIncreasing",
-            "expr": f"sum by (node, gpu, uuid, link, type) (increase({FABRIC}_nvlink_errors_total[{window}])) > 0",
+            "expr": (
+                f"sum by (node, gpu, uuid, link, type) (increase({FABRIC}_nvlink_errors_total"
+                f'{{type="recovery"}}[{window}])) > 0'
+                f" or sum by (node, gpu, uuid, link, type) (increase({FABRIC}_nvlink_errors_total"
+                f'{{type=~"crc_flit|crc_data|replay"}}[{window}])) > {a.nvlink_errors_per_window}'
+            ),
             "labels": {"severity": "warning", **_SIGNAL},
             "annotations": {
                 "summary": "NVLink {{ $labels.type }} errors on GPU {{ $labels.gpu }} link {{ $labels.link }} "
                 "of {{ $labels.node }}",
-                "description": "{{ $value }} new {{ $labels.type }} errors in " + window + ".",
+                "description": "{{ $value }} new {{ $labels.type }} errors in " + window + " (a recovery at the "
+                f"first; CRC and replay errors above {a.nvlink_errors_per_window}).",
             },
         },
         {
             "alert": "InfinibandLinkErrorsIncreasing",
             "expr": (
                 f"sum by (node, device, port, type) (increase({FABRIC}_infiniband_port_errors_total"
-                f'{{type=~"symbol_error|link_downed|link_error_recovery"}}[{window}])) > 0'
+                f'{{type=~"link_downed|link_error_recovery"}}[{window}])) > 0'
+                # symbol errors: per bit signalled over the window, the link's bit-error ratio
+                f" or sum by (node, device, port, type) (increase({FABRIC}_infiniband_port_errors_total"
+                f'{{type="symbol_error"}}[{window}]))'
+                f" / on (node, device, port) group_left()"
+                f" (max by (node, device, port) ({FABRIC}_infiniband_port_rate_bytes_per_second)"
+                f" * {8 * 60 * a.error_window_minutes})"
+                f" > {a.ib_symbol_error_ratio:g}"
             ),
             "labels": {"severity": "warning", **_SIGNAL},
             "annotations": {
                 "summary": "InfiniBand {{ $labels.type }} increasing on {{ $labels.device }} port "
                 "{{ $labels.port }} of {{ $labels.node }}",
-                "description": "{{ $value }} new {{ $labels.type }} events in " + window + ".",
+                "description": "{{ $labels.type }} on this port in the last " + window + ": a link that went "
+                "down or had to recover, or symbol errors at a bit-error ratio above "
+                f"{a.ib_symbol_error_ratio:g} (now {{{{ $value }}}}).",
+            },
+        },
+        {
+            "alert": "InfinibandTransportErrorsIncreasing",
+            "expr": (
+                f"sum by (node, device, port, counter) (increase({FABRIC}_infiniband_hw_counters_total"
+                f'{{counter=~"{"|".join(IB_TRANSPORT_ERRORS)}"}}[{window}]))'
+                f" > {a.ib_transport_errors_per_window}"
+            ),
+            "labels": {"severity": "warning"},
+            "annotations": {
+                "summary": "InfiniBand {{ $labels.counter }} rising on {{ $labels.device }} port {{ $labels.port }} "
+                "of {{ $labels.node }}",
+                "description": "{{ $value }} transport retries or timeouts in " + window + ", above "
+                f"{a.ib_transport_errors_per_window}: queue pairs on this port wait for ACKs that do not come. "
+                "NCCL stalls on such a port while the link stays up; the peer or a switch may be at fault.",
             },
         },
         {
@@ -172,6 +234,18 @@ def rule_groups(settings: TelemetrySettings) -> dict[str, Any]:
                 "description": "See the exporter's logs on the node; the other collectors still report.",
             },
         },
+        _telemetry_missing(
+            "GpuNodeDcgmSeriesMissing",
+            f"max by (node) ({_dcgm('DCGM_FI_DEV_GPU_TEMP')})",
+            "dcgm-exporter",
+            a.telemetry_missing_minutes,
+        ),
+        _telemetry_missing(
+            "GpuNodeFabricSeriesMissing",
+            f"max by (node) ({FABRIC}_collector_success)",
+            "the fabric exporter",
+            a.telemetry_missing_minutes,
+        ),
     ]
     quarantine_rules: list[dict[str, Any]] = [
         {

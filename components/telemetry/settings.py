@@ -103,6 +103,21 @@ class AlertSettings(ConfigModel):
     xmit_wait_for_minutes: Annotated[int, Field(ge=1, le=240)] = 10
     #: Window over which error counters are checked for an increase.
     error_window_minutes: Annotated[int, Field(ge=1, le=240)] = 5
+    #: NVLink CRC (flit, data) and replay errors one link may count within the window before the GPU is reported
+    #: for quarantine: the data-link layer corrects them by replaying, and a fleet counts a background trickle. A
+    #: link recovery (retraining) is reported at the first one.
+    nvlink_errors_per_window: Annotated[int, Field(ge=1, le=10_000_000)] = 100
+    #: InfiniBand symbol errors per bit the port signalled over the window (its rate times the window) above which
+    #: the port is reported for quarantine: the link's bit-error ratio. 1e-12 is the InfiniBand link target. A link
+    #: that went down or had to recover is reported at the first one.
+    ib_symbol_error_ratio: Annotated[float, Field(gt=0, lt=1)] = 1e-12
+    #: InfiniBand transport retries and timeouts (``hw_counters``: local ACK timeouts, RNR NAK retries, sequence
+    #: errors) one port may count within the window before it is named: the NIC timeouts that hang a collective
+    #: while every link looks up. Informs (the peer or a switch may be at fault), never quarantines on its own.
+    ib_transport_errors_per_window: Annotated[int, Field(ge=1, le=10_000_000)] = 10
+    #: Minutes a Ready GPU node may go without any DCGM or fabric-exporter series before it is reported: a node
+    #: nobody watches cannot be quarantined.
+    telemetry_missing_minutes: Annotated[int, Field(ge=1, le=240)] = 10
     #: Minutes a fabric-exporter collector may fail before alerting.
     collector_failing_minutes: Annotated[int, Field(ge=1, le=240)] = 10
     #: Training: a job's effective training time ratio below this for ``ettrLowForMinutes`` alerts.
