@@ -145,6 +145,9 @@ class QuarantineSettings(ControllerSettings):
     #: Most of a flavor's nodes (a share, at least one node) quarantined within breakerWindow.
     max_share: Annotated[float, Field(gt=0, le=1)] = 0.1
     breaker_window: PositiveDuration = "1h"
+    #: Most of a flavor's nodes (a share, at least one node) quarantined at once, however long ago: the breaker
+    #: caps the total as well as the rate.
+    max_quarantined_share: Annotated[float, Field(gt=0, le=1)] = 0.25
     #: A node released less than this ago (its quarantine-released-at annotation) is not quarantined again.
     release_grace: PositiveDuration = "30m"
     #: How long the ledger keeps a released or deleted node's entry (and at least the breaker window).

@@ -255,7 +255,8 @@ def rule_groups(settings: TelemetrySettings) -> dict[str, Any]:
             "annotations": {
                 "summary": "The quarantine circuit breaker of flavor {{ $labels.flavor }} is open",
                 "description": "More nodes of flavor {{ $labels.flavor }} ask for quarantine than maxShare allows "
-                "within breakerWindow; the controller quarantines no more of them. A burst this size is more often "
+                "within breakerWindow, or than maxQuarantinedShare allows at once; the controller quarantines no "
+                "more of them. A burst this size is more often "
                 "a shared cause (cooling, a fabric switch, a bad exporter) than many bad GPUs: look at the refused "
                 "nodes (Events QuarantineBreakerOpen) before quarantining any by hand.",
             },

@@ -122,6 +122,7 @@ class Controller:
             release_grace_s=settings.release_grace_seconds,
             retention_s=settings.ledger_retention_seconds,
             flavors=tuple((f.name, dict(f.node_labels)) for f in settings.flavors),
+            max_quarantined_share=settings.max_quarantined_share,
         )
         self._last_warning: dict[str, float] = {}
 

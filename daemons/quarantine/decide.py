@@ -11,11 +11,13 @@ Rules, per node with a firing signal:
 3. Released less than ``releaseGrace`` ago (its ``gpucluster.io/quarantine-released-at`` annotation, which
    ``node_admission`` or the operator's kubectl step sets): nothing (``released-recently``). An alert that still
    fires once the grace is over quarantines it again: the GPU is still hot or erroring.
-4. The circuit breaker of its flavor: at most ``max(1, floor(maxShare x nodes of the flavor))`` nodes of the
-   flavor quarantined within ``breakerWindow``. Nodes already counted: every ledger entry of the flavor whose
-   ``since`` lies within the window (still quarantined, released since, or deleted since: one per node). The
-   candidates of a cycle are taken in name order until the budget is spent; the rest are ``refused-by-breaker``
-   and the breaker of the flavor is open.
+4. The circuit breaker of its flavor caps the rate and the total: at most ``max(1, floor(maxShare x nodes of
+   the flavor))`` nodes of the flavor quarantined within ``breakerWindow`` (every ledger entry of the flavor whose
+   ``since`` lies within the window: still quarantined, released since, or deleted since, one per node), and at
+   most ``max(1, floor(maxQuarantinedShare x nodes of the flavor))`` quarantined at once (every active entry,
+   however old: a slow trickle that is never released cannot drain the flavor either). The candidates of a cycle
+   are taken in name order until the smaller budget is spent; the rest are ``refused-by-breaker`` and the breaker
+   of the flavor is open.
 5. Otherwise: ``quarantine``, with the reason word of the first signal in :data:`REASON_ORDER` (then by alert
    name), and a sentence naming every alert that fires for it.
 
@@ -128,10 +130,13 @@ class Policy:
     retention_s: float
     #: (name, nodeLabels) of every GPU flavor, in the stack's order.
     flavors: tuple[tuple[str, Mapping[str, str]], ...]
+    #: Most of a flavor's nodes quarantined at once, whenever they were quarantined.
+    max_quarantined_share: float = 1.0
 
     def __post_init__(self) -> None:
-        if not 0 < self.max_share <= 1:
-            raise ValueError(f"max_share {self.max_share} must be in (0, 1]")
+        for name, share in (("max_share", self.max_share), ("max_quarantined_share", self.max_quarantined_share)):
+            if not 0 < share <= 1:
+                raise ValueError(f"{name} {share} must be in (0, 1]")
         if min(self.window_s, self.release_grace_s, self.retention_s) <= 0:
             raise ValueError("the window, the grace and the retention must be longer than zero")
 
@@ -147,6 +152,10 @@ class Policy:
     def limit(self, nodes: int) -> int:
         """Most nodes of a flavor of ``nodes`` nodes quarantined within the window: a share, at least one."""
         return max(1, math.floor(self.max_share * nodes + 1e-9))
+
+    def cap(self, nodes: int) -> int:
+        """Most nodes of a flavor of ``nodes`` nodes quarantined at once: a share, at least one."""
+        return max(1, math.floor(self.max_quarantined_share * nodes + 1e-9))
 
 
 @dataclass(frozen=True)
@@ -169,6 +178,9 @@ class Breaker:
     used: int
     quarantining: int
     refused: int
+    #: Most of the flavor quarantined at once, and how many are now (before this cycle).
+    cap: int = 0
+    active: int = 0
 
     @property
     def open(self) -> bool:
@@ -290,9 +302,12 @@ def decide(
         if flavor is not None:
             flavor_nodes[flavor] += 1
     used: dict[str, int] = {name: 0 for name, _ in policy.flavors}
+    active: dict[str, int] = {name: 0 for name, _ in policy.flavors}
     for entry in current:
         if entry.flavor in used and now - entry.since < policy.window_s:
             used[entry.flavor] += 1
+        if entry.flavor in active and entry.active:
+            active[entry.flavor] += 1
 
     decisions: list[Decision] = []
     candidates: dict[str, list[tuple[str, str, str]]] = {name: [] for name, _ in policy.flavors}
@@ -331,8 +346,22 @@ def decide(
     breakers: list[Breaker] = []
     for flavor, _ in policy.flavors:
         limit = policy.limit(flavor_nodes[flavor])
-        budget = max(0, limit - used[flavor])
+        cap = policy.cap(flavor_nodes[flavor])
+        by_rate = max(0, limit - used[flavor])
+        at_once = max(0, cap - active[flavor])
+        budget = min(by_rate, at_once)
         wanted = candidates[flavor]
+        taken = min(budget, len(wanted))
+        if by_rate <= at_once:
+            why = (
+                f"{used[flavor] + taken} of its {flavor_nodes[flavor]} nodes quarantined within "
+                f"{policy.window_s:.0f}s, at most {limit} (maxShare {policy.max_share:g})"
+            )
+        else:
+            why = (
+                f"{active[flavor] + taken} of its {flavor_nodes[flavor]} nodes quarantined now, at most {cap} "
+                f"(maxQuarantinedShare {policy.max_quarantined_share:g})"
+            )
         for name, reason, detail in wanted[:budget]:
             decisions.append(Decision(name, Outcome.QUARANTINE, reason, detail, flavor))
         for name, reason, detail in wanted[budget:]:
@@ -341,9 +370,7 @@ def decide(
                     name,
                     Outcome.REFUSED_BY_BREAKER,
                     reason,
-                    f"circuit breaker open for flavor {flavor}: {used[flavor] + min(budget, len(wanted))} of its "
-                    f"{flavor_nodes[flavor]} nodes quarantined within {policy.window_s:.0f}s, at most {limit} "
-                    f"(maxShare {policy.max_share:g}); {detail}",
+                    f"circuit breaker open for flavor {flavor}: {why}; {detail}",
                     flavor,
                 )
             )
@@ -353,8 +380,10 @@ def decide(
                 flavor_nodes[flavor],
                 limit,
                 used[flavor],
-                min(budget, len(wanted)),
+                taken,
                 max(0, len(wanted) - budget),
+                cap,
+                active[flavor],
             )
         )
     decisions.sort(key=lambda d: d.node)

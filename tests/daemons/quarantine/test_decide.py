@@ -36,6 +36,7 @@ def policy(**change: Any) -> Policy:
         "release_grace_s": s.release_grace_seconds,
         "retention_s": s.ledger_retention_seconds,
         "flavors": (("h100", H100), ("l40s", L40S)),
+        "max_quarantined_share": s.max_quarantined_share,
     }
     return Policy(**{**base, **change})
 
@@ -207,8 +208,40 @@ def test_a_released_node_still_counts_for_the_breaker_within_the_window() -> Non
     assert outcomes(decide(fleet(10), [hot("n00")], [past], NOW, policy())) == {"n00": Outcome.QUARANTINE}
 
 
+# --- the cap on the total: maxQuarantinedShare 0.25 at once, however long ago ---------------------------------------
+
+
+def test_old_quarantines_still_count_against_the_share_quarantined_at_once() -> None:
+    """A slow trickle, one node every 2 hours and none released, passes the rate budget every time; the cap on the
+    total stops it at a quarter of the flavor."""
+    old = [quarantined(f"q{i}", NOW - (i + 1) * 7200) for i in range(5)]  # each outside the 1h window
+    plan = decide([*old, *fleet(15)], [hot("n00")], [], NOW, policy())  # 20 nodes: 5 at once, 5 already
+    assert outcomes(plan) == {"n00": Outcome.REFUSED_BY_BREAKER}
+    (refused,) = plan.of(Outcome.REFUSED_BY_BREAKER)
+    assert "5 of its 20 nodes quarantined now, at most 5 (maxQuarantinedShare 0.25)" in refused.detail
+    (h100, _) = plan.breakers
+    assert (h100.used, h100.cap, h100.active, h100.open) == (0, 5, 5, True)
+    # one fewer held: the next is taken
+    plan = decide([*old[:4], *fleet(16)], [hot("n00")], [], NOW, policy())
+    assert outcomes(plan) == {"n00": Outcome.QUARANTINE}
+
+
+def test_a_released_node_no_longer_counts_against_the_total() -> None:
+    old = [quarantined(f"q{i}", NOW - (i + 1) * 7200) for i in range(4)]
+    released = LedgerEntry("r0", "h100", "xid", "", NOW - 9 * 3600, released=NOW - 3 * 3600)
+    plan = decide([*old, *fleet(16)], [hot("n00")], [released], NOW, policy())
+    assert outcomes(plan) == {"n00": Outcome.QUARANTINE}
+
+
+def test_the_share_at_once_is_checked() -> None:
+    with pytest.raises(ValueError, match="max_quarantined_share"):
+        policy(max_quarantined_share=0)
+
+
 def test_a_larger_share_lets_more_through() -> None:
-    plan = decide(fleet(10), [hot(f"n{i:02d}") for i in range(4)], [], NOW, policy(max_share=0.3))
+    plan = decide(
+        fleet(10), [hot(f"n{i:02d}") for i in range(4)], [], NOW, policy(max_share=0.3, max_quarantined_share=0.5)
+    )
     assert len(plan.of(Outcome.QUARANTINE)) == 3
 
 
