@@ -27,6 +27,7 @@ from typing import Any
 
 from components.constants import GPU_RESOURCE, VIRTUAL_NODE_TAINT_KEY
 from components.telemetry.settings import TelemetrySettings
+from components.telemetry.xids import program_xid_filter
 
 QUARANTINE_SIGNAL_LABEL = "gpucluster_signal"
 QUARANTINE_SIGNAL_VALUE = "gpu-quarantine"
@@ -81,6 +82,9 @@ def _telemetry_missing(alert: str, present: str, exporter: str, minutes: int) ->
 def rule_groups(settings: TelemetrySettings) -> dict[str, Any]:
     a = settings.alerts
     window = f"{a.error_window_minutes}m"
+    xid = "DCGM_FI_DEV_XID_ERRORS"
+    new_xid = f"(changes({xid}[{window}]) > 0 and {xid} > 0) or ({xid} > 0 unless {xid} offset {window})"
+    program = program_xid_filter(xid)
     gpu_rules: list[dict[str, Any]] = [
         {
             "alert": "GpuTemperatureHigh",
@@ -114,17 +118,24 @@ def rule_groups(settings: TelemetrySettings) -> dict[str, Any]:
         },
         {
             "alert": "GpuXidError",
-            "expr": (
-                "label_replace("
-                f"(changes(DCGM_FI_DEV_XID_ERRORS[{window}]) > 0 and DCGM_FI_DEV_XID_ERRORS > 0)"
-                f" or (DCGM_FI_DEV_XID_ERRORS > 0 unless DCGM_FI_DEV_XID_ERRORS offset {window})"
-                ', "node", "$1", "Hostname", "(.+)")'
-            ),
+            "expr": f'label_replace(({new_xid}) unless ({program}), "node", "$1", "Hostname", "(.+)")',
             "labels": {"severity": "warning", **_SIGNAL},
             "annotations": {
-                "summary": "New XID error on GPU {{ $labels.gpu }} of {{ $labels.node }}",
+                "summary": "XID {{ $value }} on GPU {{ $labels.gpu }} of {{ $labels.node }}",
                 "description": "DCGM_FI_DEV_XID_ERRORS changed in the last "
-                f"{window}; look up the XID code in NVIDIA's XID catalogue.",
+                f"{window} to a code that is the card's, not the program's (components/telemetry/xids.py); look it "
+                "up in NVIDIA's Xid catalog.",
+            },
+        },
+        {
+            "alert": "GpuProgramXid",
+            "expr": f'label_replace(({new_xid}) and ({program}), "node", "$1", "Hostname", "(.+)")',
+            "labels": {"severity": "info"},
+            "annotations": {
+                "summary": "XID {{ $value }} on GPU {{ $labels.gpu }} of {{ $labels.node }}: the program's fault",
+                "description": "NVIDIA's Xid catalog puts this XID on the application (restart it, check its CUDA "
+                "code and memory accesses); the node is not quarantined. The series' namespace and pod name the "
+                "workload.",
             },
         },
     ]

@@ -128,6 +128,25 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
         ),
         case([(f"DCGM_FI_DEV_XID_ERRORS{GPU_SEL}", "79x20")], "GpuXidError", "15m", []),
     ),
+    # the program's XIDs (components/telemetry/xids.py) never quarantine; an unknown code does
+    "GpuXidError-program-xids-do-not-quarantine": (
+        case(
+            [(f"DCGM_FI_DEV_XID_ERRORS{GPU_SEL}", "0 0 0 13 13 31 31 200 200")],
+            "GpuXidError",
+            "8m",
+            [{**GPU, "node": "gpu-node-1", "severity": "warning", **SIGNAL}],
+        ),
+        case([(f"DCGM_FI_DEV_XID_ERRORS{GPU_SEL}", "0 0 0 13 13 31 31 43 45")], "GpuXidError", "8m", []),
+    ),
+    "GpuProgramXid": (
+        case(
+            [(f"DCGM_FI_DEV_XID_ERRORS{GPU_SEL}", "0 0 0 13 13")],
+            "GpuProgramXid",
+            "4m",
+            [{**GPU, "node": "gpu-node-1", "severity": "info"}],
+        ),
+        case([(f"DCGM_FI_DEV_XID_ERRORS{GPU_SEL}", "0 0 0 48 48")], "GpuProgramXid", "4m", []),
+    ),
     "NvlinkErrorsIncreasing": (
         # 60 replays a minute: 300 in the window, above 100
         case([(NVLINK.format(type="replay"), "0+60x10")], "NvlinkErrorsIncreasing", "8m", [nvlink_out("replay")]),
