@@ -7,9 +7,9 @@ Example (stack YAML)::
       prometheusOperator: true
       gpuNodeSelector: {nvidia.com/gpu.present: "true"}
       dcgmExporter:
-        chartVersion: 4.2.3
+        chartVersion: 4.2.0
         chart: {repo: https://nvidia.github.io/dcgm-exporter/helm-charts, name: dcgm-exporter}
-        imageTag: 4.2.3-4.1.3-ubuntu22.04
+        imageTag: 4.2.3-4.2.0-ubuntu22.04
       fabricExporter:
         image: ghcr.io/example/gpucluster-daemons:0.1.0  # unset: from gpucluster:images
         port: 9402
@@ -48,11 +48,23 @@ STACK_KEY = "gpucluster:telemetry"
 FILLED = {
     "reservationTaintKey": "gpucluster:makeBeforeBreak.reservationKey",
 }
-DEFAULT_DCGM_CHART_VERSION = "4.2.3"
-DEFAULT_DCGM_IMAGE_TAG = "4.2.3-4.1.3-ubuntu22.04"
+#: NVIDIA's chart is versioned as the exporter it ships; its image tags are ``<DCGM>-<exporter>-<base image>``.
+DEFAULT_DCGM_CHART_VERSION = "4.2.0"
+DEFAULT_DCGM_IMAGE_TAG = "4.2.3-4.2.0-ubuntu22.04"
+#: The first dcgm-exporter (and chart) that copies the pod's labels onto its GPUs' series
+#: (``kubernetes.enablePodLabels``, ``DCGM_EXPORTER_KUBERNETES_ENABLE_POD_LABELS``): 4.1.3 and before attach only
+#: ``namespace``, ``pod`` and ``container``, and Helm drops the value it does not know without a word.
+POD_LABELS_SINCE = (4, 2, 0)
+_EXPORTER_TAG = re.compile(r"^\d+\.\d+\.\d+-(\d+)\.(\d+)\.(\d+)(?:-.*)?$")
 DEFAULT_DCGM_CHART_REPO = "https://nvidia.github.io/dcgm-exporter/helm-charts"
 
 _TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+
+
+_NO_POD_LABELS = (
+    "does not copy the pod's labels onto its series (kubernetes.enablePodLabels came in 4.2.0), and the per-job "
+    "views read gpucluster_io_training_job from them: pin 4.2.0 or later"
+)
 
 
 class DcgmExporterSettings(ConfigModel):
@@ -72,6 +84,17 @@ class DcgmExporterSettings(ConfigModel):
             raise ValueError(f"{shown(v)} is not an image tag")
         if v == "latest":
             raise ValueError("the moving tag 'latest' is refused: pin a version tag")
+        m = _EXPORTER_TAG.match(v)
+        if m and tuple(int(g) for g in m.groups()) < POD_LABELS_SINCE:
+            raise ValueError(f"dcgm-exporter {'.'.join(m.groups())} {_NO_POD_LABELS}")
+        return v
+
+    @field_validator("chart_version")
+    @classmethod
+    def _chart(cls, v: str) -> str:
+        m = re.match(r"^v?(\d+)\.(\d+)\.(\d+)", v)
+        if m and tuple(int(g) for g in m.groups()) < POD_LABELS_SINCE:
+            raise ValueError(f"the dcgm-exporter chart {v} {_NO_POD_LABELS}")
         return v
 
 

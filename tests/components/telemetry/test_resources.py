@@ -74,11 +74,11 @@ def test_dcgm_chart_is_pinned_on_gpu_nodes_with_our_csv(with_operator: Graph) ->
     cm = with_operator.one(CM, "tel-dcgm-counters")
     assert with_operator.depends_on(chart, cm)
     assert chart.inputs["chart"] == "dcgm-exporter"
-    assert chart.inputs["version"] == "4.2.3"
+    assert chart.inputs["version"] == "4.2.0"
     assert chart.inputs["repositoryOpts"]["repo"] == "https://nvidia.github.io/dcgm-exporter/helm-charts"
     values = chart.inputs["values"]
     assert values["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
-    assert values["image"]["tag"] == "4.2.3-4.1.3-ubuntu22.04"
+    assert values["image"]["tag"] == "4.2.3-4.2.0-ubuntu22.04"
     assert values["arguments"] == ["-f", values["extraVolumeMounts"][0]["mountPath"]]
     assert values["extraConfigMapVolumes"][0]["configMap"]["name"] == DCGM_COUNTERS_CONFIGMAP
     assert values["serviceMonitor"]["enabled"] is True

@@ -75,6 +75,27 @@ def test_pinned_images_are_accepted() -> None:
         assert parse_telemetry_settings({"fabricExporter": {"image": image}}).fabric_exporter.image == image
 
 
+@pytest.mark.parametrize(
+    ("raw", "accepted"),
+    [
+        # the first exporter and chart that copy pod labels, and later ones
+        ({"dcgmExporter": {"imageTag": "4.2.3-4.2.0-ubuntu22.04", "chartVersion": "4.2.0"}}, True),
+        ({"dcgmExporter": {"imageTag": "4.5.3-4.8.2-distroless", "chartVersion": "v4.8.2"}}, True),
+        # a tag of another shape (a mirror's own build) is not judged
+        ({"dcgmExporter": {"imageTag": "mirror-build-7"}}, True),
+        # the one before: it attaches namespace, pod and container only
+        ({"dcgmExporter": {"imageTag": "4.2.3-4.1.3-ubuntu22.04"}}, False),
+        ({"dcgmExporter": {"chartVersion": "4.1.3"}}, False),
+    ],
+)
+def test_a_dcgm_exporter_without_pod_labels_is_refused(raw: dict[str, Any], accepted: bool) -> None:
+    if accepted:
+        parse_telemetry_settings(raw)
+        return
+    with pytest.raises(TelemetrySettingsError, match=r"does not copy the pod's labels .* pin 4\.2\.0 or later"):
+        parse_telemetry_settings(raw)
+
+
 def test_service_monitor_needs_the_operator() -> None:
     with pytest.raises(TelemetrySettingsError, match="prometheusOperator is false"):
         parse_telemetry_settings({"prometheusOperator": False, "fabricExporter": {"scrape": "serviceMonitor"}})
