@@ -6,11 +6,23 @@ node and serves, on ``GET /metrics``, the Prometheus text dcgm-exporter serves (
 ``DCGM_FI_DEV_GPU_UTIL`` (%), ``DCGM_FI_PROF_PIPE_TENSOR_ACTIVE`` (ratio) and ``DCGM_FI_DEV_XID_ERRORS`` (last XID).
 ``Hostname`` is the node name, as dcgm-exporter reports it in a pod with ``NODE_NAME`` set.
 
+Pod mapping, as dcgm-exporter 4.2.0 does it (``internal/pkg/transformation/kubernetes.go``; our chart values turn
+it on): the series of a GPU that a pod's container holds also carry ``pod``, ``namespace`` and ``container``, and,
+with ``--enable-pod-labels`` (the chart's ``kubernetes.enablePodLabels``), every label of the pod with its name
+sanitised the way ``utils.SanitizeLabelName`` does (each character outside ``[a-zA-Z0-9_]`` becomes ``_``:
+``gpucluster.io/training-job`` -> ``gpucluster_io_training_job``). A GPU nobody holds carries none of them. The
+real exporter asks the kubelet's pod-resources socket which device IDs the device plugin gave each container;
+kwok has neither, so with ``--kubeconfig`` this fake lists the Running pods bound to its nodes on each scrape and
+gives each container that asks for ``nvidia.com/gpu`` (its limit) the lowest free indices of its node, keeping a
+container's GPUs for its life as the device plugin does. What it does not model: MIG and shared GPUs, the
+pod-resources call failing (the list failing here serves the GPUs unmapped until the next scrape), a stale
+informer cache. The pod labels arrive with the first scrape after the pod runs, never sooner.
+
 Faults are set through ``POST /admin/gpu`` with a JSON object ``{"node": ..., "gpu": 0, "temperature": 85}`` (any
 of ``temperature``, ``util``, ``tensorActive``, ``xid``), ``POST /admin/reset`` puts every GPU back at rest, and
 ``GET /admin/state`` returns every GPU's values. Nodes and their GPU counts come from the stack (``sim/nodes.py``).
 
-``python sim/fake_dcgm.py --listen 127.0.0.1:18094 [--stack FILE]``.
+``python sim/fake_dcgm.py --listen 127.0.0.1:18094 [--stack FILE] [--kubeconfig FILE [--enable-pod-labels]]``.
 """
 
 from __future__ import annotations
@@ -18,10 +30,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import re
 import sys
 import threading
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -43,6 +56,80 @@ SERIES = (
     ("DCGM_FI_DEV_XID_ERRORS", "gauge", "Value of the last XID error encountered.", "xid"),
 )
 MAX_BODY = 4096
+#: The device plugin's resource (dcgm-exporter's ``appconfig.NvidiaResourceName``).
+GPU_RESOURCE = "nvidia.com/gpu"
+#: dcgm-exporter's ``invalidLabelCharRE`` (``internal/pkg/utils/utils.go``), copied, not derived from ours.
+_INVALID_LABEL_CHAR = re.compile(r"[^a-zA-Z0-9_]")
+
+
+def sanitize_label_name(name: str) -> str:
+    """dcgm-exporter's ``utils.SanitizeLabelName``."""
+    return _INVALID_LABEL_CHAR.sub("_", name)
+
+
+@dataclass(frozen=True)
+class PodInfo:
+    """The container holding a GPU, as dcgm-exporter's pod mapper attaches it."""
+
+    name: str
+    namespace: str
+    container: str
+    #: The pod's labels, names sanitised; empty without --enable-pod-labels.
+    labels: tuple[tuple[str, str], ...] = ()
+
+    def attributes(self) -> list[tuple[str, str]]:
+        # Labels first, then pod/namespace/container: dcgm-exporter writes the attributes over a label of the
+        # same name.
+        own = {"pod": self.name, "namespace": self.namespace, "container": self.container}
+        return [(k, v) for k, v in self.labels if k not in own] + list(own.items())
+
+
+def _gpu_limit(container: Mapping[str, Any]) -> int:
+    limits = (container.get("resources") or {}).get("limits") or {}
+    try:
+        return max(0, int(str(limits.get(GPU_RESOURCE, 0))))
+    except ValueError:
+        return 0
+
+
+class Allocator:
+    """Which container holds which GPU of each node, kept for the container's life (the device plugin's part)."""
+
+    def __init__(self, gpus_per_node: Mapping[str, int], pod_labels: bool) -> None:
+        self._capacity = dict(gpus_per_node)
+        self._pod_labels = pod_labels
+        #: (node, index) -> (pod uid, PodInfo)
+        self._held: dict[tuple[str, int], tuple[str, PodInfo]] = {}
+
+    def update(self, pods: Iterable[Mapping[str, Any]]) -> dict[tuple[str, int], PodInfo]:
+        """Follow the Running pods bound to our nodes; the GPUs each container now holds."""
+        running: list[tuple[str, str, str, str, Mapping[str, Any]]] = []
+        for pod in pods:
+            meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+            node = spec.get("nodeName") or ""
+            if node in self._capacity and (pod.get("status") or {}).get("phase") == "Running":
+                key = (str(meta.get("creationTimestamp") or ""), str(meta.get("namespace")), str(meta.get("name")))
+                running.append((*key, node, pod))
+        alive = {str((p.get("metadata") or {}).get("uid") or "") for *_, p in running}
+        self._held = {k: v for k, v in self._held.items() if v[0] in alive}
+        for _created, namespace, name, node, pod in sorted(running, key=lambda r: r[:3]):
+            meta = pod.get("metadata") or {}
+            uid = str(meta.get("uid") or "")
+            labels = (
+                tuple(sorted((sanitize_label_name(k), str(v)) for k, v in (meta.get("labels") or {}).items()))
+                if self._pod_labels
+                else ()
+            )
+            for c in (pod.get("spec") or {}).get("containers") or []:
+                info = PodInfo(name, namespace, str(c.get("name") or ""), labels)
+                have = [k for k, v in self._held.items() if v[0] == uid and v[1].container == info.container]
+                want = _gpu_limit(c) - len(have)
+                free = [(node, i) for i in range(self._capacity[node]) if (node, i) not in self._held]
+                for k in free[: max(0, want)]:
+                    self._held[k] = (uid, info)
+                for k in have:  # the labels may have changed since
+                    self._held[k] = (uid, info)
+        return {k: v[1] for k, v in self._held.items()}
 
 
 @dataclass
@@ -62,11 +149,21 @@ class Gpu:
 
 
 class Fleet:
-    """Every fake GPU, behind one lock."""
+    """Every fake GPU, behind one lock; ``list_pods`` (None: no pod mapping) is called on each scrape."""
 
-    def __init__(self, gpus: Sequence[Gpu]) -> None:
+    def __init__(
+        self,
+        gpus: Sequence[Gpu],
+        list_pods: Callable[[], list[Mapping[str, Any]]] | None = None,
+        pod_labels: bool = False,
+    ) -> None:
         self._gpus = {(g.node, g.index): g for g in gpus}
         self._lock = threading.Lock()
+        self._list_pods = list_pods
+        per_node: dict[str, int] = {}
+        for g in gpus:
+            per_node[g.node] = max(per_node.get(g.node, 0), g.index + 1)
+        self._allocator = Allocator(per_node, pod_labels)
 
     def set(self, body: Any) -> str | None:
         """Apply one ``/admin/gpu`` request; the problem, or None."""
@@ -98,7 +195,20 @@ class Fleet:
         with self._lock:
             return [asdict(g) for g in self._gpus.values()]
 
+    def holders(self) -> dict[tuple[str, int], PodInfo]:
+        """Which container holds each GPU now; empty without pod mapping or when the pods cannot be listed."""
+        if self._list_pods is None:
+            return {}
+        try:
+            pods = self._list_pods()
+        except Exception as e:  # any failure of the list: serve the GPUs unmapped
+            print(f"fake dcgm-exporter: listing pods failed, serving unmapped: {e}", file=sys.stderr, flush=True)
+            return {}
+        with self._lock:
+            return self._allocator.update(pods)
+
     def exposition(self) -> str:
+        holders = self.holders()
         lines: list[str] = []
         with self._lock:
             gpus = list(self._gpus.values())
@@ -109,8 +219,15 @@ class Fleet:
                         f'gpu="{g.index}",UUID="{g.uuid}",device="nvidia{g.index}",modelName="{g.model}",'
                         f'Hostname="{g.node}"'
                     )
+                    holder = holders.get((g.node, g.index))
+                    if holder is not None:
+                        labels += "".join(f',{k}="{_escape(v)}"' for k, v in holder.attributes())
                     lines.append(f"{metric}{{{labels}}} {getattr(g, attr):g}")
         return "\n".join(lines) + "\n"
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
 def admin(path: str, body: dict[str, Any] | None = None, url: str = "http://127.0.0.1:18094") -> Any:
@@ -124,14 +241,40 @@ def admin(path: str, body: dict[str, Any] | None = None, url: str = "http://127.
         return json.loads(reply.read())
 
 
-def fleet_of(stack_file: Path) -> Fleet:
+def fleet_of(
+    stack_file: Path,
+    list_pods: Callable[[], list[Mapping[str, Any]]] | None = None,
+    pod_labels: bool = False,
+) -> Fleet:
     gpus: list[Gpu] = []
     for flavor in sim_nodes.load_flavors(stack_file):
         model = flavor.node_labels.get("nvidia.com/gpu.product", flavor.name)
         for i in range(flavor.node_count):
             node = sim_nodes.node_name(flavor, i)
             gpus += [Gpu(node, g, model) for g in range(flavor.gpus_per_node)]
-    return Fleet(gpus)
+    return Fleet(gpus, list_pods, pod_labels)
+
+
+def pod_lister(kubeconfig: Path) -> Callable[[], list[Mapping[str, Any]]]:
+    """Running pods of every namespace, through the API server (2 s timeout)."""
+    from daemons.toolkit.kube import load_kube_config  # noqa: PLC0415 (only with --kubeconfig)
+
+    api_client = load_kube_config(str(kubeconfig))
+
+    def list_pods() -> list[Mapping[str, Any]]:
+        reply = api_client.call_api(
+            "/api/v1/pods",
+            "GET",
+            query_params=[("fieldSelector", "status.phase=Running")],
+            header_params={"Accept": "application/json"},
+            auth_settings=["BearerToken"],
+            _preload_content=False,
+            _request_timeout=2,
+        )
+        items: list[Mapping[str, Any]] = json.loads(reply[0].data).get("items") or []
+        return items
+
+    return list_pods
 
 
 def handler(fleet: Fleet) -> type[BaseHTTPRequestHandler]:
@@ -185,10 +328,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="sim/fake_dcgm.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("--listen", default="127.0.0.1:18094", help="HOST:PORT to serve on")
     parser.add_argument("--stack", type=Path, default=sim_nodes.DEFAULT_STACK, help="the stack whose nodes to fake")
+    parser.add_argument(
+        "--kubeconfig", type=Path, help="map GPUs to the pods holding them (dcgm-exporter's pod mapping)"
+    )
+    parser.add_argument(
+        "--enable-pod-labels", action="store_true", help="copy the pod's labels, names sanitised (needs --kubeconfig)"
+    )
     args = parser.parse_args(argv)
+    if args.enable_pod_labels and args.kubeconfig is None:
+        parser.error("--enable-pod-labels needs --kubeconfig")
     host, _, port = args.listen.rpartition(":")
     try:
-        fleet = fleet_of(args.stack)
+        fleet = fleet_of(args.stack, pod_lister(args.kubeconfig) if args.kubeconfig else None, args.enable_pod_labels)
     except sim_nodes.InventoryError as e:
         print(f"sim/fake_dcgm.py: error: {e}", file=sys.stderr)
         return 2

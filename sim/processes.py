@@ -379,8 +379,9 @@ def prometheus(s: Stack) -> Iterable[Daemon]:
             "global": {"scrape_interval": "2s", "evaluation_interval": "2s"},
             # The alert rules the stack deployed (a ConfigMap: the local stack runs no Prometheus operator).
             "rule_files": [str(rules)],
-            # The interruption accounting and dcgm-exporter label their series with the workload's namespace and
-            # job (the training job's name), which must win over the scrape's own.
+            # The interruption accounting labels its series with the workload's namespace and job (the training
+            # job's name), dcgm-exporter with the namespace and pod holding each GPU: theirs must win over the
+            # scrape's own.
             "scrape_configs": [
                 {"job_name": job, "static_configs": [{"targets": t}], "honor_labels": job in HONOR_LABELS}
                 for job, t in targets.items()
@@ -413,6 +414,10 @@ def fake_dcgm(s: Stack) -> Iterable[Daemon]:
             f"127.0.0.1:{FAKE_DCGM_PORT}",
             "--stack",
             stack,
+            # dcgm-exporter's pod mapping with the chart's kubernetes.enablePodLabels, as components/telemetry sets
+            "--kubeconfig",
+            str(ADMIN_KUBECONFIG),
+            "--enable-pod-labels",
         ]
 
     yield s.daemon("fake-dcgm", cmd, ready_url=f"http://127.0.0.1:{FAKE_DCGM_PORT}/metrics")

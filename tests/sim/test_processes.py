@@ -144,6 +144,7 @@ def test_command_lines_are_the_programs_with_what_pulumi_deployed(cluster: Path)
         VENV_PY,
         str(processes.ROOT / "sim" / "fake_dcgm.py"),
         *("--listen", "127.0.0.1:18094", "--stack", str(processes.ROOT / "stacks" / "Pulumi.local.yaml")),
+        *("--kubeconfig", f"{cluster}/admin-kubeconfig", "--enable-pod-labels"),
     ]
     assert cmds["descheduler"] == [
         f"{tools}/descheduler",

@@ -24,10 +24,15 @@ from typing import Any
 import pytest
 import yaml
 
+from components.config import parse_stack_config
 from components.telemetry import TelemetrySettings, dashboard, panel_queries
 from components.telemetry.dashboard import DCGM_JOB_LABEL
+from components.training.manifest import checkpoint_interval, job_context, jobset_manifest
+from components.training.spec import parse_spec
 from daemons.interruptions.classify import Cause
 from daemons.interruptions.metrics import Figures, JobFigures, Metrics
+from sim.fake_dcgm import Allocator
+from tests.components.training.conftest import local_raw, spec_doc
 from tests.support.require import debian_tool
 from tests.support.telemetry import (
     NVML_FIXTURE,
@@ -39,6 +44,21 @@ from tests.support.telemetry import (
 
 NODE = "fixture-node"
 GPUS = 2
+
+
+def trainer_pod() -> dict[str, Any]:
+    """Rank 0's pod of the JobSet a spec named ``llm`` becomes, as the API server lists it once it runs on NODE."""
+    stack = parse_stack_config(local_raw())
+    spec = parse_spec(spec_doc(name="llm", nodes=1, gpusPerNode=1))
+    manifest = jobset_manifest(spec, job_context(spec, stack, checkpoint_interval(spec, stack, None)))
+    template = manifest["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
+    meta = {**template["metadata"], "name": "llm-node-0-0", "namespace": "team-a", "uid": "u-1"}
+    return {"metadata": meta, "spec": {**template["spec"], "nodeName": NODE}, "status": {"phase": "Running"}}
+
+
+#: The container holding GPU 0: what the fake dcgm-exporter's pod mapping (dcgm-exporter 4.2.0's rule, with pod
+#: labels) makes of the trainer pod; the job label comes from the pod's own labels, not from this test.
+TRAINER = Allocator({NODE: 1}, pod_labels=True).update([trainer_pod()])[(NODE, 0)]
 
 
 class FakeDcgm(BaseHTTPRequestHandler):
@@ -77,7 +97,7 @@ class FakeDcgm(BaseHTTPRequestHandler):
                     f'modelName="NVIDIA H100 80GB HBM3",Hostname="{NODE}",DCGM_FI_DRIVER_VERSION="550.90.07"'
                 )
                 if gpu == 0:  # in use by a training pod: dcgm-exporter's pod mapping and pod labels
-                    labels += f',namespace="team-a",pod="llm-node-0-0",container="trainer",{DCGM_JOB_LABEL}="llm"'
+                    labels += "".join(f',{k}="{v}"' for k, v in TRAINER.attributes())
                 lines.append(f"{field}{{{labels}}} {value}")
         body = ("\n".join(lines) + "\n").encode()
         self.send_response(200)

@@ -1,0 +1,110 @@
+"""The fake dcgm-exporter maps pods onto GPUs the way dcgm-exporter 4.2.0 does: ``pod``, ``namespace``,
+``container`` on the GPUs a container holds, the pod's labels sanitised with dcgm-exporter's own rule, GPUs kept for
+the container's life, nothing on a GPU nobody holds."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from components.constants import TRAINING_JOB_LABEL
+from components.telemetry.dashboard import DCGM_JOB_LABEL
+from sim.fake_dcgm import Allocator, Fleet, Gpu, sanitize_label_name
+
+
+def pod(
+    name: str,
+    node: str,
+    gpus: int,
+    *,
+    uid: str = "",
+    created: str = "2026-12-01T10:00:00Z",
+    phase: str = "Running",
+    labels: dict[str, str] | None = None,
+    namespace: str = "team-a",
+) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "uid": uid or f"uid-{name}",
+            "creationTimestamp": created,
+            "labels": labels or {},
+        },
+        "spec": {
+            "nodeName": node,
+            "containers": [
+                {"name": "trainer", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}},
+                {"name": "sidecar", "resources": {}},
+            ],
+        },
+        "status": {"phase": phase},
+    }
+
+
+def test_containers_get_the_lowest_free_gpus_of_their_node_and_keep_them() -> None:
+    a = Allocator({"n0": 4, "n1": 4}, pod_labels=False)
+    held = a.update(
+        [pod("p1", "n0", 2, created="2026-12-01T10:00:00Z"), pod("p2", "n0", 2, created="2026-12-01T10:01:00Z")]
+    )
+    assert {k: v.name for k, v in held.items()} == {("n0", 0): "p1", ("n0", 1): "p1", ("n0", 2): "p2", ("n0", 3): "p2"}
+    # p1 ends: p2 keeps GPUs 2 and 3 (the device plugin does not move a running container), p3 takes 0 and 1
+    held = a.update([pod("p2", "n0", 2), pod("p3", "n0", 2, created="2026-12-01T10:05:00Z")])
+    assert {k: v.name for k, v in held.items()} == {("n0", 0): "p3", ("n0", 1): "p3", ("n0", 2): "p2", ("n0", 3): "p2"}
+
+
+def test_only_running_pods_on_our_nodes_asking_for_gpus_hold_any() -> None:
+    a = Allocator({"n0": 2}, pod_labels=False)
+    held = a.update(
+        [
+            pod("pending", "n0", 1, phase="Pending"),
+            pod("elsewhere", "cpu-node", 1),
+            pod("no-gpu", "n0", 0),
+            pod("greedy", "n0", 8),  # more than the node has: it gets what there is
+        ]
+    )
+    assert {k: v.name for k, v in held.items()} == {("n0", 0): "greedy", ("n0", 1): "greedy"}
+    assert {v.container for v in held.values()} == {"trainer"}
+
+
+def test_pod_labels_are_sanitised_as_dcgm_exporter_does_and_only_when_asked() -> None:
+    labels = {TRAINING_JOB_LABEL: "llm", "jobset.sigs.k8s.io/jobset-name": "llm", "app.kubernetes.io/name": "x"}
+    with_labels = Allocator({"n0": 1}, pod_labels=True).update([pod("p", "n0", 1, labels=labels)])
+    assert dict(with_labels[("n0", 0)].labels) == {
+        "gpucluster_io_training_job": "llm",
+        "jobset_sigs_k8s_io_jobset_name": "llm",
+        "app_kubernetes_io_name": "x",
+    }
+    assert Allocator({"n0": 1}, pod_labels=False).update([pod("p", "n0", 1, labels=labels)])[("n0", 0)].labels == ()
+    assert sanitize_label_name("a.b/c-d_e9") == "a_b_c_d_e9"
+
+
+def test_the_dashboards_job_label_is_what_the_exporter_makes_of_the_pods_label() -> None:
+    """The dashboard reads DCGM_JOB_LABEL; the exporter derives it from the pod label with its own rule."""
+    assert sanitize_label_name(TRAINING_JOB_LABEL) == DCGM_JOB_LABEL
+
+
+def test_the_exposition_carries_the_holder_on_its_gpus_only() -> None:
+    pods = [pod("llm-node-0-0", "n0", 1, labels={TRAINING_JOB_LABEL: "llm", "pod": "not-the-name"})]
+    fleet = Fleet([Gpu("n0", 0, "H100"), Gpu("n0", 1, "H100")], lambda: pods, pod_labels=True)
+    samples = {
+        s.labels["gpu"]: s.labels
+        for f in text_string_to_metric_families(fleet.exposition())
+        if f.name == "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"
+        for s in f.samples
+    }
+    assert samples["0"]["pod"] == "llm-node-0-0"  # the attribute wins over a pod label of the same name
+    assert (samples["0"]["namespace"], samples["0"]["container"]) == ("team-a", "trainer")
+    assert samples["0"]["gpucluster_io_training_job"] == "llm"
+    assert not {"pod", "namespace", "container", "gpucluster_io_training_job"} & set(samples["1"])
+
+
+def test_a_failing_pod_list_serves_the_gpus_unmapped() -> None:
+    def fail() -> list[dict[str, Any]]:
+        raise OSError("connection refused")
+
+    fleet = Fleet([Gpu("n0", 0, "H100")], fail, pod_labels=True)
+    text = fleet.exposition()
+    assert 'gpu="0"' in text
+    assert "pod=" not in text
