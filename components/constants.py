@@ -68,6 +68,10 @@ RESERVATION_KEY = "gpucluster.io/reservation"
 
 #: The extended resource GPUs are requested as.
 GPU_RESOURCE = "nvidia.com/gpu"
+#: The fabric exporter's DaemonSet, Service and ServiceMonitor: under the Prometheus operator, its scrape job.
+FABRIC_EXPORTER_APP = "gpucluster-fabric-exporter"
+#: NVIDIA's dcgm-exporter chart's ``fullnameOverride``: its Service, so its scrape job under the Prometheus operator.
+DCGM_EXPORTER_APP = "dcgm-exporter"
 
 #: Field names that would hold a credential itself (an API key, a token, a kubeconfig): the policy pack refuses
 #: them in ConfigMaps, and no settings message ever echoes their values.

@@ -351,8 +351,9 @@ def kube_state_metrics(s: Stack) -> Iterable[Daemon]:
     yield s.daemon("kube-state-metrics", cmd, ready_url=f"http://127.0.0.1:{KSM_TELEMETRY_PORT}/metrics")
 
 
-#: Scrape jobs whose targets' own namespace and job labels win (honor_labels).
-HONOR_LABELS = frozenset({"interruptions", "dcgm-exporter"})
+#: Scrape jobs whose targets' own namespace and job labels win (honor_labels); dcgm-exporter's (the stack names
+#: its job) too.
+HONOR_LABELS = frozenset({"interruptions"})
 
 
 def prometheus(s: Stack) -> Iterable[Daemon]:
@@ -371,7 +372,8 @@ def prometheus(s: Stack) -> Iterable[Daemon]:
         targets = {
             "kube-state-metrics": [f"127.0.0.1:{KSM_PORT}"],
             **{n: [f"127.0.0.1:{p}" for p in controller_ports(n).values()] for n in registered_controllers()},
-            "dcgm-exporter": [f"127.0.0.1:{FAKE_DCGM_PORT}"],
+            # under the job the stack's quarantine alerts match
+            s.config.telemetry.dcgm_scrape_job: [f"127.0.0.1:{FAKE_DCGM_PORT}"],
             "burst-provider": [f"127.0.0.1:{port}"],
         }
         rules = write_deployed(s.config.telemetry.namespace, RULES_CONFIGMAP, RULES_KEY, d / "rules.yaml")
@@ -383,7 +385,11 @@ def prometheus(s: Stack) -> Iterable[Daemon]:
             # job's name), dcgm-exporter with the namespace and pod holding each GPU: theirs must win over the
             # scrape's own.
             "scrape_configs": [
-                {"job_name": job, "static_configs": [{"targets": t}], "honor_labels": job in HONOR_LABELS}
+                {
+                    "job_name": job,
+                    "static_configs": [{"targets": t}],
+                    "honor_labels": job in HONOR_LABELS or job == s.config.telemetry.dcgm_scrape_job,
+                }
                 for job, t in targets.items()
             ],
         }

@@ -53,6 +53,13 @@ def _dcgm(metric: str) -> str:
     return f'label_replace({metric}, "node", "$1", "Hostname", "(.+)")'
 
 
+def _job(job: str | None, exporter: str) -> str:
+    """The matcher of one scrape job, inside a selector's braces (the settings refuse an unknown job)."""
+    if job is None:
+        raise ValueError(f"rule_groups: the scrape job of {exporter} is unknown (set its scrapeJob)")
+    return f'job="{job}"'
+
+
 def _num(v: float) -> str:
     return f"{v:g}"
 
@@ -82,13 +89,18 @@ def _telemetry_missing(alert: str, present: str, exporter: str, minutes: int) ->
 def rule_groups(settings: TelemetrySettings) -> dict[str, Any]:
     a = settings.alerts
     window = f"{a.error_window_minutes}m"
-    xid = "DCGM_FI_DEV_XID_ERRORS"
+    dcgm_job = _job(settings.dcgm_scrape_job, "dcgm-exporter")
+    fabric_job = _job(settings.fabric_scrape_job, "the fabric exporter")
+    xid = f"DCGM_FI_DEV_XID_ERRORS{{{dcgm_job}}}"
     new_xid = f"(changes({xid}[{window}]) > 0 and {xid} > 0) or ({xid} > 0 unless {xid} offset {window})"
     program = program_xid_filter(xid)
     gpu_rules: list[dict[str, Any]] = [
         {
             "alert": "GpuTemperatureHigh",
-            "expr": f"max by (node, gpu, UUID) ({_dcgm('DCGM_FI_DEV_GPU_TEMP')}) > {_num(a.gpu_temp_limit_c)}",
+            "expr": (
+                f"max by (node, gpu, UUID) ({_dcgm(f'DCGM_FI_DEV_GPU_TEMP{{{dcgm_job}}}')})"
+                f" > {_num(a.gpu_temp_limit_c)}"
+            ),
             "for": f"{a.for_minutes}m",
             "labels": {"severity": "critical", **_SIGNAL},
             "annotations": {
@@ -144,9 +156,9 @@ def rule_groups(settings: TelemetrySettings) -> dict[str, Any]:
             "alert": "NvlinkErrorsIncreasing",
             "expr": (
                 f"sum by (node, gpu, uuid, link, type) (increase({FABRIC}_nvlink_errors_total"
-                f'{{type="recovery"}}[{window}])) > 0'
+                f'{{{fabric_job},type="recovery"}}[{window}])) > 0'
                 f" or sum by (node, gpu, uuid, link, type) (increase({FABRIC}_nvlink_errors_total"
-                f'{{type=~"crc_flit|crc_data|replay"}}[{window}])) > {a.nvlink_errors_per_window}'
+                f'{{{fabric_job},type=~"crc_flit|crc_data|replay"}}[{window}])) > {a.nvlink_errors_per_window}'
             ),
             "labels": {"severity": "warning", **_SIGNAL},
             "annotations": {
@@ -160,12 +172,12 @@ def rule_groups(settings: TelemetrySettings) -> dict[str, Any]:
             "alert": "InfinibandLinkErrorsIncreasing",
             "expr": (
                 f"sum by (node, device, port, type) (increase({FABRIC}_infiniband_port_errors_total"
-                f'{{type=~"link_downed|link_error_recovery"}}[{window}])) > 0'
+                f'{{{fabric_job},type=~"link_downed|link_error_recovery"}}[{window}])) > 0'
                 # symbol errors: per bit signalled over the window, the link's bit-error ratio
                 f" or sum by (node, device, port, type) (increase({FABRIC}_infiniband_port_errors_total"
-                f'{{type="symbol_error"}}[{window}]))'
+                f'{{{fabric_job},type="symbol_error"}}[{window}]))'
                 f" / on (node, device, port) group_left()"
-                f" (max by (node, device, port) ({FABRIC}_infiniband_port_rate_bytes_per_second)"
+                f" (max by (node, device, port) ({FABRIC}_infiniband_port_rate_bytes_per_second{{{fabric_job}}})"
                 f" * {8 * 60 * a.error_window_minutes})"
                 f" > {a.ib_symbol_error_ratio:g}"
             ),

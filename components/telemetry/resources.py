@@ -20,7 +20,12 @@ import pulumi_kubernetes as k8s
 import yaml
 
 from components.charts import helm_chart, offline_without_mirror, resolve_chart
-from components.constants import ACCEPTANCE_FAILED_TAINT_KEY, QUARANTINE_TAINT_KEY
+from components.constants import (
+    ACCEPTANCE_FAILED_TAINT_KEY,
+    DCGM_EXPORTER_APP,
+    FABRIC_EXPORTER_APP,
+    QUARANTINE_TAINT_KEY,
+)
 from components.model import check_qualified_name
 from components.telemetry.alerts import rule_groups
 from components.telemetry.counters import counters_csv
@@ -30,7 +35,7 @@ from components.telemetry.settings import TelemetrySettings
 DCGM_COUNTERS_CONFIGMAP = "dcgm-exporter-counters"
 DCGM_COUNTERS_KEY = "counters.csv"
 DCGM_COUNTERS_PATH = "/etc/dcgm-exporter/gpucluster-counters.csv"
-FABRIC_APP = "gpucluster-fabric-exporter"
+FABRIC_APP = FABRIC_EXPORTER_APP
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 PART_OF = {"app.kubernetes.io/part-of": "gpucluster", "app.kubernetes.io/component": "telemetry"}
 
@@ -84,6 +89,8 @@ def dcgm_values(settings: TelemetrySettings) -> dict[str, Any]:
     d = settings.dcgm_exporter
     values: dict[str, Any] = {
         "image": {"repository": d.image_repository, "tag": d.image_tag},
+        # Its Service, hence its scrape job under the Prometheus operator: the name the quarantine alerts match.
+        "fullnameOverride": DCGM_EXPORTER_APP,
         "arguments": ["-f", DCGM_COUNTERS_PATH],
         "nodeSelector": dict(settings.gpu_node_selector),
         "tolerations": telemetry_tolerations(settings),

@@ -28,7 +28,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, ValidationError, field_validator
 
 from components.chart_settings import ChartSource
-from components.constants import GPU_TEMP_CEILING_C
+from components.constants import DCGM_EXPORTER_APP, FABRIC_EXPORTER_APP, GPU_TEMP_CEILING_C
 from components.images_settings import DEFAULT_DAEMONS_IMAGE
 from components.issues import ConfigIssue, SettingsError, issues_from_validation_error, shown
 from components.model import (
@@ -61,6 +61,9 @@ DEFAULT_DCGM_CHART_REPO = "https://nvidia.github.io/dcgm-exporter/helm-charts"
 _TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 
 
+#: A Prometheus ``job`` label value, quoted into PromQL: no quotes, backslashes or braces.
+ScrapeJob = Annotated[str, Field(pattern=r"^[A-Za-z0-9_.:/-]{1,128}$")]
+
 _NO_POD_LABELS = (
     "does not copy the pod's labels onto its series (kubernetes.enablePodLabels came in 4.2.0), and the per-job "
     "views read gpucluster_io_training_job from them: pin 4.2.0 or later"
@@ -76,6 +79,10 @@ class DcgmExporterSettings(ConfigModel):
     image_repository: str = "nvcr.io/nvidia/k8s/dcgm-exporter"
     image_tag: str = DEFAULT_DCGM_IMAGE_TAG
     scrape_interval: PositiveDuration = "15s"
+    #: The ``job`` label Prometheus gives dcgm-exporter's series; the quarantine alerts read only those, so a pod
+    #: serving look-alike series under another scrape job names no node. Unset: the chart's ServiceMonitor's
+    #: (``dcgm-exporter``, its Service); required when the Prometheus operator is off (scraped by annotation).
+    scrape_job: ScrapeJob | None = None
 
     @field_validator("image_tag")
     @classmethod
@@ -105,6 +112,9 @@ class FabricExporterSettings(ConfigModel):
     #: How Prometheus finds the exporter; unset follows ``prometheusOperator``.
     scrape: Literal["serviceMonitor", "annotations"] | None = None
     scrape_interval: PositiveDuration = "15s"
+    #: The ``job`` label Prometheus gives the exporter's series (the quarantine alerts read only those). Unset: its
+    #: ServiceMonitor's (``gpucluster-fabric-exporter``, its Service); required when scraped by annotation.
+    scrape_job: ScrapeJob | None = None
     #: RuntimeClass that injects the NVIDIA driver libraries and device nodes (GPU operator: "nvidia").
     runtime_class_name: str | None = "nvidia"
 
@@ -196,6 +206,28 @@ class TelemetrySettings(ConfigModel):
                 "(ServiceMonitor needs the Prometheus operator CRDs); use annotations",
                 self.fabric_exporter.scrape,
             )
+        for section, job in (("dcgmExporter", self.dcgm_scrape_job), ("fabricExporter", self.fabric_scrape_job)):
+            if job is None:
+                yield Problem(
+                    (section, "scrapeJob"),
+                    "is required when the exporter is scraped by annotation: name the job your Prometheus gives its "
+                    "series (the quarantine alerts read only that job's)",
+                    None,
+                )
+
+    @property
+    def dcgm_scrape_job(self) -> str | None:
+        """The ``job`` of dcgm-exporter's series: the setting, else its ServiceMonitor's; None: unknown."""
+        if self.dcgm_exporter.scrape_job is not None:
+            return self.dcgm_exporter.scrape_job
+        return DCGM_EXPORTER_APP if self.prometheus_operator else None
+
+    @property
+    def fabric_scrape_job(self) -> str | None:
+        """The ``job`` of the fabric exporter's series: the setting, else its ServiceMonitor's; None: unknown."""
+        if self.fabric_exporter.scrape_job is not None:
+            return self.fabric_exporter.scrape_job
+        return FABRIC_EXPORTER_APP if self.fabric_scrape == "serviceMonitor" else None
 
     @property
     def fabric_scrape(self) -> Literal["serviceMonitor", "annotations"]:

@@ -23,15 +23,20 @@ from components.telemetry.alerts import (
     alert_names,
     rule_groups,
 )
-from components.telemetry.settings import TelemetrySettings
+from components.telemetry.settings import TelemetrySettings, TelemetrySettingsError, parse_telemetry_settings
 from tests.support.require import debian_tool
 
-GPU = {"Hostname": "gpu-node-1", "gpu": "0", "UUID": "GPU-a"}
-GPU_SEL = '{Hostname="gpu-node-1",gpu="0",UUID="GPU-a"}'
+GPU = {"Hostname": "gpu-node-1", "gpu": "0", "UUID": "GPU-a", "job": "dcgm-exporter"}
+GPU_SEL = '{Hostname="gpu-node-1",gpu="0",UUID="GPU-a",job="dcgm-exporter"}'
+#: The same series served by someone else's pod under another scrape job (prometheus.io/scrape annotations).
+LOOKALIKE_GPU_SEL = '{Hostname="gpu-node-1",gpu="0",UUID="GPU-a",job="kubernetes-pods"}'
 GPU_OUT = {"node": "gpu-node-1", "gpu": "0", "UUID": "GPU-a"}
-IB_SEL = 'device="mlx5_0",port="1",node="gpu-node-1"'
+IB_SEL = 'device="mlx5_0",port="1",node="gpu-node-1",job="gpucluster-fabric-exporter"'
 IB_OUT = {"node": "gpu-node-1", "device": "mlx5_0", "port": "1"}
-NVLINK = 'gpucluster_fabric_nvlink_errors_total{{node="gpu-node-1",gpu="0",uuid="GPU-a",link="3",type="{type}"}}'
+NVLINK = (
+    'gpucluster_fabric_nvlink_errors_total{{node="gpu-node-1",gpu="0",uuid="GPU-a",link="3",type="{type}",'
+    'job="gpucluster-fabric-exporter"}}'
+)
 
 
 def nvlink_out(type_: str) -> dict[str, str]:
@@ -72,6 +77,31 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "GpuTemperatureHigh": (
         case([(f"DCGM_FI_DEV_GPU_TEMP{GPU_SEL}", "79x5")], "GpuTemperatureHigh", "3m", [HOT]),
         case([(f"DCGM_FI_DEV_GPU_TEMP{GPU_SEL}", "78x5")], "GpuTemperatureHigh", "3m", []),
+    ),
+    # only the exporter's own scrape job names a node: a look-alike series from another job does not
+    "GpuTemperatureHigh-only-the-exporters-job": (
+        case([(f"DCGM_FI_DEV_GPU_TEMP{GPU_SEL}", "90x5")], "GpuTemperatureHigh", "3m", [HOT]),
+        case([(f"DCGM_FI_DEV_GPU_TEMP{LOOKALIKE_GPU_SEL}", "90x5")], "GpuTemperatureHigh", "3m", []),
+    ),
+    "InfinibandLinkErrorsIncreasing-only-the-exporters-job": (
+        case(
+            [(f'gpucluster_fabric_infiniband_port_errors_total{{{IB_SEL},type="link_downed"}}', "0 0 1 1 1")],
+            "InfinibandLinkErrorsIncreasing",
+            "4m",
+            [{**IB_OUT, "type": "link_downed", "severity": "warning", **SIGNAL}],
+        ),
+        case(
+            [
+                (
+                    'gpucluster_fabric_infiniband_port_errors_total{device="mlx5_0",port="1",node="gpu-node-1",'
+                    'job="kubernetes-pods",type="link_downed"}',
+                    "0 0 1 1 1",
+                )
+            ],
+            "InfinibandLinkErrorsIncreasing",
+            "4m",
+            [],
+        ),
     ),
     "GpuTemperatureHigh-brief-spike": (
         case([(f"DCGM_FI_DEV_GPU_TEMP{GPU_SEL}", "90 90 90 90")], "GpuTemperatureHigh", "2m", [HOT]),
@@ -609,6 +639,26 @@ def test_training_thresholds_come_from_settings(tmp_path: Path) -> None:
     ]
     proc = promtool_test(tmp_path, rule_groups(settings), tests)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_the_scrape_jobs_come_from_settings_and_an_unknown_one_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(TelemetrySettingsError, match=r"dcgmExporter\.scrapeJob: is required") as err:
+        parse_telemetry_settings({"prometheusOperator": False})
+    assert "fabricExporter.scrapeJob" in str(err.value)
+    settings = parse_telemetry_settings(
+        {"prometheusOperator": False, "dcgmExporter": {"scrapeJob": "gpus"}, "fabricExporter": {"scrapeJob": "ib"}}
+    )
+    ours = case(
+        [('DCGM_FI_DEV_GPU_TEMP{Hostname="gpu-node-1",gpu="0",UUID="GPU-a",job="gpus"}', "90x5")],
+        "GpuTemperatureHigh",
+        "3m",
+        [HOT],
+    )
+    default_job = case([(f"DCGM_FI_DEV_GPU_TEMP{GPU_SEL}", "90x5")], "GpuTemperatureHigh", "3m", [])
+    proc = promtool_test(tmp_path, rule_groups(settings), [ours, default_job])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    with pytest.raises(TelemetrySettingsError, match=r"dcgmExporter\.scrapeJob"):
+        parse_telemetry_settings({"dcgmExporter": {"scrapeJob": 'x"} or vector(1) #'}})
 
 
 def test_temperature_limit_comes_from_settings(tmp_path: Path) -> None:

@@ -28,6 +28,13 @@ CHART = "kubernetes:helm.sh/v4:Chart"
 CM = "kubernetes:core/v1:ConfigMap"
 
 
+#: Scraped by annotation, the stack names the scrape jobs.
+BY_ANNOTATION: dict[str, Any] = {
+    "dcgmExporter": {"scrapeJob": "dcgm-exporter"},
+    "fabricExporter": {"scrapeJob": "gpucluster-fabric-exporter"},
+}
+
+
 def settings(**raw: Any) -> TelemetrySettings:
     return TelemetrySettings.model_validate(raw)
 
@@ -39,7 +46,7 @@ def with_operator() -> Graph:
 
 @pytest.fixture(scope="module")
 def without_operator() -> Graph:
-    s = settings(prometheusOperator=False, gpuNodeSelector={"gpu": "h100"}, createNamespace=False)
+    s = settings(prometheusOperator=False, gpuNodeSelector={"gpu": "h100"}, createNamespace=False, **BY_ANNOTATION)
     return deploy(lambda: Telemetry("tel", TelemetryArgs(s)))
 
 

@@ -99,8 +99,16 @@ def test_a_dcgm_exporter_without_pod_labels_is_refused(raw: dict[str, Any], acce
 def test_service_monitor_needs_the_operator() -> None:
     with pytest.raises(TelemetrySettingsError, match="prometheusOperator is false"):
         parse_telemetry_settings({"prometheusOperator": False, "fabricExporter": {"scrape": "serviceMonitor"}})
-    s = parse_telemetry_settings({"prometheusOperator": False})
-    assert s.fabric_scrape == "annotations"
+    jobs = {"dcgmExporter": {"scrapeJob": "gpus"}, "fabricExporter": {"scrapeJob": "ib"}}
+    s = parse_telemetry_settings({"prometheusOperator": False, **jobs})
+    assert (s.fabric_scrape, s.dcgm_scrape_job, s.fabric_scrape_job) == ("annotations", "gpus", "ib")
+    # under the operator: the ServiceMonitors' jobs (their Services' names)
+    s = parse_telemetry_settings({})
+    assert (s.fabric_scrape, s.dcgm_scrape_job, s.fabric_scrape_job) == (
+        "serviceMonitor",
+        "dcgm-exporter",
+        "gpucluster-fabric-exporter",
+    )
 
 
 def test_not_a_mapping_is_a_clear_error() -> None:
