@@ -3,7 +3,8 @@
 kwok nodes have no GPUs, so no dcgm-exporter runs on them; this one process stands for the exporter of every
 node and serves, on ``GET /metrics``, the Prometheus text dcgm-exporter serves (its metric names and its labels
 ``gpu``, ``UUID``, ``device``, ``modelName``, ``Hostname``): ``DCGM_FI_DEV_GPU_TEMP`` (°C),
-``DCGM_FI_DEV_GPU_UTIL`` (%), ``DCGM_FI_PROF_PIPE_TENSOR_ACTIVE`` (ratio) and ``DCGM_FI_DEV_XID_ERRORS`` (last XID).
+``DCGM_FI_DEV_GPU_UTIL`` (%), ``DCGM_FI_PROF_PIPE_TENSOR_ACTIVE`` (ratio) and ``DCGM_FI_DEV_XID_ERRORS`` (last XID),
+each with the counters CSV's label fields (``DCGM_FI_DRIVER_VERSION``, ``DCGM_FI_DEV_SERIAL``).
 ``Hostname`` is the node name, as dcgm-exporter reports it in a pod with ``NODE_NAME`` set.
 
 Pod mapping, as dcgm-exporter 4.2.0 does it (``internal/pkg/transformation/kubernetes.go``; our chart values turn
@@ -56,6 +57,9 @@ SERIES = (
     ("DCGM_FI_DEV_XID_ERRORS", "gauge", "Value of the last XID error encountered.", "xid"),
 )
 MAX_BODY = 4096
+#: The counters CSV's ``label`` fields (components/telemetry/counters.py) other than the serial, as dcgm-exporter
+#: adds them to every series.
+LABEL_FIELDS = 'DCGM_FI_DRIVER_VERSION="570.133.20",'
 #: The device plugin's resource (dcgm-exporter's ``appconfig.NvidiaResourceName``).
 GPU_RESOURCE = "nvidia.com/gpu"
 #: dcgm-exporter's ``invalidLabelCharRE`` (``internal/pkg/utils/utils.go``), copied, not derived from ours.
@@ -147,6 +151,11 @@ class Gpu:
         # stable across restarts, so a restarted fake keeps its series
         return f"GPU-{zlib.crc32(f'{self.node}/{self.index}'.encode()):010d}"
 
+    @property
+    def serial(self) -> str:
+        """A 13-digit board serial, as NVML reports one; stable like the UUID."""
+        return f"{zlib.crc32(f'serial/{self.node}/{self.index}'.encode()):013d}"
+
 
 class Fleet:
     """Every fake GPU, behind one lock; ``list_pods`` (None: no pod mapping) is called on each scrape."""
@@ -193,7 +202,7 @@ class Fleet:
 
     def state(self) -> list[dict[str, Any]]:
         with self._lock:
-            return [asdict(g) for g in self._gpus.values()]
+            return [{**asdict(g), "uuid": g.uuid, "serial": g.serial} for g in self._gpus.values()]
 
     def holders(self) -> dict[tuple[str, int], PodInfo]:
         """Which container holds each GPU now; empty without pod mapping or when the pods cannot be listed."""
@@ -217,7 +226,7 @@ class Fleet:
                 for g in gpus:
                     labels = (
                         f'gpu="{g.index}",UUID="{g.uuid}",device="nvidia{g.index}",modelName="{g.model}",'
-                        f'Hostname="{g.node}"'
+                        f'Hostname="{g.node}",{LABEL_FIELDS}DCGM_FI_DEV_SERIAL="{g.serial}"'
                     )
                     holder = holders.get((g.node, g.index))
                     if holder is not None:

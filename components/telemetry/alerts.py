@@ -25,10 +25,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from components.constants import GPU_RESOURCE, VIRTUAL_NODE_TAINT_KEY
+from components.constants import GPU_RESOURCE, QUARANTINE_REASON_ANNOTATION, VIRTUAL_NODE_TAINT_KEY
 from components.telemetry.settings import TelemetrySettings
 from components.telemetry.xids import program_xid_filter
 
+#: The label of the alert an Alertmanager route sends to whoever replaces hardware (``GpuNodeQuarantined``).
+REPLACEMENT_LABEL = "gpucluster_action"
+REPLACEMENT_VALUE = "replace-hardware"
 QUARANTINE_SIGNAL_LABEL = "gpucluster_signal"
 QUARANTINE_SIGNAL_VALUE = "gpu-quarantine"
 #: The alerts that carry the quarantine signal.
@@ -270,7 +273,25 @@ def rule_groups(settings: TelemetrySettings) -> dict[str, Any]:
             a.telemetry_missing_minutes,
         ),
     ]
+    serials = (
+        "{{ range printf `max by (gpu, UUID, DCGM_FI_DEV_SERIAL) (DCGM_FI_DEV_GPU_TEMP{Hostname=%q," + dcgm_job + "})` "
+        "$labels.node | query }}GPU {{ .Labels.gpu }} {{ .Labels.UUID }} serial {{ .Labels.DCGM_FI_DEV_SERIAL }}; "
+        "{{ end }}"
+    )
     quarantine_rules: list[dict[str, Any]] = [
+        {
+            "alert": "GpuNodeQuarantined",
+            "expr": "max by (node, flavor, reason) (gpucluster_quarantine_node_info) == 1",
+            "labels": {"severity": "warning", REPLACEMENT_LABEL: REPLACEMENT_VALUE},
+            "annotations": {
+                "summary": "{{ $labels.node }} ({{ $labels.flavor }}) is quarantined: {{ $labels.reason }}",
+                "description": "The quarantine controller took {{ $labels.node }} away from training for "
+                "{{ $labels.reason }}; inference still runs there. Its GPUs: " + serials + "The evidence is the "
+                f"node's {QUARANTINE_REASON_ANNOTATION} annotation and its entry in the quarantine ledger "
+                "(kubectl describe node {{ $labels.node }}). The alert resolves when node_admission releases the "
+                "node.",
+            },
+        },
         {
             "alert": "QuarantineBreakerOpen",
             "expr": "max by (flavor) (gpucluster_quarantine_breaker_open) == 1",

@@ -48,6 +48,8 @@ DCGM_COUNTERS: tuple[tuple[str, str, str], ...] = (
     ("DCGM_FI_DEV_ROW_REMAP_FAILURE", "gauge", "Whether remapping of rows has failed."),
     # Static information, as labels on the other metrics
     ("DCGM_FI_DRIVER_VERSION", "label", "Driver version."),
+    # the serial a replacement request names (GpuNodeQuarantined)
+    ("DCGM_FI_DEV_SERIAL", "label", "Device serial number."),
 )
 
 #: Fields the dashboard reads, besides those the alerts need.

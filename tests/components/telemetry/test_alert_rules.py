@@ -20,6 +20,8 @@ from components.telemetry.alerts import (
     QUARANTINE_ALERTS,
     QUARANTINE_SIGNAL_LABEL,
     QUARANTINE_SIGNAL_VALUE,
+    REPLACEMENT_LABEL,
+    REPLACEMENT_VALUE,
     alert_names,
     rule_groups,
 )
@@ -54,6 +56,7 @@ def case(series: list[tuple[str, str]], alert: str, at: str, fires: list[dict[st
 
 
 SIGNAL = {QUARANTINE_SIGNAL_LABEL: QUARANTINE_SIGNAL_VALUE}
+REPLACE = {REPLACEMENT_LABEL: REPLACEMENT_VALUE}
 
 
 def gpu_node(node: str, ready: int = 1, taint: str = "") -> list[tuple[str, str]]:
@@ -404,6 +407,25 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
             ],
             "FabricDevicesMissing",
             "11m",
+            [],
+        ),
+    ),
+    "GpuNodeQuarantined": (
+        # two replicas export the ledger; one alert per quarantined node, for the hardware route
+        case(
+            [
+                ('gpucluster_quarantine_node_info{node="n1",flavor="h100",reason="xid",pod="q-0"}', "1x5"),
+                ('gpucluster_quarantine_node_info{node="n1",flavor="h100",reason="xid",pod="q-1"}', "1x5"),
+            ],
+            "GpuNodeQuarantined",
+            "2m",
+            [{"node": "n1", "flavor": "h100", "reason": "xid", "severity": "warning", **REPLACE}],
+        ),
+        # released: the controller drops the series (past the 5m lookback here: promtool writes no stale marker)
+        case(
+            [('gpucluster_quarantine_node_info{node="n1",flavor="h100",reason="xid",pod="q-0"}', "1 1 _x8")],
+            "GpuNodeQuarantined",
+            "8m",
             [],
         ),
     ),

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import time
+import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
@@ -39,6 +40,22 @@ PROMETHEUS = f"http://127.0.0.1:{processes.PROMETHEUS_PORT}"
 
 def firing(node: str) -> bool:
     return bool(faults.quarantine_alert_firing(node, PROMETHEUS))
+
+
+def replacement_alert(node: str) -> dict[str, Any] | None:
+    """The firing GpuNodeQuarantined alert of the node, as Prometheus renders it (labels and annotations)."""
+    with urllib.request.urlopen(f"{PROMETHEUS}/api/v1/alerts", timeout=5) as reply:
+        alerts = json.loads(reply.read())["data"]["alerts"]
+    return next(
+        (
+            a
+            for a in alerts
+            if a["labels"].get("alertname") == "GpuNodeQuarantined"
+            and a["labels"].get("node") == node
+            and a["state"] == "firing"
+        ),
+        None,
+    )
 
 
 def quarantined(stack: LocalStack, node: str) -> bool:
@@ -122,6 +139,12 @@ def test_a_hot_gpu_takes_training_off_its_node_and_inference_stays(cool: LocalSt
     assert node["metadata"]["labels"].get(QUARANTINED_LABEL) == "true"
     ledger = stack.get("configmap", LEDGER_NAME, "-n", Q.namespace)["data"]
     assert json.loads(ledger[hot_training])["reason"] == "gpu-temperature"
+    # the ledger reaches someone: the replacement alert fires, naming the node's GPUs by serial
+    serials = {g["serial"] for g in dcgm.admin("/admin/state") if g["node"] == hot_training}
+    request = wait_for("the replacement alert", lambda: replacement_alert(hot_training), timeout=30, interval=1)
+    assert request["labels"]["reason"] == "gpu-temperature"
+    assert len(serials) == FLAVOR.gpus_per_node
+    assert all(serial in request["annotations"]["description"] for serial in serials)
     # the quota follows: two of four nodes out
     queue = next(iter(CFG.queues))
     want = CFG.queues[queue].quota[FLAVOR.name] // 2
