@@ -267,21 +267,12 @@ def fleet_of(
 def pod_lister(kubeconfig: Path) -> Callable[[], list[Mapping[str, Any]]]:
     """Running pods of every namespace, through the API server (2 s timeout)."""
     from daemons.toolkit.kube import load_kube_config  # noqa: PLC0415 (only with --kubeconfig)
+    from daemons.toolkit.kube_api import KubeApi  # noqa: PLC0415
 
-    api_client = load_kube_config(str(kubeconfig))
+    api = KubeApi(load_kube_config(str(kubeconfig)), 2.0, "fake-dcgm-exporter")
 
     def list_pods() -> list[Mapping[str, Any]]:
-        reply = api_client.call_api(
-            "/api/v1/pods",
-            "GET",
-            query_params=[("fieldSelector", "status.phase=Running")],
-            header_params={"Accept": "application/json"},
-            auth_settings=["BearerToken"],
-            _preload_content=False,
-            _request_timeout=2,
-        )
-        items: list[Mapping[str, Any]] = json.loads(reply[0].data).get("items") or []
-        return items
+        return api.list_all("/api/v1/pods", "list running pods", [("fieldSelector", "status.phase=Running")])
 
     return list_pods
 
