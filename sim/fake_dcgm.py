@@ -21,7 +21,11 @@ informer cache. The pod labels arrive with the first scrape after the pod runs, 
 
 Faults are set through ``POST /admin/gpu`` with a JSON object ``{"node": ..., "gpu": 0, "temperature": 85}`` (any
 of ``temperature``, ``util``, ``tensorActive``, ``xid``), ``POST /admin/reset`` puts every GPU back at rest, and
-``GET /admin/state`` returns every GPU's values. Nodes and their GPU counts come from the stack (``sim/nodes.py``).
+``GET /admin/state`` returns every GPU's values. The program's load is set per pod, as the fake trainer plays it:
+``POST /admin/load`` with ``{"pods": [{"namespace": ..., "pod": ..., "util": 97, "tensorActive": 0.45}]}`` replaces
+every pod's load; the GPUs a listed pod holds (the pod mapping below) show its ``util`` and ``tensorActive`` instead
+of their own, and go back to their own when it is no longer listed or holds them no more. Nodes and their GPU
+counts come from the stack (``sim/nodes.py``).
 
 ``python sim/fake_dcgm.py --listen 127.0.0.1:18094 [--stack FILE] [--kubeconfig FILE [--enable-pod-labels]]``.
 """
@@ -56,7 +60,7 @@ SERIES = (
     ("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "gauge", "Ratio of cycles the tensor (HMMA) pipe is active.", "tensor_active"),
     ("DCGM_FI_DEV_XID_ERRORS", "gauge", "Value of the last XID error encountered.", "xid"),
 )
-MAX_BODY = 4096
+MAX_BODY = 1 << 20  # /admin/load lists every pod of every gang
 #: The counters CSV's ``label`` fields (components/telemetry/counters.py) other than the serial, as dcgm-exporter
 #: adds them to every series.
 LABEL_FIELDS = 'DCGM_FI_DRIVER_VERSION="570.133.20",'
@@ -169,6 +173,8 @@ class Fleet:
         self._gpus = {(g.node, g.index): g for g in gpus}
         self._lock = threading.Lock()
         self._list_pods = list_pods
+        #: (namespace, pod) -> (util, tensor activity) the program puts on the GPUs the pod holds.
+        self._loads: dict[tuple[str, str], tuple[float, float]] = {}
         per_node: dict[str, int] = {}
         for g in gpus:
             per_node[g.node] = max(per_node.get(g.node, 0), g.index + 1)
@@ -196,9 +202,29 @@ class Fleet:
 
     def reset(self) -> None:
         with self._lock:
+            self._loads = {}
             for gpu in self._gpus.values():
                 for attr, value in REST.items():
                     setattr(gpu, attr, value)
+
+    def set_loads(self, body: Any) -> str | None:
+        """Apply one ``/admin/load`` request (every pod's load at once); the problem, or None."""
+        pods = body.get("pods") if isinstance(body, dict) else None
+        if not isinstance(pods, list):
+            return 'expected {"pods": [{"namespace", "pod", "util", "tensorActive"}, ...]}'
+        loads: dict[tuple[str, str], tuple[float, float]] = {}
+        for i, p in enumerate(pods):
+            if not isinstance(p, dict) or set(p) != {"namespace", "pod", "util", "tensorActive"}:
+                return f"pods[{i}]: expected exactly namespace, pod, util and tensorActive"
+            util, tensor = p["util"], p["tensorActive"]
+            if any(isinstance(v, bool) or not isinstance(v, int | float) for v in (util, tensor)):
+                return f"pods[{i}]: util and tensorActive must be numbers"
+            if not (0 <= util <= 100 and 0 <= tensor <= 1):
+                return f"pods[{i}]: util must be 0-100 and tensorActive 0-1"
+            loads[(str(p["namespace"]), str(p["pod"]))] = (float(util), float(tensor))
+        with self._lock:
+            self._loads = loads
+        return None
 
     def state(self) -> list[dict[str, Any]]:
         with self._lock:
@@ -229,9 +255,13 @@ class Fleet:
                         f'Hostname="{g.node}",{LABEL_FIELDS}DCGM_FI_DEV_SERIAL="{g.serial}"'
                     )
                     holder = holders.get((g.node, g.index))
+                    value = getattr(g, attr)
                     if holder is not None:
                         labels += "".join(f',{k}="{_escape(v)}"' for k, v in holder.attributes())
-                    lines.append(f"{metric}{{{labels}}} {getattr(g, attr):g}")
+                        load = self._loads.get((holder.namespace, holder.name))
+                        if load is not None and attr in ("util", "tensor_active"):
+                            value = load[0] if attr == "util" else load[1]
+                    lines.append(f"{metric}{{{labels}}} {value:g}")
         return "\n".join(lines) + "\n"
 
 
@@ -310,7 +340,7 @@ def handler(fleet: Fleet) -> type[BaseHTTPRequestHandler]:
                 fleet.reset()
                 self._send(200, json.dumps({"reset": True}))
                 return
-            if self.path != "/admin/gpu":
+            if self.path not in ("/admin/gpu", "/admin/load"):
                 self._send(404, json.dumps({"error": f"no {self.path}"}))
                 return
             try:
@@ -318,7 +348,7 @@ def handler(fleet: Fleet) -> type[BaseHTTPRequestHandler]:
             except ValueError:
                 self._send(400, json.dumps({"error": "the body is not JSON"}))
                 return
-            problem = fleet.set(body)
+            problem = fleet.set(body) if self.path == "/admin/gpu" else fleet.set_loads(body)
             self._send(400 if problem else 200, json.dumps({"error": problem} if problem else {"set": body}))
 
     return Handler

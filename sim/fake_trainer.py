@@ -9,6 +9,13 @@ checkpoint report the contract names (``checkpoint.gpucluster.io/<jobset>: <RFC 
 since the last complete checkpoint; the next attempt resumes from it. Once the work in
 ``sim.gpucluster.io/work-seconds`` is done it ends every pod Succeeded, and the JobSet completes.
 
+What the program puts on its GPUs follows what it does (:meth:`Progress.activity`): computing, the tensor cores
+busy (utilisation 97 %, tensor activity 0.45); writing a checkpoint, the GPUs nearly idle (4 %, 0); *hung*
+(:meth:`Progress.hang`: a rank stuck in a collective, the silent failure), utilisation pinned at 100 % by the
+spinning communication kernel while the tensor cores do nothing and no step, checkpoint or report is made, every pod
+still Running, until the gang is restarted. With a ``load`` sink (the fake dcgm-exporter's ``/admin/load``) each
+:meth:`FakeTrainer.step` sends the load of every running gang's pods.
+
 A *logical job* (pod annotation ``sim.gpucluster.io/logical-job``, default the JobSet's name) keeps its progress
 across JobSets: a job that gives its nodes up on each failure is resubmitted under a new name and resumes from the
 same checkpoint.
@@ -30,6 +37,10 @@ WRITE_ANNOTATION = "sim.gpucluster.io/checkpoint-write-seconds"
 LOGICAL_JOB_ANNOTATION = "sim.gpucluster.io/logical-job"
 INTERVAL_ENV = "GPUCLUSTER_CHECKPOINT_INTERVAL_SECONDS"
 JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
+#: (utilisation %, tensor activity) of a gang's GPUs while it computes, writes a checkpoint, or hangs.
+COMPUTING_LOAD = (97.0, 0.45)
+WRITING_LOAD = (4.0, 0.0)
+HUNG_LOAD = (100.0, 0.0)
 
 
 def rfc3339(t: float) -> str:
@@ -58,6 +69,8 @@ class Progress:
     lost: list[float] = field(default_factory=list)
     interrupted_at: list[float] = field(default_factory=list)
     running_again_at: list[float] = field(default_factory=list)
+    #: A rank is stuck: no work is done until the gang restarts.
+    hung: bool = False
 
     def __post_init__(self) -> None:
         if self.work_needed <= 0 or self.interval <= 0 or self.write < 0:
@@ -67,8 +80,22 @@ class Progress:
     def done(self) -> bool:
         return self.done_at is not None
 
+    def hang(self) -> None:
+        """A rank stops inside a collective: the pods keep running, nothing advances, until the gang restarts."""
+        if self.attempt is not None and not self.done:
+            self.hung = True
+
+    def activity(self) -> tuple[float, float] | None:
+        """(utilisation %, tensor activity) on the running gang's GPUs; None while it does not run."""
+        if self.attempt is None or self.done:
+            return None
+        if self.hung:
+            return HUNG_LOAD
+        return WRITING_LOAD if self.writing_left is not None else COMPUTING_LOAD
+
     def interrupt(self, now: float) -> None:
         """The gang stopped: the work since the last complete checkpoint (and a write under way) is lost."""
+        self.hung = False
         if self.attempt is None:
             return
         self.lost.append(self.since_save)
@@ -95,7 +122,8 @@ class Progress:
             return
         if attempt is None or self.last is None:
             return
-        self._advance(self.last, now)
+        if not self.hung:
+            self._advance(self.last, now)
         self.last = now
 
     def _advance(self, t: float, until: float) -> None:
@@ -159,10 +187,18 @@ def progress_for(jobset: Mapping[str, Any]) -> tuple[str, Progress]:
 class FakeTrainer:
     """Plays the program of every training JobSet in ``namespace``; :meth:`step` once per poll."""
 
-    def __init__(self, api: Any, namespace: str, clock: Callable[[], float]) -> None:
+    def __init__(
+        self,
+        api: Any,
+        namespace: str,
+        clock: Callable[[], float],
+        load: Callable[[list[dict[str, Any]]], None] | None = None,
+    ) -> None:
         self.api = api  # a kubernetes.client.ApiClient
         self.namespace = namespace
         self.clock = clock
+        #: Where each step's GPU load goes (``[{namespace, pod, util, tensorActive}]``); None: nowhere.
+        self.load = load
         self.jobs: dict[str, Progress] = {}
         self._reported: dict[str, int] = {}
 
@@ -188,6 +224,7 @@ class FakeTrainer:
             if owner:
                 by_jobset.setdefault(owner, []).append(p)
         seen: set[str] = set()
+        loads: list[dict[str, Any]] = []
         for js in jobsets:
             if any(
                 c.get("type") in ("Completed", "Failed") and c.get("status") == "True"
@@ -199,12 +236,26 @@ class FakeTrainer:
             progress = self.jobs.setdefault(logical, fresh)
             was_done = progress.done
             progress.tick(now, gang_attempt(js, by_jobset.get(js["metadata"]["name"], [])))
+            activity = progress.activity()
+            if activity is not None:
+                loads += [
+                    {
+                        "namespace": self.namespace,
+                        "pod": p["metadata"]["name"],
+                        "util": activity[0],
+                        "tensorActive": activity[1],
+                    }
+                    for p in by_jobset.get(js["metadata"]["name"], [])
+                    if (p.get("status") or {}).get("phase") == "Running"
+                ]
             self._report(js, logical, progress)
             if progress.done and not was_done:
                 self._succeed(by_jobset.get(js["metadata"]["name"], []))
         for logical, progress in self.jobs.items():
             if logical not in seen and not progress.done:
                 progress.tick(now, None)
+        if self.load is not None:
+            self.load(loads)
 
     def _report(self, jobset: Mapping[str, Any], logical: str, progress: Progress) -> None:
         """The checkpoint report on the team's claim, once per new complete checkpoint."""

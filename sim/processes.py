@@ -426,7 +426,10 @@ def fake_dcgm(s: Stack) -> Iterable[Daemon]:
             "--enable-pod-labels",
         ]
 
-    yield s.daemon("fake-dcgm", cmd, ready_url=f"http://127.0.0.1:{FAKE_DCGM_PORT}/metrics")
+    def fingerprint() -> str:  # a running fake of older code (an admin endpoint it lacks) is restarted
+        return (ROOT / "sim" / "fake_dcgm.py").read_text()
+
+    yield s.daemon("fake-dcgm", cmd, ready_url=f"http://127.0.0.1:{FAKE_DCGM_PORT}/metrics", fingerprint=fingerprint)
 
 
 def lease_controllers(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from components.constants import TRAINING_JOB_LABEL
@@ -108,3 +109,40 @@ def test_a_failing_pod_list_serves_the_gpus_unmapped() -> None:
     text = fleet.exposition()
     assert 'gpu="0"' in text
     assert "pod=" not in text
+
+
+def test_a_pods_load_shows_on_the_gpus_it_holds_and_only_while_listed() -> None:
+    pods = [pod("llm-node-0-0", "n0", 1)]
+    fleet = Fleet([Gpu("n0", 0, "H100"), Gpu("n0", 1, "H100")], lambda: pods)
+
+    def values(metric: str) -> dict[str, float]:
+        return {
+            s.labels["gpu"]: s.value
+            for f in text_string_to_metric_families(fleet.exposition())
+            if f.name == metric
+            for s in f.samples
+        }
+
+    load = {"namespace": "team-a", "pod": "llm-node-0-0", "util": 100, "tensorActive": 0.0}
+    assert fleet.set_loads({"pods": [{**load, "tensorActive": 0.45, "util": 97}]}) is None
+    assert values("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE") == {"0": 0.45, "1": 0.0}
+    assert values("DCGM_FI_DEV_GPU_UTIL") == {"0": 97.0, "1": 0.0}
+    assert fleet.set_loads({"pods": [load]}) is None  # hung: busy, tensor cores idle
+    assert (values("DCGM_FI_DEV_GPU_UTIL")["0"], values("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE")["0"]) == (100.0, 0.0)
+    assert fleet.set_loads({"pods": []}) is None
+    assert values("DCGM_FI_DEV_GPU_UTIL") == {"0": 0.0, "1": 0.0}
+
+
+@pytest.mark.parametrize(
+    ("body", "problem"),
+    [
+        ({}, "expected"),
+        ({"pods": [{"namespace": "a", "pod": "b", "util": 50}]}, "exactly"),
+        ({"pods": [{"namespace": "a", "pod": "b", "util": "x", "tensorActive": 0}]}, "numbers"),
+        ({"pods": [{"namespace": "a", "pod": "b", "util": 101, "tensorActive": 0}]}, "0-100"),
+        ({"pods": [{"namespace": "a", "pod": "b", "util": 1, "tensorActive": 1.5}]}, "0-1"),
+    ],
+)
+def test_a_bad_load_is_refused_naming_what(body: dict[str, Any], problem: str) -> None:
+    fleet = Fleet([Gpu("n0", 0, "H100")])
+    assert problem in (fleet.set_loads(body) or "")

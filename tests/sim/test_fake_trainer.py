@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from sim.fake_trainer import Progress, gang_attempt, progress_for
+from sim.fake_trainer import COMPUTING_LOAD, HUNG_LOAD, WRITING_LOAD, Progress, gang_attempt, progress_for
 
 
 def run(p: Progress, start: float, end: float, attempt: str = "job/0", step: float = 0.5) -> None:
@@ -94,3 +94,28 @@ def test_the_job_s_figures_come_from_its_template() -> None:
     logical, p = progress_for(_jobset())
     assert logical == "job"
     assert (p.work_needed, p.interval, p.write) == (30.0, 8.0, 0.0)
+
+
+def test_the_gpus_show_what_the_program_does_and_a_hang_is_silent() -> None:
+    p = Progress(work_needed=100.0, interval=10.0, write=2.0)
+    assert p.activity() is None  # not running yet
+    run(p, 0.0, 5.0)
+    assert p.activity() == COMPUTING_LOAD
+    run(p, 5.5, 11.0)  # writing from 10 s to 12 s
+    assert p.activity() == WRITING_LOAD
+    run(p, 11.5, 15.0)
+    p.hang()
+    work, checkpoints = p.saved + p.since_save, list(p.checkpoints)
+    run(p, 15.5, 60.0)  # 45 s hung: pods Running, nothing advances, no checkpoint
+    assert p.activity() == HUNG_LOAD
+    assert (p.saved + p.since_save, p.checkpoints) == (pytest.approx(work), checkpoints)
+    # the restart clears it: the work since the last checkpoint is lost, and the new attempt computes again
+    run(p, 61.0, 70.0, attempt="job/1")
+    assert p.lost == pytest.approx([work - 10.0])
+    assert (p.hung, p.activity()) == (False, COMPUTING_LOAD)
+
+
+def test_a_gang_that_is_not_running_cannot_hang() -> None:
+    p = Progress(work_needed=100.0, interval=10.0, write=2.0)
+    p.hang()
+    assert not p.hung

@@ -281,3 +281,50 @@ def test_the_checkpoint_report_bounds_the_work_lost_and_measured_reliability_set
     out = submit(stack, spec_file(tmp_path, "crash-next"))
     print(f"reliability {data}; next submission: {out.splitlines()[1]}")
     assert "source measured" in out
+
+
+def test_the_played_program_loads_its_own_gpus_and_a_hang_is_silent_to_everything_but_the_gpus(
+    clean: LocalStack, tmp_path: Path
+) -> None:
+    """The stand-ins a stall detector reads, end to end: the fake trainer's load reaches the GPUs the gang's pods hold
+    (the fake dcgm-exporter's pod mapping), Prometheus, and the per-job view by the pod's own job label; a hang keeps
+    every pod Running and makes no checkpoint while its GPUs sit busy with idle tensor cores."""
+    dcgm = load_sim_module("fake_dcgm")
+    processes.registry()["fake-dcgm"].start()  # (re)started if it runs older code
+    stack = clean
+    submit(stack, spec_file(tmp_path, "hangs"))
+    (pod,) = running(stack, "hangs", 0, 1)
+    play = trainer.FakeTrainer(
+        load_kube_config(stack), NS, time.time, load=lambda pods: dcgm.admin("/admin/load", {"pods": pods})
+    )
+    job = f'gpucluster_io_training_job="hangs",namespace="{NS}"'
+
+    def gpus_at(tensor: float) -> list[float] | None:
+        """The tensor activity of the job's 8 GPUs once every one reads ``tensor`` (a step of the trainer first)."""
+        play.step()
+        values = [float(v) for v in prometheus_values(f"DCGM_FI_PROF_PIPE_TENSOR_ACTIVE{{{job}}}")]
+        return values if len(values) == 8 and all(v == tensor for v in values) else None
+
+    try:
+        busy = wait_for("the gang's 8 GPUs computing", lambda: gpus_at(trainer.COMPUTING_LOAD[1]), timeout=30)
+        (progress,) = play.jobs.values()
+        progress.hang()
+        work = progress.saved + progress.since_save
+        hung = wait_for("the hang on the GPUs", lambda: gpus_at(trainer.HUNG_LOAD[1]), timeout=30)
+        util = [float(u) for u in prometheus_values(f"DCGM_FI_DEV_GPU_UTIL{{{job}}}")]
+        print(f"computing: tensor activity {busy}; hung: tensor activity {hung}, utilisation {util}")
+        assert util == [trainer.HUNG_LOAD[0]] * 8
+        assert [p["metadata"]["name"] for p in gang(stack, "hangs", 0)] == [pod["metadata"]["name"]]  # still Running
+        assert progress.saved + progress.since_save == work  # no step since the hang
+        assert not progress.checkpoints or progress.checkpoints[-1] <= time.time()
+    finally:
+        dcgm.admin("/admin/reset")
+
+
+def prometheus_values(query: str) -> list[str]:
+    import urllib.parse  # noqa: PLC0415
+    import urllib.request  # noqa: PLC0415
+
+    url = "http://127.0.0.1:9090/api/v1/query?" + urllib.parse.urlencode({"query": query})
+    with urllib.request.urlopen(url, timeout=5) as reply:
+        return [r["value"][1] for r in json.loads(reply.read())["data"]["result"]]
