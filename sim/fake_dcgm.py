@@ -86,10 +86,11 @@ class PodInfo:
     labels: tuple[tuple[str, str], ...] = ()
 
     def attributes(self) -> list[tuple[str, str]]:
-        # Labels first, then pod/namespace/container: dcgm-exporter writes the attributes over a label of the
-        # same name.
+        # As dcgm-exporter's template renders them (internal/pkg/rendermetrics): the labels, then the attributes,
+        # each written even when a pod label has an attribute's name; Prometheus then refuses the whole scrape for
+        # the duplicate label name, and the node's GPUs go unwatched.
         own = {"pod": self.name, "namespace": self.namespace, "container": self.container}
-        return [(k, v) for k, v in self.labels if k not in own] + list(own.items())
+        return list(self.labels) + list(own.items())
 
 
 def _gpu_limit(container: Mapping[str, Any]) -> int:

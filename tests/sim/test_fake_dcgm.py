@@ -86,8 +86,16 @@ def test_the_dashboards_job_label_is_what_the_exporter_makes_of_the_pods_label()
     assert sanitize_label_name(TRAINING_JOB_LABEL) == DCGM_JOB_LABEL
 
 
+def test_a_pod_label_named_like_an_attribute_is_written_twice_as_dcgm_exporter_does() -> None:
+    pods = [pod("llm-node-0-0", "n0", 1, labels={"pod": "not-the-name"})]
+    fleet = Fleet([Gpu("n0", 0, "H100")], lambda: pods, pod_labels=True)
+    line = next(x for x in fleet.exposition().splitlines() if x.startswith("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE{"))
+    assert 'pod="not-the-name"' in line
+    assert 'pod="llm-node-0-0"' in line  # a duplicate label name: Prometheus refuses the scrape, as it would
+
+
 def test_the_exposition_carries_the_holder_on_its_gpus_only() -> None:
-    pods = [pod("llm-node-0-0", "n0", 1, labels={TRAINING_JOB_LABEL: "llm", "pod": "not-the-name"})]
+    pods = [pod("llm-node-0-0", "n0", 1, labels={TRAINING_JOB_LABEL: "llm"})]
     fleet = Fleet([Gpu("n0", 0, "H100"), Gpu("n0", 1, "H100")], lambda: pods, pod_labels=True)
     samples = {
         s.labels["gpu"]: s.labels
@@ -95,7 +103,7 @@ def test_the_exposition_carries_the_holder_on_its_gpus_only() -> None:
         if f.name == "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"
         for s in f.samples
     }
-    assert samples["0"]["pod"] == "llm-node-0-0"  # the attribute wins over a pod label of the same name
+    assert samples["0"]["pod"] == "llm-node-0-0"
     assert (samples["0"]["namespace"], samples["0"]["container"]) == ("team-a", "trainer")
     assert samples["0"]["gpucluster_io_training_job"] == "llm"
     assert not {"pod", "namespace", "container", "gpucluster_io_training_job"} & set(samples["1"])
