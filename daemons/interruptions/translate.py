@@ -1,14 +1,11 @@
 """API JSON -> the plain values of ``model.py``. A malformed object is named in a ValueError, never a crash.
 
-Which pods belong to a JobSet: those in its namespace carrying its ``gpucluster.io/training-job`` label value, of
-its current restart attempt (JobSet's label ``jobset.sigs.k8s.io/restart-attempt`` equal to ``status.restarts``,
-where the label is there) and not being deleted. The gang is all Running when at least ``nodes`` of them are
-(``nodes``: the sum of each replicatedJob's replicas x parallelism); since when is the latest Running start among them.
+Which pods are the gang now, and since when it all runs, is ``daemons/jobsets.py`` (the stall detector
+reads the gang the same way).
 """
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -16,42 +13,18 @@ from components.constants import (
     CHECKPOINT_ANNOTATION_PREFIX,
     CHECKPOINT_INTERVAL_ANNOTATION,
     CHECKPOINT_WRITE_ANNOTATION,
-    JOBSET_RESTART_ATTEMPT_LABEL,
     MAX_RESTARTS_PER_HOUR_ANNOTATION,
     TEAM_LABEL,
     TRAINING_JOB_LABEL,
 )
 from daemons.interruptions.classify import NodeState, PodFailure
 from daemons.interruptions.model import LEDGER_ANNOTATION, JobView, WorkloadView
+from daemons.jobsets import TRAINER, belongs, gang_size, of_attempt, parse_time, running_start
+from daemons.jobsets import as_int as _int
+from daemons.jobsets import as_list as _list
+from daemons.jobsets import as_map as _map
 
-TRAINER = "trainer"
-
-
-def parse_time(text: object) -> float | None:
-    """RFC 3339 -> epoch seconds; None when absent or unreadable."""
-    if not isinstance(text, str) or not text:
-        return None
-    try:
-        return dt.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
-
-
-def _map(obj: Any, key: str) -> Mapping[str, Any]:
-    value = obj.get(key) if isinstance(obj, Mapping) else None
-    return value if isinstance(value, Mapping) else {}
-
-
-def _list(obj: Any, key: str) -> list[Any]:
-    value = obj.get(key) if isinstance(obj, Mapping) else None
-    return value if isinstance(value, list) else []
-
-
-def _int(text: object) -> int | None:
-    try:
-        return int(str(text))
-    except (TypeError, ValueError):
-        return None
+__all__ = ["TRAINER", "job_view", "node_state", "owner_uid", "parse_time", "pod_failure", "workload_view"]
 
 
 def _float(text: object) -> float | None:
@@ -126,27 +99,6 @@ def event_time(obj: Mapping[str, Any]) -> float | None:
     return None
 
 
-def _gang_size(spec: Mapping[str, Any]) -> int:
-    total = 0
-    for rj in _list(spec, "replicatedJobs"):
-        if not isinstance(rj, Mapping):
-            continue
-        replicas = _int(rj.get("replicas", 1)) or 1
-        parallelism = _int(_map(_map(rj, "template"), "spec").get("parallelism", 1)) or 1
-        total += replicas * parallelism
-    return max(1, total)
-
-
-def _running_start(pod: Mapping[str, Any]) -> float | None:
-    status = _map(pod, "status")
-    for cs in _list(status, "containerStatuses"):
-        if isinstance(cs, Mapping) and cs.get("name") == TRAINER:
-            started = parse_time(_map(_map(cs, "state"), "running").get("startedAt"))
-            if started is not None:
-                return started
-    return parse_time(status.get("startTime"))
-
-
 def pod_failure(pod: Mapping[str, Any]) -> PodFailure | None:
     """What a failed (or disrupted) pod says; None for a pod that has not failed."""
     status = _map(pod, "status")
@@ -185,21 +137,17 @@ def job_view(
     restarts = _int(status.get("restarts")) or 0
     towards = _int(status.get("restartsCountTowardsMax")) or 0
     job_label = labels.get(TRAINING_JOB_LABEL, name)
-    gang = _gang_size(spec)
+    gang = gang_size(spec)
     current = []
     failures = []
     for pod in pods:
-        pmeta = _map(pod, "metadata")
-        if _map(pmeta, "labels").get(TRAINING_JOB_LABEL) != job_label or pmeta.get("namespace") != ns:
+        if not belongs(pod, ns, job_label):
             continue
         failure = pod_failure(pod)
         if failure is not None:
             failures.append((failure, nodes.get(failure.node or "", NodeState(False)) if failure.node else None))
-        attempt = _map(pmeta, "labels").get(JOBSET_RESTART_ATTEMPT_LABEL)
-        if pmeta.get("deletionTimestamp") or (attempt is not None and _int(attempt) != restarts):
-            continue
-        if _map(pod, "status").get("phase") == "Running":
-            current.append(_running_start(pod))
+        if of_attempt(pod, restarts) and _map(pod, "status").get("phase") == "Running":
+            current.append(running_start(pod))
     since: float | None = None
     if len(current) >= gang and all(t is not None for t in current):
         since = max(t for t in current if t is not None)
