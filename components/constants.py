@@ -109,3 +109,24 @@ TRAINER_SERVICE_ACCOUNT = "gpucluster-trainer"
 #: repeats it as a literal (defaults, argument_specs, the preflight assert), and
 #: ``tests/ansible/test_thermal_ceiling.py`` fails when any of those differs from this value.
 GPU_TEMP_CEILING_C = 78.0
+
+# --- Stalls ----------------------------------------------------------------------------------------------------
+
+#: The progress report (optional): a job annotates its team's ``checkpoints`` claim, beside its checkpoint report,
+#: with ``progress.gpucluster.io/<jobset name>: {"step": <int>, "phase": "train|checkpoint|eval|data",
+#: "at": <RFC 3339 time of the last step>}``. The stall detector reads it.
+PROGRESS_ANNOTATION_PREFIX = "progress.gpucluster.io/"
+#: On the JobSet: the job's own stallAfter (seconds), from its spec.
+STALL_AFTER_ANNOTATION = "gpucluster.io/stall-after-seconds"
+#: On the JobSet: the stall detector's restart of one attempt (JSON: attempt, at, evidence, suspects), written
+#: before it evicts a pod of that attempt; the interruption accounting counts that attempt's end as a ``hang``.
+STALL_RESTART_ANNOTATION = "gpucluster.io/stall-restart"
+#: The fabric exporter's ``hw_counters`` (mlx5's names) that count transport retries and timeouts on a port: what
+#: the InfiniBand transport alert and the stall detector's attribution read.
+IB_TRANSPORT_ERRORS = (
+    "local_ack_timeout_err",
+    "rnr_nak_retry_err",
+    "packet_seq_err",
+    "implied_nak_seq_err",
+    "out_of_sequence",
+)

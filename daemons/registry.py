@@ -14,6 +14,7 @@ from daemons.interruptions.spec import SPEC as INTERRUPTIONS
 from daemons.make_before_break.spec import SPEC as MAKE_BEFORE_BREAK
 from daemons.quarantine.spec import SPEC as QUARANTINE
 from daemons.quota_controller.spec import SPEC as QUOTA_CONTROLLER
+from daemons.stall_detector.spec import SPEC as STALL_DETECTOR
 from daemons.taint_controller.spec import SPEC as TAINT_CONTROLLER
 from daemons.toolkit.spec import ControllerSpec
 
@@ -23,6 +24,7 @@ __all__ = [
     "MAKE_BEFORE_BREAK",
     "QUARANTINE",
     "QUOTA_CONTROLLER",
+    "STALL_DETECTOR",
     "TAINT_CONTROLLER",
     "by_name",
     "check_unique",
@@ -34,6 +36,7 @@ CONTROLLERS: tuple[ControllerSpec[Any], ...] = (
     QUOTA_CONTROLLER,
     QUARANTINE,
     INTERRUPTIONS,
+    STALL_DETECTOR,
 )
 
 

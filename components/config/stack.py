@@ -35,6 +35,9 @@ from components.queues_settings import ClusterQueueSpec, GpuFlavor, KueueSetting
 from components.quota_controller_settings import FILLED as QUOTA_CONTROLLER_FILLED
 from components.quota_controller_settings import STACK_KEY as QUOTA_CONTROLLER_KEY
 from components.quota_controller_settings import QuotaControllerSettings, QuotaFlavor, QuotaQueue
+from components.stall_detector_settings import FILLED as STALL_DETECTOR_FILLED
+from components.stall_detector_settings import STACK_KEY as STALL_DETECTOR_KEY
+from components.stall_detector_settings import StallDetectorSettings
 from components.storage_settings import StorageSettings
 from components.taint_controller_queries import gpu_types_in_cluster
 from components.taint_controller_settings import SECTION_KEY as TAINT_CONTROLLER_SECTION
@@ -111,6 +114,8 @@ class StackConfig:
     training: TrainingSettings
     #: The interruption accounting daemon (ETTR, the restart bound, the measured reliability).
     interruptions: InterruptionsSettings
+    #: The stall detector; its team namespaces and exporters' scrape jobs filled from the stack's.
+    stall_detector: StallDetectorSettings
     #: Where our own images come from: every image of ours above that the stack did not set is named by it.
     images: ImagesSettings
     #: None when the stack has no ``gpucluster:burst`` section.
@@ -189,6 +194,7 @@ FILLED_BY_STACK = {
     MAKE_BEFORE_BREAK_KEY: MAKE_BEFORE_BREAK_FILLED,
     QUOTA_CONTROLLER_KEY: QUOTA_CONTROLLER_FILLED,
     QUARANTINE_KEY: QUARANTINE_FILLED,
+    STALL_DETECTOR_KEY: STALL_DETECTOR_FILLED,
     "telemetry": TELEMETRY_FILLED,
 }
 
@@ -212,6 +218,7 @@ SECTIONS: dict[str, _Section] = {
     QUARANTINE_KEY: _section("quarantine", QuarantineSettings, {}, model=True),
     "training": _section("training", TrainingSettings, {}, model=True),
     INTERRUPTIONS_KEY: _section("interruptions", InterruptionsSettings, {}, model=True),
+    STALL_DETECTOR_KEY: _section("stall_detector", StallDetectorSettings, {}, model=True),
     "images": _section("images", ImagesSettings, {}, model=True),
     "inferenceServices": _section("inference_services", list[InferenceServiceSpec], []),
 }
@@ -254,6 +261,7 @@ class StackSections:
     quarantine: QuarantineSettings | None = None
     training: TrainingSettings | None = None
     interruptions: InterruptionsSettings | None = None
+    stall_detector: StallDetectorSettings | None = None
     images: ImagesSettings | None = None
     inference_services: tuple[InferenceServiceSpec, ...] | None = None
     #: None when the stack has no ``gpucluster:burst`` section or it did not validate.
@@ -324,6 +332,14 @@ class StackSections:
         # passed acceptance yet is still taken out, and the breaker's share is of the whole flavor.
         flavors = [QuarantineFlavor(name=f.name, node_labels=dict(f.node_labels)) for f in values["flavors"]]
         values["quarantine"] = values["quarantine"].model_copy(update={"flavors": flavors})
+        # The stall detector watches the teams' namespaces and reads the exporters' own scrape jobs only.
+        values["stall_detector"] = values["stall_detector"].model_copy(
+            update={
+                "workload_namespaces": [t.namespace for t in values["teams"]],
+                "dcgm_scrape_job": values["telemetry"].dcgm_scrape_job,
+                "fabric_scrape_job": values["telemetry"].fabric_scrape_job,
+            }
+        )
         return StackConfig(**values, burst=burst)
 
 

@@ -25,7 +25,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from components.constants import GPU_RESOURCE, QUARANTINE_REASON_ANNOTATION, VIRTUAL_NODE_TAINT_KEY
+from components.constants import (
+    GPU_RESOURCE,
+    IB_TRANSPORT_ERRORS,
+    QUARANTINE_REASON_ANNOTATION,
+    VIRTUAL_NODE_TAINT_KEY,
+)
 from components.telemetry.settings import TelemetrySettings
 from components.telemetry.xids import program_xid_filter
 
@@ -39,14 +44,6 @@ QUARANTINE_ALERTS = ("GpuTemperatureHigh", "GpuXidError", "NvlinkErrorsIncreasin
 _SIGNAL = {QUARANTINE_SIGNAL_LABEL: QUARANTINE_SIGNAL_VALUE}
 
 FABRIC = "gpucluster_fabric"
-#: The fabric exporter's ``hw_counters`` (mlx5's names) that count transport retries and timeouts on a port.
-IB_TRANSPORT_ERRORS = (
-    "local_ack_timeout_err",
-    "rnr_nak_retry_err",
-    "packet_seq_err",
-    "implied_nak_seq_err",
-    "out_of_sequence",
-)
 TRAINING = "gpucluster_training"
 JOB = "namespace, job, team"
 

@@ -65,6 +65,8 @@ def test_daemons_start_in_dependency_order(cluster: Path) -> None:
         "quarantine-b",
         "interruptions-a",
         "interruptions-b",
+        "stall-detector-a",
+        "stall-detector-b",
         "descheduler",
     ]
 
@@ -133,6 +135,7 @@ def test_command_lines_are_the_programs_with_what_pulumi_deployed(cluster: Path)
         ("quota_controller", processes.controller_ports("quota-controller")),
         ("quarantine", processes.controller_ports("quarantine")),
         ("interruptions", processes.controller_ports("interruptions")),
+        ("stall_detector", processes.controller_ports("stall-detector")),
     ):
         for name, port in names.items():
             assert cmds[name] == [
@@ -179,6 +182,7 @@ def test_each_daemon_reads_the_deployed_files_with_its_own_serviceaccount(cluste
         "quota-controller-b": "gpucluster-capacity-gpucluster-quota-controller",
         "quarantine-a": "gpucluster-capacity-gpucluster-quarantine",
         "interruptions-b": "gpucluster-training-gpucluster-interruptions",
+        "stall-detector-a": "gpucluster-training-gpucluster-stall-detector",
         "descheduler": "kube-system-descheduler",
     }
     for name, user in users.items():
@@ -196,12 +200,18 @@ def test_each_daemon_reads_the_deployed_files_with_its_own_serviceaccount(cluste
         "quota-controller": ["127.0.0.1:9106", "127.0.0.1:9107"],
         "quarantine": ["127.0.0.1:9108", "127.0.0.1:9109"],
         "interruptions": ["127.0.0.1:9112", "127.0.0.1:9113"],
+        "stall-detector": ["127.0.0.1:9114", "127.0.0.1:9115"],
         "dcgm-exporter": ["127.0.0.1:18094"],
         "burst-provider": ["127.0.0.1:10299"],
+        # the fake dcgm-exporter serves the fabric exporter's data counters too, on a path of its own
+        "gpucluster-fabric-exporter": ["127.0.0.1:18094"],
     }
-    # The accounting's and dcgm-exporter's own namespace and job labels win over the scrape's.
+    paths = {j["job_name"]: j.get("metrics_path", "/metrics") for j in prom["scrape_configs"]}
+    assert paths["gpucluster-fabric-exporter"] == "/fabric/metrics"
+    assert paths["dcgm-exporter"] == "/metrics"
+    # The accounting's, the stall detector's and dcgm-exporter's own namespace and job labels win over the scrape's.
     honored = {j["job_name"] for j in prom["scrape_configs"] if j["honor_labels"]}
-    assert honored == {"interruptions", "dcgm-exporter"}
+    assert honored == {"interruptions", "stall-detector", "dcgm-exporter"}
     assert prom["rule_files"] == [f"{state}/prometheus/rules.yaml"]
     assert (state / "prometheus" / "rules.yaml").read_text() == fake_kubectl.RULES
 

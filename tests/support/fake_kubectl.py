@@ -21,6 +21,7 @@ SETTINGS = {
     ("gpucluster-capacity", "gpucluster-quota-controller-settings"): '{"returnAfter": "20s"}',
     ("gpucluster-capacity", "gpucluster-quarantine-settings"): '{"interval": "2s"}',
     ("gpucluster-training", "gpucluster-interruptions-settings"): '{"interval": "1s"}',
+    ("gpucluster-training", "gpucluster-stall-detector-settings"): '{"interval": "2s"}',
 }
 #: The provider Secret holds the local stack's one provider secret, the key the RunPod fake accepts.
 SECRET_DATA = {"runpodFakeApiKey": base64.b64encode(b"not-a-real-key").decode()}

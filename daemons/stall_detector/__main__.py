@@ -1,0 +1,52 @@
+"""``gpucluster-stall-detector``: restarts a hung training gang in place and names the node to blame.
+
+The kit's command line (``daemons.toolkit.runner``: flags, settings, Lease, ``/metrics`` and ``/healthz``,
+``--once``, graceful stop) on this controller's ``spec.py``; here, what is its own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from components.stall_detector_settings import StallDetectorSettings
+from daemons.stall_detector.controller import Controller, summary
+from daemons.stall_detector.kube import KubeApi
+from daemons.stall_detector.metrics import Metrics
+from daemons.stall_detector.spec import SPEC
+from daemons.toolkit import runner
+from daemons.toolkit.prometheus import PrometheusClient
+from daemons.toolkit.serve import EXIT_BAD_SETTINGS
+
+__all__ = ["EXIT_BAD_SETTINGS", "build_parser", "main"]
+
+
+def _controller(w: runner.Wiring[StallDetectorSettings, Metrics]) -> Controller:
+    s = w.settings
+    return Controller(
+        s,
+        PrometheusClient(s.prometheus_url, s.request_timeout_seconds),
+        KubeApi(w.api_client, s.request_timeout_seconds),
+        w.metrics,
+        is_leader=w.is_leader,
+        identity=w.identity,
+        dry_run=w.dry_run,
+    )
+
+
+RUNTIME: runner.Runtime[StallDetectorSettings, Metrics, Controller] = runner.Runtime(
+    metrics=Metrics,
+    controller=_controller,
+    summary=summary,
+    running=lambda s: {"namespaces": list(s.workload_namespaces), "stallAfter": s.stall_after},
+    dry_run=lambda args, s: bool(args.dry_run or s.dry_run),
+)
+main = runner.main_for(SPEC, RUNTIME)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    return runner.build_parser(SPEC)
+
+
+if __name__ == "__main__":
+    sys.exit(main(None))

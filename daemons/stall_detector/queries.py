@@ -1,0 +1,77 @@
+"""The PromQL the stall detector sends, one query per input, whatever the number of gangs.
+
+Each query covers every gang at once (one answer per GPU or per node, joined with the gangs in ``readings.py``), so
+a cycle costs the same few queries at 8 GPUs or 4,096. Series are read only from the exporters' own scrape jobs
+(the stack fills them), so a pod serving look-alike series cannot make a gang look busy or a node look bad.
+
+* tensor activity, per GPU a gang's pod holds: dcgm-exporter's ``DCGM_FI_PROF_PIPE_TENSOR_ACTIVE`` with the pod
+  mapping it attaches (``namespace``, ``pod``, ``gpu``); the window's highest (:func:`tensor_max`: the stall
+  verdict) and its average (:func:`tensor_mean`: who straggles);
+* fabric traffic, per node: the fabric exporter's InfiniBand data counters, both ways, as a rate over the window;
+* evidence, per node: InfiniBand transport retries and timeouts (``hw_counters``) and hard link events (InfiniBand
+  link downs and recoveries, NVLink recoveries), over the window.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from components.constants import IB_TRANSPORT_ERRORS
+from daemons.fabric_exporter import METRIC_PREFIX as FABRIC
+
+TENSOR_METRIC = "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"
+#: The labels dcgm-exporter's pod mapping puts on a GPU's series (``kubernetes.enablePodLabels`` aside).
+POD_LABELS = ("namespace", "pod", "gpu")
+FABRIC_DATA = f"{FABRIC}_infiniband_port_(transmit|receive)_data_bytes_total"
+IB_HW_COUNTERS = f"{FABRIC}_infiniband_hw_counters_total"
+IB_ERRORS = f"{FABRIC}_infiniband_port_errors_total"
+NVLINK_ERRORS = f"{FABRIC}_nvlink_errors_total"
+
+
+def _selector(metric: str, *matchers: str) -> str:
+    """``metric{m1,m2}`` with the empty matchers left out."""
+    return metric + "{" + ",".join(m for m in matchers if m) + "}"
+
+
+def _job(job: str | None) -> str:
+    return f'job="{job}"' if job else ""
+
+
+def _namespaces(namespaces: Sequence[str]) -> str:
+    return 'namespace=~"' + "|".join(sorted(namespaces)) + '"' if namespaces else 'namespace!=""'
+
+
+def window(seconds: float) -> str:
+    """A range selector's duration: whole seconds, at least one."""
+    return f"{max(1, round(seconds))}s"
+
+
+def _by_gpu(over: str, job: str | None, namespaces: Sequence[str], seconds: float) -> str:
+    series = _selector(TENSOR_METRIC, _job(job), _namespaces(namespaces), 'pod!=""')
+    return f"max by ({', '.join(POD_LABELS)}) ({over}({series}[{window(seconds)}]))"
+
+
+def tensor_max(job: str | None, namespaces: Sequence[str], seconds: float) -> str:
+    return _by_gpu("max_over_time", job, namespaces, seconds)
+
+
+def tensor_mean(job: str | None, namespaces: Sequence[str], seconds: float) -> str:
+    return _by_gpu("avg_over_time", job, namespaces, seconds)
+
+
+def fabric_bytes(job: str | None, seconds: float) -> str:
+    series = _selector("", '__name__=~"' + FABRIC_DATA + '"', _job(job))
+    return f"sum by (node) (rate({series}[{window(seconds)}]))"
+
+
+def transport_errors(job: str | None, seconds: float) -> str:
+    series = _selector(IB_HW_COUNTERS, _job(job), 'counter=~"' + "|".join(IB_TRANSPORT_ERRORS) + '"')
+    return f"sum by (node) (increase({series}[{window(seconds)}]))"
+
+
+def link_errors(job: str | None, seconds: float) -> str:
+    """Hard link events only (an InfiniBand link down or recovering, an NVLink recovery): the background trickle of
+    symbol and CRC errors a healthy fleet shows is the alerts' business, judged as a ratio, not a suspect's."""
+    names = '__name__=~"' + IB_ERRORS + "|" + NVLINK_ERRORS + '"'
+    series = _selector("", names, _job(job), 'type=~"link_downed|link_error_recovery|recovery"')
+    return f"sum by (node) (increase({series}[{window(seconds)}]))"
