@@ -27,6 +27,16 @@ every pod's load; the GPUs a listed pod holds (the pod mapping below) show its `
 of their own, and go back to their own when it is no longer listed or holds them no more. Nodes and their GPU
 counts come from the stack (``sim/nodes.py``).
 
+The same process stands for our fabric exporter's InfiniBand data counters (``GET /fabric/metrics``:
+``gpucluster_fabric_infiniband_port_transmit_data_bytes_total`` and ``..._receive_...`` per node, HCA and port,
+each node's four HCAs as ``mlx5_0``..``mlx5_3``), so the stall detector reads traffic that follows the program: a
+GPU a pod holds that computes (tensor activity above zero) makes its node exchange gradients at
+``FABRIC_BYTES_PER_TENSOR`` x activity bytes a second both ways, spread over the HCAs; a hung, writing or idle
+gang moves nothing but the subnet manager's trickle (``FABRIC_BACKGROUND`` bytes a second a port), which every real
+port shows too. The counters advance with the wall clock between scrapes, 64 bits wide. What it does not model:
+link errors and transport counters (the fleet benchmark's fakes play those), a collective that moves data while
+the tensor cores idle (NCCL's own hang with a spinning proxy thread), uneven traffic between HCAs.
+
 ``python sim/fake_dcgm.py --listen 127.0.0.1:18094 [--stack FILE] [--kubeconfig FILE [--enable-pod-labels]]``.
 """
 
@@ -38,6 +48,7 @@ import json
 import re
 import sys
 import threading
+import time
 import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -59,6 +70,16 @@ SERIES = (
     ("DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (in %).", "util"),
     ("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "gauge", "Ratio of cycles the tensor (HMMA) pipe is active.", "tensor_active"),
     ("DCGM_FI_DEV_XID_ERRORS", "gauge", "Value of the last XID error encountered.", "xid"),
+)
+#: Gradient traffic a node's NICs carry per unit of tensor activity of each GPU it holds for a pod (bytes a second,
+#: both ways): about 9 GB/s for a GPU at 0.45, the order of an 8-GPU node's all-reduce share on 4 x 400 Gb/s.
+FABRIC_BYTES_PER_TENSOR = 2.5e9
+#: What a quiet port still moves a second (subnet management, keep-alives).
+FABRIC_BACKGROUND = 2048.0
+HCAS = ("mlx5_0", "mlx5_1", "mlx5_2", "mlx5_3")
+FABRIC_SERIES = (
+    ("gpucluster_fabric_infiniband_port_transmit_data_bytes_total", "Data octets transmitted on the port."),
+    ("gpucluster_fabric_infiniband_port_receive_data_bytes_total", "Data octets received on the port."),
 )
 MAX_BODY = 1 << 20  # /admin/load lists every pod of every gang
 #: The counters CSV's ``label`` fields (components/telemetry/counters.py) other than the serial, as dcgm-exporter
@@ -170,8 +191,10 @@ class Fleet:
         gpus: Sequence[Gpu],
         list_pods: Callable[[], list[Mapping[str, Any]]] | None = None,
         pod_labels: bool = False,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._gpus = {(g.node, g.index): g for g in gpus}
+        self._clock = clock
         self._lock = threading.Lock()
         self._list_pods = list_pods
         #: (namespace, pod) -> (util, tensor activity) the program puts on the GPUs the pod holds.
@@ -180,6 +203,9 @@ class Fleet:
         for g in gpus:
             per_node[g.node] = max(per_node.get(g.node, 0), g.index + 1)
         self._allocator = Allocator(per_node, pod_labels)
+        #: node -> bytes each of its ports moved each way so far, and when last advanced.
+        self._fabric: dict[str, float] = dict.fromkeys(per_node, 0.0)
+        self._fabric_at = clock()
 
     def set(self, body: Any) -> str | None:
         """Apply one ``/admin/gpu`` request; the problem, or None."""
@@ -242,6 +268,29 @@ class Fleet:
             return {}
         with self._lock:
             return self._allocator.update(pods)
+
+    def _node_rates(self, holders: Mapping[tuple[str, int], PodInfo]) -> dict[str, float]:
+        """Bytes a second each port of each node moves each way now (under the lock)."""
+        rates = dict.fromkeys(self._fabric, FABRIC_BACKGROUND)
+        for (node, _index), holder in holders.items():
+            load = self._loads.get((holder.namespace, holder.name))
+            if load is not None and node in rates:
+                rates[node] += FABRIC_BYTES_PER_TENSOR * load[1] / len(HCAS)
+        return rates
+
+    def fabric_exposition(self) -> str:
+        holders = self.holders()
+        lines: list[str] = []
+        with self._lock:
+            now = self._clock()
+            elapsed, self._fabric_at = now - self._fabric_at, now
+            for node, rate in self._node_rates(holders).items():
+                self._fabric[node] += rate * elapsed
+            for metric, help_text in FABRIC_SERIES:
+                lines += [f"# HELP {metric} {help_text}", f"# TYPE {metric} counter"]
+                for node, moved in self._fabric.items():
+                    lines += [f'{metric}{{node="{node}",device="{hca}",port="1"}} {int(moved)}' for hca in HCAS]
+        return "\n".join(lines) + "\n"
 
     def exposition(self) -> str:
         holders = self.holders()
@@ -326,6 +375,8 @@ def handler(fleet: Fleet) -> type[BaseHTTPRequestHandler]:
         def do_GET(self) -> None:
             if self.path == "/metrics":
                 self._send(200, fleet.exposition(), "text/plain; version=0.0.4")
+            elif self.path == "/fabric/metrics":
+                self._send(200, fleet.fabric_exposition(), "text/plain; version=0.0.4")
             elif self.path == "/admin/state":
                 self._send(200, json.dumps(fleet.state()))
             else:

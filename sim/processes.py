@@ -353,7 +353,7 @@ def kube_state_metrics(s: Stack) -> Iterable[Daemon]:
 
 #: Scrape jobs whose targets' own namespace and job labels win (honor_labels); dcgm-exporter's (the stack names
 #: its job) too.
-HONOR_LABELS = frozenset({"interruptions"})
+HONOR_LABELS = frozenset({"interruptions", "stall-detector"})
 
 
 def prometheus(s: Stack) -> Iterable[Daemon]:
@@ -366,17 +366,37 @@ def prometheus(s: Stack) -> Iterable[Daemon]:
         "--web.enable-admin-api",
     ]
 
-    def cmd() -> list[str]:
-        d = s.state / "prometheus"
-        d.mkdir(parents=True, exist_ok=True)
-        targets = {
+    def targets() -> dict[str | None, list[str]]:
+        return {
             "kube-state-metrics": [f"127.0.0.1:{KSM_PORT}"],
             **{n: [f"127.0.0.1:{p}" for p in controller_ports(n).values()] for n in registered_controllers()},
             # under the job the stack's quarantine alerts match
             s.config.telemetry.dcgm_scrape_job: [f"127.0.0.1:{FAKE_DCGM_PORT}"],
             "burst-provider": [f"127.0.0.1:{port}"],
         }
+
+    def cmd() -> list[str]:
+        d = s.state / "prometheus"
+        d.mkdir(parents=True, exist_ok=True)
         rules = write_deployed(s.config.telemetry.namespace, RULES_CONFIGMAP, RULES_KEY, d / "rules.yaml")
+        jobs = [
+            {
+                "job_name": job,
+                "static_configs": [{"targets": t}],
+                "honor_labels": job in HONOR_LABELS or job == s.config.telemetry.dcgm_scrape_job,
+            }
+            for job, t in targets().items()
+        ]
+        if s.config.telemetry.fabric_scrape_job:
+            # the fake dcgm-exporter also stands for the fabric exporter's data counters
+            jobs.append(
+                {
+                    "job_name": s.config.telemetry.fabric_scrape_job,
+                    "metrics_path": "/fabric/metrics",
+                    "static_configs": [{"targets": [f"127.0.0.1:{FAKE_DCGM_PORT}"]}],
+                    "honor_labels": False,
+                }
+            )
         config = {
             "global": {"scrape_interval": "2s", "evaluation_interval": "2s"},
             # The alert rules the stack deployed (a ConfigMap: the local stack runs no Prometheus operator).
@@ -384,14 +404,7 @@ def prometheus(s: Stack) -> Iterable[Daemon]:
             # The interruption accounting labels its series with the workload's namespace and job (the training
             # job's name), dcgm-exporter with the namespace and pod holding each GPU: theirs must win over the
             # scrape's own.
-            "scrape_configs": [
-                {
-                    "job_name": job,
-                    "static_configs": [{"targets": t}],
-                    "honor_labels": job in HONOR_LABELS or job == s.config.telemetry.dcgm_scrape_job,
-                }
-                for job, t in targets.items()
-            ],
+            "scrape_configs": jobs,
         }
         (d / "prometheus.yml").write_text(json.dumps(config, indent=2))
         return [
@@ -402,8 +415,9 @@ def prometheus(s: Stack) -> Iterable[Daemon]:
             *flags,
         ]
 
-    def fingerprint() -> str:  # a running Prometheus started with other flags or rules is restarted
-        return "\n".join([*flags, deployed_text(s.config.telemetry.namespace, RULES_CONFIGMAP, RULES_KEY)])
+    def fingerprint() -> str:  # a running Prometheus started with other flags, targets or rules is restarted
+        scraped = json.dumps([{str(k): v for k, v in targets().items()}, s.config.telemetry.fabric_scrape_job])
+        return "\n".join([*flags, scraped, deployed_text(s.config.telemetry.namespace, RULES_CONFIGMAP, RULES_KEY)])
 
     yield s.daemon("prometheus", cmd, ready_url=f"http://127.0.0.1:{PROMETHEUS_PORT}/-/ready", fingerprint=fingerprint)
 

@@ -11,7 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from components.constants import TRAINING_JOB_LABEL
 from components.telemetry.dashboard import DCGM_JOB_LABEL
-from sim.fake_dcgm import Allocator, Fleet, Gpu, sanitize_label_name
+from sim.fake_dcgm import FABRIC_BACKGROUND, FABRIC_BYTES_PER_TENSOR, HCAS, Allocator, Fleet, Gpu, sanitize_label_name
 
 
 def pod(
@@ -154,3 +154,41 @@ def test_a_pods_load_shows_on_the_gpus_it_holds_and_only_while_listed() -> None:
 def test_a_bad_load_is_refused_naming_what(body: dict[str, Any], problem: str) -> None:
     fleet = Fleet([Gpu("n0", 0, "H100")])
     assert problem in (fleet.set_loads(body) or "")
+
+
+def test_fabric_traffic_follows_the_gangs_tensor_activity_and_a_hang_moves_only_the_background() -> None:
+    """The fake fabric exporter: a computing pod's node exchanges gradients, a hung one moves what an idle port does."""
+    now = [0.0]
+    pods = [pod("llm-node-0-0", "n0", 2)]
+    gpus = [Gpu(n, i, "H100") for n in ("n0", "n1") for i in range(2)]
+    fleet = Fleet(gpus, lambda: pods, clock=lambda: now[0])
+
+    def moved() -> dict[str, float]:
+        """Bytes each node transmitted, over its HCAs."""
+        out: dict[str, float] = {}
+        for f in text_string_to_metric_families(fleet.fabric_exposition()):
+            for smp in f.samples:
+                if smp.name == "gpucluster_fabric_infiniband_port_transmit_data_bytes_total":
+                    out[smp.labels["node"]] = out.get(smp.labels["node"], 0.0) + smp.value
+        return out
+
+    before = moved()
+    assert (
+        fleet.set_loads({"pods": [{"namespace": "team-a", "pod": "llm-node-0-0", "util": 97, "tensorActive": 0.45}]})
+        is None
+    )
+    now[0] += 10
+    computing = {n: v - before[n] for n, v in moved().items()}
+    # two GPUs at 0.45 on n0; n1 holds nothing: the background of its four ports alone
+    assert computing["n0"] == pytest.approx(
+        10 * (2 * 0.45 * FABRIC_BYTES_PER_TENSOR + len(HCAS) * FABRIC_BACKGROUND), rel=1e-6
+    )
+    assert computing["n1"] == pytest.approx(10 * len(HCAS) * FABRIC_BACKGROUND, rel=1e-6)
+    assert (
+        fleet.set_loads({"pods": [{"namespace": "team-a", "pod": "llm-node-0-0", "util": 100, "tensorActive": 0.0}]})
+        is None
+    )
+    mark = moved()
+    now[0] += 10
+    hung = {n: v - mark[n] for n, v in moved().items()}
+    assert hung["n0"] == pytest.approx(10 * len(HCAS) * FABRIC_BACKGROUND, rel=1e-6)
