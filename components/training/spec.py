@@ -17,7 +17,7 @@ from pydantic import AfterValidator, Field, ValidationError, field_validator
 
 from components.documents import DocumentError, read_document
 from components.issues import ConfigIssue, SettingsError, issues_from_validation_error, shown
-from components.model import ConfigModel, DnsLabel, check_qualified_name
+from components.model import ConfigModel, DnsLabel, check_qualified_name, parse_duration
 
 #: Every problem of a spec is reported under this prefix: ``spec.nodes: must be at least 1``.
 SPEC_PATH = "spec"
@@ -71,6 +71,18 @@ def _positive(value: float) -> float:
     return value
 
 
+#: The shortest and longest stallAfter a job may set.
+MIN_STALL_AFTER_S = 10.0
+MAX_STALL_AFTER_S = 7 * 86400.0
+
+
+def _stall_after(value: str) -> str:
+    seconds = parse_duration(value)
+    if not MIN_STALL_AFTER_S <= seconds < MAX_STALL_AFTER_S:
+        raise ValueError(f"{shown(value)} must be at least 10s and less than 7 days")
+    return value
+
+
 class JobSpec(ConfigModel):
     """A training job as a researcher writes it (camelCase keys; unknown keys refused)."""
 
@@ -94,6 +106,9 @@ class JobSpec(ConfigModel):
     flavor: DnsLabel | None = None
     #: Annotations on every pod of the job (a profiler's or sidecar's settings); keys are qualified names.
     pod_annotations: dict[str, str] = {}
+    #: How long the gang may show no tensor activity, no fabric traffic and no progress before the stall detector
+    #: restarts it (10s to 7 days); default: the stack's ``stallDetector.stallAfter``.
+    stall_after: Annotated[str, AfterValidator(_stall_after)] | None = None
 
     @field_validator("pod_annotations")
     @classmethod

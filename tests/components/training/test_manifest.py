@@ -208,6 +208,7 @@ def test_the_job_env_names_its_checkpoints_and_its_master(stack: StackConfig) ->
         {"name": "GPUCLUSTER_DATASETS_DIR", "value": "/datasets"},
         {"name": "GPUCLUSTER_CHECKPOINT_INTERVAL_SECONDS", "value": "1315"},
         {"name": "GPUCLUSTER_CHECKPOINT_ANNOTATION", "value": "checkpoint.gpucluster.io/llm-pretrain"},
+        {"name": "GPUCLUSTER_PROGRESS_ANNOTATION", "value": "progress.gpucluster.io/llm-pretrain"},
         {"name": "GPUCLUSTER_NODES", "value": "2"},
         {"name": "GPUCLUSTER_GPUS_PER_NODE", "value": "8"},
         {"name": "MASTER_ADDR", "value": "llm-pretrain-node-0-0.llm-pretrain"},
