@@ -8,6 +8,9 @@
 * ``preemption``: Kueue evicted the Workload with reason ``Preempted`` (a higher priority needed the quota).
 * ``requeue``: Kueue evicted it for any other reason (``PodsReadyTimeout``, ``Deactivated``, ``NodeFailures``,
   a stopped queue...): the gang gave its nodes up and queues again.
+* ``hang``: the stall detector restarted the gang in place (its record ``gpucluster.io/stall-restart`` on the JobSet
+  names the attempt it ended): every GPU idle, no traffic, no progress for ``stallAfter``. It evicts one pod, so
+  JobSet counts it with the node's restarts; the record tells it apart.
 * ``unknown``: none of the above can be told (a pod failed with no exit code on a healthy node).
 
 An in-place restart's cause is exact from the JobSet's own counters (:func:`restart_causes`): ``status.restarts``
@@ -29,6 +32,7 @@ class Cause(StrEnum):
     PROGRAM = "program"
     PREEMPTION = "preemption"
     REQUEUE = "requeue"
+    HANG = "hang"
     UNKNOWN = "unknown"
 
 

@@ -293,7 +293,7 @@ class Controller:
                 written.append(job.key)
             self._records[job.uid] = record
             records[job.key] = record
-            by_cause = counts(job)
+            by_cause = counts(job, record.hangs)
             t = job_time(
                 record,
                 now,

@@ -1,7 +1,8 @@
 """Per job: the list of interruptions (time, cause, time to running again, work lost), rebuilt from API objects.
 
 The counts are the API server's own and exact: JobSet ``status.restarts`` and ``status.restartsCountTowardsMax``
-(program restarts; the difference is the node's), Kueue's ``status.schedulingStats.evictions`` per reason
+(program restarts; the difference is the node's, less the hangs: a restart that ended the attempt the stall
+detector's record names), Kueue's ``status.schedulingStats.evictions`` per reason
 (preemption and requeue). The times come from the objects too (JobSet restart Events, the Workload's Evicted
 condition) and from the daemon's own record, kept on the JobSet in the annotation ``gpucluster.io/interruptions``
 (compact JSON, at most ``max_entries`` interruptions, written by the leader only). A daemon killed with -9 loses
@@ -66,13 +67,17 @@ class Record:
     stopped_at: float | None = None
     bound_from: float | None = None
     items: tuple[Interruption, ...] = ()
+    #: In-place restarts that were the stall detector's (counted by JobSet with the node's).
+    hangs: int = 0
 
 
-def counts(job: JobView) -> dict[Cause, int]:
-    """Interruptions by cause, exact, from the JobSet's and the Workload's counters."""
+def counts(job: JobView, hangs: int = 0) -> dict[Cause, int]:
+    """Interruptions by cause, exact, from the JobSet's and the Workload's counters and the record's hangs."""
     out = dict.fromkeys(Cause, 0)
     out[Cause.PROGRAM] = max(0, job.restarts_towards_max)
-    out[Cause.NODE] = max(0, job.restarts - job.restarts_towards_max)
+    node = max(0, job.restarts - job.restarts_towards_max)
+    out[Cause.HANG] = min(node, max(0, hangs))
+    out[Cause.NODE] = node - out[Cause.HANG]
     if job.workload is not None:
         for reason, n in job.workload.evictions.items():
             out[eviction_cause(reason)] += max(0, n)
@@ -124,6 +129,7 @@ def parse_record(text: str, uid: str) -> tuple[Record, str]:
                 uid=uid,
                 restarts=int(data.get("restarts", 0)),
                 towards_max=int(data.get("towardsMax", 0)),
+                hangs=int(data.get("hangs", 0)),
                 evictions={str(k): int(v) for k, v in ev.items()},
                 first_admitted=_num(data.get("firstAdmitted"), "firstAdmitted"),
                 first_running=_num(data.get("firstRunning"), "firstRunning"),
@@ -156,6 +162,8 @@ def render(record: Record, max_entries: int) -> str:
     :data:`MAX_RECORD_BYTES` (the counters stay exact however many interruptions are dropped)."""
     head: dict[str, Any] = {"v": VERSION, "uid": record.uid, "restarts": record.restarts}
     head["towardsMax"] = record.towards_max
+    if record.hangs:
+        head["hangs"] = record.hangs
     if record.evictions:
         head["evictions"] = dict(sorted(record.evictions.items()))
     for key, value in (
@@ -247,7 +255,12 @@ def reconcile(record: Record, job: JobView, now: float) -> Record:
         (record.restarts, record.towards_max), (job.restarts, job.restarts_towards_max)
     )
     last_event = dict(job.restart_events)
-    added = _new(record, job, now, Cause.NODE, node_new, restart=True, known_at=last_event.get(NODE_RESTART_REASON))
+    hang_new = 0
+    stall = job.stall_restart
+    if node_new > 0 and stall is not None and record.restarts <= stall[0] < job.restarts:
+        hang_new, node_new = 1, node_new - 1  # the detector's eviction ended that attempt
+    added = _new(record, job, now, Cause.HANG, hang_new, restart=True, known_at=stall[1] if stall else None)
+    added += _new(record, job, now, Cause.NODE, node_new, restart=True, known_at=last_event.get(NODE_RESTART_REASON))
     added += _new(
         record, job, now, Cause.PROGRAM, program_new, restart=True, known_at=last_event.get(PROGRAM_RESTART_REASON)
     )
@@ -282,6 +295,7 @@ def reconcile(record: Record, job: JobView, now: float) -> Record:
         uid=job.uid,
         restarts=max(record.restarts, job.restarts),
         towards_max=max(record.towards_max, job.restarts_towards_max),
+        hangs=record.hangs + hang_new,
         evictions=evictions,
         first_admitted=first_admitted,
         first_running=first_running,

@@ -72,6 +72,8 @@ class JobView:
     suspended: bool = False
     #: Seconds one checkpoint write stalls it (its annotation); None: the daemon's default.
     checkpoint_write_s: float | None = None
+    #: The stall detector's last restart of the job: (the attempt it ended, when); None: never.
+    stall_restart: tuple[int, float] | None = None
 
     @property
     def key(self) -> str:

@@ -6,6 +6,7 @@ reads the gang the same way).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -14,6 +15,7 @@ from components.constants import (
     CHECKPOINT_INTERVAL_ANNOTATION,
     CHECKPOINT_WRITE_ANNOTATION,
     MAX_RESTARTS_PER_HOUR_ANNOTATION,
+    STALL_RESTART_ANNOTATION,
     TEAM_LABEL,
     TRAINING_JOB_LABEL,
 )
@@ -183,4 +185,22 @@ def job_view(
         restart_events=tuple(sorted(restart_events.items(), key=lambda kv: kv[1])),
         checkpoint_at=parse_time(claim_annotations.get(f"{CHECKPOINT_ANNOTATION_PREFIX}{name}")),
         suspended=spec.get("suspend") is True,
+        stall_restart=stall_restart(annotations.get(STALL_RESTART_ANNOTATION)),
     )
+
+
+def stall_restart(text: object) -> tuple[int, float] | None:
+    """The attempt and time of the stall detector's record; None when absent or unreadable."""
+    if not isinstance(text, str) or len(text) > 4096:
+        return None
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        return None
+    attempt = doc.get("attempt") if isinstance(doc, dict) else None
+    at = doc.get("at") if isinstance(doc, dict) else None
+    if not isinstance(attempt, int) or isinstance(attempt, bool) or attempt < 0:
+        return None
+    if not isinstance(at, int | float) or isinstance(at, bool):
+        return None
+    return attempt, float(at)

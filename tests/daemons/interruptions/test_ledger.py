@@ -177,3 +177,22 @@ def test_a_resume_clears_the_stop_and_restarts_count_from_then() -> None:
     resumed = reconcile(stopped, job(), T0 + 70)
     assert resumed.stopped_at is None
     assert resumed.bound_from == T0 + 70
+
+
+def test_a_restart_ending_the_attempt_the_stall_detector_recorded_is_a_hang_and_others_stay_the_nodes() -> None:
+    r0 = reconcile(Record("u1"), job(), T0 + 100)
+    hung = job(restarts=1, stall_restart=(0, T0 + 500), all_running_since=T0 + 560)
+    r1 = reconcile(r0, hung, T0 + 600)
+    (item,) = r1.items
+    assert (item.cause, item.at, item.restart, item.recovered_at) == (Cause.HANG, T0 + 500, True, T0 + 560)
+    assert r1.hangs == 1
+    assert counts(hung, r1.hangs)[Cause.HANG] == 1
+    assert counts(hung, r1.hangs)[Cause.NODE] == 0
+    # the next node restart, with the record of the older attempt still on the JobSet, is the node's
+    later = replace(hung, restarts=2, all_running_since=None)
+    r2 = reconcile(r1, later, T0 + 900)
+    assert [i.cause for i in r2.items] == [Cause.HANG, Cause.NODE]
+    assert (counts(later, r2.hangs)[Cause.HANG], counts(later, r2.hangs)[Cause.NODE]) == (1, 1)
+    # the count survives the annotation, as a kill -9 of the daemon would need
+    back, problem = parse_record(render(r2, 50), "u1")
+    assert (problem, back.hangs) == ("", 1)

@@ -185,3 +185,11 @@ def test_the_job_s_own_checkpoint_write_time_is_read_and_absent_is_none() -> Non
     assert (
         job_view(jobset(), pods=[], nodes={}, workload=None, events=[], claim_annotations={}).checkpoint_write_s is None
     )
+
+
+def test_the_stall_detectors_record_is_read_and_a_bad_one_ignored() -> None:
+    from daemons.interruptions.translate import stall_restart  # noqa: PLC0415
+
+    assert stall_restart('{"attempt": 3, "at": 12.5, "evidence": "idle"}') == (3, 12.5)
+    for bad in (None, "", "{", '{"attempt": -1, "at": 1}', '{"attempt": true, "at": 1}', '{"attempt": 1}', "[]"):
+        assert stall_restart(bad) is None
