@@ -13,7 +13,9 @@ What the program puts on its GPUs follows what it does (:meth:`Progress.activity
 busy (utilisation 97 %, tensor activity 0.45); writing a checkpoint, the GPUs nearly idle (4 %, 0); *hung*
 (:meth:`Progress.hang`: a rank stuck in a collective, the silent failure), utilisation pinned at 100 % by the
 spinning communication kernel while the tensor cores do nothing and no step, checkpoint or report is made, every pod
-still Running, until the gang is restarted. With a ``load`` sink (the fake dcgm-exporter's ``/admin/load``) each
+still Running, until the gang is restarted. With ``progress_every`` it also writes the progress report the stall
+detector reads (``progress.gpucluster.io/<jobset>`` on the claim: step, phase, time), as the training README's
+loop does. With a ``load`` sink (the fake dcgm-exporter's ``/admin/load``) each
 :meth:`FakeTrainer.step` sends the load of every running gang's pods.
 
 A *logical job* (pod annotation ``sim.gpucluster.io/logical-job``, default the JobSet's name) keeps its progress
@@ -26,11 +28,17 @@ same checkpoint.
 from __future__ import annotations
 
 import datetime as dt
+import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from components.constants import CHECKPOINT_ANNOTATION_PREFIX, JOBSET_RESTART_ATTEMPT_LABEL, TRAINING_JOB_LABEL
+from components.constants import (
+    CHECKPOINT_ANNOTATION_PREFIX,
+    JOBSET_RESTART_ATTEMPT_LABEL,
+    PROGRESS_ANNOTATION_PREFIX,
+    TRAINING_JOB_LABEL,
+)
 
 WORK_ANNOTATION = "sim.gpucluster.io/work-seconds"
 WRITE_ANNOTATION = "sim.gpucluster.io/checkpoint-write-seconds"
@@ -193,14 +201,20 @@ class FakeTrainer:
         namespace: str,
         clock: Callable[[], float],
         load: Callable[[list[dict[str, Any]]], None] | None = None,
+        progress_every: float | None = None,
     ) -> None:
         self.api = api  # a kubernetes.client.ApiClient
         self.namespace = namespace
         self.clock = clock
         #: Where each step's GPU load goes (``[{namespace, pod, util, tensorActive}]``); None: nowhere.
         self.load = load
+        #: Write the progress report (the stall detector's contract) at most this often, and at once when the phase
+        #: changes; None: the program writes none.
+        self.progress_every = progress_every
         self.jobs: dict[str, Progress] = {}
         self._reported: dict[str, int] = {}
+        #: logical job -> (step, phase, when) of the last progress report written.
+        self._progress: dict[str, tuple[int, str, float]] = {}
 
     def _custom(self) -> Any:
         from kubernetes import client  # noqa: PLC0415 (only the I/O side needs the client)
@@ -249,6 +263,7 @@ class FakeTrainer:
                     if (p.get("status") or {}).get("phase") == "Running"
                 ]
             self._report(js, logical, progress)
+            self._report_progress(js, logical, progress, now)
             if progress.done and not was_done:
                 self._succeed(by_jobset.get(js["metadata"]["name"], []))
         for logical, progress in self.jobs.items():
@@ -265,6 +280,24 @@ class FakeTrainer:
         key = f"{CHECKPOINT_ANNOTATION_PREFIX}{jobset['metadata']['name']}"
         body = {"metadata": {"annotations": {key: rfc3339(progress.checkpoints[-1])}}}
         self._core().patch_namespaced_persistent_volume_claim("checkpoints", self.namespace, body)
+
+    def _report_progress(self, jobset: Mapping[str, Any], logical: str, progress: Progress, now: float) -> None:
+        """The progress report, as a training loop honouring the contract writes it: the step (a second of work is
+        a step), the phase (``checkpoint`` while writing one), and when the step last advanced; throttled to
+        ``progress_every`` unless the phase changed. A hung or stopped gang writes nothing."""
+        if self.progress_every is None or progress.attempt is None or progress.hung or progress.done:
+            return
+        step = int(progress.saved + progress.since_save)
+        phase = "checkpoint" if progress.writing_left is not None else "train"
+        last = self._progress.get(logical)
+        if last is not None and last[1] == phase and (step == last[0] or now - last[2] < self.progress_every):
+            return
+        self._progress[logical] = (step, phase, now)
+        key = f"{PROGRESS_ANNOTATION_PREFIX}{jobset['metadata']['name']}"
+        report = json.dumps({"step": step, "phase": phase, "at": rfc3339(now)})
+        self._core().patch_namespaced_persistent_volume_claim(
+            "checkpoints", self.namespace, {"metadata": {"annotations": {key: report}}}
+        )
 
     def _succeed(self, pods: Iterable[Mapping[str, Any]]) -> None:
         """The program finished: every pod of the gang exits 0."""

@@ -117,6 +117,14 @@ class Judgement:
     detail: str
 
 
+def rate(bytes_per_s: float) -> str:
+    """A traffic rate for people: ``16.0 KiB/s``, ``1.0 MiB/s``."""
+    for unit, size in (("GiB/s", 1 << 30), ("MiB/s", 1 << 20), ("KiB/s", 1 << 10)):
+        if bytes_per_s >= size:
+            return f"{bytes_per_s / size:.1f} {unit}"
+    return f"{bytes_per_s:.0f} B/s"
+
+
 def judge(gang: Gang, readings: Readings, now: float, policy: Policy) -> Judgement:
     """The verdict on one gang now."""
     window = gang.stall_after_s if gang.stall_after_s is not None else policy.stall_after_s
@@ -149,7 +157,7 @@ def judge(gang: Gang, readings: Readings, now: float, policy: Policy) -> Judgeme
         return Judgement(Verdict.BUSY, f"GPU {top_gpu[1]} of {top_gpu[0]} at tensor activity {top_tensor:.2f}")
     top_node, top_bytes = max(fabric.items(), key=lambda kv: (kv[1], kv[0]))
     if top_bytes >= policy.fabric_floor:
-        return Judgement(Verdict.BUSY, f"{top_node} moves {top_bytes:.0f} B/s over the fabric")
+        return Judgement(Verdict.BUSY, f"{top_node} moves {rate(top_bytes)} over the fabric")
     last = (
         f"its last step ({progress.step}) {now - progress.advanced_at:.0f}s ago"
         if progress is not None
@@ -158,6 +166,6 @@ def judge(gang: Gang, readings: Readings, now: float, policy: Policy) -> Judgeme
     return Judgement(
         Verdict.STALLED,
         f"stalled for {window:.0f}s: all {gang.gpus} GPUs below tensor activity {policy.tensor_floor:g} (highest "
-        f"{top_tensor:.3f}), every node below {policy.fabric_floor:g} B/s over the fabric (highest {top_bytes:.0f} "
+        f"{top_tensor:.3f}), every node below {rate(policy.fabric_floor)} over the fabric (highest {rate(top_bytes)} "
         f"on {top_node}), {last}",
     )

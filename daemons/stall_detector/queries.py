@@ -22,7 +22,10 @@ from daemons.fabric_exporter import METRIC_PREFIX as FABRIC
 TENSOR_METRIC = "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"
 #: The labels dcgm-exporter's pod mapping puts on a GPU's series (``kubernetes.enablePodLabels`` aside).
 POD_LABELS = ("namespace", "pod", "gpu")
-FABRIC_DATA = f"{FABRIC}_infiniband_port_(transmit|receive)_data_bytes_total"
+FABRIC_DATA = (
+    f"{FABRIC}_infiniband_port_transmit_data_bytes_total",
+    f"{FABRIC}_infiniband_port_receive_data_bytes_total",
+)
 IB_HW_COUNTERS = f"{FABRIC}_infiniband_hw_counters_total"
 IB_ERRORS = f"{FABRIC}_infiniband_port_errors_total"
 NVLINK_ERRORS = f"{FABRIC}_nvlink_errors_total"
@@ -60,8 +63,10 @@ def tensor_mean(job: str | None, namespaces: Sequence[str], seconds: float) -> s
 
 
 def fabric_bytes(job: str | None, seconds: float) -> str:
-    series = _selector("", '__name__=~"' + FABRIC_DATA + '"', _job(job))
-    return f"sum by (node) (rate({series}[{window(seconds)}]))"
+    """Both ways, summed per node. Two sums added, not one over both names: ``rate`` drops the name, and a port's
+    transmit and receive series would then collide. A node missing either direction has no reading (unknown)."""
+    w = window(seconds)
+    return " + ".join(f"sum by (node) (rate({_selector(name, _job(job))}[{w}]))" for name in FABRIC_DATA)
 
 
 def transport_errors(job: str | None, seconds: float) -> str:

@@ -29,10 +29,15 @@ SELECTOR = "gpucluster.io/training-job"
 faults = load_sim_module("node_faults")
 processes = load_sim_module("processes")
 trainer = load_sim_module("fake_trainer")
+#: The jobs of the tests about crashes play no load on their GPUs (idle, as a hang looks): their own stallAfter keeps
+#: the stall detector off them for longer than any test runs.
+STILL_FOR_THE_TEST = "1h"
 
 
-def spec_file(tmp: Path, name: str, *, nodes: int = 1, per_hour: int = 6) -> Path:
-    doc = {
+def spec_file(
+    tmp: Path, name: str, *, nodes: int = 1, per_hour: int = 6, stall_after: str | None = STILL_FOR_THE_TEST
+) -> Path:
+    doc: dict[str, Any] = {
         "name": name,
         "team": "vision",
         "image": "registry.invalid/trainer:sim",
@@ -44,6 +49,8 @@ def spec_file(tmp: Path, name: str, *, nodes: int = 1, per_hour: int = 6) -> Pat
         # kwok would end a Job's pod after 10 s: these run until a test ends them.
         "podAnnotations": {"sim.gpucluster.io/run-for": "1000h"},
     }
+    if stall_after is not None:
+        doc["stallAfter"] = stall_after
     path = tmp / f"{name}.yaml"
     path.write_text(yaml.safe_dump(doc))
     return path
@@ -283,19 +290,26 @@ def test_the_checkpoint_report_bounds_the_work_lost_and_measured_reliability_set
     assert "source measured" in out
 
 
-def test_the_played_program_loads_its_own_gpus_and_a_hang_is_silent_to_everything_but_the_gpus(
+def test_a_hung_gang_is_restarted_in_place_by_the_stall_detector_and_counted_as_a_hang(
     clean: LocalStack, tmp_path: Path
 ) -> None:
-    """The stand-ins a stall detector reads, end to end: the fake trainer's load reaches the GPUs the gang's pods hold
-    (the fake dcgm-exporter's pod mapping), Prometheus, and the per-job view by the pod's own job label; a hang keeps
-    every pod Running and makes no checkpoint while its GPUs sit busy with idle tensor cores."""
+    """The silent failure end to end: the fake trainer's load reaches the GPUs its pods hold (the fake dcgm-exporter's
+    pod mapping) and its nodes' fabric counters; a hang keeps every pod Running, the GPUs busy with idle tensor cores
+    and the fabric quiet; the stall detector restarts the gang in place after the stack's stallAfter, says why on the
+    JobSet, and the interruption accounting counts a hang."""
     dcgm = load_sim_module("fake_dcgm")
-    processes.registry()["fake-dcgm"].start()  # (re)started if it runs older code
+    registry = processes.registry()
+    for name in ("fake-dcgm", *processes.controller_ports("stall-detector")):
+        registry[name].start()  # (re)started if it runs older code
     stack = clean
-    submit(stack, spec_file(tmp_path, "hangs"))
+    submit(stack, spec_file(tmp_path, "hangs", stall_after=None))
     (pod,) = running(stack, "hangs", 0, 1)
     play = trainer.FakeTrainer(
-        load_kube_config(stack), NS, time.time, load=lambda pods: dcgm.admin("/admin/load", {"pods": pods})
+        load_kube_config(stack),
+        NS,
+        time.time,
+        load=lambda pods: dcgm.admin("/admin/load", {"pods": pods}),
+        progress_every=2.0,
     )
     job = f'gpucluster_io_training_job="hangs",namespace="{NS}"'
 
@@ -305,20 +319,63 @@ def test_the_played_program_loads_its_own_gpus_and_a_hang_is_silent_to_everythin
         values = [float(v) for v in prometheus_values(f"DCGM_FI_PROF_PIPE_TENSOR_ACTIVE{{{job}}}")]
         return values if len(values) == 8 and all(v == tensor for v in values) else None
 
+    node = pod["spec"]["nodeName"]
+    fabric = f'sum(rate(gpucluster_fabric_infiniband_port_transmit_data_bytes_total{{node="{node}"}}[10s]))'
     try:
         busy = wait_for("the gang's 8 GPUs computing", lambda: gpus_at(trainer.COMPUTING_LOAD[1]), timeout=30)
+        traffic = wait_for("its node's traffic", lambda: _above(fabric, 1e9, play), timeout=30)
         (progress,) = play.jobs.values()
         progress.hang()
+        hung_at = time.time()
         work = progress.saved + progress.since_save
         hung = wait_for("the hang on the GPUs", lambda: gpus_at(trainer.HUNG_LOAD[1]), timeout=30)
         util = [float(u) for u in prometheus_values(f"DCGM_FI_DEV_GPU_UTIL{{{job}}}")]
-        print(f"computing: tensor activity {busy}; hung: tensor activity {hung}, utilisation {util}")
         assert util == [trainer.HUNG_LOAD[0]] * 8
         assert [p["metadata"]["name"] for p in gang(stack, "hangs", 0)] == [pod["metadata"]["name"]]  # still Running
         assert progress.saved + progress.since_save == work  # no step since the hang
-        assert not progress.checkpoints or progress.checkpoints[-1] <= time.time()
+
+        def restarted() -> list[dict[str, Any]] | None:
+            play.step()
+            pods = gang(stack, "hangs", 1)
+            return pods or None
+
+        wait_for(
+            "the gang running again, restarted in place", restarted, timeout=CFG.stall_detector.stall_after_seconds + 90
+        )
+        back = time.time() - hung_at
     finally:
         dcgm.admin("/admin/reset")
+    js = jobset(stack, "hangs")
+    record = json.loads(js["metadata"]["annotations"]["gpucluster.io/stall-restart"])
+    assert record["attempt"] == 0
+    assert "below tensor activity" in record["evidence"]
+    # one Event about this JobSet (an earlier run's of the same name may still be kept)
+    (event,) = [e for e in events(stack, "hangs", "GangStalled") if e["involvedObject"]["uid"] == js["metadata"]["uid"]]
+    assert event["message"].startswith("restarting attempt 0 in place")
+    ledger = wait_for(
+        "the interruption counted as a hang",
+        lambda: _hang_in_ledger(stack, "hangs"),
+        timeout=30,
+    )
+    print(
+        f"\ncomputing: tensor {busy[0]}, node traffic {traffic / 1e9:.1f} GB/s; hung: tensor {hung[0]}, "
+        f"utilisation {util[0]}; running again {back:.0f}s after the hang (stallAfter "
+        f"{CFG.stall_detector.stall_after}); ledger {ledger}"
+    )
+    assert back < CFG.stall_detector.stall_after_seconds + 60 + 30  # stallAfter + 60 s, and the sim's scrape lag
+
+
+def _above(query: str, floor: float, play: Any) -> float | None:
+    play.step()
+    values = [float(v) for v in prometheus_values(query)]
+    return values[0] if values and values[0] > floor else None
+
+
+def _hang_in_ledger(stack: LocalStack, name: str) -> dict[str, Any] | None:
+    text = jobset(stack, name)["metadata"].get("annotations", {}).get("gpucluster.io/interruptions")
+    record = json.loads(text) if text else {}
+    items = [i for i in record.get("items", []) if i.get("cause") == "hang"]
+    return items[0] if items else None
 
 
 def prometheus_values(query: str) -> list[str]:

@@ -27,8 +27,8 @@ def test_a_gang_silent_on_every_count_is_stalled_and_the_evidence_says_why() -> 
     j = judge(GANG, readings(progress=Progress(1200, advanced_at=NOW - 900)), NOW, POLICY)
     assert j == Judgement(
         Verdict.STALLED,
-        "stalled for 300s: all 4 GPUs below tensor activity 0.05 (highest 0.010), every node below 1e+06 B/s over "
-        "the fabric (highest 1000 on n1), its last step (1200) 900s ago",
+        "stalled for 300s: all 4 GPUs below tensor activity 0.05 (highest 0.010), every node below 976.6 KiB/s over "
+        "the fabric (highest 1000 B/s on n1), its last step (1200) 900s ago",
     )
 
 
