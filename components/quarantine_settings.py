@@ -71,6 +71,7 @@ REASONS: dict[str, str] = {
     "GpuXidError": "xid",
     "NvlinkErrorsIncreasing": "nvlink-errors",
     "InfinibandLinkErrorsIncreasing": "infiniband-errors",
+    "TrainingNodeRepeatOffender": "stall-suspect",
 }
 #: Longest ledger retention: a year of entries is what a hardware replacement dispute may reach back to.
 MAX_RETENTION_SECONDS = 366 * 24 * 3600.0

@@ -40,7 +40,15 @@ REPLACEMENT_VALUE = "replace-hardware"
 QUARANTINE_SIGNAL_LABEL = "gpucluster_signal"
 QUARANTINE_SIGNAL_VALUE = "gpu-quarantine"
 #: The alerts that carry the quarantine signal.
-QUARANTINE_ALERTS = ("GpuTemperatureHigh", "GpuXidError", "NvlinkErrorsIncreasing", "InfinibandLinkErrorsIncreasing")
+QUARANTINE_ALERTS = (
+    "GpuTemperatureHigh",
+    "GpuXidError",
+    "NvlinkErrorsIncreasing",
+    "InfinibandLinkErrorsIncreasing",
+    "TrainingNodeRepeatOffender",
+)
+#: The stall detector's metrics (daemons/stall_detector/metrics.py).
+STALL = "gpucluster_stall_detector"
 _SIGNAL = {QUARANTINE_SIGNAL_LABEL: QUARANTINE_SIGNAL_VALUE}
 
 FABRIC = "gpucluster_fabric"
@@ -346,6 +354,40 @@ def rule_groups(settings: TelemetrySettings) -> dict[str, Any]:
                 "description": "Every pod runs, but the last checkpoint reported on the team's checkpoints claim "
                 "(annotation checkpoint.gpucluster.io/<job>) is older than twice the job's checkpoint interval: "
                 "the next interruption loses that much work.",
+            },
+        },
+        {
+            "alert": "TrainingGangStalled",
+            "expr": f"max by (namespace, job) (increase({STALL}_restarts_total[10m])) > 0",
+            "labels": {"severity": "warning"},
+            "annotations": {
+                "summary": "Training job {{ $labels.namespace }}/{{ $labels.job }} hung and was restarted in place",
+                "description": "Every GPU of the gang idled, its nodes moved no fabric traffic and it reported no "
+                "progress for stallAfter: the stall detector restarted it in place. kubectl describe jobset shows "
+                "the evidence and the suspect nodes (Events GangStalled, SuspectNode); the NCCL flight recorder's "
+                "dumps are under the job's checkpoint directory.",
+            },
+        },
+        {
+            "alert": "TrainingNodeRepeatOffender",
+            "expr": f"max by (node, reasons) ({STALL}_repeat_offender) > 0",
+            "labels": {"severity": "warning", **_SIGNAL},
+            "annotations": {
+                "summary": "{{ $labels.node }} was named a suspect by training gangs again and again",
+                "description": "The stall detector named the node ({{ $labels.reasons }}) in repeatCount gang "
+                "attempts within repeatWindow: quarantined, so the gangs restart without it.",
+            },
+        },
+        {
+            "alert": "StallDetectorBlind",
+            "expr": f'max({STALL}_gangs{{verdict="unknown"}}) > 0',
+            "for": "15m",
+            "labels": {"severity": "warning"},
+            "annotations": {
+                "summary": "The stall detector cannot judge {{ $value }} running gangs",
+                "description": "A query failed or a gang's GPUs or nodes have no series (dcgm-exporter's pod mapping "
+                "or the fabric exporter missing): a hang of those gangs is not restarted. The detector's log and "
+                "gpucluster_stall_detector_query_errors_total say which input is missing.",
             },
         },
         {

@@ -566,6 +566,49 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
             [],
         ),
     ),
+    "TrainingGangStalled": (
+        case(
+            [(f"gpucluster_stall_detector_restarts_total{{{JOB_SEL}}}", "0 0 1 1 1")],
+            "TrainingGangStalled",
+            "3m",
+            [{"namespace": "team-a", "job": "llm", "severity": "warning"}],
+        ),
+        case(
+            [(f"gpucluster_stall_detector_restarts_total{{{JOB_SEL}}}", "1x5")],
+            "TrainingGangStalled",
+            "3m",
+            [],
+        ),
+    ),
+    "TrainingNodeRepeatOffender": (
+        case(
+            [('gpucluster_stall_detector_repeat_offender{node="gpu-7",reasons="straggler"}', "1x3")],
+            "TrainingNodeRepeatOffender",
+            "2m",
+            [{"node": "gpu-7", "reasons": "straggler", "severity": "warning", **SIGNAL}],
+        ),
+        # a node named but not yet a repeat offender exports a suspect series only
+        case(
+            [('gpucluster_stall_detector_suspect{node="gpu-7",reasons="straggler"}', "1x3")],
+            "TrainingNodeRepeatOffender",
+            "2m",
+            [],
+        ),
+    ),
+    "StallDetectorBlind": (
+        case(
+            [('gpucluster_stall_detector_gangs{verdict="unknown"}', "2x20")],
+            "StallDetectorBlind",
+            "16m",
+            [{"severity": "warning"}],
+        ),
+        case(
+            [('gpucluster_stall_detector_gangs{verdict="unknown"}', "0x20")],
+            "StallDetectorBlind",
+            "16m",
+            [],
+        ),
+    ),
     "TrainingRecoverySlow": (
         case(
             [(f"gpucluster_training_recovery_seconds{{{JOB_SEL}}}", "601x3")],
