@@ -18,7 +18,8 @@ the same figures (hence ``max by`` / ``min by``): ``TrainingEttrLow`` (a job's E
 ``ettrLowForMinutes``), ``TrainingRestartBoundReached`` (a crash loop: more restarts in the last hour than the job's
 bound, or the bound keeps it stopped), ``TrainingCheckpointStale`` (while every pod runs, the last checkpoint is older
 than twice the job's interval: the trainer stopped reporting or writing) and ``TrainingRecoverySlow`` (the last
-interruption took longer than ``recoverySlowSeconds`` to get the gang Running again).
+interruption took longer than ``recoverySlowSeconds`` to get the gang Running again); from the stall detector,
+``TrainingGangStalled``, ``TrainingNodeRepeatOffender`` (a quarantine signal) and ``StallDetectorBlind``.
 """
 
 from __future__ import annotations

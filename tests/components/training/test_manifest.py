@@ -330,3 +330,10 @@ def test_pod_annotations_go_on_every_pod_and_are_absent_when_none(stack: StackCo
 def test_a_pod_annotation_key_that_is_not_a_qualified_name_is_refused() -> None:
     with pytest.raises(SpecError, match=r"spec\.podAnnotations.*annotation key"):
         parse_spec(spec_doc(podAnnotations={"not a key": "x"}))
+
+
+def test_a_jobs_own_stall_after_is_annotated_in_seconds_and_none_is_left_to_the_stack(stack: StackConfig) -> None:
+    from components.constants import STALL_AFTER_ANNOTATION  # noqa: PLC0415
+
+    assert STALL_AFTER_ANNOTATION not in manifest_of(stack)["metadata"]["annotations"]
+    assert manifest_of(stack, stallAfter="15m")["metadata"]["annotations"][STALL_AFTER_ANNOTATION] == "900"

@@ -57,6 +57,9 @@ def test_the_example_spec_parses() -> None:
         ({"env": {"MASTER_ADDR": "x"}}, "spec.env: MASTER_ADDR is set by the package"),
         ({"env": {"1BAD": "x"}}, "spec.env: '1BAD' is not an environment variable name"),
         ({"env": {"PORT": 8080}}, "spec.env.PORT: Input should be a valid string"),
+        ({"stallAfter": "9s"}, "spec.stallAfter: '9s' must be at least 10s and less than 7 days"),
+        ({"stallAfter": "168h"}, "spec.stallAfter: '168h' must be at least 10s and less than 7 days"),
+        ({"stallAfter": "soon"}, "spec.stallAfter:"),
     ],
 )
 def test_a_bad_field_is_refused_by_name(change: dict[str, Any], expected: str) -> None:
@@ -65,6 +68,8 @@ def test_a_bad_field_is_refused_by_name(change: dict[str, Any], expected: str) -
 
 
 def test_boundaries_that_are_allowed() -> None:
+    assert parse_spec(spec_doc(stallAfter="10s")).stall_after == "10s"
+    assert parse_spec(spec_doc(stallAfter="167h")).stall_after == "167h"
     spec = parse_spec(spec_doc(name="a" * MAX_NAME, nodes=1, gpusPerNode=16, env={"MY_GPUCLUSTER_X": "1"}))
     assert spec.gpus_per_node == 16
     assert spec.env == {"MY_GPUCLUSTER_X": "1"}
