@@ -42,6 +42,7 @@ from components.storage_settings import checkpoint_interval_seconds, predicted_e
 from components.training.manifest import Interval, job_context, jobset_manifest  # noqa: E402
 from components.training.spec import parse_spec  # noqa: E402
 from daemons.toolkit.kube import load_kube_config  # noqa: E402
+from sim.fake_dcgm import admin as fake_dcgm_admin  # noqa: E402
 from sim.fake_trainer import (  # noqa: E402
     LOGICAL_JOB_ANNOTATION,
     WORK_ANNOTATION,
@@ -226,7 +227,11 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         Run("crash-requeue", optimum, True, random.Random(args.seed), mtbf),
     ]
     clean(api, [r.name for r in runs])
-    trainer = FakeTrainer(api, NAMESPACE, time.time)
+    # The program's load reaches the GPUs (the fake dcgm-exporter) and its progress the claim, as a job honouring
+    # the progress report would: the stall detector judges these gangs too, and must leave them alone.
+    trainer = FakeTrainer(
+        api, NAMESPACE, time.time, load=lambda pods: fake_dcgm_admin("/admin/load", {"pods": pods}), progress_every=2.0
+    )
     for run in runs:
         run.draw()
         run.submitted_at = time.time()

@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
 import yaml
@@ -161,21 +162,52 @@ def run_playbook(
     )
 
 
-def build_fleet(
-    tmp: Path, size: int, faults: dict[str, str], kubeconfig: Path | None = None
-) -> tuple[Path, dict[str, str]]:
-    """Inventory of ``size`` simulated nodes; ``faults`` maps host name to a FAULTS key.
+#: Faults of different checks seeded on one node (the pipeline runs every check on a failing node, so each is found):
+#: the fleet test covers every fault on fewer hosts. ``hot_gpu`` stays alone, so its node's taint names one check.
+PAIRED_FAULTS: tuple[tuple[str, ...], ...] = (
+    ("hot_gpu",),
+    ("warm_gpu", "ib_half_rate"),
+    ("thermal_slowdown", "slow_fs"),
+    ("nvlink_replay", "ib_symbol_errors"),
+    ("nvlink_down", "diag_fail"),
+    ("wrong_fstype", "burn_faulty"),
+    ("ib_down",),
+)
 
-    Returns the inventory path and {host: check expected to fail}.
+
+def spread_paired_faults(size: int) -> dict[str, tuple[str, ...]]:
+    """:data:`PAIRED_FAULTS`, one group per node, spread over ``size`` nodes with healthy ones between."""
+    if size < len(PAIRED_FAULTS):
+        raise ValueError(f"a fleet of {size} nodes cannot hold {len(PAIRED_FAULTS)} seeded groups")
+    hosts = host_names(size)
+    n = len(PAIRED_FAULTS)
+    return {hosts[(2 * i + 1) * size // (2 * n)]: group for i, group in enumerate(PAIRED_FAULTS)}
+
+
+def build_fleet(
+    tmp: Path, size: int, faults: Mapping[str, str | tuple[str, ...]], kubeconfig: Path | None = None
+) -> tuple[Path, dict[str, tuple[str, ...]]]:
+    """Inventory of ``size`` simulated nodes; ``faults`` maps host name to a FAULTS key (or several, of different
+    checks).
+
+    Returns the inventory path and {host: checks expected to fail, in pipeline order}.
     """
     hosts: dict[str, dict[str, Any]] = {}
-    expected: dict[str, str] = {}
+    expected: dict[str, tuple[str, ...]] = {}
+    order = required_checks()
     for name in host_names(size):
-        fault = faults.get(name)
+        seeded = faults.get(name) or ()
+        group = (seeded,) if isinstance(seeded, str) else seeded
         knobs: dict[str, Any] = {}
-        if fault:
-            knobs, check = FAULTS[fault]
-            expected[name] = check
+        checks: set[str] = set()
+        for fault in group:
+            more, check = FAULTS[fault]
+            if check in checks:
+                raise ValueError(f"{name}: two seeded faults of {check}; one per check and node")
+            knobs.update(more)
+            checks.add(check)
+        if checks:
+            expected[name] = tuple(c for c in order if c in checks)
         hosts[name] = seed_node(tmp / "nodes", name, knobs)
     group_vars: dict[str, Any] = {
         "node_admission_artifacts_dir": str(tmp / "artifacts"),
@@ -203,9 +235,9 @@ def required_checks() -> list[str]:
 def fleet_problems(tmp: Path, size: int, expected: dict[str, str]) -> list[str]:
     """How a finished acceptance run over ``build_fleet(tmp, size, ...)`` differs from what was seeded.
 
-    ``expected`` is build_fleet's {host: check expected to fail}. The summary must count every host, list
-    exactly the expected hosts as failed, each with reasons from its check alone (and its report failing that
-    check alone), and pass the rest; every host's report must hold a pass or a fail from every required check,
+    ``expected`` is build_fleet's {host: checks expected to fail}. The summary must count every host, list
+    exactly the expected hosts as failed, each with reasons from its checks alone (and its report failing those
+    checks alone), and pass the rest; every host's report must hold a pass or a fail from every required check,
     so no failing node was stopped mid-pipeline. Returns one line per difference, empty when there is none.
     """
     out = run_dir(tmp)
@@ -219,13 +251,16 @@ def fleet_problems(tmp: Path, size: int, expected: dict[str, str]) -> list[str]:
         problems.append(f"summary counts {summary.get('hosts_total')} hosts, not {size}")
     failed: dict[str, list[str]] = summary.get("failed", {})
     problems += [f"{h} failed but was seeded healthy: {failed[h]}" for h in sorted(set(failed) - set(expected))]
-    for host, check in sorted(expected.items()):
+    for host, seeded in sorted(expected.items()):
+        check = ", ".join(seeded)
         if host not in failed:
             problems.append(f"{host} was seeded to fail {check} but the summary does not list it as failed")
         elif not failed[host]:
             problems.append(f"{host} is listed as failed with no reasons (seeded to fail {check})")
-        elif wrong := [r for r in failed[host] if not r.startswith(f"{check}: ")]:
+        elif wrong := [r for r in failed[host] if not r.startswith(tuple(f"{c}: " for c in seeded))]:
             problems.append(f"{host} was seeded to fail {check} but has other reasons: {wrong}")
+        elif missing := [c for c in seeded if not any(r.startswith(f"{c}: ") for r in failed[host])]:
+            problems.append(f"{host} was seeded to fail {check} but has no reason from {missing}")
     passed = set(summary.get("passed", []))
     healthy = set(hosts) - set(expected)
     if missing := sorted(healthy - passed):
@@ -239,7 +274,7 @@ def fleet_problems(tmp: Path, size: int, expected: dict[str, str]) -> list[str]:
             problems.append(f"{host} has no report")
             continue
         report = json.loads(report_file.read_text())
-        want = [expected[host]] if host in expected else []
+        want = list(expected.get(host, ()))
         if report.get("failed_checks") != want:
             problems.append(f"{host} report fails {report.get('failed_checks')}, expected {want}")
         statuses = {name: verdict.get("status") for name, verdict in report.get("checks", {}).items()}

@@ -1,8 +1,8 @@
 """The whole acceptance pipeline over a small simulated fleet, and the burn-in playbook.
 
-One node per seeded fault, spread among a couple of healthy nodes; the run must keep going across
-hosts, end non-zero, and its summary must list exactly the seeded nodes, each with the check that
-caught it. The same run over 64 hosts, with the same verification (harness.fleet_problems), is
+Every seeded fault, at most two of different checks per node, spread among a couple of healthy nodes; the run must
+keep going across hosts, end non-zero, and its summary must list exactly the seeded nodes, each with the checks
+that caught it. The same run over 64 hosts, with the same verification (harness.fleet_problems), is
 `make bench` (benchmarks/bench_ansible_fleet.py): it takes minutes, too long for the test suite.
 """
 
@@ -14,21 +14,30 @@ from pathlib import Path
 
 import pytest
 
-from tests.ansible.harness import FAULTS, build_fleet, fleet_problems, host_names, run_playbook, spread_faults
+from tests.ansible.harness import (
+    FAULTS,
+    PAIRED_FAULTS,
+    build_fleet,
+    fleet_problems,
+    host_names,
+    run_playbook,
+    spread_paired_faults,
+)
 
 # Real ansible-playbook runs against simulated hosts: grouped with the molecule scenarios.
 pytestmark = pytest.mark.molecule
 
-# Room for one node per seeded fault and two healthy ones.
-FLEET_SIZE = len(FAULTS) + 2
-SEEDED = spread_faults(FLEET_SIZE)
+# Room for one node per group of seeded faults and two healthy ones; every fault is seeded.
+FLEET_SIZE = len(PAIRED_FAULTS) + 2
+SEEDED = spread_paired_faults(FLEET_SIZE)
+assert sorted(f for group in PAIRED_FAULTS for f in group) == sorted(FAULTS)
 
 
 def test_fleet_summary_lists_exactly_the_seeded_nodes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text("apiVersion: v1\nkind: Config\n")
     inventory, expected = build_fleet(tmp_path, FLEET_SIZE, SEEDED, kubeconfig=kubeconfig)
-    assert len(expected) == len(FAULTS) < FLEET_SIZE
+    assert len(expected) == len(PAIRED_FAULTS) < FLEET_SIZE
     log = tmp_path / "kubectl.log"
     # Every host's kubectl calls go to one log (the controller runs kubectl).
     monkeypatch.setenv("KUBECTL_SHIM_LOG", str(log))
@@ -42,7 +51,7 @@ def test_fleet_summary_lists_exactly_the_seeded_nodes(tmp_path: Path, monkeypatc
     labeled = {c[3] for c in calls if c[1] == "label" and c[4].endswith("=true")}
     assert tainted == set(expected)
     assert labeled == set(host_names(FLEET_SIZE)) - set(expected)
-    thermal_host = next(h for h, f in SEEDED.items() if f == "hot_gpu")
+    thermal_host = next(h for h, f in SEEDED.items() if f == ("hot_gpu",))
     assert [c[4] for c in calls if c[1] == "taint" and c[3] == thermal_host] == [
         "gpucluster.io/acceptance-failed=thermal:NoSchedule"
     ]
