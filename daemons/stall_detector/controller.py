@@ -58,8 +58,9 @@ class Api(Protocol):
 class Inputs:
     """One window's answers; None where the query failed."""
 
-    tensor_max: Mapping[tuple[str, str, str], float] | None
-    tensor_mean: Mapping[tuple[str, str, str], float] | None
+    #: (namespace, pod) -> gpu -> value.
+    tensor_max: Mapping[tuple[str, str], Mapping[str, float]] | None
+    tensor_mean: Mapping[tuple[str, str], Mapping[str, float]] | None
     fabric: Mapping[str, float] | None
     transport: Mapping[str, float] | None
     link: Mapping[str, float] | None
@@ -88,12 +89,13 @@ class CycleResult:
     seconds: float = 0.0
 
 
-def _by_pod_gpu(result: QueryResult) -> dict[tuple[str, str, str], float]:
-    out: dict[tuple[str, str, str], float] = {}
+def _by_pod_gpu(result: QueryResult) -> dict[tuple[str, str], dict[str, float]]:
+    out: dict[tuple[str, str], dict[str, float]] = {}
     for s in result.samples:
-        key = (s.labels.get("namespace", ""), s.labels.get("pod", ""), s.labels.get("gpu", ""))
-        if all(key) and s.value == s.value:
-            out[key] = max(s.value, out.get(key, s.value))
+        ns, pod, gpu = s.labels.get("namespace", ""), s.labels.get("pod", ""), s.labels.get("gpu", "")
+        if ns and pod and gpu and s.value == s.value:
+            gpus = out.setdefault((ns, pod), {})
+            gpus[gpu] = max(s.value, gpus.get(gpu, s.value))
     return out
 
 
@@ -110,9 +112,8 @@ def readings_for(view: GangView, inputs: Inputs) -> Readings:
     running = {p.name for p in view.pods if p.phase == "Running"}
     tensor = None
     if inputs.tensor_max is not None:
-        tensor = {
-            (pod, gpu): v for (ns, pod, gpu), v in inputs.tensor_max.items() if ns == view.namespace and pod in running
-        }
+        by_pod = inputs.tensor_max
+        tensor = {(pod, gpu): v for pod in running for gpu, v in by_pod.get((view.namespace, pod), {}).items()}
     fabric = None
     if inputs.fabric is not None:
         fabric = {n: inputs.fabric[n] for n in view.gang.nodes if n in inputs.fabric}
@@ -127,7 +128,8 @@ def evidence_for(view: GangView, inputs: Inputs, verdict: Verdict) -> list[NodeE
         pods = {p.name for p in view.pods if p.node == node and p.phase == "Running"}
         activity: float | None = None
         if verdict is not Verdict.STALLED and inputs.tensor_mean is not None:
-            values = [v for (ns, pod, _gpu), v in inputs.tensor_mean.items() if ns == view.namespace and pod in pods]
+            means = inputs.tensor_mean
+            values = [v for pod in pods for v in means.get((view.namespace, pod), {}).values()]
             activity = sum(values) / len(values) if values else None
         out.append(
             NodeEvidence(
