@@ -61,28 +61,17 @@ def labelled(manifest: dict[str, Any]) -> dict[str, Any]:
     return manifest
 
 
-@pytest.fixture
-def cleanup(local_stack: LocalStack) -> Any:
-    """These tests count GPUs: the stack's own inference services are scaled to zero while they run (and back after),
-    and whatever a test created is deleted."""
+@pytest.fixture(scope="class")
+def without_inference(local_stack: LocalStack) -> Any:
+    """These tests count GPUs: the stack's own inference services are scaled to zero for the class's tests (once,
+    not once per test: each way waits for pods) and back, Ready, after the last of them."""
     services = [(s.namespace, s.name, s.replicas) for s in CFG.inference_services]
     for ns, name, _ in services:
         local_stack.kubectl("scale", "deployment", name, "-n", ns, "--replicas=0")
-    namespaces = {t.namespace for t in CFG.teams} | set(CFG.inference_namespaces)
-
-    def no_pods(selector: str) -> bool:
-        return not any(
-            local_stack.items("pods", "-n", ns, "-l", selector, "--field-selector=status.phase!=Succeeded")
-            for ns in namespaces
-        )
-
     names = ",".join(name for _, name, _ in services)
     stack_pods = f"app.kubernetes.io/name in ({names})" if services else TEST_LABEL
-    wait_for("the stack's inference pods to be gone", lambda: no_pods(stack_pods), timeout=90)
+    wait_for("the stack's inference pods to be gone", lambda: _no_pods(local_stack, stack_pods), timeout=90)
     yield
-    for ns in sorted(namespaces):
-        delete(local_stack, ["jobs", "deployments"], ns, TEST_LABEL)
-    wait_for("test pods to be gone", lambda: no_pods(TEST_LABEL), timeout=60)
     for ns, name, replicas in services:
         local_stack.kubectl("scale", "deployment", name, "-n", ns, f"--replicas={replicas}")
     for ns, name, replicas in services:
@@ -93,6 +82,22 @@ def cleanup(local_stack: LocalStack) -> Any:
             ),
             timeout=120,
         )
+
+
+def _no_pods(stack: LocalStack, selector: str) -> bool:
+    namespaces = {t.namespace for t in CFG.teams} | set(CFG.inference_namespaces)
+    return not any(
+        stack.items("pods", "-n", ns, "-l", selector, "--field-selector=status.phase!=Succeeded") for ns in namespaces
+    )
+
+
+@pytest.fixture
+def cleanup(local_stack: LocalStack, without_inference: None) -> Any:
+    """Whatever a test created is deleted, and gone, before the next."""
+    yield
+    for ns in sorted({t.namespace for t in CFG.teams} | set(CFG.inference_namespaces)):
+        delete(local_stack, ["jobs", "deployments"], ns, TEST_LABEL)
+    wait_for("test pods to be gone", lambda: _no_pods(local_stack, TEST_LABEL), timeout=60)
 
 
 # --- what Pulumi applied ------------------------------------------------------------------------------------------
@@ -224,51 +229,6 @@ def test_webhooks_point_at_the_local_controller(local_stack: LocalStack) -> None
 # --- Kueue and the scheduler at work -----------------------------------------------------------------------------
 
 
-def test_gang_is_admitted_only_when_all_four_pods_fit(local_stack: LocalStack, cleanup: None) -> None:
-    team_a, team_b = CFG.teams[0].namespace, CFG.teams[-1].namespace
-    local_stack.apply(labelled(gpu_job("blocker", team_b, parallelism=1, gpus=8, workload_priority="research-default")))
-    wait_for("the blocker to be admitted", lambda: admitted(local_stack, team_b, "blocker"))
-    wait_for("the blocker pod to run", lambda: running(job_pods(local_stack, team_b, "blocker")))
-
-    local_stack.apply(labelled(gpu_job("gang", team_a, parallelism=4, gpus=8, workload_priority="research-default")))
-    # Kueue's webhook (served by the local controller) suspended it at creation.
-    assert local_stack.get("job", "gang", "-n", team_a)["spec"]["suspend"] is True
-    wl = wait_for("the gang's Workload", lambda: workload_of(local_stack, team_a, "gang"))
-    assert [int(ps["count"]) for ps in wl["spec"]["podSets"]] == [4]
-    # 32 GPUs are needed, 24 are free: it must wait, whole, with no pod created.
-    for _ in range(5):
-        assert not admitted(local_stack, team_a, "gang")
-        assert not job_pods(local_stack, team_a, "gang")
-        time.sleep(1)
-
-    local_stack.kubectl("delete", "job", "blocker", "-n", team_b, "--wait=true", "--cascade=foreground")
-    wait_for("the gang to be admitted", lambda: admitted(local_stack, team_a, "gang"))
-    pods = wait_for(
-        "4 gang pods running",
-        lambda: exactly_running(local_stack, team_a, "gang", 4),
-    )
-    nodes = {p["spec"]["nodeName"] for p in pods}
-    assert len(nodes) == 4, f"8-GPU pods must take a node each: {nodes}"
-    assert all(n.startswith("h100-node-") for n in nodes)
-
-
-def test_higher_workload_priority_preempts_lower(local_stack: LocalStack, cleanup: None) -> None:
-    team_a, team_b = CFG.teams[0].namespace, CFG.teams[-1].namespace
-    local_stack.apply(
-        labelled(gpu_job("scavenger", team_b, parallelism=4, gpus=8, workload_priority="research-scavenger"))
-    )
-    wait_for("the scavenger job to be admitted", lambda: admitted(local_stack, team_b, "scavenger"))
-
-    local_stack.apply(labelled(gpu_job("urgent", team_a, parallelism=2, gpus=8, workload_priority="research-urgent")))
-    wait_for("the urgent job to be admitted", lambda: admitted(local_stack, team_a, "urgent"), timeout=120)
-    low = workload_of(local_stack, team_b, "scavenger")
-    assert low is not None
-    assert condition(low, "Admitted") != "True"
-    assert condition(low, "Preempted") == "True" or condition(low, "Evicted") == "True", low.get("status")
-    assert local_stack.get("job", "scavenger", "-n", team_b)["spec"]["suspend"] is True
-    wait_for("2 urgent pods running", lambda: len(running(job_pods(local_stack, team_a, "urgent"))) == 2)
-
-
 @pytest.fixture
 def check_answered_at_once(local_stack: LocalStack) -> Iterator[None]:
     """The make-before-break controllers answer the check at once (today's path, which they fall back to)."""
@@ -280,53 +240,107 @@ def check_answered_at_once(local_stack: LocalStack) -> Iterator[None]:
         flip.answer_at_once(registry, False)
 
 
-def test_training_pods_preempt_inference_through_the_scheduler(
-    local_stack: LocalStack, cleanup: None, check_answered_at_once: None
-) -> None:
-    """The fallback path: admitted at once, the training pods preempt by PriorityClass exactly what they need."""
-    infer_ns = CFG.inference_namespaces[0]
-    team = CFG.teams[0].namespace
-    serve = labelled(
-        {
-            "apiVersion": "apps/v1",
-            "kind": "Deployment",
-            "metadata": {"name": "serve", "namespace": infer_ns},
-            "spec": {
-                "replicas": 4,
-                "selector": {"matchLabels": {"app": "serve"}},
-                "template": {
-                    "metadata": {"labels": {"app": "serve"}},
-                    "spec": {
-                        "priorityClassName": CFG.priorities.pod.inference.name,
-                        "containers": [
-                            {
-                                "name": "serve",
-                                "image": "registry.invalid/serve:sim",
-                                "resources": {"limits": {"nvidia.com/gpu": "8"}},
-                            }
-                        ],
+class TestGpusCountedWithoutInference:
+    """Tests that count GPUs, with the stack's inference services scaled to zero for all of them at once."""
+
+    def test_gang_is_admitted_only_when_all_four_pods_fit(self, local_stack: LocalStack, cleanup: None) -> None:
+        team_a, team_b = CFG.teams[0].namespace, CFG.teams[-1].namespace
+        local_stack.apply(
+            labelled(gpu_job("blocker", team_b, parallelism=1, gpus=8, workload_priority="research-default"))
+        )
+        wait_for("the blocker to be admitted", lambda: admitted(local_stack, team_b, "blocker"))
+        wait_for("the blocker pod to run", lambda: running(job_pods(local_stack, team_b, "blocker")))
+
+        local_stack.apply(
+            labelled(gpu_job("gang", team_a, parallelism=4, gpus=8, workload_priority="research-default"))
+        )
+        # Kueue's webhook (served by the local controller) suspended it at creation.
+        assert local_stack.get("job", "gang", "-n", team_a)["spec"]["suspend"] is True
+        wl = wait_for("the gang's Workload", lambda: workload_of(local_stack, team_a, "gang"))
+        assert [int(ps["count"]) for ps in wl["spec"]["podSets"]] == [4]
+        # 32 GPUs are needed, 24 are free: it must wait, whole, with no pod created.
+        for _ in range(5):
+            assert not admitted(local_stack, team_a, "gang")
+            assert not job_pods(local_stack, team_a, "gang")
+            time.sleep(1)
+
+        local_stack.kubectl("delete", "job", "blocker", "-n", team_b, "--wait=true", "--cascade=foreground")
+        wait_for("the gang to be admitted", lambda: admitted(local_stack, team_a, "gang"))
+        pods = wait_for(
+            "4 gang pods running",
+            lambda: exactly_running(local_stack, team_a, "gang", 4),
+        )
+        nodes = {p["spec"]["nodeName"] for p in pods}
+        assert len(nodes) == 4, f"8-GPU pods must take a node each: {nodes}"
+        assert all(n.startswith("h100-node-") for n in nodes)
+
+    def test_higher_workload_priority_preempts_lower(self, local_stack: LocalStack, cleanup: None) -> None:
+        team_a, team_b = CFG.teams[0].namespace, CFG.teams[-1].namespace
+        local_stack.apply(
+            labelled(gpu_job("scavenger", team_b, parallelism=4, gpus=8, workload_priority="research-scavenger"))
+        )
+        wait_for("the scavenger job to be admitted", lambda: admitted(local_stack, team_b, "scavenger"))
+
+        local_stack.apply(
+            labelled(gpu_job("urgent", team_a, parallelism=2, gpus=8, workload_priority="research-urgent"))
+        )
+        wait_for("the urgent job to be admitted", lambda: admitted(local_stack, team_a, "urgent"), timeout=120)
+        low = workload_of(local_stack, team_b, "scavenger")
+        assert low is not None
+        assert condition(low, "Admitted") != "True"
+        assert condition(low, "Preempted") == "True" or condition(low, "Evicted") == "True", low.get("status")
+        assert local_stack.get("job", "scavenger", "-n", team_b)["spec"]["suspend"] is True
+        wait_for("2 urgent pods running", lambda: len(running(job_pods(local_stack, team_a, "urgent"))) == 2)
+
+    def test_training_pods_preempt_inference_through_the_scheduler(
+        self, local_stack: LocalStack, cleanup: None, check_answered_at_once: None
+    ) -> None:
+        """The fallback path: admitted at once, the training pods preempt by PriorityClass exactly what they need."""
+        infer_ns = CFG.inference_namespaces[0]
+        team = CFG.teams[0].namespace
+        serve = labelled(
+            {
+                "apiVersion": "apps/v1",
+                "kind": "Deployment",
+                "metadata": {"name": "serve", "namespace": infer_ns},
+                "spec": {
+                    "replicas": 4,
+                    "selector": {"matchLabels": {"app": "serve"}},
+                    "template": {
+                        "metadata": {"labels": {"app": "serve"}},
+                        "spec": {
+                            "priorityClassName": CFG.priorities.pod.inference.name,
+                            "containers": [
+                                {
+                                    "name": "serve",
+                                    "image": "registry.invalid/serve:sim",
+                                    "resources": {"limits": {"nvidia.com/gpu": "8"}},
+                                }
+                            ],
+                        },
                     },
                 },
-            },
-        }
-    )
-    local_stack.apply(serve)
+            }
+        )
+        local_stack.apply(serve)
 
-    def serving() -> list[dict[str, Any]]:
-        return running(local_stack.items("pods", "-n", infer_ns, "-l", "app=serve"))
+        def serving() -> list[dict[str, Any]]:
+            return running(local_stack.items("pods", "-n", infer_ns, "-l", "app=serve"))
 
-    wait_for("4 inference replicas on every GPU", lambda: len(serving()) == 4)
+        wait_for("4 inference replicas on every GPU", lambda: len(serving()) == 4)
 
-    local_stack.apply(labelled(gpu_job("pretrain", team, parallelism=2, gpus=8, workload_priority="research-default")))
-    wait_for("the training job to be admitted", lambda: admitted(local_stack, team, "pretrain"))
-    pods = wait_for(
-        "training pods running",
-        lambda: exactly_running(local_stack, team, "pretrain", 2),
-        timeout=120,
-    )
-    assert len(serving()) == 2, "the scheduler should have preempted exactly the inference replicas it needed"
-    taken = {p["spec"]["nodeName"] for p in pods}
-    assert not taken & {p["spec"]["nodeName"] for p in serving()}
+        local_stack.apply(
+            labelled(gpu_job("pretrain", team, parallelism=2, gpus=8, workload_priority="research-default"))
+        )
+        wait_for("the training job to be admitted", lambda: admitted(local_stack, team, "pretrain"))
+        pods = wait_for(
+            "training pods running",
+            lambda: exactly_running(local_stack, team, "pretrain", 2),
+            timeout=120,
+        )
+        assert len(serving()) == 2, "the scheduler should have preempted exactly the inference replicas it needed"
+        taken = {p["spec"]["nodeName"] for p in pods}
+        assert not taken & {p["spec"]["nodeName"] for p in serving()}
 
 
 # --- the engine --------------------------------------------------------------------------------------------------
