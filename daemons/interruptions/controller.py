@@ -30,6 +30,7 @@ from daemons.interruptions.model import BOUND_REASON, JOBSET_API, JobView, Workl
 from daemons.interruptions.translate import job_view, node_state, owner_uid, workload_view
 from daemons.toolkit.events import event_body, format_time
 from daemons.toolkit.kube import ConflictError, KubeError
+from daemons.toolkit.shutdown import every
 
 log = logging.getLogger("interruptions")
 
@@ -343,10 +344,5 @@ class Controller:
         return CycleResult(leader, False, figures, records, tuple(stopped), tuple(written), problems)
 
     def run(self, stop: threading.Event) -> None:
-        """Cycles every ``interval`` until ``stop`` is set; an unexpected error is logged and the loop goes on."""
-        while not stop.is_set():
-            try:
-                self.cycle()
-            except Exception:
-                log.exception("cycle failed")
-            stop.wait(self.settings.interval_seconds)
+        """Cycles every ``interval`` until ``stop`` is set (``daemons.toolkit.shutdown.every``)."""
+        every(self.cycle, self.settings.interval_seconds, stop, log, "cycle")

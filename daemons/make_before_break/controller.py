@@ -48,6 +48,7 @@ from daemons.make_before_break.requests import (
 from daemons.make_before_break.translate import check_entry, controller_name_of
 from daemons.toolkit.events import event_body
 from daemons.toolkit.kube import ConflictError, KubeError
+from daemons.toolkit.shutdown import every
 
 log = logging.getLogger("make_before_break")
 
@@ -349,10 +350,5 @@ class Controller:
         return CycleResult(leader, observed, decision, tuple(outcomes), active, decision.notes)
 
     def run(self, stop: threading.Event) -> None:
-        """Cycles every ``interval`` until ``stop`` is set; an unexpected error is logged and the loop goes on."""
-        while not stop.is_set():
-            try:
-                self.cycle()
-            except Exception:
-                log.exception("cycle failed")
-            stop.wait(self.settings.interval_seconds)
+        """Cycles every ``interval`` until ``stop`` is set (``daemons.toolkit.shutdown.every``)."""
+        every(self.cycle, self.settings.interval_seconds, stop, log, "cycle")

@@ -38,6 +38,7 @@ from daemons.quarantine.metrics import Metrics
 from daemons.toolkit.events import event_body
 from daemons.toolkit.kube import ConflictError, KubeError
 from daemons.toolkit.prometheus import Querier, QueryError, Sample
+from daemons.toolkit.shutdown import every
 
 log = logging.getLogger("quarantine")
 
@@ -308,10 +309,5 @@ class Controller:
         return CycleResult(leader, signals, plan, tuple(sorted(applied)), written, unknown)
 
     def run(self, stop: threading.Event) -> None:
-        """Cycles every ``interval`` until ``stop`` is set; an unexpected error is logged and the loop goes on."""
-        while not stop.is_set():
-            try:
-                self.cycle()
-            except Exception:
-                log.exception("cycle failed")
-            stop.wait(self.settings.interval_seconds)
+        """Cycles every ``interval`` until ``stop`` is set (``daemons.toolkit.shutdown.every``)."""
+        every(self.cycle, self.settings.interval_seconds, stop, log, "cycle")

@@ -24,6 +24,7 @@ from daemons.quota_controller.model import KUEUE_API, NodeView, Observation, Out
 from daemons.quota_controller.translate import node_view, queue_view
 from daemons.toolkit.events import event_body
 from daemons.toolkit.kube import ConflictError, KubeError
+from daemons.toolkit.shutdown import every
 
 log = logging.getLogger("quota_controller")
 
@@ -223,10 +224,5 @@ class Controller:
         return CycleResult(leader, observed, decision, tuple(outcomes))
 
     def run(self, stop: threading.Event) -> None:
-        """Cycles every ``interval`` until ``stop`` is set; an unexpected error is logged and the loop goes on."""
-        while not stop.is_set():
-            try:
-                self.cycle()
-            except Exception:
-                log.exception("cycle failed")
-            stop.wait(self.settings.interval_seconds)
+        """Cycles every ``interval`` until ``stop`` is set (``daemons.toolkit.shutdown.every``)."""
+        every(self.cycle, self.settings.interval_seconds, stop, log, "cycle")

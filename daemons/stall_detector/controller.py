@@ -30,6 +30,7 @@ from daemons.stall_detector.suspects import NodeEvidence, SuspectPolicy, repeat_
 from daemons.toolkit.events import event_body
 from daemons.toolkit.kube import ConflictError, KubeError
 from daemons.toolkit.prometheus import Querier, QueryError, QueryResult
+from daemons.toolkit.shutdown import every
 
 log = logging.getLogger("stall_detector")
 
@@ -424,13 +425,8 @@ class Controller:
         result.repeat_offenders = offenders
 
     def run(self, stop: threading.Event) -> None:
-        """Cycles every ``interval`` until ``stop`` is set; an unexpected error is logged and the loop goes on."""
-        while not stop.is_set():
-            try:
-                self.cycle()
-            except Exception:
-                log.exception("cycle failed")
-            stop.wait(self.settings.interval_seconds)
+        """Cycles every ``interval`` until ``stop`` is set (``daemons.toolkit.shutdown.every``)."""
+        every(self.cycle, self.settings.interval_seconds, stop, log, "cycle")
 
 
 def summary(result: CycleResult) -> dict[str, object]:

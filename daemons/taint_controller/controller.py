@@ -31,6 +31,7 @@ from daemons.taint_controller.kube import (
 from daemons.taint_controller.metrics import Metrics
 from daemons.toolkit.kube import ConflictError, KubeError
 from daemons.toolkit.prometheus import Querier, QueryError
+from daemons.toolkit.shutdown import every
 from daemons.toolkit.taint import Taint
 
 log = logging.getLogger("taint_controller")
@@ -315,10 +316,5 @@ class Controller:
         return TickResult(leader, headroom, pending, taint_present, decision, changed, by_type_h, by_type_p, burst)
 
     def run(self, stop: threading.Event) -> None:
-        """Ticks every ``interval`` until ``stop`` is set; an unexpected error is logged and the loop goes on."""
-        while not stop.is_set():
-            try:
-                self.tick()
-            except Exception:
-                log.exception("tick failed")
-            stop.wait(self.settings.interval_seconds)
+        """Ticks every ``interval`` until ``stop`` is set (``daemons.toolkit.shutdown.every``)."""
+        every(self.tick, self.settings.interval_seconds, stop, log, "tick")

@@ -77,3 +77,16 @@ def drain(steps: Sequence[Step], *, timeout_s: float, log: logging.Logger) -> bo
                 extra={"step": name, "error_type": type(error).__name__, "error": str(error)[:300]},
             )
     return True
+
+
+def every(
+    step: Callable[[], object], interval_s: float, stop: threading.Event, log: logging.Logger, what: str = "cycle"
+) -> None:
+    """A controller's loop: ``step`` every ``interval_s`` until ``stop`` is set; an unexpected error is logged
+    (``<what> failed``, with its traceback) and the loop goes on."""
+    while not stop.is_set():
+        try:
+            step()
+        except Exception:
+            log.exception(f"{what} failed")
+        stop.wait(interval_s)

@@ -61,3 +61,26 @@ def test_drain_gives_up_on_a_hung_step_within_its_deadline(caplog: pytest.LogCap
     (record,) = caplog.records
     assert record.step == "hung"  # type: ignore[attr-defined]
     assert record.skipped == ["after"]  # type: ignore[attr-defined]
+
+
+def test_every_runs_the_step_until_stopped_and_a_failing_step_is_logged_not_fatal(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    import logging  # noqa: PLC0415
+    import threading  # noqa: PLC0415
+
+    from daemons.toolkit.shutdown import every  # noqa: PLC0415
+
+    stop = threading.Event()
+    calls: list[int] = []
+
+    def step() -> None:
+        calls.append(1)
+        if len(calls) == 2:
+            raise RuntimeError("the API server went away")
+        if len(calls) == 3:
+            stop.set()
+
+    every(step, 0.001, stop, logging.getLogger("t"), "cycle")
+    assert len(calls) == 3
+    assert [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR] == ["cycle failed"]
