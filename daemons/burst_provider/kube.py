@@ -12,13 +12,17 @@ from daemons.burst_provider.source import JsonObject
 
 _NOT_FOUND = 404
 _TERMINAL = ("Succeeded", "Failed")
+#: (connect, read) seconds for every call: without one, a connection the API server never answers would stop the
+#: reconcile loop for good (no annotation, no EndpointSlice, no orphan deletion) while the pods keep running.
+REQUEST_TIMEOUT = (5.0, 30.0)
 
 
 class KubeSourceCluster:
     """Reads and writes the source cluster with the official client; objects come back as camelCase dicts."""
 
-    def __init__(self, kubeconfig: str | None = None) -> None:
+    def __init__(self, kubeconfig: str | None = None, request_timeout: tuple[float, float] = REQUEST_TIMEOUT) -> None:
         # The client's own annotations are partial; its objects are handled as Any and turned into dicts at once.
+        self._timeout = request_timeout
         cfg: Any = config
         api_client: Any = cfg.new_client_from_config(config_file=kubeconfig) if kubeconfig else self._in_cluster(cfg)
         self._api: Any = api_client
@@ -35,7 +39,9 @@ class KubeSourceCluster:
         return out
 
     def live_pods_on_node(self, node: str) -> list[JsonObject]:
-        pods = self._core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}")
+        pods = self._core.list_pod_for_all_namespaces(
+            field_selector=f"spec.nodeName={node}", _request_timeout=self._timeout
+        )
         out = []
         for pod in pods.items:
             if pod.metadata.deletion_timestamp is not None:
@@ -47,7 +53,7 @@ class KubeSourceCluster:
 
     def config_map(self, namespace: str, name: str) -> dict[str, str] | None:
         try:
-            cm = self._core.read_namespaced_config_map(name, namespace)
+            cm = self._core.read_namespaced_config_map(name, namespace, _request_timeout=self._timeout)
         except ApiException as exc:
             if exc.status == _NOT_FOUND:
                 return None
@@ -56,7 +62,7 @@ class KubeSourceCluster:
 
     def secret(self, namespace: str, name: str) -> dict[str, str] | None:
         try:
-            s = self._core.read_namespaced_secret(name, namespace)
+            s = self._core.read_namespaced_secret(name, namespace, _request_timeout=self._timeout)
         except ApiException as exc:
             if exc.status == _NOT_FOUND:
                 return None
@@ -64,37 +70,43 @@ class KubeSourceCluster:
         return {k: base64.b64decode(v).decode("utf-8", "replace") for k, v in (s.data or {}).items()}
 
     def services(self, namespace: str) -> list[JsonObject]:
-        return [self._json(s) for s in self._core.list_namespaced_service(namespace).items]
+        return [
+            self._json(s) for s in self._core.list_namespaced_service(namespace, _request_timeout=self._timeout).items
+        ]
 
     def annotate_pod(self, namespace: str, name: str, annotations: dict[str, str | None]) -> None:
         try:
-            self._core.patch_namespaced_pod(name, namespace, {"metadata": {"annotations": annotations}})
+            self._core.patch_namespaced_pod(
+                name, namespace, {"metadata": {"annotations": annotations}}, _request_timeout=self._timeout
+            )
         except ApiException as exc:
             if exc.status != _NOT_FOUND:
                 raise
 
     def endpoint_slices(self, namespace: str, labels: dict[str, str]) -> list[JsonObject]:
         selector = ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
-        items = self._discovery.list_namespaced_endpoint_slice(namespace, label_selector=selector).items
+        items = self._discovery.list_namespaced_endpoint_slice(
+            namespace, label_selector=selector, _request_timeout=self._timeout
+        ).items
         return [self._json(s) for s in items]
 
     def apply_endpoint_slice(self, endpoint_slice: JsonObject) -> None:
         meta = endpoint_slice["metadata"]
         ns, name = meta["namespace"], meta["name"]
         try:
-            current = self._discovery.read_namespaced_endpoint_slice(name, ns)
+            current = self._discovery.read_namespaced_endpoint_slice(name, ns, _request_timeout=self._timeout)
         except ApiException as exc:
             if exc.status != _NOT_FOUND:
                 raise
-            self._discovery.create_namespaced_endpoint_slice(ns, endpoint_slice)
+            self._discovery.create_namespaced_endpoint_slice(ns, endpoint_slice, _request_timeout=self._timeout)
             return
         body = dict(endpoint_slice)
         body["metadata"] = {**meta, "resourceVersion": current.metadata.resource_version}
-        self._discovery.replace_namespaced_endpoint_slice(name, ns, body)
+        self._discovery.replace_namespaced_endpoint_slice(name, ns, body, _request_timeout=self._timeout)
 
     def delete_endpoint_slice(self, namespace: str, name: str) -> None:
         try:
-            self._discovery.delete_namespaced_endpoint_slice(name, namespace)
+            self._discovery.delete_namespaced_endpoint_slice(name, namespace, _request_timeout=self._timeout)
         except ApiException as exc:
             if exc.status != _NOT_FOUND:
                 raise

@@ -24,6 +24,8 @@ log = logging.getLogger("burst_provider.reconcile")
 
 #: A finished record whose pod left the cluster is kept this long (the node normally deletes it well before).
 STALE_RECORD_SECONDS = 3600.0
+#: An instance the provider has ended by itself: deleting it again changes nothing.
+_ENDED = (InstanceState.EXITED, InstanceState.FAILED)
 
 
 @dataclass
@@ -57,6 +59,9 @@ class Reconciler:
         self._ready_deadline = timer() + startup_grace
         self._wake = threading.Event()
         service.on_change = self._wake.set
+        # Ended orphans whose delete the provider accepted: they linger in its listings for a while (a provider
+        # keeps failed and exited instances listed), and are not deleted, nor counted, again on every pass.
+        self._ended_orphans_deleted: set[tuple[str, str]] = set()
 
     def list_instances(self, report: ReconcileReport) -> dict[str, list[Instance]]:
         listings: dict[str, list[Instance]] = {}
@@ -135,9 +140,14 @@ class Reconciler:
         self, listings: dict[str, list[Instance]], pods: list[dict[str, Any]], report: ReconcileReport
     ) -> None:
         live = {str((p.get("metadata") or {}).get("uid")) for p in pods}
+        listed = {(name, inst.instance_id) for name, instances in listings.items() for inst in instances}
+        self._ended_orphans_deleted &= listed
         for name, instances in listings.items():
             for inst in instances:
                 if inst.tags.uid in live or inst.state is InstanceState.TERMINATED:
+                    continue
+                key = (name, inst.instance_id)
+                if key in self._ended_orphans_deleted and inst.state in _ENDED:
                     continue
                 try:
                     self.service.providers[name].delete_instance(inst.instance_id)
@@ -147,6 +157,8 @@ class Reconciler:
                         "orphan delete failed", extra={"provider": name, "instance": inst.instance_id, "err": str(exc)}
                     )
                     continue
+                if inst.state in _ENDED:
+                    self._ended_orphans_deleted.add(key)
                 self.service.orphaned(inst.tags.uid, inst.instance_id)
                 self.service.metrics.orphans_deleted.labels(name).inc()
                 report.orphans_deleted.append(f"{name}/{inst.instance_id}")

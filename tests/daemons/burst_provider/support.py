@@ -141,9 +141,13 @@ class MemoryProvider(Provider):
             return self.instances.get(instance_id)
 
     def delete_instance(self, instance_id: str) -> None:
+        """As a provider deletes: a live instance is gone at once; one that already ended by itself (failed,
+        exited) stays listed as it is until the provider drops it, the way the fake cloud keeps it for its TTL."""
         with self._lock:
             self.deleted.append(instance_id)
-            self.instances.pop(instance_id, None)
+            inst = self.instances.get(instance_id)
+            if inst is None or inst.state not in (InstanceState.FAILED, InstanceState.EXITED):
+                self.instances.pop(instance_id, None)
 
     def list_instances(self, node: str) -> list[Instance]:
         if self.list_error:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -42,6 +43,7 @@ class Stub:
     def __init__(self) -> None:
         self.requests: list[tuple[str, str, dict[str, list[str]], Any]] = []
         self.slices: dict[str, dict[str, Any]] = {"existing": slice_obj("existing")}
+        self.silent_for = 0.0  # seconds the server holds every answer back (an API server that stopped answering)
 
     def answer(self, method: str, path: str, query: dict[str, list[str]], body: Any) -> tuple[int, Any]:
         self.requests.append((method, path, query, body))
@@ -91,13 +93,17 @@ def api(tmp_path: Path) -> Iterator[tuple[KubeSourceCluster, Stub]]:
             url = urlsplit(self.path)
             length = int(self.headers.get("Content-Length") or 0)
             body = json.loads(self.rfile.read(length)) if length else None
+            time.sleep(stub.silent_for)
             code, answer = stub.answer(self.command, url.path, parse_qs(url.query), body)
             raw = json.dumps(answer).encode()
-            self.send_response(code)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(raw)))
-            self.end_headers()
-            self.wfile.write(raw)
+            try:
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(raw)))
+                self.end_headers()
+                self.wfile.write(raw)
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the client gave up waiting (the timeout test)
 
         def do_GET(self) -> None:
             self._do()
@@ -188,3 +194,26 @@ def test_endpoint_slices_create_replace_delete(api: tuple[KubeSourceCluster, Stu
     source.delete_endpoint_slice("inference", "existing")
     source.delete_endpoint_slice("inference", "existing")  # already gone: no error
     assert set(stub.slices) == {"fresh"}
+
+
+def test_an_api_server_that_stops_answering_fails_the_call_instead_of_stopping_the_loop(
+    api: tuple[KubeSourceCluster, Stub], tmp_path: Path
+) -> None:
+    """Every call carries a timeout: the reconcile loop logs the error and carries on at its next pass."""
+    _, stub = api
+    source = KubeSourceCluster(str(tmp_path / "kubeconfig"), request_timeout=(1.0, 0.3))
+    stub.silent_for = 1.5
+    calls = [
+        lambda: source.live_pods_on_node("gpu-burst"),
+        lambda: source.services("inference"),
+        lambda: source.annotate_pod("inference", "a", {"x": "y"}),
+        lambda: source.endpoint_slices("inference", {"a": "b"}),
+        lambda: source.config_map("inference", "cfg"),
+    ]
+    for call in calls:
+        started = time.monotonic()
+        with pytest.raises(Exception, match=r"(?i)timed out"):
+            call()
+        assert time.monotonic() - started < stub.silent_for
+    stub.silent_for = 0.0
+    assert [p["metadata"]["name"] for p in source.live_pods_on_node("gpu-burst")] == ["a"]

@@ -168,14 +168,17 @@ def test_a_tolerating_pod_runs_on_the_fake_cloud_and_is_reachable(clean: LocalSt
         (inst,) = [i for i in instances() if i["tags"]["uid"] == uid]
         assert inst["state"] == "running"
         assert inst["tags"] == {"node": NODE, "namespace": NS, "pod": pod["metadata"]["name"], "uid": uid}
-        address = wait_for(
-            "the external address annotation",
-            lambda: (
-                stack.get("pod", pod["metadata"]["name"], "-n", NS)["metadata"]
-                .get("annotations", {})
-                .get("burst.gpucluster.io/address")
-            ),
-        )
+        try:
+            address = wait_for(
+                "the external address annotation",
+                lambda: (
+                    stack.get("pod", pod["metadata"]["name"], "-n", NS)["metadata"]
+                    .get("annotations", {})
+                    .get("burst.gpucluster.io/address")
+                ),
+            )
+        except AssertionError as e:  # only the provider's reconcile loop writes it: say what the loop was doing
+            raise AssertionError(f"{e}\nthe provider's log, last lines:\n{_provider_log_tail()}") from None
         assert address == inst["address"]
         slices = wait_for(
             "an EndpointSlice for the external replica",
@@ -195,6 +198,11 @@ def test_a_tolerating_pod_runs_on_the_fake_cloud_and_is_reachable(clean: LocalSt
         assert all(s["metadata"]["labels"]["kubernetes.io/service-name"] == PROBE for s in slices)
     finally:
         stack.kubectl("delete", "service", PROBE, "-n", NS, "--ignore-not-found")
+
+
+def _provider_log_tail(lines: int = 40) -> str:
+    log = processes.registry()["provider"].log_file
+    return "\n".join(log.read_text(errors="replace").splitlines()[-lines:]) if log.exists() else f"({log}: none)"
 
 
 def test_deleting_the_pod_deletes_its_instance(clean: LocalStack) -> None:

@@ -190,3 +190,22 @@ def test_live_pods_records_are_never_forgotten() -> None:
     clock.advance(7200)
     assert rec.run_once().forgotten == []
     assert svc.get_pod("inference", "web-1")["reason"] == "ProviderCreateFailed"  # type: ignore[index]
+
+
+def test_an_ended_orphan_that_stays_listed_is_deleted_and_counted_once() -> None:
+    p = MemoryProvider("fake-a")
+    source = FakeSource()
+    p.add(tagged("died", InstanceState.FAILED))
+    svc, rec, _, _ = build(p, source)
+    reports = [rec.run_once() for _ in range(3)]
+    assert [r.orphans_deleted for r in reports] == [["fake-a/old-died"], [], []]
+    assert "old-died" in p.instances  # still listed, as the provider keeps it for a while
+    assert p.deleted == ["old-died"]
+    metric = svc.metrics.registry.get_sample_value("gpucluster_burst_orphans_deleted_total", {"provider": "fake-a"})
+    assert metric == 1.0
+    p.set_state("old-died", InstanceState.RUNNING)  # a provider that brought it back: deleted again
+    assert rec.run_once().orphans_deleted == ["fake-a/old-died"]
+    p.vanish("old-died")
+    rec.run_once()
+    p.add(tagged("died", InstanceState.FAILED))  # listed again after leaving the listing: a new delete
+    assert rec.run_once().orphans_deleted == ["fake-a/old-died"]
