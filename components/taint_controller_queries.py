@@ -14,6 +14,8 @@ from components.constants import GPU_TYPE_ANNOTATION, QUARANTINE_TAINT_KEY, RESE
 
 #: Placeholders substituted into the queries at runtime (:meth:`TaintControllerSettings.render_query`).
 NODE_PLACEHOLDER = "$NODE"
+#: ``freshWithin`` in seconds: a series whose newest sample is older reads as gone (see :func:`fresh`).
+FRESH_PLACEHOLDER = "$FRESH_SECONDS"
 NAMESPACES_PLACEHOLDER = "$INFERENCE_NAMESPACES"
 #: One series ``{node, gpu_type} 1`` per node whose GPU type label names one of ``gpuTypes`` (see
 #: :func:`node_gpu_types_expr`).
@@ -39,21 +41,41 @@ KSM_LABELS_ALLOWLIST = f"nodes=[{DEFAULT_GPU_TYPE_NODE_LABEL}]"
 KSM_ANNOTATIONS_ALLOWLIST = f"pods=[{GPU_TYPE_ANNOTATION}]"
 KSM_OPT_IN_METRICS = "kube_pod_nodeselectors"
 
-_SCHEDULABLE_GPUS = (
-    '(kube_node_status_allocatable{resource="nvidia_com_gpu",node!="$NODE"}'
-    ' and on(node) (kube_node_spec_unschedulable{node!="$NODE"} == 0))'
-)
+
+def fresh(selector: str) -> str:
+    """``selector``'s series whose newest sample is at most ``freshWithin`` old.
+
+    A series that vanishes while Prometheus is down gets no staleness marker when it comes back (the marker comes
+    from the scrape cache, which a restart empties): Prometheus keeps answering its last value for the whole
+    lookback window (5 minutes by default). Without this, a reservation released or a pod scheduled during an
+    outage would still count for five minutes after it, and the flip would act on it.
+    """
+    return f"({selector} and (time() - timestamp({selector}) <= {FRESH_PLACEHOLDER}))"
+
+
+_ALLOCATABLE = fresh('kube_node_status_allocatable{resource="nvidia_com_gpu",node!="$NODE"}')
+_UNSCHEDULABLE_REAL = fresh('kube_node_spec_unschedulable{node!="$NODE"}')
+_UNSCHEDULABLE = fresh("kube_node_spec_unschedulable")
+_RESERVED_TAINT = fresh(f'kube_node_spec_taint{{key="{RESERVATION_KEY}"}}')
+_QUARANTINE_TAINT = fresh(f'kube_node_spec_taint{{key="{QUARANTINE_TAINT_KEY}"}}')
+_GPU_REQUESTS = fresh('kube_pod_container_resource_requests{resource="nvidia_com_gpu",node!="$NODE",node!=""}')
+_LIVE_PHASE = fresh('kube_pod_status_phase{phase=~"Pending|Running"}')
+_PENDING_INFERENCE_PHASE = fresh('kube_pod_status_phase{phase="Pending",namespace=~"$INFERENCE_NAMESPACES"}')
+_BOUND = fresh('kube_pod_info{node!=""}')
+_ON_VIRTUAL_NODE = fresh('kube_pod_info{node="$NODE",namespace=~"$INFERENCE_NAMESPACES"}')
+#: Zero while kube-state-metrics answers (its node series are fresh), empty while it does not.
+_KSM_ANSWERS = f"(count({fresh('kube_node_info')}) * 0)"
+
+_SCHEDULABLE_GPUS = f"({_ALLOCATABLE} and on(node) ({_UNSCHEDULABLE_REAL} == 0))"
 #: Nodes whose GPUs are no headroom, on both sides: reserved for a waiting gang (promised, not room for inference
 #: to come home to) and quarantined (a hot or erroring GPU waiting for its replacement: inference may still run
 #: there, but the controller does not bring burst replicas home to it).
-_LEAVE_OUT_RESERVED = f' unless on(node) kube_node_spec_taint{{key="{RESERVATION_KEY}"}}'
-_LEAVE_OUT_QUARANTINED = f' unless on(node) kube_node_spec_taint{{key="{QUARANTINE_TAINT_KEY}"}}'
+_LEAVE_OUT_RESERVED = f" unless on(node) {_RESERVED_TAINT}"
+_LEAVE_OUT_QUARANTINED = f" unless on(node) {_QUARANTINE_TAINT}"
 _LEAVE_OUT = _LEAVE_OUT_RESERVED + _LEAVE_OUT_QUARANTINED
 _LIVE_GPU_REQUESTS = (
-    '((kube_pod_container_resource_requests{resource="nvidia_com_gpu",node!="$NODE",node!=""}'
-    " * on(namespace,pod) group_left()"
-    ' (max by(namespace,pod) (kube_pod_status_phase{phase=~"Pending|Running"}) == 1))'
-    " and on(node) (kube_node_spec_unschedulable == 0))"
+    f"(({_GPU_REQUESTS} * on(namespace,pod) group_left() (max by(namespace,pod) ({_LIVE_PHASE}) == 1))"
+    f" and on(node) ({_UNSCHEDULABLE} == 0))"
 )
 
 #: Free in-cluster GPUs of the whole cluster: allocatable ``nvidia.com/gpu`` of schedulable real nodes minus the
@@ -94,15 +116,13 @@ DEFAULT_HEADROOM_BY_TYPE_QUERY = (
 
 #: Nodes reserved for a waiting gang (the make-before-break check's taint); zero while kube-state-metrics
 #: answers and none is reserved, empty (unknown: the hold applies) while it does not.
-DEFAULT_RESERVED_QUERY = f'count(kube_node_spec_taint{{key="{RESERVATION_KEY}"}}) or (count(kube_node_info) * 0)'
+_KSM_ANSWERS = f"(count({fresh('kube_node_info')}) * 0)"
+DEFAULT_RESERVED_QUERY = f"count({_RESERVED_TAINT}) or {_KSM_ANSWERS}"
 
-_PENDING_PODS = (
-    '(max by(namespace,pod) (kube_pod_status_phase{phase="Pending",namespace=~"$INFERENCE_NAMESPACES"}) == 1)'
-    ' unless on(namespace,pod) kube_pod_info{node!=""}'
-)
+_PENDING_PODS = f"(max by(namespace,pod) ({_PENDING_INFERENCE_PHASE}) == 1) unless on(namespace,pod) {_BOUND}"
 #: Pending inference pods not yet bound to a node. An empty count means zero pods, but only while
 #: kube-state-metrics answers at all (``count(kube_node_info) * 0``); with it down the result stays empty.
-DEFAULT_PENDING_QUERY = f"count({_PENDING_PODS}) or (count(kube_node_info) * 0)"
+DEFAULT_PENDING_QUERY = f"count({_PENDING_PODS}) or {_KSM_ANSWERS}"
 #: The same, one series per GPU type the pods ask for; pods asking for no configured type are only in the total.
 #: A type with nothing pending has no series (zero). Asked only with ``gpuTypes`` set.
 DEFAULT_PENDING_BY_TYPE_QUERY = (
@@ -110,15 +130,14 @@ DEFAULT_PENDING_BY_TYPE_QUERY = (
 )
 
 _BURST_PODS = (
-    '(max by(namespace,pod) (kube_pod_info{node="$NODE",namespace=~"$INFERENCE_NAMESPACES"})'
-    ' and on(namespace,pod) (max by(namespace,pod) (kube_pod_status_phase{phase=~"Pending|Running"}) == 1))'
+    f"(max by(namespace,pod) ({_ON_VIRTUAL_NODE}) and on(namespace,pod) (max by(namespace,pod) ({_LIVE_PHASE}) == 1))"
 )
 #: Inference pods on the virtual node (Pending at a provider or Running there): the replicas that would come home
 #: once the taint is on. One series per GPU type they ask for, and one without ``gpu_type``: all of them (zero
 #: while kube-state-metrics answers and none is out). Only the add side reads it.
 DEFAULT_BURST_QUERY = (
     f"count by(gpu_type) ({_BURST_PODS} * on(namespace,pod) group_left(gpu_type) {POD_GPU_TYPES_PLACEHOLDER})"
-    f" or count({_BURST_PODS}) or (count(kube_node_info) * 0)"
+    f" or count({_BURST_PODS}) or {_KSM_ANSWERS}"
 )
 
 

@@ -63,6 +63,7 @@ from components.taint_controller_queries import (
     DEFAULT_PENDING_BY_TYPE_QUERY,
     DEFAULT_PENDING_QUERY,
     DEFAULT_RESERVED_QUERY,
+    FRESH_PLACEHOLDER,
     KSM_ANNOTATIONS_ALLOWLIST,
     KSM_OPT_IN_METRICS,
     MAX_GPU_TYPES,
@@ -85,6 +86,9 @@ TAINT_EFFECT = BURST_TAINT_EFFECT
 TAINT_VALUE = BURST_TAINT_VALUE
 #: Most free GPUs a mark may name: no cluster we manage comes near it.
 MAX_MARK = 100_000
+
+#: The shortest freshWithin: below it, one late scrape would make the whole cluster unknown (nothing ever changes).
+MIN_FRESH_SECONDS = 10.0
 
 #: What must be shorter than what, and why.
 _SHORTER = {
@@ -158,6 +162,10 @@ class TaintControllerSettings(ControllerSettings):
     taint_effect: str = TAINT_EFFECT
     #: How long one PromQL query may take; unset: a third of the interval, at most 10 s.
     query_timeout: PositiveDuration | None = None
+    #: A kube-state-metrics series whose newest sample is older than this reads as gone (``$FRESH_SECONDS`` in the
+    #: default queries): after a Prometheus restart, series that vanished while it was down would otherwise answer
+    #: their last value for its whole lookback window (5m). At least three of its scrape intervals; at least 10s.
+    fresh_within: PositiveDuration = "2m"
 
     @field_validator("taint_effect")
     @classmethod
@@ -181,6 +189,16 @@ class TaintControllerSettings(ControllerSettings):
     def _query(cls, v: str) -> str:
         if not v:
             raise ValueError("the PromQL query is empty")
+        return v
+
+    @field_validator("fresh_within")
+    @classmethod
+    def _fresh_within(cls, v: str) -> str:
+        if parse_duration(v) < MIN_FRESH_SECONDS:
+            raise ValueError(
+                f"{shown(v)} is shorter than {MIN_FRESH_SECONDS:g}s: one late kube-state-metrics scrape would make "
+                "every query unknown, and the controller would never change the taint"
+            )
         return v
 
     @field_validator("inference_namespaces")
@@ -245,6 +263,10 @@ class TaintControllerSettings(ControllerSettings):
         return parse_duration(self.warning_event_interval)
 
     @property
+    def fresh_within_seconds(self) -> float:
+        return parse_duration(self.fresh_within)
+
+    @property
     def query_timeout_seconds(self) -> float:
         """The query timeout: as set, else a third of the interval capped at 10 s."""
         if self.query_timeout is not None:
@@ -262,6 +284,7 @@ class TaintControllerSettings(ControllerSettings):
             .replace(NODE_GPU_TYPES_PLACEHOLDER, node_gpu_types_expr(self.gpu_types, self.gpu_type_node_label))
             .replace(POD_GPU_TYPES_PLACEHOLDER, pod_gpu_types_expr(self.gpu_types, self.gpu_type_node_label))
             .replace(NODE_PLACEHOLDER, self.node_name)
+            .replace(FRESH_PLACEHOLDER, f"{self.fresh_within_seconds:g}")
         )
 
     def ksm_flags(self) -> list[str]:

@@ -74,7 +74,10 @@ def test_camel_case_file(tmp_path: Path) -> None:
     assert s.hold_add_seconds == 5400
     assert s.query_timeout_seconds == 0.5
     assert s.prometheus_url == "http://prom:9090"
-    assert s.render_query(s.pending_query).count('namespace=~"inference|serving"') == 1
+    pending = s.render_query(s.pending_query)
+    assert 'namespace=~"inference|serving"' in pending
+    assert "$INFERENCE_NAMESPACES" not in pending
+    assert "<= 120)" in pending  # freshWithin's default, in seconds
     assert 'node!="burst-1"' in s.render_query(s.headroom_query)
 
 
@@ -206,10 +209,12 @@ def test_default_queries_keep_an_empty_result_possible() -> None:
     assert DEFAULT_HEADROOM_QUERY.count("or vector(0)") == 1
     assert DEFAULT_HEADROOM_QUERY.rstrip().endswith("or vector(0))")  # inside the subtraction's right side
     # The allocatable side falls back only to the same series times zero (every node reserved): empty with ksm down.
-    assert DEFAULT_HEADROOM_QUERY.startswith("(sum((kube_node_status_allocatable")
-    assert " or (sum((kube_node_status_allocatable" in DEFAULT_HEADROOM_QUERY
+    assert DEFAULT_HEADROOM_QUERY.startswith("(sum(((kube_node_status_allocatable")
+    assert " or (sum(((kube_node_status_allocatable" in DEFAULT_HEADROOM_QUERY
     assert "vector(0)" not in DEFAULT_PENDING_QUERY
-    assert "count(kube_node_info) * 0" in DEFAULT_PENDING_QUERY
+    assert DEFAULT_PENDING_QUERY.endswith(
+        " or (count((kube_node_info and (time() - timestamp(kube_node_info) <= $FRESH_SECONDS))) * 0)"
+    )
 
 
 # --- the default headroom query and reserved nodes, under promtool ---------------------------------------------
@@ -218,7 +223,7 @@ _NODES = {"gpu-a": 8, "gpu-c": 8, "gpu-burst": 16}
 _PODS = [("research", "train", "gpu-a", 2), ("inference", "serve", "gpu-c", 1)]
 
 
-def _headroom_series(taints: list[tuple[str, str]]) -> list[dict[str, str]]:
+def _headroom_series(taints: list[tuple[str, str]], taint_values: str = "1x5") -> list[dict[str, str]]:
     series = []
     for node, gpus in _NODES.items():
         series.append(
@@ -240,23 +245,30 @@ def _headroom_series(taints: list[tuple[str, str]]) -> list[dict[str, str]]:
         series.append({"series": f'kube_pod_status_phase{{{labels},phase="Running"}}', "values": "1x5"})
     for node, key in taints:
         series.append(
-            {"series": f'kube_node_spec_taint{{node="{node}",key="{key}",effect="NoSchedule"}}', "values": "1x5"}
+            {"series": f'kube_node_spec_taint{{node="{node}",key="{key}",effect="NoSchedule"}}', "values": taint_values}
         )
     return series
 
 
 def _promtool_headroom(
-    tmp_path: Path, taints: list[tuple[str, str]], expected: int, query: str = "headroom_query"
+    tmp_path: Path,
+    taints: list[tuple[str, str]],
+    expected: int,
+    query: str = "headroom_query",
+    *,
+    taint_values: str = "1x5",
+    eval_time: str = "2m",
+    fresh_within: str = "2m",
 ) -> subprocess.CompletedProcess[str]:
-    s = TaintControllerSettings(node_name="gpu-burst")
+    s = TaintControllerSettings(node_name="gpu-burst", fresh_within=fresh_within)
     (tmp_path / "empty.yml").write_text("groups: []\n")
     case = {
         "interval": "1m",
-        "input_series": _headroom_series(taints),
+        "input_series": _headroom_series(taints, taint_values),
         "promql_expr_test": [
             {
                 "expr": s.render_query(getattr(s, query)),
-                "eval_time": "2m",
+                "eval_time": eval_time,
                 "exp_samples": [{"labels": "{}", "value": expected}],
             }
         ],
@@ -306,14 +318,55 @@ def test_default_reserved_query_counts_the_reserved_nodes(
     assert _promtool_headroom(tmp_path, taints, wrong, "reserved_query").returncode != 0
 
 
+_FRESH = re.compile(r"\((?P<s>[a-z_]+(\{[^}]*\})?) and \(time\(\) - timestamp\((?P=s)\) <= \$FRESH_SECONDS\)\)")
+
+
+@pytest.mark.parametrize(
+    ("taint_values", "fresh_within", "expected", "wrong"),
+    [
+        ("1x5", "2m", 6, 13),  # reserved, and scraped every minute: left out
+        # The reservation's last sample at 1m and nothing after, no staleness marker (it went while Prometheus was
+        # down, which empties the scrape cache): at 4m Prometheus still answers it (lookback 5m) ...
+        ("1 1", "1h", 6, 13),
+        # ... and freshWithin (2m) drops it: the node is headroom again.
+        ("1 1", "2m", 13, 6),
+        ("1 1 stale", "1h", 13, 6),  # a staleness marker (scraped without it): gone at once, as always
+    ],
+    ids=["fresh", "restart-ghost-unguarded", "restart-ghost-dropped", "staleness-marker"],
+)
+def test_a_reservation_gone_while_prometheus_was_down_is_no_ghost(
+    tmp_path: Path, taint_values: str, fresh_within: str, expected: int, wrong: int
+) -> None:
+    taints = [("gpu-c", RESERVATION_KEY)]
+    kw = {"taint_values": taint_values, "eval_time": "4m", "fresh_within": fresh_within}
+    right = _promtool_headroom(tmp_path, taints, expected, **kw)
+    assert right.returncode == 0, right.stdout + right.stderr
+    assert _promtool_headroom(tmp_path, taints, wrong, **kw).returncode != 0
+    reserved = _promtool_headroom(tmp_path, taints, 1 if expected == 6 else 0, "reserved_query", **kw)
+    assert reserved.returncode == 0, reserved.stdout + reserved.stderr
+
+
+def test_fresh_within_shorter_than_ten_seconds_is_refused() -> None:
+    with pytest.raises(SettingsError, match="freshWithin"):
+        TaintControllerSettings.parse({"freshWithin": "5s"})
+    assert TaintControllerSettings.parse({"freshWithin": "10s"}).fresh_within_seconds == 10
+
+
 def test_the_daemon_readme_shows_the_default_queries_as_they_are() -> None:
     readme = (Path(__file__).resolve().parents[2] / "daemons" / "taint_controller" / "README.md").read_text()
     shown = [re.sub(r"\s+", "", block) for block in re.findall(r"```promql\n(.*?)```", readme, re.S)]
-    assert re.sub(r"\s+", "", DEFAULT_HEADROOM_QUERY) in shown
-    assert re.sub(r"\s+", "", DEFAULT_PENDING_QUERY) in shown
-    assert re.sub(r"\s+", "", DEFAULT_RESERVED_QUERY) in shown
-    for query in (DEFAULT_HEADROOM_BY_TYPE_QUERY, DEFAULT_PENDING_BY_TYPE_QUERY, DEFAULT_BURST_QUERY):
-        assert re.sub(r"\s+", "", query) in shown
+    queries = (
+        DEFAULT_HEADROOM_QUERY,
+        DEFAULT_PENDING_QUERY,
+        DEFAULT_RESERVED_QUERY,
+        DEFAULT_HEADROOM_BY_TYPE_QUERY,
+        DEFAULT_PENDING_BY_TYPE_QUERY,
+        DEFAULT_BURST_QUERY,
+    )
+    for query in queries:
+        assert "$FRESH_SECONDS" in query
+        # The README writes fresh(x) for the freshness guard it explains once.
+        assert re.sub(r"\s+", "", _FRESH.sub(r"fresh(\g<s>)", query)) in shown
 
 
 # --- GPU types ----------------------------------------------------------------------------------------------------

@@ -66,7 +66,7 @@ def test_the_flip_converges_under_kills_failures_and_a_prometheus_outage(
     local_stack: LocalStack, tmp_path: Path
 ) -> None:
     rc = chaos.run(
-        ["--kills", "3", "--cycles", "1", "--prometheus-outage", "--train-for", "40s", "--out", str(tmp_path)]
+        ["--kills", "3", "--cycles", "1", "--prometheus-outage", "--train-for", "25s", "--out", str(tmp_path)]
     )
     report = json.loads((tmp_path / "report.json").read_text())
     assert rc == 0, report

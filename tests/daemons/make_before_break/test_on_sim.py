@@ -124,7 +124,7 @@ def test_serving_moves_first_nothing_is_preempted_and_pulumi_leaves_the_flip_alo
             seen["after_up"] = (d["spec"]["template"]["metadata"].get("annotations") or {}).get(EPOCH_ANNOTATION)
             seen["external_after_up"] = sampler.take().ready_external
 
-    opts = flip.Options(path=flip.MAKE_BEFORE_BREAK, quiet=True, out=tmp_path, train_for="60s", during=during)
+    opts = flip.Options(path=flip.MAKE_BEFORE_BREAK, quiet=True, out=tmp_path, train_for="35s", during=during)
     tl, f = flip.run_cycle(opts)
     print("\n" + flip.timeline.side_by_side([f]))
     code, out, took = seen["preview"]

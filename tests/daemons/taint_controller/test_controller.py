@@ -290,7 +290,8 @@ def test_queries_are_rendered_with_the_node_and_namespaces() -> None:
     assert 'node!="gpu-burst"' in headroom_q
     assert "$" not in headroom_q
     assert 'namespace=~"inference"' in pending_q
-    assert reserved_q.startswith('count(kube_node_spec_taint{key="gpucluster.io/reservation"})')
+    assert reserved_q.startswith('count((kube_node_spec_taint{key="gpucluster.io/reservation"} and (time() - ')
+    assert all("<= 120)" in q and "$" not in q for q in (headroom_q, pending_q, reserved_q))  # freshWithin 2m
 
 
 def test_with_nodes_reserved_the_leader_removes_the_taint_without_the_hold() -> None:

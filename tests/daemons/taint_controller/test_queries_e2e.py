@@ -20,7 +20,12 @@ import pytest
 from kubernetes import client
 
 from components.constants import GPU_TYPE_ANNOTATION, QUARANTINE_TAINT_EFFECT, QUARANTINE_TAINT_KEY, RESERVATION_KEY
-from components.taint_controller_queries import KSM_ANNOTATIONS_ALLOWLIST, KSM_LABELS_ALLOWLIST, KSM_OPT_IN_METRICS
+from components.taint_controller_queries import (
+    KSM_ANNOTATIONS_ALLOWLIST,
+    KSM_LABELS_ALLOWLIST,
+    KSM_OPT_IN_METRICS,
+    fresh,
+)
 from components.taint_controller_settings import TaintControllerSettings
 from daemons.taint_controller.controller import REASON_REMOVED, Controller
 from daemons.taint_controller.decide import Action, Decider, Thresholds
@@ -208,7 +213,7 @@ def test_headroom_counts_schedulable_real_nodes_minus_bound_live_requests(cluste
 def test_headroom_without_the_reservation_leave_out_would_count_the_reserved_node(cluster: tuple[str, Any]) -> None:
     """The same query without its reservation clauses sees gpu-c: the leave-out is what keeps it out."""
     url, _ = cluster
-    clause = f' unless on(node) kube_node_spec_taint{{key="{RESERVATION_KEY}"}}'
+    clause = " unless on(node) " + fresh(f'kube_node_spec_taint{{key="{RESERVATION_KEY}"}}')
     assert clause in SETTINGS.headroom_query
     promql = SETTINGS.render_query(SETTINGS.headroom_query.replace(clause, ""))
     assert PrometheusClient(url, 5).query(promql).single_value() == 12 + 8 - 1
@@ -324,7 +329,7 @@ def test_the_whole_cluster_leaves_quarantined_nodes_out(typed_cluster: tuple[str
     """h100-a 8 + t4-a 7 + mixed-a 4; without the quarantine clause h100-q's 8 - 1 would count."""
     url, _ = typed_cluster
     assert rows(url, TYPED.headroom_query) == {"": 19}
-    clause = f' unless on(node) kube_node_spec_taint{{key="{QUARANTINE_TAINT_KEY}"}}'
+    clause = " unless on(node) " + fresh(f'kube_node_spec_taint{{key="{QUARANTINE_TAINT_KEY}"}}')
     assert clause in TYPED.headroom_query
     assert rows(url, TYPED.headroom_query.replace(clause, "")) == {"": 19 + 8 - 1}
     assert rows(url, TYPED.headroom_by_type_query.replace(clause, ""))["H100"] == 8 + 8 - 1
