@@ -33,7 +33,7 @@ from components.constants import (
     VIRTUAL_NODE_TAINT_KEY,
 )
 from components.telemetry.settings import TelemetrySettings
-from components.telemetry.xids import program_xid_filter
+from components.xids import program_xid_filter
 
 #: The label of the alert an Alertmanager route sends to whoever replaces hardware (``GpuNodeQuarantined``).
 REPLACEMENT_LABEL = "gpucluster_action"
@@ -144,7 +144,7 @@ def rule_groups(settings: TelemetrySettings) -> dict[str, Any]:
             "annotations": {
                 "summary": "XID {{ $value }} on GPU {{ $labels.gpu }} of {{ $labels.node }}",
                 "description": "DCGM_FI_DEV_XID_ERRORS changed in the last "
-                f"{window} to a code that is the card's, not the program's (components/telemetry/xids.py); look it "
+                f"{window} to a code that is the card's, not the program's (components/xids.py); look it "
                 "up in NVIDIA's Xid catalog.",
             },
         },

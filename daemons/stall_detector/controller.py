@@ -26,7 +26,13 @@ from daemons.stall_detector.decide import Policy, Readings, Verdict, judge
 from daemons.stall_detector.gangs import GangView, gang_view
 from daemons.stall_detector.metrics import Metrics
 from daemons.stall_detector.restart import Step, next_step
-from daemons.stall_detector.suspects import NodeEvidence, SuspectPolicy, repeat_offenders, suspects
+from daemons.stall_detector.suspects import (
+    THROTTLED_SHARE,
+    NodeEvidence,
+    SuspectPolicy,
+    repeat_offenders,
+    suspects,
+)
 from daemons.toolkit.events import event_body
 from daemons.toolkit.kube import ConflictError, KubeError
 from daemons.toolkit.prometheus import Querier, QueryError, QueryResult
@@ -65,6 +71,9 @@ class Inputs:
     fabric: Mapping[str, float] | None
     transport: Mapping[str, float] | None
     link: Mapping[str, float] | None
+    #: node -> GPUs with a new hardware XID; node -> share of the window its most throttled GPU was slowed.
+    xids: Mapping[str, float] | None = None
+    throttled: Mapping[str, float] | None = None
 
 
 @dataclass(frozen=True)
@@ -109,6 +118,15 @@ def _by_node(result: QueryResult) -> dict[str, float]:
     return out
 
 
+def _max_by_node(result: QueryResult) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for s in result.samples:
+        node = s.labels.get("node", "")
+        if node and s.value == s.value:
+            out[node] = max(s.value, out.get(node, s.value))
+    return out
+
+
 def readings_for(view: GangView, inputs: Inputs) -> Readings:
     running = {p.name for p in view.pods if p.phase == "Running"}
     tensor = None
@@ -138,6 +156,8 @@ def evidence_for(view: GangView, inputs: Inputs, verdict: Verdict) -> list[NodeE
                 tensor_active=activity,
                 transport_errors=(inputs.transport or {}).get(node, 0.0),
                 link_errors=(inputs.link or {}).get(node, 0.0),
+                hardware_xid=(inputs.xids or {}).get(node, 0.0) > 0,
+                throttled=(inputs.throttled or {}).get(node, 0.0) >= THROTTLED_SHARE,
             )
         )
     return out
@@ -226,12 +246,16 @@ class Controller:
         fabric = self._query("fabric", queries.fabric_bytes(s.fabric_scrape_job, window_s), unknown)
         transport = self._query("transport-errors", queries.transport_errors(s.fabric_scrape_job, window_s), unknown)
         link = self._query("link-errors", queries.link_errors(s.fabric_scrape_job, window_s), unknown)
+        xids = self._query("hardware-xids", queries.hardware_xids(s.dcgm_scrape_job, window_s), unknown)
+        slowed = self._query("throttled", queries.throttled(s.dcgm_scrape_job, window_s), unknown)
         return Inputs(
             tensor_max=None if tmax is None else _by_pod_gpu(tmax),
             tensor_mean=None if tmean is None else _by_pod_gpu(tmean),
             fabric=None if fabric is None else _by_node(fabric),
             transport=None if transport is None else _by_node(transport),
             link=None if link is None else _by_node(link),
+            xids=None if xids is None else _by_node(xids),
+            throttled=None if slowed is None else _max_by_node(slowed),
         )
 
     # --- the cycle --------------------------------------------------------------------------------------------

@@ -9,7 +9,9 @@ a cycle costs the same few queries at 8 GPUs or 4,096. Series are read only from
   verdict) and its average (:func:`tensor_mean`: who straggles);
 * fabric traffic, per node: the fabric exporter's InfiniBand data counters, both ways, as a rate over the window;
 * evidence, per node: InfiniBand transport retries and timeouts (``hw_counters``) and hard link events (InfiniBand
-  link downs and recoveries, NVLink recoveries), over the window.
+  link downs and recoveries, NVLink recoveries), over the window; the card's XIDs (not the program's:
+  ``components/xids.py``) that appeared within it (:func:`hardware_xids`); and the share of the window each node's
+  most throttled GPU spent slowed for heat or power (:func:`throttled`).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from components.constants import IB_TRANSPORT_ERRORS
+from components.xids import program_xid_filter
 from daemons.fabric_exporter import METRIC_PREFIX as FABRIC
 
 TENSOR_METRIC = "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"
@@ -29,11 +32,26 @@ FABRIC_DATA = (
 IB_HW_COUNTERS = f"{FABRIC}_infiniband_hw_counters_total"
 IB_ERRORS = f"{FABRIC}_infiniband_port_errors_total"
 NVLINK_ERRORS = f"{FABRIC}_nvlink_errors_total"
+#: dcgm-exporter's last XID of a GPU (its value the code) and its clock event (throttle) reasons bitmask.
+XID_METRIC = "DCGM_FI_DEV_XID_ERRORS"
+CLOCK_EVENTS_METRIC = "DCGM_FI_DEV_CLOCKS_EVENT_REASONS"
+#: The bits of DCGM's clock event reasons (``DCGM_CLOCKS_EVENT_REASON_*``) that mean heat or power trouble:
+#: HW_SLOWDOWN (0x8), SW_THERMAL (0x20), HW_THERMAL (0x40), HW_POWER_BRAKE (0x80). Not SW_POWER_CAP (0x4): a GPU
+#: held at its power limit under full load works as designed. PromQL has no bitwise operators: bit 3 is
+#: ``floor(x / 8) % 2``, bits 5 to 7 ``floor(x / 32) % 8``.
+_SLOWED = "clamp_max(floor({x} / 8) % 2 + floor({x} / 32) % 8, 1)"
+#: Subquery resolution of the throttled share: this many steps over the window.
+_THROTTLE_STEPS = 10
 
 
 def _selector(metric: str, *matchers: str) -> str:
     """``metric{m1,m2}`` with the empty matchers left out."""
     return metric + "{" + ",".join(m for m in matchers if m) + "}"
+
+
+def _node(expr: str) -> str:
+    """``expr`` (dcgm-exporter series) with its ``Hostname`` copied into ``node``, as the alerts do."""
+    return f'label_replace({expr}, "node", "$1", "Hostname", "(.+)")'
 
 
 def _job(job: str | None) -> str:
@@ -80,3 +98,19 @@ def link_errors(job: str | None, seconds: float) -> str:
     names = '__name__=~"' + IB_ERRORS + "|" + NVLINK_ERRORS + '"'
     series = _selector("", names, _job(job), 'type=~"link_downed|link_error_recovery|recovery"')
     return f"sum by (node) (increase({series}[{window(seconds)}]))"
+
+
+def hardware_xids(job: str | None, seconds: float) -> str:
+    """Per node, the GPUs whose XID changed within the window (or appeared in it) to a code that is the card's."""
+    x = _selector(XID_METRIC, _job(job))
+    w = window(seconds)
+    new = f"((changes({x}[{w}]) > 0 and {x} > 0) or ({x} > 0 unless {x} offset {w}))"
+    return f"count by (node) ({_node(f'{new} unless ({program_xid_filter(x)})')})"
+
+
+def throttled(job: str | None, seconds: float) -> str:
+    """Per node, the share of the window (0 to 1) its most throttled GPU spent slowed for heat or power."""
+    x = _selector(CLOCK_EVENTS_METRIC, _job(job))
+    step = window(max(1.0, seconds / _THROTTLE_STEPS))
+    share = f"avg_over_time(({_SLOWED.format(x=x)})[{window(seconds)}:{step}])"
+    return f"max by (node) ({_node(share)})"

@@ -6,11 +6,12 @@ before; no clock of its own.
 A node is *suspect* when its own evidence stands out (reasons in this order):
 
 * ``xid``: a hardware XID on one of its GPUs in the window (the program's XIDs are not evidence:
-  ``components/telemetry/xids.py``);
+  ``components/xids.py``);
 * ``link-errors``: NVLink or InfiniBand link errors on it in the window, at least ``linkErrors``;
 * ``transport-errors``: InfiniBand transport retries and timeouts (local ACK timeouts and the rest of
   ``hw_counters``) on its ports, at least ``transportErrors``: the NIC timeouts that hang a collective silently;
-* ``throttled``: thermal or power throttling of one of its GPUs;
+* ``throttled``: one of its GPUs slowed for heat or power (DCGM's clock event reasons) at least ``THROTTLED_SHARE``
+  of the window;
 * ``straggler``: its GPUs' tensor activity below ``stragglerRatio`` of its peers' median (the other nodes of the
   gang: with two nodes, the other one), the talk's "one GPU throttles the whole job". Nodes whose activity is
   unknown are neither judged nor counted among the peers.
@@ -27,6 +28,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 REASONS = ("xid", "link-errors", "transport-errors", "throttled", "straggler")
+#: A node is ``throttled`` when one of its GPUs was slowed for heat or power at least this share of the window: a
+#: GPU that throttles now and then under a hot load is normal; one held back half the time drags the whole gang.
+THROTTLED_SHARE = 0.5
 
 
 @dataclass(frozen=True)

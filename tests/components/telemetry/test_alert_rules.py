@@ -161,7 +161,7 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
         ),
         case([(f"DCGM_FI_DEV_XID_ERRORS{GPU_SEL}", "79x20")], "GpuXidError", "15m", []),
     ),
-    # the program's XIDs (components/telemetry/xids.py) never quarantine; an unknown code does
+    # the program's XIDs (components/xids.py) never quarantine; an unknown code does
     "GpuXidError-program-xids-do-not-quarantine": (
         case(
             [(f"DCGM_FI_DEV_XID_ERRORS{GPU_SEL}", "0 0 0 13 13 31 31 200 200")],

@@ -3,7 +3,7 @@
 :class:`FakeApi` keeps JobSets, pods, the checkpoints claim's annotations and the suspects ConfigMap as the API
 server would (a record patch conditional on the resourceVersion, an eviction that marks the pod terminating, a
 ConfigMap update conditional on its resourceVersion) and can be told to die at a given call, the way ``kill -9``
-stops a replica between two writes. :class:`FakeQuerier` answers the detector's five queries from per-GPU tensor
+stops a replica between two writes. :class:`FakeQuerier` answers the detector's seven queries from per-GPU tensor
 activity and per-node traffic and errors, as Prometheus would label them.
 """
 
@@ -175,6 +175,9 @@ class FakeQuerier:
     fabric: dict[str, float] = field(default_factory=dict)
     transport: dict[str, float] = field(default_factory=dict)
     link: dict[str, float] = field(default_factory=dict)
+    #: node -> GPUs with a new hardware XID; node -> share of the window throttled.
+    xids: dict[str, float] = field(default_factory=dict)
+    throttled: dict[str, float] = field(default_factory=dict)
     down: bool = False
     sent: list[str] = field(default_factory=list)
 
@@ -188,6 +191,10 @@ class FakeQuerier:
             return QueryResult("vector", tuple(rows))
         if "data_bytes" in promql:
             by_node = self.fabric
+        elif queries.XID_METRIC in promql:
+            by_node = self.xids
+        elif queries.CLOCK_EVENTS_METRIC in promql:
+            by_node = self.throttled
         elif "hw_counters" in promql:
             by_node = self.transport
         else:

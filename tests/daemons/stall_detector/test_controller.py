@@ -16,6 +16,7 @@ from components.stall_detector_settings import StallDetectorSettings
 from daemons.stall_detector.controller import REASON_STALLED, REASON_SUSPECT, Controller, summary
 from daemons.stall_detector.decide import Verdict
 from daemons.stall_detector.metrics import Metrics
+from daemons.stall_detector.suspects import THROTTLED_SHARE
 from tests.daemons.stall_detector.fakes import START, FakeApi, FakeQuerier, Killed, rfc3339
 
 NS = "team-a"
@@ -268,6 +269,16 @@ def test_a_node_with_nic_timeouts_is_named_in_the_restart_and_a_straggler_while_
     assert not other.api.evictions
 
 
+def test_a_hardware_xid_or_a_gpu_throttled_half_the_window_names_its_node_and_less_does_not() -> None:
+    rig = Rig()
+    rig.hung_gang("llm", ["n0", "n1", "n2"])
+    rig.prom.xids["n0"] = 1.0  # the query counts only the card's XIDs
+    rig.prom.throttled["n1"] = THROTTLED_SHARE
+    rig.prom.throttled["n2"] = THROTTLED_SHARE - 0.05
+    (gang,) = rig.controller.cycle().gangs
+    assert gang.suspects == {"n0": ("xid",), "n1": ("throttled",)}
+
+
 def test_a_node_named_in_three_attempts_is_a_repeat_offender_and_one_named_twice_is_not() -> None:
     rig = Rig(repeatCount=3)
     for attempt in range(3):
@@ -300,12 +311,12 @@ def test_the_suspects_memory_unreadable_names_no_one_but_still_restarts() -> Non
     assert REASON_SUSPECT not in rig.api.reasons()
 
 
-def test_one_cycle_sends_five_queries_whatever_the_number_of_gangs_and_once_prints_them() -> None:
+def test_one_cycle_sends_seven_queries_whatever_the_number_of_gangs_and_once_prints_them() -> None:
     rig = Rig()
     for i in range(20):
         rig.hung_gang(f"job{i}", [f"n{i}"])
     result = rig.controller.cycle()
-    assert len(rig.prom.sent) == 5
+    assert len(rig.prom.sent) == 7
     assert all('job="dcgm-exporter"' in q or 'job="gpucluster-fabric-exporter"' in q for q in rig.prom.sent)
     out = summary(result)
     assert len(out["gangs"]) == 20  # type: ignore[arg-type]
