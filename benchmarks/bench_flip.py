@@ -30,6 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from sim import flip, timeline  # noqa: E402 (run as a script: the repository first on the path)
+from sim.daemon_runtime import DaemonError  # noqa: E402
 
 
 def main() -> int:
@@ -53,7 +54,7 @@ def main() -> int:
         print(f"bench_flip: one cycle, {path} ...", flush=True)
         try:
             tl, figures = flip.run_cycle(flip.Options(path=path, boot_seconds=boot, quiet=True, out=out))
-        except (flip.ScenarioError, flip.sim_daemons.DaemonError) as e:
+        except (flip.ScenarioError, DaemonError) as e:
             print(f"bench_flip: the {path} cycle failed: {e}", file=sys.stderr)
             return 1
         flip.write_outputs(tl, figures, out, f"One flip: {path}")

@@ -77,6 +77,11 @@ class Run:
     last_tick: float | None = None
     finished_at: float | None = None
     notes: list[str] = field(default_factory=list)
+    #: Inject hangs instead of crashes: a rank stops inside a collective, every pod stays Running.
+    hangs: bool = False
+    #: The job's own stallAfter (unset: the stack's).
+    stall_after: str | None = None
+    hung_at: list[float] = field(default_factory=list)
 
     @property
     def jobset(self) -> str:
@@ -92,8 +97,10 @@ def api_client() -> Any:
 
 def manifest(run: Run, work: float, write: float) -> dict[str, Any]:
     stack = load_stack_file(STACK)
+    extra = {} if run.stall_after is None else {"stallAfter": run.stall_after}
     spec = parse_spec(
         {
+            **extra,
             "name": run.jobset,
             "team": "foundation",
             "image": "trainer:bench",
@@ -200,11 +207,17 @@ def step_run(api: Any, run: Run, trainer: FakeTrainer, now: float, *, work: floa
     if attempt is not None and attempt != run.last_attempt and run.last_attempt is not None and not run.requeue:
         run.restarts_in_place += 1
     if attempt is not None:
-        if run.last_tick is not None and attempt == run.last_attempt:
+        hung = progress is not None and progress.hung
+        if run.last_tick is not None and attempt == run.last_attempt and not hung:
             run.budget -= now - run.last_tick
         run.last_tick = now
         run.last_attempt = attempt
-        if run.budget <= 0:
+        if run.budget <= 0 and run.hangs and progress is not None:
+            progress.hang()
+            run.hung_at.append(now)
+            run.failures += 1
+            run.draw()
+        elif run.budget <= 0 and not run.hangs:
             victim = run.rng.choice(
                 sorted(p["metadata"]["name"] for p in pods if p["status"].get("phase") == "Running")
             )

@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from daemons.make_before_break.actions import ReserveNode  # noqa: E402
-from daemons.make_before_break.decide import Policy, decide  # noqa: E402 (run as a script)
+from daemons.make_before_break.decide import decide  # noqa: E402 (run as a script)
 from daemons.make_before_break.model import (  # noqa: E402
     CheckState,
     Deployment,
@@ -40,6 +40,7 @@ from daemons.make_before_break.model import (  # noqa: E402
     Workload,
 )
 from daemons.make_before_break.plan import Plan, choose_room  # noqa: E402
+from daemons.make_before_break.policy import Policy  # noqa: E402
 
 FLAVOR = {"gpu": "h100"}
 

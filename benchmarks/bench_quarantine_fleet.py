@@ -218,9 +218,9 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(0, len(nodes), BATCH):
             batch = [s for node in nodes[i : i + BATCH] for s in fleet.series[node]]
-            t, b = nodes_flagged(promtool, batch, Path(tmp))
-            today |= t
-            before |= b
+            flagged_today, flagged_before = nodes_flagged(promtool, batch, Path(tmp))
+            today |= flagged_today
+            before |= flagged_before
     healthy_today = sorted(today - set(FAULTY))
     healthy_before = sorted(before - set(FAULTY))
     caught_today = [n for n in FAULTY if n in today]

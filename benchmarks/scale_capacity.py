@@ -26,16 +26,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
 
 STACK = "capacity96"
 STACK_FILE = ROOT / "benchmarks" / "stacks" / f"Pulumi.{STACK}.yaml"
 ENV = {"GPUCLUSTER_STACK": STACK, "GPUCLUSTER_SIM_STACK": str(STACK_FILE), "GPUCLUSTER_SIM_READY_TIMEOUT": "300"}
 LOST = 10
 
-import bench_capacity  # noqa: E402 (the repository and benchmarks/ first on the path)
-import scale_flip  # noqa: E402
-
+from benchmarks import bench_capacity, scale_flip  # noqa: E402 (the repository first on the path)
 from sim import node_faults  # noqa: E402
 from sim import processes as sim_daemons  # noqa: E402
 

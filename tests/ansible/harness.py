@@ -232,7 +232,7 @@ def required_checks() -> list[str]:
     return list(defaults["node_admission_required_checks"])
 
 
-def fleet_problems(tmp: Path, size: int, expected: dict[str, str]) -> list[str]:
+def fleet_problems(tmp: Path, size: int, expected: dict[str, tuple[str, ...]]) -> list[str]:
     """How a finished acceptance run over ``build_fleet(tmp, size, ...)`` differs from what was seeded.
 
     ``expected`` is build_fleet's {host: checks expected to fail}. The summary must count every host, list
