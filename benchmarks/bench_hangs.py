@@ -8,7 +8,7 @@ progress, exponential): a rank stops inside a collective, every pod stays Runnin
 cores, the fabric goes quiet, the step stops.
 
 - ``detected``: the stack's stallAfter (30 s on the local stack): the stall detector restarts the gang in place;
-- ``today``: stallAfter 6 d, the detector left off for this job, as before it existed: the job waits for a person
+- ``today``: stallAfter 144h, the detector left off for this job, as before it existed: the job waits for a person
   (``TrainingCheckpointStale`` fires two intervals and five minutes after the last checkpoint; nobody restarts).
 
 For each: the hangs, the mean time from a hang to the gang running again (the detector's window, its startup grace
@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -32,7 +31,17 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.bench_let_it_crash import NAMESPACE, POLL_S, Run, api_client, clean, step_run, submit  # noqa: E402
+from benchmarks.bench_let_it_crash import (  # noqa: E402
+    NAMESPACE,
+    POLL_S,
+    Run,
+    api_client,
+    clean,
+    columns,
+    parse_run_arguments,
+    step_run,
+    submit,
+)
 from components.config import load_stack_file  # noqa: E402
 from components.storage_settings import checkpoint_interval_seconds  # noqa: E402
 from sim.fake_dcgm import admin as fake_dcgm_admin  # noqa: E402
@@ -49,7 +58,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     interval = max(1, round(checkpoint_interval_seconds(write, mtbf)))
     runs = [
         Run("hang-detected", interval, False, random.Random(args.seed), mtbf, hangs=True),
-        Run("hang-today", interval, False, random.Random(args.seed), mtbf, hangs=True, stall_after="6d"),
+        Run("hang-today", interval, False, random.Random(args.seed), mtbf, hangs=True, stall_after="144h"),
     ]
     clean(api, [r.name for r in runs])
     trainer = FakeTrainer(
@@ -119,21 +128,11 @@ def table(out: dict[str, Any], stall_after: str) -> str:
             "" if j["finished"] else f" in {j['wall_s']:.0f} s"
         )
         rows.append((label, str(j["hangs"]), back, str(j["gpu_seconds_hung"]), done, f"{j['ettr'] * 100:.1f} %"))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows)
+    return columns(rows)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--mtbf", type=float, default=120.0, help="seconds of progress per injected hang")
-    parser.add_argument("--write", type=float, default=0.25, help="seconds one checkpoint takes to write")
-    parser.add_argument("--work", type=float, default=600.0, help="seconds of training work each job must do")
-    parser.add_argument("--seed", type=int, default=15, help="seed of the hang times")
-    parser.add_argument("--timeout", type=float, default=2400.0, help="give up after this many seconds")
-    parser.add_argument("--skip-up", action="store_true", help="do not run make up first")
-    args = parser.parse_args(argv)
-    if not args.skip_up:
-        subprocess.run(["make", "up"], cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
+    args = parse_run_arguments(__doc__, "hang", argv)
     stall_after = load_stack_file(STACK).stall_detector.stall_after
     out = measure(args)
     print(

@@ -304,21 +304,33 @@ def table(out: dict[str, Any]) -> str:
                 f"{j['predicted_ettr'] * 100:.1f} %",
             )
         )
-    widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
+    return columns(rows)
+
+
+def columns(rows: Sequence[Sequence[str]]) -> str:
+    """``rows`` (the first the header) as left-aligned columns two spaces apart."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--mtbf", type=float, default=120.0, help="seconds of running gang per injected failure")
+def parse_run_arguments(doc: str, failure: str, argv: Sequence[str] | None) -> argparse.Namespace:
+    """The arguments both simulated-cluster runs take (one ``failure`` injected per ``--mtbf``), after ``make up``
+    unless ``--skip-up``."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n", maxsplit=1)[0])
+    parser.add_argument("--mtbf", type=float, default=120.0, help=f"seconds of running gang per injected {failure}")
     parser.add_argument("--write", type=float, default=0.25, help="seconds one checkpoint takes to write")
     parser.add_argument("--work", type=float, default=600.0, help="seconds of training work each job must do")
-    parser.add_argument("--seed", type=int, default=15, help="seed of the failure times")
+    parser.add_argument("--seed", type=int, default=15, help=f"seed of the {failure} times")
     parser.add_argument("--timeout", type=float, default=2400.0, help="give up after this many seconds")
     parser.add_argument("--skip-up", action="store_true", help="do not run make up first")
     args = parser.parse_args(argv)
     if not args.skip_up:
         subprocess.run(["make", "up"], cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_run_arguments(__doc__, "failure", argv)
     krea = checkpoint_interval_seconds(30.0, 8 * 3600.0)
     print(f"Krea: 1 TB written in 30 s, an interruption every 8 h -> Young/Daly interval {krea / 60:.1f} min")
     out = measure(args)

@@ -92,6 +92,15 @@ def _counter(at: list[int], step: int = 1) -> str:
     return " ".join(out)
 
 
+def _trickle(rng: random.Random) -> str | None:
+    """A counter rising by one every TRICKLE_EVERY_MINUTES from a random minute, for TRICKLE_SHARE of the calls;
+    None for the others (no errors)."""
+    if rng.random() >= TRICKLE_SHARE:
+        return None
+    start = rng.randrange(TRICKLE_EVERY_MINUTES)
+    return _counter(list(range(start, MINUTES + 1, TRICKLE_EVERY_MINUTES)))
+
+
 def build_fleet(seed: int = 7) -> Fleet:
     rng = random.Random(seed)
     fleet = Fleet()
@@ -115,12 +124,10 @@ def build_fleet(seed: int = 7) -> Fleet:
                 )
                 if node == "gpu-node-031" and g == 0 and link == 0:
                     fleet.add(node, sel, _counter(list(range(30, 35)), 120))
-                elif rng.random() < TRICKLE_SHARE:
-                    start = rng.randrange(TRICKLE_EVERY_MINUTES)
-                    fleet.add(node, sel, _counter(list(range(start, MINUTES + 1, TRICKLE_EVERY_MINUTES))))
-                    trickle_links += 1
                 else:
-                    fleet.add(node, sel, f"0x{MINUTES}")
+                    values = _trickle(rng)
+                    fleet.add(node, sel, values or f"0x{MINUTES}")
+                    trickle_links += values is not None
         for p in range(PORTS):
             base = f'node="{node}",device="mlx5_{p}",port="1",job="{FABRIC_JOB}"'
             fleet.add(node, f"{FABRIC}_infiniband_port_rate_bytes_per_second{{{base}}}", f"{PORT_RATE:g}x{MINUTES}")
@@ -129,12 +136,10 @@ def build_fleet(seed: int = 7) -> Fleet:
             if node == "gpu-node-064" and p == 2:
                 # 1e-10 of the bits of a 25 GB/s port: 200 errors a minute.
                 fleet.add(node, symbol, _counter(list(range(20, MINUTES + 1)), round(PORT_RATE * 8 * 60 * 1e-10)))
-            elif rng.random() < TRICKLE_SHARE:
-                start = rng.randrange(TRICKLE_EVERY_MINUTES)
-                fleet.add(node, symbol, _counter(list(range(start, MINUTES + 1, TRICKLE_EVERY_MINUTES))))
-                trickle_ports += 1
             else:
-                fleet.add(node, symbol, f"0x{MINUTES}")
+                values = _trickle(rng)
+                fleet.add(node, symbol, values or f"0x{MINUTES}")
+                trickle_ports += values is not None
             fleet.add(node, downed, _counter([40]) if node == "gpu-node-100" and p == 1 else f"0x{MINUTES}")
     fleet.background = {"app_xids": app_xids, "trickle_links": trickle_links, "trickle_ports": trickle_ports}
     return fleet

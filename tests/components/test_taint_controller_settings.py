@@ -32,6 +32,7 @@ from components.taint_controller_settings import (
     parse_duration,
     parse_settings,
 )
+from tests.support.promtool import expr_report
 from tests.support.require import debian_tool
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -520,20 +521,7 @@ def _typed_series(quarantined: bool) -> list[dict[str, str]]:
 
 
 def _promtool(tmp_path: Path, series: list[dict[str, str]], expr: str, samples: list[dict[str, Any]]) -> bool:
-    (tmp_path / "empty.yml").write_text("groups: []\n")
-    case = {
-        "interval": "1m",
-        "input_series": series,
-        "promql_expr_test": [{"expr": expr, "eval_time": "2m", "exp_samples": samples}],
-    }
-    (tmp_path / "test.yml").write_text(json.dumps({"rule_files": ["empty.yml"], "tests": [case]}))
-    proc = subprocess.run(
-        [debian_tool("promtool"), "test", "rules", str(tmp_path / "test.yml")],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    return proc.returncode == 0
+    return expr_report(tmp_path, series, expr, "2m", samples) == ""
 
 
 @pytest.mark.parametrize(

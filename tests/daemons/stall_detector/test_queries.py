@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
 from pathlib import Path
-from typing import Any
 
 from daemons.stall_detector import queries
-from tests.support.require import debian_tool
+from tests.support.promtool import expr_report
 
 JOB = "dcgm-exporter"
 
@@ -19,27 +16,8 @@ def _gpu(metric: str, node: str, gpu: int, job: str = JOB) -> str:
 
 def _promtool(tmp_path: Path, series: list[tuple[str, str]], expr: str, expected: dict[str, float]) -> str:
     """promtool's report ("" when ``expr`` at 10m returns exactly ``expected``, node -> value)."""
-    (tmp_path / "empty.yml").write_text("groups: []\n")
-    case: dict[str, Any] = {
-        "interval": "1m",
-        "input_series": [{"series": s, "values": v} for s, v in series],
-        "promql_expr_test": [
-            {
-                "expr": expr,
-                "eval_time": "10m",
-                "exp_samples": [{"labels": f'{{node="{n}"}}', "value": v} for n, v in sorted(expected.items())],
-            }
-        ],
-    }
-    (tmp_path / "test.yml").write_text(json.dumps({"rule_files": ["empty.yml"], "tests": [case]}))
-    proc = subprocess.run(
-        [debian_tool("promtool"), "test", "rules", str(tmp_path / "test.yml")],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=60,
-    )
-    return "" if proc.returncode == 0 else proc.stdout + proc.stderr
+    samples = [{"labels": f'{{node="{n}"}}', "value": v} for n, v in sorted(expected.items())]
+    return expr_report(tmp_path, [{"series": s, "values": v} for s, v in series], expr, "10m", samples)
 
 
 def test_hardware_xids_count_the_cards_codes_new_in_the_window_and_not_the_programs(tmp_path: Path) -> None:
