@@ -32,20 +32,15 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.bench_let_it_crash import (  # noqa: E402
-    NAMESPACE,
-    POLL_S,
     Run,
     api_client,
     clean,
     columns,
     parse_run_arguments,
-    step_run,
-    submit,
+    play,
 )
 from components.config import load_stack_file  # noqa: E402
 from components.storage_settings import checkpoint_interval_seconds  # noqa: E402
-from sim.fake_dcgm import admin as fake_dcgm_admin  # noqa: E402
-from sim.fake_trainer import FakeTrainer  # noqa: E402
 
 STACK = ROOT / "stacks" / "Pulumi.local.yaml"
 OUT = ROOT / ".state" / "bench-hangs"
@@ -60,25 +55,10 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         Run("hang-detected", interval, False, random.Random(args.seed), mtbf, hangs=True),
         Run("hang-today", interval, False, random.Random(args.seed), mtbf, hangs=True, stall_after="144h"),
     ]
-    clean(api, [r.name for r in runs])
-    trainer = FakeTrainer(
-        api, NAMESPACE, time.time, load=lambda pods: fake_dcgm_admin("/admin/load", {"pods": pods}), progress_every=2.0
-    )
-    for run in runs:
-        run.draw()
-        run.submitted_at = time.time()
-        submit(api, run, work, write)
-    deadline = time.time() + args.timeout
     detected = runs[0]
-    try:
-        while time.time() < deadline and detected.finished_at is None:
-            trainer.step()
-            now = time.time()
-            for run in runs:
-                step_run(api, run, trainer, now, work=work, write=write)
-            time.sleep(POLL_S)
-    finally:
-        fake_dcgm_admin("/admin/reset")
+    trainer = play(
+        api, runs, work=work, write=write, timeout=args.timeout, until=lambda: detected.finished_at is not None
+    )
     ended = time.time()
     out: dict[str, Any] = {"mtbf_s": mtbf, "write_s": write, "work_s": work, "interval_s": interval, "jobs": {}}
     for run in runs:

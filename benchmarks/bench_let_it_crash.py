@@ -29,7 +29,7 @@ import random
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -229,6 +229,33 @@ def step_run(api: Any, run: Run, trainer: FakeTrainer, now: float, *, work: floa
         run.last_tick = None
 
 
+def play(
+    api: Any, runs: Sequence[Run], *, work: float, write: float, timeout: float, until: Callable[[], bool]
+) -> FakeTrainer:
+    """Submit ``runs`` (after cleaning up) and play them until ``until()`` or ``timeout``: the program's load reaches
+    the GPUs (the fake dcgm-exporter) and its progress the claim, as a job honouring the progress report would (the
+    stall detector judges these gangs too); failures or hangs are injected as each run draws them."""
+    clean(api, [r.name for r in runs])
+    trainer = FakeTrainer(
+        api, NAMESPACE, time.time, load=lambda pods: fake_dcgm_admin("/admin/load", {"pods": pods}), progress_every=2.0
+    )
+    for run in runs:
+        run.draw()
+        run.submitted_at = time.time()
+        submit(api, run, work, write)
+    deadline = time.time() + timeout
+    try:
+        while time.time() < deadline and not until():
+            trainer.step()
+            now = time.time()
+            for run in runs:
+                step_run(api, run, trainer, now, work=work, write=write)
+            time.sleep(POLL_S)
+    finally:
+        fake_dcgm_admin("/admin/reset")
+    return trainer
+
+
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     api = api_client()
     mtbf, write, work = args.mtbf, args.write, args.work
@@ -239,23 +266,14 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         Run("crash-fixed-2h", max(1, round(mtbf / 4)), False, random.Random(args.seed), mtbf),
         Run("crash-requeue", optimum, True, random.Random(args.seed), mtbf),
     ]
-    clean(api, [r.name for r in runs])
-    # The program's load reaches the GPUs (the fake dcgm-exporter) and its progress the claim, as a job honouring
-    # the progress report would: the stall detector judges these gangs too, and must leave them alone.
-    trainer = FakeTrainer(
-        api, NAMESPACE, time.time, load=lambda pods: fake_dcgm_admin("/admin/load", {"pods": pods}), progress_every=2.0
+    trainer = play(
+        api,
+        runs,
+        work=work,
+        write=write,
+        timeout=args.timeout,
+        until=lambda: all(r.finished_at is not None for r in runs),
     )
-    for run in runs:
-        run.draw()
-        run.submitted_at = time.time()
-        submit(api, run, work, write)
-    deadline = time.time() + args.timeout
-    while time.time() < deadline and any(r.finished_at is None for r in runs):
-        trainer.step()
-        now = time.time()
-        for run in runs:
-            step_run(api, run, trainer, now, work=work, write=write)
-        time.sleep(POLL_S)
     out: dict[str, Any] = {"mtbf_s": mtbf, "write_s": write, "work_s": work, "jobs": {}}
     for run in runs:
         progress = trainer.jobs.get(run.name)
