@@ -47,7 +47,7 @@ from components.telemetry.alerts import (  # noqa: E402
     rule_groups,
 )
 from components.telemetry.settings import TelemetrySettings  # noqa: E402
-from components.xids import PROGRAM_XIDS  # noqa: E402
+from components.xids import PROGRAM_XIDS, new_xid_filter  # noqa: E402
 
 NODES = 128
 GPUS = 8
@@ -151,7 +151,7 @@ ZERO_TOLERANCE = "ZeroTolerance"
 def _zero_tolerance_rule(window: str) -> dict[str, object]:
     """The rules before rates: any XID, NVLink error or InfiniBand link error in the window pulls the node."""
     xid = f'DCGM_FI_DEV_XID_ERRORS{{job="{DCGM_JOB}"}}'
-    new_xid = f"(changes({xid}[{window}]) > 0 and {xid} > 0) or ({xid} > 0 unless {xid} offset {window})"
+    new_xid = new_xid_filter(xid, window)
     nvlink = f'increase({FABRIC}_nvlink_errors_total{{job="{FABRIC_JOB}"}}[{window}]) > 0'
     ib = (
         f'increase({FABRIC}_infiniband_port_errors_total{{job="{FABRIC_JOB}",'

@@ -32,6 +32,11 @@ PROGRAM_XIDS: Mapping[int, str] = {
 }
 
 
+def new_xid_filter(metric: str, window: str) -> str:
+    """PromQL: the samples of ``metric`` whose XID changed within ``window`` (or appeared in it), unparenthesised."""
+    return f"(changes({metric}[{window}]) > 0 and {metric} > 0) or ({metric} > 0 unless {metric} offset {window})"
+
+
 def program_xid_filter(metric: str) -> str:
     """PromQL: the samples of ``metric`` (its value an XID code) that are the program's."""
     return " or ".join(f"{metric} == {code}" for code in sorted(PROGRAM_XIDS))

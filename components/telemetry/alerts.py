@@ -33,7 +33,7 @@ from components.constants import (
     VIRTUAL_NODE_TAINT_KEY,
 )
 from components.telemetry.settings import TelemetrySettings
-from components.xids import program_xid_filter
+from components.xids import new_xid_filter, program_xid_filter
 
 #: The label of the alert an Alertmanager route sends to whoever replaces hardware (``GpuNodeQuarantined``).
 REPLACEMENT_LABEL = "gpucluster_action"
@@ -101,7 +101,7 @@ def rule_groups(settings: TelemetrySettings) -> dict[str, Any]:
     dcgm_job = _job(settings.dcgm_scrape_job, "dcgm-exporter")
     fabric_job = _job(settings.fabric_scrape_job, "the fabric exporter")
     xid = f"DCGM_FI_DEV_XID_ERRORS{{{dcgm_job}}}"
-    new_xid = f"(changes({xid}[{window}]) > 0 and {xid} > 0) or ({xid} > 0 unless {xid} offset {window})"
+    new_xid = new_xid_filter(xid, window)
     program = program_xid_filter(xid)
     gpu_rules: list[dict[str, Any]] = [
         {

@@ -118,15 +118,6 @@ def _by_node(result: QueryResult) -> dict[str, float]:
     return out
 
 
-def _max_by_node(result: QueryResult) -> dict[str, float]:
-    out: dict[str, float] = {}
-    for s in result.samples:
-        node = s.labels.get("node", "")
-        if node and s.value == s.value:
-            out[node] = max(s.value, out.get(node, s.value))
-    return out
-
-
 def readings_for(view: GangView, inputs: Inputs) -> Readings:
     running = {p.name for p in view.pods if p.phase == "Running"}
     tensor = None
@@ -255,7 +246,7 @@ class Controller:
             transport=None if transport is None else _by_node(transport),
             link=None if link is None else _by_node(link),
             xids=None if xids is None else _by_node(xids),
-            throttled=None if slowed is None else _max_by_node(slowed),
+            throttled=None if slowed is None else _by_node(slowed),  # one sample a node (max by node)
         )
 
     # --- the cycle --------------------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from components.constants import IB_TRANSPORT_ERRORS
-from components.xids import program_xid_filter
+from components.xids import new_xid_filter, program_xid_filter
 from daemons.fabric_exporter import METRIC_PREFIX as FABRIC
 
 TENSOR_METRIC = "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"
@@ -104,7 +104,7 @@ def hardware_xids(job: str | None, seconds: float) -> str:
     """Per node, the GPUs whose XID changed within the window (or appeared in it) to a code that is the card's."""
     x = _selector(XID_METRIC, _job(job))
     w = window(seconds)
-    new = f"((changes({x}[{w}]) > 0 and {x} > 0) or ({x} > 0 unless {x} offset {w}))"
+    new = f"({new_xid_filter(x, w)})"
     return f"count by (node) ({_node(f'{new} unless ({program_xid_filter(x)})')})"
 
 
