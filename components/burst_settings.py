@@ -11,6 +11,7 @@ Example (stack YAML)::
         nodeName: gpu-burst
         inferenceNamespaces: [inference]
         creationTimeout: 10m
+        notReadyTimeout: 10m          # running, but its probes not passing for this long: Failed, replaced
       providers:
         - name: fake-a
           kind: fake
@@ -58,6 +59,9 @@ DEFAULT_PORT = 10299
 PROVIDER_KINDS = ("fake", "runpod", "kubernetes")
 #: No rented instance is running sooner than this: a shorter creationTimeout would fail every pod.
 MIN_CREATION_TIMEOUT_SECONDS = 10.0
+#: A replica gets at least this long to pass its probes: its first probe may wait a period (10 s by default) and a
+#: threshold of three.
+MIN_NOT_READY_TIMEOUT_SECONDS = 30.0
 #: Failures are forgotten after failureWindow; under a minute the failure penalty could never steer a choice.
 MIN_FAILURE_WINDOW_SECONDS = 60.0
 _UNKNOWN_KEY_HINT = "check the spelling against daemons/burst_provider/README.md"
@@ -204,6 +208,10 @@ class VirtualNodeSettings(ConfigModel):
     #: Namespaces whose pods may burst, and where EndpointSlices for external replicas are kept.
     inference_namespaces: Annotated[list[DnsLabel], Field(min_length=1)] = ["inference"]
     creation_timeout: PositiveDuration = "10m"
+    #: A rented replica that is running but not ready (its readiness or startup probe not passing) for this long,
+    #: from when it ran or from when it last went unready, fails (``NotReadyTimeout``) and is replaced: a model that
+    #: never loads, or a replica that stopped answering with no liveness probe to say so, does not bill forever.
+    not_ready_timeout: PositiveDuration = "10m"
     reconcile_interval: PollInterval = "5s"
     failure_window: PositiveDuration = "30m"
     failure_penalty: Annotated[float, Field(ge=0, le=1000)] = 2.0
@@ -225,6 +233,13 @@ class VirtualNodeSettings(ConfigModel):
                 "starts that fast, every pod would fail",
                 self.creation_timeout,
             )
+        if self.not_ready_timeout_seconds < MIN_NOT_READY_TIMEOUT_SECONDS:
+            yield Problem(
+                ("notReadyTimeout",),
+                f"{self.not_ready_timeout!r} is shorter than {MIN_NOT_READY_TIMEOUT_SECONDS:g}s: a replica would fail "
+                "before its probes could pass",
+                self.not_ready_timeout,
+            )
         if self.failure_window_seconds < MIN_FAILURE_WINDOW_SECONDS:
             yield Problem(
                 ("failureWindow",),
@@ -236,6 +251,10 @@ class VirtualNodeSettings(ConfigModel):
     @property
     def creation_timeout_seconds(self) -> float:
         return parse_duration(self.creation_timeout)
+
+    @property
+    def not_ready_timeout_seconds(self) -> float:
+        return parse_duration(self.not_ready_timeout)
 
     @property
     def reconcile_interval_seconds(self) -> float:

@@ -10,6 +10,7 @@ Example (stack YAML)::
         gpusPerReplica: 1
         gpuType: H100                 # what a burst provider must rent (annotation burst.gpucluster.io/gpu-type)
         port: 8080
+        readinessPath: /health        # HTTP GET on the port: 200-399 once the model is loaded and it can serve
         resources: {cpu: "4", memory: 16Gi}
         minAvailable: 75%             # PodDisruptionBudget: the descheduler's evictions never go below it
         hpa: {minReplicas: 4, maxReplicas: 16, targetCpuUtilization: 70}
@@ -67,6 +68,11 @@ class InferenceServiceSpec(ConfigModel):
     #: What a burst provider must offer; unset: the burst settings' defaultGpuType.
     gpu_type: Annotated[str, Field(min_length=1, max_length=63, pattern=r"^[A-Za-z0-9][-A-Za-z0-9_.]*$")] | None = None
     port: Annotated[int, Field(ge=1, le=65535)] = 8080
+    #: The replica's readiness probe: an HTTP GET of this path on ``port`` that answers 200-399 only once the model
+    #: is loaded (vLLM and TGI: ``/health``; Triton and KServe v2: ``/v2/health/ready``). A port that accepts a
+    #: connection is not a model that serves, so there is no TCP probe: a replica is Ready, in the cluster or rented
+    #: (the burst provider runs this probe against the rented instance), only when this path says so.
+    readiness_path: Annotated[str, Field(min_length=1, max_length=256, pattern=r"^/[!-~]*$")] = "/health"
     command: list[str] | None = None
     args: list[str] | None = None
     resources: InferenceResources = InferenceResources()

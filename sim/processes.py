@@ -133,8 +133,16 @@ FAKE_CLOUD_ENV = {
     "boot-seconds": "GPUCLUSTER_FAKE_BOOT_SECONDS",
     "create-failure-rate": "GPUCLUSTER_FAKE_CREATE_FAILURE_RATE",
     "death-rate": "GPUCLUSTER_FAKE_DEATH_RATE",
+    "model-load-seconds": "GPUCLUSTER_FAKE_MODEL_LOAD_SECONDS",
 }
-FAKE_CLOUD_DEFAULTS = {"boot-seconds": "5", "create-failure-rate": "0", "death-rate": "0"}
+#: A rented replica loads its model for 20 s: at least the 15 s an in-cluster one takes (the local stack's
+#: sim.gpucluster.io/ready-after), since a rented GPU also pulls the weights over the internet.
+FAKE_CLOUD_DEFAULTS = {"boot-seconds": "5", "create-failure-rate": "0", "death-rate": "0", "model-load-seconds": "20"}
+#: Rented instances get addresses of this machine, so each answers HTTP on its own address (fakes/replica.py) and
+#: the burst provider's probes, and traffic, reach it.
+FAKE_CLOUD_ADDRESS_POOL = "127.77.0.0/16"
+#: The same for the fake RunPod's public IPs (one /24, as its pods' hosts number 1 to 253).
+FAKE_RUNPOD_PUBLIC_IPS = "127.78.0.0/24"
 #: The fake of RunPod's REST API v2 that a runpod provider on loopback points at (a module of the daemons' package):
 #: it boots pods as long as the fake cloud does; tests set its other knobs through its /admin/knobs.
 FAKE_RUNPOD_MODULE = "daemons.burst_provider.fakes.runpod_server"
@@ -195,6 +203,7 @@ def fake_clouds(s: Stack) -> Iterable[Daemon]:
             knobs = {k: os.environ.get(env, FAKE_CLOUD_DEFAULTS[k]) for k, env in FAKE_CLOUD_ENV.items()}
             capacity = sum(x.max_gpus for x in s.burst.providers) * 4
             line = [s.python, "-m", FAKE_CLOUD_MODULE, "--listen", f"127.0.0.1:{port}"]
+            line += ["--address-pool", FAKE_CLOUD_ADDRESS_POOL]
             for k, v in knobs.items():
                 line += [f"--{k}", v]
             for gpu, offer in p.gpu_types.items():
@@ -251,6 +260,8 @@ def fake_runpods(s: Stack) -> Iterable[Daemon]:
             price = min(offer.price_per_gpu_hour for offer in p.gpu_types.values())
             line = [s.python, "-m", FAKE_RUNPOD_MODULE, "--listen", listen, "--api-key-file", str(key_file)]
             line += ["--boot-seconds", FAKE_RUNPOD_BOOT_SECONDS, "--price", f"{price}"]
+            load = os.environ.get(FAKE_CLOUD_ENV["model-load-seconds"], FAKE_CLOUD_DEFAULTS["model-load-seconds"])
+            line += ["--public-ip-pool", FAKE_RUNPOD_PUBLIC_IPS, "--model-load-seconds", load]
             for gpu in p.gpu_types:
                 line += ["--capacity", f"{runpod_gpu_id(p.gpu_types, gpu)}={p.max_gpus}"]
             return line

@@ -33,6 +33,8 @@ DEFAULT_SECRETS_DIR = "/var/run/secrets/gpucluster/providers"
 EXIT_BAD_CONFIG = 2
 #: SIGTERM may take this long: requests in flight, then the reconcile loop's current round.
 DRAIN_SECONDS = 15.0
+#: How often the service looks for probes that are due (probe periods are whole seconds, at least 1).
+PROBE_TICK_SECONDS = 0.25
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -118,6 +120,15 @@ def _settings(args: argparse.Namespace) -> BurstSettings:
     return settings
 
 
+def _probe_forever(service: BurstService, stop: threading.Event) -> None:
+    """Run the rented replicas' probes as they fall due (each on its own worker, so a slow one delays none)."""
+    while not stop.wait(PROBE_TICK_SECONDS):
+        try:
+            service.probe_once()
+        except Exception:
+            log.exception("probe loop error")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     setup_logging(args.log_level)
@@ -160,8 +171,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         target=reconciler.run_forever, args=(stop.stop, args.poll_interval), name="reconcile", daemon=True
     )
     loop.start()
+    prober = threading.Thread(target=_probe_forever, args=(service, stop.stop), name="probes", daemon=True)
+    prober.start()
     stop.wait()
-    drain([("http", server.stop), ("reconcile", loop.join)], timeout_s=DRAIN_SECONDS, log=log)
+    drain([("http", server.stop), ("reconcile", loop.join), ("probes", prober.join)], timeout_s=DRAIN_SECONDS, log=log)
     log.info("stopped")
     return 0
 

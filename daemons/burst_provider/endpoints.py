@@ -3,7 +3,9 @@
 The endpoints controller cannot route to a pod on a virtual node (its IP, if any, is not reachable), so for every
 Running external pod in an inference namespace the service writes the replica's address on the pod
 (``burst.gpucluster.io/address``, ``.../provider``, ``.../instance-id``) and keeps, for every Service whose selector
-matches the pod, one EndpointSlice per (Service, provider) listing the external addresses. Level-based: each sync
+matches the pod, one EndpointSlice per (Service, provider) listing the external addresses, each ``ready`` only while
+the pod's own probes pass against it (a replica loading its model is listed not ready, as the endpoint slice
+controller lists an unready pod). Level-based: each sync
 computes the wanted slices from the current records and converges the cluster to them.
 """
 
@@ -144,7 +146,9 @@ class EndpointManager:
                 es["endpoints"].append(
                     {
                         "addresses": [rec.address],
-                        "conditions": {"ready": True, "serving": True, "terminating": False},
+                        # Ready only once the pod's own probes pass against the instance (service.probe_once):
+                        # a replica still loading its model is listed, and gets no traffic.
+                        "conditions": {"ready": rec.ready, "serving": rec.ready, "terminating": False},
                         "nodeName": self.node,
                         "targetRef": {"kind": "Pod", "namespace": ns, "name": rec.name, "uid": rec.uid},
                     }

@@ -59,6 +59,15 @@ class Metrics:
             registry=r,
         )
         self.pods = Gauge(f"{PREFIX}_pods", "Pods the service is responsible for, per phase", ["phase"], registry=r)
+        self.probe_results = Counter(
+            f"{PREFIX}_probe_results",
+            "Probes run against rented replicas, by probe kind and result",
+            ["probe", "result"],
+            registry=r,
+        )
+        self.pods_not_ready = Gauge(
+            f"{PREFIX}_pods_not_ready", "Running pods whose probes do not pass (no traffic goes to them)", registry=r
+        )
         self.endpoint_slices = Gauge(
             f"{PREFIX}_endpoint_slices", "EndpointSlices kept for external replicas", registry=r
         )

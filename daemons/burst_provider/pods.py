@@ -16,6 +16,7 @@ from components.burst_settings import BurstSettings
 from components.constants import GPU_RESOURCE, GPU_TYPE_ANNOTATION
 from components.model import parse_quantity as _parse_quantity
 from components.model import pod_resource_count
+from daemons.burst_provider.probes import ProbeSpecError, pod_probes
 from daemons.burst_provider.providers.base import ContainerSpec, InstanceSpec, InstanceTags, Port
 
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
@@ -182,6 +183,10 @@ def translate_pod(
     containers = _containers(pod)
     if not containers:
         raise PodTranslationError("spec.containers: the pod has no containers")
+    try:
+        pod_probes(pod)  # run against the instance by the service: refuse what it cannot run
+    except ProbeSpecError as exc:
+        raise PodTranslationError(str(exc)) from None
     out = []
     for i, c in enumerate(containers):
         if not c.get("image"):

@@ -97,6 +97,7 @@ class Reconciler:
         records = self.service.records()
         for phase in ("Pending", "Running", "Failed", "Succeeded"):
             self.service.metrics.pods.labels(phase).set(sum(1 for r in records if r.phase == phase))
+        self.service.metrics.pods_not_ready.set(sum(1 for r in records if r.phase == "Running" and not r.ready))
 
     def run_once(self) -> ReconcileReport:
         """One pass; never raises for a provider or source-cluster error (they are logged and counted)."""

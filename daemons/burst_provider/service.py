@@ -6,20 +6,27 @@ Any failure is final for that pod: no retry on another provider, because the Rep
 afresh (with the failure now counted against the provider that failed).
 
 Phases: Pending/ProviderCreating -> Running -> (deleted) | Failed/<reason> | Succeeded (containers exited 0).
+
+Running is not serving: a Running pod is Ready only once its own probes pass against the instance's address
+(:meth:`BurstService.probe_once`, the kubelet's rules in ``probes.py``), and a liveness or startup probe that fails,
+or a replica not ready for ``notReadyTimeout``, fails the pod like a dead instance.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from components.burst_settings import BurstSettings
 from daemons.burst_provider.metrics import Metrics
 from daemons.burst_provider.pods import PodTranslationError, ReferenceResolver, pod_identity, translate_pod
+from daemons.burst_provider.prober import run_probe
+from daemons.burst_provider.probes import Probe, ProbeSpecError, ProbeState, ReplicaProbes, pod_probes
 from daemons.burst_provider.providers.base import Instance, InstanceState, Offer, Port, Provider
 from daemons.burst_provider.selection import FailureTracker, choose
 
@@ -33,12 +40,16 @@ TIMEOUT = "ProviderTimeout"
 VANISHED = "InstanceVanished"
 DIED = "InstanceDied"
 NO_CAPACITY = "NoCapacity"
+PROBE_FAILED = "ProbeFailed"
+NOT_READY = "NotReadyTimeout"
 #: Exit code reported for containers of an instance that vanished, died or was killed for a timeout.
 KILLED_EXIT_CODE = 137
 #: Exit code reported when the instance was never created.
 REFUSED_EXIT_CODE = 1
 
 Spawn = Callable[[Callable[[], None], str], None]
+#: Runs one probe: (address, published port, probe) -> (passed, what happened). ``prober.run_probe`` by default.
+ProbeRunner = Callable[[str, int, Probe], tuple[bool, str]]
 
 
 def spawn_thread(target: Callable[[], None], name: str) -> None:
@@ -82,6 +93,11 @@ class PodRecord:
     creating: bool = False  # the create worker is still running
     deleting: bool = False  # DELETE received; forgotten once the instance is gone
     instance_gone: bool = False  # the instance is deleted or the provider no longer knows it
+    #: The pod's probes against the running instance (None until it runs and its pod is known).
+    probes: ReplicaProbes | None = field(default=None, compare=False, repr=False)
+    ready: bool = False  # Running and every container ready: the Ready condition and the endpoints' ``ready``
+    unready_since: float | None = None  # Running and not ready since then
+    not_ready_detail: str = ""  # what the failing probes said
 
     @property
     def key(self) -> str:
@@ -99,7 +115,10 @@ class PodRecord:
         if self.phase == PENDING:
             out.update(state="waiting", reason=self.reason, message=self.message)
         elif self.phase == RUNNING:
-            out.update(state="running", **_times(startedAt=self.start_time))
+            name = str(c.get("name", ""))
+            ready = self.probes is not None and self.probes.container_ready(name)
+            started = self.probes is not None and self.probes.started(name)
+            out.update(state="running", ready=ready, started=started, **_times(startedAt=self.start_time))
         else:
             out.update(
                 state="terminated",
@@ -110,6 +129,10 @@ class PodRecord:
             )
         return out
 
+    def _not_ready_message(self) -> str:
+        detail = self.not_ready_detail or "waiting for the first probe"
+        return f"{self.message}; not ready: {detail}"
+
     def status(self) -> dict[str, Any]:
         """The PodStatus of docs/burst-provider-api.md."""
         containers = (self.pod.get("spec") or {}).get("containers") or []
@@ -119,7 +142,7 @@ class PodRecord:
             "uid": self.uid,
             "phase": self.phase,
             "reason": self.reason,
-            "message": self.message,
+            "message": self.message if self.ready or self.phase != RUNNING else self._not_ready_message(),
             "provider": self.provider,
             "instanceId": self.instance_id,
             "gpuType": self.gpu_type,
@@ -144,6 +167,7 @@ class BurstService:
         spawn: Spawn = spawn_thread,
         metrics: Metrics | None = None,
         tracker: FailureTracker | None = None,
+        prober: ProbeRunner = run_probe,
     ) -> None:
         self.settings = settings
         self.node = settings.virtual_node.node_name
@@ -153,6 +177,7 @@ class BurstService:
         self.spawn = spawn
         self.metrics = metrics or Metrics()
         self.tracker = tracker or FailureTracker(settings.virtual_node.failure_window_seconds, clock)
+        self.prober = prober
         self.on_change: Callable[[], None] = lambda: None
         self._records: dict[str, PodRecord] = {}
         self._lock = threading.RLock()
@@ -169,6 +194,7 @@ class BurstService:
             if rec is not None:
                 if not rec.pod:  # rebuilt from a listing after a restart: now we know its containers
                     rec.pod = dict(pod)
+                    self._start_probes(rec)
                 return rec.status()
             rec = PodRecord(namespace, name, uid, dict(pod), self.clock(), creating=True)
             self._records[uid] = rec
@@ -362,6 +388,7 @@ class BurstService:
             return
         was_running = rec.phase == RUNNING
         rec.phase, rec.reason, rec.message, rec.exit_code = FAILED, reason, message, exit_code
+        rec.ready, rec.unready_since = False, None
         rec.finished_at = self.clock()
         self.metrics.pod_failures.labels(rec.provider or "none", reason).inc()
         log.warning("pod failed", extra={"pod": rec.key, "reason": reason, "provider": rec.provider, "detail": message})
@@ -407,6 +434,8 @@ class BurstService:
                     rec.phase, rec.reason = RUNNING, ""
                     rec.message = f"running on {rec.provider} as {rec.instance_id}"
                     rec.start_time = inst.started_at or self.clock()
+                    rec.unready_since = self.clock()
+                    self._start_probes(rec)
                     self.tracker.record_success(rec.provider)
                     log.info("pod running", extra={"pod": rec.key, "provider": rec.provider, "address": rec.address})
                     self.on_change()
@@ -441,6 +470,105 @@ class BurstService:
         self._fail(rec, DIED, f"instance {rec.instance_id} on {rec.provider} is {inst.state.value}{detail}", code)
         rec.finished_at = inst.finished_at or rec.finished_at
         return True
+
+    # ------------------------------------------------------------------------------------------------
+    # Probes: Running is not Ready until the pod's own probes pass against the instance
+    # ------------------------------------------------------------------------------------------------
+
+    def _start_probes(self, rec: PodRecord) -> None:
+        """Begin probing a Running record whose pod is known (caller holds the lock)."""
+        if rec.probes is not None or not rec.pod or rec.phase != RUNNING:
+            return
+        try:
+            probes = pod_probes(rec.pod)
+        except ProbeSpecError as exc:  # refused at translation; only a record rebuilt from an older service
+            self._fail(rec, PROBE_FAILED, str(exc), KILLED_EXIT_CODE)
+            self.spawn(lambda: self._cleanup_instance(rec.uid), f"cleanup-{rec.uid}")
+            return
+        names = [str(c.get("name", "")) for c in (rec.pod.get("spec") or {}).get("containers") or []]
+        rec.probes = ReplicaProbes.for_pod(probes, names, rec.start_time or self.clock())
+        self._update_ready(rec, self.clock())
+
+    def _update_ready(self, rec: PodRecord, now: float) -> None:
+        """Recompute the record's readiness from its probes; a change re-syncs the endpoints (caller holds the
+        lock)."""
+        ready = rec.phase == RUNNING and rec.probes is not None and rec.probes.ready()
+        rec.not_ready_detail = rec.probes.failing() if rec.probes is not None else ""
+        if ready == rec.ready:
+            return
+        rec.ready = ready
+        rec.unready_since = None if ready else now
+        if ready:
+            log.info("pod ready", extra={"pod": rec.key, "provider": rec.provider, "address": rec.address})
+        else:
+            log.warning("pod not ready", extra={"pod": rec.key, "detail": rec.not_ready_detail})
+        self.on_change()
+
+    @staticmethod
+    def _published_port(rec: PodRecord, probe: Probe) -> int:
+        """Where the probe's container port is reachable on the instance: a port the provider published under the
+        container port's name (a port mapping), else the container port itself."""
+        if probe.port_name:
+            for p in rec.ports:
+                if p.name == probe.port_name:
+                    return p.port
+        return probe.port
+
+    def probe_once(self) -> None:
+        """Run every probe that is due, each on its own worker; fail replicas not ready for notReadyTimeout."""
+        now = self.clock()
+        limit = self.settings.virtual_node.not_ready_timeout_seconds
+        jobs: list[tuple[str, ReplicaProbes, ProbeState, str, int]] = []
+        expired: list[str] = []
+        with self._lock:
+            for rec in self._records.values():
+                if rec.phase != RUNNING or rec.deleting:
+                    continue
+                self._start_probes(rec)
+                if not rec.ready and rec.unready_since is not None and now - rec.unready_since > limit:
+                    expired.append(rec.uid)
+                    continue
+                if rec.probes is None or not rec.address:
+                    continue
+                for state in rec.probes.due(now):
+                    jobs.append((rec.uid, rec.probes, state, rec.address, self._published_port(rec, state.probe)))
+            for uid in expired:
+                rec = self._records[uid]
+                self.tracker.record_failure(rec.provider)
+                detail = rec.not_ready_detail or "no probe has passed"
+                self._fail(
+                    rec,
+                    NOT_READY,
+                    f"instance {rec.instance_id} on {rec.provider} not ready for "
+                    f"{self.settings.virtual_node.not_ready_timeout}: {detail}",
+                    KILLED_EXIT_CODE,
+                )
+        for uid in expired:
+            self.spawn(functools.partial(self._cleanup_instance, uid), f"cleanup-{uid}")
+        for job in jobs:
+            self.spawn(functools.partial(self._probe, *job), f"probe-{job[0]}")
+
+    def _probe(self, uid: str, probes: ReplicaProbes, state: ProbeState, address: str, port: int) -> None:
+        try:
+            ok, detail = self.prober(address, port, state.probe)
+        except Exception as exc:  # a prober bug must not leave the probe in flight forever
+            ok, detail = False, f"probe error: {type(exc).__name__}: {exc}"[:300]
+        self.metrics.probe_results.labels(state.probe.kind, "success" if ok else "failure").inc()
+        cleanup = False
+        with self._lock:
+            rec = self._records.get(uid)
+            if rec is None or rec.probes is not probes or rec.phase != RUNNING or rec.deleting:
+                return
+            now = self.clock()
+            killed = probes.record(state, ok, detail, now)
+            if killed is not None:
+                self.tracker.record_failure(rec.provider)
+                self._fail(rec, PROBE_FAILED, f"instance {rec.instance_id}: {killed.message()}", KILLED_EXIT_CODE)
+                cleanup = True
+            else:
+                self._update_ready(rec, now)
+        if cleanup:
+            self.spawn(lambda: self._cleanup_instance(uid), f"cleanup-{uid}")
 
     def poll_once(self) -> None:
         """Ask the providers about every pod still in flight, and finish pending deletions."""
@@ -557,6 +685,7 @@ class BurstService:
             for uid, rec in self._records.items():
                 if not rec.pod and uid in by_uid:
                     rec.pod = dict(by_uid[uid])
+                    self._start_probes(rec)
 
     def orphaned(self, uid: str, instance_id: str) -> None:
         """Reconciliation deleted the instance because no live pod owns it. Not the provider's fault: the pod

@@ -132,6 +132,15 @@ def test_cpu_only_service_has_no_gpu_limit_and_default_gpu_type_applies() -> Non
     assert _pod(no_type)["metadata"]["annotations"] == {}
 
 
+def test_replicas_are_ready_only_when_their_server_says_so_over_http(graph: Graph) -> None:
+    """An open port is not a loaded model: the readiness probe is an HTTP GET, which the burst provider runs
+    against a rented replica too."""
+    (container,) = _pod(graph)["spec"]["containers"]
+    assert container["readinessProbe"] == {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": 5}
+    triton = build(args(spec=spec(readinessPath="/v2/health/ready")))
+    assert _pod(triton)["spec"]["containers"][0]["readinessProbe"]["httpGet"]["path"] == "/v2/health/ready"
+
+
 def test_command_and_args_are_passed_through() -> None:
     graph = build(args(spec=spec(command=["python", "-m", "serve"], args=["--port", "8080"])))
     container = _pod(graph)["spec"]["containers"][0]
@@ -156,6 +165,8 @@ def test_command_and_args_are_passed_through() -> None:
         ({"resources": {"cpu": "lots"}}, "resources.cpu", "quantity"),
         ({"name": "SD_serve"}, "name", "DNS label"),
         ({"replica": 3}, "replica", "Extra inputs"),
+        ({"readinessPath": "health"}, "readinessPath", "should match pattern"),
+        ({"readinessPath": "/he alth"}, "readinessPath", "should match pattern"),
     ],
 )
 def test_invalid_spec_names_the_field(overrides: dict[str, Any], field: str, fragment: str) -> None:

@@ -15,7 +15,15 @@ Instance lifecycle: ``creating`` → ``running`` after ``bootSeconds`` (address 
 range by default, ports as the containers declare them) → ``failed`` with exit code 137 when it dies, or
 ``terminated`` when deleted; terminated and failed instances leave listings ``terminatedTtlSeconds`` after they end.
 
-Knobs: ``bootSeconds``; ``createFailureRate`` (probability that a create is refused); ``deathRate`` (expected deaths
+Serving: an instance whose address is one of this machine's (the sim sets ``addressPool`` to a 127.0.0.0/8 range)
+answers on every TCP port its containers declare, as a model server would (``fakes/replica.py``): 503 for
+``modelLoadSeconds`` after it runs, then 200 after ``requestSeconds`` per request, and connection refused once it
+ended. With the default documentation range nothing listens, so a probe of such an instance never passes. The
+replicas live in this process: while it is down they refuse connections, and a restart from ``--state-file`` opens
+them again with their original start times.
+
+Knobs: ``bootSeconds``; ``modelLoadSeconds`` and ``requestSeconds`` (above);
+``createFailureRate`` (probability that a create is refused); ``deathRate`` (expected deaths
 per running instance per **minute**: each instance's lifetime is drawn, when it starts running, from an exponential
 distribution with that rate; changing the knob redraws the lifetimes of live instances); ``pricePerGpuHour`` and
 ``capacity`` (GPUs per type; creating, running instances hold them); ``seed``. Every random draw comes from one
@@ -42,6 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from daemons.burst_provider.fakes._http import BackgroundServer, Clock, Reply, serve_until_signal
+from daemons.burst_provider.fakes.replica import ReplicaServer, can_listen
 from daemons.toolkit.listen import parse_listen
 from daemons.toolkit.logs import LEVELS, setup_logging
 
@@ -58,6 +67,8 @@ _KNOB_KEYS = (
     "seed",
     "terminatedTtlSeconds",
     "addressPool",
+    "modelLoadSeconds",
+    "requestSeconds",
 )
 
 
@@ -71,6 +82,9 @@ class Knobs:
     seed: int = 1
     terminated_ttl_seconds: float = 30.0
     address_pool: str = "198.51.100.0/24"
+    #: A replica's model load (503 until then) and one request's service time, where the instance serves.
+    model_load_seconds: float = 20.0
+    request_seconds: float = 0.05
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -82,6 +96,8 @@ class Knobs:
             "seed": self.seed,
             "terminatedTtlSeconds": self.terminated_ttl_seconds,
             "addressPool": self.address_pool,
+            "modelLoadSeconds": self.model_load_seconds,
+            "requestSeconds": self.request_seconds,
         }
 
 
@@ -99,6 +115,10 @@ def parse_knobs(update: object, base: Knobs) -> Knobs:
         k.create_failure_rate = _number(update, "createFailureRate", 0, 1)
     if "deathRate" in update:
         k.death_rate = _number(update, "deathRate", 0, math.inf)
+    if "modelLoadSeconds" in update:
+        k.model_load_seconds = _number(update, "modelLoadSeconds", 0, math.inf)
+    if "requestSeconds" in update:
+        k.request_seconds = _number(update, "requestSeconds", 0, 600)
     if "terminatedTtlSeconds" in update:
         k.terminated_ttl_seconds = _number(update, "terminatedTtlSeconds", 0, math.inf)
     if "pricePerGpuHour" in update:
@@ -191,8 +211,18 @@ class FakeCloud:
         self._next_host = 0
         self._stats = {"creates": 0, "createFailures": 0, "deaths": 0, "deletes": 0}
         self._gpu_seconds_closed = 0.0
+        self._replicas: dict[str, list[ReplicaServer]] = {}
         if state_file is not None and state_file.exists():
             self._load(state_file)
+            for inst in self._instances.values():
+                if inst.state == "running":
+                    self._serve(inst)
+
+    def close(self) -> None:
+        """Stop every replica's port (the cloud's own server is stopped by its owner)."""
+        with self._lock:
+            for iid in list(self._replicas):
+                self._unserve(iid)
 
     # -- operations (each advances time first) --
 
@@ -337,6 +367,7 @@ class FakeCloud:
                 inst.started_at = inst.boot_at
                 inst.address = self._address()
                 inst.death_at = self._draw_death(inst.boot_at)
+                self._serve(inst)
             if inst.state == "running" and inst.death_at is not None and now >= inst.death_at:
                 self._end(inst, inst.death_at, "failed", 137, "the instance died")
                 self._stats["deaths"] += 1
@@ -355,6 +386,37 @@ class FakeCloud:
         inst.state, inst.finished_at, inst.exit_code, inst.message = state, at, exit_code, message
         inst.death_at = None
         self._gpu_seconds_closed += inst.gpu_count * max(0.0, at - inst.created_at)
+        self._unserve(inst.id)
+
+    # -- serving: a running instance on a local address answers on its containers' ports --
+
+    def _serve(self, inst: CloudInstance) -> None:
+        if not inst.address or not can_listen(inst.address):
+            return
+        servers = []
+        for c in inst.containers:
+            for p in c.get("ports", []):
+                if str(p.get("protocol") or "TCP").upper() != "TCP":
+                    continue
+                try:
+                    servers.append(
+                        ReplicaServer(
+                            f"{inst.id}/{c.get('name', '')}",
+                            inst.address,
+                            int(p["port"]),
+                            started_at=inst.started_at or self._clock(),
+                            load_seconds=self.knobs.model_load_seconds,
+                            service_seconds=self.knobs.request_seconds,
+                            clock=self._clock,
+                        )
+                    )
+                except (OSError, KeyError, TypeError, ValueError) as exc:
+                    log.warning("instance %s cannot serve on %s:%s: %s", inst.id, inst.address, p.get("port"), exc)
+        self._replicas[inst.id] = servers
+
+    def _unserve(self, instance_id: str) -> None:
+        for server in self._replicas.pop(instance_id, []):
+            server.stop()
 
     def _free(self, gpu_type: str) -> int:
         used = sum(i.gpu_count for i in self._instances.values() if i.state in LIVE and i.gpu_type == gpu_type)
@@ -478,6 +540,10 @@ class FakeCloudServer(BackgroundServer):
         super().__init__(cloud.handle, log, host, port)
         self.cloud = cloud
 
+    def stop(self) -> None:
+        super().stop()
+        self.cloud.close()
+
 
 def _pairs(items: list[str], flag: str, kind: type) -> dict[str, Any]:
     out: dict[str, Any] = {}
@@ -503,6 +569,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--listen", default="127.0.0.1:18080", help="host:port to serve on (port 0: pick a free one)")
     p.add_argument("--boot-seconds", type=float, default=2.0, help="seconds from accept to running")
+    p.add_argument(
+        "--model-load-seconds",
+        type=float,
+        default=20.0,
+        help="seconds a running instance answers 503 before it serves (where its address is local)",
+    )
+    p.add_argument("--request-seconds", type=float, default=0.05, help="seconds one request takes once it serves")
     p.add_argument("--create-failure-rate", type=float, default=0.0, help="probability (0-1) that a create fails")
     p.add_argument(
         "--death-rate", type=float, default=0.0, help="expected deaths per running instance per minute (0: never)"
@@ -533,6 +606,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         host, port = parse_listen(args.listen)
         update: dict[str, Any] = {
             "bootSeconds": args.boot_seconds,
+            "modelLoadSeconds": args.model_load_seconds,
+            "requestSeconds": args.request_seconds,
             "createFailureRate": args.create_failure_rate,
             "deathRate": args.death_rate,
             "seed": args.seed,

@@ -22,6 +22,11 @@ IP of TEST-NET-3, 203.0.113.x, and a public port per ``tcp`` port) ``boot_second
 until it is deleted. A container that exits (:meth:`FakeRunpod.exit_container`) is restarted by RunPod: the pod goes
 back to ``STARTING`` and keeps billing, then runs again with a later ``startedAt``.
 
+Serving: with ``public_ip_pool`` set to a range of this machine's (the sim uses a 127.0.0.0/8 one), a running pod
+answers on each public IP and port it reports, as a model server would (``fakes/replica.py``): 503 for
+``model_load_seconds`` after it ran, then 200; a pod that stops, restarts, exits or is deleted closes its ports
+(connection refused). With the default TEST-NET-3 range nothing listens.
+
 Knobs, one per refusal: :meth:`~FakeRunpod.refuse` (the next creates answer 400 capacity, 402 balance or 403
 permission, with RunPod's words), :meth:`~FakeRunpod.rate_limit` (429 with ``Retry-After``),
 :meth:`~FakeRunpod.fail_after_create` (the pod is created and billed, the reply is a 5xx anyway),
@@ -47,6 +52,7 @@ production starts it.
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import itertools
 import json
 import logging
@@ -61,6 +67,7 @@ from pathlib import Path
 from typing import Any
 
 from daemons.burst_provider.fakes._http import BackgroundServer, Clock, Reply, serve_until_signal
+from daemons.burst_provider.fakes.replica import ReplicaServer, can_listen
 from daemons.burst_provider.fakes.runpod_contract import (
     CPU_FLAVORS,
     contract_problem,
@@ -138,6 +145,9 @@ class FakeRunpod:
         price_per_gpu_hour: float = 2.99,
         capacity: dict[str, int] | None = None,
         never_address: bool = False,
+        public_ip_pool: str = "203.0.113.0/24",
+        model_load_seconds: float = 20.0,
+        request_seconds: float = 0.05,
         clock: Clock = time.time,
     ) -> None:
         self._key = api_key
@@ -145,6 +155,10 @@ class FakeRunpod:
         self.price_per_gpu_hour = price_per_gpu_hour
         self.capacity = dict(capacity or {})
         self.never_address = never_address
+        self._public_net = ipaddress.ip_network(public_ip_pool, strict=False)
+        self.model_load_seconds = model_load_seconds
+        self.request_seconds = request_seconds
+        self._replicas: dict[str, tuple[float, list[ReplicaServer]]] = {}  # pod id -> (started, its ports)
         self._clock = clock
         self._pods: dict[str, FakePod] = {}
         self._ids = itertools.count(1)
@@ -278,6 +292,7 @@ class FakeRunpod:
             return self._admin(method, [p for p in path.split("/") if p], body)
         reply = self._handle(method, path, query, body, headers)
         with self._lock:
+            self._sync_replicas()
             self.replies.append((method, path, reply.status, reply.content_type, reply.raw, dict(reply.headers)))
         return reply
 
@@ -507,9 +522,53 @@ class FakeRunpod:
     def body_ports(pod: FakePod) -> list[str]:
         return [str(p) for p in pod.body.get("ports", [])]
 
-    @staticmethod
-    def _ip(pod: FakePod) -> str:
-        return f"203.0.113.{pod.host}"
+    def _ip(self, pod: FakePod) -> str:
+        return str(self._public_net.network_address + pod.host)
+
+    # -- serving: a running pod answers on its public ports where they are this machine's --
+
+    def _sync_replicas(self) -> None:
+        """Open the ports of pods that run, close those of pods that no longer do (caller holds the lock)."""
+        for pod in self._pods.values():
+            self._advance(pod)
+        running = {p.id: p for p in self._pods.values() if p.status == "RUNNING" and p.ports}
+        for pod_id in list(self._replicas):
+            started, servers = self._replicas[pod_id]
+            live = running.get(pod_id)
+            if live is None or live.started != started:
+                for server in servers:
+                    server.stop()
+                del self._replicas[pod_id]
+        for pod in running.values():
+            if pod.id in self._replicas:
+                continue
+            servers = []
+            for port in pod.ports:
+                if port["type"] != "tcp" or not can_listen(port["ip"]):
+                    continue
+                try:
+                    servers.append(
+                        ReplicaServer(
+                            pod.id,
+                            port["ip"],
+                            int(port["public"]),
+                            started_at=pod.started or self._clock(),
+                            load_seconds=self.model_load_seconds,
+                            service_seconds=self.request_seconds,
+                            clock=self._clock,
+                        )
+                    )
+                except OSError as exc:
+                    log.warning("pod %s cannot serve on %s:%s: %s", pod.id, port["ip"], port["public"], exc)
+            self._replicas[pod.id] = (pod.started or 0.0, servers)
+
+    def close(self) -> None:
+        """Close every pod's ports."""
+        with self._lock:
+            for _, servers in self._replicas.values():
+                for server in servers:
+                    server.stop()
+            self._replicas.clear()
 
     def _render(self, pod: FakePod) -> dict[str, Any]:
         self._advance(pod)
@@ -579,6 +638,10 @@ class FakeRunpodServer(BackgroundServer):
         super().__init__(api.handle, log, host, port)
         self.api = api
 
+    def stop(self) -> None:
+        super().stop()
+        self.api.close()
+
     @property
     def base_url(self) -> str:
         return self.url + PREFIX
@@ -616,6 +679,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="GPUs of a type (RunPod id) that may run at once; repeatable; unlimited when not given",
     )
     p.add_argument("--never-address", action="store_true", help="pods run but never get public ports")
+    p.add_argument(
+        "--public-ip-pool",
+        default="203.0.113.0/24",
+        help="network of the pods' public IPs; where they are this machine's, a running pod answers on them",
+    )
+    p.add_argument(
+        "--model-load-seconds", type=float, default=20.0, help="seconds a running pod answers 503 before it serves"
+    )
+    p.add_argument("--request-seconds", type=float, default=0.05, help="seconds one request takes once it serves")
     p.add_argument("--log-level", default="info", choices=LEVELS, help="log level")
     return p
 
@@ -662,6 +734,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         price_per_gpu_hour=args.price,
         capacity=capacity,
         never_address=args.never_address,
+        public_ip_pool=args.public_ip_pool,
+        model_load_seconds=args.model_load_seconds,
+        request_seconds=args.request_seconds,
     )
     try:
         server = FakeRunpodServer(api, host, port)

@@ -365,3 +365,36 @@ def test_cli_help_and_bad_flags() -> None:
     assert bad.returncode == 2
     assert "--capacity: 'H100' is not TYPE=INT" in bad.stderr
     assert "Traceback" not in bad.stderr
+
+
+def _get(address: str, port: int) -> int | str:
+    """The status of a GET / at address:port, or why there was none."""
+    try:
+        with urllib.request.urlopen(f"http://{address}:{port}/health", timeout=2) as reply:
+            return int(reply.status)
+    except urllib.error.HTTPError as err:
+        return int(err.code)
+    except urllib.error.URLError as err:
+        return str(err.reason)
+
+
+def test_an_instance_on_a_local_address_loads_then_serves_then_refuses_once_deleted() -> None:
+    """The stand-in is no faster than a model server: 503 for the whole model load after it runs, and gone with its
+    instance."""
+    e = start(Knobs(boot_seconds=BOOT, capacity={"H100": 8}, address_pool="127.79.0.0/24", model_load_seconds=20))
+    try:
+        inst = e.provider.create_instance(spec())
+        e.clock.advance(BOOT)
+        running = e.provider.get_instance(inst.instance_id)
+        assert running is not None
+        assert running.address.startswith("127.79.0.")
+        assert _get(running.address, 8080) == 503
+        e.clock.advance(19.9)
+        assert _get(running.address, 8080) == 503
+        e.clock.advance(0.1)
+        assert _get(running.address, 8080) == 200
+        e.provider.delete_instance(inst.instance_id)
+        assert "Connection refused" in str(_get(running.address, 8080))
+    finally:
+        e.server.stop()
+

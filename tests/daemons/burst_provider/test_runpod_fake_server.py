@@ -179,3 +179,29 @@ def test_the_module_imports_without_the_dev_dependencies() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert "jsonschema is not installed" in out
+
+
+def test_a_running_pod_on_a_local_public_ip_loads_then_serves_and_closes_when_stopped() -> None:
+    """RunPod publishes a container port on a public IP and port of its own; the fake answers there, 503 while the
+    model loads, and stops answering when the pod stops (or restarts, or is deleted)."""
+    from daemons.burst_provider.fakes._http import ManualClock  # noqa: PLC0415
+
+    clock = ManualClock()
+    api = FakeRunpod(KEY, boot_seconds=2.0, capacity={H100_ID: 8}, public_ip_pool="127.79.1.0/24", clock=clock)
+    with FakeRunpodServer(api) as srv:
+        provider = make_provider(srv.base_url, clock=clock)
+        inst = provider.create_instance(spec())
+        clock.advance(2.0)
+        running = provider.get_instance(inst.instance_id)
+        assert running is not None
+        assert running.state is InstanceState.RUNNING
+        public = {p.name: p.port for p in running.ports}["http"]
+        assert public != 8080  # RunPod maps the port
+        url = f"http://{running.address}:{public}/health"
+        assert _call(url)[0] == 503
+        clock.advance(20.0)
+        assert _call(url)[0] == 200
+        assert _call(f"{srv.url}/admin/pods/{inst.instance_id}/status", "POST", {"status": "EXITED"})[0] == 200
+        provider.get_instance(inst.instance_id)  # any API call settles the pods' ports
+        with pytest.raises(urllib.error.URLError, match="Connection refused"):
+            _call(url)

@@ -51,6 +51,10 @@ type ContainerStatus struct {
 	StartedAt    *time.Time `json:"startedAt,omitempty"`
 	FinishedAt   *time.Time `json:"finishedAt,omitempty"`
 	RestartCount int32      `json:"restartCount,omitempty"`
+	// Ready and Started are the container's probe results against the rented instance (a running container is
+	// not ready until its readiness probe passes there); absent, a running container counts as both.
+	Ready   *bool `json:"ready,omitempty"`
+	Started *bool `json:"started,omitempty"`
 }
 
 // APIError is a non-2xx answer of the service; Code tells a rejected request (4xx) from a failing service (5xx).

@@ -1,7 +1,9 @@
 package provider
 
 import (
+	"fmt"
 	"net"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -49,17 +51,19 @@ func ToPodStatus(pod *corev1.Pod, s *PodStatus, now time.Time) corev1.PodStatus 
 	for _, c := range s.Containers {
 		reported[c.Name] = c
 	}
-	allReady := len(pod.Spec.Containers) > 0
+	var unready []string
 	for _, spec := range pod.Spec.Containers {
 		c, ok := reported[spec.Name]
 		if !ok {
 			c = ContainerStatus{Name: spec.Name, State: defaultState(phase)}
 		}
 		cs := containerStatus(spec, c, phase, s, now)
-		allReady = allReady && cs.Ready
+		if !cs.Ready {
+			unready = append(unready, spec.Name)
+		}
 		out.ContainerStatuses = append(out.ContainerStatuses, cs)
 	}
-	out.Conditions = conditions(phase, allReady, now)
+	out.Conditions = conditions(phase, len(pod.Spec.Containers) > 0 && len(unready) == 0, unready, now)
 	return out
 }
 
@@ -91,8 +95,10 @@ func containerStatus(spec corev1.Container, c ContainerStatus, phase corev1.PodP
 	case "running":
 		started := metav1.NewTime(timeOr(c.StartedAt, s.StartTime, now))
 		cs.State.Running = &corev1.ContainerStateRunning{StartedAt: started}
-		cs.Ready = phase == corev1.PodRunning
-		cs.Started = &cs.Ready
+		running := phase == corev1.PodRunning
+		cs.Ready = running && (c.Ready == nil || *c.Ready)
+		startedOK := running && (c.Started == nil || *c.Started)
+		cs.Started = &startedOK
 	case "terminated":
 		exit := int32(0)
 		if c.ExitCode != nil {
@@ -146,8 +152,9 @@ func timeOr(a, b *time.Time, fallback time.Time) time.Time {
 	return fallback
 }
 
-// conditions are the four pod conditions a kubelet reports, derived from the phase and container readiness.
-func conditions(phase corev1.PodPhase, allReady bool, now time.Time) []corev1.PodCondition {
+// conditions are the four pod conditions a kubelet reports, derived from the phase and container readiness. A
+// running pod that is not ready says which containers, with the kubelet's reason and message.
+func conditions(phase corev1.PodPhase, allReady bool, unready []string, now time.Time) []corev1.PodCondition {
 	t := metav1.NewTime(now.Truncate(time.Second))
 	running := phase == corev1.PodRunning
 	ready := running && allReady
@@ -159,12 +166,14 @@ func conditions(phase corev1.PodPhase, allReady bool, now time.Time) []corev1.Po
 		}
 		return corev1.PodCondition{Type: kind, Status: status, LastTransitionTime: t}
 	}
-	return []corev1.PodCondition{
-		cond(corev1.PodScheduled, true),
-		cond(corev1.PodInitialized, initialized),
-		cond(corev1.ContainersReady, ready),
-		cond(corev1.PodReady, ready),
+	containersReady, podReady := cond(corev1.ContainersReady, ready), cond(corev1.PodReady, ready)
+	if running && !ready {
+		message := fmt.Sprintf("containers with unready status: [%s]", strings.Join(unready, " "))
+		containersReady.Reason, containersReady.Message = "ContainersNotReady", message
+		podReady.Reason, podReady.Message = "ContainersNotReady", message
 	}
+	return []corev1.PodCondition{cond(corev1.PodScheduled, true), cond(corev1.PodInitialized, initialized),
+		containersReady, podReady}
 }
 
 // rejectedStatus is what the node reports for a pod the service refused with a 4xx: Failed, never Pending.

@@ -69,6 +69,35 @@ func TestRunningStatusIsReadyWithPodIP(t *testing.T) {
 	}
 }
 
+// A rented replica runs before it serves: the service reports the container running and not ready until its
+// readiness probe passes against the instance, and the pod says so as a kubelet would.
+func TestRunningButNotReadyUntilTheServiceSaysTheProbePassed(t *testing.T) {
+	no, yes := false, true
+	status := func(ready *bool) corev1.PodStatus {
+		return ToPodStatus(testPod("a", "uid-a"), &PodStatus{Phase: "Running", Address: "203.0.113.7",
+			Containers: []ContainerStatus{
+				{Name: "server", State: "running", Ready: ready, Started: &yes},
+				{Name: "sidecar", State: "running", Ready: &yes},
+			}}, t0)
+	}
+	got := status(&no)
+	if got.Phase != corev1.PodRunning || got.ContainerStatuses[0].Ready || !got.ContainerStatuses[1].Ready {
+		t.Fatalf("phase %s, ready %v/%v", got.Phase, got.ContainerStatuses[0].Ready, got.ContainerStatuses[1].Ready)
+	}
+	if s := got.ContainerStatuses[0].Started; s == nil || !*s {
+		t.Errorf("server started = %v, want true", s)
+	}
+	for _, c := range got.Conditions {
+		if c.Type == corev1.PodReady && (c.Status != corev1.ConditionFalse || c.Reason != "ContainersNotReady" ||
+			c.Message != "containers with unready status: [server]") {
+			t.Errorf("Ready condition = %+v", c)
+		}
+	}
+	if conditionStatus(status(&yes), corev1.PodReady) != corev1.ConditionTrue {
+		t.Error("both containers ready, the pod is not")
+	}
+}
+
 func TestRunningWithAContainerNotYetStartedIsNotReady(t *testing.T) {
 	got := ToPodStatus(testPod("a", "uid-a"), &PodStatus{Phase: "Running", Containers: []ContainerStatus{
 		{Name: "server", State: "running"}, {Name: "sidecar", State: "waiting", Reason: "PullingImage"},
