@@ -34,6 +34,12 @@ class Metrics:
             ["gpu_type"],
             registry=r,
         )
+        self.spills = Counter(
+            f"{PREFIX}_capacity_spills",
+            "Creates refused for capacity (nothing created) and tried on the next provider, by refusing provider",
+            ["provider", "gpu_type"],
+            registry=r,
+        )
         self.pod_failures = Counter(
             f"{PREFIX}_pod_failures", "Pods reported Failed, by provider and reason", ["provider", "reason"], registry=r
         )

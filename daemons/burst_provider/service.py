@@ -27,7 +27,15 @@ from daemons.burst_provider.metrics import Metrics
 from daemons.burst_provider.pods import PodTranslationError, ReferenceResolver, pod_identity, translate_pod
 from daemons.burst_provider.prober import run_probe
 from daemons.burst_provider.probes import Probe, ProbeSpecError, ProbeState, ReplicaProbes, pod_probes
-from daemons.burst_provider.providers.base import Instance, InstanceState, Offer, Port, Provider
+from daemons.burst_provider.providers.base import (
+    CapacityError,
+    Instance,
+    InstanceSpec,
+    InstanceState,
+    Offer,
+    Port,
+    Provider,
+)
 from daemons.burst_provider.selection import FailureTracker, choose
 
 log = logging.getLogger("burst_provider.service")
@@ -352,20 +360,11 @@ class BurstService:
                 self.metrics.no_capacity.labels(spec.gpu_type).inc()
                 self._fail(rec, NO_CAPACITY, decision.summary(), REFUSED_EXIT_CODE)
                 return
-            chosen = decision.chosen.provider
-            self.metrics.decisions.labels(chosen, spec.gpu_type).inc()
-            rec.provider = chosen  # reserves the GPUs against the cap while the create call runs
-            rec.message = f"creating on {chosen}"
-        try:
-            inst = self.providers[chosen].create_instance(spec)
-        except Exception as exc:
-            self.tracker.record_failure(chosen)
-            self.metrics.provider_errors.labels(chosen, "create_instance").inc()
-            with self._lock:
-                rec.creating = False
-                self._fail(rec, CREATE_FAILED, str(exc), REFUSED_EXIT_CODE)
-            self._forget_if_deleting(uid)
+            candidates = [c.provider for c in decision.ranked]
+        inst = self._create_on_first_with_capacity(rec, spec, candidates)
+        if inst is None:
             return
+        chosen = rec.provider
         with self._lock:
             rec.creating = False
             rec.instance_id = inst.instance_id
@@ -377,6 +376,54 @@ class BurstService:
             self._delete(uid)
         else:
             self.observe(uid, inst)
+
+    def _create_on_first_with_capacity(
+        self, rec: PodRecord, spec: InstanceSpec, candidates: list[str]
+    ) -> Instance | None:
+        """Create on the first of the ranked providers that has the capacity; None when the pod failed instead.
+
+        A capacity refusal (``CapacityError``: nothing was created, nothing bills) spills to the next provider of
+        the same placement at once, counted against the refusing one; any other create error fails the pod, as it
+        may mean a half-made instance or a request no provider will take.
+        """
+        refusals: list[str] = []
+        for chosen in candidates:
+            with self._lock:
+                if rec.deleting:
+                    rec.creating = False
+                    self._forget(rec.uid)
+                    return None
+                rec.provider = chosen  # reserves the GPUs against the cap while the create call runs
+                rec.message = f"creating on {chosen}" + (f" ({'; '.join(refusals)})" if refusals else "")
+            self.metrics.decisions.labels(chosen, spec.gpu_type).inc()
+            try:
+                return self.providers[chosen].create_instance(spec)
+            except CapacityError as exc:
+                self.tracker.record_failure(chosen)
+                self.metrics.provider_errors.labels(chosen, "create_instance").inc()
+                self.metrics.spills.labels(chosen, spec.gpu_type).inc()
+                refusals.append(f"{chosen} refused for capacity: {exc.detail}")
+                log.warning(
+                    "capacity refusal, trying the next provider",
+                    extra={"pod": rec.key, "provider": chosen, "detail": exc.detail},
+                )
+            except Exception as exc:
+                self.tracker.record_failure(chosen)
+                self.metrics.provider_errors.labels(chosen, "create_instance").inc()
+                with self._lock:
+                    rec.creating = False
+                    self._fail(rec, CREATE_FAILED, "; ".join([*refusals, str(exc)]), REFUSED_EXIT_CODE)
+                self._forget_if_deleting(rec.uid)
+                return None
+        with self._lock:
+            rec.creating = False
+            rec.provider = ""
+            self.metrics.no_capacity.labels(spec.gpu_type).inc()
+            self._fail(
+                rec, NO_CAPACITY, "every provider refused for capacity: " + "; ".join(refusals), REFUSED_EXIT_CODE
+            )
+        self._forget_if_deleting(rec.uid)
+        return None
 
     # ------------------------------------------------------------------------------------------------
     # Observation: the state machine proper

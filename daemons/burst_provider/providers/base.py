@@ -28,6 +28,15 @@ class ProviderError(Exception):
         self.detail = detail
 
 
+class CapacityError(ProviderError):
+    """The provider refused a create for want of capacity: nothing was created and nothing bills.
+
+    The service then tries the next provider of the same placement at once (a spill), instead of failing the pod
+    and waiting for the ReplicaSet's replacement to be placed. Raise it only when the provider's answer says both:
+    a refusal that might have left an instance behind is a plain ``ProviderError``.
+    """
+
+
 class InstanceState(enum.StrEnum):
     """The lifecycle of one external instance, as the provider reports it."""
 

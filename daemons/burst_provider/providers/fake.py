@@ -17,9 +17,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from daemons.burst_provider import replies
-from daemons.burst_provider.http_client import JsonHttpClient
+from daemons.burst_provider.http_client import HttpStatusError, JsonHttpClient
 from daemons.burst_provider.providers.base import (
     AdapterContext,
+    CapacityError,
     ContainerSpec,
     GpuTypePrice,
     Instance,
@@ -152,7 +153,12 @@ class FakeCloudProvider(Provider):
             "gpuCount": spec.gpu_count,
             "containers": [_container_json(c) for c in spec.containers],
         }
-        reply = self._http.request("create_instance", "POST", "/instances", body=body)
+        try:
+            reply = self._http.request("create_instance", "POST", "/instances", body=body)
+        except HttpStatusError as exc:
+            if exc.status == 409:  # the fake cloud's "insufficient capacity": nothing was created
+                raise CapacityError(self.name, "create_instance", exc.detail) from None
+            raise
         return self._to_instance("create_instance", reply, "reply")
 
     def get_instance(self, instance_id: str) -> Instance | None:

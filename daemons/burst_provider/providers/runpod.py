@@ -44,7 +44,9 @@ What follows from them:
   adopted when it exists; only when the listing shows none is the create sent again. When that listing cannot be
   read, the create fails without another attempt (reconciliation deletes a pod created anyway, as an orphan).
   A 429 is waited out for its ``Retry-After`` and sent again (nothing was created).
-- Refusals. 400, 402, 403 and 422 fail the create with what RunPod said. After a 402 every GPU type is offered as
+- Refusals. A 400 in RunPod's words for no capacity ("There are no longer any instances available ...") is a
+  ``CapacityError``: nothing was created, so the service tries the next provider of the same placement. Other
+  400s, 402, 403 and 422 fail the create with what RunPod said. After a 402 every GPU type is offered as
   0 free for ``REFUSAL_HOLD`` seconds, after a 403 the refused GPU type, so selection places elsewhere meanwhile.
 - Availability. ``offers()`` reads the catalogue: a type RunPod lists as ``NONE``, or not at all, or not in the
   configured cloud, is 0 free and selection does not choose RunPod for it; otherwise up to ``maxCount`` of the
@@ -73,6 +75,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 import shlex
 import threading
 import time
@@ -87,6 +90,7 @@ from daemons.burst_provider import replies
 from daemons.burst_provider.http_client import HttpStatusError, JsonHttpClient, UnreachableError
 from daemons.burst_provider.providers.base import (
     AdapterContext,
+    CapacityError,
     GpuTypePrice,
     GpuTypeSettingsLike,
     Instance,
@@ -113,6 +117,12 @@ ENV_POD = "GPUCLUSTER_POD_NAME"
 ENV_UID = "GPUCLUSTER_POD_UID"
 ENV_GPU_TYPE = "GPUCLUSTER_GPU_TYPE"
 ENV_PORTS = "GPUCLUSTER_PORTS"
+#: How RunPod words a 400 for capacity (it has no code of its own), as its API and clients have reported it: "There
+#: are no longer any instances available with the requested specifications. Please refresh and try again." (runpodctl
+#: #189, runpod-python's QueryError), "... with the request specifications. Please try again later." (dstack #1740),
+#: "... with enough disk space." (runpod-python #297). Such a refusal created nothing: the service tries the next
+#: provider at once.
+NO_CAPACITY_DETAIL = re.compile(r"no longer any instances available", re.IGNORECASE)
 #: Seconds after a 402 (balance) or 403 (pool) during which offers() reports the refused GPUs as 0 free.
 REFUSAL_HOLD = 300.0
 #: What createPod's refusals mean, from the operation's own table in the OpenAPI document.
@@ -526,6 +536,8 @@ class RunPodProvider(Provider):
             self._hold("*")
         elif exc.status == 403:
             self._hold(spec.gpu_type)
+        elif exc.status == 400 and NO_CAPACITY_DETAIL.search(exc.detail):
+            return CapacityError(self.name, "create_instance", f"no capacity ({exc.detail})")
         return ProviderError(self.name, "create_instance", f"{meaning} ({exc.detail})")
 
     def _hold(self, key: str) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 
 from components.burst_settings import BurstSettings, parse_settings
 from daemons.burst_provider.providers.base import (
+    CapacityError,
     Instance,
     InstanceSpec,
     InstanceState,
@@ -73,6 +74,7 @@ class MemoryProvider(Provider):
         self.instances: dict[str, Instance] = {}
         self.specs: dict[str, InstanceSpec] = {}
         self.create_error: str | None = None
+        self.capacity_refusal: str | None = None  # set: creates are refused for capacity (nothing is created)
         self.offers_error: str | None = None
         self.list_error: str | None = None
         self.create_state = create_state
@@ -93,6 +95,8 @@ class MemoryProvider(Provider):
             self.create_gate.wait(10)
         if self.create_error:
             raise ProviderError(self.name, "create_instance", self.create_error)
+        if self.capacity_refusal:
+            raise CapacityError(self.name, "create_instance", self.capacity_refusal)
         with self._lock:
             n = next(self._ids)
             iid = f"{self.name}-i{n}"

@@ -24,6 +24,7 @@ from daemons.burst_provider.fakes._http import ManualClock
 from daemons.burst_provider.fakes.cloud_server import FakeCloud, FakeCloudServer, Knobs
 from daemons.burst_provider.providers.base import (
     AdapterContext,
+    CapacityError,
     ContainerSpec,
     GpuTypePrice,
     InstanceSpec,
@@ -153,7 +154,7 @@ def test_capacity_exhausted_is_refused_and_freed_by_delete(env: Env) -> None:
     first = env.provider.create_instance(spec(uid="a", gpus=6))
     env.provider.create_instance(spec(uid="b", gpus=2))
     assert env.provider.offers()[0].available_gpus == 0
-    with pytest.raises(ProviderError, match="insufficient capacity: 1 H100 wanted, 0 free"):
+    with pytest.raises(CapacityError, match="insufficient capacity: 1 H100 wanted, 0 free"):
         env.provider.create_instance(spec(uid="c", gpus=1))
     env.provider.delete_instance(first.instance_id)
     assert env.provider.offers()[0].available_gpus == 6
@@ -397,4 +398,3 @@ def test_an_instance_on_a_local_address_loads_then_serves_then_refuses_once_dele
         assert "Connection refused" in str(_get(running.address, 8080))
     finally:
         e.server.stop()
-

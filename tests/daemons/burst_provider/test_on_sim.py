@@ -356,13 +356,14 @@ def test_a_pod_fake_a_has_no_room_for_runs_on_runpods_fake_with_the_adapters_tag
 
 
 def test_a_runpod_refusal_is_a_failed_pod_and_a_replacement_runs_there(runpod_only: LocalStack) -> None:
-    """RunPod answers the create 400, no capacity (its words): the pod fails with RunPod's detail, and the
-    replacement runs at RunPod once it has room again (a 400 holds nothing back, unlike 402/403)."""
+    """RunPod answers the create 400, no capacity (its words), and no other provider is left to spill to: the pod
+    fails NoCapacity with RunPod's detail, and the replacement runs at RunPod once it has room again (a 400 holds
+    nothing back, unlike 402/403)."""
     stack = runpod_only
     runpod_knobs(refusals=[400])
-    failed = _failed_then_replaced(stack, "ProviderCreateFailed", lambda: stack.apply(probe(1)), lambda: None)
+    failed = _failed_then_replaced(stack, "NoCapacity", lambda: stack.apply(probe(1)), lambda: None)
     message = failed["status"].get("message", "")
-    assert f"provider {RUNPOD.name}: create_instance: refused: no capacity" in message, message
+    assert f"{RUNPOD.name} refused for capacity: provider {RUNPOD.name}: create_instance: no capacity" in message
     assert "no longer any instances available" in message, message
     (pod,) = running_on_node(stack, 1) or []
     (rp,) = probe_runpod_pods()

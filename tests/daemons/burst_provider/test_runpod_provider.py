@@ -21,6 +21,7 @@ from daemons.burst_provider.fakes.runpod_contract import schema_errors
 from daemons.burst_provider.fakes.runpod_server import FakeRunpod, FakeRunpodServer
 from daemons.burst_provider.providers.base import (
     AdapterContext,
+    CapacityError,
     ContainerSpec,
     GpuTypePrice,
     InstanceSpec,
@@ -338,7 +339,7 @@ def test_when_the_lookup_fails_the_create_is_not_sent_again(env: Env) -> None:
 @pytest.mark.parametrize(
     ("status", "meaning"),
     [
-        (400, "no capacity for this GPU type"),
+        (400, r"no capacity \(HTTP 400: There are no longer any instances available"),
         (402, "insufficient RunPod balance"),
         (403, "may not use this GPU pool"),
     ],
@@ -405,10 +406,19 @@ def test_unreachable_server_is_a_provider_error() -> None:
         provider.list_instances("gpu-burst")
 
 
-def test_capacity_exhausted_is_refused(env: Env) -> None:
+def test_capacity_exhausted_is_a_capacity_refusal(env: Env) -> None:
+    """RunPod's 400 in its words for no capacity: nothing was created, so the service may try the next provider."""
     env.provider.create_instance(spec(gpus=8, uid="u-1"))
-    with pytest.raises(ProviderError, match="no longer any instances available"):
+    with pytest.raises(CapacityError, match="no longer any instances available"):
         env.provider.create_instance(spec(gpus=1, uid="u-2"))
+    assert env.api.pod_count() == 1
+
+
+def test_a_400_for_another_reason_is_not_a_capacity_refusal(env: Env) -> None:
+    env.api.inject(400, json.dumps({"title": "Bad Request", "status": 400, "detail": "gpu.count: at most 8"}))
+    with pytest.raises(ProviderError, match="at most 8") as err:
+        env.provider.create_instance(spec(uid="u-3"))
+    assert not isinstance(err.value, CapacityError)
 
 
 @pytest.mark.parametrize(

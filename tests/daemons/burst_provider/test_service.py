@@ -74,6 +74,40 @@ def test_create_error_fails_the_pod_without_retrying_elsewhere() -> None:
     assert svc.tracker.rate("cheap") == 1.0
 
 
+def test_a_capacity_refusal_spills_to_the_next_provider_in_the_same_placement() -> None:
+    """Nothing was created, nothing bills: no Failed pod and no new placement round, the next provider by price
+    takes it at once."""
+    cheap = MemoryProvider("cheap", price=1.0)
+    cheap.capacity_refusal = "There are no longer any instances available with the requested specifications."
+    dear = MemoryProvider("dear", price=2.5)
+    svc, _, spawn, _ = setup(cheap, dear)
+    svc.create_pod(make_pod())
+    spawn.run_all()
+    (iid,) = dear.created
+    assert cheap.created == []
+    dear.set_state(iid, InstanceState.RUNNING)
+    svc.poll_once()
+    status = svc.get_pod("inference", "web-1")
+    assert status is not None
+    assert (status["phase"], status["provider"]) == ("Running", "dear")
+    assert svc.tracker.rate("cheap") == 1.0  # the refusal still steers the next placements
+    assert b'gpucluster_burst_capacity_spills_total{gpu_type="H100",provider="cheap"} 1.0' in svc.metrics.render()
+
+
+def test_when_every_provider_refuses_for_capacity_the_pod_fails_no_capacity_naming_each() -> None:
+    a, b = MemoryProvider("a", price=1.0), MemoryProvider("b", price=2.0)
+    a.capacity_refusal, b.capacity_refusal = "sold out", "no H100 left"
+    svc, _, spawn, _ = setup(a, b)
+    svc.create_pod(make_pod())
+    spawn.run_all()
+    status = svc.get_pod("inference", "web-1")
+    assert status is not None
+    assert (status["phase"], status["reason"]) == ("Failed", "NoCapacity")
+    assert "a refused for capacity: " in status["message"]
+    assert "b refused for capacity: " in status["message"]
+    assert svc.used_gpus() == {}
+
+
 def test_failure_penalty_moves_the_replacement_to_another_provider() -> None:
     cheap = MemoryProvider("cheap", price=1.0)
     cheap.create_error = "boom"

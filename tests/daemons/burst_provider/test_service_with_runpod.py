@@ -104,3 +104,31 @@ def test_a_gpu_type_without_stock_is_not_placed_on_runpod(world: World) -> None:
     assert (failed["phase"], failed["reason"]) == ("Failed", "NoCapacity")
     assert "capacity: 0 H100 GPUs free" in failed["message"]
     assert world.api.pod_count() == 0
+
+
+def test_runpod_out_of_capacity_spills_to_the_next_provider_in_the_same_placement() -> None:
+    """RunPod is the cheaper and answers the create 400 in its words for no capacity: nothing was created there, so
+    the same placement goes on to the fake cloud at once, with no Failed pod and nothing billed at RunPod."""
+    from daemons.burst_provider.fakes.cloud_server import FakeCloud, FakeCloudServer, Knobs  # noqa: PLC0415
+
+    clock = ManualClock()
+    api = FakeRunpod(KEY, boot_seconds=BOOT, clock=clock, capacity={H100_ID: 4})
+    cloud = FakeCloud(Knobs(boot_seconds=BOOT, capacity={"H100": 4}), clock=clock)
+    with FakeRunpodServer(api) as rp_server, FakeCloudServer(cloud) as cloud_server:
+        runpod = provider_entry("runpod", price=1.0, max_gpus=4)
+        del runpod["fake"]
+        runpod.update(kind="runpod", runpod={"url": rp_server.base_url, "apiKeySecret": "runpodApiKey"})
+        fake = provider_entry("cloud", price=2.5, max_gpus=4, fake={"url": cloud_server.url})
+        settings = make_settings(runpod, fake)
+        providers = build_providers(settings, AdapterContext(SecretStore.from_values({"runpodApiKey": KEY})))
+        svc = BurstService(settings, providers, FakeSource(), clock=clock, spawn=lambda target, name: target())
+        api.refuse(400)
+        svc.create_pod(_pod())
+        clock.advance(BOOT)
+        svc.poll_once()
+        status = svc.get_pod("inference", "web-1")
+        assert status is not None
+        assert (status["phase"], status["provider"]) == ("Running", "cloud")
+        assert api.billing() == {}
+        assert api.stats()["refusals"] == 1
+        assert cloud.stats()["liveInstances"] == 1
