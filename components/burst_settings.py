@@ -11,6 +11,7 @@ Example (stack YAML)::
         nodeName: gpu-burst
         inferenceNamespaces: [inference]
         creationTimeout: 10m
+        maxSpendPerHour: 200          # USD/h of everything rented at once, at the prices below; unset: none
         notReadyTimeout: 10m          # running, but its probes not passing for this long: Failed, replaced
       providers:
         - name: fake-a
@@ -215,6 +216,10 @@ class VirtualNodeSettings(ConfigModel):
     reconcile_interval: PollInterval = "5s"
     failure_window: PositiveDuration = "30m"
     failure_penalty: Annotated[float, Field(ge=0, le=1000)] = 2.0
+    #: USD per hour that everything rented at once may cost, at the providers' configured prices (GPUs x
+    #: pricePerGpuHour). A rental that would pass it is refused: the pod fails ``SpendCeiling`` with a Warning Event,
+    #: and only providers it still fits under are tried. Unset: no ceiling.
+    max_spend_per_hour: Annotated[float, Field(gt=0, le=10_000_000)] | None = None
     default_gpu_type: GpuTypeName = "H100"
     #: Advertised on the Node besides nvidia.com/gpu (which is the sum of the providers' caps).
     cpu: Quantity = "1000"

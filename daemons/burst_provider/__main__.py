@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from components.burst_settings import BurstSettings, SettingsError, load_settings
 from daemons.burst_provider.api import serve
 from daemons.burst_provider.endpoints import EndpointManager
+from daemons.burst_provider.events import pod_event_sink
 from daemons.burst_provider.kube import KubeSourceCluster
 from daemons.burst_provider.providers.base import AdapterContext
 from daemons.burst_provider.reconcile import Reconciler
@@ -153,6 +154,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_BAD_CONFIG
 
     service = BurstService(settings, providers, source if source is not None else _NoSource())
+    if source is not None:
+        service.on_event = pod_event_sink(source, service.node)
     endpoints = EndpointManager(source, settings) if source is not None else None
     reconciler = Reconciler(service, source, endpoints, startup_grace=args.startup_grace)
     stop = StopSignal(log, "stopping").install()

@@ -83,6 +83,9 @@ class KubeSourceCluster:
             if exc.status != _NOT_FOUND:
                 raise
 
+    def create_event(self, event: JsonObject) -> None:
+        self._core.create_namespaced_event(event["metadata"]["namespace"], event, _request_timeout=self._timeout)
+
     def endpoint_slices(self, namespace: str, labels: dict[str, str]) -> list[JsonObject]:
         selector = ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
         items = self._discovery.list_namespaced_endpoint_slice(

@@ -74,6 +74,32 @@ class Metrics:
         self.pods_not_ready = Gauge(
             f"{PREFIX}_pods_not_ready", "Running pods whose probes do not pass (no traffic goes to them)", registry=r
         )
+        self.gpu_seconds = Counter(
+            f"{PREFIX}_gpu_seconds",
+            "GPU-seconds rented, from the create until the instance is gone, by provider and GPU type",
+            ["provider", "gpu_type"],
+            registry=r,
+        )
+        self.spend = Counter(
+            f"{PREFIX}_spend_usd",
+            "What the rented GPUs cost at the configured prices (USD), by provider",
+            ["provider"],
+            registry=r,
+        )
+        self.spend_rate = Gauge(
+            f"{PREFIX}_spend_rate_usd_per_hour",
+            "What everything rented now costs per hour at the configured prices, by provider",
+            ["provider"],
+            registry=r,
+        )
+        self.spend_ceiling = Gauge(
+            f"{PREFIX}_spend_ceiling_usd_per_hour",
+            "maxSpendPerHour (absent when no ceiling is set)",
+            registry=r,
+        )
+        self.spend_refusals = Counter(
+            f"{PREFIX}_spend_refusals", "Pods refused because renting them would pass maxSpendPerHour", registry=r
+        )
         self.endpoint_slices = Gauge(
             f"{PREFIX}_endpoint_slices", "EndpointSlices kept for external replicas", registry=r
         )

@@ -192,6 +192,7 @@ class Reconciler:
             now = self.timer()
             try:
                 self.service.poll_once()
+                self.service.account()
                 if now >= next_reconcile or self._wake.is_set():
                     self._wake.clear()
                     self.run_once()

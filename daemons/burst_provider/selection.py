@@ -39,6 +39,7 @@ class Candidate:
 class Rejection:
     provider: str
     reason: str
+    spend: bool = False  # rejected only because the rental would pass the spend ceiling
 
 
 @dataclass(frozen=True)
@@ -89,9 +90,11 @@ def choose(
     offers: Mapping[str, OffersOrError],
     used_gpus: Mapping[str, int],
     failure_rates: Mapping[str, float],
+    spend_room: float | None = None,
 ) -> Decision:
     """Rank the providers able to run `gpu_count` GPUs of `gpu_type`; `offers` maps provider name to its live
-    offers, or to the exception its offers() call raised (such a provider is rejected)."""
+    offers, or to the exception its offers() call raised (such a provider is rejected). `spend_room`: USD per hour
+    left under the spend ceiling (None: no ceiling); a provider whose price for these GPUs passes it is rejected."""
     ranked: list[Candidate] = []
     rejected: list[Rejection] = []
     penalty = settings.virtual_node.failure_penalty
@@ -114,6 +117,17 @@ def choose(
             continue
         if free < gpu_count:
             rejected.append(Rejection(p.name, f"capacity: {free} {gpu_type} GPUs free, {gpu_count} needed"))
+            continue
+        cost = price * gpu_count
+        if spend_room is not None and cost > spend_room + 1e-9:
+            rejected.append(
+                Rejection(
+                    p.name,
+                    f"spend ceiling: {cost:.4g} USD/h more, "
+                    f"{max(spend_room, 0.0):.4g} USD/h left under maxSpendPerHour",
+                    spend=True,
+                )
+            )
             continue
         rate = min(max(failure_rates.get(p.name, 0.0), 0.0), 1.0)
         ranked.append(Candidate(p.name, price, rate, price * (1 + penalty * rate), p.preference, index, free))

@@ -49,6 +49,7 @@ VANISHED = "InstanceVanished"
 DIED = "InstanceDied"
 NO_CAPACITY = "NoCapacity"
 PROBE_FAILED = "ProbeFailed"
+SPEND_CEILING = "SpendCeiling"
 NOT_READY = "NotReadyTimeout"
 #: Exit code reported for containers of an instance that vanished, died or was killed for a timeout.
 KILLED_EXIT_CODE = 137
@@ -161,6 +162,10 @@ class PodRecord:
         }
 
 
+#: Records a Kubernetes Event about a record's pod: (record, type, reason, message).
+EventSink = Callable[[PodRecord, str, str, str], None]
+
+
 class BurstService:
     """Owns the pod records and drives them; thread-safe. Background work goes through `spawn` (tests pass a
     synchronous or queued one), time through `clock` (unix seconds)."""
@@ -187,6 +192,10 @@ class BurstService:
         self.tracker = tracker or FailureTracker(settings.virtual_node.failure_window_seconds, clock)
         self.prober = prober
         self.on_change: Callable[[], None] = lambda: None
+        self.on_event: EventSink = lambda *_: None
+        self._accounted: dict[str, float] = {}  # uid -> until when its rented GPUs are in the spend metrics
+        if settings.virtual_node.max_spend_per_hour is not None:
+            self.metrics.spend_ceiling.set(settings.virtual_node.max_spend_per_hour)
         self._records: dict[str, PodRecord] = {}
         self._lock = threading.RLock()
 
@@ -271,6 +280,46 @@ class BurstService:
         with self._lock:
             return [replace(r, pod=r.pod) for r in self._records.values()]
 
+    def price_per_hour(self, provider: str, gpu_type: str, gpu_count: int) -> float:
+        """What ``gpu_count`` GPUs of ``gpu_type`` cost per hour at ``provider``'s configured price (0 for none)."""
+        if gpu_count <= 0:
+            return 0.0
+        for p in self.settings.providers:
+            if p.name == provider:
+                return (p.price(gpu_type) or 0.0) * gpu_count
+        return 0.0
+
+    def spend_rate(self) -> dict[str, float]:
+        """USD per hour of everything rented now (instances that exist or are being created), by provider."""
+        with self._lock:
+            rate: dict[str, float] = {}
+            for r in self._records.values():
+                if r.holds_gpus:
+                    rate[r.provider] = rate.get(r.provider, 0.0) + self.price_per_hour(
+                        r.provider, r.gpu_type, r.gpu_count
+                    )
+            return rate
+
+    def account(self) -> None:
+        """Add what was rented since the last call to the GPU-second and spend counters; set the rate gauges."""
+        now = self.clock()
+        with self._lock:
+            holding = [r for r in self._records.values() if r.holds_gpus]
+            for r in holding:
+                since = self._accounted.get(r.uid, r.instance_assigned_at or r.created_at)
+                seconds = max(0.0, now - since)
+                self._accounted[r.uid] = now
+                if seconds and r.gpu_count:
+                    self.metrics.gpu_seconds.labels(r.provider, r.gpu_type).inc(seconds * r.gpu_count)
+                    cost = self.price_per_hour(r.provider, r.gpu_type, r.gpu_count) * seconds / 3600
+                    self.metrics.spend.labels(r.provider).inc(cost)
+            live = {r.uid for r in holding}
+            for uid in [u for u in self._accounted if u not in live]:
+                del self._accounted[uid]
+            rates = self.spend_rate()
+        for p in self.settings.providers:
+            self.metrics.spend_rate.labels(p.name).set(rates.get(p.name, 0.0))
+
     def used_gpus(self) -> dict[str, int]:
         with self._lock:
             used: dict[str, int] = {}
@@ -341,6 +390,8 @@ class BurstService:
                 return
             names = [p.name for p in self.settings.providers]
             rates = self.tracker.rates(names)
+            ceiling = self.settings.virtual_node.max_spend_per_hour
+            spending = sum(self.spend_rate().values())
             decision = choose(
                 self.settings,
                 spec.gpu_type,
@@ -348,6 +399,7 @@ class BurstService:
                 offers=offers,
                 used_gpus=self.used_gpus(),
                 failure_rates=rates,
+                spend_room=None if ceiling is None else ceiling - spending,
             )
             log.info("placement decision", extra={"pod": rec.key, **decision.log_fields()})
             for name, rate in rates.items():
@@ -355,12 +407,27 @@ class BurstService:
             for c in decision.ranked:
                 self.metrics.effective_price.labels(c.provider, spec.gpu_type).set(c.effective_price)
             rec.gpu_type, rec.gpu_count = spec.gpu_type, spec.gpu_count
-            if decision.chosen is None:
+            refused_for_spend = decision.chosen is None and any(r.spend for r in decision.rejected)
+            if refused_for_spend:
+                rec.creating = False
+                self.metrics.spend_refusals.inc()
+                message = (
+                    f"renting {spec.gpu_count} x {spec.gpu_type} would pass maxSpendPerHour {ceiling:g} USD/h "
+                    f"({spending:.4g} USD/h rented now); {decision.summary()}"
+                )
+                self._fail(rec, SPEND_CEILING, message, REFUSED_EXIT_CODE)
+            elif decision.chosen is None:
                 rec.creating = False
                 self.metrics.no_capacity.labels(spec.gpu_type).inc()
                 self._fail(rec, NO_CAPACITY, decision.summary(), REFUSED_EXIT_CODE)
                 return
-            candidates = [c.provider for c in decision.ranked]
+            else:  # reserve the GPUs (and their spend) against the caps before the lock is let go
+                rec.provider = decision.chosen.provider
+        if refused_for_spend:
+            self.on_event(rec, "Warning", SPEND_CEILING, rec.message)
+            self._forget_if_deleting(uid)
+            return
+        candidates = [c.provider for c in decision.ranked]
         inst = self._create_on_first_with_capacity(rec, spec, candidates)
         if inst is None:
             return

@@ -37,3 +37,7 @@ class SourceCluster(ReferenceResolver, Protocol):
     def delete_endpoint_slice(self, namespace: str, name: str) -> None:
         """Delete; a missing slice is not an error."""
         ...
+
+    def create_event(self, event: JsonObject) -> None:
+        """Create a core/v1 Event (``daemons/toolkit/events.event_body``)."""
+        ...

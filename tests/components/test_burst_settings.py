@@ -298,6 +298,8 @@ def test_long_values_are_cut_in_messages() -> None:
         ("virtualNode.creationTimeout", "1ns", "virtualNode.creationTimeout: '1ns' is shorter than 10s"),
         ("virtualNode.creationTimeout", "200h", "virtualNode.creationTimeout: '200h' is longer than a week"),
         ("virtualNode.failureWindow", "5s", "virtualNode.failureWindow: '5s' is shorter than a minute"),
+        ("virtualNode.notReadyTimeout", "20s", "virtualNode.notReadyTimeout: '20s' is shorter than 30s"),
+        ("virtualNode.maxSpendPerHour", 0, "virtualNode.maxSpendPerHour: Input should be greater than 0"),
         ("virtualNode.port", 80, "virtualNode.port: Input should be greater than or equal to 1024 (got 80)"),
         ("virtualNode.port", 0, "virtualNode.port: Input should be greater than or equal to 1024 (got 0)"),
         ("virtualNode.memory", "500m", "virtualNode.memory: '500m' is a fraction of a byte"),

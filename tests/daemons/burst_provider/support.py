@@ -174,6 +174,7 @@ class FakeSource:
         self.slices: dict[tuple[str, str], dict[str, Any]] = {}
         self.annotations: dict[tuple[str, str], dict[str, str]] = {}
         self.applied = 0
+        self.events: list[dict[str, Any]] = []
         self.list_error: str | None = None
 
     def config_map(self, namespace: str, name: str) -> dict[str, str] | None:
@@ -186,6 +187,9 @@ class FakeSource:
         if self.list_error:
             raise RuntimeError(self.list_error)
         return [p for p in self.pods if p["spec"].get("nodeName") == node]
+
+    def create_event(self, event: dict[str, Any]) -> None:
+        self.events.append(event)
 
     def services(self, namespace: str) -> list[dict[str, Any]]:
         return self.svcs.get(namespace, [])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from daemons.burst_provider.events import pod_event_sink
 from daemons.burst_provider.providers.base import InstanceState
 from daemons.burst_provider.service import BurstService
 from tests.daemons.burst_provider.support import (
@@ -283,3 +284,50 @@ def test_logs_come_from_the_provider() -> None:
     spawn.run_all()
     assert svc.logs("inference", "web-1", "server", 10) == "logs of fake-a-i1/server tail=10\n"
     assert svc.logs("inference", "nope", "server", None) is None
+
+
+def test_a_spend_ceiling_lets_rentals_through_up_to_it_and_refuses_the_one_that_would_pass_it() -> None:
+    """maxSpendPerHour 5 at 2 USD per GPU-hour: two one-GPU replicas rent (4 USD/h), the third would make 6 and is
+    refused SpendCeiling with a Warning Event; once one instance is gone, a rental fits again."""
+    provider = MemoryProvider("fake-a", price=2.0)
+    settings = make_settings(provider_entry("fake-a", price=2.0), maxSpendPerHour=5)
+    clock, spawn, source = ManualClock(), QueuedSpawn(), FakeSource()
+    svc = BurstService(settings, {"fake-a": provider}, source, clock=clock, spawn=spawn)
+    svc.on_event = pod_event_sink(source, "gpu-burst", clock)
+    for name in ("web-1", "web-2", "web-3"):
+        svc.create_pod(make_pod(name))
+        spawn.run_all()
+    assert len(provider.created) == 2
+    assert svc.spend_rate() == {"fake-a": 4.0}
+    refused = svc.get_pod("inference", "web-3")
+    assert refused is not None
+    assert (refused["phase"], refused["reason"]) == ("Failed", "SpendCeiling")
+    assert "would pass maxSpendPerHour 5 USD/h (4 USD/h rented now)" in refused["message"]
+    (event,) = source.events
+    assert (event["type"], event["reason"]) == ("Warning", "SpendCeiling")
+    assert event["involvedObject"]["name"] == "web-3"
+    assert event["message"] == refused["message"]
+
+    svc.delete_pod("inference", "web-1")
+    spawn.run_all()
+    svc.create_pod(make_pod("web-4"))
+    spawn.run_all()
+    assert len(provider.created) == 3
+    assert svc.get_pod("inference", "web-4")["phase"] == "Pending"  # type: ignore[index]
+
+
+def test_rented_gpu_seconds_and_spend_are_counted_at_the_configured_price() -> None:
+    provider = MemoryProvider("fake-a", price=2.0)
+    settings = make_settings(provider_entry("fake-a", price=2.0))
+    clock, spawn = ManualClock(), QueuedSpawn()
+    svc = BurstService(settings, {"fake-a": provider}, FakeSource(), clock=clock, spawn=spawn)
+    for name in ("web-1", "web-2"):
+        svc.create_pod(make_pod(name))
+    spawn.run_all()
+    svc.account()
+    clock.advance(1800)
+    svc.account()
+    text = svc.metrics.render().decode()
+    assert 'gpucluster_burst_gpu_seconds_total{gpu_type="H100",provider="fake-a"} 3600.0' in text
+    assert 'gpucluster_burst_spend_usd_total{provider="fake-a"} 2.0' in text  # 2 GPUs x 2 USD/h x half an hour
+    assert 'gpucluster_burst_spend_rate_usd_per_hour{provider="fake-a"} 4.0' in text
