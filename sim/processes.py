@@ -24,6 +24,7 @@ import argparse
 import ipaddress
 import json
 import os
+import subprocess
 import sys
 import time
 import urllib.error
@@ -138,11 +139,30 @@ FAKE_CLOUD_ENV = {
 #: A rented replica loads its model for 20 s: at least the 15 s an in-cluster one takes (the local stack's
 #: sim.gpucluster.io/ready-after), since a rented GPU also pulls the weights over the internet.
 FAKE_CLOUD_DEFAULTS = {"boot-seconds": "5", "create-failure-rate": "0", "death-rate": "0", "model-load-seconds": "20"}
-#: Rented instances get addresses of this machine, so each answers HTTP on its own address (fakes/replica.py) and
-#: the burst provider's probes, and traffic, reach it.
-FAKE_CLOUD_ADDRESS_POOL = "127.77.0.0/16"
-#: The same for the fake RunPod's public IPs (one /24, as its pods' hosts number 1 to 253).
-FAKE_RUNPOD_PUBLIC_IPS = "127.78.0.0/24"
+#: Rented instances get addresses of the benchmarking range (RFC 2544), which one route makes local to this machine:
+#: each answers HTTP on its own address (fakes/replica.py), the burst provider's probes and traffic reach it, and the
+#: API server takes it in an EndpointSlice (it refuses loopback and link-local addresses there).
+RENTED_NETWORK = "198.18.0.0/15"
+FAKE_CLOUD_ADDRESS_POOL = "198.18.0.0/16"
+#: The fake RunPod's public IPs (one /24, as its pods' hosts number 1 to 253).
+FAKE_RUNPOD_PUBLIC_IPS = "198.19.0.0/24"
+
+
+def route_rented_network() -> None:
+    """Make RENTED_NETWORK local (``ip route replace local ... dev lo``; idempotent, left in place by make down).
+
+    Needs root or CAP_NET_ADMIN, as the simulated cluster's other network set-up does; DaemonError says so.
+    """
+    cmd = ["ip", "route", "replace", "local", RENTED_NETWORK, "dev", "lo"]
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=10, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise DaemonError(f"{' '.join(cmd)}: {exc} (iproute2's ip is needed)") from None
+    if done.returncode != 0:
+        raise DaemonError(
+            f"{' '.join(cmd)} failed: {done.stderr.strip()[:300]} (rented replicas of the simulated cluster serve on "
+            f"{RENTED_NETWORK}; making it local needs root or CAP_NET_ADMIN)"
+        )
 #: The fake of RunPod's REST API v2 that a runpod provider on loopback points at (a module of the daemons' package):
 #: it boots pods as long as the fake cloud does; tests set its other knobs through its /admin/knobs.
 FAKE_RUNPOD_MODULE = "daemons.burst_provider.fakes.runpod_server"
@@ -200,6 +220,7 @@ def fake_clouds(s: Stack) -> Iterable[Daemon]:
         port = url.rsplit(":", 1)[-1].rstrip("/")
 
         def cmd(p: Any = p, port: str = port) -> list[str]:
+            route_rented_network()
             knobs = {k: os.environ.get(env, FAKE_CLOUD_DEFAULTS[k]) for k, env in FAKE_CLOUD_ENV.items()}
             capacity = sum(x.max_gpus for x in s.burst.providers) * 4
             line = [s.python, "-m", FAKE_CLOUD_MODULE, "--listen", f"127.0.0.1:{port}"]
@@ -253,6 +274,7 @@ def fake_runpods(s: Stack) -> Iterable[Daemon]:
         key_name = p.runpod.api_key_secret
 
         def cmd(p: Any = p, listen: str = listen, key_name: str = key_name) -> list[str]:
+            route_rented_network()
             key_file = s.state / f"fake-runpod-{p.name}" / "api-key"
             key_file.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
             key_file.write_bytes(secret_value(ns, secret, key_name))

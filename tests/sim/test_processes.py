@@ -23,6 +23,8 @@ ROOT = Path(__file__).resolve().parents[2]
 processes = load_sim_module("processes")
 daemon_runtime = load_sim_module("daemon_runtime")
 VENV_PY = processes.python()
+#: The routes the daemons' preparation asked for.
+ROUTED: list[str] = []
 
 
 @pytest.fixture
@@ -39,6 +41,8 @@ def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     admin.write_text("{}")
     monkeypatch.setattr(daemon_runtime, "ADMIN_KUBECONFIG", admin)
     monkeypatch.setattr(processes, "ADMIN_KUBECONFIG", admin)
+    ROUTED.clear()  # the real one changes this machine's routes: record the calls instead
+    monkeypatch.setattr(processes, "route_rented_network", lambda: ROUTED.append(processes.RENTED_NETWORK))
     return tmp_path
 
 
@@ -75,10 +79,12 @@ def test_command_lines_are_the_programs_with_what_pulumi_deployed(cluster: Path)
     daemons = processes.registry(state=cluster / "daemons")
     state, tools = cluster / "daemons", cluster / "cache" / "tools" / "bin"
     cmds = {name: d.prepare() for name, d in daemons.items()}
+    # Both fakes' rented addresses are local to this machine before they start (routed, not on loopback).
+    assert ROUTED == ["198.18.0.0/15", "198.18.0.0/15"]
     assert cmds["fake-cloud-fake-a"] == [
         VENV_PY,
         *("-m", "daemons.burst_provider.fakes.cloud_server", "--listen", "127.0.0.1:18080"),
-        *("--address-pool", "127.77.0.0/16"),
+        *("--address-pool", "198.18.0.0/16"),
         *("--boot-seconds", "5", "--create-failure-rate", "0", "--death-rate", "0", "--model-load-seconds", "20"),
         *("--capacity", "H100=96", "--price", "H100=2.5", "--seed", "1"),
         *("--state-file", f"{state}/fake-cloud-fake-a.json"),
@@ -87,7 +93,7 @@ def test_command_lines_are_the_programs_with_what_pulumi_deployed(cluster: Path)
         VENV_PY,
         *("-m", "daemons.burst_provider.fakes.runpod_server", "--listen", "127.0.0.1:18082"),
         *("--api-key-file", f"{state}/fake-runpod-runpod-fake/api-key", "--boot-seconds", "5", "--price", "8.0"),
-        *("--public-ip-pool", "127.78.0.0/24", "--model-load-seconds", "20"),
+        *("--public-ip-pool", "198.19.0.0/24", "--model-load-seconds", "20"),
         *("--capacity", "NVIDIA H100 80GB HBM3=8"),
     ]
     assert cmds["provider"] == [
