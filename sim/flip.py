@@ -60,7 +60,7 @@ from sim import timeline  # noqa: E402
 INFERENCE_POD_SELECTOR = "gpucluster.io/workload=inference"
 
 TRAINING_JOB = "flip-pretrain"
-SIM_ANNOTATION_READY_AFTER = "sim.gpucluster.io/ready-after"
+SIM_ANNOTATION_READY_AFTER = sim_daemons.READY_AFTER_ANNOTATION
 MAKE_BEFORE_BREAK = "make-before-break"
 PREEMPT = "preempt-then-burst"
 NO_EXECUTE = "NoExecute"

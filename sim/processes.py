@@ -136,9 +136,28 @@ FAKE_CLOUD_ENV = {
     "death-rate": "GPUCLUSTER_FAKE_DEATH_RATE",
     "model-load-seconds": "GPUCLUSTER_FAKE_MODEL_LOAD_SECONDS",
 }
-#: A rented replica loads its model for 20 s: at least the 15 s an in-cluster one takes (the local stack's
-#: sim.gpucluster.io/ready-after), since a rented GPU also pulls the weights over the internet.
-FAKE_CLOUD_DEFAULTS = {"boot-seconds": "5", "create-failure-rate": "0", "death-rate": "0", "model-load-seconds": "20"}
+FAKE_CLOUD_DEFAULTS = {"boot-seconds": "5", "create-failure-rate": "0", "death-rate": "0"}
+#: How long an in-cluster replica of the simulated cluster loads its model before kwok makes it Ready (a Go duration
+#: in the pod's annotation; sim/kwok-stages.yaml). A rented replica loads for as long: never less, so the flip is
+#: not flattered by rented replicas that serve sooner than the ones they replace.
+READY_AFTER_ANNOTATION = "sim.gpucluster.io/ready-after"
+
+
+def model_load_seconds(config: Any) -> float:
+    """The longest in-cluster model load of the stack's InferenceServices (their ready-after annotation), 0 if none:
+    what the fakes give each rented replica, unless GPUCLUSTER_FAKE_MODEL_LOAD_SECONDS says otherwise."""
+    from components.model import parse_duration  # noqa: PLC0415 (needs ROOT on the path)
+
+    return max(
+        (
+            parse_duration(spec.pod_annotations[READY_AFTER_ANNOTATION])
+            for spec in config.inference_services
+            if READY_AFTER_ANNOTATION in spec.pod_annotations
+        ),
+        default=0.0,
+    )
+
+
 #: Rented instances get addresses of the benchmarking range (RFC 2544), which one route makes local to this machine:
 #: each answers HTTP on its own address (fakes/replica.py), the burst provider's probes and traffic reach it, and the
 #: API server takes it in an EndpointSlice (it refuses loopback and link-local addresses there).
@@ -163,6 +182,8 @@ def route_rented_network() -> None:
             f"{' '.join(cmd)} failed: {done.stderr.strip()[:300]} (rented replicas of the simulated cluster serve on "
             f"{RENTED_NETWORK}; making it local needs root or CAP_NET_ADMIN)"
         )
+
+
 #: The fake of RunPod's REST API v2 that a runpod provider on loopback points at (a module of the daemons' package):
 #: it boots pods as long as the fake cloud does; tests set its other knobs through its /admin/knobs.
 FAKE_RUNPOD_MODULE = "daemons.burst_provider.fakes.runpod_server"
@@ -221,7 +242,8 @@ def fake_clouds(s: Stack) -> Iterable[Daemon]:
 
         def cmd(p: Any = p, port: str = port) -> list[str]:
             route_rented_network()
-            knobs = {k: os.environ.get(env, FAKE_CLOUD_DEFAULTS[k]) for k, env in FAKE_CLOUD_ENV.items()}
+            defaults = {**FAKE_CLOUD_DEFAULTS, "model-load-seconds": f"{model_load_seconds(s.config):g}"}
+            knobs = {k: os.environ.get(env, defaults[k]) for k, env in FAKE_CLOUD_ENV.items()}
             capacity = sum(x.max_gpus for x in s.burst.providers) * 4
             line = [s.python, "-m", FAKE_CLOUD_MODULE, "--listen", f"127.0.0.1:{port}"]
             line += ["--address-pool", FAKE_CLOUD_ADDRESS_POOL]
@@ -282,7 +304,7 @@ def fake_runpods(s: Stack) -> Iterable[Daemon]:
             price = min(offer.price_per_gpu_hour for offer in p.gpu_types.values())
             line = [s.python, "-m", FAKE_RUNPOD_MODULE, "--listen", listen, "--api-key-file", str(key_file)]
             line += ["--boot-seconds", FAKE_RUNPOD_BOOT_SECONDS, "--price", f"{price}"]
-            load = os.environ.get(FAKE_CLOUD_ENV["model-load-seconds"], FAKE_CLOUD_DEFAULTS["model-load-seconds"])
+            load = os.environ.get(FAKE_CLOUD_ENV["model-load-seconds"], f"{model_load_seconds(s.config):g}")
             line += ["--public-ip-pool", FAKE_RUNPOD_PUBLIC_IPS, "--model-load-seconds", load]
             for gpu in p.gpu_types:
                 line += ["--capacity", f"{runpod_gpu_id(p.gpu_types, gpu)}={p.max_gpus}"]

@@ -15,10 +15,10 @@ Instance lifecycle: ``creating`` → ``running`` after ``bootSeconds`` (address 
 range by default, ports as the containers declare them) → ``failed`` with exit code 137 when it dies, or
 ``terminated`` when deleted; terminated and failed instances leave listings ``terminatedTtlSeconds`` after they end.
 
-Serving: an instance whose address is one of this machine's (the sim sets ``addressPool`` to 198.18.0.0/16, made local by a route)
-answers on every TCP port its containers declare, as a model server would (``fakes/replica.py``): 503 for
-``modelLoadSeconds`` after it runs, then 200 after ``requestSeconds`` per request, and connection refused once it
-ended. With the default documentation range nothing listens, so a probe of such an instance never passes. The
+Serving: an instance whose address is one of this machine's (the sim sets ``addressPool`` to 198.18.0.0/16, made
+local by a route) answers on every TCP port its containers declare, as a model server would (``fakes/replica.py``):
+503 for ``modelLoadSeconds`` after it runs, then 200 after ``requestSeconds`` per request, and connection refused
+once it ended. With the default documentation range nothing listens, so a probe of such an instance never passes. The
 replicas live in this process: while it is down they refuse connections, and a restart from ``--state-file`` opens
 them again with their original start times.
 

@@ -22,10 +22,10 @@ IP of TEST-NET-3, 203.0.113.x, and a public port per ``tcp`` port) ``boot_second
 until it is deleted. A container that exits (:meth:`FakeRunpod.exit_container`) is restarted by RunPod: the pod goes
 back to ``STARTING`` and keeps billing, then runs again with a later ``startedAt``.
 
-Serving: with ``public_ip_pool`` set to a range of this machine's (the sim uses 198.19.0.0/24, made local by a route), a running pod
-answers on each public IP and port it reports, as a model server would (``fakes/replica.py``): 503 for
-``model_load_seconds`` after it ran, then 200; a pod that stops, restarts, exits or is deleted closes its ports
-(connection refused). With the default TEST-NET-3 range nothing listens.
+Serving: with ``public_ip_pool`` set to a range of this machine's (the sim uses 198.19.0.0/24, made local by a
+route), a running pod answers on each public IP and port it reports, as a model server would
+(``fakes/replica.py``): 503 for ``model_load_seconds`` after it ran, then 200; a pod that stops, restarts, exits or
+is deleted closes its ports (connection refused). With the default TEST-NET-3 range nothing listens.
 
 Knobs, one per refusal: :meth:`~FakeRunpod.refuse` (the next creates answer 400 capacity, 402 balance or 403
 permission, with RunPod's words), :meth:`~FakeRunpod.rate_limit` (429 with ``Retry-After``),
