@@ -24,6 +24,7 @@ import argparse
 import ipaddress
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -162,6 +163,8 @@ def model_load_seconds(config: Any) -> float:
 #: each answers HTTP on its own address (fakes/replica.py), the burst provider's probes and traffic reach it, and the
 #: API server takes it in an EndpointSlice (it refuses loopback and link-local addresses there).
 RENTED_NETWORK = "198.18.0.0/15"
+#: The model-server stand-in of every replica, rented or in the cluster.
+REPLICA_MODULE = "daemons/burst_provider/fakes/replica.py"
 FAKE_CLOUD_ADDRESS_POOL = "198.18.0.0/16"
 #: The fake RunPod's public IPs (one /24, as its pods' hosts number 1 to 253).
 FAKE_RUNPOD_PUBLIC_IPS = "198.19.0.0/24"
@@ -378,6 +381,44 @@ def virtual_node(s: Stack) -> Iterable[Daemon]:
 
     # The node reads its capacity from the provider service once, at start: it follows the provider settings.
     yield s.daemon("virtual-node", cmd, ready_check=lambda: node_ready(vn.node_name), fingerprint=_provider_config(s))
+
+
+#: The simulated cluster's Services (sim/serving.py): the stack's n-th InferenceService is on 127.0.0.1:BASE+n.
+SERVING_PORT_BASE = 18100
+
+
+def service_ports(config: Any) -> dict[str, int]:
+    """``namespace/name`` -> where the simulated cluster serves that InferenceService (sim/serving.py)."""
+    return {f"{spec.namespace}/{spec.name}": SERVING_PORT_BASE + i for i, spec in enumerate(config.inference_services)}
+
+
+def serving(s: Stack) -> Iterable[Daemon]:
+    """The InferenceServices' cluster IPs as kube-proxy makes them, and a model server behind every in-cluster
+    replica (sim/serving.py); none when the stack serves nothing."""
+    ports = service_ports(s.config)
+    if not ports:
+        return
+
+    def cmd() -> list[str]:
+        line = [s.python, str(ROOT / "sim" / "serving.py"), "--kubeconfig", str(ADMIN_KUBECONFIG)]
+        line += ["--node", s.burst.virtual_node.node_name, "--rented-network", RENTED_NETWORK]
+        for name, port in ports.items():
+            line += ["--service", f"{name}={port}"]
+        return line
+
+    def fingerprint() -> str:  # older code of the proxy or the stand-in is restarted
+        return "".join(p.read_text() for p in (ROOT / "sim" / "serving.py", ROOT / REPLICA_MODULE))
+
+    first = min(ports.values())
+    yield s.daemon("serving", cmd, ready_check=lambda: port_open(first), fingerprint=fingerprint)
+
+
+def port_open(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1):
+            return True
+    except OSError:
+        return False
 
 
 def kube_state_metrics(s: Stack) -> Iterable[Daemon]:
@@ -630,6 +671,7 @@ BUILDERS: tuple[Callable[[Stack], Iterable[Daemon]], ...] = (
     fake_runpods,
     provider,
     virtual_node,
+    serving,
     kube_state_metrics,
     fake_dcgm,
     prometheus,

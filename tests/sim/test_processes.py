@@ -56,6 +56,7 @@ def test_daemons_start_in_dependency_order(cluster: Path) -> None:
         "fake-runpod-runpod-fake",
         "provider",
         "virtual-node",
+        "serving",
         "kube-state-metrics",
         "fake-dcgm",
         "prometheus",
@@ -101,6 +102,11 @@ def test_command_lines_are_the_programs_with_what_pulumi_deployed(cluster: Path)
         *("-m", "daemons.burst_provider", "--settings", f"{state}/provider/settings.json"),
         *("--kubeconfig", f"{state}/provider/kubeconfig", "--secrets-dir", f"{state}/provider/secrets"),
         *("--listen", "127.0.0.1:10299"),
+    ]
+    assert cmds["serving"] == [
+        VENV_PY,
+        *(str(ROOT / "sim" / "serving.py"), "--kubeconfig", str(cluster / "admin-kubeconfig")),
+        *("--node", "gpu-burst", "--rented-network", "198.18.0.0/15", "--service", "inference/sd-serve=18100"),
     ]
     assert cmds["virtual-node"] == [
         f"{tools}/gpucluster-virtual-node",

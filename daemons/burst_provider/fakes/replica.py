@@ -97,6 +97,7 @@ class ReplicaServer:
         load_seconds: float,
         service_seconds: float = 0.0,
         clock: Clock = time.time,
+        is_loaded: Callable[[], bool] | None = None,
     ) -> None:
         self.name = name
         self.started_at = started_at
@@ -105,6 +106,7 @@ class ReplicaServer:
         self.requests = 0
         self.gone = False
         self._clock = clock
+        self._is_loaded = is_loaded
         self._server = _Server((host, port), _Handler, bind_and_activate=True)
         self._server.replica = self
         self.host, self.port = self._server.server_address[0], int(self._server.server_address[1])
@@ -114,6 +116,10 @@ class ReplicaServer:
         self._thread.start()
 
     def loaded(self) -> bool:
+        """Loaded after ``load_seconds``, or when ``is_loaded`` says so (a replica whose readiness is known
+        elsewhere: the simulated cluster's in-cluster pods, Ready once kwok has played their readiness probe)."""
+        if self._is_loaded is not None:
+            return self._is_loaded()
         return self._clock() >= self.started_at + self.load_seconds
 
     def stop(self) -> None:
