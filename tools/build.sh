@@ -3,8 +3,8 @@
 #   ${GPUCLUSTER_CACHE:-$HOME/.cache/gpucluster}/tools/bin
 #
 # Each directory under tools/ is a small Go module pinning one group of tools whose dependency versions must
-# not mix (Kubernetes 1.36 control plane, kwok, Kueue, descheduler, etcd, kube-state-metrics, Pulumi CLI, Pulumi
-# Kubernetes provider); virtualnode/ is our own virtual-kubelet node. A binary whose recorded group hash (.<name>.pin
+# not mix (Kubernetes 1.36 control plane, kwok, Kueue, descheduler, etcd, kube-state-metrics, vegeta, Pulumi CLI,
+# Pulumi Kubernetes provider); virtualnode/ is our own virtual-kubelet node. A binary whose recorded group hash (.<name>.pin
 # beside it) matches its group's sources is skipped, so the script is idempotent, a re-run after a failure resumes
 # where it stopped, and changing one group rebuilds only that group. Quick builds run first; the Kubernetes and Pulumi builds
 # take tens of minutes on a cold cache with two cores.
@@ -118,6 +118,7 @@ STEPS=(
   "kueue tools/kueue sigs.k8s.io/kueue/cmd/kueue sigs.k8s.io/kueue"
   "jobset tools/jobset sigs.k8s.io/jobset sigs.k8s.io/jobset"
   "descheduler tools/descheduler sigs.k8s.io/descheduler/cmd/descheduler sigs.k8s.io/descheduler"
+  "vegeta tools/vegeta github.com/tsenart/vegeta/v12 github.com/tsenart/vegeta/v12"
   "gpucluster-virtual-node virtualnode gpucluster.local/virtualnode/cmd/gpucluster-virtual-node github.com/virtual-kubelet/virtual-kubelet"
   "kube-state-metrics tools/kube-state-metrics k8s.io/kube-state-metrics/v2 k8s.io/kube-state-metrics/v2"
   "kube-scheduler tools/kubernetes k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes"
