@@ -79,6 +79,10 @@ def inference_pod_spec(spec: InferenceServiceSpec, priority_class_name: str) -> 
         },
         "securityContext": {"allowPrivilegeEscalation": False},
     }
+    if spec.drain_seconds > 0:
+        # Serve on while the endpoints move traffic away (the kubelet runs this before it stops the container;
+        # the burst provider keeps a rented instance as long).
+        container["lifecycle"] = {"preStop": {"sleep": {"seconds": spec.drain_seconds}}}
     if spec.gpus_per_replica > 0:
         # Extended resources are requested through limits (requests default to them).
         container["resources"]["limits"][GPU_RESOURCE] = str(spec.gpus_per_replica)

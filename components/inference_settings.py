@@ -11,6 +11,7 @@ Example (stack YAML)::
         gpuType: H100                 # what a burst provider must rent (annotation burst.gpucluster.io/gpu-type)
         port: 8080
         readinessPath: /health        # HTTP GET on the port: 200-399 once the model is loaded and it can serve
+        drainSeconds: 5               # keeps serving this long once told to stop, while traffic moves away
         resources: {cpu: "4", memory: 16Gi}
         minAvailable: 75%             # PodDisruptionBudget: the descheduler's evictions never go below it
         hpa: {minReplicas: 4, maxReplicas: 16, targetCpuUtilization: 70}
@@ -73,6 +74,10 @@ class InferenceServiceSpec(ConfigModel):
     #: connection is not a model that serves, so there is no TCP probe: a replica is Ready, in the cluster or rented
     #: (the burst provider runs this probe against the rented instance), only when this path says so.
     readiness_path: Annotated[str, Field(min_length=1, max_length=256, pattern=r"^/[!-~]*$")] = "/health"
+    #: Seconds a replica keeps serving once told to stop (its preStop sleep), while its endpoint is terminating and
+    #: the Service's traffic moves to the others: a flip or a scale-down then drops no request in flight. Rented
+    #: replicas drain the same way (the burst provider keeps the instance until then). 0: it stops at once.
+    drain_seconds: Annotated[int, Field(ge=0, le=300)] = 5
     command: list[str] | None = None
     args: list[str] | None = None
     resources: InferenceResources = InferenceResources()

@@ -47,6 +47,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from daemons.burst_provider import pods  # noqa: E402
 from daemons.burst_provider.fakes.replica import ReplicaServer  # noqa: E402
 from daemons.toolkit.kube import KubeError, load_kube_config  # noqa: E402
 from daemons.toolkit.kube_api import KubeApi  # noqa: E402
@@ -88,15 +89,12 @@ def route_targets(slices: Sequence[Mapping[str, Any]], port_name: str) -> list[E
 
 
 def prestop_sleep_seconds(pod: Mapping[str, Any]) -> float:
-    """The longest ``lifecycle.preStop.sleep.seconds`` of the pod's containers, within its grace period."""
-    spec = pod.get("spec") or {}
-    grace = float(spec.get("terminationGracePeriodSeconds", 30) or 0)
-    longest = 0.0
-    for c in spec.get("containers") or []:
-        sleep = (((c.get("lifecycle") or {}).get("preStop") or {}).get("sleep") or {}).get("seconds")
-        if isinstance(sleep, int | float) and not isinstance(sleep, bool):
-            longest = max(longest, float(sleep))
-    return min(longest, grace)
+    """How long the pod serves once deleted: its preStop sleep, as the burst provider drains a rented replica
+    (``daemons/burst_provider/pods.prestop_sleep_seconds``); 0 for a hook that is not a sleep."""
+    try:
+        return pods.prestop_sleep_seconds(pod)
+    except pods.PodTranslationError:
+        return 0.0
 
 
 def pod_ready(pod: Mapping[str, Any]) -> bool:

@@ -81,9 +81,10 @@ def make_app(service: BurstService, settings: BurstSettings, ready: Callable[[],
         if len(parts) != 4 or parts[:2] != ["v1", "pods"]:
             return _error(404, f"no route DELETE {request.path[:200]}")
         uid = (request.query.get("uid") or [""])[0] or None
-        if service.delete_pod(parts[2], parts[3], uid):
-            return Response.json(200, {"deleted": True})
-        return _error(404, f"pod {parts[2]}/{parts[3]} is unknown")
+        drain = service.delete_pod(parts[2], parts[3], uid)
+        if drain is None:
+            return _error(404, f"pod {parts[2]}/{parts[3]} is unknown")
+        return Response.json(200, {"deleted": True, "drainSeconds": drain})
 
     def route(request: Request) -> Response:
         if request.method == "POST":

@@ -147,8 +147,14 @@ class EndpointManager:
                     {
                         "addresses": [rec.address],
                         # Ready only once the pod's own probes pass against the instance (service.probe_once):
-                        # a replica still loading its model is listed, and gets no traffic.
-                        "conditions": {"ready": rec.ready, "serving": rec.ready, "terminating": False},
+                        # a replica still loading its model is listed, and gets no traffic. A deleted replica
+                        # draining through its preStop sleep is terminating: traffic goes to it only when no
+                        # other endpoint is ready, as for any terminating pod.
+                        "conditions": {
+                            "ready": rec.ready and not rec.draining,
+                            "serving": rec.ready,
+                            "terminating": rec.draining,
+                        },
                         "nodeName": self.node,
                         "targetRef": {"kind": "Pod", "namespace": ns, "name": rec.name, "uid": rec.uid},
                     }
@@ -182,10 +188,12 @@ class EndpointManager:
         pods_by_uid = {str((p.get("metadata") or {}).get("uid")): p for p in live_pods or []}
         running: dict[str, tuple[PodRecord, JsonObject]] = {}
         for rec in records:
-            if rec.phase != RUNNING or rec.deleting or not rec.address or rec.namespace not in self.namespaces:
+            if rec.phase != RUNNING or not rec.address or rec.namespace not in self.namespaces:
+                continue
+            if rec.deleting and not rec.draining:
                 continue
             pod = pods_by_uid.get(rec.uid) or rec.pod
-            if live_pods is not None and rec.uid not in pods_by_uid:
+            if live_pods is not None and rec.uid not in pods_by_uid and not rec.draining:
                 continue  # the pod is gone or terminal in the source cluster: no traffic to it
             running[rec.uid] = (rec, pod)
         self._annotate(running)
@@ -215,6 +223,8 @@ def _same(existing: Mapping[str, Any], want: Mapping[str, Any]) -> bool:
             (
                 tuple(e.get("addresses") or []),
                 bool((e.get("conditions") or {}).get("ready")),
+                bool((e.get("conditions") or {}).get("serving")),
+                bool((e.get("conditions") or {}).get("terminating")),
                 ((e.get("targetRef") or {}).get("uid")),
             )
             for e in es.get("endpoints") or []

@@ -172,6 +172,57 @@ def _requests(pod: Mapping[str, Any]) -> tuple[int, int]:
     return round(cpu * 1000), round(memory)
 
 
+#: ``sleep N`` as an exec preStop hook commonly writes it (before Kubernetes had the sleep action).
+_SLEEP_COMMANDS = (("sleep",), ("/bin/sleep",), ("/usr/bin/sleep",))
+_SHELLS = ("sh", "/bin/sh", "bash", "/bin/bash")
+
+
+def _exec_sleep(command: list[Any]) -> float | None:
+    """N of an exec hook that only sleeps N seconds (``["sleep", "5"]``, ``["sh", "-c", "sleep 5"]``), else None."""
+    words = [str(w) for w in command]
+    if len(words) == 3 and words[0] in _SHELLS and words[1] == "-c":
+        words = words[2].split()
+    if len(words) == 2 and (words[0],) in _SLEEP_COMMANDS and re.fullmatch(r"\d{1,4}", words[1]):
+        return float(words[1])
+    return None
+
+
+def prestop_sleep_seconds(pod: Mapping[str, Any]) -> float:
+    """How long the pod keeps serving once told to stop: the longest preStop sleep of its containers
+    (``lifecycle.preStop.sleep.seconds``, or an exec hook that only sleeps), within its grace period (30 s unset).
+
+    The kubelet runs the hook before it stops the container and the endpoints mark the pod terminating meanwhile,
+    so traffic leaves a replica before it goes. PodTranslationError for a hook that cannot run against a rented
+    instance (any other exec command, httpGet, tcpSocket), naming the field.
+    """
+    spec = pod.get("spec") or {}
+    grace = spec.get("terminationGracePeriodSeconds")
+    longest = 0.0
+    for i, c in enumerate(spec.get("containers") or []):
+        hook = ((c.get("lifecycle") or {}).get("preStop")) or {}
+        if not hook:
+            continue
+        where = f"spec.containers[{i}].lifecycle.preStop"
+        seconds: float | None = None
+        if isinstance(hook.get("sleep"), Mapping):
+            value = hook["sleep"].get("seconds")
+            if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+                seconds = float(value)
+        elif isinstance(hook.get("exec"), Mapping):
+            seconds = _exec_sleep(list(hook["exec"].get("command") or []))
+        if seconds is None:
+            raise PodTranslationError(
+                f"{where}: only a sleep (the sleep action, or an exec hook that runs nothing but sleep N) can be "
+                "honoured on a rented instance"
+            )
+        longest = max(longest, seconds)
+    if isinstance(grace, int) and not isinstance(grace, bool) and grace >= 0:
+        longest = min(longest, float(grace))
+    else:
+        longest = min(longest, 30.0)
+    return longest
+
+
 def translate_pod(
     pod: Mapping[str, Any], node: str, settings: BurstSettings, resolver: ReferenceResolver
 ) -> InstanceSpec:
@@ -187,6 +238,7 @@ def translate_pod(
         pod_probes(pod)  # run against the instance by the service: refuse what it cannot run
     except ProbeSpecError as exc:
         raise PodTranslationError(str(exc)) from None
+    prestop_sleep_seconds(pod)  # likewise its preStop hook
     out = []
     for i, c in enumerate(containers):
         if not c.get("image"):

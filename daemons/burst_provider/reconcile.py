@@ -141,6 +141,7 @@ class Reconciler:
         self, listings: dict[str, list[Instance]], pods: list[dict[str, Any]], report: ReconcileReport
     ) -> None:
         live = {str((p.get("metadata") or {}).get("uid")) for p in pods}
+        live |= {r.uid for r in self.service.records() if r.draining}  # its pod is terminating: not an orphan yet
         listed = {(name, inst.instance_id) for name, instances in listings.items() for inst in instances}
         self._ended_orphans_deleted &= listed
         for name, instances in listings.items():

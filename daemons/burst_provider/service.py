@@ -24,7 +24,13 @@ from typing import Any
 
 from components.burst_settings import BurstSettings
 from daemons.burst_provider.metrics import Metrics
-from daemons.burst_provider.pods import PodTranslationError, ReferenceResolver, pod_identity, translate_pod
+from daemons.burst_provider.pods import (
+    PodTranslationError,
+    ReferenceResolver,
+    pod_identity,
+    prestop_sleep_seconds,
+    translate_pod,
+)
 from daemons.burst_provider.prober import run_probe
 from daemons.burst_provider.probes import Probe, ProbeSpecError, ProbeState, ReplicaProbes, pod_probes
 from daemons.burst_provider.providers.base import (
@@ -107,10 +113,17 @@ class PodRecord:
     ready: bool = False  # Running and every container ready: the Ready condition and the endpoints' ``ready``
     unready_since: float | None = None  # Running and not ready since then
     not_ready_detail: str = ""  # what the failing probes said
+    #: Deleted while it served: the instance keeps serving, its endpoints terminating, until then (its preStop).
+    drain_until: float | None = None
 
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}/{self.uid}"
+
+    @property
+    def draining(self) -> bool:
+        """Deleted, and still serving through its preStop sleep (its endpoints terminating)."""
+        return self.deleting and self.drain_until is not None and self.phase == RUNNING
 
     @property
     def holds_gpus(self) -> bool:
@@ -239,21 +252,36 @@ class BurstService:
         with self._lock:
             return [r.status() for r in sorted(self._records.values(), key=lambda r: r.key)]
 
-    def delete_pod(self, namespace: str, name: str, uid: str | None = None) -> bool:
-        """Start deleting the pod's instance; False when the pod is unknown."""
+    def delete_pod(self, namespace: str, name: str, uid: str | None = None) -> float | None:
+        """Start deleting the pod's instance; None when the pod is unknown, else the seconds it drains first.
+
+        A Running pod with a preStop sleep keeps its instance, serving, for that long (its endpoints terminating, so
+        new traffic goes elsewhere while what is in flight finishes), as the kubelet runs the hook before it stops
+        the container; without one the instance is deleted at once.
+        """
         with self._lock:
             rec = self._find(namespace, name, uid)
             if rec is None:
-                return False
+                return None
             already = rec.deleting
             rec.deleting = True
             creating = rec.creating
             uid_ = rec.uid
-        if not already and not creating:  # a running create worker deletes the instance itself when done
+            drain = 0.0
+            if not already and not creating and rec.phase == RUNNING and rec.pod:
+                try:
+                    drain = prestop_sleep_seconds(rec.pod)
+                except PodTranslationError:  # refused at translation; a record rebuilt from an older service
+                    drain = 0.0
+                if drain > 0:
+                    rec.drain_until = self.clock() + drain
+            elif already and rec.drain_until is not None:
+                drain = max(0.0, rec.drain_until - self.clock())
+        if not already and not creating and drain == 0:  # a running create worker deletes the instance itself
             self.spawn(lambda: self._delete(uid_), f"delete-{namespace}-{name}")
-        log.info("pod deletion requested", extra={"pod": f"{namespace}/{name}/{uid_}"})
+        log.info("pod deletion requested", extra={"pod": f"{namespace}/{name}/{uid_}", "drain_seconds": drain})
         self.on_change()
-        return True
+        return drain
 
     def logs(self, namespace: str, name: str, container: str, tail: int | None) -> str | None:
         """The container's logs from its provider; None when the pod is unknown."""
@@ -705,8 +733,13 @@ class BurstService:
                 )
                 continue
             self.observe(uid, inst)
+        now = self.clock()
         for uid in deleting:
-            self._delete(uid)
+            with self._lock:
+                rec = self._records.get(uid)
+                draining = rec is not None and rec.drain_until is not None and now < rec.drain_until
+            if not draining:
+                self._delete(uid)
 
     # ------------------------------------------------------------------------------------------------
     # Deletion
@@ -733,6 +766,9 @@ class BurstService:
             rec = self._records.get(uid)
             if rec is None or rec.creating:
                 return
+            if rec.drain_until is not None:
+                rec.drain_until = None  # drained: its endpoints go, then its instance
+                self.on_change()
             provider, instance_id, gone = rec.provider, rec.instance_id, rec.instance_gone
         if not instance_id:
             self._forget(uid)

@@ -141,6 +141,13 @@ def test_replicas_are_ready_only_when_their_server_says_so_over_http(graph: Grap
     assert _pod(triton)["spec"]["containers"][0]["readinessProbe"]["httpGet"]["path"] == "/v2/health/ready"
 
 
+def test_replicas_drain_through_a_prestop_sleep_unless_told_not_to(graph: Graph) -> None:
+    (container,) = _pod(graph)["spec"]["containers"]
+    assert container["lifecycle"] == {"preStop": {"sleep": {"seconds": 5}}}
+    at_once = build(args(spec=spec(drainSeconds=0)))
+    assert "lifecycle" not in _pod(at_once)["spec"]["containers"][0]
+
+
 def test_command_and_args_are_passed_through() -> None:
     graph = build(args(spec=spec(command=["python", "-m", "serve"], args=["--port", "8080"])))
     container = _pod(graph)["spec"]["containers"][0]
@@ -166,6 +173,7 @@ def test_command_and_args_are_passed_through() -> None:
         ({"name": "SD_serve"}, "name", "DNS label"),
         ({"replica": 3}, "replica", "Extra inputs"),
         ({"readinessPath": "health"}, "readinessPath", "should match pattern"),
+        ({"drainSeconds": 301}, "drainSeconds", "less than or equal to 300"),
         ({"readinessPath": "/he alth"}, "readinessPath", "should match pattern"),
     ],
 )

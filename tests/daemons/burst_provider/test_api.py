@@ -94,7 +94,7 @@ def test_post_returns_202_while_the_provider_is_still_creating(stack: Any) -> No
     status, logs = client.call("GET", "/v1/pods/inference/web-1/logs?container=server&tail=5")
     assert (status, logs) == (200, "logs of fake-a-i1/server tail=5\n")
     status, deleted = client.call("DELETE", "/v1/pods/inference/web-1?uid=uid-web-1")
-    assert (status, deleted) == (200, {"deleted": True})
+    assert (status, deleted) == (200, {"deleted": True, "drainSeconds": 0.0})
     wait_for(lambda: client.call("GET", "/v1/pods/inference/web-1")[0] == 404)
     assert provider.deleted == ["fake-a-i1"]
 

@@ -11,6 +11,7 @@ from daemons.burst_provider.pods import (
     gpu_count,
     gpu_type,
     parse_quantity,
+    prestop_sleep_seconds,
     translate_pod,
 )
 from daemons.burst_provider.providers.base import Port
@@ -141,3 +142,30 @@ def test_bad_quantities_are_refused() -> None:
     pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "lots"
     with pytest.raises(PodTranslationError, match="not a quantity"):
         gpu_count(pod)
+
+
+@pytest.mark.parametrize(
+    ("lifecycle", "grace", "seconds"),
+    [
+        ({"preStop": {"sleep": {"seconds": 5}}}, None, 5.0),
+        ({"preStop": {"exec": {"command": ["sleep", "10"]}}}, None, 10.0),
+        ({"preStop": {"exec": {"command": ["/bin/sh", "-c", "sleep 7"]}}}, None, 7.0),
+        ({"preStop": {"sleep": {"seconds": 60}}}, None, 30.0),  # within the default grace period
+        ({"preStop": {"sleep": {"seconds": 60}}}, 45, 45.0),
+        (None, None, 0.0),
+    ],
+)
+def test_the_prestop_sleep_a_rented_replica_drains_for(lifecycle: Any, grace: int | None, seconds: float) -> None:
+    pod = make_pod()
+    if lifecycle is not None:
+        pod["spec"]["containers"][0]["lifecycle"] = lifecycle
+    if grace is not None:
+        pod["spec"]["terminationGracePeriodSeconds"] = grace
+    assert prestop_sleep_seconds(pod) == seconds
+
+
+def test_a_prestop_hook_that_cannot_run_remotely_is_refused_by_field() -> None:
+    pod = make_pod()
+    pod["spec"]["containers"][0]["lifecycle"] = {"preStop": {"exec": {"command": ["/drain.sh"]}}}
+    with pytest.raises(PodTranslationError, match=r"spec.containers\[0\].lifecycle.preStop: only a sleep"):
+        prestop_sleep_seconds(pod)

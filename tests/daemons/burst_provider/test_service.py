@@ -238,18 +238,18 @@ def test_delete_removes_the_instance_then_forgets_the_pod() -> None:
     svc.create_pod(make_pod())
     spawn.run_all()
     (iid,) = ps["fake-a"].created
-    assert svc.delete_pod("inference", "web-1", "uid-web-1")
+    assert svc.delete_pod("inference", "web-1", "uid-web-1") == 0  # known, nothing to drain: deleted at once
     spawn.run_all()
     assert ps["fake-a"].deleted == [iid]
     assert svc.get_pod("inference", "web-1") is None
-    assert not svc.delete_pod("inference", "web-1", "uid-web-1")
+    assert svc.delete_pod("inference", "web-1", "uid-web-1") is None
 
 
 def test_delete_with_another_uid_is_unknown() -> None:
     svc, _, spawn, _ = setup()
     svc.create_pod(make_pod())
     spawn.run_all()
-    assert not svc.delete_pod("inference", "web-1", "someone-else")
+    assert svc.delete_pod("inference", "web-1", "someone-else") is None
 
 
 def test_delete_during_create_deletes_the_new_instance() -> None:

@@ -181,3 +181,28 @@ def test_a_pod_with_an_exec_probe_is_refused_for_bursting_before_anything_is_ren
     assert (status["phase"], status["reason"]) == ("Failed", "ProviderCreateFailed")
     assert "spec.containers[0].readinessProbe.exec" in status["message"]
     assert provider.created == []
+
+
+def test_a_deleted_replica_drains_through_its_prestop_sleep_with_its_endpoint_terminating(rented: list[Rented]) -> None:
+    """As the kubelet runs a preStop sleep before it stops the container: the instance keeps serving, its endpoint
+    says terminating (traffic goes elsewhere while what is in flight finishes), then the instance is deleted."""
+    r = Rented(readinessProbe=READINESS, lifecycle={"preStop": {"sleep": {"seconds": 5}}})
+    rented.append(r)
+    r.boot(load_seconds=0)
+    r.tick()
+    assert r.endpoint_ready() is True
+    assert r.svc.delete_pod("inference", "web-1") == 5
+    r.source.pods.clear()  # the pod is terminating: no longer live
+    r.endpoints.sync(r.svc.records(), r.source.pods)
+    ((_, es),) = r.source.slices.items()
+    (endpoint,) = es["endpoints"]
+    assert endpoint["conditions"] == {"ready": False, "serving": True, "terminating": True}
+    r.tick(4)
+    r.svc.poll_once()
+    assert r.provider.deleted == []  # still serving
+    r.tick(1)
+    r.svc.poll_once()
+    assert r.provider.deleted == [r.iid]
+    assert r.svc.get_pod("inference", "web-1") is None
+    r.endpoints.sync(r.svc.records(), r.source.pods)
+    assert r.source.slices == {}

@@ -163,13 +163,19 @@ func (c *Client) ListPods(ctx context.Context) ([]PodStatus, error) {
 }
 
 // DeletePod asks the service to delete the pod's instance; a pod it does not know counts as deleted.
-func (c *Client) DeletePod(ctx context.Context, namespace, name, uid string) error {
+func (c *Client) DeletePod(ctx context.Context, namespace, name, uid string) (drain time.Duration, err error) {
 	path := fmt.Sprintf("/v1/pods/%s/%s?uid=%s", url.PathEscape(namespace), url.PathEscape(name), url.QueryEscape(uid))
-	err := c.do(ctx, http.MethodDelete, path, nil, nil)
-	if IsNotFound(err) {
-		return nil
+	var out struct {
+		DrainSeconds float64 `json:"drainSeconds"`
 	}
-	return err
+	err = c.do(ctx, http.MethodDelete, path, nil, &out)
+	if IsNotFound(err) {
+		return 0, nil
+	}
+	if err != nil || out.DrainSeconds <= 0 {
+		return 0, err
+	}
+	return time.Duration(out.DrainSeconds * float64(time.Second)), nil
 }
 
 // Logs returns the tail of a container's log as the service relays it.

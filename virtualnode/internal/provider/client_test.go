@@ -60,10 +60,10 @@ func TestClientSpeaksTheDocumentedAPI(t *testing.T) {
 		t.Fatalf("list = %+v, %v", pods, err)
 	}
 
-	if err := c.DeletePod(ctx, "inference", "a", "uid-a"); err != nil {
-		t.Fatal(err)
+	if drain, err := c.DeletePod(ctx, "inference", "a", "uid-a"); err != nil || drain != 0 {
+		t.Fatal(drain, err)
 	}
-	if err := c.DeletePod(ctx, "inference", "a", "uid-a"); err != nil {
+	if _, err := c.DeletePod(ctx, "inference", "a", "uid-a"); err != nil {
 		t.Fatalf("a 404 on delete must count as deleted: %v", err)
 	}
 	if len(f.deletes) != 2 || f.deletes[0] != "inference/a?uid-a" {

@@ -23,6 +23,7 @@ type fakeService struct {
 	deletes   []string // "namespace/name?uid" of each DELETE
 	capacity  map[string]string
 	unhealthy bool
+	drain     float64 // when set, DELETE keeps the pod listed (draining) and answers drainSeconds
 }
 
 func newFakeService(t *testing.T) (*fakeService, *httptest.Server) {
@@ -91,8 +92,12 @@ func (f *fakeService) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			writeJSON(w, http.StatusNotFound, map[string]string{"error": "unknown pod " + k})
 			return
 		}
+		if f.drain > 0 {
+			writeJSON(w, http.StatusOK, map[string]any{"deleted": true, "drainSeconds": f.drain})
+			return
+		}
 		delete(f.statuses, k)
-		writeJSON(w, http.StatusOK, map[string]bool{"deleted": true})
+		writeJSON(w, http.StatusOK, map[string]any{"deleted": true, "drainSeconds": 0})
 	case r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, "/logs"):
 		w.Header().Set("Content-Type", "text/plain")
 		_, _ = w.Write([]byte("container=" + r.URL.Query().Get("container") + " tail=" + r.URL.Query().Get("tail") + "\n"))

@@ -26,6 +26,9 @@ type entry struct {
 	svc      *PodStatus
 	status   *corev1.PodStatus
 	terminal bool
+	// draining: deleted, and the service keeps the instance serving through the pod's preStop sleep; the pod
+	// stays Terminating with the service's status until the service no longer lists it.
+	draining bool
 }
 
 // Provider is the node.PodLifecycleHandler and node.PodNotifier of the virtual node.
@@ -103,7 +106,8 @@ func (p *Provider) UpdatePod(_ context.Context, pod *corev1.Pod) error {
 // container terminated, as the library expects, and forgets the pod. An unreachable service is an error, so
 // the library retries the delete.
 func (p *Provider) DeletePod(ctx context.Context, pod *corev1.Pod) error {
-	if err := p.client.DeletePod(ctx, pod.Namespace, pod.Name, string(pod.UID)); err != nil {
+	drain, err := p.client.DeletePod(ctx, pod.Namespace, pod.Name, string(pod.UID))
+	if err != nil {
 		p.metrics.Requests.WithLabelValues("delete", "error").Inc()
 		p.unreachable(ctx, err)
 		return fmt.Errorf("deleting pod %s/%s in the provider service: %w", pod.Namespace, pod.Name, err)
@@ -115,6 +119,15 @@ func (p *Provider) DeletePod(ctx context.Context, pod *corev1.Pod) error {
 	p.mu.Unlock()
 	if !ok {
 		return errdefs.NotFoundf("pod %s is not known to the virtual node", k)
+	}
+	if drain > 0 {
+		// The instance serves on through the pod's preStop sleep: the pod stays Terminating (the library deletes
+		// it once the grace period passes or its status turns terminal) until the service lets it go.
+		p.mu.Lock()
+		e.draining = true
+		p.mu.Unlock()
+		log.G(ctx).WithField("pod", k).WithField("drain", drain).Info("pod draining before its instance is deleted")
+		return nil
 	}
 	p.apply(ctx, deletedStatus(pod, e.svc), true)
 	p.mu.Lock()
@@ -200,7 +213,7 @@ func (p *Provider) Poll(ctx context.Context) {
 	for i := range statuses {
 		listed[key(statuses[i].Namespace, statuses[i].Name)] = &statuses[i]
 	}
-	var missing []*corev1.Pod
+	var missing, drained []*corev1.Pod
 	p.mu.Lock()
 	for k, e := range p.pods {
 		if e.terminal {
@@ -209,9 +222,26 @@ func (p *Provider) Poll(ctx context.Context) {
 		if s, ok := listed[k]; ok && s.UID == string(e.pod.UID) {
 			continue
 		}
+		if e.draining { // the service let it go: its instance is deleted
+			drained = append(drained, e.pod.DeepCopy())
+			continue
+		}
 		missing = append(missing, e.pod.DeepCopy())
 	}
 	p.mu.Unlock()
+	for _, pod := range drained {
+		k := key(pod.Namespace, pod.Name)
+		p.mu.Lock()
+		var last *PodStatus
+		if e, ok := p.pods[k]; ok {
+			last = e.svc
+		}
+		p.mu.Unlock()
+		p.apply(ctx, deletedStatus(pod, last), true)
+		p.mu.Lock()
+		delete(p.pods, k)
+		p.mu.Unlock()
+	}
 	for _, s := range listed {
 		p.apply(ctx, s, false)
 	}

@@ -192,6 +192,45 @@ func TestDeleteReportsATerminalStatusAndForgetsThePod(t *testing.T) {
 	}
 }
 
+// A replica with a preStop sleep drains: the service keeps its instance serving and lists it until it is deleted;
+// the pod stays Terminating with the service's Running status meanwhile, and only then turns terminal.
+func TestDeleteOfADrainingPodWaitsForTheServiceToLetItGo(t *testing.T) {
+	f, srv := newFakeService(t)
+	p, rec := newProvider(t, srv.URL)
+	ctx := context.Background()
+	pod := testPod("a", "uid-a")
+	_ = p.CreatePod(ctx, pod)
+	f.set(PodStatus{Namespace: "inference", Name: "a", UID: "uid-a", Phase: "Running",
+		Containers: []ContainerStatus{{Name: "server", State: "running"}, {Name: "sidecar", State: "running"}}})
+	p.Poll(ctx)
+	f.mu.Lock()
+	f.drain = 5
+	f.mu.Unlock()
+	if err := p.DeletePod(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	p.Poll(ctx)
+	if got := rec.last().Status.Phase; got != corev1.PodRunning {
+		t.Fatalf("phase while draining = %s, want Running", got)
+	}
+	f.mu.Lock()
+	posts := f.posts
+	f.mu.Unlock()
+	if posts != 1 {
+		t.Errorf("a draining pod was posted again: %d creates", posts)
+	}
+	f.mu.Lock()
+	delete(f.statuses, "inference/a") // drained: the instance is gone
+	f.mu.Unlock()
+	p.Poll(ctx)
+	if got := rec.last().Status.Phase; got != corev1.PodSucceeded {
+		t.Fatalf("phase once drained = %s, want Succeeded", got)
+	}
+	if _, err := p.GetPod(ctx, "inference", "a"); !errdefs.IsNotFound(err) {
+		t.Errorf("GetPod once drained = %v, want NotFound", err)
+	}
+}
+
 func TestDeleteOfAFailedPodKeepsItFailed(t *testing.T) {
 	f, srv := newFakeService(t)
 	p, rec := newProvider(t, srv.URL)
