@@ -31,13 +31,14 @@ sys.path.insert(0, str(ROOT))
 
 from sim import flip, timeline  # noqa: E402 (run as a script: the repository first on the path)
 from sim.daemon_runtime import DaemonError  # noqa: E402
+from sim.load import LoadError  # noqa: E402
 
 
 def main() -> int:
     bin_dir = Path(
         subprocess.run([str(ROOT / "tools" / "bin-dir.sh")], capture_output=True, text=True, check=True).stdout.strip()
     )
-    needed = ("kwokctl", "kube-apiserver", "pulumi", "gpucluster-virtual-node", "kube-state-metrics")
+    needed = ("kwokctl", "kube-apiserver", "pulumi", "gpucluster-virtual-node", "kube-state-metrics", "vegeta")
     missing = [t for t in needed if not (bin_dir / t).exists()]
     if missing or not Path("/usr/bin/prometheus").exists():
         print(f"bench_flip: skipped: not built or installed: {missing or ['prometheus']} (make tools debian-deps)")
@@ -53,14 +54,16 @@ def main() -> int:
     for path in flip.PATHS:
         print(f"bench_flip: one cycle, {path} ...", flush=True)
         try:
-            tl, figures = flip.run_cycle(flip.Options(path=path, boot_seconds=boot, quiet=True, out=out))
-        except (flip.ScenarioError, DaemonError) as e:
+            opts = flip.Options(path=path, boot_seconds=boot, quiet=True, out=out, load_rate=flip.LOAD_RATE)
+            tl, figures = flip.run_cycle(opts)
+        except (flip.ScenarioError, DaemonError, LoadError) as e:
             print(f"bench_flip: the {path} cycle failed: {e}", file=sys.stderr)
             return 1
         flip.write_outputs(tl, figures, out, f"One flip: {path}")
         results.append(figures)
     print(
-        f"\nflip on the simulated cluster (8 x 1-GPU replicas, fake provider boot {boot:.0f} s, in-cluster start 15 s)"
+        f"\nflip on the simulated cluster (8 x 1-GPU replicas, fake provider boot {boot:.0f} s, model load 15 s in the "
+        f"cluster and rented, {flip.LOAD_RATE} requests a second through the Service)"
     )
     print(timeline.side_by_side(results))
     print(f"timelines and charts: {out}")

@@ -53,6 +53,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from sim import load as sim_load  # noqa: E402
 from sim import processes as sim_daemons  # noqa: E402 (run as a script: the repository first on the path)
 from sim import timeline  # noqa: E402
 
@@ -65,6 +66,8 @@ MAKE_BEFORE_BREAK = "make-before-break"
 PREEMPT = "preempt-then-burst"
 NO_EXECUTE = "NoExecute"
 PATHS = (MAKE_BEFORE_BREAK, PREEMPT, NO_EXECUTE)
+#: Requests a second the flip sends through the Service over its cycle (make bench, make demo).
+LOAD_RATE = 20
 #: Laid over the make-before-break controllers' settings for the other paths: the check goes Ready at once.
 ANSWER_AT_ONCE = json.dumps({"maxHold": "1ms", "nodeGrace": "0.5ms"})
 
@@ -369,6 +372,8 @@ class Options:
     gang_nodes: int | None = None
     #: Multiplies ``timeout`` for every step: a larger cluster takes longer to schedule, roll and sample.
     timeout_scale: float = 1.0
+    #: Requests a second sent through the first InferenceService's Service for the whole cycle (vegeta); 0: none.
+    load_rate: int = 0
 
     @property
     def step_timeout(self) -> float:
@@ -426,6 +431,7 @@ def run_cycle(opts: Options) -> tuple[timeline.Timeline, timeline.Figures]:
         lambda: (x := sampler.take()).ready_in_cluster == s.replicas and x.ready_external == 0 and x.taint,
         timeout=timeout,
     )
+    load = _start_load(s, opts, wall0)
     sampler.start()
     try:
         share = "every in-cluster GPU" if gang == s.nodes else f"{gang} of {s.nodes} nodes"
@@ -490,6 +496,10 @@ def run_cycle(opts: Options) -> tuple[timeline.Timeline, timeline.Figures]:
         time.sleep(2)
     finally:
         sampler.stop()
+        if load is not None:
+            requests = load.stop()
+            tl.requests = sim_load.per_second(requests, wall0)
+            tl.request_figures = sim_load.request_figures(requests)
         if opts.path == NO_EXECUTE:
             set_taint(s, "NoSchedule")
             for name in ("taint-controller-a", "taint-controller-b"):
@@ -499,6 +509,21 @@ def run_cycle(opts: Options) -> tuple[timeline.Timeline, timeline.Figures]:
             answer_at_once(registry, False)
     tl.inference_preemptions = sum(preemptions(ns, wall0) for ns in s.inference_namespaces)
     return tl, timeline.figures(tl)
+
+
+def _start_load(s: Setup, opts: Options, wall0: float) -> sim_load.Load | None:
+    """vegeta at ``opts.load_rate`` a second through the first InferenceService's Service (sim/serving.py)."""
+    if not opts.load_rate:
+        return None
+    ports = sim_daemons.service_ports(sim_daemons.stack_config())
+    if not ports:
+        raise ScenarioError("the stack serves nothing: no Service to send requests through")
+    name, port = next(iter(ports.items()))
+    vegeta = str(sim_daemons.tools_bin() / "vegeta")
+    load = sim_load.Load(vegeta, f"http://127.0.0.1:{port}/generate", opts.load_rate, opts.out / f"load-{opts.path}")
+    say(f"   {opts.load_rate} requests a second through {name}'s Service for the whole cycle", opts.quiet)
+    load.start()
+    return load
 
 
 def services_text(s: Setup) -> str:
@@ -623,6 +648,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--gang-nodes", type=int, help="the gang's whole-node pods (default: every node of the flavor)")
     p.add_argument("--out", type=Path, default=ROOT / ".state" / "flip", help="where the CSV, PNG and JSON go")
     p.add_argument("--quiet", action="store_true", help="no narration")
+    p.add_argument(
+        "--load-rate", type=int, default=LOAD_RATE, help="requests a second through the Service, whole cycle (0: none)"
+    )
     a = p.parse_args(argv)
     boot = float(os.environ.get("GPUCLUSTER_FAKE_BOOT_SECONDS", sim_daemons.FAKE_CLOUD_DEFAULTS["boot-seconds"]))
     opts = Options(
@@ -634,10 +662,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         quiet=a.quiet,
         gang_nodes=a.gang_nodes,
         timeout_scale=a.timeout_scale,
+        load_rate=a.load_rate,
     )
     try:
         tl, f = run_cycle(opts)
-    except (ScenarioError, sim_daemons.DaemonError) as e:
+    except (ScenarioError, sim_daemons.DaemonError, sim_load.LoadError) as e:
         print(f"sim/flip.py: error: {e}", file=sys.stderr)
         return 1
     files = write_outputs(tl, f, a.out, f"One flip: {a.path}")

@@ -21,6 +21,10 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # sim/load.py reads this module's percentile
+    from sim.load import RequestFigures, Second
 
 
 @dataclass(frozen=True)
@@ -61,6 +65,9 @@ class Timeline:
     path: str = ""
     #: Inference pods the scheduler preempted during the cycle (its ``Preempted`` Events).
     inference_preemptions: int = 0
+    #: The constant request rate through the Service over the cycle (sim/load.py), per second; empty without one.
+    requests: list[Second] = field(default_factory=list)
+    request_figures: RequestFigures | None = None
 
     def mark(self, t: float, name: str, detail: str = "") -> None:
         if self.first(name) is None:
@@ -91,6 +98,8 @@ class Figures:
     inference_preemptions: int
     taint_changes: int
     taint_flaps: int  # changes beyond the two a cycle needs (remove once, add once)
+    #: What the requests sent through the Service over the whole cycle met (sim/load.py); None without a load.
+    requests: RequestFigures | None = None
 
     def rows(self) -> list[tuple[str, str]]:
         def s(v: float | None) -> str:
@@ -114,6 +123,7 @@ class Figures:
                 f"{self.external_gpu_seconds_after_return:.0f}",
             ),
             ("taint changes / flaps", f"{self.taint_changes} / {self.taint_flaps}"),
+            *(self.requests.rows() if self.requests is not None else []),
         ]
 
 
@@ -175,6 +185,7 @@ def figures(tl: Timeline) -> Figures:
         inference_preemptions=tl.inference_preemptions,
         taint_changes=changes,
         taint_flaps=max(0, changes - 2),
+        requests=tl.request_figures,
     )
 
 
