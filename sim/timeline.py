@@ -215,17 +215,37 @@ def write_csv(tl: Timeline, path: Path) -> Path:
     return path
 
 
+def mark_levels(times: Sequence[float], min_gap: float) -> list[int]:
+    """A label row for each mark (sorted by time) so that no two labels in a row sit closer than ``min_gap``: a mark
+    goes to the lowest row whose last label is far enough, so labels of marks that fall together do not overprint."""
+    last: list[float] = []
+    levels = []
+    for t in times:
+        row = next((i for i, at in enumerate(last) if t - at >= min_gap), len(last))
+        if row == len(last):
+            last.append(t)
+        else:
+            last[row] = t
+        levels.append(row)
+    return levels
+
+
 def chart(tl: Timeline, path: Path, title: str) -> Path:
-    """Ready replicas in-cluster vs external, pending, training pods and the taint, over time (PNG)."""
+    """Ready replicas in-cluster vs external, pending, training pods; the requests through the Service (per second
+    sent and failed, p99 latency) when the cycle had a load; and the taint, over time, from the first event (PNG)."""
     import matplotlib  # noqa: PLC0415 (heavy; only the demo draws)
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # noqa: PLC0415
 
     t = [s.t for s in tl.samples]
-    fig, (ax, axt) = plt.subplots(
-        2, 1, figsize=(11, 6), sharex=True, gridspec_kw={"height_ratios": [5, 1]}, constrained_layout=True
-    )
+    panels = 3 if tl.requests else 2
+    ratios = [5, 2, 1] if tl.requests else [5, 1]
+    fig, axes = plt.subplots(
+        panels, 1, figsize=(11, 8 if tl.requests else 6), sharex=True, gridspec_kw={"height_ratios": ratios},
+        constrained_layout=True,
+    )  # fmt: skip
+    ax, axt = axes[0], axes[-1]
     ax.stackplot(
         t,
         [s.ready_in_cluster for s in tl.samples],
@@ -239,19 +259,38 @@ def chart(tl: Timeline, path: Path, title: str) -> Path:
     ax.step(t, [s.training_running for s in tl.samples], where="post", color="#1a9641", lw=2, label="training pods")
     ax.axhline(tl.desired_replicas, color="grey", ls=":", lw=1, label=f"desired replicas ({tl.desired_replicas})")
     top = max([tl.desired_replicas, *(s.pending for s in tl.samples), *(s.training_running for s in tl.samples)])
-    for m in tl.marks:
-        ax.axvline(m.t, color="black", lw=0.6, alpha=0.5)
-        ax.text(m.t, top + 0.6, m.name.replace("_", " "), rotation=90, va="bottom", ha="right", fontsize=7)
-    ax.set_ylim(0, top + 4)
+    start = max(0.0, min((m.t for m in tl.marks), default=0.0) - 3.0)
+    end = max(t) if t else 1.0
+    marks = sorted(tl.marks, key=lambda m: m.t)
+    # Labels are level, one text line a row: a mark too close to the last label of a row (a label is about a sixth
+    # of the chart wide) goes to the next row, so marks that fall together stay readable.
+    levels = mark_levels([m.t for m in marks], min_gap=(end - start) / 6)
+    row = max(1.0, top / 9)
+    for m, level in zip(marks, levels, strict=True):
+        for a in axes:
+            a.axvline(m.t, color="black", lw=0.6, alpha=0.4)
+        ax.text(m.t, top + row * (0.6 + level), " " + m.name.replace("_", " "), va="bottom", ha="left", fontsize=7)
+    ax.set_ylim(0, top + row * (2.5 + max(levels, default=0)))
     ax.set_ylabel("pods")
     ax.set_title(title)
     ax.legend(loc="upper right", fontsize=8, ncols=2)
+    if tl.requests:
+        axr = axes[1]
+        rt = [r.t for r in tl.requests]
+        axr.step(rt, [r.sent for r in tl.requests], where="post", color="#4d4d4d", label="requests / s")
+        axr.bar(rt, [r.failed for r in tl.requests], width=1.0, align="edge", color="#d7191c", label="failed / s")
+        axr.set_ylabel("requests", fontsize=8)
+        axl = axr.twinx()
+        axl.step(rt, [r.p99_ms for r in tl.requests], where="post", color="#7b3294", lw=1, label="p99 latency")
+        axl.set_ylabel("p99 ms", fontsize=8)
+        axr.legend(loc="upper left", fontsize=7)
+        axl.legend(loc="upper right", fontsize=7)
     effects = {"": 0, "NoSchedule": 1, "NoExecute": 2}
     axt.step(t, [effects.get(s.taint, 0) for s in tl.samples], where="post", color="#7b3294")
     axt.set_yticks([0, 1, 2], ["none", "NoSchedule", "NoExecute"], fontsize=7)
     axt.set_ylabel("burst taint", fontsize=8)
     axt.set_xlabel("seconds")
-    axt.set_xlim(0, max(t) if t else 1)
+    axt.set_xlim(start, end)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -152,3 +152,20 @@ def test_preemptions_and_the_path_reach_the_table() -> None:
     assert header.split() == ["make-before-break", "preempt-then-burst"]
     (preempted,) = [r for r in rows if r.startswith("inference pods preempted")]
     assert preempted.split()[-2:] == ["0", "8"]
+
+
+def test_marks_that_fall_together_get_rows_of_their_own() -> None:
+    # flipped_out, admitted and training_running within a second: three rows; a mark far after goes back to row 0
+    assert tl_mod.mark_levels([10.0, 10.4, 10.9, 11.2, 40.0], min_gap=2.0) == [0, 1, 2, 3, 0]
+    assert tl_mod.mark_levels([0.0, 5.0, 10.0], min_gap=2.0) == [0, 0, 0]
+    assert tl_mod.mark_levels([], min_gap=2.0) == []
+
+
+def test_the_chart_draws_the_requests_panel_when_the_cycle_had_a_load(tmp_path: Path) -> None:
+    load = load_sim_module("load")
+    tl = _cycle("NoSchedule")
+    tl.requests = [load.Second(float(t), 20, 3 if 30 <= t < 33 else 0, 45.0) for t in range(70)]
+    png = tl_mod.chart(tl, tmp_path / "flip.png", "test")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    without = tl_mod.chart(_cycle("NoSchedule"), tmp_path / "plain.png", "test")
+    assert png.stat().st_size != without.stat().st_size  # a third panel, not the same picture
