@@ -28,6 +28,7 @@ Secrets (API keys, kubeconfigs) are referenced by NAME only; their values live i
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -54,6 +55,16 @@ from components.model import (
     UnprivilegedPort,
     parse_duration,
 )
+
+
+def _address_range(v: str) -> str:
+    try:
+        return str(ipaddress.ip_network(v, strict=False))
+    except ValueError:
+        raise ValueError(f"{shown(v)} is not a CIDR such as 203.0.113.0/24") from None
+
+
+AddressRange = Annotated[str, AfterValidator(_address_range)]
 
 STACK_KEY = "gpucluster:burst"
 DEFAULT_PORT = 10299
@@ -168,11 +179,24 @@ class ProviderSettings(ConfigModel):
     #: Tie-break after effective price: higher is preferred, then the order of the list.
     preference: Annotated[int, Field(ge=-1000, le=1000)] = 0
     gpu_types: Annotated[dict[GpuTypeName, GpuTypeOffer], Field(min_length=1)]
+    #: Where this provider's replicas may be (CIDRs). Empty: public addresses only. An instance the provider reports
+    #: at an address outside them (a private, loopback or link-local one: a provider, or a compromise of one, that
+    #: would point the Service's traffic or the service's probes at the cluster's own network) fails
+    #: ``AddressRefused`` before anything is sent to it. A ``kubernetes`` provider's pods have the target cluster's
+    #: private addresses: its pod network must be listed.
+    address_ranges: Annotated[list[AddressRange], Field(max_length=64)] = []
     fake: FakeProviderSettings | None = None
     runpod: RunPodSettings | None = None
     kubernetes: KubernetesClusterSettings | None = None
 
     def rule_problems(self) -> Iterator[Problem]:
+        if self.kind == "kubernetes" and not self.address_ranges:
+            yield Problem(
+                ("addressRanges",),
+                f"provider {self.name!r}: a kubernetes provider's replicas have the target cluster's pod addresses, "
+                "which are not public: list its pod network (for example [10.96.0.0/12])",
+                [],
+            )
         sections = {"fake": self.fake, "runpod": self.runpod, "kubernetes": self.kubernetes}
         if sections[self.kind] is None:
             yield Problem((), f"provider {self.name!r}: kind {self.kind} needs its section `{self.kind}:`")

@@ -15,10 +15,11 @@ or a replica not ready for ``notReadyTimeout``, fails the pod like a dead instan
 from __future__ import annotations
 
 import functools
+import ipaddress
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -56,6 +57,7 @@ DIED = "InstanceDied"
 NO_CAPACITY = "NoCapacity"
 PROBE_FAILED = "ProbeFailed"
 SPEND_CEILING = "SpendCeiling"
+ADDRESS_REFUSED = "AddressRefused"
 NOT_READY = "NotReadyTimeout"
 #: Exit code reported for containers of an instance that vanished, died or was killed for a timeout.
 KILLED_EXIT_CODE = 137
@@ -70,6 +72,22 @@ ProbeRunner = Callable[[str, int, Probe], tuple[bool, str]]
 def spawn_thread(target: Callable[[], None], name: str) -> None:
     """Run `target` on a daemon thread: the default way the service does background work."""
     threading.Thread(target=target, name=name, daemon=True).start()
+
+
+def address_allowed(address: str, ranges: Sequence[str]) -> bool:
+    """Whether a provider's address for a replica may receive traffic: inside ``ranges`` (CIDRs), or, with none
+    configured, a public address. A hostname passes (it is not an address this service can judge)."""
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return True
+    if not ranges:
+        return ip.is_global
+    return any(ip in ipaddress.ip_network(r) for r in ranges)
+
+
+def _ranges_text(ranges: Sequence[str]) -> str:
+    return f"in addressRanges ({', '.join(ranges)})" if ranges else "a public address (addressRanges is empty)"
 
 
 def rfc3339(ts: float | None) -> str:
@@ -307,6 +325,9 @@ class BurstService:
         """Copies of every record (safe to read without the lock)."""
         with self._lock:
             return [replace(r, pod=r.pod) for r in self._records.values()]
+
+    def _address_ranges(self, provider: str) -> list[str]:
+        return next((list(p.address_ranges) for p in self.settings.providers if p.name == provider), [])
 
     def price_per_hour(self, provider: str, gpu_type: str, gpu_count: int) -> float:
         """What ``gpu_count`` GPUs of ``gpu_type`` cost per hour at ``provider``'s configured price (0 for none)."""
@@ -567,11 +588,24 @@ class BurstService:
                 self.tracker.record_failure(rec.provider)
                 self._fail(rec, VANISHED, f"instance {rec.instance_id} is gone from {rec.provider}", KILLED_EXIT_CODE)
                 return
-            if inst.address:
+            ranges = self._address_ranges(rec.provider)
+            if inst.address and not address_allowed(inst.address, ranges):
+                self.tracker.record_failure(rec.provider)
+                self._fail(
+                    rec,
+                    ADDRESS_REFUSED,
+                    f"instance {rec.instance_id} on {rec.provider} reports the address {inst.address[:64]!r}, which "
+                    f"is not {_ranges_text(ranges)}: no traffic or probe is sent there",
+                    KILLED_EXIT_CODE,
+                )
+                cleanup = True
+            if inst.address and not cleanup:
                 rec.address = inst.address
             if inst.ports:
                 rec.ports = inst.ports
-            if inst.state is InstanceState.RUNNING:
+            if cleanup:
+                pass  # refused: the instance is deleted below, nothing else it reports matters
+            elif inst.state is InstanceState.RUNNING:
                 if rec.phase == PENDING:
                     rec.phase, rec.reason = RUNNING, ""
                     rec.message = f"running on {rec.provider} as {rec.instance_id}"

@@ -50,6 +50,7 @@ VALID: dict[str, Any] = {
             "kind": "kubernetes",
             "maxGpus": 32,
             "preference": 1,
+            "addressRanges": ["10.96.0.0/12"],
             "gpuTypes": {"H100": {"pricePerGpuHour": 1.8}},
             "kubernetes": {
                 "kubeconfigSecret": "eastKubeconfig",
@@ -300,6 +301,8 @@ def test_long_values_are_cut_in_messages() -> None:
         ("virtualNode.failureWindow", "5s", "virtualNode.failureWindow: '5s' is shorter than a minute"),
         ("virtualNode.notReadyTimeout", "20s", "virtualNode.notReadyTimeout: '20s' is shorter than 30s"),
         ("virtualNode.maxSpendPerHour", 0, "virtualNode.maxSpendPerHour: Input should be greater than 0"),
+        ("providers.2.addressRanges", [], "providers[2].addressRanges: provider 'east': a kubernetes provider's"),
+        ("providers.0.addressRanges", ["10.0.0.0/33"], "providers[0].addressRanges[0]: '10.0.0.0/33' is not a CIDR"),
         ("virtualNode.port", 80, "virtualNode.port: Input should be greater than or equal to 1024 (got 80)"),
         ("virtualNode.port", 0, "virtualNode.port: Input should be greater than or equal to 1024 (got 0)"),
         ("virtualNode.memory", "500m", "virtualNode.memory: '500m' is a fraction of a byte"),

@@ -45,6 +45,7 @@ def settings(**virtual_node: Any) -> BurstSettings:
                 {"name": "runpod", "kind": "runpod", "maxGpus": 8, "gpuTypes": {"H100": {"pricePerGpuHour": 2.99}},
                  "runpod": {"apiKeySecret": "runpodApiKey"}},
                 {"name": "east", "kind": "kubernetes", "maxGpus": 32, "gpuTypes": {"H100": {"pricePerGpuHour": 1.8}},
+                 "addressRanges": ["10.96.0.0/12"],
                  "kubernetes": {"kubeconfigSecret": "eastKubeconfig"}},
             ],
         }

@@ -261,12 +261,17 @@ def make_pod(
     }
 
 
+TEST_ADDRESS_RANGES = ("192.0.2.0/24", "198.51.100.0/24", "203.0.113.0/24", "127.0.0.0/8", "198.18.0.0/15")
+
+
 def provider_entry(name: str, price: float = 2.0, max_gpus: int = 16, **extra: Any) -> dict[str, Any]:
     entry: dict[str, Any] = {
         "name": name,
         "kind": "fake",
         "maxGpus": max_gpus,
         "gpuTypes": {"H100": {"pricePerGpuHour": price}},
+        # The documentation ranges and loopback the tests' instances report (none of them public).
+        "addressRanges": list(TEST_ADDRESS_RANGES),
         "fake": {"url": f"http://127.0.0.1:1/{name}"},
     }
     entry.update(extra)

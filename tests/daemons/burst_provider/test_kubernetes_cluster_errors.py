@@ -72,6 +72,7 @@ def settings(**kubernetes: Any) -> ProviderSettings:
             "kind": "kubernetes",
             "maxGpus": 32,
             "gpuTypes": {"H100": {"pricePerGpuHour": 1.8}},
+            "addressRanges": ["10.96.0.0/12"],
             "kubernetes": {"kubeconfigSecret": "eastKubeconfig", **kubernetes},
         }
     )

@@ -458,6 +458,7 @@ def remote_provider(clean: LocalStack, tmp_path: Path) -> Iterator[Path]:
             "kind": "kubernetes",
             "maxGpus": 16,
             "gpuTypes": {"H100": {"pricePerGpuHour": 1.5}},
+            "addressRanges": ["10.0.0.0/8"],  # kwok's pod addresses in the target cluster
             "kubernetes": {"kubeconfigSecret": "remoteKubeconfig", "namespaceMap": {NS: "burst-inference"}},
         }
     ]

@@ -331,3 +331,33 @@ def test_rented_gpu_seconds_and_spend_are_counted_at_the_configured_price() -> N
     assert 'gpucluster_burst_gpu_seconds_total{gpu_type="H100",provider="fake-a"} 3600.0' in text
     assert 'gpucluster_burst_spend_usd_total{provider="fake-a"} 2.0' in text  # 2 GPUs x 2 USD/h x half an hour
     assert 'gpucluster_burst_spend_rate_usd_per_hour{provider="fake-a"} 4.0' in text
+
+
+def test_an_address_outside_the_providers_ranges_is_refused_before_any_traffic_or_probe() -> None:
+    """A provider that reports a private address (the cluster's own network, say) gets no EndpointSlice entry and
+    no probe: the pod fails AddressRefused and the instance is deleted. Inside the ranges it runs."""
+    provider = MemoryProvider("fake-a", address_prefix="10.0.0.")
+    settings = make_settings(provider_entry("fake-a", addressRanges=[]))  # public addresses only
+    spawn = QueuedSpawn()
+    svc = BurstService(settings, {"fake-a": provider}, FakeSource(), clock=ManualClock(), spawn=spawn)
+    svc.create_pod(make_pod())
+    spawn.run_all()
+    (iid,) = provider.created
+    provider.set_state(iid, InstanceState.RUNNING)
+    svc.poll_once()
+    spawn.run_all()
+    status = svc.get_pod("inference", "web-1")
+    assert status is not None
+    assert (status["phase"], status["reason"]) == ("Failed", "AddressRefused")
+    assert "'10.0.0.1', which is not a public address (addressRanges is empty)" in status["message"]
+    assert status["address"] == ""
+    assert provider.deleted == [iid]
+
+    allowed = make_settings(provider_entry("fake-a", addressRanges=["10.0.0.0/24"]))
+    provider2 = MemoryProvider("fake-a", address_prefix="10.0.0.")
+    svc2 = BurstService(allowed, {"fake-a": provider2}, FakeSource(), clock=ManualClock(), spawn=spawn)
+    svc2.create_pod(make_pod())
+    spawn.run_all()
+    provider2.set_state(provider2.created[0], InstanceState.RUNNING)
+    svc2.poll_once()
+    assert svc2.get_pod("inference", "web-1")["phase"] == "Running"  # type: ignore[index]
