@@ -223,6 +223,12 @@ class VirtualNodeSettings(ConfigModel):
     """The virtual node and the provider service behind it."""
 
     node_name: DnsLabel = "gpu-burst"
+    #: This cluster's name among all that rent from the same provider accounts. Every instance is tagged with it and
+    #: the node name, and the service lists, adopts and deletes only instances carrying both: without it, two
+    #: clusters whose virtual nodes share a name (gpu-burst, the default) would take each other's replicas for
+    #: their own, or for orphans. Unset in a stack, the VirtualNode component fills it with the Pulumi stack's name.
+    #: Changing it leaves running instances to no one: drain bursting first.
+    cluster_name: DnsLabel | None = None
     namespace: DnsLabel = "gpucluster-burst"
     #: The Go virtual node's image and the provider service's (the daemons' image); unset in a stack, both are filled
     #: from ``gpucluster:images``.
@@ -276,6 +282,12 @@ class VirtualNodeSettings(ConfigModel):
                 "penalty could steer a choice",
                 self.failure_window,
             )
+
+    @property
+    def instance_owner(self) -> str:
+        """The tag every instance of this node carries: ``<clusterName>.<nodeName>`` (the node name alone when no
+        cluster name is set, as before it existed)."""
+        return f"{self.cluster_name}.{self.node_name}" if self.cluster_name else self.node_name
 
     @property
     def creation_timeout_seconds(self) -> float:
@@ -358,6 +370,16 @@ def load_settings(path: str | Path) -> BurstSettings:
     if isinstance(raw, Mapping) and set(raw) == {STACK_KEY}:
         raw = raw[STACK_KEY]
     return parse_settings(raw, str(Path(path)))
+
+
+def with_cluster_name(settings: BurstSettings, stack: str) -> BurstSettings:
+    """``settings`` with ``virtualNode.clusterName`` filled from the stack's name when it is unset (lower case,
+    characters a DNS label does not allow as '-', at most 63)."""
+    if settings.virtual_node.cluster_name is not None:
+        return settings
+    name = re.sub(r"[^a-z0-9-]+", "-", stack.lower()).strip("-")[:63].strip("-") or "cluster"
+    vn = settings.virtual_node.model_copy(update={"cluster_name": name})
+    return settings.model_copy(update={"virtual_node": vn})
 
 
 def node_capacity(settings: BurstSettings) -> dict[str, str]:

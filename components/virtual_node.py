@@ -18,7 +18,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.burst_settings import BurstSettings, settings_json
+from components.burst_settings import BurstSettings, settings_json, with_cluster_name
 from components.constants import SETTINGS_LABEL, VIRTUAL_NODE_TAINT
 from components.daemon_deployment import daemon_service_account
 from components.model import check_qualified_name
@@ -260,7 +260,7 @@ class VirtualNode(pulumi.ComponentResource):
                 "namespace": ns,
                 "labels": {**labels, SETTINGS_LABEL: "burst-provider"},
             },
-            data={SETTINGS_FILE: settings_json(args.settings)},
+            data={SETTINGS_FILE: settings_json(with_cluster_name(args.settings, pulumi.get_stack()))},
             opts=child,
         )
         secret_name = f"{APP}-provider-secrets"

@@ -65,10 +65,10 @@ class Reconciler:
 
     def list_instances(self, report: ReconcileReport) -> dict[str, list[Instance]]:
         listings: dict[str, list[Instance]] = {}
-        node = self.service.node
+        owner = self.service.owner  # the cluster's and the node's name: never another cluster's instances
         for name, provider in self.service.providers.items():
             try:
-                instances = [i for i in provider.list_instances(node) if i.tags.node == node]
+                instances = [i for i in provider.list_instances(owner) if i.tags.node == owner]
             except Exception as exc:
                 self.service.metrics.provider_errors.labels(name, "list_instances").inc()
                 report.listing_errors[name] = str(exc)

@@ -215,6 +215,8 @@ class BurstService:
     ) -> None:
         self.settings = settings
         self.node = settings.virtual_node.node_name
+        #: What this node's instances are tagged with: the cluster's name and the node's (``instance_owner``).
+        self.owner = settings.virtual_node.instance_owner
         self.providers = dict(providers)
         self.resolver = resolver
         self.clock = clock
@@ -424,7 +426,7 @@ class BurstService:
             self._forget_if_deleting(uid)
             return
         try:
-            spec = translate_pod(pod, self.node, self.settings, self.resolver)
+            spec = translate_pod(pod, self.owner, self.settings, self.resolver)
         except PodTranslationError as exc:
             with self._lock:
                 rec.creating = False
@@ -837,7 +839,7 @@ class BurstService:
             for provider, instances in listings.items():
                 for inst in instances:
                     uid = inst.tags.uid
-                    if inst.tags.node != self.node or uid in self._records:
+                    if inst.tags.node != self.owner or uid in self._records:
                         continue
                     if inst.state is InstanceState.TERMINATED:
                         continue

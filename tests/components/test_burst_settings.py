@@ -16,6 +16,7 @@ from components.burst_settings import (
     parse_duration,
     parse_settings,
     settings_json,
+    with_cluster_name,
 )
 from components.images_settings import DEFAULT_DAEMONS_IMAGE, DEFAULT_VIRTUAL_NODE_IMAGE
 from components.issues import REDACTED
@@ -366,3 +367,13 @@ def test_a_file_without_images_takes_the_schemes_defaults() -> None:
     assert (
         parse_settings(explicit).virtual_node.node_image == "registry.test.example/gpucluster-virtual-node:0.2.0-dev.1"
     )
+
+
+def test_the_cluster_name_defaults_to_the_stacks_and_tags_every_instance_with_the_node() -> None:
+    base = parse_settings(VALID, "test")
+    filled = with_cluster_name(base, "Prod_EU.1")
+    assert filled.virtual_node.cluster_name == "prod-eu-1"
+    assert filled.virtual_node.instance_owner == "prod-eu-1.gpu-burst"
+    named = parse_settings(with_change("virtualNode.clusterName", "east"), "test")
+    assert with_cluster_name(named, "prod").virtual_node.instance_owner == "east.gpu-burst"
+    assert base.virtual_node.instance_owner == "gpu-burst"  # none set: the node's name alone, as before

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from pulumi.runtime import config as pulumi_config
 
-from components.burst_settings import BurstSettings
+from components.burst_settings import BurstSettings, with_cluster_name
 from components.cluster import GpuCluster, GpuClusterArgs
 from components.config import load_stack_file
 from components.images_settings import DEFAULT_DAEMONS_IMAGE, DEFAULT_VIRTUAL_NODE_IMAGE
@@ -209,7 +209,11 @@ def test_secret_holds_exactly_the_named_provider_secrets(graph: Graph) -> None:
 def test_settings_config_map_round_trips_and_carries_no_secret_value(graph: Graph) -> None:
     cm = graph.one("kubernetes:core/v1:ConfigMap", "vn-settings")
     text = cm.inputs["data"]["settings.json"]
-    assert BurstSettings.model_validate(json.loads(text)) == settings()
+    deployed = BurstSettings.model_validate(json.loads(text))
+    # Unset in the stack, the cluster's name is the stack's: its instances are told apart from another cluster's.
+    assert deployed.virtual_node.cluster_name == "test"
+    assert deployed.virtual_node.instance_owner == "test.gpu-burst"
+    assert deployed == with_cluster_name(settings(), "test")
     assert json.loads(text)["providers"][1]["runpod"]["apiKeySecret"] == "runpodApiKey"  # camelCase, by alias
     for value in SECRET_VALUES.values():
         assert value not in text

@@ -51,7 +51,7 @@ class InstanceState(enum.StrEnum):
 class InstanceTags:
     """What ties an instance back to its pod. Written by create_instance, read back by list_instances."""
 
-    node: str  # the virtual node's name
+    node: str  # the owner: ``<cluster>.<virtual node>`` (VirtualNodeSettings.instance_owner)
     namespace: str
     pod: str
     uid: str
@@ -141,7 +141,7 @@ class Provider(abc.ABC):
 
     @abc.abstractmethod
     def list_instances(self, node: str) -> list[Instance]:
-        """Every instance of this provider tagged with the virtual node `node`."""
+        """Every instance of this provider tagged with the owner `node` (the cluster's and the virtual node's name)."""
 
     @abc.abstractmethod
     def logs(self, instance_id: str, container: str, tail: int | None) -> str:

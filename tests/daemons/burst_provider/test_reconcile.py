@@ -12,6 +12,7 @@ from tests.daemons.burst_provider.support import (
     QueuedSpawn,
     make_pod,
     make_settings,
+    provider_entry,
 )
 
 
@@ -209,3 +210,26 @@ def test_an_ended_orphan_that_stays_listed_is_deleted_and_counted_once() -> None
     rec.run_once()
     p.add(tagged("died", InstanceState.FAILED))  # listed again after leaving the listing: a new delete
     assert rec.run_once().orphans_deleted == ["fake-a/old-died"]
+
+
+def test_two_clusters_sharing_a_provider_account_never_touch_each_others_instances() -> None:
+    """Both virtual nodes are named gpu-burst; their cluster names tell their instances apart: neither lists,
+    adopts nor deletes (as an orphan) the other's."""
+    shared = MemoryProvider("fake-a")
+    worlds = []
+    for cluster in ("east", "west"):
+        settings = make_settings(provider_entry("fake-a"), clusterName=cluster)
+        source = FakeSource()
+        spawn = QueuedSpawn()
+        svc = BurstService(settings, {"fake-a": shared}, source, clock=ManualClock(), spawn=spawn)
+        pod = make_pod(f"web-{cluster}", uid=f"uid-{cluster}")
+        source.pods.append(pod)
+        svc.create_pod(pod)
+        spawn.run_all()
+        worlds.append((svc, source, Reconciler(svc, source, None)))
+    assert {shared.specs[i].tags.node for i in shared.created} == {"east.gpu-burst", "west.gpu-burst"}
+    for svc, _, reconciler in worlds:
+        report = reconciler.run_once()
+        assert report.orphans_deleted == []
+        assert [r.name for r in svc.records()] == [f"web-{svc.settings.virtual_node.cluster_name}"]
+    assert shared.deleted == []
