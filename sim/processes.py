@@ -170,6 +170,15 @@ FAKE_CLOUD_ADDRESS_POOL = "198.18.0.0/16"
 FAKE_RUNPOD_PUBLIC_IPS = "198.19.0.0/24"
 
 
+CLOUD_SERVER_MODULE = "daemons/burst_provider/fakes/cloud_server.py"
+RUNPOD_SERVER_MODULE = "daemons/burst_provider/fakes/runpod_server.py"
+
+
+def _fake_code(module: str) -> Callable[[], str]:
+    """A fake's fingerprint: its code, the replicas' and where they serve, so a fake of older code restarts."""
+    return lambda: "".join((ROOT / m).read_text() for m in (module, REPLICA_MODULE)) + RENTED_NETWORK
+
+
 def route_rented_network() -> None:
     """Make RENTED_NETWORK local (``ip route replace local ... dev lo``; idempotent, left in place by make down).
 
@@ -257,7 +266,9 @@ def fake_clouds(s: Stack) -> Iterable[Daemon]:
             seed = os.environ.get("GPUCLUSTER_FAKE_SEED", "1")
             return [*line, "--seed", seed, "--state-file", str(s.state / f"fake-cloud-{p.name}.json")]
 
-        yield s.daemon(f"fake-cloud-{p.name}", cmd, ready_url=f"{url}/offers")
+        yield s.daemon(
+            f"fake-cloud-{p.name}", cmd, ready_url=f"{url}/offers", fingerprint=_fake_code(CLOUD_SERVER_MODULE)
+        )
 
 
 def loopback_host(host: str | None) -> str | None:
@@ -314,7 +325,7 @@ def fake_runpods(s: Stack) -> Iterable[Daemon]:
             return line
 
         def key(key_name: str = key_name) -> str:
-            return secret_data(ns, secret).get(key_name, "")
+            return secret_data(ns, secret).get(key_name, "") + _fake_code(RUNPOD_SERVER_MODULE)()
 
         yield s.daemon(f"fake-runpod-{p.name}", cmd, ready_url=f"http://{listen}/healthz", fingerprint=key)
 

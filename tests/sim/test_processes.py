@@ -236,7 +236,12 @@ def test_the_provider_and_the_node_follow_the_deployed_settings_and_secret(clust
     assert daemons["provider"].fingerprint() == expected
     assert daemons["virtual-node"].fingerprint() == expected
     assert daemons["taint-controller-a"].fingerprint() == '{"highMark": 8}'
-    assert daemons["fake-runpod-runpod-fake"].fingerprint() == fake_kubectl.SECRET_DATA["runpodFakeApiKey"]
+    # The key it accepts and its code: a changed key, or a fake of older code, restarts it.
+    runpod = daemons["fake-runpod-runpod-fake"].fingerprint()
+    assert runpod.startswith(fake_kubectl.SECRET_DATA["runpodFakeApiKey"])
+    assert "class FakeRunpod" in runpod
+    assert "class ReplicaServer" in runpod
+    assert "class FakeCloud" in daemons["fake-cloud-fake-a"].fingerprint()
     assert daemons["kube-state-metrics"].fingerprint is None
 
 
