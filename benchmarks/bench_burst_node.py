@@ -105,7 +105,7 @@ def main() -> int:
         return 1
     cfg = processes.stack_config()
     burst = cfg.burst.settings
-    ns, node = burst.virtual_node.inference_namespaces[0], burst.virtual_node.node_name
+    ns, owner = burst.virtual_node.inference_namespaces[0], processes.instance_owner(cfg)
     cloud = next(p.fake.url for p in burst.providers if p.fake is not None)
     boot = float(http("GET", f"{cloud}/admin/knobs")["bootSeconds"])
     registry = processes.registry()
@@ -119,7 +119,7 @@ def main() -> int:
         overhead = [t - boot for t in totals]
 
         def live_instances() -> list[dict[str, Any]]:
-            listed = http("GET", f"{cloud}/instances?node={node}")["instances"]
+            listed = http("GET", f"{cloud}/instances?node={owner}")["instances"]
             return [i for i in listed if i["state"] in ("creating", "running") and i["tags"]["pod"].startswith(NAME)]
 
         registry["provider"].kill()

@@ -348,6 +348,16 @@ def _provider_config(s: Stack) -> Callable[[], str]:
     return config
 
 
+def instance_owner(config: Any) -> str:
+    """What the deployed provider service tags its instances with (the cluster's and the node's name): the settings
+    Pulumi deployed, where the VirtualNode component filled the cluster's name."""
+    app, _ = _virtual_node_app()
+    ns = config.burst.settings.virtual_node.namespace
+    deployed = json.loads(deployed_text(ns, f"{app}-settings", "settings.json"))
+    vn = deployed["virtualNode"]
+    return f"{vn['clusterName']}.{vn['nodeName']}" if vn.get("clusterName") else str(vn["nodeName"])
+
+
 def provider(s: Stack) -> Iterable[Daemon]:
     """The burst provider service, with the virtual node's ServiceAccount, settings and provider Secret."""
     app, _ = _virtual_node_app()

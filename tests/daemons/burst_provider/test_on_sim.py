@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from components.burst_settings import with_cluster_name
 from components.config import load_stack_file
 from daemons.burst_provider.providers.base import InstanceTags
 from daemons.burst_provider.providers.runpod import ENV_NAMESPACE, ENV_NODE, ENV_POD, ENV_UID, pod_name
@@ -32,6 +33,9 @@ CFG = load_stack_file(ROOT / "stacks" / "Pulumi.local.yaml")
 assert CFG.burst is not None
 BURST = CFG.burst.settings
 NODE = BURST.virtual_node.node_name
+#: What the deployed service tags its instances with: the cluster's name (the stack's, filled by the component) and
+#: the node's.
+OWNER = with_cluster_name(BURST, "local").virtual_node.instance_owner
 NS = BURST.virtual_node.inference_namespaces[0]
 FAKE = next(p.fake.url for p in BURST.providers if p.fake is not None)
 PROBE = "burst-probe"
@@ -65,7 +69,7 @@ def knobs(**values: Any) -> None:
 
 def instances() -> list[dict[str, Any]]:
     """The fake cloud's live instances of this virtual node (what would be billed)."""
-    listed = http("GET", f"{FAKE}/instances?node={NODE}")["instances"]
+    listed = http("GET", f"{FAKE}/instances?node={OWNER}")["instances"]
     return [i for i in listed if i["state"] in ("creating", "running")]
 
 
@@ -167,7 +171,7 @@ def test_a_tolerating_pod_runs_on_the_fake_cloud_and_is_reachable(clean: LocalSt
         uid = pod["metadata"]["uid"]
         (inst,) = [i for i in instances() if i["tags"]["uid"] == uid]
         assert inst["state"] == "running"
-        assert inst["tags"] == {"node": NODE, "namespace": NS, "pod": pod["metadata"]["name"], "uid": uid}
+        assert inst["tags"] == {"node": OWNER, "namespace": NS, "pod": pod["metadata"]["name"], "uid": uid}
         try:
             address = wait_for(
                 "the external address annotation",
@@ -325,12 +329,12 @@ def test_a_pod_fake_a_has_no_room_for_runs_on_runpods_fake_with_the_adapters_tag
     stack.apply(probe(1))
     (pod,) = wait_for("the probe Ready on the virtual node via RunPod", lambda: running_on_node(stack, 1), timeout=90)
     meta = pod["metadata"]
-    tags = InstanceTags(node=NODE, namespace=NS, pod=meta["name"], uid=meta["uid"])
+    tags = InstanceTags(node=OWNER, namespace=NS, pod=meta["name"], uid=meta["uid"])
     # Exactly one RunPod pod for it, named and tagged as the adapter tags what it creates, and nothing at fake-a.
     (rp,) = [p for p in runpod_pods() if p["env"].get(ENV_UID) == meta["uid"]]
     assert rp["name"] == pod_name(tags)
     assert {k: rp["env"][k] for k in (ENV_NODE, ENV_NAMESPACE, ENV_POD, ENV_UID)} == {
-        ENV_NODE: NODE,
+        ENV_NODE: OWNER,
         ENV_NAMESPACE: NS,
         ENV_POD: meta["name"],
         ENV_UID: meta["uid"],
@@ -363,7 +367,7 @@ def test_a_runpod_refusal_is_a_failed_pod_and_a_replacement_runs_there(runpod_on
     runpod_knobs(refusals=[400])
     failed = _failed_then_replaced(stack, "NoCapacity", lambda: stack.apply(probe(1)), lambda: None)
     message = failed["status"].get("message", "")
-    assert f"{RUNPOD.name} refused for capacity: provider {RUNPOD.name}: create_instance: no capacity" in message
+    assert f"{RUNPOD.name} refused for capacity: no capacity (HTTP 400:" in message, message
     assert "no longer any instances available" in message, message
     (pod,) = running_on_node(stack, 1) or []
     (rp,) = probe_runpod_pods()
