@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from sim.timeline import percentile
+from sim.stats import percentile
 
 #: Fields of one row of ``vegeta encode --to csv`` (v12).
 CSV_FIELDS = 12

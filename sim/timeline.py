@@ -17,13 +17,12 @@ from __future__ import annotations
 
 import csv
 import itertools
-import math
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # sim/load.py reads this module's percentile
+if TYPE_CHECKING:
     from sim.load import RequestFigures, Second
 
 
@@ -295,12 +294,3 @@ def chart(tl: Timeline, path: Path, title: str) -> Path:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    if not values:
-        return math.nan
-    ordered = sorted(values)
-    k = (len(ordered) - 1) * q
-    lo, hi = math.floor(k), math.ceil(k)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
