@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from components.burst_settings import BurstSettings
-from daemons.burst_provider.service import RUNNING, PodRecord
+from daemons.burst_provider.record import RUNNING, PodRecord
 from daemons.burst_provider.source import JsonObject, SourceCluster
 
 log = logging.getLogger("burst_provider.endpoints")

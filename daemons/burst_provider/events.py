@@ -6,7 +6,8 @@ import logging
 import time
 from collections.abc import Callable
 
-from daemons.burst_provider.service import EventSink, PodRecord
+from daemons.burst_provider.record import PodRecord
+from daemons.burst_provider.service import EventSink
 from daemons.burst_provider.source import SourceCluster
 from daemons.toolkit.events import event_body
 

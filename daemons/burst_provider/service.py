@@ -20,7 +20,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 from components.burst_settings import BurstSettings
@@ -40,29 +40,30 @@ from daemons.burst_provider.providers.base import (
     InstanceSpec,
     InstanceState,
     Offer,
-    Port,
     Provider,
+)
+from daemons.burst_provider.record import (
+    ADDRESS_REFUSED,
+    CREATE_FAILED,
+    DIED,
+    FAILED,
+    KILLED_EXIT_CODE,
+    NO_CAPACITY,
+    NOT_READY,
+    PENDING,
+    PROBE_FAILED,
+    REFUSED_EXIT_CODE,
+    RUNNING,
+    SPEND_CEILING,
+    SUCCEEDED,
+    TERMINAL,
+    TIMEOUT,
+    VANISHED,
+    PodRecord,
 )
 from daemons.burst_provider.selection import FailureTracker, choose
 
 log = logging.getLogger("burst_provider.service")
-
-PENDING, RUNNING, FAILED, SUCCEEDED = "Pending", "Running", "Failed", "Succeeded"
-TERMINAL = frozenset({FAILED, SUCCEEDED})
-CREATING = "ProviderCreating"
-CREATE_FAILED = "ProviderCreateFailed"
-TIMEOUT = "ProviderTimeout"
-VANISHED = "InstanceVanished"
-DIED = "InstanceDied"
-NO_CAPACITY = "NoCapacity"
-PROBE_FAILED = "ProbeFailed"
-SPEND_CEILING = "SpendCeiling"
-ADDRESS_REFUSED = "AddressRefused"
-NOT_READY = "NotReadyTimeout"
-#: Exit code reported for containers of an instance that vanished, died or was killed for a timeout.
-KILLED_EXIT_CODE = 137
-#: Exit code reported when the instance was never created.
-REFUSED_EXIT_CODE = 1
 
 Spawn = Callable[[Callable[[], None], str], None]
 #: Runs one probe: (address, published port, probe) -> (passed, what happened). ``prober.run_probe`` by default.
@@ -88,109 +89,6 @@ def address_allowed(address: str, ranges: Sequence[str]) -> bool:
 
 def _ranges_text(ranges: Sequence[str]) -> str:
     return f"in addressRanges ({', '.join(ranges)})" if ranges else "a public address (addressRanges is empty)"
-
-
-def rfc3339(ts: float | None) -> str:
-    if ts is None:
-        return ""
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
-
-
-def _times(**stamps: float | None) -> dict[str, str]:
-    """RFC 3339 timestamps, leaving out the unknown ones (a client decoding a time must never get "")."""
-    return {k: rfc3339(v) for k, v in stamps.items() if v is not None}
-
-
-@dataclass
-class PodRecord:
-    """What the service knows about one pod (by uid). Mutated only under the service's lock."""
-
-    namespace: str
-    name: str
-    uid: str
-    pod: dict[str, Any]
-    created_at: float
-    phase: str = PENDING
-    reason: str = CREATING
-    message: str = "choosing a provider"
-    provider: str = ""
-    instance_id: str = ""
-    instance_assigned_at: float | None = None
-    gpu_type: str = ""
-    gpu_count: int = 0
-    address: str = ""
-    ports: tuple[Port, ...] = ()
-    start_time: float | None = None
-    finished_at: float | None = None
-    exit_code: int | None = None
-    creating: bool = False  # the create worker is still running
-    deleting: bool = False  # DELETE received; forgotten once the instance is gone
-    instance_gone: bool = False  # the instance is deleted or the provider no longer knows it
-    #: The pod's probes against the running instance (None until it runs and its pod is known).
-    probes: ReplicaProbes | None = field(default=None, compare=False, repr=False)
-    ready: bool = False  # Running and every container ready: the Ready condition and the endpoints' ``ready``
-    unready_since: float | None = None  # Running and not ready since then
-    not_ready_detail: str = ""  # what the failing probes said
-    #: Deleted while it served: the instance keeps serving, its endpoints terminating, until then (its preStop).
-    drain_until: float | None = None
-
-    @property
-    def key(self) -> str:
-        return f"{self.namespace}/{self.name}/{self.uid}"
-
-    @property
-    def draining(self) -> bool:
-        """Deleted, and still serving through its preStop sleep (its endpoints terminating)."""
-        return self.deleting and self.drain_until is not None and self.phase == RUNNING
-
-    @property
-    def holds_gpus(self) -> bool:
-        """Counts against the provider's cap: an instance exists, or is being created, for this pod."""
-        if not self.provider or self.instance_gone:
-            return False
-        return self.phase not in TERMINAL or bool(self.instance_id)
-
-    def _container_status(self, c: Mapping[str, Any]) -> dict[str, Any]:
-        out: dict[str, Any] = {"name": c.get("name", ""), "image": c.get("image", ""), "restartCount": 0}
-        if self.phase == PENDING:
-            out.update(state="waiting", reason=self.reason, message=self.message)
-        elif self.phase == RUNNING:
-            name = str(c.get("name", ""))
-            ready = self.probes is not None and self.probes.container_ready(name)
-            started = self.probes is not None and self.probes.started(name)
-            out.update(state="running", ready=ready, started=started, **_times(startedAt=self.start_time))
-        else:
-            out.update(
-                state="terminated",
-                reason=self.reason or ("Completed" if self.exit_code == 0 else "Error"),
-                message=self.message,
-                exitCode=self.exit_code if self.exit_code is not None else REFUSED_EXIT_CODE,
-                **_times(startedAt=self.start_time, finishedAt=self.finished_at),
-            )
-        return out
-
-    def _not_ready_message(self) -> str:
-        detail = self.not_ready_detail or "waiting for the first probe"
-        return f"{self.message}; not ready: {detail}"
-
-    def status(self) -> dict[str, Any]:
-        """The PodStatus of docs/burst-provider-api.md."""
-        containers = (self.pod.get("spec") or {}).get("containers") or []
-        return {
-            "namespace": self.namespace,
-            "name": self.name,
-            "uid": self.uid,
-            "phase": self.phase,
-            "reason": self.reason,
-            "message": self.message if self.ready or self.phase != RUNNING else self._not_ready_message(),
-            "provider": self.provider,
-            "instanceId": self.instance_id,
-            "gpuType": self.gpu_type,
-            "address": self.address,
-            "ports": [{"name": p.name, "port": p.port, "protocol": p.protocol} for p in self.ports],
-            **_times(startTime=self.start_time),
-            "containers": [self._container_status(c) for c in containers],
-        }
 
 
 #: Records a Kubernetes Event about a record's pod: (record, type, reason, message).
