@@ -34,7 +34,7 @@ CLUSTER_QUEUE_TYPES = (
 #: What a training queue without the check costs (the advisory policy says it).
 COST = (
     "training preempts every inference replica on its GPUs at once, and serving dips until the burst path "
-    "(taint controller, virtual node) catches up"
+    "(taint controller, virtual node) catches up, or, with bursting off, until training ends"
 )
 
 

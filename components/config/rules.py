@@ -406,6 +406,22 @@ def make_before_break_reserved_not_headroom(s: StackSections) -> Iterator[Config
         )
 
 
+def make_before_break_has_somewhere_to_move(s: StackSections) -> Iterator[ConfigIssue]:
+    """Make-before-break moves serving to the virtual node before a gang takes its GPUs; with bursting off there is
+    nowhere to move to. A gang that needs the whole cluster would then be held for maxHold and preempt production
+    anyway: the hold only delays training. Both go on together, or make-before-break stays off."""
+    mbb = s.make_before_break
+    if mbb is None or not mbb.enabled or (s.burst.enabled if s.burst is not None else BURST_KEY in s.raw):
+        return  # bursting on, or a burst section with problems of its own
+    yield ConfigIssue(
+        "makeBeforeBreak.enabled",
+        True,
+        f"is on with bursting off ({PROJECT}:burst.enabled is false): serving has nowhere to move to, so a gang "
+        f"that needs the whole cluster is held for maxHold ({mbb.max_hold}) and then preempts production anyway; "
+        "turn bursting on, or make-before-break off until it is",
+    )
+
+
 #: Every rule, in the order their problems are reported.
 RULES: list[Rule] = [
     flavors_distinct,
@@ -432,6 +448,7 @@ RULES: list[Rule] = [
     make_before_break_reservation_apart,
     make_before_break_in_own_namespace,
     make_before_break_reserved_not_headroom,
+    make_before_break_has_somewhere_to_move,
 ]
 
 

@@ -319,7 +319,7 @@ def test_prod_workloads_carry_the_environment_and_run_images_by_digest(prod: Gra
     kinds = {r.type.rsplit(":", 1)[1] for r in workloads}
     assert {"Deployment", "DaemonSet"} <= kinds
     names = {r.inputs["metadata"]["name"] for r in workloads}
-    assert {"gpucluster-fabric-exporter", "gpucluster-make-before-break", "llm-serve"} <= names
+    assert {"gpucluster-fabric-exporter", "gpucluster-quarantine", "llm-serve"} <= names
     for r in workloads:
         assert r.inputs["metadata"]["labels"][ENVIRONMENT_LABEL] == "prod", r.name
         assert check_resource(prod_images_by_digest, r.type, r.inputs) == [], r.name
@@ -336,5 +336,5 @@ def test_prod_without_its_digests_is_refused_by_the_policy() -> None:
         if r.type in WORKLOAD_TYPES and check_resource(prod_images_by_digest, r.type, r.inputs)
     }
     # Ours run by tag now; the inference service keeps its team's digest.
-    assert {"gpucluster-fabric-exporter", "gpucluster-make-before-break"} <= refused
+    assert {"gpucluster-fabric-exporter", "gpucluster-quarantine"} <= refused
     assert "llm-serve" not in refused

@@ -159,8 +159,11 @@ def test_args_refuse_what_cannot_run(change: dict[str, Any], fragment: str) -> N
 # --- wired into the cluster ----------------------------------------------------------------------------------
 
 
-def _cluster(stack: str, **section: Any) -> Graph:
+def _cluster(stack: str, *, bursting: bool = False, **section: Any) -> Graph:
     raw = read_stack_file(ROOT / "stacks" / f"Pulumi.{stack}.yaml")
+    if bursting:  # prod as it runs once its provider secrets are set
+        raw["burst"] = {**raw["burst"], "enabled": True}
+        raw.update({"runpodApiKey": {"secure": "v1:c2VjcmV0"}, "eastKubeconfig": {"secure": "v1:c2VjcmV0"}})
     if section:
         raw["makeBeforeBreak"] = {**raw.get("makeBeforeBreak", {}), **section}
     cfg = parse_stack_config(copy.deepcopy(raw), stack)
@@ -173,7 +176,7 @@ def _document(graph: Graph, name: str) -> dict[str, Any]:
 
 
 def test_prod_lists_the_check_on_every_cluster_queue() -> None:
-    graph = _cluster("prod")
+    graph = _cluster("prod", bursting=True, enabled=True)
     queues = graph.of_type(CQ)
     assert len(queues) == 2
     for cq in queues:
@@ -182,11 +185,10 @@ def test_prod_lists_the_check_on_every_cluster_queue() -> None:
     assert graph.parent_of(component).type == "gpucluster:cluster:GpuCluster"
     (check,) = graph.of_type(CHECK)
     assert graph.parent_of(check).urn == component.urn
-    # Its namespace exists even though prod does not burst yet.
     namespaces = {r.inputs["metadata"]["name"] for r in graph.of_type("kubernetes:core/v1:Namespace")}
     assert "gpucluster-burst" in namespaces
     doc = _document(graph, "prod-make-before-break-settings")
-    assert doc["virtualNodeName"] is None  # prod's burst section is off: nothing can be rented
+    assert doc["virtualNodeName"] == "gpu-burst"
     assert doc["inferenceNamespaces"] == ["inference", "inference-canary"]
 
 
@@ -200,8 +202,9 @@ def test_local_runs_it_on_the_virtual_node_with_short_figures() -> None:
     assert (doc["virtualNodeName"], doc["maxHold"], doc["interval"]) == ("gpu-burst", "60s", "2s")
 
 
-def test_turned_off_explicitly_the_queues_lose_the_check() -> None:
-    graph = _cluster("prod", enabled=False)
+def test_prod_as_shipped_runs_without_it_the_queues_lack_the_check() -> None:
+    assert not load_stack_file(ROOT / "stacks" / "Pulumi.prod.yaml").make_before_break.enabled  # bursting is off
+    graph = _cluster("prod")
     assert graph.of_type(CHECK) == []
     assert all("admissionChecksStrategy" not in cq.inputs["spec"] for cq in graph.of_type(CQ))
 

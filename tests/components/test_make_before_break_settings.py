@@ -24,7 +24,11 @@ from components.taint_controller_queries import DEFAULT_RESERVED_QUERY
 from daemons.make_before_break.policy import policy_of
 
 ROOT = Path(__file__).resolve().parents[2]
+#: prod as it will run once its provider secrets are set: bursting on, and make-before-break with it.
 PROD = read_stack_file(ROOT / "stacks" / "Pulumi.prod.yaml")
+PROD["burst"] = {**PROD["burst"], "enabled": True}
+PROD.update({"runpodApiKey": {"secure": "v1:c2VjcmV0"}, "eastKubeconfig": {"secure": "v1:c2VjcmV0"}})
+PROD["makeBeforeBreak"] = {**PROD["makeBeforeBreak"], "enabled": True}
 
 
 def prod_with(**section: Any) -> dict[str, Any]:
@@ -63,12 +67,10 @@ def test_the_reservation_key_is_the_one_the_daemon_and_the_headroom_query_use() 
     assert f'key="{RESERVATION_KEY}"' in DEFAULT_RESERVED_QUERY
 
 
-def test_every_stack_sets_it_on() -> None:
-    enabled = {
-        name: load_stack_file(ROOT / "stacks" / f"Pulumi.{name}.yaml").make_before_break.enabled
-        for name in ("local", "dev", "staging", "prod")
-    }
-    assert enabled == {"local": True, "dev": True, "staging": True, "prod": True}
+def test_every_stack_sets_it_on_with_bursting_and_off_without() -> None:
+    stacks = {name: load_stack_file(ROOT / "stacks" / f"Pulumi.{name}.yaml") for name in ("local", "dev", "staging", "prod")}
+    enabled = {name: (cfg.make_before_break.enabled, cfg.burst_enabled) for name, cfg in stacks.items()}
+    assert enabled == {"local": (True, True), "dev": (False, False), "staging": (False, False), "prod": (False, False)}
 
 
 def test_inference_namespaces_come_from_the_stack() -> None:
@@ -139,7 +141,6 @@ VALID: list[tuple[str, dict[str, Any]]] = [
     ("grace-just-below-hold", {"maxHold": "5m", "nodeGrace": "4m59s"}),
     ("return-batch-bounds", {"returnBatch": 50}),
     ("deletion-cost-int32", {"deletionCost": -(2**31)}),
-    ("reservation-other-key", {"reservationKey": "example.com/reserved"}),
     ("interval-one-second", {"interval": "1s"}),
 ]
 
@@ -186,8 +187,8 @@ def test_the_document_is_what_the_daemon_reads(tmp_path: Path) -> None:
     daemon = load_settings(path)
     assert daemon == s
     assert (daemon.admission_check_name, daemon.return_batch) == ("make-before-break", 2)
-    # prod's burst section is off: no virtual node to rent on.
-    assert (daemon.virtual_node_name, daemon.burst_taint_key) == (None, "gpucluster.io/in-cluster-capacity")
+    # bursting on: the virtual node is the stack's
+    assert (daemon.virtual_node_name, daemon.burst_taint_key) == ("gpu-burst", "gpucluster.io/in-cluster-capacity")
     policy = policy_of(daemon)
     assert (policy.max_hold_s, policy.node_grace_s, policy.max_returning, policy.deletion_cost) == (
         600.0,
@@ -202,6 +203,7 @@ def test_the_virtual_node_is_the_stacks_while_it_bursts() -> None:
     assert parse_stack_config(copy.deepcopy(local), "test").make_before_break.virtual_node_name == "gpu-burst"
     local["burst"] = {**local["burst"], "enabled": False}
     del local["runpodFakeApiKey"]  # the provider secret: no enabled section names it any more
+    local["makeBeforeBreak"] = {**local["makeBeforeBreak"], "enabled": False}  # on only with bursting
     assert parse_stack_config(local, "test").make_before_break.virtual_node_name is None
 
 

@@ -22,6 +22,6 @@ def test_the_check_line_says_whether_make_before_break_is_on(
     stacks = [str(ROOT / "stacks" / f"Pulumi.{name}.yaml") for name in ("prod", "local")]
     assert main(["check", *stacks, str(off)]) == 0
     prod, local, turned_off = capsys.readouterr().out.splitlines()
-    assert prod.endswith(", make-before-break on (maxHold 10m))")
+    assert prod.endswith(", bursting configured but off, make-before-break off)")  # on only with bursting
     assert local.endswith(", make-before-break on (maxHold 60s))")
     assert turned_off.endswith(", make-before-break off)")

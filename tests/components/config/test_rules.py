@@ -65,7 +65,28 @@ def test_a_rule_waits_for_the_sections_it_reads() -> None:
 def _bursting_prod() -> dict[str, Any]:
     raw = read_stack_file(ROOT / "stacks" / "Pulumi.prod.yaml")
     raw["burst"] = {**raw["burst"], "enabled": True}
+    raw["makeBeforeBreak"] = {**raw["makeBeforeBreak"], "enabled": True}
     return raw
+
+
+def test_make_before_break_goes_on_only_with_bursting() -> None:
+    raw = _bursting_prod()
+    sections, _ = parse_sections(raw)
+    assert list(rules_module.make_before_break_has_somewhere_to_move(sections)) == []
+    raw["burst"] = {**raw["burst"], "enabled": False}
+    sections, _ = parse_sections(raw)
+    found = list(rules_module.make_before_break_has_somewhere_to_move(sections))
+    assert [i.path for i in found] == ["makeBeforeBreak.enabled"]
+    assert "nowhere to move to" in str(found[0]) and "10m" in str(found[0])
+    del raw["burst"]  # no burst section at all: nowhere either
+    sections, _ = parse_sections(raw)
+    assert [i.path for i in rules_module.make_before_break_has_somewhere_to_move(sections)] == [
+        "makeBeforeBreak.enabled"
+    ]
+    raw["burst"] = {"enabled": "maybe"}  # a burst section with problems of its own: those are reported instead
+    sections, _ = parse_sections(raw)
+    assert sections.burst is None
+    assert list(rules_module.make_before_break_has_somewhere_to_move(sections)) == []
 
 
 def test_reserved_nodes_are_left_out_of_a_custom_headroom_query() -> None:
