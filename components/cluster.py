@@ -17,6 +17,7 @@ from components.inference import InferenceService, InferenceServiceArgs
 from components.jobset import JobSet, JobSetArgs
 from components.make_before_break import MakeBeforeBreak
 from components.make_before_break_settings import CHECK_NAME
+from components.metrics_adapter import MetricsAdapter, MetricsAdapterArgs
 from components.queues import Queues, QueuesArgs
 from components.storage import Storage, StorageArgs
 from components.telemetry import Telemetry, TelemetryArgs
@@ -78,6 +79,7 @@ class GpuCluster(pulumi.ComponentResource):
             *((n, "training") for n in cfg.training_namespaces),
             *((n, "inference") for n in cfg.inference_namespaces),
             *((n, roles[n]) for n in dict.fromkeys(ns for ns, _ in claimed)),
+            *([(cfg.metrics_adapter.namespace, "metrics")] if cfg.metrics_adapter.enabled else []),
         ]:
             self.namespaces[ns] = k8s.core.v1.Namespace(
                 f"{name}-ns-{ns}",
@@ -176,6 +178,21 @@ class GpuCluster(pulumi.ComponentResource):
                 opts=pulumi.ResourceOptions(parent=self),
             )
 
+        self.metrics_adapter: MetricsAdapter | None = None
+        if cfg.metrics_adapter.enabled:
+            self.metrics_adapter = MetricsAdapter(
+                f"{name}-metrics-adapter",
+                MetricsAdapterArgs(
+                    settings=cfg.metrics_adapter,
+                    inference_namespaces=cfg.inference_namespaces,
+                    labels=labels,
+                    depends_on=tuple(
+                        self.namespaces[n] for n in (cfg.metrics_adapter.namespace, *cfg.inference_namespaces)
+                    ),
+                ),
+                opts=pulumi.ResourceOptions(parent=self),
+            )
+
         self.inference_services: dict[str, InferenceService] = {}
         default_gpu_type = burst.settings.virtual_node.default_gpu_type if burst is not None else None
         for svc in cfg.inference_services:
@@ -220,5 +237,6 @@ class GpuCluster(pulumi.ComponentResource):
             "inferenceServices": sorted(self.inference_services),
             "quotaFollowsCapacity": quota is not None,
             "quarantine": cfg.quarantine.enabled,
+            "metricsAdapter": cfg.metrics_adapter.enabled,
         }
         self.register_outputs(self.outputs)

@@ -28,7 +28,7 @@ from components.constants import (
     VIRTUAL_NODE_TAINT_VALUE,
     WORKLOAD_LABEL,
 )
-from components.inference_settings import InferenceServiceSpec
+from components.inference_settings import REQUESTS_METRIC, InferenceServiceSpec
 from components.model import check_qualified_name
 
 PORT_NAME = "http"
@@ -94,6 +94,47 @@ def inference_pod_spec(spec: InferenceServiceSpec, priority_class_name: str) -> 
         "priorityClassName": priority_class_name,
         "tolerations": burst_tolerations(spec),
         "containers": [container],
+    }
+
+
+def milli(value: float) -> str:
+    """A quantity in thousandths (``2.5`` -> ``2500m``), the precision the HPA compares at."""
+    return f"{round(value * 1000)}m"
+
+
+def hpa_spec(spec: InferenceServiceSpec) -> dict[str, Any]:
+    """The autoscaling/v2 spec: the Service's request rate per replica (through the metrics adapter), CPU, or both."""
+    hpa = spec.hpa
+    assert hpa is not None
+    metrics: list[dict[str, Any]] = []
+    if hpa.target_requests_per_replica is not None:
+        metrics.append(
+            {
+                "type": "Object",
+                "object": {
+                    "describedObject": {"apiVersion": "v1", "kind": "Service", "name": spec.name},
+                    "metric": {"name": REQUESTS_METRIC},
+                    # AverageValue: the Service's rate divided by the replica count, against this target
+                    "target": {
+                        "type": "AverageValue",
+                        "averageValue": f"{round(hpa.target_requests_per_replica * 1000)}m",
+                    },
+                },
+            }
+        )
+    if hpa.cpu_target is not None:
+        metrics.append(
+            {
+                "type": "Resource",
+                "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": hpa.cpu_target}},
+            }
+        )
+    return {
+        "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": spec.name},
+        "minReplicas": hpa.min_replicas,
+        "maxReplicas": hpa.max_replicas,
+        "metrics": metrics,
+        "behavior": {"scaleDown": {"stabilizationWindowSeconds": hpa.scale_down_stabilization_seconds}},
     }
 
 
@@ -175,23 +216,7 @@ class InferenceService(pulumi.ComponentResource):
             self.hpa = k8s.autoscaling.v2.HorizontalPodAutoscaler(
                 f"{name}-hpa",
                 metadata=meta,
-                spec={
-                    "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": spec.name},
-                    "minReplicas": spec.hpa.min_replicas,
-                    "maxReplicas": spec.hpa.max_replicas,
-                    "metrics": [
-                        {
-                            "type": "Resource",
-                            "resource": {
-                                "name": "cpu",
-                                "target": {
-                                    "type": "Utilization",
-                                    "averageUtilization": spec.hpa.target_cpu_utilization,
-                                },
-                            },
-                        }
-                    ],
-                },
+                spec=hpa_spec(spec),
                 opts=pulumi.ResourceOptions(parent=self, depends_on=[self.deployment, *args.depends_on]),
             )
         self.register_outputs(

@@ -14,7 +14,7 @@ Example (stack YAML)::
         drainSeconds: 5               # keeps serving this long once told to stop, while traffic moves away
         resources: {cpu: "4", memory: 16Gi}
         minAvailable: 75%             # PodDisruptionBudget: the descheduler's evictions never go below it
-        hpa: {minReplicas: 4, maxReplicas: 16, targetCpuUtilization: 70}
+        hpa: {minReplicas: 4, maxReplicas: 16, targetRequestsPerReplica: 5, scaleDownStabilization: 5m}
 """
 
 from __future__ import annotations
@@ -26,7 +26,17 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, Field, field_validator
 
 from components.issues import shown
-from components.model import ByteQuantity, ConfigModel, DnsLabel, Image, Problem, Quantity, check_qualified_name
+from components.model import (
+    ByteQuantity,
+    ConfigModel,
+    DnsLabel,
+    Image,
+    PositiveDuration,
+    Problem,
+    Quantity,
+    check_qualified_name,
+    parse_duration,
+)
 
 _PERCENT = re.compile(r"^(\d{1,3})%$")
 
@@ -40,16 +50,44 @@ class InferenceResources(ConfigModel):
     memory: ByteQuantity = "4Gi"
 
 
+#: The custom metric an InferenceService's HPA reads from the metrics adapter: requests per second its Service
+#: receives (``components/metrics_adapter.py`` serves it for Services; the adapter's query says where it is counted).
+REQUESTS_METRIC = "requests_per_second"
+
+
 class InferenceHpa(ConfigModel):
-    """An autoscaling/v2 HorizontalPodAutoscaler on CPU utilisation."""
+    """An autoscaling/v2 HorizontalPodAutoscaler on the Service's request rate, CPU utilisation, or both (the HPA
+    follows whichever asks for more replicas). Neither named: CPU at 70 %."""
 
     min_replicas: Annotated[int, Field(ge=1, le=1000)]
     max_replicas: Annotated[int, Field(ge=1, le=1000)]
-    target_cpu_utilization: Annotated[int, Field(ge=1, le=100)] = 70
+    target_cpu_utilization: Annotated[int, Field(ge=1, le=100)] | None = None
+    #: Requests per second one replica should serve: the HPA reads ``requests_per_second`` of the app's Service
+    #: through the metrics adapter (``gpucluster:metricsAdapter``) and divides by the replica count. The rate is
+    #: counted where traffic enters, so it keeps working while replicas are rented (the virtual node serves no pod
+    #: stats, and the cluster's Prometheus cannot scrape a rented pod).
+    target_requests_per_replica: Annotated[float, Field(gt=0, le=100_000)] | None = None
+    #: How long the HPA keeps the highest recommendation of this window before it scales down (its
+    #: ``behavior.scaleDown.stabilizationWindowSeconds``; Kubernetes' default is 5m): a replica that loads a model
+    #: for minutes is not given back on one quiet minute.
+    scale_down_stabilization: PositiveDuration = "5m"
+
+    @property
+    def cpu_target(self) -> int | None:
+        if self.target_cpu_utilization is None and self.target_requests_per_replica is None:
+            return 70
+        return self.target_cpu_utilization
+
+    @property
+    def scale_down_stabilization_seconds(self) -> int:
+        return int(parse_duration(self.scale_down_stabilization))
 
     def rule_problems(self) -> Iterator[Problem]:
         if self.min_replicas > self.max_replicas:
             yield Problem((), f"minReplicas {self.min_replicas} is above maxReplicas {self.max_replicas}")
+        if self.scale_down_stabilization_seconds > 3600:
+            # the API's own bound for stabilizationWindowSeconds
+            yield Problem(("scaleDownStabilization",), f"{self.scale_down_stabilization} is over the HPA's 1h")
 
 
 def _annotation_keys(v: dict[str, str]) -> dict[str, str]:

@@ -406,6 +406,8 @@ def virtual_node(s: Stack) -> Iterable[Daemon]:
 
 #: The simulated cluster's Services (sim/serving.py): the stack's n-th InferenceService is on 127.0.0.1:BASE+n.
 SERVING_PORT_BASE = 18100
+#: Where sim/serving.py serves its request counters (scraped by the sim's Prometheus as job "serving").
+SERVING_METRICS_PORT = 18099
 
 
 def service_ports(config: Any) -> dict[str, int]:
@@ -423,6 +425,7 @@ def serving(s: Stack) -> Iterable[Daemon]:
     def cmd() -> list[str]:
         line = [s.python, str(ROOT / "sim" / "serving.py"), "--kubeconfig", str(ADMIN_KUBECONFIG)]
         line += ["--node", s.burst.virtual_node.node_name, "--rented-network", RENTED_NETWORK]
+        line += ["--metrics-port", str(SERVING_METRICS_PORT)]
         for name, port in ports.items():
             line += ["--service", f"{name}={port}"]
         return line
@@ -490,6 +493,7 @@ def prometheus(s: Stack) -> Iterable[Daemon]:
             # under the job the stack's quarantine alerts match
             s.config.telemetry.dcgm_scrape_job: [f"127.0.0.1:{FAKE_DCGM_PORT}"],
             "burst-provider": [f"127.0.0.1:{port}"],
+            **({"serving": [f"127.0.0.1:{SERVING_METRICS_PORT}"]} if service_ports(s.config) else {}),
         }
 
     def cmd() -> list[str]:
@@ -537,6 +541,54 @@ def prometheus(s: Stack) -> Iterable[Daemon]:
         return "\n".join([*flags, scraped, deployed_text(s.config.telemetry.namespace, RULES_CONFIGMAP, RULES_KEY)])
 
     yield s.daemon("prometheus", cmd, ready_url=f"http://127.0.0.1:{PROMETHEUS_PORT}/-/ready", fingerprint=fingerprint)
+
+
+#: Where the sim's metrics adapter serves custom.metrics.k8s.io (the local stack's metricsAdapter.externalAddress).
+METRICS_ADAPTER_PORT = 18443
+
+
+def metrics_adapter(s: Stack) -> Iterable[Daemon]:
+    """The metrics adapter (Go) as its ServiceAccount, with the file the stack deployed; none while it is off. The
+    API server reaches it through the stack's ExternalName Service and APIService, and it answers once the HPA
+    controller can read a metric through them."""
+    from components.metrics_adapter import APP, CONFIG_FILE  # noqa: PLC0415 (needs ROOT on the path)
+
+    ma = s.config.metrics_adapter
+    if not ma.enabled:
+        return
+    d = s.state / "metrics-adapter"
+
+    def cmd() -> list[str]:
+        kubeconfig = sa_kubeconfig(ma.namespace, APP, d / "kubeconfig")
+        config = write_deployed(ma.namespace, APP, CONFIG_FILE, d / CONFIG_FILE)
+        return [
+            s.tool("gpucluster-metrics-adapter"),
+            f"--config={config}",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={METRICS_ADAPTER_PORT}",
+            f"--cert-dir={d / 'serving-cert'}",
+            f"--lister-kubeconfig={kubeconfig}",
+            f"--authentication-kubeconfig={kubeconfig}",
+            f"--authorization-kubeconfig={kubeconfig}",
+        ]
+
+    def fingerprint() -> str:  # a running adapter started with another metrics file is restarted
+        return deployed_text(ma.namespace, APP, CONFIG_FILE)
+
+    yield s.daemon(
+        "metrics-adapter", cmd, ready_check=lambda: custom_metrics_served(ma.namespace), fingerprint=fingerprint
+    )
+
+
+def custom_metrics_served(namespace: str) -> bool:
+    """The API server routes custom.metrics.k8s.io to the adapter: its discovery document answers through it."""
+    from components.metrics_adapter_settings import API_GROUP, API_VERSION  # noqa: PLC0415 (needs ROOT on the path)
+
+    try:
+        kubectl("get", "--raw", f"/apis/{API_GROUP}/{API_VERSION}")
+    except DaemonError:
+        return False
+    return True
 
 
 def fake_dcgm(s: Stack) -> Iterable[Daemon]:
@@ -696,6 +748,7 @@ BUILDERS: tuple[Callable[[Stack], Iterable[Daemon]], ...] = (
     kube_state_metrics,
     fake_dcgm,
     prometheus,
+    metrics_adapter,
     controllers,
     descheduler,
 )

@@ -20,6 +20,13 @@ An in-cluster stand-in answers 503 until its pod is Ready (the kwok stage that p
 after. Once the pod is being deleted it keeps serving for its preStop sleep (``lifecycle.preStop.sleep.seconds``,
 0 without one), then refuses, as a server that stops on SIGTERM does.
 
+Each proxy also counts the HTTP requests it carries (the request heads in the client's bytes) and serves the
+counts on ``--metrics-port`` as ``gpucluster_sim_service_requests_total{namespace,service}``: the request rate a
+Service receives, measured where its traffic enters, as a gateway or ingress reports it in a real cluster. The
+metrics adapter's query reads it, so the HPA sees rented replicas' requests as well as in-cluster ones. Only
+requests without a body are counted once each (a body holding a blank line would count twice): the load generator
+sends GETs.
+
 What it does not model: session affinity, topology-aware routing, traffic policies, NodePorts, UDP, IPv6, and a
 cluster's many kube-proxies converging each at its own pace.
 
@@ -31,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import http.server
 import ipaddress
 import random
 import signal
@@ -189,11 +197,27 @@ class Replicas:
 # --- kube-proxy for one Service -------------------------------------------------------------------------------------
 
 
+class RequestCounter:
+    """HTTP/1.1 request heads in one direction of a connection: each ends with an empty line (CRLF CRLF), which may
+    fall across two reads."""
+
+    def __init__(self) -> None:
+        self.tail = b""
+
+    def feed(self, data: bytes) -> int:
+        joined = self.tail + data
+        self.tail = joined[-3:]
+        return joined.count(b"\r\n\r\n")
+
+
 class ServiceProxy:
-    """A Service's cluster IP on 127.0.0.1:``port``: each connection to a random routable endpoint, bytes relayed."""
+    """A Service's cluster IP on 127.0.0.1:``port``: each connection to a random routable endpoint, bytes relayed,
+    requests counted."""
 
     def __init__(self, name: str, port: int, replicas: Replicas, rng: random.Random | None = None) -> None:
         self.name = name
+        self.requests = 0
+        self._count_lock = threading.Lock()
         self.targets: list[Endpoint] = []
         self.replicas = replicas
         self.rng = rng or random.Random(1)
@@ -223,17 +247,25 @@ class ServiceProxy:
             return
         upstream.settimeout(None)
         threading.Thread(target=_pump, args=(upstream, client), daemon=True).start()
-        _pump(client, upstream)
+        counter = RequestCounter()
+        _pump(client, upstream, lambda data: self._count(counter.feed(data)))
+
+    def _count(self, n: int) -> None:
+        if n:
+            with self._count_lock:
+                self.requests += n
 
     def close(self) -> None:
         self._stop.set()
         self.listener.close()
 
 
-def _pump(src: socket.socket, dst: socket.socket) -> None:
-    """Copy bytes until one side closes, then close both."""
+def _pump(src: socket.socket, dst: socket.socket, seen: Callable[[bytes], None] | None = None) -> None:
+    """Copy bytes until one side closes, then close both; ``seen`` reads each chunk on its way."""
     try:
         while data := src.recv(65536):
+            if seen is not None:
+                seen(data)
             dst.sendall(data)
     except OSError:
         pass
@@ -272,6 +304,45 @@ class Sim:
     node: str  # the virtual node: its pods are rented, without a stand-in
 
 
+REQUESTS_METRIC = "gpucluster_sim_service_requests_total"
+
+
+def exposition(services: Sequence[ServiceRef], proxies: Mapping[str, ServiceProxy]) -> str:
+    """The request counters in Prometheus's text format (0.0.4)."""
+    lines = [
+        f"# HELP {REQUESTS_METRIC} HTTP requests a Service received, wherever its replicas run.",
+        f"# TYPE {REQUESTS_METRIC} counter",
+    ]
+    for svc in services:
+        lines.append(
+            f'{REQUESTS_METRIC}{{namespace="{svc.namespace}",service="{svc.name}"}} {proxies[svc.name].requests}'
+        )
+    return "\n".join(lines) + "\n"
+
+
+def serve_metrics(port: int, body: Callable[[], str]) -> http.server.ThreadingHTTPServer:
+    """``/metrics`` on 127.0.0.1:``port``, in a thread of its own."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if self.path.split("?")[0] != "/metrics":
+                self.send_error(404)
+                return
+            data = body().encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *_: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
+    return server
+
+
 def sync_forever(api: KubeApi, sim: Sim, stop: threading.Event) -> None:
     """Every SYNC_SECONDS: the stand-ins follow the pods, each proxy's table follows its EndpointSlices."""
     while not stop.is_set():
@@ -298,10 +369,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--node", required=True, help="the virtual node: its pods are rented, no stand-in")
     parser.add_argument("--service", type=parse_service, action="append", default=[], help="NAMESPACE/NAME=PORT")
     parser.add_argument("--rented-network", type=ipaddress.ip_network, required=True, help="rented replicas' range")
+    parser.add_argument("--metrics-port", type=int, default=0, help="serves /metrics on 127.0.0.1 (0: none)")
     args = parser.parse_args(argv)
     api = KubeApi(load_kube_config(args.kubeconfig), 5.0, "sim-serving")
     replicas = Replicas(rented=args.rented_network)
     proxies = {s.name: ServiceProxy(s.name, s.port, replicas) for s in args.service}
+    metrics = serve_metrics(args.metrics_port, lambda: exposition(args.service, proxies)) if args.metrics_port else None
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
@@ -309,6 +382,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     sync_forever(api, Sim(args.service, proxies, replicas, args.node), stop)
     for proxy in proxies.values():
         proxy.close()
+    if metrics is not None:
+        metrics.shutdown()
     replicas.close()
     return 0
 

@@ -120,6 +120,7 @@ STEPS=(
   "descheduler tools/descheduler sigs.k8s.io/descheduler/cmd/descheduler sigs.k8s.io/descheduler"
   "vegeta tools/vegeta github.com/tsenart/vegeta/v12 github.com/tsenart/vegeta/v12"
   "gpucluster-virtual-node virtualnode gpucluster.local/virtualnode/cmd/gpucluster-virtual-node github.com/virtual-kubelet/virtual-kubelet"
+  "gpucluster-metrics-adapter virtualnode gpucluster.local/virtualnode/cmd/gpucluster-metrics-adapter sigs.k8s.io/custom-metrics-apiserver"
   "kube-state-metrics tools/kube-state-metrics k8s.io/kube-state-metrics/v2 k8s.io/kube-state-metrics/v2"
   "kube-scheduler tools/kubernetes k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes"
   "kube-controller-manager tools/kubernetes k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes"

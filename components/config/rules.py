@@ -422,6 +422,20 @@ def make_before_break_has_somewhere_to_move(s: StackSections) -> Iterator[Config
     )
 
 
+def request_rate_hpas_have_an_adapter(s: StackSections) -> Iterator[ConfigIssue]:
+    """An HPA on the request rate reads the metrics adapter: without it the HPA never gets a value and never
+    scales (it keeps its replica count, FailedGetObjectMetric)."""
+    if s.inference_services is None or s.metrics_adapter is None or s.metrics_adapter.enabled:
+        return
+    for i, svc in enumerate(s.inference_services):
+        if svc.hpa is not None and svc.hpa.target_requests_per_replica is not None:
+            yield ConfigIssue(
+                f"inferenceServices[{i}].hpa.targetRequestsPerReplica",
+                svc.hpa.target_requests_per_replica,
+                f"needs {PROJECT}:metricsAdapter.enabled: nothing else serves the request rate an HPA reads",
+            )
+
+
 #: Every rule, in the order their problems are reported.
 RULES: list[Rule] = [
     flavors_distinct,
@@ -449,6 +463,7 @@ RULES: list[Rule] = [
     make_before_break_in_own_namespace,
     make_before_break_reserved_not_headroom,
     make_before_break_has_somewhere_to_move,
+    request_rate_hpas_have_an_adapter,
 ]
 
 

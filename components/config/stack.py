@@ -27,6 +27,8 @@ from components.jobset_settings import JobSetSettings
 from components.make_before_break_settings import FILLED as MAKE_BEFORE_BREAK_FILLED
 from components.make_before_break_settings import STACK_KEY as MAKE_BEFORE_BREAK_KEY
 from components.make_before_break_settings import MakeBeforeBreakSettings
+from components.metrics_adapter_settings import STACK_KEY as METRICS_ADAPTER_KEY
+from components.metrics_adapter_settings import MetricsAdapterSettings
 from components.model import MAX_STRING, ControllerSettings, DnsLabel, TaintKey
 from components.quarantine_settings import FILLED as QUARANTINE_FILLED
 from components.quarantine_settings import STACK_KEY as QUARANTINE_KEY
@@ -121,6 +123,8 @@ class StackConfig:
     #: None when the stack has no ``gpucluster:burst`` section.
     burst: BurstConfig | None = None
     inference_services: tuple[InferenceServiceSpec, ...] = ()
+    #: The custom metrics adapter the InferenceServices' request-rate HPAs read.
+    metrics_adapter: MetricsAdapterSettings = field(default_factory=MetricsAdapterSettings)
 
     @property
     def burst_enabled(self) -> bool:
@@ -221,6 +225,7 @@ SECTIONS: dict[str, _Section] = {
     STALL_DETECTOR_KEY: _section("stall_detector", StallDetectorSettings, {}, model=True),
     "images": _section("images", ImagesSettings, {}, model=True),
     "inferenceServices": _section("inference_services", list[InferenceServiceSpec], []),
+    METRICS_ADAPTER_KEY: _section("metrics_adapter", MetricsAdapterSettings, {}, model=True),
 }
 #: The sections that are a controller's settings, whole (the taint controller's is inside ``burst``).
 CONTROLLER_SECTIONS = {key: section for key, section in SECTIONS.items() if section.controller}
@@ -264,6 +269,7 @@ class StackSections:
     stall_detector: StallDetectorSettings | None = None
     images: ImagesSettings | None = None
     inference_services: tuple[InferenceServiceSpec, ...] | None = None
+    metrics_adapter: MetricsAdapterSettings | None = None
     #: None when the stack has no ``gpucluster:burst`` section or it did not validate.
     burst: BurstConfig | None = None
     #: Keys under ``config:`` that are neither sections nor secrets the burst section names.
@@ -315,6 +321,7 @@ class StackSections:
                 labels = [f.node_labels.get(tc.gpu_type_node_label, "") for f in values["flavors"]]
                 update["gpu_types"] = gpu_types_in_cluster(labels, burst.settings.gpu_types())
             burst = BurstConfig(burst.settings, tc.model_copy(update=update))
+        values["metrics_adapter"] = with_image(values["metrics_adapter"], images.ref(VIRTUAL_NODE_IMAGE))
         mbb = values["make_before_break"]
         # The make-before-break controller acts on the stack's virtual node (none without burst) and burst taint.
         filled: dict[str, Any] = {

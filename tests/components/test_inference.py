@@ -113,6 +113,32 @@ def test_hpa_when_asked_and_then_the_deployment_leaves_replicas_to_it() -> None:
     assert "replicas" not in graph.one("kubernetes:apps/v1:Deployment", "svc-deployment").inputs["spec"]
 
 
+def test_hpa_on_the_request_rate_reads_the_services_metric_per_replica() -> None:
+    hpa_ = {"minReplicas": 8, "maxReplicas": 12, "targetRequestsPerReplica": 2.5, "scaleDownStabilization": "30s"}
+    spec_ = build(args(spec=spec(hpa=hpa_))).one("kubernetes:autoscaling/v2:HorizontalPodAutoscaler", "svc-hpa")
+    hpa = spec_.inputs["spec"]
+    # The Service's rate divided by the replica count, against 2.5 a replica; no CPU target unless asked.
+    assert hpa["metrics"] == [
+        {
+            "type": "Object",
+            "object": {
+                "describedObject": {"apiVersion": "v1", "kind": "Service", "name": "sd-serve"},
+                "metric": {"name": "requests_per_second"},
+                "target": {"type": "AverageValue", "averageValue": "2500m"},
+            },
+        }
+    ]
+    assert hpa["behavior"] == {"scaleDown": {"stabilizationWindowSeconds": 30}}
+    both = build(args(spec=spec(hpa={**hpa_, "targetCpuUtilization": 80})))
+    metrics = both.one("kubernetes:autoscaling/v2:HorizontalPodAutoscaler", "svc-hpa").inputs["spec"]["metrics"]
+    assert [m["type"] for m in metrics] == ["Object", "Resource"]
+    # neither named: CPU at 70 %, and Kubernetes' own 5-minute scale-down window
+    plain = build(args(spec=spec(hpa={"minReplicas": 2, "maxReplicas": 4})))
+    plain_spec = plain.one("kubernetes:autoscaling/v2:HorizontalPodAutoscaler", "svc-hpa").inputs["spec"]
+    assert plain_spec["metrics"][0]["resource"]["target"]["averageUtilization"] == 70
+    assert plain_spec["behavior"]["scaleDown"]["stabilizationWindowSeconds"] == 300
+
+
 def test_rollouts_add_before_they_remove_as_many_as_max_surge_says(graph: Graph) -> None:
     strategy = graph.one("kubernetes:apps/v1:Deployment", "svc-deployment").inputs["spec"]["strategy"]
     assert strategy == {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": "25%"}}
@@ -168,6 +194,21 @@ def test_command_and_args_are_passed_through() -> None:
         ({"maxSurge": "0%"}, "maxSurge", "from '1%' to '100%'"),
         ({"maxSurge": "101%"}, "maxSurge", "from '1%' to '100%'"),
         ({"hpa": {"minReplicas": 8, "maxReplicas": 4}}, "hpa", "above maxReplicas"),
+        (
+            {"hpa": {"minReplicas": 1, "maxReplicas": 4, "targetRequestsPerReplica": 0}},
+            "hpa.targetRequestsPerReplica",
+            "greater than 0",
+        ),
+        (
+            {"hpa": {"minReplicas": 1, "maxReplicas": 4, "scaleDownStabilization": "2h"}},
+            "hpa.scaleDownStabilization",
+            "1h",
+        ),
+        (
+            {"hpa": {"minReplicas": 1, "maxReplicas": 4, "scaleDownStabilization": "soon"}},
+            "hpa.scaleDownStabilization",
+            "duration",
+        ),
         ({"gpusPerReplica": 17}, "gpusPerReplica", "less than or equal to 16"),
         ({"resources": {"cpu": "lots"}}, "resources.cpu", "quantity"),
         ({"name": "SD_serve"}, "name", "DNS label"),
@@ -204,7 +245,9 @@ def test_local_stack_serves_sd_serve_after_its_priority_class() -> None:
     svc = graph.one("gpucluster:inference:InferenceService", "sim-inference-inference-sd-serve")
     assert graph.parent_of(svc).type == "gpucluster:cluster:GpuCluster"
     deployment = graph.one("kubernetes:apps/v1:Deployment", "sim-inference-inference-sd-serve-deployment")
-    assert deployment.inputs["spec"]["replicas"] == 8
+    assert "replicas" not in deployment.inputs["spec"]  # its HPA's to set, from 8 to 12
+    hpa = graph.one("kubernetes:autoscaling/v2:HorizontalPodAutoscaler", "sim-inference-inference-sd-serve-hpa")
+    assert (hpa.inputs["spec"]["minReplicas"], hpa.inputs["spec"]["maxReplicas"]) == (8, 12)
     assert graph.depends_on(
         deployment, graph.one("kubernetes:scheduling.k8s.io/v1:PriorityClass", "sim-queues-pc-inference")
     )

@@ -68,7 +68,9 @@ def test_the_reservation_key_is_the_one_the_daemon_and_the_headroom_query_use() 
 
 
 def test_every_stack_sets_it_on_with_bursting_and_off_without() -> None:
-    stacks = {name: load_stack_file(ROOT / "stacks" / f"Pulumi.{name}.yaml") for name in ("local", "dev", "staging", "prod")}
+    stacks = {
+        name: load_stack_file(ROOT / "stacks" / f"Pulumi.{name}.yaml") for name in ("local", "dev", "staging", "prod")
+    }
     enabled = {name: (cfg.make_before_break.enabled, cfg.burst_enabled) for name, cfg in stacks.items()}
     assert enabled == {"local": (True, True), "dev": (False, False), "staging": (False, False), "prod": (False, False)}
 

@@ -46,6 +46,10 @@ def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
+#: The metrics adapter's three kubeconfig flags (custom-metrics-apiserver's): all its ServiceAccount's.
+KUBECONFIG_FLAGS = ("lister", "authentication", "authorization")
+
+
 def _registry(tmp: Path) -> dict[str, object]:
     return dict(processes.registry(state=tmp / "daemons"))
 
@@ -60,6 +64,7 @@ def test_daemons_start_in_dependency_order(cluster: Path) -> None:
         "kube-state-metrics",
         "fake-dcgm",
         "prometheus",
+        "metrics-adapter",
         "taint-controller-a",
         "taint-controller-b",
         "make-before-break-a",
@@ -106,7 +111,19 @@ def test_command_lines_are_the_programs_with_what_pulumi_deployed(cluster: Path)
     assert cmds["serving"] == [
         VENV_PY,
         *(str(ROOT / "sim" / "serving.py"), "--kubeconfig", str(cluster / "admin-kubeconfig")),
-        *("--node", "gpu-burst", "--rented-network", "198.18.0.0/15", "--service", "inference/sd-serve=18100"),
+        *("--node", "gpu-burst", "--rented-network", "198.18.0.0/15", "--metrics-port", "18099"),
+        *("--service", "inference/sd-serve=18100"),
+    ]
+    assert cmds["metrics-adapter"] == [
+        f"{tools}/gpucluster-metrics-adapter",
+        f"--config={state}/metrics-adapter/config.json",
+        "--bind-address=127.0.0.1",
+        "--secure-port=18443",
+        f"--cert-dir={state}/metrics-adapter/serving-cert",
+        *(
+            f"--{k}-kubeconfig={state}/metrics-adapter/kubeconfig"
+            for k in ("lister", "authentication", "authorization")
+        ),
     ]
     assert cmds["virtual-node"] == [
         f"{tools}/gpucluster-virtual-node",
@@ -181,6 +198,7 @@ def test_each_daemon_reads_the_deployed_files_with_its_own_serviceaccount(cluste
     assert (state / "taint-controller-a" / "settings.json").read_text() == '{"highMark": 8}'
     assert (state / "quota-controller-a" / "settings.json").read_text() == '{"returnAfter": "20s"}'
     assert (state / "descheduler" / "policy.yaml").read_text() == fake_kubectl.DESCHEDULER_POLICY
+    assert (state / "metrics-adapter" / "config.json").read_text() == fake_kubectl.METRICS_ADAPTER[3]
     secret = state / "provider" / "secrets" / "runpodFakeApiKey"
     assert secret.read_bytes() == b"not-a-real-key"
     assert secret.stat().st_mode & 0o777 == 0o600
@@ -197,6 +215,7 @@ def test_each_daemon_reads_the_deployed_files_with_its_own_serviceaccount(cluste
         "quarantine-a": "gpucluster-capacity-gpucluster-quarantine",
         "interruptions-b": "gpucluster-training-gpucluster-interruptions",
         "stall-detector-a": "gpucluster-training-gpucluster-stall-detector",
+        "metrics-adapter": "gpucluster-metrics-gpucluster-metrics-adapter",
         "descheduler": "kube-system-descheduler",
     }
     for name, user in users.items():
@@ -217,6 +236,8 @@ def test_each_daemon_reads_the_deployed_files_with_its_own_serviceaccount(cluste
         "stall-detector": ["127.0.0.1:9114", "127.0.0.1:9115"],
         "dcgm-exporter": ["127.0.0.1:18094"],
         "burst-provider": ["127.0.0.1:10299"],
+        # sim/serving.py's request counters, which the metrics adapter's query reads
+        "serving": ["127.0.0.1:18099"],
         # the fake dcgm-exporter serves the fabric exporter's data counters too, on a path of its own
         "gpucluster-fabric-exporter": ["127.0.0.1:18094"],
     }

@@ -138,3 +138,30 @@ def test_with_no_endpoint_the_connection_is_reset(world: Any) -> None:
     _, proxy, _ = world
     proxy.targets = []
     assert get(proxy.port) in ("RemoteDisconnected", "ConnectionResetError")
+
+
+def test_request_heads_are_counted_also_when_a_read_splits_one() -> None:
+    counter = serving.RequestCounter()
+    assert counter.feed(b"GET /a HTTP/1.1\r\nHost: x\r\n\r\nGET /b HTTP/1.1\r\n") == 1
+    assert counter.feed(b"Host: x\r\n\r") == 0  # the empty line split across two reads
+    assert counter.feed(b"\n") == 1
+    assert counter.feed(b"") == 0
+
+
+def test_the_service_counts_the_requests_it_carries_keep_alive_included(world: Any) -> None:
+    replicas, proxy, _ = world
+    proxy.targets = [("10.0.0.5", 8080)]
+    replicas.sync([pod("10.0.0.5", ready=True)], "gpu-burst")
+    conn = http.client.HTTPConnection("127.0.0.1", proxy.port, timeout=3)
+    try:
+        for _ in range(3):  # one connection, three requests
+            conn.request("GET", "/generate")
+            assert conn.getresponse().read() is not None
+    finally:
+        conn.close()
+    assert get(proxy.port) == 200
+    ref = serving.ServiceRef("inference", "sd-serve", proxy.port)
+    text = serving.exposition([ref], {"sd-serve": proxy})
+    # the text format Prometheus scrapes, the counter's name and labels the adapter's query reads
+    assert 'gpucluster_sim_service_requests_total{namespace="inference",service="sd-serve"} 4\n' in text
+    assert "# TYPE gpucluster_sim_service_requests_total counter\n" in text

@@ -23,6 +23,8 @@ SETTINGS = {
     ("gpucluster-training", "gpucluster-interruptions-settings"): '{"interval": "1s"}',
     ("gpucluster-training", "gpucluster-stall-detector-settings"): '{"interval": "2s"}',
 }
+#: The metrics adapter's file (components/metrics_adapter.py: its own key, not settings.json).
+METRICS_ADAPTER = ("gpucluster-metrics", "gpucluster-metrics-adapter", "config.json", '{"metrics": "as deployed"}')
 #: The provider Secret holds the local stack's one provider secret, the key the RunPod fake accepts.
 SECRET_DATA = {"runpodFakeApiKey": base64.b64encode(b"not-a-real-key").decode()}
 #: The alert rules the telemetry component deployed (a ConfigMap: no Prometheus operator).
@@ -60,6 +62,8 @@ def answer(args: Sequence[str]) -> str | None:
         name = args[2]
         if (ns, name) in SETTINGS:
             return json.dumps({"metadata": {"name": name}, "data": {"settings.json": SETTINGS[(ns or "", name)]}})
+        if (ns, name) == METRICS_ADAPTER[:2]:
+            return json.dumps({"metadata": {"name": name}, "data": {METRICS_ADAPTER[2]: METRICS_ADAPTER[3]}})
         if name == DESCHEDULER_CM:
             return json.dumps({"metadata": {"name": name}, "data": {"policy.yaml": DESCHEDULER_POLICY}})
         if (ns, name) == ("gpu-telemetry", "gpucluster-gpu-fabric"):

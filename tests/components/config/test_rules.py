@@ -77,7 +77,8 @@ def test_make_before_break_goes_on_only_with_bursting() -> None:
     sections, _ = parse_sections(raw)
     found = list(rules_module.make_before_break_has_somewhere_to_move(sections))
     assert [i.path for i in found] == ["makeBeforeBreak.enabled"]
-    assert "nowhere to move to" in str(found[0]) and "10m" in str(found[0])
+    assert "nowhere to move to" in str(found[0])
+    assert "10m" in str(found[0])
     del raw["burst"]  # no burst section at all: nowhere either
     sections, _ = parse_sections(raw)
     assert [i.path for i in rules_module.make_before_break_has_somewhere_to_move(sections)] == [
