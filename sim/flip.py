@@ -265,6 +265,13 @@ class Sampler:
         training = kget("pods", "-n", s.training_ns, "-l", f"job-name={TRAINING_JOB}")["items"]
         workload = workload_state(kget("workloads.kueue.x-k8s.io", "-n", s.training_ns)["items"])
         instances = int(fake_cloud_stats(s.fake_cloud_url).get("liveInstances", 0) or 0)
+        names = {(x.namespace, x.name) for x in s.services}
+        desired = sum(
+            int(d.get("spec", {}).get("replicas") or 0)
+            for ns in s.inference_namespaces
+            for d in kget("deployments", "-n", ns)["items"]
+            if (ns, d["metadata"]["name"]) in names
+        )
         live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
         external = [p for p in live if p["spec"].get("nodeName") == s.node]
         sample = timeline.Sample(
@@ -278,6 +285,7 @@ class Sampler:
             # Every instance on the fake cloud is one of the services' replicas.
             external_gpus=instances * s.gpus_per_replica,
             workload=workload,
+            desired=desired,
         )
         self.latest, self.latest_pods = sample, live
         # A short run at scale: the first pods may finish before the last start.
@@ -360,6 +368,12 @@ def wait(what: str, check: Callable[[], Any], timeout: float, interval: float = 
 
 
 @dataclass(frozen=True)
+class LoadStep:
+    rate: int  # requests a second added
+    seconds: float  # how long, at least until every replica the HPA asks for is Ready
+
+
+@dataclass(frozen=True)
 class Options:
     path: str = MAKE_BEFORE_BREAK
     train_for: str = "60s"
@@ -374,6 +388,9 @@ class Options:
     timeout_scale: float = 1.0
     #: Requests a second sent through the first InferenceService's Service for the whole cycle (vegeta); 0: none.
     load_rate: int = 0
+    #: More requests a second on top, from the moment every training pod runs (the replicas rented, on the
+    #: make-before-break path) for a while: the HPA should scale the service out on rented GPUs, then back.
+    load_step: LoadStep | None = None
 
     @property
     def step_timeout(self) -> float:
@@ -432,6 +449,7 @@ def run_cycle(opts: Options) -> tuple[timeline.Timeline, timeline.Figures]:
         timeout=timeout,
     )
     load = _start_load(s, opts, wall0)
+    steps: list[sim_load.Request] = []
     sampler.start()
     try:
         share = "every in-cluster GPU" if gang == s.nodes else f"{gang} of {s.nodes} nodes"
@@ -454,6 +472,8 @@ def run_cycle(opts: Options) -> tuple[timeline.Timeline, timeline.Figures]:
         done = sampler.training_succeeded
         say(f"   {gang} training pods Running" + (f" ({done} of them already done)" if done else ""), q)
         phase("training_running")
+        if opts.load_step is not None:
+            steps.extend(_load_step(s, opts, opts.load_step, tl=tl, sampler=sampler, until=until))
         if opts.path == NO_EXECUTE:
             # The baseline: the taint controller refuses NoExecute, so it is stopped and the taint set by hand.
             for name in ("taint-controller-a", "taint-controller-b"):
@@ -497,7 +517,7 @@ def run_cycle(opts: Options) -> tuple[timeline.Timeline, timeline.Figures]:
     finally:
         sampler.stop()
         if load is not None:
-            requests = load.stop()
+            requests = load.stop() + steps
             tl.requests = sim_load.per_second(requests, wall0)
             tl.request_figures = sim_load.request_figures(requests)
         if opts.path == NO_EXECUTE:
@@ -524,6 +544,36 @@ def _start_load(s: Setup, opts: Options, wall0: float) -> sim_load.Load | None:
     say(f"   {opts.load_rate} requests a second through {name}'s Service for the whole cycle", opts.quiet)
     load.start()
     return load
+
+
+def _load_step(
+    s: Setup,
+    opts: Options,
+    step: LoadStep,
+    *,
+    tl: timeline.Timeline,
+    sampler: Sampler,
+    until: Callable[[str, Callable[[timeline.Sample], bool]], None],
+) -> list[sim_load.Request]:
+    """``step.rate`` more requests a second for ``step.seconds`` (and until the HPA's new replicas are Ready)."""
+    name, port = next(iter(sim_daemons.service_ports(sim_daemons.stack_config()).items()))
+    vegeta = str(sim_daemons.tools_bin() / "vegeta")
+    extra = sim_load.Load(vegeta, f"http://127.0.0.1:{port}/generate", step.rate, opts.out / f"load-step-{opts.path}")
+    base = sampler.latest.desired if sampler.latest is not None and sampler.latest.desired else s.replicas
+    say(f"3b. load step: {step.rate} more requests a second through {name}'s Service for {step.seconds:g}s", opts.quiet)
+    tl.load_step_rate = step.rate
+    started = sampler.now()
+    tl.mark(started, "load_step", f"+{step.rate}/s")
+    extra.start()
+    try:
+        until("the HPA to raise the replica count", lambda x: x.desired > base)
+        until("every replica the HPA asked for Ready", lambda x: x.ready >= x.desired > base)
+        say(f"   the HPA scaled {name} from {base} to {sampler.latest.desired if sampler.latest else '?'}", opts.quiet)
+        time.sleep(max(0.0, step.seconds - (sampler.now() - started)))
+    finally:
+        requests = extra.stop()
+    tl.mark(sampler.now(), "load_fell")
+    return requests
 
 
 def services_text(s: Setup) -> str:
@@ -651,7 +701,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument(
         "--load-rate", type=int, default=LOAD_RATE, help="requests a second through the Service, whole cycle (0: none)"
     )
+    p.add_argument(
+        "--load-step",
+        metavar="RATE:SECONDS",
+        help="RATE more requests a second once training runs, for SECONDS (the HPA scales out on rented GPUs)",
+    )
     a = p.parse_args(argv)
+    step = None
+    if a.load_step:
+        rate, _, seconds = a.load_step.partition(":")
+        if not rate.isdigit() or not seconds.replace(".", "", 1).isdigit() or int(rate) < 1:
+            p.error(f"--load-step {a.load_step!r}: expected RATE:SECONDS such as 24:60")
+        if not a.load_rate:
+            p.error("--load-step needs --load-rate above 0: the step is added to it")
+        step = LoadStep(int(rate), float(seconds))
     boot = float(os.environ.get("GPUCLUSTER_FAKE_BOOT_SECONDS", sim_daemons.FAKE_CLOUD_DEFAULTS["boot-seconds"]))
     opts = Options(
         path=a.path,
@@ -663,6 +726,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         gang_nodes=a.gang_nodes,
         timeout_scale=a.timeout_scale,
         load_rate=a.load_rate,
+        load_step=step,
     )
     try:
         tl, f = run_cycle(opts)

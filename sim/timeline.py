@@ -38,6 +38,8 @@ class Sample:
     external_gpus: int
     #: The training Workload: "" (none yet), "reserved" (quota reserved, not admitted), "admitted", "finished".
     workload: str = ""
+    #: The services' Deployments' replica counts together (what their HPAs set); 0 when not read.
+    desired: int = 0
 
     @property
     def ready(self) -> int:
@@ -47,8 +49,8 @@ class Sample:
 @dataclass(frozen=True)
 class Mark:
     t: float
-    #: submitted, quota_reserved, preempted, taint_removed, admitted, flipped_out, training_running, training_done,
-    #: taint_added, returned, external_gone
+    #: submitted, quota_reserved, preempted, taint_removed, admitted, flipped_out, training_running, load_step,
+    #: load_fell, training_done, taint_added, returned, external_gone
     name: str
     detail: str = ""
 
@@ -67,6 +69,8 @@ class Timeline:
     #: The constant request rate through the Service over the cycle (sim/load.py), per second; empty without one.
     requests: list[Second] = field(default_factory=list)
     request_figures: RequestFigures | None = None
+    #: Requests a second added from the ``load_step`` mark to the ``load_fell`` mark (0: no step).
+    load_step_rate: int = 0
 
     def mark(self, t: float, name: str, detail: str = "") -> None:
         if self.first(name) is None:
@@ -99,6 +103,8 @@ class Figures:
     taint_flaps: int  # changes beyond the two a cycle needs (remove once, add once)
     #: What the requests sent through the Service over the whole cycle met (sim/load.py); None without a load.
     requests: RequestFigures | None = None
+    #: How the HPA answered a load step; None without one.
+    hpa: HpaFigures | None = None
 
     def rows(self) -> list[tuple[str, str]]:
         def s(v: float | None) -> str:
@@ -123,7 +129,57 @@ class Figures:
             ),
             ("taint changes / flaps", f"{self.taint_changes} / {self.taint_flaps}"),
             *(self.requests.rows() if self.requests is not None else []),
+            *(self.hpa.rows() if self.hpa is not None else []),
         ]
+
+
+@dataclass(frozen=True)
+class HpaFigures:
+    """The HPA's answer to a load step taken while the replicas are rented."""
+
+    step_rate: int
+    base: int  # replicas desired before the step (minReplicas)
+    max_desired: int
+    scale_out_seconds: float | None  # step -> the HPA raised the replica count
+    all_ready_seconds: float | None  # step -> every replica it asked for Ready
+    max_ready_external: int  # replicas Ready on rented GPUs at once, most
+    scale_back_seconds: float | None  # load fell -> back to ``base``
+
+    def rows(self) -> list[tuple[str, str]]:
+        def s(v: float | None) -> str:
+            return "n/a" if v is None else f"{v:.1f} s"
+
+        return [
+            (f"HPA: load step (+{self.step_rate} req/s), replicas desired", f"{self.base} -> {self.max_desired}"),
+            ("HPA: load step -> replica count raised", s(self.scale_out_seconds)),
+            ("HPA: load step -> every replica asked for Ready", s(self.all_ready_seconds)),
+            ("HPA: replicas Ready on rented GPUs, most", str(self.max_ready_external)),
+            ("HPA: load fell -> back to minReplicas", s(self.scale_back_seconds)),
+        ]
+
+
+def hpa_figures(tl: Timeline) -> HpaFigures | None:
+    step, fell = tl.first("load_step"), tl.first("load_fell")
+    if step is None or not tl.samples:
+        return None
+    before = [x.desired for x in tl.samples if x.t <= step.t and x.desired]
+    base = before[-1] if before else tl.desired_replicas
+    during = [x for x in tl.samples if x.t >= step.t]
+    top = max((x.desired for x in during), default=base)
+    raised = next((x.t - step.t for x in during if x.desired > base), None)
+    ready = next((x.t - step.t for x in during if top > base and x.desired == top and x.ready >= top), None)
+    back = None
+    if fell is not None:
+        back = next((x.t - fell.t for x in tl.samples if x.t >= fell.t and 0 < x.desired <= base), None)
+    return HpaFigures(
+        step_rate=tl.load_step_rate,
+        base=base,
+        max_desired=top,
+        scale_out_seconds=raised,
+        all_ready_seconds=ready,
+        max_ready_external=max((x.ready_external for x in during), default=0),
+        scale_back_seconds=back,
+    )
 
 
 def _integrate(samples: Sequence[Sample], start: float, attr: str) -> float:
@@ -185,15 +241,18 @@ def figures(tl: Timeline) -> Figures:
         taint_changes=changes,
         taint_flaps=max(0, changes - 2),
         requests=tl.request_figures,
+        hpa=hpa_figures(tl),
     )
 
 
 def side_by_side(results: Iterable[Figures]) -> str:
     """A plain-text table, one column per run (make-before-break, preempt-then-burst, the NoExecute baseline)."""
     runs = list(results)
-    rows = [r.rows() for r in runs]
+    rows = [dict(r.rows()) for r in runs]
+    # every run's rows, in the order they first appear; a row a run lacks (an HPA step it did not take) is empty
+    labels = list(dict.fromkeys(label for r in runs for label, _ in r.rows()))
     header = ["", *[r.path for r in runs]]
-    table = [header, *[[rows[0][i][0], *[rr[i][1] for rr in rows]] for i in range(len(rows[0]))]]
+    table = [header, *[[label, *[rr.get(label, "") for rr in rows]] for label in labels]]
     widths = [max(len(row[c]) for row in table) for c in range(len(header))]
     return "\n".join("  ".join(cell.ljust(widths[c]) for c, cell in enumerate(row)).rstrip() for row in table)
 

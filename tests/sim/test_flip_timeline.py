@@ -169,3 +169,41 @@ def test_the_chart_draws_the_requests_panel_when_the_cycle_had_a_load(tmp_path: 
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     without = tl_mod.chart(_cycle("NoSchedule"), tmp_path / "plain.png", "test")
     assert png.stat().st_size != without.stat().st_size  # a third panel, not the same picture
+
+
+def _load_step_cycle() -> object:
+    """Make-before-break with 8 replicas rented; a load step at t=30 makes the HPA ask for 11 at t=36, Ready on
+    rented GPUs at t=52; the load falls at t=60 and the count is back to 8 at t=95."""
+    tl = tl_mod.Timeline(desired_replicas=8, boot_seconds=5.0, taint_effect="NoSchedule", path="make-before-break")
+    tl.load_step_rate = 24
+    for t in range(100):
+        desired = 11 if 36 <= t < 95 else 8
+        external = 11 if 52 <= t < 95 else 8
+        tl.samples.append(tl_mod.Sample(float(t), 0, external, 0, 4, "NoSchedule", external, external, desired=desired))
+    tl.mark(30.0, "load_step", "+24/s")
+    tl.mark(60.0, "load_fell")
+    return tl
+
+
+def test_the_hpa_figures_of_a_load_step() -> None:
+    f = tl_mod.hpa_figures(_load_step_cycle())
+    assert f is not None
+    assert (f.step_rate, f.base, f.max_desired, f.max_ready_external) == (24, 8, 11, 11)
+    assert (f.scale_out_seconds, f.all_ready_seconds, f.scale_back_seconds) == (6.0, 22.0, 35.0)
+    rows = dict(f.rows())
+    assert rows["HPA: load step (+24 req/s), replicas desired"] == "8 -> 11"
+    # An HPA that never scaled: nothing raised, nothing Ready, said as such rather than as 0 s.
+    flat = _load_step_cycle()
+    flat.samples = [tl_mod.Sample(x.t, 0, 8, 0, 4, "NoSchedule", 8, 8, desired=8) for x in flat.samples]
+    g = tl_mod.hpa_figures(flat)
+    assert g is not None
+    assert (g.max_desired, g.scale_out_seconds, g.all_ready_seconds) == (8, None, None)
+    assert tl_mod.hpa_figures(_make_before_break()) is None  # no step, no rows
+
+
+def test_a_row_only_one_run_has_is_empty_in_the_others() -> None:
+    with_step = tl_mod.figures(_load_step_cycle())
+    without = tl_mod.figures(_make_before_break())
+    table = tl_mod.side_by_side([with_step, without])
+    (line,) = [x for x in table.splitlines() if x.startswith("HPA: load step (+24 req/s)")]
+    assert line.split()[-1] == "11"  # "8 -> 11" in the first column, nothing in the second
