@@ -27,8 +27,8 @@ from images import oci
 from images.definitions import (
     BASE_EPOCH,
     DEFINITIONS,
-    GO_BINARY,
     GO_MODULE_DIR,
+    GO_PROGRAMS,
     NONROOT_UID,
     PYTHON_BASE_PACKAGES,
     ImageDefinition,
@@ -183,10 +183,11 @@ def _go_layers(work: Path, base: Path, prov: Provenance, tick: Callable[[str], N
     static.file("etc/group", b"root:x:0:\nnogroup:x:65534:\n")
     static.file("etc/ssl/certs/ca-certificates.crt", read_from_base(base, "etc/ssl/certs/ca-certificates.crt"))
     static.directory("tmp", 0o1777)
-    binary = go_binary(ROOT / GO_MODULE_DIR, work / "bin" / Path(GO_BINARY).name, prov.version)
-    tick("go build")
-    app = oci.Layer("gpucluster-virtual-node (go build, static)")
-    app.add(oci.Entry(GO_BINARY, "file", 0o755, source=binary))
+    app = oci.Layer("gpucluster-virtual-node and gpucluster-metrics-adapter (go build, static)")
+    for package, path in GO_PROGRAMS:
+        binary = go_binary(ROOT / GO_MODULE_DIR, package, work / "bin" / Path(path).name, prov.version)
+        tick(f"go build {Path(path).name}")
+        app.add(oci.Entry(path, "file", 0o755, source=binary))
     return [(static.comment, static.tar(prov.epoch)), (app.comment, app.tar(prov.epoch))]
 
 

@@ -7,8 +7,9 @@ Two images, one per language, named by the stack scheme (``components/images_set
     mmdebstrap (Essential packages, Python 3.11's interpreter and standard library, CA certificates), the daemons'
     third-party wheels exactly as ``images/daemons.lock`` pins them, and the project's own wheel.
 ``gpucluster-virtual-node``
-    The Go virtual node, built static (``CGO_ENABLED=0``). Layers: the accounts, ``/tmp`` and the CA bundle of
-    the Debian base, and the binary. No shell, no package manager, no libc.
+    The Go programs, built static (``CGO_ENABLED=0``): the virtual node (the entrypoint) and the metrics adapter
+    (``gpucluster-metrics-adapter``, the command its Deployment names). Layers: the accounts, ``/tmp`` and the CA
+    bundle of the Debian base, and the binaries. No shell, no package manager, no libc.
 
 Both run as 65534:65534 (nobody), the user the components' pod security contexts ask for.
 """
@@ -53,10 +54,13 @@ PYTHON_ENV = (
     "LANG=C.UTF-8",
 )
 
-#: The virtual node's Go module and its main package.
+#: The Go module of the virtual node and the metrics adapter, and each main package with where its binary goes.
 GO_MODULE_DIR = "virtualnode"
-GO_MAIN_PACKAGE = "./cmd/gpucluster-virtual-node"
 GO_BINARY = "/usr/local/bin/gpucluster-virtual-node"
+GO_PROGRAMS = (
+    ("./cmd/gpucluster-virtual-node", GO_BINARY),
+    ("./cmd/gpucluster-metrics-adapter", "/usr/local/bin/gpucluster-metrics-adapter"),
+)
 
 
 @dataclass(frozen=True)

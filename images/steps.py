@@ -28,7 +28,6 @@ from images.definitions import (
     DEBIAN_SOURCES,
     DEBIAN_SUITE,
     DPKG_OPTIONS,
-    GO_MAIN_PACKAGE,
     PYTHON_INTERPRETER,
     PYTHON_SITE,
 )
@@ -269,11 +268,11 @@ def install_wheels(wheels: Sequence[Path], staging: Path) -> None:
 # ----------------------------------------------------------------------------------------------------
 
 
-def go_binary(module: Path, out: Path, version: str) -> Path:
-    """The virtual node, static and reproducible: no cgo, no paths of this machine, no build id, no VCS stamp."""
+def go_binary(module: Path, package: str, out: Path, version: str) -> Path:
+    """One Go program, static and reproducible: no cgo, no paths of this machine, no build id, no VCS stamp."""
     out.parent.mkdir(parents=True, exist_ok=True)
     run(
-        "virtual node (go build)",
+        f"{out.name} (go build)",
         [
             "go",
             "build",
@@ -282,7 +281,7 @@ def go_binary(module: Path, out: Path, version: str) -> Path:
             f"-ldflags=-s -w -buildid= -X main.version={version}",
             "-o",
             str(out),
-            GO_MAIN_PACKAGE,
+            package,
         ],
         cwd=module,
         env={"CGO_ENABLED": "0", "GOOS": "linux", "GOARCH": "amd64", "GOFLAGS": "-mod=mod", "GOTOOLCHAIN": "local"},

@@ -303,6 +303,7 @@ class StackSections:
             update={
                 "fabric_exporter": with_image(telemetry.fabric_exporter, daemons),
                 "reservation_taint_key": values["make_before_break"].reservation_key,
+                "inference_priority_class": values["priorities"].pod.inference.name,
             }
         )
         burst = self.burst

@@ -20,6 +20,14 @@ bound, or the bound keeps it stopped), ``TrainingCheckpointStale`` (while every 
 than twice the job's interval: the trainer stopped reporting or writing) and ``TrainingRecoverySlow`` (the last
 interruption took longer than ``recoverySlowSeconds`` to get the gang Running again); from the stall detector,
 ``TrainingGangStalled``, ``TrainingNodeRepeatOffender`` (a quarantine signal) and ``StallDetectorBlind``.
+
+The ``gpucluster-serving`` group watches the loop that keeps production serving while training takes the GPUs:
+``BurstTaintFlapping`` (the taint controller reversed itself within its flap window: serving moved out and back for
+nothing), ``MakeBeforeBreakFellBack`` (a gang was admitted before its room was made, by ``maxHold`` or because the
+replacements could not be placed: the replicas on its GPUs were preempted), ``InferencePending`` (an inference pod
+found no room in the cluster and none rented for ``inferencePendingMinutes``), ``BurstProviderFailing`` (a
+provider's failure rate above ``providerFailureRate`` for 10 minutes) and ``BurstSpendCeilingReached`` (new rentals
+refused by ``maxSpendPerHour``).
 """
 
 from __future__ import annotations
@@ -51,6 +59,12 @@ QUARANTINE_ALERTS = (
 #: The stall detector's metrics (daemons/stall_detector/metrics.py).
 STALL = "gpucluster_stall_detector"
 _SIGNAL = {QUARANTINE_SIGNAL_LABEL: QUARANTINE_SIGNAL_VALUE}
+
+#: The serving loop's daemons' metrics (daemons/taint_controller/metrics.py, daemons/make_before_break/metrics.py,
+#: daemons/burst_provider/metrics.py; tests/components/telemetry check the names against them).
+TAINT_CONTROLLER = "gpucluster_taint_controller"
+MAKE_BEFORE_BREAK = "gpucluster_make_before_break"
+BURST = "gpucluster_burst"
 
 FABRIC = "gpucluster_fabric"
 TRAINING = "gpucluster_training"
@@ -408,8 +422,84 @@ def rule_groups(settings: TelemetrySettings) -> dict[str, Any]:
             {"name": "gpucluster-fabric", "rules": fabric_rules},
             {"name": "gpucluster-quarantine", "rules": quarantine_rules},
             {"name": "training", "rules": training_rules},
+            {"name": "gpucluster-serving", "rules": serving_rules(settings)},
         ]
     }
+
+
+def serving_rules(settings: TelemetrySettings) -> list[dict[str, Any]]:
+    """The serving loop: the burst taint, make-before-break, Pending inference, the providers, the spend."""
+    a = settings.alerts
+    pending = (
+        'max by (namespace, pod) (kube_pod_status_phase{phase="Pending"} == 1)'
+        " * on (namespace, pod) group_left ()"
+        f' max by (namespace, pod) (kube_pod_info{{priority_class="{settings.inference_priority_class}"}})'
+    )
+    return [
+        {
+            "alert": "BurstTaintFlapping",
+            "expr": f"sum(increase({TAINT_CONTROLLER}_flaps_total[30m])) > 0",
+            "labels": {"severity": "warning"},
+            "annotations": {
+                "summary": "The burst taint reversed itself {{ $value | humanize }} times in 30 minutes",
+                "description": "The taint controller added the burst taint back (or took it off again) within its "
+                "flapWindow: inference replicas moved out to rented GPUs and home again, or the reverse, for "
+                "nothing. Headroom that swings around highMark is the usual cause: widen the marks or lengthen "
+                "holdAdd/holdRemove (gpucluster_taint_controller_headroom_gpus shows the swing).",
+            },
+        },
+        {
+            "alert": "MakeBeforeBreakFellBack",
+            "expr": f"sum by (reason) (increase({MAKE_BEFORE_BREAK}_fallbacks_total[15m])) > 0",
+            "labels": {"severity": "warning"},
+            "annotations": {
+                "summary": "A training gang was admitted before its room was made ({{ $labels.reason }})",
+                "description": "The make-before-break check was set Ready without every inference replica on the "
+                "gang's GPUs replaced elsewhere, so the scheduler preempted those replicas: production dipped "
+                "until the burst path caught up. kubectl describe workload names the gang (Event FallbackMaxHold "
+                "or the reason above); replacements that could not be placed (no rented capacity, the spend "
+                "ceiling) are the usual cause.",
+            },
+        },
+        {
+            "alert": "InferencePending",
+            "expr": f"count by (namespace) ({pending}) > 0",
+            "for": f"{a.inference_pending_minutes}m",
+            "labels": {"severity": "critical"},
+            "annotations": {
+                "summary": "{{ $value }} inference pod(s) in {{ $labels.namespace }} Pending for "
+                f"{a.inference_pending_minutes} minutes",
+                "description": "Production replicas found no room in the cluster and none on the virtual node: "
+                "bursting is off, every provider refused, or the spend ceiling stops new rentals. kubectl "
+                "describe pod says which (FailedScheduling, the burst provider's Events).",
+            },
+        },
+        {
+            "alert": "BurstProviderFailing",
+            "expr": f"max by (provider) ({BURST}_provider_failure_rate) > {_num(a.provider_failure_rate)}",
+            "for": "10m",
+            "labels": {"severity": "warning"},
+            "annotations": {
+                "summary": "Burst provider {{ $labels.provider }} fails {{ $value | humanizePercentage }} of its "
+                "rentals",
+                "description": "Creates or running instances of this provider fail (the pod goes Failed and is "
+                "replaced) more often than providerFailureRate within the provider service's failure window; "
+                "it is priced down but still chosen when it is the only one with capacity. "
+                "gpucluster_burst_pod_failures_total says why.",
+            },
+        },
+        {
+            "alert": "BurstSpendCeilingReached",
+            "expr": f"sum(increase({BURST}_spend_refusals_total[10m])) > 0",
+            "labels": {"severity": "warning"},
+            "annotations": {
+                "summary": "New rentals are refused: maxSpendPerHour is reached",
+                "description": "Renting more would pass burst.maxSpendPerHour, so inference pods that need rented "
+                "GPUs stay Pending (Event SpendCeiling on each). gpucluster_burst_spend_rate_usd_per_hour shows "
+                "the spend per provider; raise the ceiling or let the cluster free GPUs.",
+            },
+        },
+    ]
 
 
 def alert_names(settings: TelemetrySettings) -> list[str]:

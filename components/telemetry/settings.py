@@ -33,6 +33,7 @@ from components.images_settings import DEFAULT_DAEMONS_IMAGE
 from components.issues import ConfigIssue, SettingsError, issues_from_validation_error, shown
 from components.model import (
     ConfigModel,
+    DnsSubdomain,
     Image,
     PositiveDuration,
     Problem,
@@ -47,6 +48,7 @@ STACK_KEY = "gpucluster:telemetry"
 #: The fields the stack fills (camelCase key: where from); a stack section that sets one is refused.
 FILLED = {
     "reservationTaintKey": "gpucluster:makeBeforeBreak.reservationKey",
+    "inferencePriorityClass": "gpucluster:priorities.pod.inference.name",
 }
 #: NVIDIA's chart is versioned as the exporter it ships; its image tags are ``<DCGM>-<exporter>-<base image>``.
 DEFAULT_DCGM_CHART_VERSION = "4.2.0"
@@ -158,6 +160,11 @@ class AlertSettings(ConfigModel):
     ettr_low_for_minutes: Annotated[int, Field(ge=1, le=1440)] = 30
     #: Training: an interruption that took longer than this to get every pod Running again alerts.
     recovery_slow_seconds: Annotated[float, Field(gt=0)] = 600.0
+    #: Serving: minutes an inference pod may stay Pending (no room in the cluster, none rented) before alerting.
+    inference_pending_minutes: Annotated[int, Field(ge=1, le=240)] = 10
+    #: Serving: a provider whose create/run failure rate (the burst provider's own window) stays above this
+    #: for 10 minutes alerts; the provider service already prices it down.
+    provider_failure_rate: Annotated[float, Field(gt=0, le=1)] = 0.5
 
     @field_validator("gpu_temp_limit_c")
     @classmethod
@@ -184,6 +191,8 @@ class TelemetrySettings(ConfigModel):
     #: Make-before-break's reservation taint, on a running gang's nodes for the whole run: the exporters tolerate
     #: it, so a rolled DaemonSet still watches them.
     reservation_taint_key: TaintKey | None = None
+    #: The inference pods' PriorityClass: the serving alerts count Pending inference pods by it (kube_pod_info).
+    inference_priority_class: DnsSubdomain = "gpucluster-inference"
 
     @field_validator("namespace", "grafana_dashboard_namespace")
     @classmethod

@@ -131,6 +131,10 @@ def test_virtual_node_image_has_no_shell_and_reports_the_project_version(
     version = Container(bundle, [*bundle.image_args, "--version"]).run()
     assert version.returncode == 0, version.stderr
     assert version.stdout.split() == ["gpucluster-virtual-node", prod.images.version]
+    # the metrics adapter is the other program of the image, run by its Deployment's command
+    adapter = Container(bundle, ["gpucluster-metrics-adapter", "--version"]).run()
+    assert adapter.returncode == 0, adapter.stderr
+    assert adapter.stdout.split() == ["gpucluster-metrics-adapter", prod.images.version]
 
 
 def test_every_daemon_module_imports_in_the_image(bundles: Mapping[str, Bundle]) -> None:

@@ -8,6 +8,7 @@ cases check what matters: when each alert fires and the labels it carries (node,
 from __future__ import annotations
 
 import copy
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,9 @@ from components.telemetry.alerts import (
     rule_groups,
 )
 from components.telemetry.settings import TelemetrySettings, TelemetrySettingsError, parse_telemetry_settings
+from daemons.burst_provider import metrics as burst_metrics
+from daemons.make_before_break import metrics as mbb_metrics
+from daemons.taint_controller import metrics as taint_metrics
 from tests.support.require import debian_tool
 
 GPU = {"Hostname": "gpu-node-1", "gpu": "0", "UUID": "GPU-a", "job": "dcgm-exporter"}
@@ -71,6 +75,8 @@ def gpu_node(node: str, ready: int = 1, taint: str = "") -> list[tuple[str, str]
 
 
 JOB_SEL = 'namespace="team-a",job="llm",team="a"'
+INFERENCE_POD = 'namespace="inference",pod="sd-serve-7d9f-x2"'
+WARN = {"severity": "warning"}
 JOB_OUT = {"namespace": "team-a", "job": "llm", "team": "a"}
 TRAIN_WARN = {**JOB_OUT, "severity": "warning"}
 HOT = {**GPU_OUT, "severity": "critical", **SIGNAL}
@@ -618,6 +624,70 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
         ),
         case([(f"gpucluster_training_recovery_seconds{{{JOB_SEL}}}", "600x3")], "TrainingRecoverySlow", "1m", []),
     ),
+    # --- the serving loop ---
+    "BurstTaintFlapping": (
+        case([("gpucluster_taint_controller_flaps_total", "0 0 1 1 1")], "BurstTaintFlapping", "3m", [WARN]),
+        case([("gpucluster_taint_controller_flaps_total", "3 3 3 3 3")], "BurstTaintFlapping", "3m", []),
+    ),
+    "MakeBeforeBreakFellBack": (
+        case(
+            [('gpucluster_make_before_break_fallbacks_total{reason="maxHold"}', "0 0 1 1")],
+            "MakeBeforeBreakFellBack",
+            "3m",
+            [{"reason": "maxHold", "severity": "warning"}],
+        ),
+        case(
+            [('gpucluster_make_before_break_fallbacks_total{reason="maxHold"}', "2x20")],
+            "MakeBeforeBreakFellBack",
+            "3m",
+            [],
+        ),
+    ),
+    "InferencePending": (
+        case(
+            [
+                (f'kube_pod_status_phase{{{INFERENCE_POD},phase="Pending"}}', "1x20"),
+                (f'kube_pod_info{{{INFERENCE_POD},priority_class="gpucluster-inference",node=""}}', "1x20"),
+                # a training pod Pending as long is not production's
+                ('kube_pod_status_phase{namespace="team-a",pod="llm-0",phase="Pending"}', "1x20"),
+                ('kube_pod_info{namespace="team-a",pod="llm-0",priority_class="gpucluster-training"}', "1x20"),
+            ],
+            "InferencePending",
+            "11m",
+            [{"namespace": "inference", "severity": "critical"}],
+        ),
+        case(
+            [
+                # Pending, then placed (rented) within the 10 minutes
+                (f'kube_pod_status_phase{{{INFERENCE_POD},phase="Pending"}}', "1x5 0x14"),
+                (f'kube_pod_status_phase{{{INFERENCE_POD},phase="Running"}}', "0x5 1x14"),
+                (f'kube_pod_info{{{INFERENCE_POD},priority_class="gpucluster-inference",node=""}}', "1x20"),
+                ('kube_pod_status_phase{namespace="team-a",pod="llm-0",phase="Pending"}', "1x20"),
+                ('kube_pod_info{namespace="team-a",pod="llm-0",priority_class="gpucluster-training"}', "1x20"),
+            ],
+            "InferencePending",
+            "11m",
+            [],
+        ),
+    ),
+    "BurstProviderFailing": (
+        case(
+            [('gpucluster_burst_provider_failure_rate{provider="runpod"}', "0.6x20")],
+            "BurstProviderFailing",
+            "11m",
+            [{"provider": "runpod", "severity": "warning"}],
+        ),
+        case(
+            [('gpucluster_burst_provider_failure_rate{provider="runpod"}', "0.5x20")],
+            "BurstProviderFailing",
+            "11m",
+            [],
+        ),
+    ),
+    "BurstSpendCeilingReached": (
+        case([("gpucluster_burst_spend_refusals_total", "0 0 4 4")], "BurstSpendCeilingReached", "3m", [WARN]),
+        case([("gpucluster_burst_spend_refusals_total", "4x20")], "BurstSpendCeilingReached", "3m", []),
+    ),
 }
 
 
@@ -747,3 +817,31 @@ def test_the_quarantine_alerts_carry_the_signal_and_the_others_do_not() -> None:
     assert set(REASONS) == set(QUARANTINE_ALERTS)
     assert "QuarantineBreakerOpen" in rules
     assert QUARANTINE_SIGNAL_LABEL not in rules["QuarantineBreakerOpen"]["labels"]
+
+
+def test_the_serving_alerts_read_metrics_the_daemons_export() -> None:
+    """The names the serving group reads are the ones the taint controller, make-before-break and the burst
+    provider register (a rename there would leave an alert that never fires)."""
+    exported = {
+        m.name + ("_total" if m.type == "counter" else "")
+        for metrics in (burst_metrics.Metrics(), mbb_metrics.Metrics(), taint_metrics.Metrics())
+        for m in metrics.registry.collect()
+    }
+    groups = rule_groups(TelemetrySettings())["groups"]
+    (serving,) = [g for g in groups if g["name"] == "gpucluster-serving"]
+    read = {name for r in serving["rules"] for name in re.findall(r"\b(gpucluster_[a-z_]+)", r["expr"])}
+    assert read, "the serving group reads no metric of ours"
+    assert read <= exported, read - exported
+
+
+def test_inference_pending_counts_the_stacks_inference_priority_class(tmp_path: Path) -> None:
+    settings = TelemetrySettings(inference_priority_class="prod-serving")
+    pod = 'namespace="inference",pod="x"'
+    series = [
+        (f'kube_pod_status_phase{{{pod},phase="Pending"}}', "1x20"),
+        (f'kube_pod_info{{{pod},priority_class="prod-serving"}}', "1x20"),
+    ]
+    fires = case(series, "InferencePending", "11m", [{"namespace": "inference", "severity": "critical"}])
+    assert promtool_test(tmp_path, rule_groups(settings), [fires]).returncode == 0
+    # the default name is not this stack's: nothing fires
+    assert promtool_test(tmp_path, rule_groups(TelemetrySettings()), [fires]).returncode != 0
