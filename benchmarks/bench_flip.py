@@ -12,7 +12,15 @@ Rows:
 - flip-out: quota reserved -> room made (make-before-break) or first preemption -> every displaced replica Ready
   on the virtual node, and the same minus the fake provider's boot time (our own overhead);
 - flip-back duration, external GPU-seconds over the whole cycle and after in-cluster capacity returned, taint
-  changes and flaps.
+  changes and flaps;
+- the requests sent through the Service at a constant rate over the whole cycle: sent, failed, p50/p99 latency,
+  seconds with any failure.
+
+Then a fourth cycle, make-before-break with a load step (``STEP_RATE`` more requests a second for
+``STEP_SECONDS`` once training runs, every replica rented): how the HPA answered (replicas asked for, seconds to
+raise the count and to have every new replica Ready on rented GPUs, seconds back to minReplicas once the load fell)
+and what the requests met, in a table of its own (its training runs longer, so its other rows compare with nothing
+above).
 
 Timelines, charts and figures land in ``.state/bench-flip/``. Nothing is asserted: these are measurements.
 Environment: GPUCLUSTER_FAKE_BOOT_SECONDS (the fake cloud's boot time, default 5) applies when make up starts
@@ -33,6 +41,11 @@ from sim import flip, timeline  # noqa: E402 (run as a script: the repository fi
 from sim import processes as sim_daemons  # noqa: E402
 from sim.daemon_runtime import DaemonError  # noqa: E402
 from sim.load import LoadError  # noqa: E402
+
+#: The load step: requests a second added once training runs, and for how long; the training run around it.
+STEP_RATE = 24
+STEP_SECONDS = 40.0
+STEP_TRAIN_FOR = "60s"
 
 
 def main() -> int:
@@ -69,6 +82,30 @@ def main() -> int:
     )
     print(timeline.side_by_side(results))
     print(f"timelines and charts: {out}")
+    print(f"bench_flip: one cycle, make-before-break with a load step (+{STEP_RATE}/s for {STEP_SECONDS:g} s) ...")
+    step_out = out / "load-step"
+    try:
+        opts = flip.Options(
+            path=flip.MAKE_BEFORE_BREAK,
+            train_for=STEP_TRAIN_FOR,
+            boot_seconds=boot,
+            quiet=True,
+            out=step_out,
+            load_rate=flip.LOAD_RATE,
+            load_step=flip.LoadStep(STEP_RATE, STEP_SECONDS),
+        )
+        tl, figures = flip.run_cycle(opts)
+    except (flip.ScenarioError, DaemonError, LoadError) as e:
+        print(f"bench_flip: the load-step cycle failed: {e}", file=sys.stderr)
+        return 1
+    flip.write_outputs(tl, figures, step_out, "Make-before-break with a load step")
+    wanted = [label for label, _ in figures.rows() if label.startswith(("HPA:", "request", "seconds with"))]
+    rows = dict(figures.rows())
+    print(f"\nthe HPA during the flip ({flip.LOAD_RATE} requests a second, training {STEP_TRAIN_FOR})")
+    width = max(len(label) for label in wanted)
+    for label in wanted:
+        print(f"{label.ljust(width)}  {rows[label]}")
+    print(f"timeline and chart: {step_out}")
     return 0
 
 
