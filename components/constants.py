@@ -130,3 +130,17 @@ IB_TRANSPORT_ERRORS = (
     "implied_nak_seq_err",
     "out_of_sequence",
 )
+
+#: The user and group every image of ours runs as (nobody), and the pod security context our pods ask for with it.
+NONROOT_UID = 65534
+
+
+def nonroot_pod_security_context(**extra: object) -> dict[str, object]:
+    """Non-root as :data:`NONROOT_UID`, the runtime's default seccomp profile; ``extra`` adds fields (``fsGroup``)."""
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": NONROOT_UID,
+        "runAsGroup": NONROOT_UID,
+        **extra,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }

@@ -16,9 +16,8 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
+from components.constants import nonroot_pod_security_context
 from daemons.toolkit.spec import SETTINGS_FILE
-
-_NONROOT = 65534
 
 
 @dataclass(frozen=True)
@@ -35,12 +34,7 @@ def daemon_pod_spec(shape: DaemonShape, config_map: str) -> dict[str, Any]:
     app = shape.app
     return {
         "serviceAccountName": app,
-        "securityContext": {
-            "runAsNonRoot": True,
-            "runAsUser": _NONROOT,
-            "runAsGroup": _NONROOT,
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
+        "securityContext": nonroot_pod_security_context(),
         # Standby replicas on other nodes, so losing one node never leaves the daemon's work without a leader.
         "topologySpreadConstraints": [
             {

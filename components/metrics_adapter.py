@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_kubernetes as k8s
 
+from components.constants import nonroot_pod_security_context
 from components.inference_settings import REQUESTS_METRIC
 from components.metrics_adapter_settings import API_GROUP, API_VERSION, SECURE_PORT, MetricsAdapterSettings
 from components.rbac import grant
@@ -28,7 +29,6 @@ from components.rbac import grant
 APP = "gpucluster-metrics-adapter"
 CONFIG_FILE = "config.json"
 CONFIG_DIR = "/etc/gpucluster-metrics-adapter"
-_NONROOT = 65534
 
 
 @dataclass(frozen=True)
@@ -55,12 +55,7 @@ def config_document(args: MetricsAdapterArgs) -> str:
 def adapter_pod_spec(settings: MetricsAdapterSettings, config_map: str) -> dict[str, object]:
     return {
         "serviceAccountName": APP,
-        "securityContext": {
-            "runAsNonRoot": True,
-            "runAsUser": _NONROOT,
-            "runAsGroup": _NONROOT,
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
+        "securityContext": nonroot_pod_security_context(),
         "containers": [
             {
                 "name": "adapter",

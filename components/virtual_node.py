@@ -19,7 +19,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.burst_settings import BurstSettings, settings_json, with_cluster_name
-from components.constants import SETTINGS_LABEL, VIRTUAL_NODE_TAINT
+from components.constants import NONROOT_UID, SETTINGS_LABEL, VIRTUAL_NODE_TAINT, nonroot_pod_security_context
 from components.daemon_deployment import daemon_service_account
 from components.model import check_qualified_name
 from components.rbac import grant
@@ -34,7 +34,6 @@ NODE_LEASE_NAMESPACE = "kube-node-lease"
 #: The node binary's /metrics and /healthz (the provider's own stay on loopback with its API).
 NODE_METRICS_PORT = 10298
 PART_OF = {"app.kubernetes.io/part-of": "gpucluster", "app.kubernetes.io/component": "burst"}
-_NONROOT = 65534
 
 
 def _rule(groups: list[str], resources: list[str], verbs: list[str], names: list[str] | None = None) -> dict[str, Any]:
@@ -117,13 +116,7 @@ def virtual_node_pod_spec(settings: BurstSettings, settings_config_map: str, sec
     provider_url = f"http://127.0.0.1:{vn.port}"
     return {
         "serviceAccountName": APP,
-        "securityContext": {
-            "runAsNonRoot": True,
-            "runAsUser": _NONROOT,
-            "runAsGroup": _NONROOT,
-            "fsGroup": _NONROOT,
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
+        "securityContext": nonroot_pod_security_context(fsGroup=NONROOT_UID),
         "terminationGracePeriodSeconds": 30,
         "containers": [
             {

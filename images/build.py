@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from components.constants import NONROOT_UID
 from components.images_settings import ImagesSettings, project_version
 from daemons.image import pinned_requirements
 from images import oci
@@ -29,7 +30,6 @@ from images.definitions import (
     DEFINITIONS,
     GO_MODULE_DIR,
     GO_PROGRAMS,
-    NONROOT_UID,
     PYTHON_BASE_PACKAGES,
     ImageDefinition,
 )

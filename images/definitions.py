@@ -11,7 +11,7 @@ Two images, one per language, named by the stack scheme (``components/images_set
     (``gpucluster-metrics-adapter``, the command its Deployment names). Layers: the accounts, ``/tmp`` and the CA
     bundle of the Debian base, and the binaries. No shell, no package manager, no libc.
 
-Both run as 65534:65534 (nobody), the user the components' pod security contexts ask for.
+Both run as ``components.constants.NONROOT_UID`` (nobody), the user the components' pod security contexts ask for.
 """
 
 from __future__ import annotations
@@ -19,9 +19,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from components.images_settings import DAEMONS_IMAGE, VIRTUAL_NODE_IMAGE
-
-#: The user every image runs as; the components' pods set the same runAsUser/runAsGroup.
-NONROOT_UID = 65534
 
 DEBIAN_SUITE = "bookworm"
 #: The base's package sources: the release, its point-release updates and its security updates.

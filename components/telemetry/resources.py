@@ -25,6 +25,7 @@ from components.constants import (
     DCGM_EXPORTER_APP,
     FABRIC_EXPORTER_APP,
     QUARANTINE_TAINT_KEY,
+    nonroot_pod_security_context,
 )
 from components.model import check_qualified_name
 from components.telemetry.alerts import rule_groups
@@ -194,12 +195,7 @@ def fabric_pod_spec(settings: TelemetrySettings) -> dict[str, Any]:
         "automountServiceAccountToken": False,
         "nodeSelector": dict(settings.gpu_node_selector),
         "tolerations": telemetry_tolerations(settings),
-        "securityContext": {
-            "runAsNonRoot": True,
-            "runAsUser": 65534,
-            "runAsGroup": 65534,
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
+        "securityContext": nonroot_pod_security_context(),
         "containers": [
             {
                 "name": "exporter",
