@@ -108,6 +108,10 @@ def submit(stack: LocalStack, train_for: str = "40s") -> None:
 def test_serving_moves_first_nothing_is_preempted_and_pulumi_leaves_the_flip_alone(
     settled: LocalStack, tmp_path: Path
 ) -> None:
+    """One make-before-break cycle with requests through the Service the whole time and, once training runs and
+    every replica is rented, a load step: no request fails, the HPA (reading the Service's request rate through
+    the metrics adapter) scales the service out on rented GPUs and back, and pulumi neither sees nor undoes the
+    flip. (One cycle for all of it: each cycle costs minutes of the test budget.)"""
     stack = settled
     seen: dict[str, Any] = {}
 
@@ -124,7 +128,21 @@ def test_serving_moves_first_nothing_is_preempted_and_pulumi_leaves_the_flip_alo
             seen["after_up"] = (d["spec"]["template"]["metadata"].get("annotations") or {}).get(EPOCH_ANNOTATION)
             seen["external_after_up"] = sampler.take().ready_external
 
-    opts = flip.Options(path=flip.MAKE_BEFORE_BREAK, quiet=True, out=tmp_path, train_for="35s", during=during)
+    hpa = SERVICE.hpa
+    assert hpa is not None
+    assert hpa.target_requests_per_replica is not None
+    step = 24
+    # 20 requests a second ask for 5 replicas (minReplicas keeps 8); 44 ask for 11
+    wanted = min(hpa.max_replicas, -(-(flip.LOAD_RATE + step) // int(hpa.target_requests_per_replica)))
+    opts = flip.Options(
+        path=flip.MAKE_BEFORE_BREAK,
+        quiet=True,
+        out=tmp_path,
+        train_for="45s",
+        during=during,
+        load_rate=flip.LOAD_RATE,
+        load_step=flip.LoadStep(step, 40),
+    )
     tl, f = flip.run_cycle(opts)
     print("\n" + flip.timeline.side_by_side([f]))
     code, out, took = seen["preview"]
@@ -141,7 +159,18 @@ def test_serving_moves_first_nothing_is_preempted_and_pulumi_leaves_the_flip_alo
     assert f.min_ready == SERVICE.replicas
     assert f.seconds_below_desired == 0
     assert f.inference_preemptions == 0
-    assert max(s.ready_external for s in tl.samples) == SERVICE.replicas
+    # Not one request failed: no replica took traffic before it could serve, none was cut off in flight.
+    assert f.requests is not None
+    assert f.requests.failed == 0, f.requests
+    # The HPA kept working while every replica was rented: out on the load step, on rented GPUs, and back.
+    h = f.hpa
+    assert h is not None
+    assert h.base == hpa.min_replicas == SERVICE.replicas
+    # the rate is read over 10 s windows: within one replica of what 44 requests a second ask for
+    assert wanted - 1 <= h.max_desired <= hpa.max_replicas
+    assert h.max_ready_external >= h.max_desired  # training held every in-cluster GPU
+    assert h.scale_back_seconds is not None
+    assert tl.samples[-1].desired == hpa.min_replicas
     assert not left_over(stack)
     reasons = {e["reason"] for e in events(stack, SERVICE.namespace, "Deployment", SERVICE.name)}
     assert {"MovedForTraining", "PlacementHome"} <= reasons, reasons
