@@ -85,7 +85,9 @@ create() {
   step "creating cluster '$NAME' (kwokctl $(kwokctl --version | awk '{print $3}'), binary runtime, $(kube-apiserver --version), workdir $KWOK_WORKDIR)"
   # Every component binary comes from the tool cache; kwok gets the stages and manages only annotated nodes.
   # The scheduler binds pods to the fake nodes; the controller manager creates the default service accounts,
-  # finishes namespace deletion and runs the HPAs (every 5 s, not 15: the simulated cycles are short).
+  # finishes namespace deletion and runs the HPAs (every 15 s, its default: kwokctl v0.8.0's --extra-args indexes
+  # a component's patches by the flag's position, so a second flag of the controller manager after the kwok
+  # controller's two would land on another component or panic).
   if ! kwokctl create cluster \
     --name "$NAME" \
     --runtime binary \
@@ -99,7 +101,6 @@ create() {
     --extra-args "kwok-controller=manage-all-nodes=false" \
     --extra-args "kwok-controller=manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake" \
     --extra-args "kube-controller-manager=leader-elect=false" \
-    --extra-args "kube-controller-manager=horizontal-pod-autoscaler-sync-period=5s" \
     --extra-args "kube-scheduler=leader-elect=false" \
     --wait 3m; then
     die "kwokctl could not create cluster '$NAME'; logs: $CLUSTER_DIR/logs ($TEARDOWN removes the remains)"
