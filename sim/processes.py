@@ -543,10 +543,6 @@ def prometheus(s: Stack) -> Iterable[Daemon]:
     yield s.daemon("prometheus", cmd, ready_url=f"http://127.0.0.1:{PROMETHEUS_PORT}/-/ready", fingerprint=fingerprint)
 
 
-#: Where the sim's metrics adapter serves custom.metrics.k8s.io (the local stack's metricsAdapter.externalAddress).
-METRICS_ADAPTER_PORT = 18443
-
-
 def metrics_adapter(s: Stack) -> Iterable[Daemon]:
     """The metrics adapter (Go) as its ServiceAccount, with the file the stack deployed; none while it is off. The
     API server reaches it through the stack's ExternalName Service and APIService, and it answers once the HPA
@@ -556,6 +552,10 @@ def metrics_adapter(s: Stack) -> Iterable[Daemon]:
     ma = s.config.metrics_adapter
     if not ma.enabled:
         return
+    if ma.external_address is None:
+        raise DaemonError("gpucluster:metricsAdapter has no externalAddress: the simulated cluster runs it locally")
+    # where the stack's ExternalName Service sends the API server
+    port = int(ma.external_address.rpartition(":")[2])
     d = s.state / "metrics-adapter"
 
     def cmd() -> list[str]:
@@ -565,7 +565,7 @@ def metrics_adapter(s: Stack) -> Iterable[Daemon]:
             s.tool("gpucluster-metrics-adapter"),
             f"--config={config}",
             "--bind-address=127.0.0.1",
-            f"--secure-port={METRICS_ADAPTER_PORT}",
+            f"--secure-port={port}",
             f"--cert-dir={d / 'serving-cert'}",
             f"--lister-kubeconfig={kubeconfig}",
             f"--authentication-kubeconfig={kubeconfig}",

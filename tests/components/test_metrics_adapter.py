@@ -67,16 +67,16 @@ def test_its_access_is_the_aggregation_pair_and_reading_services_in_the_inferenc
 
 
 def test_outside_the_cluster_the_apiservice_reaches_it_by_external_name() -> None:
-    graph = build(settings(externalAddress="localhost:18443"))
+    graph = build(settings(externalAddress="localhost:18445"))
     assert not graph.of_type("kubernetes:apps/v1:Deployment")
     service = graph.one("kubernetes:core/v1:Service", "ma-service")
     assert service.inputs["spec"] == {
         "type": "ExternalName",
         "externalName": "localhost",
-        "ports": [{"name": "https", "port": 18443, "protocol": "TCP"}],
+        "ports": [{"name": "https", "port": 18445, "protocol": "TCP"}],
     }
     api = graph.one("kubernetes:apiregistration.k8s.io/v1:APIService", "ma-apiservice")
-    assert api.inputs["spec"]["service"]["port"] == 18443
+    assert api.inputs["spec"]["service"]["port"] == 18445
 
 
 @pytest.mark.parametrize(
@@ -106,7 +106,7 @@ def test_the_local_stack_runs_it_outside_in_its_own_namespace() -> None:
     ns = graph.one("kubernetes:core/v1:Namespace", "sim-ns-gpucluster-metrics")
     assert ns.inputs["metadata"]["labels"]["gpucluster.io/workload"] == "metrics"
     adapter = graph.one("gpucluster:inference:MetricsAdapter", "sim-metrics-adapter")
-    assert adapter.outputs["external"] == "localhost:18443"
+    assert adapter.outputs["external"] == "localhost:18445"
     assert graph.one("gpucluster:cluster:GpuCluster", "sim").outputs["metricsAdapter"] is True
 
 

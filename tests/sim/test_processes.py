@@ -118,7 +118,7 @@ def test_command_lines_are_the_programs_with_what_pulumi_deployed(cluster: Path)
         f"{tools}/gpucluster-metrics-adapter",
         f"--config={state}/metrics-adapter/config.json",
         "--bind-address=127.0.0.1",
-        "--secure-port=18443",
+        "--secure-port=18445",
         f"--cert-dir={state}/metrics-adapter/serving-cert",
         *(
             f"--{k}-kubeconfig={state}/metrics-adapter/kubeconfig"
