@@ -74,4 +74,3 @@ def test_the_flip_converges_under_kills_failures_and_a_prometheus_outage(
     assert sum(report["kills"].values()) == 3
     assert report["outage_seconds"] > 0
     assert report["query_errors"] > 0, "the taint controller should have seen Prometheus fail"
-
