@@ -83,6 +83,8 @@ CREDENTIAL_KEY_PATTERN = (
 
 #: JobSet's label (and annotation) on each Job and pod: the restart attempt the gang is on (its ``status.restarts``).
 JOBSET_RESTART_ATTEMPT_LABEL = "jobset.sigs.k8s.io/restart-attempt"
+#: An Indexed Job's pod index (the Job controller sets it on every pod): a training pod's node rank.
+COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 #: A training JobSet and its pods: the job's name, and the team that submitted it.
 TRAINING_JOB_LABEL = "gpucluster.io/training-job"
 TEAM_LABEL = "gpucluster.io/team"

@@ -14,6 +14,7 @@ from pydantic import AfterValidator, Field, field_validator
 
 from components.chart_settings import ChartSource
 from components.constants import ACCEPTED_LABEL, ACCEPTED_VALUE, GPU_RESOURCE
+from components.fabric_settings import Fabric
 from components.issues import shown
 from components.model import (
     ConfigModel,
@@ -43,6 +44,9 @@ class GpuFlavor(ConfigModel):
     #: never passed gets no training and counts as no capacity. A stack that turns it off is reported by the
     #: policy pack (``flavors-select-accepted-nodes``).
     require_acceptance: bool = True
+    #: How the flavor's nodes reach each other (``components/fabric_settings.py``); none: the pods get no RDMA
+    #: devices and NCCL picks its transport alone.
+    fabric: Fabric | None = None
 
     @field_validator("node_labels")
     @classmethod

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 
 from components.config.stack import StackConfig
-from components.issues import ConfigIssue, shown_names
+from components.issues import ConfigIssue, shown, shown_names
 from components.queues_settings import GpuFlavor, Team
 from components.training.spec import SPEC_PATH, JobSpec, SpecError
 
@@ -91,7 +91,133 @@ def flavor_fits(spec: JobSpec, stack: StackConfig) -> Iterator[ConfigIssue]:
         yield ConfigIssue(f"{SPEC_PATH}.{field}", None, why)
 
 
-CHECKS: list[Check] = [team_exists, team_queue_exists, priority_exists, flavor_fits]
+# --- the launcher -------------------------------------------------------------------------------------------------
+
+#: torchrun's options the package sets through the environment (``manifest.launcher_env``): a value on the command
+#: line would win over it and break the gang (both pods rank 0, or each its own rendezvous).
+LAUNCHER_OWNED = frozenset(
+    {
+        "node-rank",
+        "master-addr",
+        "master-port",
+        "rdzv-endpoint",
+        "rdzv-backend",
+        "rdzv-id",
+        "max-restarts",
+        "standalone",
+    }
+)
+#: torchrun's options that must agree with the spec when given.
+LAUNCHER_SIZED = {"nnodes": "nodes", "nproc-per-node": "gpusPerNode"}
+#: torchrun's options that take no value.
+_LAUNCHER_FLAGS = frozenset({"standalone", "module", "m", "no-python", "run-path", "virtual-local-rank"})
+
+
+def launches_torchrun(spec: JobSpec) -> bool:
+    """``torchrun ...`` or ``python -m torch.distributed.run ...``."""
+    cmd = list(spec.command)
+    if cmd[0].rsplit("/", 1)[-1] == "torchrun":
+        return True
+    return len(cmd) >= 3 and cmd[1] == "-m" and cmd[2] == "torch.distributed.run"
+
+
+def launcher_options(spec: JobSpec) -> Iterator[tuple[int, str, str | None]]:
+    """(index in ``args``, option name with '-', value) of the launcher's own options: those before the script."""
+    args = list(spec.args) if spec.command[0].rsplit("/", 1)[-1] == "torchrun" else [*spec.command[3:], *spec.args]
+    offset = 0 if spec.command[0].rsplit("/", 1)[-1] == "torchrun" else -len(spec.command[3:])
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if not arg.startswith("-") or arg == "--":
+            return
+        name, eq, value = arg.lstrip("-").partition("=")
+        name = name.replace("_", "-")
+        if not eq and name not in _LAUNCHER_FLAGS and i + 1 < len(args):
+            yield i + offset, name, args[i + 1]
+            i += 2
+            continue
+        yield i + offset, name, value if eq else None
+        i += 1
+
+
+def launcher_leaves_the_gang_to_the_package(spec: JobSpec, stack: StackConfig) -> Iterator[ConfigIssue]:
+    """torchrun's rendezvous, node rank and restarts come from the package; its sizes, if given, match the spec."""
+    if not launches_torchrun(spec):
+        return
+    sizes = {"nnodes": spec.nodes, "nproc-per-node": spec.gpus_per_node}
+    for index, name, value in launcher_options(spec):
+        where = f"{SPEC_PATH}.args[{index}]" if index >= 0 else f"{SPEC_PATH}.command"
+        if name in LAUNCHER_OWNED:
+            yield ConfigIssue(
+                where,
+                f"--{name}",
+                f"--{name} is set by the package for every pod (PET_* environment: node rank from the "
+                "completion index, rendezvous on the leader pod); remove it",
+            )
+        elif name in LAUNCHER_SIZED and value is not None:
+            want = sizes[name]
+            if value not in (str(want), f"{want}:{want}"):
+                yield ConfigIssue(
+                    where,
+                    f"--{name}={value}",
+                    f"--{name}={shown(value)} disagrees with spec.{LAUNCHER_SIZED[name]} ({want}); "
+                    "drop it, the package sets it from the spec",
+                )
+
+
+# --- the fabric ---------------------------------------------------------------------------------------------------
+
+
+def _landing_flavors(spec: JobSpec, stack: StackConfig) -> list[GpuFlavor]:
+    return [f for f in queue_flavors(spec, stack) if spec.flavor in (None, f.name)]
+
+
+def fabric_is_known(spec: JobSpec, stack: StackConfig) -> Iterator[ConfigIssue]:
+    """Every flavor the job may land on has the same fabric, so its pods can ask for the right devices."""
+    flavors = _landing_flavors(spec, stack)
+    kinds = {(f.fabric.model_dump_json() if f.fabric else "none") for f in flavors}
+    if len(kinds) > 1:
+        which = ", ".join(f"{f.name} ({f.fabric.kind if f.fabric else 'no fabric'})" for f in flavors)
+        yield ConfigIssue(
+            f"{SPEC_PATH}.flavor",
+            None,
+            f"the team's queue offers flavors with different fabrics ({which}); name one",
+        )
+
+
+def _fabric_turned_off(env: dict[str, str]) -> Iterator[tuple[str, str]]:
+    """Settings that make NCCL leave the RDMA devices it was given and run over TCP sockets."""
+    if env.get("NCCL_IB_DISABLE", "0").strip() not in ("", "0"):
+        yield "NCCL_IB_DISABLE", "turns InfiniBand/RoCE off"
+    if env.get("NCCL_NET", "").strip().lower() == "socket":
+        yield "NCCL_NET", "sends NCCL over TCP sockets"
+    if "NCCL_IB_HCA" in env and not env["NCCL_IB_HCA"].strip().lstrip("=^"):
+        yield "NCCL_IB_HCA", "names no HCA"
+
+
+def fabric_stays_on(spec: JobSpec, stack: StackConfig) -> Iterator[ConfigIssue]:
+    """On an RDMA flavor, the job's env does not send NCCL over TCP sockets (a job that does holds its GPUs at a
+    fraction of the fabric's bandwidth, and every other job of the cohort waits for it)."""
+    rdma = [f.name for f in _landing_flavors(spec, stack) if f.fabric is not None and f.fabric.rdma]
+    if not rdma:
+        return
+    for key, why in _fabric_turned_off(dict(spec.env)):
+        yield ConfigIssue(
+            f"{SPEC_PATH}.env.{key}",
+            spec.env[key],
+            f"{why}, but flavor {rdma[0]} has an RDMA fabric: the gang would run NCCL over TCP; remove it",
+        )
+
+
+CHECKS: list[Check] = [
+    team_exists,
+    team_queue_exists,
+    priority_exists,
+    flavor_fits,
+    launcher_leaves_the_gang_to_the_package,
+    fabric_is_known,
+    fabric_stays_on,
+]
 
 
 def spec_issues(spec: JobSpec, stack: StackConfig, checks: Iterable[Check] = CHECKS) -> list[ConfigIssue]:

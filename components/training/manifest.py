@@ -30,6 +30,7 @@ from components.constants import (
     CHECKPOINT_ANNOTATION_PREFIX,
     CHECKPOINT_INTERVAL_ANNOTATION,
     CHECKPOINT_WRITE_ANNOTATION,
+    COMPLETION_INDEX_ANNOTATION,
     GPU_RESOURCE,
     JOBSET_RESTART_ATTEMPT_LABEL,
     MAX_RESTARTS_PER_HOUR_ANNOTATION,
@@ -39,6 +40,7 @@ from components.constants import (
     TRAINER_SERVICE_ACCOUNT,
     TRAINING_JOB_LABEL,
 )
+from components.fabric_settings import DEFAULT_SHM_SIZE, RDMA_CAPABILITY, Fabric
 from components.model import parse_duration
 from components.storage_settings import checkpoint_interval_seconds
 from components.training.checks import queue_flavors, team_of
@@ -56,6 +58,8 @@ DATASETS_CLAIM = "datasets"
 CHECKPOINTS_MOUNT = "/checkpoints"
 DATASETS_MOUNT = "/datasets"
 MASTER_PORT = 29500
+SHM_VOLUME = "dshm"
+SHM_MOUNT = "/dev/shm"
 #: What the Job controller writes when a pod with ``DisruptionTarget`` matches the first podFailurePolicy rule
 #: ("Pod %s/%s has condition %v matching %v rule at index %d"); the JobSet rule for a node's fault matches it.
 NODE_FAULT_MESSAGE = "has condition DisruptionTarget"
@@ -189,6 +193,8 @@ class JobContext:
     #: ``training.flightRecorderEntries``; 0: off).
     nccl_heartbeat_timeout_seconds: int = 300
     flight_recorder_entries: int = 2000
+    #: The fabric of the flavor the job lands on (every flavor it may land on has this one); none: no RDMA.
+    fabric: Fabric | None = None
 
     def __post_init__(self) -> None:
         if self.checkpoint_interval_seconds < 1:
@@ -208,6 +214,9 @@ def job_context(spec: JobSpec, stack: StackConfig, interval: Interval) -> JobCon
         raise ValueError(f"spec.team: no team {spec.team!r} in the stack (check the spec first)")
     offered = [f for f in queue_flavors(spec, stack) if spec.flavor in (None, f.name)]
     gpu_resource = offered[0].gpu_resource if offered else GPU_RESOURCE
+    fabrics = {f.fabric.model_dump_json() if f.fabric else "" for f in offered}
+    if len(fabrics) > 1:
+        raise ValueError("spec.flavor: the team's flavors have different fabrics; name one (check the spec first)")
     training = stack.training
     return JobContext(
         namespace=team.namespace,
@@ -221,12 +230,40 @@ def job_context(spec: JobSpec, stack: StackConfig, interval: Interval) -> JobCon
         node_lost_toleration_seconds=math.ceil(parse_duration(training.node_lost_toleration)),
         nccl_heartbeat_timeout_seconds=math.ceil(parse_duration(training.nccl_heartbeat_timeout)),
         flight_recorder_entries=training.flight_recorder_entries,
+        fabric=offered[0].fabric if offered else None,
     )
 
 
+def leader_host(name: str) -> str:
+    """The leader pod's stable name: JobSet names pod 0 of Job 0 ``<jobset>-<replicatedJob>-0-0`` and, with
+    ``network.enableDNSHostnames``, publishes it in the headless Service ``<subdomain>`` of the JobSet's namespace
+    (resolved from the pod's own namespace by the short name ``<pod>.<subdomain>``)."""
+    return f"{name}-{REPLICATED_JOB}-0-0.{name}"
+
+
+def launcher_env(spec: JobSpec) -> list[dict[str, Any]]:
+    """What PyTorch's launcher (``torchrun``) needs to form the gang, in its own environment form (``PET_`` and
+    the option's name: every ``torchrun`` option defaults to it): this pod's node rank is its completion index, the
+    static rendezvous is hosted by rank 0 on the leader's stable name, and ``torchrun`` never restarts workers
+    itself (the JobSet restarts the whole gang, ``failure_policy``). ``MASTER_ADDR``/``MASTER_PORT`` serve
+    launchers that read the ``env://`` form instead."""
+    leader = leader_host(spec.name)
+    node_rank = {"fieldRef": {"fieldPath": f"metadata.annotations['{COMPLETION_INDEX_ANNOTATION}']"}}
+    return [
+        {"name": "PET_NNODES", "value": str(spec.nodes)},
+        {"name": "PET_NPROC_PER_NODE", "value": str(spec.gpus_per_node)},
+        {"name": "PET_NODE_RANK", "valueFrom": node_rank},
+        {"name": "PET_RDZV_BACKEND", "value": "static"},
+        {"name": "PET_RDZV_ENDPOINT", "value": f"{leader}:{MASTER_PORT}"},
+        {"name": "PET_MAX_RESTARTS", "value": "0"},
+        {"name": "MASTER_ADDR", "value": leader},
+        {"name": "MASTER_PORT", "value": str(MASTER_PORT)},
+    ]
+
+
 def job_env(spec: JobSpec, ctx: JobContext) -> list[dict[str, Any]]:
-    """The environment the trainer gets: the package's names first, then PyTorch's fail-loud defaults (each unless
-    the spec sets it), then the spec's own (sorted)."""
+    """The environment the trainer gets: the package's names and the launcher's first, then PyTorch's fail-loud
+    defaults and the fabric's NCCL settings (each unless the spec sets it), then the spec's own (sorted)."""
     name = spec.name
     ours = {
         "GPUCLUSTER_JOB_NAME": name,
@@ -237,16 +274,16 @@ def job_env(spec: JobSpec, ctx: JobContext) -> list[dict[str, Any]]:
         "GPUCLUSTER_PROGRESS_ANNOTATION": f"{PROGRESS_ANNOTATION_PREFIX}{name}",
         "GPUCLUSTER_NODES": str(spec.nodes),
         "GPUCLUSTER_GPUS_PER_NODE": str(spec.gpus_per_node),
-        "MASTER_ADDR": f"{name}-{REPLICATED_JOB}-0-0.{name}",
-        "MASTER_PORT": str(MASTER_PORT),
     }
     attempt = {
         "name": RESTART_ATTEMPT_ENV,
         "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{JOBSET_RESTART_ATTEMPT_LABEL}']"}},
     }
-    defaults = {k: v for k, v in nccl_env(name, ctx).items() if k not in spec.env}
+    fabric = ctx.fabric.nccl_settings() if ctx.fabric else {}
+    defaults = {k: v for k, v in (nccl_env(name, ctx) | fabric).items() if k not in spec.env}
     return [
         *({"name": k, "value": v} for k, v in ours.items()),
+        *launcher_env(spec),
         attempt,
         *({"name": k, "value": v} for k, v in defaults.items()),
         *({"name": k, "value": spec.env[k]} for k in sorted(spec.env)),
@@ -321,19 +358,28 @@ def jobset_manifest(spec: JobSpec, ctx: JobContext) -> dict[str, Any]:
     """The whole JobSet object (apiVersion, kind, metadata, spec) for ``spec`` in ``ctx``."""
     name = spec.name
     ours = {TRAINING_JOB_LABEL: name, TEAM_LABEL: spec.team}
-    gpus = {ctx.gpu_resource: str(spec.gpus_per_node)}
+    fabric = ctx.fabric
+    devices = {ctx.gpu_resource: str(spec.gpus_per_node)}
+    if fabric is not None and fabric.rdma and fabric.rdma_resource:
+        devices[fabric.rdma_resource] = str(fabric.rdma_per_pod)
     container: dict[str, Any] = {
         "name": CONTAINER,
         "image": spec.image,
         "command": list(spec.command),
         "args": list(spec.args),
         "env": job_env(spec, ctx),
-        "resources": {"requests": dict(gpus), "limits": dict(gpus)},
+        "resources": {"requests": dict(devices), "limits": dict(devices)},
         "volumeMounts": [
             {"name": CHECKPOINTS_CLAIM, "mountPath": CHECKPOINTS_MOUNT},
             {"name": DATASETS_CLAIM, "mountPath": DATASETS_MOUNT, "readOnly": True},
+            {"name": SHM_VOLUME, "mountPath": SHM_MOUNT},
         ],
     }
+    if fabric is not None and fabric.rdma:
+        # The verbs library pins the memory it registers with the HCA.
+        container["securityContext"] = {"capabilities": {"add": [RDMA_CAPABILITY]}}
+    shm_size = fabric.shm_size if fabric is not None else DEFAULT_SHM_SIZE
+    annotations = {**(fabric.pod_annotations if fabric is not None else {}), **spec.pod_annotations}
     pod_spec: dict[str, Any] = {
         # podFailurePolicy needs it: a failed container fails its pod, and the policy decides.
         "restartPolicy": "Never",
@@ -345,6 +391,8 @@ def jobset_manifest(spec: JobSpec, ctx: JobContext) -> dict[str, Any]:
         "volumes": [
             {"name": CHECKPOINTS_CLAIM, "persistentVolumeClaim": {"claimName": CHECKPOINTS_CLAIM}},
             {"name": DATASETS_CLAIM, "persistentVolumeClaim": {"claimName": DATASETS_CLAIM, "readOnly": True}},
+            # NCCL's intra-node transport and DataLoader workers use shared memory; the runtime's default is 64 MiB.
+            {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": shm_size}},
         ],
     }
     job_spec = {
@@ -356,7 +404,7 @@ def jobset_manifest(spec: JobSpec, ctx: JobContext) -> dict[str, Any]:
         "template": {
             "metadata": {
                 "labels": dict(ours),
-                **({"annotations": dict(spec.pod_annotations)} if spec.pod_annotations else {}),
+                **({"annotations": annotations} if annotations else {}),
             },
             "spec": pod_spec,
         },

@@ -30,7 +30,20 @@ MAX_GPUS_PER_NODE = 16
 MAX_NODES = 10_000
 #: Environment names the job gets from the package; a spec cannot set or override them.
 RESERVED_ENV_PREFIX = "GPUCLUSTER_"
-RESERVED_ENV = frozenset({"MASTER_ADDR", "MASTER_PORT"})
+#: The launcher's environment (``manifest.launcher_env``): it forms the gang, so a spec cannot change it.
+LAUNCHER_ENV = frozenset(
+    {
+        "PET_NNODES",
+        "PET_NPROC_PER_NODE",
+        "PET_NODE_RANK",
+        "PET_RDZV_BACKEND",
+        "PET_RDZV_ENDPOINT",
+        "PET_MAX_RESTARTS",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+    }
+)
+RESERVED_ENV = LAUNCHER_ENV
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 #: A JobSet's name is also its headless Service's name: a DNS-1035 label (starts with a letter).
 _JOB_NAME = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")

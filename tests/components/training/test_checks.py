@@ -10,7 +10,10 @@ from components.config import StackConfig, parse_stack_config
 from components.training.checks import (
     CHECKS,
     check_spec,
+    fabric_is_known,
+    fabric_stays_on,
     flavor_fits,
+    launcher_leaves_the_gang_to_the_package,
     priority_exists,
     spec_issues,
     team_exists,
@@ -25,7 +28,15 @@ def found(check: Any, stack: StackConfig, **change: Any) -> list[str]:
 
 
 def test_every_check_is_registered_once() -> None:
-    assert [team_exists, team_queue_exists, priority_exists, flavor_fits] == CHECKS
+    assert [
+        team_exists,
+        team_queue_exists,
+        priority_exists,
+        flavor_fits,
+        launcher_leaves_the_gang_to_the_package,
+        fabric_is_known,
+        fabric_stays_on,
+    ] == CHECKS
 
 
 def test_a_valid_spec_passes_every_check(stack: StackConfig) -> None:
@@ -99,3 +110,22 @@ def test_check_spec_raises_every_problem_with_the_source(stack: StackConfig) -> 
         check_spec(parse_spec(spec_doc(team="robotics", priority="urgent")), stack, "job.yaml")
     assert str(err.value).startswith("job.yaml: 2 problem(s)")
     assert [i.path for i in err.value.issues] == ["spec.team", "spec.priority"]
+
+
+def test_torchrun_options_the_package_sets_are_refused_and_matching_sizes_pass(stack: StackConfig) -> None:
+    check = launcher_leaves_the_gang_to_the_package
+    assert found(check, stack, args=["--nnodes=2", "--nproc-per-node", "8", "train.py", "--node-rank=3"]) == []
+    issues = found(check, stack, args=["--nnodes", "4", "--node_rank=1", "--standalone", "train.py"])
+    assert issues == [
+        "spec.args[0]: --nnodes='4' disagrees with spec.nodes (2); drop it, the package sets it from the spec",
+        "spec.args[2]: --node-rank is set by the package for every pod (PET_* environment: node rank from the "
+        "completion index, rendezvous on the leader pod); remove it",
+        "spec.args[3]: --standalone is set by the package for every pod (PET_* environment: node rank from the "
+        "completion index, rendezvous on the leader pod); remove it",
+    ]
+    (issue,) = found(
+        check, stack, command=["python", "-m", "torch.distributed.run", "--rdzv-endpoint=h:1"], args=["t.py"]
+    )
+    assert issue.startswith("spec.command: --rdzv-endpoint is set by the package")
+    # another launcher's options are its own
+    assert found(check, stack, command=["deepspeed"], args=["--num_nodes=4", "train.py"]) == []

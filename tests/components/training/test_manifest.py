@@ -143,6 +143,7 @@ def test_the_pod_runs_at_training_priority_with_the_claims_and_gpus(stack: Stack
     assert pod["spec"]["volumes"] == [
         {"name": "checkpoints", "persistentVolumeClaim": {"claimName": "checkpoints"}},
         {"name": "datasets", "persistentVolumeClaim": {"claimName": "datasets", "readOnly": True}},
+        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "64Gi"}},
     ]
     trainer = pod["spec"]["containers"][0]
     assert trainer["name"] == "trainer"
@@ -150,7 +151,10 @@ def test_the_pod_runs_at_training_priority_with_the_claims_and_gpus(stack: Stack
     assert trainer["volumeMounts"] == [
         {"name": "checkpoints", "mountPath": "/checkpoints"},
         {"name": "datasets", "mountPath": "/datasets", "readOnly": True},
+        {"name": "dshm", "mountPath": "/dev/shm"},
     ]
+    # no fabric on the local stack's flavor: no RDMA device and no capability beyond the default
+    assert "securityContext" not in trainer
     assert (trainer["image"], trainer["command"], trainer["args"]) == (
         "ghcr.io/example/trainer:1.0.0",
         ["torchrun"],
@@ -200,6 +204,22 @@ PYTORCH_DEFAULTS = [
 ]
 
 
+#: What torchrun reads (its options' PET_ form) to form a 2-node gang of 8 processes each.
+LAUNCHER = [
+    {"name": "PET_NNODES", "value": "2"},
+    {"name": "PET_NPROC_PER_NODE", "value": "8"},
+    {
+        "name": "PET_NODE_RANK",
+        "valueFrom": {"fieldRef": {"fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}},
+    },
+    {"name": "PET_RDZV_BACKEND", "value": "static"},
+    {"name": "PET_RDZV_ENDPOINT", "value": "llm-pretrain-node-0-0.llm-pretrain:29500"},
+    {"name": "PET_MAX_RESTARTS", "value": "0"},
+    {"name": "MASTER_ADDR", "value": "llm-pretrain-node-0-0.llm-pretrain"},
+    {"name": "MASTER_PORT", "value": "29500"},
+]
+
+
 def test_the_job_env_names_its_checkpoints_and_its_master(stack: StackConfig) -> None:
     env = trainer_of(manifest_of(stack, env={"WANDB_PROJECT": "p", "A_FIRST": "1"}))["env"]
     assert env == [
@@ -211,8 +231,7 @@ def test_the_job_env_names_its_checkpoints_and_its_master(stack: StackConfig) ->
         {"name": "GPUCLUSTER_PROGRESS_ANNOTATION", "value": "progress.gpucluster.io/llm-pretrain"},
         {"name": "GPUCLUSTER_NODES", "value": "2"},
         {"name": "GPUCLUSTER_GPUS_PER_NODE", "value": "8"},
-        {"name": "MASTER_ADDR", "value": "llm-pretrain-node-0-0.llm-pretrain"},
-        {"name": "MASTER_PORT", "value": "29500"},
+        *LAUNCHER,
         {
             "name": "GPUCLUSTER_RESTART_ATTEMPT",
             "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['jobset.sigs.k8s.io/restart-attempt']"}},
