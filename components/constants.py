@@ -19,6 +19,10 @@ WORKLOAD_LABEL = "gpucluster.io/workload"
 TIER_LABEL = "gpucluster.io/tier"
 #: A ResourceFlavor's GPUs (nodes x GPUs per node): what the quota policy checks every ClusterQueue against.
 DECLARED_GPUS_ANNOTATION = "gpucluster.io/declared-gpus"
+#: A ResourceFlavor's fabric (``infiniband``, ``roce``, ``ethernet``) and the RDMA resource its pods request: what the
+#: policy pack checks every training JobSet that may land on it against.
+FABRIC_KIND_ANNOTATION = "gpucluster.io/fabric-kind"
+RDMA_RESOURCE_ANNOTATION = "gpucluster.io/rdma-resource"
 #: The parallel filesystem's StorageClass carries its driver; each claim says which claim it is.
 STORAGE_DRIVER_LABEL = "gpucluster.io/storage-driver"
 CLAIM_LABEL = "gpucluster.io/claim"

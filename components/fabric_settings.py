@@ -19,6 +19,7 @@ NCCL's own settings come from the fabric: ``NCCL_IB_HCA`` (which HCAs, and so wh
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator, Mapping
 from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field, field_validator, model_validator
@@ -38,6 +39,17 @@ _HCA = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
 _IFNAME = re.compile(r"^\^?=?[A-Za-z0-9_.:-]{1,15}$")
 _NCCL_NAME = re.compile(r"^NCCL_[A-Z0-9_]+$")
 _QUANTITY = re.compile(r"^[0-9]+(Ki|Mi|Gi|Ti)$")
+
+
+def fabric_turned_off(env: Mapping[str, str]) -> Iterator[tuple[str, str]]:
+    """(name, why) of each setting in ``env`` that makes NCCL leave the RDMA devices it was given and run over TCP
+    sockets: what ``gpucluster submit`` and the policy pack refuse on an RDMA flavor."""
+    if env.get("NCCL_IB_DISABLE", "0").strip() not in ("", "0"):
+        yield "NCCL_IB_DISABLE", "turns InfiniBand/RoCE off"
+    if env.get("NCCL_NET", "").strip().lower() == "socket":
+        yield "NCCL_NET", "sends NCCL over TCP sockets"
+    if "NCCL_IB_HCA" in env and not env["NCCL_IB_HCA"].strip().lstrip("=^"):
+        yield "NCCL_IB_HCA", "names no HCA"
 
 
 def _quantity(value: str) -> str:

@@ -20,7 +20,12 @@ import pulumi_kubernetes as k8s
 import yaml
 
 from components.charts import helm_chart, resolve_chart
-from components.constants import DECLARED_GPUS_ANNOTATION, TIER_LABEL
+from components.constants import (
+    DECLARED_GPUS_ANNOTATION,
+    FABRIC_KIND_ANNOTATION,
+    RDMA_RESOURCE_ANNOTATION,
+    TIER_LABEL,
+)
 from components.queues_settings import (
     ClusterQueueSpec,
     GpuFlavor,
@@ -38,6 +43,16 @@ NON_GPU_RESOURCE_PREFIXES = ("cpu", "memory", "ephemeral-storage", "hugepages-",
 #: field manager owns all of it, so the controller's server-side apply takes it whole, and the Kubernetes provider
 #: drops an ignored field another manager owns from its own applies.
 QUOTA_FIELD = "spec.resourceGroups"
+
+
+def flavor_annotations(flavor: GpuFlavor) -> dict[str, str]:
+    """The ResourceFlavor's annotations: its declared GPUs (the quota policy) and its fabric (the fabric policy)."""
+    out = {DECLARED_GPUS_ANNOTATION: str(flavor.capacity)}
+    if flavor.fabric is not None:
+        out[FABRIC_KIND_ANNOTATION] = flavor.fabric.kind
+        if flavor.fabric.rdma_resource:
+            out[RDMA_RESOURCE_ANNOTATION] = flavor.fabric.rdma_resource
+    return out
 
 
 @dataclass(frozen=True)
@@ -74,7 +89,14 @@ class QueuesArgs:
             raise ValueError(f"QueuesArgs.admission_checks: listed twice in {list(self.admission_checks)}")
 
 
-def kueue_manager_config(settings: KueueSettings) -> dict[str, Any]:
+def excluded_resources(flavors: Sequence[GpuFlavor] = ()) -> list[str]:
+    """What Kueue leaves to the scheduler: CPU, memory and the like, and every fabric's RDMA resource (a node has
+    them with its GPUs; quota on them would only make a training pod unadmittable)."""
+    rdma = sorted({f.fabric.rdma_resource for f in flavors if f.fabric is not None and f.fabric.rdma_resource})
+    return [*NON_GPU_RESOURCE_PREFIXES, *rdma]
+
+
+def kueue_manager_config(settings: KueueSettings, flavors: Sequence[GpuFlavor] = ()) -> dict[str, Any]:
     """Kueue's Configuration (config.kueue.x-k8s.io/v1beta2) with the all-or-nothing gate switched on."""
     wfpr = settings.wait_for_pods_ready
     config: dict[str, Any] = {
@@ -87,7 +109,7 @@ def kueue_manager_config(settings: KueueSettings) -> dict[str, Any]:
         "controller": {"groupKindConcurrency": {"Job.batch": 5, "Pod": 5, "Workload.kueue.x-k8s.io": 5}},
         "clientConnection": {"qps": 50, "burst": 100},
         "integrations": {"frameworks": ["batch/job", "jobset.x-k8s.io/jobset", "kubeflow.org/pytorchjob"]},
-        "resources": {"excludeResourcePrefixes": list(NON_GPU_RESOURCE_PREFIXES)},
+        "resources": {"excludeResourcePrefixes": excluded_resources(flavors)},
     }
     if wfpr.enable:
         gate: dict[str, Any] = {
@@ -105,8 +127,8 @@ def kueue_manager_config(settings: KueueSettings) -> dict[str, Any]:
     return config
 
 
-def kueue_chart_values(settings: KueueSettings) -> dict[str, Any]:
-    config = kueue_manager_config(settings)
+def kueue_chart_values(settings: KueueSettings, flavors: Sequence[GpuFlavor] = ()) -> dict[str, Any]:
+    config = kueue_manager_config(settings, flavors)
     if settings.local_webhooks is not None:
         # The webhooks are served outside the cluster with a certificate of their own (sim/local_webhooks.py
         # points the chart's webhook objects there); Kueue's internal certificate management would issue one
@@ -200,7 +222,7 @@ class Queues(pulumi.ComponentResource):
             f"{name}-kueue",
             chart,
             namespace=settings.namespace,
-            values=kueue_chart_values(settings),
+            values=kueue_chart_values(settings, args.flavors),
             opts=pulumi.ResourceOptions(parent=self, depends_on=[self.namespace]),
         )
         # Every Kueue object waits for the chart: its CRDs and webhooks must exist first, so a fresh cluster
@@ -216,7 +238,7 @@ class Queues(pulumi.ComponentResource):
                     "name": f.name,
                     "labels": labels,
                     # What the quota policy checks every ClusterQueue against.
-                    "annotations": {DECLARED_GPUS_ANNOTATION: str(f.capacity)},
+                    "annotations": flavor_annotations(f),
                 },
                 spec={"nodeLabels": f.selector_labels, "tolerations": [t.to_k8s() for t in f.tolerations]},
                 opts=after_chart,

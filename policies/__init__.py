@@ -9,6 +9,7 @@ from policies.burst_settings import provider_secrets_not_in_config
 from policies.capacity import flavors_select_accepted_nodes, quota_controller_where_queues_are
 from policies.confidential_env import confidential_env_stays_in_our_clusters
 from policies.descheduler import descheduler_bounded
+from policies.fabric import training_jobs_use_the_fabric
 from policies.images import images_pinned, prod_images_by_digest
 from policies.inference import inference_gpu_deployments_burstable, inference_gpu_deployments_have_pdb
 from policies.make_before_break import (
@@ -49,6 +50,7 @@ ALL_POLICIES: list[Policy] = [
     training_never_tolerates_quarantine,
     quota_controller_where_queues_are,
     flavors_select_accepted_nodes,
+    training_jobs_use_the_fabric,
 ]
 
 #: The policies that only advise: what a stack's choice costs, never a refusal.

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 
 from components.config.stack import StackConfig
+from components.fabric_settings import fabric_turned_off
 from components.issues import ConfigIssue, shown, shown_names
 from components.queues_settings import GpuFlavor, Team
 from components.training.spec import SPEC_PATH, JobSpec, SpecError
@@ -185,23 +186,13 @@ def fabric_is_known(spec: JobSpec, stack: StackConfig) -> Iterator[ConfigIssue]:
         )
 
 
-def _fabric_turned_off(env: dict[str, str]) -> Iterator[tuple[str, str]]:
-    """Settings that make NCCL leave the RDMA devices it was given and run over TCP sockets."""
-    if env.get("NCCL_IB_DISABLE", "0").strip() not in ("", "0"):
-        yield "NCCL_IB_DISABLE", "turns InfiniBand/RoCE off"
-    if env.get("NCCL_NET", "").strip().lower() == "socket":
-        yield "NCCL_NET", "sends NCCL over TCP sockets"
-    if "NCCL_IB_HCA" in env and not env["NCCL_IB_HCA"].strip().lstrip("=^"):
-        yield "NCCL_IB_HCA", "names no HCA"
-
-
 def fabric_stays_on(spec: JobSpec, stack: StackConfig) -> Iterator[ConfigIssue]:
     """On an RDMA flavor, the job's env does not send NCCL over TCP sockets (a job that does holds its GPUs at a
     fraction of the fabric's bandwidth, and every other job of the cohort waits for it)."""
     rdma = [f.name for f in _landing_flavors(spec, stack) if f.fabric is not None and f.fabric.rdma]
     if not rdma:
         return
-    for key, why in _fabric_turned_off(dict(spec.env)):
+    for key, why in fabric_turned_off(dict(spec.env)):
         yield ConfigIssue(
             f"{SPEC_PATH}.env.{key}",
             spec.env[key],

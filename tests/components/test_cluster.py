@@ -127,7 +127,12 @@ def test_cluster_queues_quota_cohort_and_preemption(prod: Graph) -> None:
 def test_resource_flavors_carry_node_labels_and_tolerations(prod: Graph) -> None:
     rf = prod.one(f"{KUEUE}:ResourceFlavor", "prod-queues-flavor-h100")
     assert rf.inputs["metadata"]["name"] == "h100"
-    assert rf.inputs["metadata"]["annotations"] == {"gpucluster.io/declared-gpus": "512"}
+    # prod's h100 flavor declares an InfiniBand fabric: the fabric policy reads it here
+    assert rf.inputs["metadata"]["annotations"] == {
+        "gpucluster.io/declared-gpus": "512",
+        "gpucluster.io/fabric-kind": "infiniband",
+        "gpucluster.io/rdma-resource": "rdma/ib",
+    }
     assert rf.inputs["spec"]["nodeLabels"]["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"
     assert rf.inputs["spec"]["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
 
