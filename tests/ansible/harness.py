@@ -47,7 +47,7 @@ FAULTS: dict[str, tuple[dict[str, Any], str]] = {
     "slow_fs": ({"fs_write_gbs": 0.2}, "storage_acceptance"),
     "wrong_fstype": ({"mount_fstype": "nfs4"}, "storage_acceptance"),
     "diag_fail": (
-        {"diag_fail": [{"test": "GPU Memory", "gpu": 2, "info": "DBE detected on GPU 2"}]},
+        {"diag_fail": [{"test": "memory", "gpu": 2, "info": "DBE detected on GPU 2"}]},
         "gpu_burn_in",
     ),
     "burn_faulty": ({"burn_faulty": [6]}, "gpu_burn_in"),

@@ -1,4 +1,6 @@
-"""The roles' parsers and verdicts, fed with shim output and hand-written samples of the real formats.
+"""The roles' parsers and verdicts, fed with shim output and with tests/fixtures/ansible/outputs.
+
+SOURCES.md beside those outputs says which are captured from the real tools and which are samples.
 
 Every threshold has a passing and a failing case.
 """
@@ -120,15 +122,19 @@ def test_dcgm_diag_pass_and_named_failure(tmp_path: Path) -> None:
     ok = shim("dcgmi", "diag", "-r", "3", "-j", knobs={}, tmp=tmp_path)
     load = {"rc": 0, "stdout": "Tested 8 GPUs:\n\tGPU 0: OK\n" + "".join(f"\tGPU {g}: OK\n" for g in range(1, 8))}
     assert burn.gpu_burn_in_verdict(ok, load, 3, 8)["status"] == "pass"
-    knobs = {"diag_fail": [{"test": "Targeted Stress", "gpu": 1, "info": "GPU 1 missed its target"}]}
+    knobs = {"diag_fail": [{"test": "targeted_stress", "gpu": 1, "info": "GPU 1 missed its target"}]}
     bad = shim("dcgmi", "diag", "-r", "3", "-j", knobs=knobs, tmp=tmp_path)
     assert bad["rc"] != 0
     verdict = burn.gpu_burn_in_verdict(bad, load, 3, 8)
-    assert verdict["reasons"] == ["dcgmi diag test 'Targeted Stress' failed on GPU 1: GPU 1 missed its target"]
+    assert verdict["reasons"] == ["dcgmi diag test 'targeted_stress' failed on GPU 1: GPU 1 missed its target"]
+    # A node still on DCGM 3.x: the same failure in the older document.
+    old = dict(knobs, dcgm_layout="3", diag_fail=[{"test": "Targeted Stress", "gpu": 1, "info": "GPU 1 missed"}])
+    verdict = burn.gpu_burn_in_verdict(shim("dcgmi", "diag", "-r", "3", "-j", knobs=old, tmp=tmp_path), load, 3, 8)
+    assert verdict["reasons"] == ["dcgmi diag test 'Targeted Stress' failed on GPU 1: GPU 1 missed"]
 
 
 def test_dcgm_warn_fails_only_when_configured(tmp_path: Path) -> None:
-    knobs = {"diag_warn": [{"test": "Memory Bandwidth", "gpu": 0, "info": "Clocks are being throttled"}]}
+    knobs = {"diag_warn": [{"test": "memory_bandwidth", "gpu": 0, "info": "Clocks are being throttled"}]}
     res = shim("dcgmi", "diag", "-r", "3", "-j", knobs=knobs, tmp=tmp_path)
     assert burn.gpu_burn_in_verdict(res, None, 3, 8, False, True)["status"] == "fail"
     assert burn.gpu_burn_in_verdict(res, None, 3, 8, False, False)["status"] == "pass"
@@ -140,6 +146,52 @@ def test_dcgm_3x_sample_with_null_placeholders_parses() -> None:
     assert [r["test"] for r in rows] == ["Denylist", "NVML Library", "PCIe", "PCIe"]
     verdict = burn.gpu_burn_in_verdict({"rc": 226, "stdout": text}, None, 1, 2, False)
     assert verdict["reasons"] == ["dcgmi diag test 'PCIe' failed on GPU 1: PCIe replay count 310 exceeds 250"]
+
+
+def test_dcgm_4x_real_document_is_read_and_its_failure_named() -> None:
+    # `dcgmi diag -r 1 -j` on a GB10 (DCGM 4.2.3): tests under "DCGM Diagnostic", results per entity,
+    # warnings as objects. The former parser found no results in it and failed every DCGM 4 node as unreadable.
+    text = (SAMPLES / "dcgmi_diag_4.2.3_gb10_r1_fail.json").read_text()
+    rows = burn.dcgm_diag_tests(text)
+    assert [(r["category"], r["test"], r["entity"], r["status"]) for r in rows] == [
+        ("Deployment", "software", "GPU 0", "Fail")
+    ]
+    verdict = burn.gpu_burn_in_verdict({"rc": 226, "stdout": text}, None, 1, 1, False)
+    assert verdict["status"] == "fail"
+    assert verdict["reasons"] == [
+        "dcgmi diag test 'software' failed on GPU 0: Persistence Mode: Persistence mode for GPU 0 is disabled. "
+        'Enable persistence mode by running "nvidia-smi -i <gpuId> -pm 1 " as root.'
+    ]
+
+
+def _dcgm4(*tests: dict[str, Any]) -> str:
+    return json.dumps({"DCGM Diagnostic": {"test_categories": [{"category": "Hardware", "tests": list(tests)}]}})
+
+
+def test_dcgm_4x_real_passing_test_passes_and_a_summary_only_failure_is_kept() -> None:
+    # One test object exactly as DCGM 4.x wrote it for `dcgmi diag -r 3 -j` on eight GPUs (NVIDIA/DCGM#215),
+    # placed in the document that carries it.
+    test = json.loads((SAMPLES / "dcgmi_diag_4.x_r3_diagnostic_test.json.fragment").read_text())
+    rows = burn.dcgm_diag_tests(_dcgm4(test))
+    assert [r["entity"] for r in rows] == [f"GPU {g}" for g in range(8)]
+    assert {r["status"] for r in rows} == {"Pass"}
+    assert "859.08 gigaflops" in rows[0]["detail"]
+    assert burn.gpu_burn_in_verdict({"rc": 0, "stdout": _dcgm4(test)}, None, 3, 8, False)["status"] == "pass"
+    # The same test whose summary fails while every entity passed (an error DCGM tied to no GPU) fails the node.
+    broken = dict(test, test_summary={"status": "Fail", "warnings": [{"warning": "plugin aborted"}]})
+    verdict = burn.gpu_burn_in_verdict({"rc": 226, "stdout": _dcgm4(broken)}, None, 3, 8, False)
+    assert verdict["reasons"] == ["dcgmi diag test 'diagnostic' failed on GPU all: plugin aborted"]
+
+
+def test_dcgm_refuses_documents_it_cannot_judge() -> None:
+    with pytest.raises(ValueError, match="neither 'DCGM Diagnostic'"):
+        burn.dcgm_diag_tests('{"tests": []}')
+    with pytest.raises(ValueError, match="runtime error: The DCGM diagnostic"):
+        burn.dcgm_diag_tests('{"DCGM Diagnostic": {"runtime_error": "The DCGM diagnostic was stopped"}}')
+    with pytest.raises(ValueError, match=r"test_categories\[0\] > tests is str, not a list"):
+        burn.dcgm_diag_tests('{"DCGM Diagnostic": {"test_categories": [{"tests": "x"}]}}')
+    with pytest.raises(ValueError, match="not valid JSON"):
+        burn.dcgm_diag_tests('{"DCGM Diagnostic": {"x": } }')
 
 
 def test_burn_faulty_gpu_and_truncated_run_fail() -> None:
@@ -349,6 +401,48 @@ def test_storage_mount_type_options_and_absence() -> None:
         43200.0,
     )
     assert unreadable["reasons"] == ["cannot read mounts file: file not found: /proc/mounts"]
+
+
+def test_storage_reads_a_mount_point_the_kernel_escaped() -> None:
+    # /proc/mounts as the kernel wrote it for tmpfs mounts at paths holding a tab, a space, a backslash and a
+    # newline (proc(5): octal escapes). The former parser undid only the space, so these were never found.
+    content = (SAMPLES / "proc_mounts_escaped.txt").read_text()
+    points = {m["mountpoint"]: m for m in storage.parse_mounts(content)}
+    for path in ("/tmp/acc\tmnt", "/tmp/acc mnt", "/tmp/acc\\mnt", "/tmp/acc\nmnt"):
+        assert points[path]["fstype"] == "tmpfs", path
+    assert points["/tmp/acc mnt"]["device"] == "acc dev"
+    slurp = {"content": base64.b64encode(content.encode()).decode()}
+    found = storage.storage_verdict(
+        slurp, _fio(1.0, "write"), _fio(1.0, "read"), "/tmp/acc\tmnt", "tmpfs", ["rw"], 1e12, 30.0, 64, 43200.0
+    )
+    assert found["status"] == "pass"
+    missing = storage.storage_verdict(
+        slurp, _fio(1.0, "write"), _fio(1.0, "read"), "/tmp/acc\\011mnt", "tmpfs", ["rw"], 1e12, 30.0, 64, 43200.0
+    )
+    assert missing["reasons"] == ["/tmp/acc\\011mnt is not mounted"]
+
+
+def test_fio_bandwidth_from_real_outputs_of_two_versions() -> None:
+    # fio 3.33, captured: bw_bytes (B/s) beside bw (KiB/s); bw_bytes is the figure.
+    write = (SAMPLES / "fio_3.33_direct_write.json").read_text()
+    assert storage.fio_bandwidth(write, "write") == 1903797560.0
+    read = (SAMPLES / "fio_3.33_direct_read.json").read_text()
+    assert storage.fio_bandwidth(read, "read") == 1147160068.0
+    with pytest.raises(ValueError, match="no read bandwidth"):
+        storage.fio_bandwidth(write, "read")
+    # fio 2.17 (PerfKitBenchmarker's test data): no bw_bytes at all, only bw in KiB/s, one job per direction.
+    old = (SAMPLES / "fio_2.17_randrw.json").read_text()
+    assert storage.fio_bandwidth(old, "read") == 129386 * 1024.0
+    assert storage.fio_bandwidth(old, "write") == 39312 * 1024.0
+
+
+def test_fio_refuses_output_it_cannot_judge() -> None:
+    with pytest.raises(ValueError, match="not valid JSON"):
+        storage.fio_bandwidth('note: both iodepth >= 1 and synchronous I/O engine\n{"jobs": [', "write")
+    with pytest.raises(ValueError, match=r"jobs\[0\] > write > bw is 'fast', not a bandwidth"):
+        storage.fio_bandwidth('{"jobs": [{"jobname": "j", "write": {"bw": "fast"}}]}', "write")
+    with pytest.raises(ValueError, match="reported error 5"):
+        storage.fio_bandwidth('{"jobs": [{"jobname": "j", "error": 5}]}', "write")
 
 
 # ----------------------------------------------------------------------------------------------- admission

@@ -106,7 +106,7 @@ def test_default_scenario_passes_is_idempotent_and_check_safe(role: str, tmp_pat
 
 # (role, fault from harness.FAULTS, reasons the verdict must name)
 FAILING = [
-    ("gpu_burn_in", "diag_fail", ["dcgmi diag test 'GPU Memory' failed on GPU 2", "DBE detected"]),
+    ("gpu_burn_in", "diag_fail", ["dcgmi diag test 'memory' failed on GPU 2", "DBE detected"]),
     ("gpu_thermal_acceptance", "hot_gpu", ["GPU 3 (", "above thermal_limit_c 78"]),
     ("gpu_thermal_acceptance", "warm_gpu", ["GPU 5 (", "9 C above the node median"]),
     ("nvlink_acceptance", "nvlink_replay", ["GPU 6 link 3 Replay Errors grew from 0 to 4"]),

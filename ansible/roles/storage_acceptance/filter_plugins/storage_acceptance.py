@@ -1,7 +1,9 @@
 """Parsers and verdict for the storage_acceptance role.
 
-The mount comes from /proc/mounts (``device mountpoint fstype options dump pass``); throughput from
-``fio --output-format=json`` direct-I/O jobs (``jobs[].write.bw_bytes`` / ``jobs[].read.bw_bytes``).
+The mount comes from /proc/mounts (``device mountpoint fstype options dump pass``, with space, tab,
+newline and backslash in a field written as the octal escapes ``\\040 \\011 \\012 \\134``, proc(5)); throughput
+from ``fio --output-format=json`` direct-I/O jobs: ``jobs[].<dir>.bw_bytes`` in B/s where fio writes it (3.x),
+else ``jobs[].<dir>.bw`` in KiB/s (the only figure fio 2.x gives).
 """
 
 from __future__ import annotations
@@ -9,7 +11,15 @@ from __future__ import annotations
 import base64
 import json
 import math
+import re
 from typing import Any
+
+_OCTAL_ESCAPE = re.compile(r"\\([0-7]{3})")
+
+
+def unescape_mount_field(field: str) -> str:
+    """Undo the kernel's octal escaping of a /proc/mounts field (``\\011`` is a tab, ``\\134`` a backslash)."""
+    return _OCTAL_ESCAPE.sub(lambda m: chr(int(m.group(1), 8)), field)
 
 
 def parse_mounts(content: str) -> list[dict[str, Any]]:
@@ -22,8 +32,8 @@ def parse_mounts(content: str) -> list[dict[str, Any]]:
             raise ValueError(f"mounts line {lineno} has {len(fields)} fields: {line!r}")
         mounts.append(
             {
-                "device": fields[0],
-                "mountpoint": fields[1].replace("\\040", " "),
+                "device": unescape_mount_field(fields[0]),
+                "mountpoint": unescape_mount_field(fields[1]),
                 "fstype": fields[2],
                 "options": fields[3].split(","),
             }
@@ -31,21 +41,46 @@ def parse_mounts(content: str) -> list[dict[str, Any]]:
     return mounts
 
 
+def _job_bandwidth(job: dict[str, Any], direction: str, where: str) -> float:
+    """One job's bandwidth for ``direction`` in B/s: ``bw_bytes`` (fio 3.x), else ``bw`` KiB/s (fio 2.x)."""
+    side = job.get(direction)
+    if side is None:
+        return 0.0
+    if not isinstance(side, dict):
+        raise ValueError(f"{where} > {direction} is {type(side).__name__}, not an object")
+    for key, scale in (("bw_bytes", 1.0), ("bw", 1024.0)):
+        if key in side:
+            value = side[key]
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+                raise ValueError(f"{where} > {direction} > {key} is {value!r}, not a bandwidth")
+            return float(value) * scale
+    return 0.0
+
+
 def fio_bandwidth(stdout: str, direction: str) -> float:
-    """Sum of ``bw_bytes`` for ``direction`` ("read"/"write") over all jobs, in bytes/s."""
+    """Sum over all jobs of the ``direction`` ("read"/"write") bandwidth, in bytes/s.
+
+    fio may print notes before its JSON document; parsing starts at the first brace.
+    """
     text = stdout or ""
     start = text.find("{")
     if start < 0:
         raise ValueError("fio printed no JSON document")
-    doc = json.loads(text[start:])
+    try:
+        doc = json.loads(text[start:])
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"fio output is not valid JSON: {exc}") from exc
     jobs = doc.get("jobs") if isinstance(doc, dict) else None
-    if not jobs:
+    if not jobs or not isinstance(jobs, list):
         raise ValueError("fio JSON has no jobs")
     total = 0.0
-    for job in jobs:
+    for index, job in enumerate(jobs):
+        where = f"jobs[{index}]"
+        if not isinstance(job, dict):
+            raise ValueError(f"{where} is {type(job).__name__}, not an object")
         if job.get("error", 0):
             raise ValueError(f"fio job {job.get('jobname')} reported error {job['error']}")
-        total += float(job.get(direction, {}).get("bw_bytes", 0))
+        total += _job_bandwidth(job, direction, where)
     if total <= 0:
         raise ValueError(f"fio reported no {direction} bandwidth")
     return total
