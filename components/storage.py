@@ -50,7 +50,8 @@ class StorageArgs:
 
 
 def checkpoint_cadence_minutes(settings: StorageSettings) -> float:
-    """Young/Daly interval for the configured checkpoint write time and failure rate, in minutes."""
+    """Young/Daly interval for the configured checkpoint write time and failure rate, in minutes, for a job of
+    ``mtbfJobNodes`` nodes (the size the prior ``mtbfHours`` is stated for)."""
     c = settings.checkpointing
     return checkpoint_interval_seconds(c.write_seconds, c.mtbf_hours * 3600.0) / 60.0
 

@@ -26,11 +26,25 @@ class Claim(ConfigModel):
 
 
 class Checkpointing(ConfigModel):
-    """Inputs of the Young/Daly checkpoint cadence."""
+    """Inputs of the Young/Daly checkpoint cadence.
 
-    size_tb: Annotated[float, Field(gt=0)] = 1.0
-    write_seconds: Annotated[float, Field(gt=0)] = 30.0
-    mtbf_hours: Annotated[float, Field(gt=0)] = 8.0
+    ``mtbfHours`` is the prior: the mean time between interruptions of a job of ``mtbfJobNodes`` nodes (1: per
+    node). Failures of independent nodes add up, so a job of N nodes is interrupted N / ``mtbfJobNodes`` times as
+    often; the measured reliability (node-seconds per interruption) is scaled to the job the same way.
+    """
+
+    size_tb: Annotated[float, Field(gt=0, le=1e6)] = 1.0
+    write_seconds: Annotated[float, Field(gt=0, le=86400)] = 30.0
+    mtbf_hours: Annotated[float, Field(gt=0, le=1e6)] = 8.0
+    mtbf_job_nodes: Annotated[int, Field(ge=1, le=100_000)] = 1
+
+    def node_mtbf_seconds(self) -> float:
+        """The prior per node: node-seconds per interruption."""
+        return self.mtbf_hours * 3600.0 * self.mtbf_job_nodes
+
+    def job_mtbf_seconds(self, nodes: int) -> float:
+        """The prior for a job of ``nodes`` nodes."""
+        return self.node_mtbf_seconds() / nodes
 
 
 class StorageSettings(ConfigModel):

@@ -145,8 +145,13 @@ def write_seconds_of(spec: JobSpec, stack: StackConfig) -> float:
 
 
 def checkpoint_interval(spec: JobSpec, stack: StackConfig, reliability: Reliability | None) -> Interval:
-    """Young/Daly: sqrt(2 x write time x the job's MTBF). The job's MTBF is the measured node MTBI over its nodes
-    when at least :data:`MIN_TRUSTED_INTERRUPTIONS` were measured, else the stack's ``mtbfHours`` (the prior)."""
+    """Young/Daly: sqrt(2 x write time x the job's MTBF).
+
+    The job's MTBF is a per-node figure over the job's nodes, whichever the source: the measured node-seconds per
+    interruption once at least :data:`MIN_TRUSTED_INTERRUPTIONS` were measured, else the stack's prior
+    (``mtbfHours`` for a job of ``mtbfJobNodes`` nodes, so ``mtbfHours x mtbfJobNodes`` per node). A measurement
+    that agrees with the prior therefore leaves the interval where it was.
+    """
     write = write_seconds_of(spec, stack)
     if reliability is not None and reliability.trusted and reliability.node_mtbi_seconds > 0:
         mtbf = reliability.node_mtbi_seconds / spec.nodes
@@ -156,14 +161,19 @@ def checkpoint_interval(spec: JobSpec, stack: StackConfig, reliability: Reliabil
             f"{reliability.interruptions} interruptions (updated {reliability.updated_at}), / {spec.nodes} nodes"
         )
     else:
-        mtbf = stack.storage.checkpointing.mtbf_hours * 3600.0
+        prior = stack.storage.checkpointing
+        mtbf = prior.job_mtbf_seconds(spec.nodes)
         source = "stack"
         why = (
             "no measured reliability"
             if reliability is None
             else f"only {reliability.interruptions} interruptions measured (trusted from {MIN_TRUSTED_INTERRUPTIONS})"
         )
-        reason = f"stack prior storage.checkpointing.mtbfHours = {stack.storage.checkpointing.mtbf_hours:g} ({why})"
+        reason = (
+            f"stack prior storage.checkpointing.mtbfHours = {prior.mtbf_hours:g} for a job of "
+            f"mtbfJobNodes = {prior.mtbf_job_nodes}, {prior.node_mtbf_seconds():.0f} node-seconds per interruption, "
+            f"/ {spec.nodes} nodes ({why})"
+        )
     seconds = max(1, round(checkpoint_interval_seconds(write, mtbf)))
     return Interval(seconds, source, write, mtbf, reason)
 

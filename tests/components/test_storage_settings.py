@@ -5,8 +5,9 @@ from __future__ import annotations
 import math
 
 import pytest
+from pydantic import ValidationError
 
-from components.storage_settings import checkpoint_interval_seconds, predicted_ettr
+from components.storage_settings import Checkpointing, checkpoint_interval_seconds, predicted_ettr
 
 HOUR = 3600.0
 
@@ -45,3 +46,19 @@ def test_a_restart_longer_than_the_mtbf_keeps_nothing() -> None:
 def test_bad_inputs_are_refused(interval: float, write: float, mtbf: float, restart: float) -> None:
     with pytest.raises(ValueError, match="positive"):
         predicted_ettr(interval, write, mtbf, restart)
+
+
+def test_the_prior_is_stated_for_a_job_size_and_read_per_node() -> None:
+    per_node = Checkpointing.model_validate({"mtbfHours": 8})
+    assert per_node.node_mtbf_seconds() == 8 * HOUR
+    assert per_node.job_mtbf_seconds(64) == 8 * HOUR / 64
+    big_job = Checkpointing.model_validate({"mtbfHours": 8, "mtbfJobNodes": 256})
+    assert big_job.node_mtbf_seconds() == 2048 * HOUR
+    assert big_job.job_mtbf_seconds(256) == 8 * HOUR
+
+
+@pytest.mark.parametrize(("field", "value"), [("mtbfJobNodes", 0), ("mtbfJobNodes", 100_001), ("mtbfHours", 1e308)])
+def test_a_prior_out_of_range_is_refused_naming_the_field(field: str, value: float) -> None:
+    with pytest.raises(ValidationError, match=field):
+        Checkpointing.model_validate({field: value})
+    Checkpointing.model_validate({field: 1})

@@ -44,7 +44,7 @@ def test_the_jobset_is_parented_and_kueue_unsuspending_it_is_no_drift(graph: Gra
     assert component.outputs == {
         "jobsetName": "llm-pretrain",
         "namespace": "team-foundation",
-        "checkpointIntervalSeconds": 1315,
+        "checkpointIntervalSeconds": 930,
     }
 
 

@@ -3,6 +3,7 @@ reliability only when there is enough of it."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from typing import Any
@@ -63,7 +64,7 @@ def test_metadata_queues_the_job_on_the_team_queue_with_its_priority(stack: Stac
         TEAM_LABEL: "foundation",
     }
     assert m["metadata"]["annotations"] == {
-        CHECKPOINT_INTERVAL_ANNOTATION: "1315",
+        CHECKPOINT_INTERVAL_ANNOTATION: "930",
         CHECKPOINT_WRITE_ANNOTATION: "30",
         MAX_RESTARTS_PER_HOUR_ANNOTATION: "6",
     }
@@ -226,7 +227,7 @@ def test_the_job_env_names_its_checkpoints_and_its_master(stack: StackConfig) ->
         {"name": "GPUCLUSTER_JOB_NAME", "value": "llm-pretrain"},
         {"name": "GPUCLUSTER_CHECKPOINT_DIR", "value": "/checkpoints/llm-pretrain"},
         {"name": "GPUCLUSTER_DATASETS_DIR", "value": "/datasets"},
-        {"name": "GPUCLUSTER_CHECKPOINT_INTERVAL_SECONDS", "value": "1315"},
+        {"name": "GPUCLUSTER_CHECKPOINT_INTERVAL_SECONDS", "value": "930"},
         {"name": "GPUCLUSTER_CHECKPOINT_ANNOTATION", "value": "checkpoint.gpucluster.io/llm-pretrain"},
         {"name": "GPUCLUSTER_PROGRESS_ANNOTATION", "value": "progress.gpucluster.io/llm-pretrain"},
         {"name": "GPUCLUSTER_NODES", "value": "2"},
@@ -270,11 +271,38 @@ def reliability(interruptions: int, mtbi: float = 8 * 3600.0) -> Reliability:
 
 
 def test_the_prior_gives_krea_range(stack: StackConfig) -> None:
-    interval = checkpoint_interval(spec(), stack, None)
+    # The local stack states its 8 h prior per node (mtbfJobNodes 1): a 1-node job gets Krea's 21.9 min.
+    interval = checkpoint_interval(spec(nodes=1), stack, None)
     assert interval.source == "stack"
     assert interval.seconds == round(math.sqrt(2 * 30 * 8 * 3600))
     assert 20 * 60 <= interval.seconds <= 30 * 60
     assert "no measured reliability" in interval.reason
+
+
+def test_the_prior_is_per_node_and_scaled_to_the_job(stack: StackConfig) -> None:
+    # A 64-node job is interrupted 64 times as often as a 1-node one: its MTBF is 1/64, its interval 1/8.
+    one = checkpoint_interval(spec(nodes=1), stack, None)
+    big = checkpoint_interval(spec(nodes=64), stack, None)
+    assert big.mtbf_seconds == one.mtbf_seconds / 64
+    assert big.seconds == round(math.sqrt(2 * 30 * 8 * 3600 / 64))
+    assert "/ 64 nodes" in big.reason
+    # A prior stated for a 256-node job (8 h there) is 2048 node-hours: a 64-node job gets 32 h.
+    prior = stack.storage.checkpointing.model_copy(update={"mtbf_job_nodes": 256})
+    sized = dataclasses.replace(stack, storage=stack.storage.model_copy(update={"checkpointing": prior}))
+    assert checkpoint_interval(spec(nodes=64), sized, None).mtbf_seconds == 32 * 3600.0
+    assert checkpoint_interval(spec(nodes=256), sized, None).mtbf_seconds == 8 * 3600.0
+
+
+def test_the_third_interruption_does_not_move_an_interval_the_prior_predicted(stack: StackConfig) -> None:
+    # The cluster measures exactly the prior's 8 node-hours per interruption: two interruptions (prior) and three
+    # (measured) give a 64-node job the same interval. Unscaled, the prior gave it 8x the measured one.
+    before = checkpoint_interval(spec(nodes=64), stack, reliability(MIN_TRUSTED_INTERRUPTIONS - 1, 8 * 3600.0))
+    after = checkpoint_interval(spec(nodes=64), stack, reliability(MIN_TRUSTED_INTERRUPTIONS, 8 * 3600.0))
+    assert (before.source, after.source) == ("stack", "measured")
+    assert before.seconds == after.seconds
+    # Measured worse than the prior: the interval shrinks by the square root of the ratio.
+    worse = checkpoint_interval(spec(nodes=64), stack, reliability(MIN_TRUSTED_INTERRUPTIONS, 2 * 3600.0))
+    assert worse.seconds == pytest.approx(before.seconds / 2, abs=1)
 
 
 def test_the_write_time_comes_from_the_spec_else_the_stack(stack: StackConfig) -> None:
@@ -291,7 +319,7 @@ def test_measured_reliability_is_trusted_from_three_interruptions(stack: StackCo
     assert "3 interruptions" in trusted.reason
     untrusted = checkpoint_interval(spec(), stack, reliability(MIN_TRUSTED_INTERRUPTIONS - 1, 10 * 3600.0))
     assert untrusted.source == "stack"
-    assert untrusted.mtbf_seconds == 8 * 3600.0
+    assert untrusted.mtbf_seconds == 8 * 3600.0 / 2  # the per-node prior over the spec's 2 nodes
     assert "only 2 interruptions measured" in untrusted.reason
 
 

@@ -80,8 +80,8 @@ def test_the_example_dry_runs_without_a_cluster() -> None:
     manifest = yaml.safe_load(text)
     assert manifest["kind"] == "JobSet"
     assert manifest["metadata"]["namespace"] == "team-foundation"
-    assert manifest["metadata"]["annotations"][CHECKPOINT_INTERVAL_ANNOTATION] == "1315"
-    assert "# checkpoint interval: 1315 s (21.9 min), source stack" in text
+    assert manifest["metadata"]["annotations"][CHECKPOINT_INTERVAL_ANNOTATION] == "930"
+    assert "# checkpoint interval: 930 s (15.5 min), source stack" in text
 
 
 def test_the_console_script_dry_runs_the_example() -> None:
@@ -165,7 +165,7 @@ def test_too_few_measured_interruptions_keep_the_prior() -> None:
     run = Run()
     cluster = FakeCluster(reliability={**MEASURED, "interruptions": "2"})
     assert run(EXAMPLE, cluster=cluster) == cli.EXIT_OK
-    assert cluster.created[0][1]["metadata"]["annotations"][CHECKPOINT_INTERVAL_ANNOTATION] == "1315"
+    assert cluster.created[0][1]["metadata"]["annotations"][CHECKPOINT_INTERVAL_ANNOTATION] == "930"
 
 
 def test_an_unreadable_configmap_warns_and_keeps_the_prior() -> None:
@@ -173,7 +173,7 @@ def test_an_unreadable_configmap_warns_and_keeps_the_prior() -> None:
     cluster = FakeCluster(reliability={**MEASURED, "interruptions": "many"})
     assert run(EXAMPLE, cluster=cluster) == cli.EXIT_OK
     assert f"{TRAINING_NAMESPACE}/{RELIABILITY_CONFIGMAP} is unreadable (interruptions:" in "\n".join(run.err)
-    assert cluster.created[0][1]["metadata"]["annotations"][CHECKPOINT_INTERVAL_ANNOTATION] == "1315"
+    assert cluster.created[0][1]["metadata"]["annotations"][CHECKPOINT_INTERVAL_ANNOTATION] == "930"
 
 
 def test_an_existing_jobset_is_refused_and_nothing_is_created() -> None:
