@@ -6,12 +6,14 @@ tests/fixtures/ansible/shims; its condition is the knob file named by GPUCLUSTER
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 from collections.abc import Mapping
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import yaml
@@ -28,8 +30,8 @@ RUN_ID = "test-run"
 IB_COUNTERS = ("symbol_error", "link_downed", "link_error_recovery", "port_rcv_errors")
 HCAS = [f"mlx5_{i}" for i in range(8)]
 
-# Seeded faults: knob sets the shims turn into the matching tool output, and the check that must catch each.
-FAULTS: dict[str, tuple[dict[str, Any], str]] = {
+# Seeded faults: knob sets the shims turn into the matching tool output, and the check(s) that must catch each.
+FAULTS: dict[str, tuple[dict[str, Any], str | tuple[str, ...]]] = {
     "hot_gpu": ({"hot_gpu": {"index": 3, "temp_c": 79}}, "gpu_thermal_acceptance"),
     "warm_gpu": ({"warm_gpu": {"index": 5, "delta_c": 9}}, "gpu_thermal_acceptance"),
     "thermal_slowdown": ({"clock_events": {"4": "0x0000000000000040"}}, "gpu_thermal_acceptance"),
@@ -38,8 +40,9 @@ FAULTS: dict[str, tuple[dict[str, Any], str]] = {
         "nvlink_acceptance",
     ),
     "nvlink_down": ({"nvlink_inactive": [[1, 4]]}, "nvlink_acceptance"),
-    "ib_down": ({"ib_down": ["mlx5_3"]}, "ib_acceptance"),
-    "ib_half_rate": ({"ib_half_rate": ["mlx5_1"]}, "ib_acceptance"),
+    # A dead or slow HCA fails the node's own port check and every pair it is in.
+    "ib_down": ({"ib_down": ["mlx5_3"]}, ("ib_acceptance", "ib_acceptance_pairs")),
+    "ib_half_rate": ({"ib_half_rate": ["mlx5_1"]}, ("ib_acceptance", "ib_acceptance_pairs")),
     "ib_symbol_errors": (
         {"ib_counter_growth": {"hca": "mlx5_2", "counter": "symbol_error", "step": 3}},
         "ib_acceptance",
@@ -52,6 +55,37 @@ FAULTS: dict[str, tuple[dict[str, Any], str]] = {
     ),
     "burn_faulty": ({"burn_faulty": [6]}, "gpu_burn_in"),
 }
+
+
+#: Hosts per leaf switch in a simulated fleet (its inventory's node_ib_leaf).
+HOSTS_PER_LEAF = 4
+
+
+def filter_plugin(role: str) -> ModuleType:
+    """A role's filter plugin module, loaded as Ansible loads it (by path, not as a package)."""
+    path = ROLES_DIR / role / "filter_plugins" / f"{role}.py"
+    spec = importlib.util.spec_from_file_location(f"acceptance_{role}", path)
+    assert spec
+    assert spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def fault_checks(fault: str) -> tuple[str, ...]:
+    """The checks that must catch a FAULTS key."""
+    check = FAULTS[fault][1]
+    return (check,) if isinstance(check, str) else check
+
+
+def host_address(index: int) -> str:
+    """The address of a fleet's index-th host: each simulated host has its own loopback address."""
+    return f"127.{1 + index // 250}.{index % 250 + 1}.1"
+
+
+def host_leaf(index: int) -> str:
+    return f"leaf-{index // HOSTS_PER_LEAF}"
 
 
 def host_names(size: int) -> list[str]:
@@ -71,8 +105,13 @@ def spread_faults(size: int) -> dict[str, str]:
     return {hosts[(2 * i + 1) * size // (2 * len(names))]: fault for i, fault in enumerate(names)}
 
 
-def seed_node(root: Path, name: str, knobs: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Create one simulated node's fixtures under root/name and return its inventory variables."""
+def seed_node(
+    root: Path, name: str, knobs: dict[str, Any] | None = None, address: str = "127.0.0.1", leaf: str = "leaf-0"
+) -> dict[str, Any]:
+    """Create one simulated node's fixtures under root/name and return its inventory variables.
+
+    ``address`` is where its ib_write_bw servers listen and partners reach it; ``leaf`` its leaf switch.
+    """
     knobs = dict(knobs or {})
     node = root / name
     node.mkdir(parents=True, exist_ok=True)
@@ -108,7 +147,12 @@ def seed_node(root: Path, name: str, knobs: dict[str, Any] | None = None) -> dic
         "acceptance_environment": {
             "PATH": f"{SHIMS}:{VENV_BIN}:{os.environ.get('PATH', '/usr/bin:/bin')}",
             "GPUCLUSTER_SHIM_KNOBS": str(knob_file),
+            "GPUCLUSTER_SHIM_ADDRESS": address,
+            "GPUCLUSTER_SHIM_HOST": name,
         },
+        "node_fabric_address": address,
+        "node_ib_leaf": leaf,
+        "ib_acceptance_pairs_duration_s": 1,
         "ib_acceptance_sysfs_root": str(sysfs),
         "storage_acceptance_mounts_file": str(node / "mounts"),
         "storage_acceptance_mountpoint": str(mount),
@@ -185,30 +229,42 @@ def spread_paired_faults(size: int) -> dict[str, tuple[str, ...]]:
 
 
 def build_fleet(
-    tmp: Path, size: int, faults: Mapping[str, str | tuple[str, ...]], kubeconfig: Path | None = None
+    tmp: Path,
+    size: int,
+    faults: Mapping[str, str | tuple[str, ...]],
+    kubeconfig: Path | None = None,
+    bad_paths: Mapping[tuple[str, str], float] | None = None,
 ) -> tuple[Path, dict[str, tuple[str, ...]]]:
     """Inventory of ``size`` simulated nodes; ``faults`` maps host name to a FAULTS key (or several, of different
-    checks).
+    checks); ``bad_paths`` maps a pair of hosts to the Gb/s the path between them runs at (both hosts expected to
+    fail ib_acceptance_pairs, so they must be partners in the run's plan).
 
     Returns the inventory path and {host: checks expected to fail, in pipeline order}.
     """
     hosts: dict[str, dict[str, Any]] = {}
     expected: dict[str, tuple[str, ...]] = {}
     order = required_checks()
-    for name in host_names(size):
+    paths: dict[str, dict[str, float]] = {}
+    for (a, b), gbps in (bad_paths or {}).items():
+        paths.setdefault(a, {})[b] = gbps
+        paths.setdefault(b, {})[a] = gbps
+    for index, name in enumerate(host_names(size)):
         seeded = faults.get(name) or ()
         group = (seeded,) if isinstance(seeded, str) else seeded
         knobs: dict[str, Any] = {}
         checks: set[str] = set()
         for fault in group:
-            more, check = FAULTS[fault]
-            if check in checks:
-                raise ValueError(f"{name}: two seeded faults of {check}; one per check and node")
+            more, _ = FAULTS[fault]
+            if clash := checks & set(fault_checks(fault)):
+                raise ValueError(f"{name}: two seeded faults of {sorted(clash)}; one per check and node")
             knobs.update(more)
-            checks.add(check)
+            checks.update(fault_checks(fault))
+        if name in paths:
+            knobs["ib_pair_gbps"] = paths[name]
+            checks.add("ib_acceptance_pairs")
         if checks:
             expected[name] = tuple(c for c in order if c in checks)
-        hosts[name] = seed_node(tmp / "nodes", name, knobs)
+        hosts[name] = seed_node(tmp / "nodes", name, knobs, host_address(index), host_leaf(index))
     group_vars: dict[str, Any] = {
         "node_admission_artifacts_dir": str(tmp / "artifacts"),
         "node_admission_run_id": RUN_ID,

@@ -8,39 +8,27 @@ Every threshold has a passing and a failing case.
 from __future__ import annotations
 
 import base64
-import importlib.util
 import json
 import os
 import subprocess
-import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 
-from tests.ansible.harness import ROLES_DIR, SHIMS
+from tests.ansible.harness import SHIMS, filter_plugin
 
 SAMPLES = Path(__file__).resolve().parents[1] / "fixtures" / "ansible" / "outputs"
 
 
-def _plugin(role: str) -> ModuleType:
-    path = ROLES_DIR / role / "filter_plugins" / f"{role}.py"
-    spec = importlib.util.spec_from_file_location(f"acceptance_{role}", path)
-    assert spec
-    assert spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-burn = _plugin("gpu_burn_in")
-thermal = _plugin("gpu_thermal_acceptance")
-nvlink = _plugin("nvlink_acceptance")
-ib = _plugin("ib_acceptance")
-storage = _plugin("storage_acceptance")
-admission = _plugin("node_admission")
+burn = filter_plugin("gpu_burn_in")
+thermal = filter_plugin("gpu_thermal_acceptance")
+nvlink = filter_plugin("nvlink_acceptance")
+ib = filter_plugin("ib_acceptance")
+storage = filter_plugin("storage_acceptance")
+admission = filter_plugin("node_admission")
 
 
 def shim(tool: str, *args: str, knobs: dict[str, Any] | None = None, tmp: Path | None = None) -> dict[str, Any]:
@@ -277,13 +265,54 @@ def _counters(tmp: Path, values: dict[str, int]) -> dict[str, Any]:
     return {"rc": 0, "stdout": "\n".join(lines)}
 
 
+def _shim_env(knobs: dict[str, Any], tmp: Path, host: str, address: str) -> dict[str, str]:
+    (tmp / host).mkdir(exist_ok=True)
+    path = tmp / host / "knobs.json"
+    path.write_text(json.dumps(knobs))
+    return {
+        **os.environ,
+        "GPUCLUSTER_SHIM_KNOBS": str(path),
+        "GPUCLUSTER_SHIM_HOST": host,
+        "GPUCLUSTER_SHIM_ADDRESS": address,
+    }
+
+
+def write_bw(
+    tmp: Path,
+    hca: str,
+    server: tuple[str, str, dict[str, Any]],
+    client: tuple[str, str, dict[str, Any]],
+    port: int = 18515,
+) -> dict[str, Any]:
+    """ib_write_bw as the role runs it: the server shim started first on (host, address, knobs), then the client
+    shim connecting to it (``localhost`` when both are one host). Returns the client's registered result."""
+    (s_host, s_addr, s_knobs), (c_host, c_addr, c_knobs) = server, client
+    argv = [str(SHIMS / "ib_write_bw"), "-d", hca, "-i", "1", "-p", str(port), "-D", "1", "--report_gbits"]
+    srv = subprocess.Popen(
+        argv, env=_shim_env(s_knobs, tmp, s_host, s_addr), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        peer = "localhost" if s_host == c_host else s_addr
+        deadline = time.monotonic() + 20
+        while True:  # as the role's retries: the server may still be starting
+            res = subprocess.run(
+                [*argv, peer], env=_shim_env(c_knobs, tmp, c_host, c_addr), capture_output=True, text=True, check=False
+            )
+            if res.returncode == 0 or srv.poll() is not None or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        return {"rc": res.returncode, "stdout": res.stdout, "stderr": res.stderr, "item": hca}
+    finally:
+        srv.kill()
+        srv.wait()
+
+
 def _ib(knobs: dict[str, Any], tmp: Path, floor: float = 40.0, after: dict[str, int] | None = None) -> dict[str, Any]:
     stat = shim("ibstat", knobs=knobs, tmp=tmp)
     hcas = [f"mlx5_{i}" for i in range(8)]
-    bws = []
-    for hca in hcas:
-        res = shim("ib_write_bw", "-d", hca, "-i", "1", "-D", "1", "--report_gbits", "localhost", knobs=knobs, tmp=tmp)
-        bws.append({**res, "item": hca})
+    me = ("node", "127.0.0.1", knobs)
+    with ThreadPoolExecutor(len(hcas)) as pool:  # one HCA after another would take -D seconds each
+        bws = list(pool.map(lambda i: write_bw(tmp, hcas[i], me, me, 18515 + i), range(len(hcas))))
     base = {"mlx5_0 port 1 symbol_error": 0, "mlx5_2 port 1 link_downed": 1}
     verdict: dict[str, Any] = ib.ib_verdict(
         stat, _counters(tmp, base), _counters(tmp, after or base), bws, hcas, 1, 400, floor
@@ -339,6 +368,128 @@ def test_ibstat_sample_parses() -> None:
     assert cas["mlx5_0"][1]["Rate"] == "400"
     assert cas["mlx5_1"][1]["Physical state"] == "Disabled"
     assert "CA type" not in cas["mlx5_0"][1]
+
+
+# ----------------------------------------------------------------------------------------------- ib pairs
+def _fleet(size: int, per_leaf: int = 3) -> list[dict[str, Any]]:
+    return [{"name": f"n{i}", "leaf": f"leaf-{i // per_leaf}", "address": f"10.0.0.{i + 1}"} for i in range(size)]
+
+
+def _perftest(gbits: float) -> str:
+    return (
+        " #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]\n"
+        f" 65536      700000          {gbits * 1.01:.2f}             {gbits:.2f}\t\t   0.724552\n"
+    )
+
+
+def _pair_run(
+    plan: dict[str, Any], hcas: list[str], gbits: Any = lambda server, client, hca: 390.0
+) -> list[list[dict[str, Any]]]:
+    """Every host's gathered results, as the role's set_fact leaves them; ``gbits`` None means connect refused."""
+    per_host = []
+    for name, steps in plan["hosts"].items():
+        mine: list[dict[str, Any]] = []
+        for step in steps:
+            clients = []
+            for hca in hcas:
+                rate = gbits(step.get("partner"), name, hca)
+                if rate is None:
+                    clients.append({"item": hca, "rc": 1, "stdout": "", "stderr": "Couldn't connect to x:1"})
+                else:
+                    clients.append({"item": hca, "rc": 0, "stdout": _perftest(rate), "stderr": ""})
+            mine += ib.ib_pair_results(clients, name, step, hcas)
+        per_host.append(mine)
+    return per_host
+
+
+def test_pair_plan_gives_every_host_two_partners_on_other_leaves() -> None:
+    for size in (2, 3, 4, 7, 12, 64):
+        plan = ib.ib_pair_plan(_fleet(size))
+        leaf = {h["name"]: h["leaf"] for h in _fleet(size)}
+        for name, steps in plan["hosts"].items():
+            partners = [s["partner"] for s in steps if s["role"] != "idle"]
+            assert len(partners) == len(set(partners)) == (1 if size == 2 else 2), (size, name, steps)
+            if size >= 6:  # enough leaves that no pair needs to share one
+                assert all(leaf[p] != leaf[name] for p in partners), (size, name, partners)
+        for r in range(plan["rounds"]):  # a round is a matching: each host serves or connects once
+            roles = [steps[r]["role"] for steps in plan["hosts"].values()]
+            assert roles.count("server") == roles.count("client")
+    assert ib.ib_pair_plan(_fleet(1)) == {"rounds": 0, "hosts": {"n0": []}}
+
+
+def test_pair_plan_refuses_hosts_it_cannot_tell_apart() -> None:
+    twins = _fleet(3)
+    twins[2]["address"] = twins[0]["address"]
+    with pytest.raises(ValueError, match=r"hosts n0 and n2 share the address 10\.0\.0\.1"):
+        ib.ib_pair_plan(twins)
+    with pytest.raises(ValueError, match=r"hosts\[1\] needs a name, a leaf and an address"):
+        ib.ib_pair_plan([_fleet(1)[0], {"name": "n1", "leaf": "", "address": "10.0.0.9"}])
+
+
+def test_healthy_pairs_pass_and_a_lone_host_is_skipped() -> None:
+    plan = ib.ib_pair_plan(_fleet(6))
+    results = _pair_run(plan, ["mlx5_0", "mlx5_1"])
+    for host in plan["hosts"]:
+        verdict = ib.ib_pairs_verdict(host, plan, results, ["mlx5_0", "mlx5_1"], 40.0)
+        assert verdict["status"] == "pass", verdict
+        assert {p["gbs"]["mlx5_0"] for p in verdict["details"]["pairs"].values()} == {48.75}
+    lone = ib.ib_pair_plan(_fleet(1))
+    assert ib.ib_pairs_verdict("n0", lone, [[]], ["mlx5_0"], 40.0)["status"] == "skipped"
+
+
+def test_a_host_slow_with_every_partner_is_at_fault_and_its_partners_pass() -> None:
+    hcas = ["mlx5_0", "mlx5_1"]
+    plan = ib.ib_pair_plan(_fleet(6))
+    results = _pair_run(plan, hcas, lambda s, c, hca: 195.0 if "n4" in (s, c) and hca == "mlx5_1" else 390.0)
+    verdicts = {h: ib.ib_pairs_verdict(h, plan, results, hcas, 40.0) for h in plan["hosts"]}
+    partners = sorted(verdicts["n4"]["details"]["pairs"])
+    assert verdicts["n4"]["reasons"] == [
+        f"fails ib_write_bw with every partner ({', '.join(p for p in verdicts['n4']['details']['pairs'])}): "
+        + "; ".join(f"{p}: mlx5_1 at 24.38 GB/s (floor 40 GB/s)" for p in verdicts["n4"]["details"]["pairs"])
+    ]
+    assert sorted(h for h, v in verdicts.items() if v["status"] == "fail") == ["n4"]
+    assert all(verdicts[p]["details"]["pairs"]["n4"]["excused"] == "n4 fails with every partner" for p in partners)
+
+
+def test_a_bad_path_names_both_hosts_each_with_its_partner() -> None:
+    hcas = ["mlx5_0"]
+    plan = ib.ib_pair_plan(_fleet(6))
+    a = "n0"
+    b = plan["hosts"][a][0]["partner"]
+    results = _pair_run(plan, hcas, lambda s, c, hca: 100.0 if {s, c} == {a, b} else 390.0)
+    verdicts = {h: ib.ib_pairs_verdict(h, plan, results, hcas, 40.0) for h in plan["hosts"]}
+    assert sorted(h for h, v in verdicts.items() if v["status"] == "fail") == sorted([a, b])
+    other = plan["hosts"][a][1]["partner"]
+    assert verdicts[a]["reasons"] == [
+        f"fails ib_write_bw only with partner {b} (leaf leaf-0 -> leaf {plan['hosts'][a][0]['partner_leaf']}): "
+        f"mlx5_0 at 12.50 GB/s (floor 40 GB/s); passes with {other}"
+    ]
+    assert verdicts[b]["reasons"][0].startswith(f"fails ib_write_bw only with partner {a} (leaf ")
+    # At the floor the same pair passes.
+    results = _pair_run(plan, hcas, lambda s, c, hca: 320.0 if {s, c} == {a, b} else 390.0)
+    assert ib.ib_pairs_verdict(a, plan, results, hcas, 40.0)["status"] == "pass"
+
+
+def test_a_healthy_host_between_two_broken_ones_passes() -> None:
+    hcas = ["mlx5_0"]
+    plan = ib.ib_pair_plan(_fleet(12))
+    host = "n0"
+    broken = {s["partner"] for s in plan["hosts"][host]}
+    results = _pair_run(plan, hcas, lambda s, c, hca: None if broken & {s, c} else 390.0)
+    verdicts = {h: ib.ib_pairs_verdict(h, plan, results, hcas, 40.0) for h in plan["hosts"]}
+    assert verdicts[host]["status"] == "pass", verdicts[host]
+    assert sorted(h for h, v in verdicts.items() if v["status"] == "fail") == sorted(broken)
+    assert "ib_write_bw exited rc=1: Couldn't connect to x:1" in verdicts[sorted(broken)[0]]["reasons"][0]
+
+
+def test_two_hosts_alone_cannot_say_which_side() -> None:
+    plan = ib.ib_pair_plan(_fleet(2))
+    results = _pair_run(plan, ["mlx5_0"], lambda s, c, hca: 100.0)
+    verdict = ib.ib_pairs_verdict("n0", plan, results, ["mlx5_0"], 40.0)
+    assert verdict["reasons"] == [
+        "fails ib_write_bw with its only partner n1 (leaf leaf-0 -> leaf leaf-0): mlx5_0 at 12.50 GB/s (floor 40 GB/s); "
+        "which side is at fault needs another partner"
+    ]
 
 
 # ----------------------------------------------------------------------------------------------- storage

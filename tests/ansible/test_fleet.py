@@ -18,7 +18,10 @@ from tests.ansible.harness import (
     FAULTS,
     PAIRED_FAULTS,
     build_fleet,
+    filter_plugin,
     fleet_problems,
+    host_address,
+    host_leaf,
     host_names,
     run_playbook,
     spread_paired_faults,
@@ -55,6 +58,31 @@ def test_fleet_summary_lists_exactly_the_seeded_nodes(tmp_path: Path, monkeypatc
     assert [c[4] for c in calls if c[1] == "taint" and c[3] == thermal_host] == [
         "gpucluster.io/acceptance-failed=thermal:NoSchedule"
     ]
+
+
+def test_fabric_pairs_put_a_slow_hca_on_its_host_and_a_bad_path_on_both_ends(tmp_path: Path) -> None:
+    size, slow = 8, "gpu-sim-001"
+    names = host_names(size)
+    plan = filter_plugin("ib_acceptance").ib_pair_plan(
+        [{"name": n, "leaf": host_leaf(i), "address": host_address(i)} for i, n in enumerate(names)]
+    )["hosts"]
+    # A degraded path between two healthy hosts that the run pairs, neither a partner of the slow host.
+    near_slow = {slow} | {s["partner"] for s in plan[slow]}
+    a = next(n for n in names if n not in near_slow and not {s["partner"] for s in plan[n]} & near_slow)
+    b = plan[a][0]["partner"]
+    inventory, _ = build_fleet(tmp_path, size, {slow: "ib_half_rate"}, bad_paths={(a, b): 100.0})
+    hcas = '{"ib_acceptance_hcas": ["mlx5_0", "mlx5_1"]}'
+    res = run_playbook("fabric.yml", inventory, tmp_path, "--forks", "8", "-e", hcas, timeout=600)
+    assert res.returncode != 0, res.stdout[-3000:]
+    recap = dict(re.findall(r"^(gpu-sim-\d+)\s+: ok=\d+\s+changed=\d+\s+unreachable=0\s+failed=(\d)", res.stdout, re.M))
+    assert sorted(h for h, failed in recap.items() if failed == "1") == sorted([slow, a, b]), res.stdout[-3000:]
+    assert len(recap) == size
+    out = " ".join(res.stdout.split())
+    assert f"{slow}: fails ib_write_bw with every partner" in out, out[-3000:]
+    assert "mlx5_1 at 24.38 GB/s (floor 40 GB/s)" in out
+    for me, partner in ((a, b), (b, a)):
+        assert f"{me}: fails ib_write_bw only with partner {partner} (leaf {host_leaf(names.index(me))} -> leaf" in out
+        assert "mlx5_1 at 12.50 GB/s (floor 40 GB/s); passes with" in out
 
 
 def test_burn_in_playbook_fails_only_the_hot_node_and_names_the_gpu(tmp_path: Path) -> None:

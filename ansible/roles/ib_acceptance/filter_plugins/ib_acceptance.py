@@ -3,6 +3,12 @@
 Port state comes from ``ibstat``; error counters from
 ``<sysfs_root>/class/infiniband/<hca>/ports/<port>/counters/<counter>`` read with ``grep -H``;
 optional bandwidth from ``ib_write_bw --report_gbits`` loopback.
+
+Across nodes (``tasks_from: pairs``): every host of the run gets partners on other leaves first, one per round
+(:func:`ib_pair_plan`), runs ``ib_write_bw`` to each partner's HCA of the same index, and
+:func:`ib_pairs_verdict` decides from every host's results whose fault a slow or broken pair is: a host that fails
+with every partner is the one at fault; a pair that fails while both hosts pass with others names both, each with
+its partner.
 """
 
 from __future__ import annotations
@@ -170,8 +176,207 @@ def ib_verdict(
     return {"status": "fail" if reasons else "pass", "reasons": reasons, "details": details}
 
 
+# ----------------------------------------------------------------------------------------------- pairs
+def _interleave_by_leaf(hosts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Hosts in an order where neighbours sit on different leaves wherever the fleet allows it."""
+    leaves: dict[str, list[dict[str, Any]]] = {}
+    for host in sorted(hosts, key=lambda h: h["name"]):
+        leaves.setdefault(str(host["leaf"]), []).append(host)
+    queues = [leaves[leaf] for leaf in sorted(leaves, key=lambda leaf: (-len(leaves[leaf]), leaf))]
+    order: list[dict[str, Any]] = []
+    while any(queues):
+        for queue in queues:
+            if queue:
+                order.append(queue.pop(0))
+    return order
+
+
+def ib_pair_plan(hosts: list[dict[str, Any]]) -> dict[str, Any]:
+    """Rounds of ib_write_bw pairs over the run's hosts (each ``{"name", "leaf", "address"}``).
+
+    In round 0 neighbours of the leaf-interleaved order pair up (0-1, 2-3, ...), in round 1 the next neighbours
+    (1-2, 3-4, ..., last-first), so each host meets two different partners, on other leaves when the fleet has
+    them; with an odd count, the two hosts left out get a third round together. The first of each pair serves,
+    the second connects. Returns ``{"rounds": n, "hosts": {name: [{"role", "partner", "partner_address",
+    "partner_leaf"} or {"role": "idle"} per round]}}``.
+    """
+    seen_names: set[str] = set()
+    seen_addresses: dict[str, str] = {}
+    for i, host in enumerate(hosts):
+        if not isinstance(host, dict) or not all(host.get(k) for k in ("name", "leaf", "address")):
+            raise ValueError(f"hosts[{i}] needs a name, a leaf and an address, got {host!r}")
+        if host["name"] in seen_names:
+            raise ValueError(f"host {host['name']} is listed twice")
+        if host["address"] in seen_addresses:
+            raise ValueError(
+                f"hosts {seen_addresses[host['address']]} and {host['name']} share the address {host['address']}"
+            )
+        seen_names.add(host["name"])
+        seen_addresses[host["address"]] = host["name"]
+    order = _interleave_by_leaf(hosts)
+    n = len(order)
+    rounds: list[list[tuple[int, int]]] = []
+    if n >= 2:
+        rounds.append([(i, i + 1) for i in range(0, n - 1, 2)])
+    if n >= 3:
+        second = [(i, (i + 1) % n) for i in range(1, n, 2)]
+        rounds.append([(a, b) for a, b in second if a != b])
+        if n % 2:
+            rounds.append([(0, n - 1)])
+    rounds = [r for r in rounds if r]
+    plan: dict[str, list[dict[str, Any]]] = {h["name"]: [{"role": "idle"} for _ in rounds] for h in order}
+    for r, pairs in enumerate(rounds):
+        for a, b in pairs:
+            for me, other, role in ((order[a], order[b], "server"), (order[b], order[a], "client")):
+                plan[me["name"]][r] = {
+                    "role": role,
+                    "partner": other["name"],
+                    "partner_address": other["address"],
+                    "partner_leaf": other["leaf"],
+                }
+    return {"rounds": len(rounds), "hosts": plan}
+
+
+def ib_pair_results(clients: list[dict[str, Any]], me: str, step: dict[str, Any], hcas: list[str]) -> list[Any]:
+    """This round's client results, slimmed to what the verdict reads (one entry per HCA)."""
+    if step.get("role") != "client":
+        return []
+    by_hca = {str(r.get("item")): r for r in clients if isinstance(r, dict)}
+    out = []
+    for hca in hcas:
+        res = by_hca.get(hca, {"rc": None, "msg": "the client did not run"})
+        out.append(
+            {
+                "server": step["partner"],
+                "server_leaf": step["partner_leaf"],
+                "client": me,
+                "hca": hca,
+                "rc": res.get("rc"),
+                "skipped": bool(res.get("skipped")),
+                "stdout": str(res.get("stdout", ""))[-4000:],
+                "stderr": str(res.get("stderr") or res.get("msg") or "")[-1000:],
+            }
+        )
+    return out
+
+
+def _pair_outcome(results: list[dict[str, Any]], floor_gbs: float) -> tuple[dict[str, float], list[str]]:
+    """(GB/s per HCA, problems) of one pair's client results."""
+    gbs: dict[str, float] = {}
+    problems: list[str] = []
+    for res in results:
+        hca = res["hca"]
+        if res.get("rc") != 0:
+            text = " ".join(str(res.get("stderr", "")).split()) or "no output"
+            problems.append(f"{hca}: ib_write_bw exited rc={res.get('rc')}: {text}")
+            continue
+        try:
+            value = parse_ib_write_bw(str(res.get("stdout", "")))
+        except ValueError as exc:
+            problems.append(f"{hca}: {exc}")
+            continue
+        gbs[hca] = round(value, 3)
+        if value < floor_gbs:
+            problems.append(f"{hca} at {value:.2f} GB/s (floor {floor_gbs:g} GB/s)")
+    return gbs, problems
+
+
+def ib_pairs_verdict(
+    host: str, plan: dict[str, Any], results: list[list[dict[str, Any]]], hcas: list[str], floor_gbs: float
+) -> dict[str, Any]:
+    """This host's verdict from every host's pair results (:func:`ib_pair_results`, gathered over the run).
+
+    A pair fails when any HCA's ib_write_bw failed, printed no result or ran below ``floor_gbs``. A host fails when
+    it fails with every partner (at least two) while one of them passes with another host: the fault is its own.
+    A failing pair whose other host is at fault in that sense is excused. Any other failing pair fails this host too, naming the partner and the leaves
+    between them: the link or path between the two is suspect, and which side needs a third partner to tell.
+    """
+    details: dict[str, Any] = {"floor_gbs": floor_gbs, "pairs": {}}
+    steps = [s for s in plan.get("hosts", {}).get(host, []) if s.get("role") in ("server", "client")]
+    if not steps:
+        return {
+            "status": "skipped",
+            "reasons": ["no partner in this run: accept nodes at least two at a time"],
+            "details": details,
+        }
+    flat = [r for per_host in results for r in (per_host or []) if isinstance(r, dict)]
+    if flat and all(r.get("skipped") for r in flat):
+        return {"status": "skipped", "reasons": ["not run (check mode)"], "details": details}
+    by_pair: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for res in flat:
+        by_pair.setdefault((res["server"], res["client"]), []).append(res)
+    outcome: dict[frozenset[str], tuple[dict[str, float], list[str]]] = {}
+    for name, host_steps in plan.get("hosts", {}).items():
+        for step in host_steps:
+            if step.get("role") != "client":
+                continue
+            got = by_pair.get((step["partner"], name))
+            if not got:
+                got = [{"hca": hca, "rc": None, "stderr": f"{name} reported no result"} for hca in hcas]
+            outcome[frozenset((name, step["partner"]))] = _pair_outcome(got, floor_gbs)
+
+    def partners(of: str) -> list[str]:
+        return [s["partner"] for s in plan["hosts"].get(of, []) if s.get("role") in ("server", "client")]
+
+    def failing(of: str) -> list[str]:
+        return [p for p in partners(of) if outcome.get(frozenset((of, p)), ({}, ["no result"]))[1]]
+
+    def passes_somewhere(of: str) -> bool:
+        return len(failing(of)) < len(partners(of))
+
+    def at_fault(of: str) -> bool:
+        # Failing with every partner puts the fault on this host only if some partner passes with another host:
+        # a healthy host whose partners are all broken fails with every partner too.
+        mine = partners(of)
+        return len(mine) >= 2 and not passes_somewhere(of) and any(passes_somewhere(p) for p in mine)
+
+    leaf_of = {s["partner"]: s["partner_leaf"] for steps_ in plan["hosts"].values() for s in steps_ if "partner" in s}
+    for step in steps:
+        gbs, problems = outcome.get(frozenset((host, step["partner"])), ({}, ["no result"]))
+        details["pairs"][step["partner"]] = {
+            "role": step["role"],
+            "leaf": step["partner_leaf"],
+            "gbs": gbs,
+            "problems": problems,
+        }
+    reasons: list[str] = []
+    mine_failing = failing(host)
+    if at_fault(host):
+        worst = "; ".join(f"{p}: {', '.join(outcome[frozenset((host, p))][1])}" for p in mine_failing)
+        reasons.append(f"fails ib_write_bw with every partner ({', '.join(mine_failing)}): {worst}")
+    else:
+        passing = [p for p in partners(host) if p not in mine_failing]
+        for partner in mine_failing:
+            if at_fault(partner):
+                details["pairs"][partner]["excused"] = f"{partner} fails with every partner"
+                continue
+            problems = ", ".join(outcome[frozenset((host, partner))][1])
+            path = f"leaf {leaf_of.get(host, '?')} -> leaf {leaf_of.get(partner, '?')}"
+            if passing:
+                reasons.append(
+                    f"fails ib_write_bw only with partner {partner} ({path}): {problems}; passes with "
+                    f"{', '.join(passing)}"
+                )
+            elif len(partners(host)) == 1:
+                reasons.append(
+                    f"fails ib_write_bw with its only partner {partner} ({path}): {problems}; which side is at "
+                    "fault needs another partner"
+                )
+            else:
+                reasons.append(
+                    f"fails ib_write_bw with partner {partner} ({path}): {problems}; it passes with no partner and "
+                    "its partners with no one else, so the fault may be on either side"
+                )
+    return {"status": "fail" if reasons else "pass", "reasons": reasons, "details": details}
+
+
 class FilterModule:
     """ib_acceptance filters."""
 
     def filters(self) -> dict[str, Any]:
-        return {"ib_verdict": ib_verdict}
+        return {
+            "ib_verdict": ib_verdict,
+            "ib_pair_plan": ib_pair_plan,
+            "ib_pair_results": ib_pair_results,
+            "ib_pairs_verdict": ib_pairs_verdict,
+        }

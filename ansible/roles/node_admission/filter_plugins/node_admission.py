@@ -11,6 +11,7 @@ SHORT = {
     "gpu_thermal_acceptance": "thermal",
     "nvlink_acceptance": "nvlink",
     "ib_acceptance": "ib",
+    "ib_acceptance_pairs": "ib-pairs",
     "storage_acceptance": "storage",
 }
 
