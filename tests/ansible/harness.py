@@ -40,9 +40,12 @@ FAULTS: dict[str, tuple[dict[str, Any], str | tuple[str, ...]]] = {
         "nvlink_acceptance",
     ),
     "nvlink_down": ({"nvlink_inactive": [[1, 4]]}, "nvlink_acceptance"),
-    # A dead or slow HCA fails the node's own port check and every pair it is in.
-    "ib_down": ({"ib_down": ["mlx5_3"]}, ("ib_acceptance", "ib_acceptance_pairs")),
-    "ib_half_rate": ({"ib_half_rate": ["mlx5_1"]}, ("ib_acceptance", "ib_acceptance_pairs")),
+    # A dead or slow HCA fails the node's own port check, every pair it is in and its group's all-reduce.
+    "ib_down": ({"ib_down": ["mlx5_3"]}, ("ib_acceptance", "ib_acceptance_pairs", "ib_acceptance_collective")),
+    "ib_half_rate": (
+        {"ib_half_rate": ["mlx5_1"]},
+        ("ib_acceptance", "ib_acceptance_pairs", "ib_acceptance_collective"),
+    ),
     "ib_symbol_errors": (
         {"ib_counter_growth": {"hca": "mlx5_2", "counter": "symbol_error", "step": 3}},
         "ib_acceptance",
@@ -137,6 +140,10 @@ def seed_node(
     knobs["sysfs_root"] = str(sysfs)
     knob_file = node / "knobs.json"
     knob_file.write_text(json.dumps(knobs, indent=2))
+    # What ssh reaches from mpirun: every host of the fleet under its address.
+    fabric = root / ".fabric"
+    fabric.mkdir(exist_ok=True)
+    (fabric / f"{address}.json").write_text(json.dumps({"host": name, "knob_file": str(knob_file)}))
     state = Path(str(knob_file) + ".state.json")
     if state.exists():
         state.unlink()
@@ -149,7 +156,9 @@ def seed_node(
             "GPUCLUSTER_SHIM_KNOBS": str(knob_file),
             "GPUCLUSTER_SHIM_ADDRESS": address,
             "GPUCLUSTER_SHIM_HOST": name,
+            "GPUCLUSTER_SHIM_FABRIC": str(fabric),
         },
+        "ib_acceptance_collective_bin": "all_reduce_perf",
         "node_fabric_address": address,
         "node_ib_leaf": leaf,
         "ib_acceptance_pairs_duration_s": 1,
@@ -237,7 +246,8 @@ def build_fleet(
 ) -> tuple[Path, dict[str, tuple[str, ...]]]:
     """Inventory of ``size`` simulated nodes; ``faults`` maps host name to a FAULTS key (or several, of different
     checks); ``bad_paths`` maps a pair of hosts to the Gb/s the path between them runs at (both hosts expected to
-    fail ib_acceptance_pairs, so they must be partners in the run's plan).
+    fail ib_acceptance_pairs and ib_acceptance_collective, so they must be partners in the run's plan and in one
+    collective group).
 
     Returns the inventory path and {host: checks expected to fail, in pipeline order}.
     """
@@ -261,7 +271,7 @@ def build_fleet(
             checks.update(fault_checks(fault))
         if name in paths:
             knobs["ib_pair_gbps"] = paths[name]
-            checks.add("ib_acceptance_pairs")
+            checks.update(("ib_acceptance_pairs", "ib_acceptance_collective"))
         if checks:
             expected[name] = tuple(c for c in order if c in checks)
         hosts[name] = seed_node(tmp / "nodes", name, knobs, host_address(index), host_leaf(index))

@@ -371,8 +371,11 @@ def test_ibstat_sample_parses() -> None:
 
 
 # ----------------------------------------------------------------------------------------------- ib pairs
-def _fleet(size: int, per_leaf: int = 3) -> list[dict[str, Any]]:
-    return [{"name": f"n{i}", "leaf": f"leaf-{i // per_leaf}", "address": f"10.0.0.{i + 1}"} for i in range(size)]
+def _fleet(size: int, per_leaf: int = 3, hcas: tuple[str, ...] = ("mlx5_0", "mlx5_1")) -> list[dict[str, Any]]:
+    return [
+        {"name": f"n{i}", "leaf": f"leaf-{i // per_leaf}", "address": f"10.0.0.{i + 1}", "hcas": list(hcas)}
+        for i in range(size)
+    ]
 
 
 def _perftest(gbits: float) -> str:
@@ -382,22 +385,20 @@ def _perftest(gbits: float) -> str:
     )
 
 
-def _pair_run(
-    plan: dict[str, Any], hcas: list[str], gbits: Any = lambda server, client, hca: 390.0
-) -> list[list[dict[str, Any]]]:
+def _pair_run(plan: dict[str, Any], gbits: Any = lambda server, client, hca: 390.0) -> list[list[dict[str, Any]]]:
     """Every host's gathered results, as the role's set_fact leaves them; ``gbits`` None means connect refused."""
     per_host = []
     for name, steps in plan["hosts"].items():
         mine: list[dict[str, Any]] = []
         for step in steps:
             clients = []
-            for hca in hcas:
+            for hca in step.get("hcas", []):
                 rate = gbits(step.get("partner"), name, hca)
                 if rate is None:
                     clients.append({"item": hca, "rc": 1, "stdout": "", "stderr": "Couldn't connect to x:1"})
                 else:
                     clients.append({"item": hca, "rc": 0, "stdout": _perftest(rate), "stderr": ""})
-            mine += ib.ib_pair_results(clients, name, step, hcas)
+            mine += ib.ib_pair_results(clients, name, step)
         per_host.append(mine)
     return per_host
 
@@ -428,20 +429,19 @@ def test_pair_plan_refuses_hosts_it_cannot_tell_apart() -> None:
 
 def test_healthy_pairs_pass_and_a_lone_host_is_skipped() -> None:
     plan = ib.ib_pair_plan(_fleet(6))
-    results = _pair_run(plan, ["mlx5_0", "mlx5_1"])
+    results = _pair_run(plan)
     for host in plan["hosts"]:
-        verdict = ib.ib_pairs_verdict(host, plan, results, ["mlx5_0", "mlx5_1"], 40.0)
+        verdict = ib.ib_pairs_verdict(host, plan, results, 40.0)
         assert verdict["status"] == "pass", verdict
         assert {p["gbs"]["mlx5_0"] for p in verdict["details"]["pairs"].values()} == {48.75}
     lone = ib.ib_pair_plan(_fleet(1))
-    assert ib.ib_pairs_verdict("n0", lone, [[]], ["mlx5_0"], 40.0)["status"] == "skipped"
+    assert ib.ib_pairs_verdict("n0", lone, [[]], 40.0)["status"] == "skipped"
 
 
 def test_a_host_slow_with_every_partner_is_at_fault_and_its_partners_pass() -> None:
-    hcas = ["mlx5_0", "mlx5_1"]
     plan = ib.ib_pair_plan(_fleet(6))
-    results = _pair_run(plan, hcas, lambda s, c, hca: 195.0 if "n4" in (s, c) and hca == "mlx5_1" else 390.0)
-    verdicts = {h: ib.ib_pairs_verdict(h, plan, results, hcas, 40.0) for h in plan["hosts"]}
+    results = _pair_run(plan, lambda s, c, hca: 195.0 if "n4" in (s, c) and hca == "mlx5_1" else 390.0)
+    verdicts = {h: ib.ib_pairs_verdict(h, plan, results, 40.0) for h in plan["hosts"]}
     partners = sorted(verdicts["n4"]["details"]["pairs"])
     assert verdicts["n4"]["reasons"] == [
         f"fails ib_write_bw with every partner ({', '.join(p for p in verdicts['n4']['details']['pairs'])}): "
@@ -452,12 +452,11 @@ def test_a_host_slow_with_every_partner_is_at_fault_and_its_partners_pass() -> N
 
 
 def test_a_bad_path_names_both_hosts_each_with_its_partner() -> None:
-    hcas = ["mlx5_0"]
-    plan = ib.ib_pair_plan(_fleet(6))
+    plan = ib.ib_pair_plan(_fleet(6, hcas=("mlx5_0",)))
     a = "n0"
     b = plan["hosts"][a][0]["partner"]
-    results = _pair_run(plan, hcas, lambda s, c, hca: 100.0 if {s, c} == {a, b} else 390.0)
-    verdicts = {h: ib.ib_pairs_verdict(h, plan, results, hcas, 40.0) for h in plan["hosts"]}
+    results = _pair_run(plan, lambda s, c, hca: 100.0 if {s, c} == {a, b} else 390.0)
+    verdicts = {h: ib.ib_pairs_verdict(h, plan, results, 40.0) for h in plan["hosts"]}
     assert sorted(h for h, v in verdicts.items() if v["status"] == "fail") == sorted([a, b])
     other = plan["hosts"][a][1]["partner"]
     assert verdicts[a]["reasons"] == [
@@ -466,30 +465,127 @@ def test_a_bad_path_names_both_hosts_each_with_its_partner() -> None:
     ]
     assert verdicts[b]["reasons"][0].startswith(f"fails ib_write_bw only with partner {a} (leaf ")
     # At the floor the same pair passes.
-    results = _pair_run(plan, hcas, lambda s, c, hca: 320.0 if {s, c} == {a, b} else 390.0)
-    assert ib.ib_pairs_verdict(a, plan, results, hcas, 40.0)["status"] == "pass"
+    results = _pair_run(plan, lambda s, c, hca: 320.0 if {s, c} == {a, b} else 390.0)
+    assert ib.ib_pairs_verdict(a, plan, results, 40.0)["status"] == "pass"
 
 
 def test_a_healthy_host_between_two_broken_ones_passes() -> None:
-    hcas = ["mlx5_0"]
-    plan = ib.ib_pair_plan(_fleet(12))
+    plan = ib.ib_pair_plan(_fleet(12, hcas=("mlx5_0",)))
     host = "n0"
     broken = {s["partner"] for s in plan["hosts"][host]}
-    results = _pair_run(plan, hcas, lambda s, c, hca: None if broken & {s, c} else 390.0)
-    verdicts = {h: ib.ib_pairs_verdict(h, plan, results, hcas, 40.0) for h in plan["hosts"]}
+    results = _pair_run(plan, lambda s, c, hca: None if broken & {s, c} else 390.0)
+    verdicts = {h: ib.ib_pairs_verdict(h, plan, results, 40.0) for h in plan["hosts"]}
     assert verdicts[host]["status"] == "pass", verdicts[host]
     assert sorted(h for h, v in verdicts.items() if v["status"] == "fail") == sorted(broken)
     assert "ib_write_bw exited rc=1: Couldn't connect to x:1" in verdicts[sorted(broken)[0]]["reasons"][0]
 
 
+def test_pairs_compare_the_hcas_both_hosts_have() -> None:
+    # A chassis with a ninth HCA (storage network) meets hosts with eight: mlx5_8 is not paired, so not failed.
+    fleet = _fleet(4, hcas=tuple(f"mlx5_{i}" for i in range(8)))
+    fleet[0]["hcas"] = [*fleet[0]["hcas"], "mlx5_8"]
+    plan = ib.ib_pair_plan(fleet)
+    assert all(step["hcas"] == fleet[1]["hcas"] for step in plan["hosts"]["n0"])
+    results = _pair_run(plan)
+    assert ib.ib_pairs_verdict("n0", plan, results, 40.0)["status"] == "pass"
+
+
 def test_two_hosts_alone_cannot_say_which_side() -> None:
-    plan = ib.ib_pair_plan(_fleet(2))
-    results = _pair_run(plan, ["mlx5_0"], lambda s, c, hca: 100.0)
-    verdict = ib.ib_pairs_verdict("n0", plan, results, ["mlx5_0"], 40.0)
+    plan = ib.ib_pair_plan(_fleet(2, hcas=("mlx5_0",)))
+    results = _pair_run(plan, lambda s, c, hca: 100.0)
+    verdict = ib.ib_pairs_verdict("n0", plan, results, 40.0)
     assert verdict["reasons"] == [
-        "fails ib_write_bw with its only partner n1 (leaf leaf-0 -> leaf leaf-0): mlx5_0 at 12.50 GB/s (floor 40 GB/s); "
-        "which side is at fault needs another partner"
+        "fails ib_write_bw with its only partner n1 (leaf leaf-0 -> leaf leaf-0): mlx5_0 at 12.50 GB/s "
+        "(floor 40 GB/s); which side is at fault needs another partner"
     ]
+
+
+# ----------------------------------------------------------------------------------------------- collective
+def test_all_reduce_perf_real_mpirun_output_parses() -> None:
+    # Two nodes over EFA, as mpirun --tag-output printed it, NCCL INFO lines between the rows.
+    parsed = ib.parse_all_reduce_perf((SAMPLES / "all_reduce_perf_2node_efa_mpirun.txt").read_text())
+    assert len(parsed["rows"]) == 31
+    assert parsed["rows"][-1] == {"bytes": 1073741824, "busbw": 3.12, "wrong": 0}
+    assert (parsed["avg_busbw"], parsed["out_of_bounds"]) == (1.15327, 0)
+    with pytest.raises(ValueError, match="no result row"):
+        ib.parse_all_reduce_perf("# nThread 1 nGpus 1\nTest NCCL failure common.cu:1038 'unhandled system error'\n")
+
+
+def _group_run(stdout: str, rc: int = 0, stderr: str = "") -> dict[str, Any]:
+    return {"rc": rc, "stdout": stdout, "stderr": stderr}
+
+
+def test_collective_floor_passes_at_and_fails_below_with_attribution() -> None:
+    text = (SAMPLES / "all_reduce_perf_2node_efa_mpirun.txt").read_text()
+    groups = ib.ib_collective_groups(_fleet(2), 8)
+    assert [[h["name"] for h in g] for g in groups] == [["n0", "n1"]]
+    at = ib.ib_collective_verdict("n1", groups, {"n0": _group_run(text)}, {}, 3.12)
+    assert at["status"] == "pass"
+    assert at["details"]["busbw_gbs"] == 3.12
+    below = ib.ib_collective_verdict("n1", groups, {"n0": _group_run(text)}, {}, 3.13)
+    assert below["reasons"] == [
+        "all_reduce_perf over 2 hosts (n0, n1): bus bandwidth 3.12 GB/s at 1073741824 B, below 3.13 GB/s; "
+        "no member failed its pairs, so each is suspect"
+    ]
+    # A member that failed its pairs carries the group's failure; the others pass.
+    blamed = {"n0": {"status": "fail"}, "n1": {"status": "pass"}}
+    assert ib.ib_collective_verdict("n1", groups, {"n0": _group_run(text)}, blamed, 3.13)["status"] == "pass"
+    on_n0 = ib.ib_collective_verdict("n0", groups, {"n0": _group_run(text)}, blamed, 3.13)
+    assert on_n0["reasons"][0].endswith("; this host failed its pairs too")
+
+
+def test_collective_failed_run_wrong_values_and_lone_host() -> None:
+    groups = ib.ib_collective_groups(_fleet(3), 2)  # a last host alone joins the group before it
+    assert [len(g) for g in groups] == [3]
+    failed = _group_run("", 1, "ssh: connect to host 10.0.0.3 port 22: No route to host")
+    verdict = ib.ib_collective_verdict("n2", groups, {groups[0][0]["name"]: failed}, {}, 1.0)
+    assert verdict["reasons"][0].startswith("all_reduce_perf over 3 hosts")
+    assert "mpirun exited rc=1: ssh: connect to host 10.0.0.3 port 22: No route to host" in verdict["reasons"][0]
+    wrong = "    1048576  262144  float  sum  -1  583.4  1.80  1.80  2  579.6  1.81  1.81  0\n"
+    verdict = ib.ib_collective_verdict("n2", groups, {groups[0][0]["name"]: _group_run(wrong)}, {}, 1.0)
+    assert "2 wrong values in the all-reduce results" in verdict["reasons"][0]
+    assert ib.ib_collective_verdict("n0", [], {}, {}, 1.0)["status"] == "skipped"
+    with pytest.raises(ValueError, match="at least 2 hosts"):
+        ib.ib_collective_groups(_fleet(4), 1)
+
+
+def test_mpirun_shim_runs_the_group_and_refuses_an_unknown_host(tmp_path: Path) -> None:
+    fabric = tmp_path / "fabric"
+    fabric.mkdir()
+    for i, knobs in enumerate(({}, {"ib_half_rate": ["mlx5_1"]})):
+        (tmp_path / f"k{i}.json").write_text(json.dumps(knobs))
+        (fabric / f"10.0.0.{i + 1}.json").write_text(
+            json.dumps({"host": f"n{i}", "knob_file": str(tmp_path / f"k{i}.json")})
+        )
+    env = {**os.environ, "GPUCLUSTER_SHIM_FABRIC": str(fabric), "PATH": f"{SHIMS}:{os.environ['PATH']}"}
+    argv = [
+        str(SHIMS / "mpirun"),
+        "--tag-output",
+        "-np",
+        "16",
+        "-H",
+        "10.0.0.1:8,10.0.0.2:8",
+        "-x",
+        "NCCL_IB_HCA=mlx5_0,mlx5_1",
+        "all_reduce_perf",
+        "-b",
+        "1G",
+        "-e",
+        "8G",
+        "-f",
+        "2",
+        "-g",
+        "1",
+    ]
+    res = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
+    parsed = ib.parse_all_reduce_perf(res.stdout)
+    assert res.returncode == 0
+    assert parsed["rows"][-1]["bytes"] == 8 * 1024**3
+    assert parsed["rows"][-1]["busbw"] == pytest.approx(0.9 * 2 * 24.375 * 1024 / (1024 + 1), abs=0.01)
+    lost = [*argv[:5], "10.0.0.1:8,10.0.0.9:8", *argv[6:]]
+    res = subprocess.run(lost, env=env, capture_output=True, text=True, check=False)
+    assert res.returncode == 1
+    assert "ssh: connect to host 10.0.0.9 port 22: No route to host" in res.stderr
 
 
 # ----------------------------------------------------------------------------------------------- storage

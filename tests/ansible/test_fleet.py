@@ -60,7 +60,7 @@ def test_fleet_summary_lists_exactly_the_seeded_nodes(tmp_path: Path, monkeypatc
     ]
 
 
-def test_fabric_pairs_put_a_slow_hca_on_its_host_and_a_bad_path_on_both_ends(tmp_path: Path) -> None:
+def test_fabric_pairs_and_all_reduce_put_a_slow_hca_on_its_host_and_a_bad_path_on_both_ends(tmp_path: Path) -> None:
     size, slow = 8, "gpu-sim-001"
     names = host_names(size)
     plan = filter_plugin("ib_acceptance").ib_pair_plan(
@@ -80,6 +80,9 @@ def test_fabric_pairs_put_a_slow_hca_on_its_host_and_a_bad_path_on_both_ends(tmp
     out = " ".join(res.stdout.split())
     assert f"{slow}: fails ib_write_bw with every partner" in out, out[-3000:]
     assert "mlx5_1 at 24.38 GB/s (floor 40 GB/s)" in out
+    # One group of 8 runs all_reduce_perf; its bus bandwidth falls below the floor and is put on the three above.
+    assert out.count("all_reduce_perf over 8 hosts") >= 3
+    assert "below 80 GB/s; this host failed its pairs too" in out
     for me, partner in ((a, b), (b, a)):
         assert f"{me}: fails ib_write_bw only with partner {partner} (leaf {host_leaf(names.index(me))} -> leaf" in out
         assert "mlx5_1 at 12.50 GB/s (floor 40 GB/s); passes with" in out

@@ -45,6 +45,7 @@ def _role_vars(role: str, tmp: Path, knobs: dict[str, Any]) -> dict[str, Any]:
             "nvlink_acceptance_verdict": PASS,
             "ib_acceptance_verdict": PASS,
             "ib_acceptance_pairs_verdict": PASS,
+            "ib_acceptance_collective_verdict": PASS,
             "storage_acceptance_verdict": PASS,
         },
     }[role]

@@ -8,7 +8,9 @@ Across nodes (``tasks_from: pairs``): every host of the run gets partners on oth
 (:func:`ib_pair_plan`), runs ``ib_write_bw`` to each partner's HCA of the same index, and
 :func:`ib_pairs_verdict` decides from every host's results whose fault a slow or broken pair is: a host that fails
 with every partner is the one at fault; a pair that fails while both hosts pass with others names both, each with
-its partner.
+its partner. Then groups of hosts (:func:`ib_collective_groups`) run nccl-tests' ``all_reduce_perf`` under
+``mpirun``; :func:`ib_collective_verdict` holds the bus bandwidth at the largest size to a floor and puts a slow
+group on the members its pairs already blamed, or on every member when they blamed none.
 """
 
 from __future__ import annotations
@@ -192,13 +194,13 @@ def _interleave_by_leaf(hosts: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def ib_pair_plan(hosts: list[dict[str, Any]]) -> dict[str, Any]:
-    """Rounds of ib_write_bw pairs over the run's hosts (each ``{"name", "leaf", "address"}``).
+    """Rounds of ib_write_bw pairs over the run's hosts (each ``{"name", "leaf", "address", "hcas"}``).
 
     In round 0 neighbours of the leaf-interleaved order pair up (0-1, 2-3, ...), in round 1 the next neighbours
     (1-2, 3-4, ..., last-first), so each host meets two different partners, on other leaves when the fleet has
     them; with an odd count, the two hosts left out get a third round together. The first of each pair serves,
-    the second connects. Returns ``{"rounds": n, "hosts": {name: [{"role", "partner", "partner_address",
-    "partner_leaf"} or {"role": "idle"} per round]}}``.
+    the second connects, HCA n to HCA n over the HCAs both have. Returns ``{"rounds": n, "hosts": {name: [{"role",
+    "partner", "partner_address", "partner_leaf", "hcas"} or {"role": "idle"} per round]}}``.
     """
     seen_names: set[str] = set()
     seen_addresses: dict[str, str] = {}
@@ -227,23 +229,27 @@ def ib_pair_plan(hosts: list[dict[str, Any]]) -> dict[str, Any]:
     plan: dict[str, list[dict[str, Any]]] = {h["name"]: [{"role": "idle"} for _ in rounds] for h in order}
     for r, pairs in enumerate(rounds):
         for a, b in pairs:
+            # HCA n to HCA n over the HCAs both hosts have (a ninth, storage HCA on one of them is not compared).
+            theirs = set(order[b].get("hcas") or [])
+            common = [h for h in order[a].get("hcas") or [] if h in theirs]
             for me, other, role in ((order[a], order[b], "server"), (order[b], order[a], "client")):
                 plan[me["name"]][r] = {
                     "role": role,
                     "partner": other["name"],
                     "partner_address": other["address"],
                     "partner_leaf": other["leaf"],
+                    "hcas": common,
                 }
     return {"rounds": len(rounds), "hosts": plan}
 
 
-def ib_pair_results(clients: list[dict[str, Any]], me: str, step: dict[str, Any], hcas: list[str]) -> list[Any]:
-    """This round's client results, slimmed to what the verdict reads (one entry per HCA)."""
+def ib_pair_results(clients: list[dict[str, Any]], me: str, step: dict[str, Any]) -> list[Any]:
+    """This round's client results, slimmed to what the verdict reads (one entry per HCA of the pair)."""
     if step.get("role") != "client":
         return []
     by_hca = {str(r.get("item")): r for r in clients if isinstance(r, dict)}
     out = []
-    for hca in hcas:
+    for hca in step.get("hcas") or []:
         res = by_hca.get(hca, {"rc": None, "msg": "the client did not run"})
         out.append(
             {
@@ -282,7 +288,7 @@ def _pair_outcome(results: list[dict[str, Any]], floor_gbs: float) -> tuple[dict
 
 
 def ib_pairs_verdict(
-    host: str, plan: dict[str, Any], results: list[list[dict[str, Any]]], hcas: list[str], floor_gbs: float
+    host: str, plan: dict[str, Any], results: list[list[dict[str, Any]]], floor_gbs: float
 ) -> dict[str, Any]:
     """This host's verdict from every host's pair results (:func:`ib_pair_results`, gathered over the run).
 
@@ -312,6 +318,7 @@ def ib_pairs_verdict(
                 continue
             got = by_pair.get((step["partner"], name))
             if not got:
+                hcas = step.get("hcas") or ["(no HCA in common)"]
                 got = [{"hca": hca, "rc": None, "stderr": f"{name} reported no result"} for hca in hcas]
             outcome[frozenset((name, step["partner"]))] = _pair_outcome(got, floor_gbs)
 
@@ -370,6 +377,132 @@ def ib_pairs_verdict(
     return {"status": "fail" if reasons else "pass", "reasons": reasons, "details": details}
 
 
+# ----------------------------------------------------------------------------------------------- collective
+_MPI_TAG = re.compile(r"^\[\d+,\d+\]<(?:stdout|stderr)>:")
+_AVG_BUSBW = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*([0-9.eE+-]+)")
+_OUT_OF_BOUNDS = re.compile(r"^#\s*Out of bounds values\s*:\s*(\d+)\s*(\w*)")
+_NUMBER = re.compile(r"^[0-9]+(\.[0-9]+)?$")
+
+
+def parse_all_reduce_perf(stdout: str) -> dict[str, Any]:
+    """nccl-tests' result table: ``{"rows": [{"bytes", "busbw", "wrong"}], "avg_busbw", "out_of_bounds"}``.
+
+    Reads the output as ``mpirun --tag-output`` leaves it too (``[1,0]<stdout>:`` before each line, NCCL INFO lines
+    in between). ``busbw`` is the better of out-of-place and in-place (GB/s); ``wrong`` their sum (``N/A`` when the
+    run did not check, counted 0). Raises ValueError when there is no result row.
+    """
+    rows: list[dict[str, Any]] = []
+    avg: float | None = None
+    out_of_bounds: int | None = None
+    for raw in (stdout or "").splitlines():
+        line = _MPI_TAG.sub("", raw).strip()
+        if m := _AVG_BUSBW.match(line):
+            avg = float(m.group(1))
+            continue
+        if m := _OUT_OF_BOUNDS.match(line):
+            out_of_bounds = int(m.group(1))
+            continue
+        fields = line.split()
+        # size count type redop root | time algbw busbw #wrong (out-of-place) [| time algbw busbw #wrong (in-place)]
+        if len(fields) not in (9, 13) or not (fields[0].isdigit() and fields[1].isdigit()):
+            continue
+        if not all(_NUMBER.match(f) for f in (fields[6], fields[7])):
+            continue
+        busbw = [float(fields[7])]
+        wrong = [fields[8]]
+        if len(fields) == 13 and _NUMBER.match(fields[11]):
+            busbw.append(float(fields[11]))
+            wrong.append(fields[12])
+        rows.append({"bytes": int(fields[0]), "busbw": max(busbw), "wrong": sum(int(w) for w in wrong if w.isdigit())})
+    if not rows:
+        raise ValueError("no result row in all_reduce_perf output")
+    return {"rows": rows, "avg_busbw": avg, "out_of_bounds": out_of_bounds}
+
+
+def ib_collective_groups(hosts: list[dict[str, Any]], size: int) -> list[list[dict[str, Any]]]:
+    """The run's hosts in groups of ``size`` across leaves (the pair plan's order); a last host alone joins the
+    group before it. Each group's first host runs mpirun."""
+    if size < 2:
+        raise ValueError(f"a collective group needs at least 2 hosts, got {size}")
+    order = _interleave_by_leaf(hosts)
+    groups = [order[i : i + size] for i in range(0, len(order), size)]
+    if len(groups) > 1 and len(groups[-1]) == 1:
+        groups[-2].extend(groups.pop())
+    return [g for g in groups if len(g) >= 2]
+
+
+def ib_collective_my_group(groups: list[list[dict[str, Any]]], host: str) -> list[dict[str, Any]]:
+    """The group ``host`` is in, or an empty list."""
+    return next((g for g in groups if any(h["name"] == host for h in g)), [])
+
+
+def ib_collective_verdict(
+    host: str,
+    groups: list[list[dict[str, Any]]],
+    results: dict[str, Any],
+    pair_verdicts: dict[str, Any],
+    floor_gbs: float,
+) -> dict[str, Any]:
+    """This host's verdict from its group's all_reduce_perf run (``results[leader]``, the registered mpirun result).
+
+    The group fails when mpirun failed, the output has no result, any value was wrong, or the bus bandwidth at the
+    largest size is below ``floor_gbs``. A failing group is put on its members whose pair check failed; when none
+    did, every member fails, named with the group.
+    """
+    mine = next((g for g in groups if any(h["name"] == host for h in g)), None)
+    details: dict[str, Any] = {"floor_gbs": floor_gbs}
+    if mine is None:
+        return {
+            "status": "skipped",
+            "reasons": ["no group in this run: accept nodes at least two at a time"],
+            "details": details,
+        }
+    members = [h["name"] for h in mine]
+    leader = members[0]
+    details.update({"group": members, "leader": leader})
+    res = results.get(leader) or {}
+    if res.get("skipped") or not res:
+        return {
+            "status": "skipped",
+            "reasons": [f"{leader} ran no all_reduce_perf (check mode or disabled)"],
+            "details": details,
+        }
+    problems: list[str] = []
+    if res.get("rc") != 0:
+        text = " ".join(str(res.get("stderr") or res.get("msg") or "").split())[-300:]
+        problems.append(f"mpirun exited rc={res.get('rc')}: {text or 'no output'}")
+    else:
+        try:
+            parsed = parse_all_reduce_perf(str(res.get("stdout", "")))
+        except ValueError as exc:
+            problems.append(str(exc))
+        else:
+            largest = max(parsed["rows"], key=lambda r: r["bytes"])
+            details.update({"busbw_gbs": largest["busbw"], "bytes": largest["bytes"], "avg_busbw": parsed["avg_busbw"]})
+            wrong = sum(r["wrong"] for r in parsed["rows"]) + (parsed["out_of_bounds"] or 0)
+            if wrong:
+                problems.append(f"{wrong} wrong values in the all-reduce results")
+            if largest["busbw"] < floor_gbs:
+                problems.append(
+                    f"bus bandwidth {largest['busbw']:.2f} GB/s at {largest['bytes']} B, below {floor_gbs:g} GB/s"
+                )
+    details["problems"] = problems
+    if not problems:
+        return {"status": "pass", "reasons": [], "details": details}
+    blamed = [m for m in members if (pair_verdicts.get(m) or {}).get("status") == "fail"]
+    what = f"all_reduce_perf over {len(members)} hosts ({', '.join(members)}): {'; '.join(problems)}"
+    if blamed:
+        details["attributed_to"] = blamed
+        if host not in blamed:
+            return {"status": "pass", "reasons": [], "details": details}
+        return {"status": "fail", "reasons": [f"{what}; this host failed its pairs too"], "details": details}
+    return {
+        "status": "fail",
+        "reasons": [f"{what}; no member failed its pairs, so each is suspect"],
+        "details": details,
+    }
+
+
 class FilterModule:
     """ib_acceptance filters."""
 
@@ -379,4 +512,7 @@ class FilterModule:
             "ib_pair_plan": ib_pair_plan,
             "ib_pair_results": ib_pair_results,
             "ib_pairs_verdict": ib_pairs_verdict,
+            "ib_collective_groups": ib_collective_groups,
+            "ib_collective_my_group": ib_collective_my_group,
+            "ib_collective_verdict": ib_collective_verdict,
         }

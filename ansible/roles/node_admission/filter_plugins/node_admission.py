@@ -12,6 +12,7 @@ SHORT = {
     "nvlink_acceptance": "nvlink",
     "ib_acceptance": "ib",
     "ib_acceptance_pairs": "ib-pairs",
+    "ib_acceptance_collective": "nccl",
     "storage_acceptance": "storage",
 }
 
