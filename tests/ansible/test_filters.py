@@ -445,7 +445,7 @@ def test_a_host_slow_with_every_partner_is_at_fault_and_its_partners_pass() -> N
     partners = sorted(verdicts["n4"]["details"]["pairs"])
     assert verdicts["n4"]["reasons"] == [
         f"fails ib_write_bw with every partner ({', '.join(p for p in verdicts['n4']['details']['pairs'])}): "
-        + "; ".join(f"{p}: mlx5_1 at 24.38 GB/s (floor 40 GB/s)" for p in verdicts["n4"]["details"]["pairs"])
+        + "; ".join(f"{p}: mlx5_1: 24.38 GB/s, below floor 40 GB/s" for p in verdicts["n4"]["details"]["pairs"])
     ]
     assert sorted(h for h, v in verdicts.items() if v["status"] == "fail") == ["n4"]
     assert all(verdicts[p]["details"]["pairs"]["n4"]["excused"] == "n4 fails with every partner" for p in partners)
@@ -461,7 +461,7 @@ def test_a_bad_path_names_both_hosts_each_with_its_partner() -> None:
     other = plan["hosts"][a][1]["partner"]
     assert verdicts[a]["reasons"] == [
         f"fails ib_write_bw only with partner {b} (leaf leaf-0 -> leaf {plan['hosts'][a][0]['partner_leaf']}): "
-        f"mlx5_0 at 12.50 GB/s (floor 40 GB/s); passes with {other}"
+        f"mlx5_0: 12.50 GB/s, below floor 40 GB/s; passes with {other}"
     ]
     assert verdicts[b]["reasons"][0].startswith(f"fails ib_write_bw only with partner {a} (leaf ")
     # At the floor the same pair passes.
@@ -477,7 +477,7 @@ def test_a_healthy_host_between_two_broken_ones_passes() -> None:
     verdicts = {h: ib.ib_pairs_verdict(h, plan, results, 40.0) for h in plan["hosts"]}
     assert verdicts[host]["status"] == "pass", verdicts[host]
     assert sorted(h for h, v in verdicts.items() if v["status"] == "fail") == sorted(broken)
-    assert "ib_write_bw exited rc=1: Couldn't connect to x:1" in verdicts[sorted(broken)[0]]["reasons"][0]
+    assert "mlx5_0 exited rc=1: Couldn't connect to x:1" in verdicts[sorted(broken)[0]]["reasons"][0]
 
 
 def test_pairs_compare_the_hcas_both_hosts_have() -> None:
@@ -495,8 +495,8 @@ def test_two_hosts_alone_cannot_say_which_side() -> None:
     results = _pair_run(plan, lambda s, c, hca: 100.0)
     verdict = ib.ib_pairs_verdict("n0", plan, results, 40.0)
     assert verdict["reasons"] == [
-        "fails ib_write_bw with its only partner n1 (leaf leaf-0 -> leaf leaf-0): mlx5_0 at 12.50 GB/s "
-        "(floor 40 GB/s); which side is at fault needs another partner"
+        "fails ib_write_bw with its only partner n1 (leaf leaf-0 -> leaf leaf-0): mlx5_0: 12.50 GB/s, "
+        "below floor 40 GB/s; which side is at fault needs another partner"
     ]
 
 

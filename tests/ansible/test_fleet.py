@@ -79,13 +79,13 @@ def test_fabric_pairs_and_all_reduce_put_a_slow_hca_on_its_host_and_a_bad_path_o
     assert len(recap) == size
     out = " ".join(res.stdout.split())
     assert f"{slow}: fails ib_write_bw with every partner" in out, out[-3000:]
-    assert "mlx5_1 at 24.38 GB/s (floor 40 GB/s)" in out
+    assert "mlx5_1: 24.38 GB/s, below floor 40 GB/s" in out
     # One group of 8 runs all_reduce_perf; its bus bandwidth falls below the floor and is put on the three above.
     assert out.count("all_reduce_perf over 8 hosts") >= 3
     assert "below 80 GB/s; this host failed its pairs too" in out
     for me, partner in ((a, b), (b, a)):
         assert f"{me}: fails ib_write_bw only with partner {partner} (leaf {host_leaf(names.index(me))} -> leaf" in out
-        assert "mlx5_1 at 12.50 GB/s (floor 40 GB/s); passes with" in out
+        assert "mlx5_1: 12.50 GB/s, below floor 40 GB/s; passes with" in out
 
 
 def test_burn_in_playbook_fails_only_the_hot_node_and_names_the_gpu(tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ group on the members its pairs already blamed, or on every member when they blam
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 _CA = re.compile(r"^CA\s+'([^']+)'\s*$")
@@ -97,6 +98,28 @@ def _err(what: str, res: dict[str, Any]) -> str | None:
     return f"{what} exited rc={res.get('rc')}: {text}"
 
 
+def _judge_write_bw(
+    runs: list[tuple[str, dict[str, Any]]], floor_gbs: float, label: Callable[[str], str]
+) -> tuple[dict[str, float], list[str]]:
+    """(GB/s per HCA, problems) of ib_write_bw client results, each problem starting with ``label(hca)``."""
+    gbs: dict[str, float] = {}
+    problems: list[str] = []
+    for hca, res in runs:
+        if res.get("rc") != 0:
+            text = " ".join(str(res.get("stderr") or res.get("msg") or "").split()) or "no output"
+            problems.append(f"{label(hca)} exited rc={res.get('rc')}: {text}")
+            continue
+        try:
+            value = parse_ib_write_bw(str(res.get("stdout", "")))
+        except ValueError as exc:
+            problems.append(f"{label(hca)}: {exc}")
+            continue
+        gbs[hca] = round(value, 3)
+        if value < floor_gbs:
+            problems.append(f"{label(hca)}: {value:.2f} GB/s, below floor {floor_gbs:g} GB/s")
+    return gbs, problems
+
+
 def ib_verdict(
     ibstat: dict[str, Any],
     before: dict[str, Any],
@@ -157,23 +180,9 @@ def ib_verdict(
         for key, value in sorted(second.items()):
             if key in first and value > first[key]:
                 reasons.append(f"{key} grew from {first[key]} to {value} during traffic")
-    bws = {}
-    for res in bw_results:
-        hca = str(res.get("item", "?"))
-        if res.get("skipped"):
-            continue
-        e = _err(f"ib_write_bw loopback on {hca}", res)
-        if e:
-            reasons.append(e)
-            continue
-        try:
-            gbs = parse_ib_write_bw(res.get("stdout", ""))
-        except ValueError as exc:
-            reasons.append(f"ib_write_bw loopback on {hca}: {exc}")
-            continue
-        bws[hca] = round(gbs, 3)
-        if gbs < bw_floor_gbs:
-            reasons.append(f"ib_write_bw loopback on {hca}: {gbs:.2f} GB/s, below floor {bw_floor_gbs:g} GB/s")
+    runs = [(str(r.get("item", "?")), r) for r in bw_results if not r.get("skipped")]
+    bws, problems = _judge_write_bw(runs, bw_floor_gbs, lambda hca: f"ib_write_bw loopback on {hca}")
+    reasons += problems
     details["write_bw_gbs"] = bws
     return {"status": "fail" if reasons else "pass", "reasons": reasons, "details": details}
 
@@ -268,23 +277,7 @@ def ib_pair_results(clients: list[dict[str, Any]], me: str, step: dict[str, Any]
 
 def _pair_outcome(results: list[dict[str, Any]], floor_gbs: float) -> tuple[dict[str, float], list[str]]:
     """(GB/s per HCA, problems) of one pair's client results."""
-    gbs: dict[str, float] = {}
-    problems: list[str] = []
-    for res in results:
-        hca = res["hca"]
-        if res.get("rc") != 0:
-            text = " ".join(str(res.get("stderr", "")).split()) or "no output"
-            problems.append(f"{hca}: ib_write_bw exited rc={res.get('rc')}: {text}")
-            continue
-        try:
-            value = parse_ib_write_bw(str(res.get("stdout", "")))
-        except ValueError as exc:
-            problems.append(f"{hca}: {exc}")
-            continue
-        gbs[hca] = round(value, 3)
-        if value < floor_gbs:
-            problems.append(f"{hca} at {value:.2f} GB/s (floor {floor_gbs:g} GB/s)")
-    return gbs, problems
+    return _judge_write_bw([(str(r["hca"]), r) for r in results], floor_gbs, lambda hca: hca)
 
 
 def ib_pairs_verdict(
