@@ -3,8 +3,9 @@
 Every host is a local-connection node whose GPU/IB/storage tools are the test shims, so the figure
 is Ansible's own cost of the pipeline (task dispatch, module runs, verdicts, reports) with the
 hardware steps shortened to about a second each: ib_write_bw between partners 1 s per HCA and round,
-all_reduce_perf 1 s per group. The baseline is 2 hosts, the smallest run in which the cross-node checks
-(pairs, collective) have partners. CPU is that of ansible-playbook and everything it ran: with local
+all_reduce_perf as long as its modelled bandwidth takes over 64M-256M (about 3 s per group). The
+baseline is 2 hosts, the smallest run in which the cross-node checks (pairs, collective) have partners.
+CPU is that of ansible-playbook and everything it ran: with local
 connections the simulated nodes' modules and shims run on this machine too, so it bounds the control
 node's share from above. Prints one line per run and the scaling ratio.
 

@@ -159,6 +159,8 @@ def seed_node(
             "GPUCLUSTER_SHIM_FABRIC": str(fabric),
         },
         "ib_acceptance_collective_bin": "all_reduce_perf",
+        # Sizes the all-reduce shim runs through in about three seconds (the default 1G-8G takes it 7 s to minutes).
+        "ib_acceptance_collective_args": ["-b", "64M", "-e", "256M", "-f", "2", "-g", "1"],
         "node_fabric_address": address,
         "node_ib_leaf": leaf,
         "ib_acceptance_pairs_duration_s": 1,

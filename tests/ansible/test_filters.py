@@ -569,9 +569,9 @@ def test_mpirun_shim_runs_the_group_and_refuses_an_unknown_host(tmp_path: Path) 
         "NCCL_IB_HCA=mlx5_0,mlx5_1",
         "all_reduce_perf",
         "-b",
-        "1G",
+        "64M",
         "-e",
-        "8G",
+        "256M",
         "-f",
         "2",
         "-g",
@@ -580,8 +580,8 @@ def test_mpirun_shim_runs_the_group_and_refuses_an_unknown_host(tmp_path: Path) 
     res = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
     parsed = ib.parse_all_reduce_perf(res.stdout)
     assert res.returncode == 0
-    assert parsed["rows"][-1]["bytes"] == 8 * 1024**3
-    assert parsed["rows"][-1]["busbw"] == pytest.approx(0.9 * 2 * 24.375 * 1024 / (1024 + 1), abs=0.01)
+    assert parsed["rows"][-1]["bytes"] == 256 * 1024**2
+    assert parsed["rows"][-1]["busbw"] == pytest.approx(0.9 * 2 * 24.375 * 256 / (256 + 8), abs=0.01)
     lost = [*argv[:5], "10.0.0.1:8,10.0.0.9:8", *argv[6:]]
     res = subprocess.run(lost, env=env, capture_output=True, text=True, check=False)
     assert res.returncode == 1
