@@ -101,6 +101,7 @@ class GpuCluster(pulumi.ComponentResource):
                 kueue=cfg.kueue,
                 cohort=cfg.cohort,
                 flavors=cfg.flavors,
+                topologies=cfg.topologies,
                 queues=cfg.queues,
                 teams=cfg.teams,
                 priorities=cfg.priorities,
@@ -204,6 +205,7 @@ class GpuCluster(pulumi.ComponentResource):
                     inference_namespaces=cfg.inference_namespaces,
                     default_gpu_type=default_gpu_type,
                     labels=labels,
+                    yield_to_topology_aware_training=any(f.topology is not None for f in cfg.flavors),
                     # The PriorityClass must exist before the first pod is admitted.
                     depends_on=(self.namespaces[svc.namespace], self.queues.pod_priorities["inference"]),
                 ),

@@ -72,6 +72,19 @@ RESERVATION_KEY = "gpucluster.io/reservation"
 
 #: The extended resource GPUs are requested as.
 GPU_RESOURCE = "nvidia.com/gpu"
+#: The node labels fabric discovery sets (``ansible/roles/ib_topology``): a node's InfiniBand spine block (leaves
+#: joined through the same spine switches) and its leaf domain (the rail leaves serving the same hosts). The
+#: levels a stack's Kueue Topology is usually made of, above ``kubernetes.io/hostname``.
+IB_BLOCK_LABEL = "gpucluster.io/ib-block"
+IB_LEAF_LABEL = "gpucluster.io/ib-leaf"
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+#: Kueue's pod-set topology annotations (kueue v1beta2 ``topology_types.go``), on a JobSet's pod templates.
+PODSET_REQUIRED_TOPOLOGY = "kueue.x-k8s.io/podset-required-topology"
+PODSET_PREFERRED_TOPOLOGY = "kueue.x-k8s.io/podset-preferred-topology"
+#: On a pod Kueue does not admit (inference), this makes Kueue's topology-aware scheduling leave its usage out
+#: of a node's free capacity: training preempts inference, so GPUs inference holds are free to a training gang,
+#: exactly as they are to its quota; make-before-break moves the replicas off the nodes Kueue assigns.
+PODSET_UNCONSTRAINED_TOPOLOGY = "kueue.x-k8s.io/podset-unconstrained-topology"
 #: The fabric exporter's DaemonSet, Service and ServiceMonitor: under the Prometheus operator, its scrape job.
 FABRIC_EXPORTER_APP = "gpucluster-fabric-exporter"
 #: NVIDIA's dcgm-exporter chart's ``fullnameOverride``: its Service, so its scrape job under the Prometheus operator.

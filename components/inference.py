@@ -23,6 +23,7 @@ import pulumi_kubernetes as k8s
 from components.constants import (
     GPU_RESOURCE,
     GPU_TYPE_ANNOTATION,
+    PODSET_UNCONSTRAINED_TOPOLOGY,
     QUARANTINE_TAINT_KEY,
     VIRTUAL_NODE_TAINT_KEY,
     VIRTUAL_NODE_TAINT_VALUE,
@@ -149,6 +150,10 @@ class InferenceServiceArgs:
     default_gpu_type: str | None = None
     labels: Mapping[str, str] = field(default_factory=dict)
     depends_on: tuple[pulumi.Resource, ...] = field(default=())
+    #: Kueue places training by topology on some flavor: the replicas are marked so that its topology-aware
+    #: scheduling counts the GPUs they hold as free to a gang (training preempts inference; make-before-break moves
+    #: the replicas off the nodes Kueue assigns before the gang starts).
+    yield_to_topology_aware_training: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.spec, InferenceServiceSpec):
@@ -181,6 +186,8 @@ class InferenceService(pulumi.ComponentResource):
         annotations = dict(spec.pod_annotations)
         if args.gpu_type:
             annotations[GPU_TYPE_ANNOTATION] = args.gpu_type
+        if args.yield_to_topology_aware_training:
+            annotations[PODSET_UNCONSTRAINED_TOPOLOGY] = "true"
 
         deployment_spec: dict[str, Any] = {
             "selector": {"matchLabels": selector},

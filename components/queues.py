@@ -32,6 +32,7 @@ from components.queues_settings import (
     KueueSettings,
     Priorities,
     Team,
+    Topology,
 )
 from components.quota_controller_settings import resource_groups
 
@@ -73,10 +74,16 @@ class QueuesArgs:
     #: ``pulumi up`` never puts the static numbers back. The stack's quotas reach the controller as shares through
     #: its settings, a change to them included.
     quota_follows_capacity: bool = False
+    #: Kueue Topologies the flavors name (``GpuFlavor.topology``).
+    topologies: Sequence[Topology] = ()
 
     def __post_init__(self) -> None:
         if not self.flavors:
             raise ValueError("QueuesArgs.flavors: at least one GPU flavor is needed")
+        topologies = {t.name for t in self.topologies}
+        for f in self.flavors:
+            if f.topology is not None and f.topology not in topologies:
+                raise ValueError(f"QueuesArgs.flavors: flavor {f.name!r} names unknown topology {f.topology!r}")
         known = {f.name for f in self.flavors}
         for qname, q in self.queues.items():
             unknown = sorted(set(q.quota) - known)
@@ -87,6 +94,17 @@ class QueuesArgs:
                 raise ValueError(f"QueuesArgs.teams: team {t.name!r} points at unknown queue {t.cluster_queue!r}")
         if len(set(self.admission_checks)) != len(self.admission_checks):
             raise ValueError(f"QueuesArgs.admission_checks: listed twice in {list(self.admission_checks)}")
+
+
+def flavor_spec(flavor: GpuFlavor) -> dict[str, Any]:
+    """The ResourceFlavor's spec: the nodes it selects, the tolerations its pods get, and its topology."""
+    spec: dict[str, Any] = {
+        "nodeLabels": flavor.selector_labels,
+        "tolerations": [t.to_k8s() for t in flavor.tolerations],
+    }
+    if flavor.topology is not None:
+        spec["topologyName"] = flavor.topology
+    return spec
 
 
 def excluded_resources(flavors: Sequence[GpuFlavor] = ()) -> list[str]:
@@ -229,6 +247,21 @@ class Queues(pulumi.ComponentResource):
         # converges in a single `pulumi up`.
         after_chart = pulumi.ResourceOptions(parent=self, depends_on=[self.chart])
 
+        # A Topology's levels, and a topology flavor's nodeLabels, tolerations and topologyName, are immutable in
+        # Kueue, and neither can be deleted while a ClusterQueue uses it (its resource-in-use finalizer), so a
+        # replacement would wait forever: the API server refuses such a change with its own message instead, and
+        # the way to change one is a new flavor (docs/design/kueue-topology-aware-scheduling.md).
+        self.topologies = {
+            t.name: k8s.apiextensions.CustomResource(
+                f"{name}-topology-{t.name}",
+                api_version=KUEUE_API,
+                kind="Topology",
+                metadata={"name": t.name, "labels": labels},
+                spec=t.to_k8s(),
+                opts=after_chart,
+            )
+            for t in args.topologies
+        }
         self.flavors = {
             f.name: k8s.apiextensions.CustomResource(
                 f"{name}-flavor-{f.name}",
@@ -240,8 +273,10 @@ class Queues(pulumi.ComponentResource):
                     # What the quota policy checks every ClusterQueue against.
                     "annotations": flavor_annotations(f),
                 },
-                spec={"nodeLabels": f.selector_labels, "tolerations": [t.to_k8s() for t in f.tolerations]},
-                opts=after_chart,
+                spec=flavor_spec(f),
+                opts=after_chart
+                if f.topology is None
+                else pulumi.ResourceOptions(parent=self, depends_on=[self.chart, self.topologies[f.topology]]),
             )
             for f in args.flavors
         }
@@ -309,6 +344,7 @@ class Queues(pulumi.ComponentResource):
                 "clusterQueues": sorted(self.cluster_queues),
                 "localQueues": sorted(self.local_queues),
                 "resourceFlavors": sorted(self.flavors),
+                "topologies": sorted(self.topologies),
                 "quotaFollowsCapacity": args.quota_follows_capacity,
                 "workloadPriorityClasses": [wp.name for wp in args.priorities.workload],
             }

@@ -10,15 +10,16 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, Field, field_validator
+from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from components.chart_settings import ChartSource
-from components.constants import ACCEPTED_LABEL, ACCEPTED_VALUE, GPU_RESOURCE
+from components.constants import ACCEPTED_LABEL, ACCEPTED_VALUE, GPU_RESOURCE, HOSTNAME_LABEL
 from components.fabric_settings import Fabric
 from components.issues import shown
 from components.model import (
     ConfigModel,
     DnsLabel,
+    LabelKey,
     PositiveDuration,
     SemVer,
     Toleration,
@@ -29,6 +30,75 @@ from components.model import (
 KUEUE_CHART_VERSION = "0.17.0"
 #: Largest value a user-defined Kubernetes PriorityClass may take (bigger values are reserved for the system).
 MAX_USER_PRIORITY = 1_000_000_000
+
+
+#: Kueue's bound on a Topology's levels (``topology_types.go``: MaxItems=16).
+MAX_TOPOLOGY_LEVELS = 16
+
+
+class TopologyLevel(ConfigModel):
+    """One level of a network topology: the name a job spec uses, and the node label whose value is the domain."""
+
+    #: What a job spec's ``topology.required`` / ``preferred`` names: ``block``, ``leaf``, ``host``.
+    name: DnsLabel
+    node_label: LabelKey
+
+
+class Topology(ConfigModel):
+    """A network topology (``gpucluster:topologies[]``): becomes a Kueue ``Topology`` that flavors name.
+
+    Levels go from the widest to the narrowest (spine block, leaf, host), the last one the host. Kueue places a
+    gang inside one domain of the level its job asks for, and only among nodes that carry a label for every level:
+    a node without them is no capacity of the flavor (the labels come from fabric discovery,
+    ``ansible/roles/ib_topology``).
+    """
+
+    name: DnsLabel
+    levels: Annotated[list[TopologyLevel], Field(min_length=1, max_length=MAX_TOPOLOGY_LEVELS)]
+    #: The level a job that says nothing is placed by, as Kueue's *preferred* topology (as close as it can,
+    #: wider when it must); default: the level just above the hosts (the leaf), or the only one.
+    default_level: DnsLabel | None = None
+
+    @field_validator("levels")
+    @classmethod
+    def _levels(cls, v: list[TopologyLevel]) -> list[TopologyLevel]:
+        for attr, what in (("name", "level name"), ("node_label", "nodeLabel")):
+            values = [getattr(level, attr) for level in v]
+            twice = sorted({x for x in values if values.count(x) > 1})
+            if twice:
+                raise ValueError(f"each {what} once; listed twice: {', '.join(twice)}")
+        if v[-1].node_label != HOSTNAME_LABEL:
+            raise ValueError(
+                f"the last level must be {HOSTNAME_LABEL}: only then does Kueue check each node's taints, selectors "
+                "and room, and name the nodes it assigns (make-before-break reserves exactly those)"
+            )
+        return v
+
+    @model_validator(mode="after")
+    def _default(self) -> Topology:
+        if self.default_level is not None and self.label_of(self.default_level) is None:
+            names = ", ".join(level.name for level in self.levels)
+            raise ValueError(f"defaultLevel {self.default_level!r} is not a level of the topology ({names})")
+        return self
+
+    @property
+    def node_labels(self) -> list[str]:
+        return [level.node_label for level in self.levels]
+
+    def label_of(self, level: str) -> str | None:
+        """The node label of the level named ``level``; None when the topology has no such level."""
+        return next((lv.node_label for lv in self.levels if lv.name == level), None)
+
+    @property
+    def default(self) -> str:
+        """The level a job that names none is placed by."""
+        if self.default_level is not None:
+            return self.default_level
+        return self.levels[-2].name if len(self.levels) > 1 else self.levels[-1].name
+
+    def to_k8s(self) -> dict[str, Any]:
+        """The Kueue Topology's spec (kueue.x-k8s.io/v1beta2)."""
+        return {"levels": [{"nodeLabel": level.node_label} for level in self.levels]}
 
 
 class GpuFlavor(ConfigModel):
@@ -47,6 +117,10 @@ class GpuFlavor(ConfigModel):
     #: How the flavor's nodes reach each other (``components/fabric_settings.py``); none: the pods get no RDMA
     #: devices and NCCL picks its transport alone.
     fabric: Fabric | None = None
+    #: A topology of ``gpucluster:topologies``: Kueue then places this flavor's gangs by it (the ResourceFlavor's
+    #: ``topologyName``). Adding it to a flavor is an update; once set, Kueue makes the flavor's nodeLabels,
+    #: tolerations and topology immutable (the API server refuses a change: declare a new flavor instead).
+    topology: DnsLabel | None = None
 
     @field_validator("node_labels")
     @classmethod

@@ -43,6 +43,21 @@ def flavors_distinct(s: StackSections) -> Iterator[ConfigIssue]:
         label_sets.setdefault(key, f.name)
 
 
+def flavor_topologies_declared(s: StackSections) -> Iterator[ConfigIssue]:
+    """Each topology once, and a flavor's topology is one the stack declares (Kueue would leave every queue of
+    the flavor inactive: ``TopologyNotFound``)."""
+    if s.flavors is None or s.topologies is None:
+        return
+    names = [t.name for t in s.topologies]
+    for i, name in enumerate(names):
+        if name in names[:i]:
+            yield ConfigIssue(f"topologies[{i}].name", name, f"topology {name!r} is declared twice")
+    for i, f in enumerate(s.flavors):
+        if f.topology is not None and f.topology not in names:
+            why = f"no topology {f.topology!r} in topologies (declared: {shown_names(names)})"
+            yield ConfigIssue(f"flavors[{i}].topology", f.topology, why)
+
+
 def quota_within_capacity(s: StackSections) -> Iterator[ConfigIssue]:
     """A queue's quota names a declared flavor and stays within its GPUs, alone and summed over the queues."""
     if s.flavors is None or s.queues is None:
@@ -439,6 +454,7 @@ def request_rate_hpas_have_an_adapter(s: StackSections) -> Iterator[ConfigIssue]
 #: Every rule, in the order their problems are reported.
 RULES: list[Rule] = [
     flavors_distinct,
+    flavor_topologies_declared,
     quota_within_capacity,
     borrowing_limits_have_quota,
     teams_distinct,

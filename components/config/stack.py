@@ -33,7 +33,7 @@ from components.model import MAX_STRING, ControllerSettings, DnsLabel, TaintKey
 from components.quarantine_settings import FILLED as QUARANTINE_FILLED
 from components.quarantine_settings import STACK_KEY as QUARANTINE_KEY
 from components.quarantine_settings import QuarantineFlavor, QuarantineSettings
-from components.queues_settings import ClusterQueueSpec, GpuFlavor, KueueSettings, Priorities, Team
+from components.queues_settings import ClusterQueueSpec, GpuFlavor, KueueSettings, Priorities, Team, Topology
 from components.quota_controller_settings import FILLED as QUOTA_CONTROLLER_FILLED
 from components.quota_controller_settings import STACK_KEY as QUOTA_CONTROLLER_KEY
 from components.quota_controller_settings import QuotaControllerSettings, QuotaFlavor, QuotaQueue
@@ -122,6 +122,8 @@ class StackConfig:
     images: ImagesSettings
     #: None when the stack has no ``gpucluster:burst`` section.
     burst: BurstConfig | None = None
+    #: Network topologies Kueue places gangs by (flavors name them).
+    topologies: tuple[Topology, ...] = ()
     inference_services: tuple[InferenceServiceSpec, ...] = ()
     #: The custom metrics adapter the InferenceServices' request-rate HPAs read.
     metrics_adapter: MetricsAdapterSettings = field(default_factory=MetricsAdapterSettings)
@@ -148,6 +150,10 @@ class StackConfig:
 
     def flavor(self, name: str) -> GpuFlavor:
         return next(f for f in self.flavors if f.name == name)
+
+    def topology_of(self, flavor: GpuFlavor) -> Topology | None:
+        """The topology Kueue places ``flavor``'s gangs by; None for a flavor without one."""
+        return next((t for t in self.topologies if t.name == flavor.topology), None)
 
     @property
     def total_gpus(self) -> int:
@@ -208,6 +214,7 @@ SECTIONS: dict[str, _Section] = {
     "cohort": _section("cohort", DnsLabel, "research"),
     "burstTaintKey": _section("burst_taint_key", TaintKey, DEFAULT_BURST_TAINT_KEY),
     "flavors": _section("flavors", Annotated[list[GpuFlavor], Field(min_length=1)]),
+    "topologies": _section("topologies", list[Topology], []),
     "queues": _section("queues", Annotated[dict[DnsLabel, ClusterQueueSpec], Field(min_length=1)]),
     "teams": _section("teams", Annotated[list[Team], Field(min_length=1)]),
     "inferenceNamespaces": _section("inference_namespaces", Annotated[list[DnsLabel], Field(min_length=1)]),
@@ -252,6 +259,7 @@ class StackSections:
     cohort: str | None = None
     burst_taint_key: str | None = None
     flavors: tuple[GpuFlavor, ...] | None = None
+    topologies: tuple[Topology, ...] | None = None
     queues: Mapping[str, ClusterQueueSpec] | None = None
     teams: tuple[Team, ...] | None = None
     inference_namespaces: tuple[str, ...] | None = None

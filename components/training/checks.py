@@ -9,9 +9,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 
 from components.config.stack import StackConfig
+from components.constants import HOSTNAME_LABEL
 from components.fabric_settings import fabric_turned_off
 from components.issues import ConfigIssue, shown, shown_names
-from components.queues_settings import GpuFlavor, Team
+from components.queues_settings import GpuFlavor, Team, Topology
 from components.training.spec import SPEC_PATH, JobSpec, SpecError
 
 Check = Callable[[JobSpec, StackConfig], Iterable[ConfigIssue]]
@@ -200,6 +201,66 @@ def fabric_stays_on(spec: JobSpec, stack: StackConfig) -> Iterator[ConfigIssue]:
         )
 
 
+# --- the topology ------------------------------------------------------------------------------------------------
+
+
+def landing_topology(spec: JobSpec, stack: StackConfig) -> Topology | None:
+    """The topology Kueue places the job by: the one every flavor it may land on names (None: none names one, or
+    they differ, which :func:`topology_is_known` refuses)."""
+    names = {f.topology for f in _landing_flavors(spec, stack)}
+    if len(names) != 1:
+        return None
+    name = names.pop()
+    return next((t for t in stack.topologies if t.name == name), None)
+
+
+def topology_is_known(spec: JobSpec, stack: StackConfig) -> Iterator[ConfigIssue]:
+    """Every flavor the job may land on is placed by the same topology (or none is): the gang's pod-set
+    annotation names one level, and Kueue skips a flavor whose topology lacks it."""
+    flavors = _landing_flavors(spec, stack)
+    if len({f.topology for f in flavors}) > 1:
+        which = ", ".join(f"{f.name} ({f.topology or 'no topology'})" for f in flavors)
+        yield ConfigIssue(
+            f"{SPEC_PATH}.flavor",
+            None,
+            f"the team's queue offers flavors placed by different topologies ({which}); name one",
+        )
+
+
+def topology_level_exists(spec: JobSpec, stack: StackConfig) -> Iterator[ConfigIssue]:
+    """The level the spec names is one of the flavor's topology (Kueue would keep the job pending forever), and
+    a gang of several nodes is not required inside one host."""
+    if spec.topology is None:
+        return
+    path = f"{SPEC_PATH}.topology.{spec.topology.key}"
+    flavors = _landing_flavors(spec, stack)
+    if len({f.topology for f in flavors}) > 1:
+        return  # topology_is_known says so
+    topology = landing_topology(spec, stack)
+    if topology is None:
+        names = ", ".join(f.name for f in flavors) or "none"
+        yield ConfigIssue(
+            path,
+            spec.topology.level,
+            f"the job's flavors ({names}) are placed by no topology; remove spec.topology",
+        )
+        return
+    label = topology.label_of(spec.topology.level)
+    if label is None:
+        levels = ", ".join(lv.name for lv in topology.levels)
+        yield ConfigIssue(
+            path,
+            spec.topology.level,
+            f"no level {spec.topology.level!r} in topology {topology.name!r} (levels: {levels})",
+        )
+    elif spec.topology.strict and label == HOSTNAME_LABEL and spec.nodes > 1:
+        yield ConfigIssue(
+            path,
+            spec.topology.level,
+            f"{spec.nodes} nodes cannot sit inside one host; name a wider level or use preferred",
+        )
+
+
 CHECKS: list[Check] = [
     team_exists,
     team_queue_exists,
@@ -208,6 +269,8 @@ CHECKS: list[Check] = [
     launcher_leaves_the_gang_to_the_package,
     fabric_is_known,
     fabric_stays_on,
+    topology_is_known,
+    topology_level_exists,
 ]
 
 

@@ -34,6 +34,8 @@ from components.constants import (
     GPU_RESOURCE,
     JOBSET_RESTART_ATTEMPT_LABEL,
     MAX_RESTARTS_PER_HOUR_ANNOTATION,
+    PODSET_PREFERRED_TOPOLOGY,
+    PODSET_REQUIRED_TOPOLOGY,
     PROGRESS_ANNOTATION_PREFIX,
     STALL_AFTER_ANNOTATION,
     TEAM_LABEL,
@@ -43,7 +45,7 @@ from components.constants import (
 from components.fabric_settings import DEFAULT_SHM_SIZE, RDMA_CAPABILITY, Fabric
 from components.model import parse_duration
 from components.storage_settings import checkpoint_interval_seconds
-from components.training.checks import queue_flavors, team_of
+from components.training.checks import landing_topology, queue_flavors, team_of
 from components.training.spec import JobSpec
 
 JOBSET_API_VERSION = "jobset.x-k8s.io/v1alpha2"
@@ -205,8 +207,16 @@ class JobContext:
     flight_recorder_entries: int = 2000
     #: The fabric of the flavor the job lands on (every flavor it may land on has this one); none: no RDMA.
     fabric: Fabric | None = None
+    #: Kueue's pod-set topology annotation (key, node label of the level); None: the flavor has no topology.
+    topology: tuple[str, str] | None = None
+    #: Make-before-break's reservation taint key, tolerated from the start by a gang Kueue places by topology:
+    #: Kueue pins its pods to the nodes it assigns, and reads a node tainted against the Workload's own pod sets
+    #: as failed (TASReplaceNodeOnNodeTaints) once a pod stops, which would evict a gang restarting in place.
+    reservation_key: str | None = None
 
     def __post_init__(self) -> None:
+        if self.topology is not None and self.topology[0] not in (PODSET_REQUIRED_TOPOLOGY, PODSET_PREFERRED_TOPOLOGY):
+            raise ValueError(f"JobContext.topology: {self.topology[0]!r} is not Kueue's required or preferred key")
         if self.checkpoint_interval_seconds < 1:
             raise ValueError("JobContext.checkpoint_interval_seconds: must be at least 1")
         if self.max_restarts_per_hour < 1 or self.max_restarts < 0:
@@ -228,7 +238,11 @@ def job_context(spec: JobSpec, stack: StackConfig, interval: Interval) -> JobCon
     if len(fabrics) > 1:
         raise ValueError("spec.flavor: the team's flavors have different fabrics; name one (check the spec first)")
     training = stack.training
+    topology = topology_annotation(spec, stack)
+    mbb = stack.make_before_break
     return JobContext(
+        topology=topology,
+        reservation_key=mbb.reservation_key if topology is not None and mbb.enabled else None,
         namespace=team.namespace,
         local_queue=team.local_queue,
         pod_priority_class=stack.priorities.pod.training.name,
@@ -242,6 +256,22 @@ def job_context(spec: JobSpec, stack: StackConfig, interval: Interval) -> JobCon
         flight_recorder_entries=training.flight_recorder_entries,
         fabric=offered[0].fabric if offered else None,
     )
+
+
+def topology_annotation(spec: JobSpec, stack: StackConfig) -> tuple[str, str] | None:
+    """Kueue's pod-set annotation for the job's placement: the spec's level, or the topology's default as
+    preferred; None when its flavors are placed by no topology."""
+    if len({f.topology for f in queue_flavors(spec, stack) if spec.flavor in (None, f.name)}) > 1:
+        raise ValueError("spec.flavor: the team's flavors have different topologies; name one (check the spec first)")
+    topology = landing_topology(spec, stack)
+    if topology is None:
+        return None
+    level = spec.topology.level if spec.topology is not None else topology.default
+    label = topology.label_of(level)
+    if label is None:
+        raise ValueError(f"spec.topology: no level {level!r} in topology {topology.name!r} (check the spec first)")
+    strict = spec.topology is not None and spec.topology.strict
+    return (PODSET_REQUIRED_TOPOLOGY if strict else PODSET_PREFERRED_TOPOLOGY, label)
 
 
 def leader_host(name: str) -> str:
@@ -390,6 +420,10 @@ def jobset_manifest(spec: JobSpec, ctx: JobContext) -> dict[str, Any]:
         container["securityContext"] = {"capabilities": {"add": [RDMA_CAPABILITY]}}
     shm_size = fabric.shm_size if fabric is not None else DEFAULT_SHM_SIZE
     annotations = {**(fabric.pod_annotations if fabric is not None else {}), **spec.pod_annotations}
+    if ctx.topology is not None:
+        # On the pod template of the replicatedJob: Kueue reads a JobSet's pod-set annotations there.
+        key, label = ctx.topology
+        annotations[key] = label
     pod_spec: dict[str, Any] = {
         # podFailurePolicy needs it: a failed container fails its pod, and the policy decides.
         "restartPolicy": "Never",
@@ -397,7 +431,14 @@ def jobset_manifest(spec: JobSpec, ctx: JobContext) -> dict[str, Any]:
         # May annotate the team's checkpoints claim with the checkpoint report (components/storage.py grants it).
         "serviceAccountName": TRAINER_SERVICE_ACCOUNT,
         "containers": [container],
-        "tolerations": node_lost_tolerations(ctx.node_lost_toleration_seconds),
+        "tolerations": [
+            *node_lost_tolerations(ctx.node_lost_toleration_seconds),
+            *(
+                [{"key": ctx.reservation_key, "operator": "Exists", "effect": "NoSchedule"}]
+                if ctx.reservation_key
+                else []
+            ),
+        ],
         "volumes": [
             {"name": CHECKPOINTS_CLAIM, "persistentVolumeClaim": {"claimName": CHECKPOINTS_CLAIM}},
             {"name": DATASETS_CLAIM, "persistentVolumeClaim": {"claimName": DATASETS_CLAIM, "readOnly": True}},

@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, Field, ValidationError, field_validator
+from pydantic import AfterValidator, Field, ValidationError, field_validator, model_validator
 
 from components.documents import DocumentError, read_document
 from components.issues import ConfigIssue, SettingsError, issues_from_validation_error, shown
@@ -96,6 +96,42 @@ def _stall_after(value: str) -> str:
     return value
 
 
+#: Annotation prefix of Kueue's own pod-set settings: the package sets them (``spec.topology``), a spec does not.
+KUEUE_ANNOTATION_PREFIX = "kueue.x-k8s.io/"
+
+
+class JobTopology(ConfigModel):
+    """How tightly the gang must sit on the fabric: inside one domain of a level of the flavor's topology
+    (``gpucluster:topologies[].levels[].name``, such as ``block`` or ``leaf``).
+
+    ``required``: all pods in one domain of that level, or the job waits. ``preferred``: that level if it can,
+    wider when it must (Kueue's ``podset-required-topology`` / ``podset-preferred-topology``).
+    """
+
+    required: DnsLabel | None = None
+    preferred: DnsLabel | None = None
+
+    @model_validator(mode="after")
+    def _one(self) -> JobTopology:
+        if (self.required is None) == (self.preferred is None):
+            raise ValueError("name exactly one of required or preferred (a level of the flavor's topology)")
+        return self
+
+    @property
+    def level(self) -> str:
+        return self.required or self.preferred or ""
+
+    @property
+    def strict(self) -> bool:
+        """``required``: the gang waits rather than sit wider."""
+        return self.required is not None
+
+    @property
+    def key(self) -> str:
+        """The spec key that names the level: ``required`` or ``preferred``."""
+        return "required" if self.strict else "preferred"
+
+
 class JobSpec(ConfigModel):
     """A training job as a researcher writes it (camelCase keys; unknown keys refused)."""
 
@@ -122,12 +158,17 @@ class JobSpec(ConfigModel):
     #: How long the gang may show no tensor activity, no fabric traffic and no progress before the stall detector
     #: restarts it (10s to 7 days); default: the stack's ``stallDetector.stallAfter``.
     stall_after: Annotated[str, AfterValidator(_stall_after)] | None = None
+    #: How tightly the gang sits on the fabric; default: the topology's default level, preferred (a flavor
+    #: without a topology: anywhere).
+    topology: JobTopology | None = None
 
     @field_validator("pod_annotations")
     @classmethod
     def _annotations(cls, v: dict[str, str]) -> dict[str, str]:
         for key in v:
             check_qualified_name(key, "annotation key")
+            if key.startswith(KUEUE_ANNOTATION_PREFIX):
+                raise ValueError(f"{key} is Kueue's and the package sets it (placement: spec.topology); remove it")
         return v
 
     @field_validator("env")

@@ -69,12 +69,14 @@ def test_component_tokens_and_parents(local: Graph) -> None:
 def test_every_kueue_object_depends_on_the_chart(local: Graph) -> None:
     chart = local.one(CHART, "sim-queues-kueue")
     kueue_objects = [r for r in local.resources if r.type.startswith(KUEUE)]
-    # flavor, cluster queue, local queues, workload priorities, the make-before-break AdmissionCheck
-    assert len(kueue_objects) == 1 + 1 + 2 + 3 + 1
+    # topology, flavor, cluster queue, local queues, workload priorities, the make-before-break AdmissionCheck
+    assert len(kueue_objects) == 1 + 1 + 1 + 2 + 3 + 1
     for r in kueue_objects:
         assert local.depends_on(r, chart), f"{r.name} does not wait for the Kueue chart"
     cq = local.one(f"{KUEUE}:ClusterQueue", "sim-queues-cq-training")
-    assert local.depends_on(cq, local.one(f"{KUEUE}:ResourceFlavor", "sim-queues-flavor-h100"))
+    flavor = local.one(f"{KUEUE}:ResourceFlavor", "sim-queues-flavor-h100")
+    assert local.depends_on(cq, flavor)
+    assert local.depends_on(flavor, local.one(f"{KUEUE}:Topology", "sim-queues-topology-ib-fabric"))
 
 
 def test_local_queues_wait_for_their_namespace(local: Graph) -> None:
@@ -157,6 +159,7 @@ def test_queues_args_refuse_inconsistent_input(local_cfg: StackConfig) -> None:
         queues=local_cfg.queues,
         teams=local_cfg.teams,
         priorities=local_cfg.priorities,
+        topologies=local_cfg.topologies,
     )
     with pytest.raises(ValueError, match=r"QueuesArgs.queues.training.quota: unknown flavor"):
         dataclasses.replace(good, flavors=[local_cfg.flavors[0].model_copy(update={"name": "a100"})])

@@ -18,6 +18,8 @@ from components.training.checks import (
     spec_issues,
     team_exists,
     team_queue_exists,
+    topology_is_known,
+    topology_level_exists,
 )
 from components.training.spec import SpecError, parse_spec
 from tests.components.training.conftest import local_raw, spec_doc
@@ -36,6 +38,8 @@ def test_every_check_is_registered_once() -> None:
         launcher_leaves_the_gang_to_the_package,
         fabric_is_known,
         fabric_stays_on,
+        topology_is_known,
+        topology_level_exists,
     ] == CHECKS
 
 

@@ -57,7 +57,10 @@ def test_an_infiniband_flavor_gives_the_pod_its_rdma_devices_ipc_lock_shm_and_nc
     assert env["NCCL_IB_HCA"] == "=mlx5_0,mlx5_1,mlx5_2,mlx5_3,mlx5_4,mlx5_5,mlx5_6,mlx5_7"
     assert env["NCCL_SOCKET_IFNAME"] == "eth0"
     assert "NCCL_IB_DISABLE" not in env
-    assert pod["metadata"]["annotations"] == {"k8s.v1.cni.cncf.io/networks": "ib-rails"}
+    assert pod["metadata"]["annotations"] == {
+        "k8s.v1.cni.cncf.io/networks": "ib-rails",
+        "kueue.x-k8s.io/podset-preferred-topology": "gpucluster.io/ib-leaf",
+    }
 
 
 def test_the_spec_overrides_a_fabric_setting_and_its_own_annotations_win() -> None:
@@ -68,7 +71,7 @@ def test_the_spec_overrides_a_fabric_setting_and_its_own_annotations_win() -> No
     )
     hcas = [e for e in pod["spec"]["containers"][0]["env"] if e["name"] == "NCCL_IB_HCA"]
     assert hcas == [{"name": "NCCL_IB_HCA", "value": "=mlx5_0,mlx5_1"}]
-    assert pod["metadata"]["annotations"] == {"k8s.v1.cni.cncf.io/networks": "two-rails"}
+    assert pod["metadata"]["annotations"]["k8s.v1.cni.cncf.io/networks"] == "two-rails"
 
 
 @pytest.mark.parametrize(

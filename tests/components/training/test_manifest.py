@@ -167,11 +167,19 @@ def test_no_node_selector_and_only_a_lost_node_tolerated_for_seconds(stack: Stac
     pod = job_of(manifest_of(stack))["template"]["spec"]
     assert "nodeSelector" not in pod
     assert QUARANTINE_TAINT_KEY not in str(pod)
-    # not the API server's default 300 s: the gang leaves a lost node after the stack's 30 s
+    # not the API server's default 300 s: the gang leaves a lost node after the stack's 30 s; and, placed by
+    # topology with make-before-break on, the reservation taint of the nodes Kueue pins it to
     assert pod["tolerations"] == [
-        {"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 30}
-        for key in ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+        *(
+            {"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 30}
+            for key in ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+        ),
+        {"key": "gpucluster.io/reservation", "operator": "Exists", "effect": "NoSchedule"},
     ]
+    raw = local_raw()
+    raw["flavors"][0].pop("topology")
+    pod = job_of(manifest_of(parse_stack_config(raw)))["template"]["spec"]
+    assert "gpucluster.io/reservation" not in str(pod["tolerations"])
 
 
 def with_training(**section: Any) -> StackConfig:
@@ -182,7 +190,7 @@ def with_training(**section: Any) -> StackConfig:
 
 def test_the_lost_node_toleration_follows_the_stack() -> None:
     pod = job_of(manifest_of(with_training(nodeLostToleration="2m")))["template"]["spec"]
-    assert {t["tolerationSeconds"] for t in pod["tolerations"]} == {120}
+    assert {t.get("tolerationSeconds") for t in pod["tolerations"] if t["effect"] == "NoExecute"} == {120}
     with pytest.raises(ValueError, match="node_lost_toleration_seconds"):
         JobContext("ns", "q", "p", 1, 1, 0, node_lost_toleration_seconds=0)
 
@@ -368,7 +376,10 @@ def test_the_pods_run_as_the_trainer_account_that_may_write_the_checkpoint_repor
     assert pod["serviceAccountName"] == TRAINER_SERVICE_ACCOUNT == "gpucluster-trainer"
 
 
-def test_pod_annotations_go_on_every_pod_and_are_absent_when_none(stack: StackConfig) -> None:
+def test_pod_annotations_go_on_every_pod_and_are_absent_when_none() -> None:
+    raw = local_raw()
+    raw["flavors"][0].pop("topology")  # else Kueue's topology annotation is there too (test_topology.py)
+    stack = parse_stack_config(raw)
     meta = job_of(manifest_of(stack, podAnnotations={"profiler.example.com/every": "100"}))["template"]["metadata"]
     assert meta["annotations"] == {"profiler.example.com/every": "100"}
     assert "annotations" not in job_of(manifest_of(stack))["template"]["metadata"]
