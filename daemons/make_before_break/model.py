@@ -155,6 +155,9 @@ class PodSet:
     gpus_per_pod: int
     #: The nodeLabels of the ResourceFlavor assigned to its GPUs.
     node_labels: Mapping[str, str] = field(default_factory=dict)
+    #: Node -> pods where Kueue's topology-aware scheduling put them (the admission's topologyAssignment); empty
+    #: for a flavor without a topology. The pods will run there and nowhere else: the room is exactly these nodes.
+    assigned: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,10 @@ Rules:
 4. Nodes are taken cheapest first: nodes already reserved for this workload before any other (their replicas
    are already on the way out, and the choice does not flap from one cycle to the next), then fewest GPUs to
    move, fewest pods, most gang pods hosted (fewer nodes), and name.
-5. Pod sets of the largest pods are placed first. When the nodes that count cannot hold every pod of the gang,
+5. A pod set Kueue's topology-aware scheduling placed (its admission's ``topologyAssignment``) gets exactly the
+   nodes and pod counts Kueue chose, before any other: its pods will be pinned there. When one of them cannot
+   take its pods, the result is :class:`CannotFit` naming the node and why.
+6. Pod sets of the largest pods are placed first. When the nodes that count cannot hold every pod of the gang,
    the result is :class:`CannotFit` with the reason, nodes by name and what kept each from counting.
 
 Cost: one pass over the pods, then per node a small subset search over the Deployments on it (a node holds at
@@ -150,7 +153,7 @@ def _shapes(pod_sets: Sequence[PodSet]) -> list[tuple[int, dict[str, str], int]]
     for ps in pod_sets:
         if ps.count < 0 or ps.gpus_per_pod < 0:
             raise ValueError(f"pod set {ps.name!r}: count ({ps.count}) and gpusPerPod ({ps.gpus_per_pod}) must be >= 0")
-        if ps.count and ps.gpus_per_pod:
+        if ps.count and ps.gpus_per_pod and not ps.assigned:
             merged[(ps.gpus_per_pod, tuple(sorted(ps.node_labels.items())))] += ps.count
     return [(g, dict(labels), n) for (g, labels), n in sorted(merged.items(), key=lambda kv: (-kv[0][0], kv[0][1]))]
 
@@ -194,6 +197,25 @@ def _why_not(
     return f"{matching} nodes have the labels {_label_text(labels)}" + (f" ({why})" if why else "")
 
 
+def _why_not_assigned(
+    name: str, nodes: Iterable[Node], room: int, *, reserved_for: str | None, exclude: frozenset[str]
+) -> str:
+    node = next((n for n in nodes if n.name == name), None)
+    if node is None:
+        return "does not exist"
+    if name in exclude:
+        return "is taken by a workload ahead in the queue"
+    if node.reserved_for not in (None, reserved_for):
+        return "is reserved for another workload"
+    if node.quarantined:
+        return "is quarantined"
+    if not node.schedulable:
+        return "is cordoned"
+    if not node.ready:
+        return "is not Ready"
+    return f"has room for {room} (immovable GPU pods in the way)"
+
+
 def choose_room(
     pod_sets: Sequence[PodSet],
     nodes: Sequence[Node],
@@ -211,7 +233,8 @@ def choose_room(
     ``still_counting`` nodes that count although not Ready, ``exclude`` nodes that do not count at all.
     """
     shapes = _shapes(pod_sets)
-    if not shapes:
+    placed_by_kueue = [ps for ps in pod_sets if ps.assigned and ps.count and ps.gpus_per_pod]
+    if not shapes and not placed_by_kueue:
         return Plan((), ())
     loads: dict[str, _Load] = {}
     for node in nodes:
@@ -237,6 +260,22 @@ def choose_room(
 
     committed: dict[str, int] = defaultdict(int)
     gang_pods: dict[str, int] = defaultdict(int)
+    # Kueue's topology-aware scheduling placed these: the room is exactly its nodes, taken first.
+    for ps in placed_by_kueue:
+        for name, count in sorted(ps.assigned.items()):
+            gpus = ps.gpus_per_pod
+            load = loads.get(name)
+            room = 0 if load is None else (load.capacity - committed[name]) // gpus
+            if room < count:
+                why = _why_not_assigned(name, nodes, room, reserved_for=reserved_for, exclude=exclude)
+                total = sum(ps.assigned.values())
+                return CannotFit(
+                    f"Kueue's topology assignment puts {count} pods of {gpus} GPUs on {name}, which {why}",
+                    total,
+                    total - count,
+                )
+            committed[name] += count * gpus
+            gang_pods[name] += count
     for gpus, labels, count in shapes:
         remaining = count
         candidates: list[tuple[tuple[int, int, int, int, str], str, int]] = []

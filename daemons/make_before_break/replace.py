@@ -8,6 +8,9 @@ first: cheapest to empty) and the bad node is released; the restarted pods sched
 preempts the inference pods they need room from (training wins: the gang is down while it waits). With no
 healthy node free, the bad node stays reserved and the reason is noted: the gang's pods stay Pending until one is.
 A node NotReady for less than ``nodeGrace`` changes nothing, so a node that blinks keeps its gang.
+
+A gang Kueue placed by topology is re-placed by Kueue itself (failed-node replacement): its room follows the
+assignment instead of choosing a node of its own, which the pods, pinned to Kueue's nodes, could not use.
 """
 
 from __future__ import annotations
@@ -30,12 +33,36 @@ def why_bad(c: Cycle, node: Node) -> str | None:
     return None
 
 
+def follow_assignment(c: Cycle, w: Workload, assigned: set[str]) -> None:
+    """Kueue placed the gang by topology, and re-places it when a node fails (its failed-node replacement): the
+    room follows, reserving the nodes it now names and releasing the ones it dropped once those are reserved."""
+    mine = c.mine[w.uid]
+    missing: list[str] = []
+    for name in sorted(assigned - mine):
+        node = c.nodes.get(name)
+        if node is None or node.reserved_for not in (None, w.uid) or name in c.taken:
+            missing.append(name)
+            continue
+        c.reserves.append(ReserveNode(name, w.uid, f"Kueue's topology assignment moved the gang of {w.ref} here"))
+        c.taken.add(name)
+    if missing:
+        c.notes.append(f"{w.ref}: Kueue assigned {', '.join(missing)}, which cannot be reserved for it now")
+        return
+    for name in sorted(mine - assigned):
+        c.release(name, w.uid, f"no longer in the topology assignment of {w.ref}")
+
+
 def replace_bad_nodes(c: Cycle, w: Workload) -> None:
-    """Reserve a healthy node for each of ``w``'s reserved nodes that went bad or was lost; release the bad ones."""
+    """Reserve a healthy node for each of ``w``'s reserved nodes that went bad or was lost; release the bad ones.
+    A gang Kueue placed by topology keeps exactly the nodes of its assignment instead (:func:`follow_assignment`)."""
     mine = c.mine[w.uid]
     if not mine:
         return  # admitted without a reservation (a fallback): the scheduler places the gang anywhere
     shapes = gpu_pod_sets(w)
+    assigned = {name for ps in shapes for name in ps.assigned}
+    if assigned:
+        follow_assignment(c, w, assigned)
+        return
     per_node = max(c.nodes[name].gpus for name in mine)
     if not shapes or per_node <= 0:
         return

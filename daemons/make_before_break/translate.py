@@ -39,6 +39,7 @@ from daemons.make_before_break.model import (
     Workload,
     parse_flips,
 )
+from daemons.make_before_break.topology_assignment import AssignmentError, pods_per_node
 
 
 def _count(value: Any, where: str) -> int:
@@ -256,7 +257,13 @@ def workload_from(
                 if flavor is None or flavor not in flavors:
                     raise TranslationError(f"{at}: no known ResourceFlavor assigned for {settings.gpu_resource}")
                 labels = dict(flavors[flavor])
-            pod_sets.append(PodSet(name, count, gpus, labels))
+            assigned: dict[str, int] = {}
+            if gpus and a.get("topologyAssignment") is not None:
+                try:
+                    assigned = pods_per_node(a["topologyAssignment"], f"{at}.topologyAssignment")
+                except AssignmentError as exc:
+                    raise TranslationError(str(exc)) from None
+            pod_sets.append(PodSet(name, count, gpus, labels, assigned))
     return Workload(
         uid=uid,
         namespace=value_at(obj, "metadata.namespace", str, where, ""),
