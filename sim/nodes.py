@@ -12,6 +12,10 @@ allocatable) for the status subresource (``sim/node_list.py status-patches`` giv
 A missing stack file gives the default inventory of the local stack: flavor ``h100``, 4 nodes x 8 GPUs.
 A stack file that is not valid is reported with every problem and its key path (exit status 2).
 
+A flavor with a topology (``gpucluster:topologies``) gets a label per level above the host, from a regular
+layout of ``<nodes per leaf>x<leaves per block>`` (``GPUCLUSTER_SIM_FABRIC``, default ``2x2``): node ``i`` of
+flavor ``h100`` sits on leaf ``h100-ib-leaf-<i // 2>`` of block ``h100-ib-block-<i // 4>``.
+
 ``--remote`` prints the fixed inventory of the second cluster of ``sim/remote.sh`` instead: ``remote-gpu-<i>``,
 2 nodes x 8 ``nvidia.com/gpu``, labelled ``gpucluster.io/remote=true``, pod IPs from 10.160.0.0/16.
 """
@@ -21,6 +25,7 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import json
+import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -65,6 +70,8 @@ class Flavor:
     node_count: int
     gpu_resource: str = "nvidia.com/gpu"
     taints: tuple[Taint, ...] = field(default=())
+    #: The node labels of the flavor's topology levels above the host, widest first (a spine block, a leaf).
+    topology_labels: tuple[str, ...] = field(default=())
 
 
 DEFAULT_FLAVORS = (
@@ -105,9 +112,53 @@ def load_flavors(stack_file: Path) -> tuple[Flavor, ...]:
             # A toleration without an effect tolerates every effect; NoSchedule is the one that keeps
             # other pods off a GPU node without evicting anything.
             taints=tuple(Taint(key=t.key, effect=t.effect or "NoSchedule", value=t.value) for t in f.tolerations),
+            topology_labels=tuple(topology.node_labels[:-1]) if (topology := cfg.topology_of(f)) else (),
         )
         for f in cfg.flavors
     )
+
+
+@dataclass(frozen=True)
+class FabricLayout:
+    """How the simulated fabric groups a flavor's nodes: ``nodes_per_leaf`` consecutive nodes share a leaf, and
+    ``leaves_per_block`` consecutive leaves a spine block; each wider level groups ``leaves_per_block`` of the one
+    below. What fabric discovery (``ansible/roles/ib_topology``) labels a real node with, without the real
+    fabric's irregularities (a leaf short of hosts, a miscabled HCA): the labels are as regular as the layout."""
+
+    nodes_per_leaf: int = 2
+    leaves_per_block: int = 2
+
+    @classmethod
+    def parse(cls, text: str) -> FabricLayout:
+        """``<nodes per leaf>x<leaves per block>``, such as ``8x4``."""
+        try:
+            per_leaf, per_block = (int(part) for part in text.lower().split("x"))
+        except ValueError:
+            raise InventoryError(f"{FABRIC_LAYOUT_ENV}={text!r} is not <nodes per leaf>x<leaves per block>") from None
+        if per_leaf < 1 or per_block < 1:
+            raise InventoryError(f"{FABRIC_LAYOUT_ENV}={text!r}: both numbers must be at least 1")
+        return cls(per_leaf, per_block)
+
+    def labels(self, flavor: Flavor, index: int) -> dict[str, str]:
+        """The topology labels of node ``index`` of ``flavor``: ``<flavor>-<level>-<n>`` per level, narrowest
+        (the leaf) grouping ``nodes_per_leaf`` nodes."""
+        out: dict[str, str] = {}
+        group = self.nodes_per_leaf
+        for label in reversed(flavor.topology_labels):
+            level = label.rsplit("/", 1)[-1]
+            out[label] = f"{flavor.name}-{level}-{index // group}"
+            group *= self.leaves_per_block
+        return out
+
+
+#: ``<nodes per leaf>x<leaves per block>`` of the simulated fabric (default 2x2: the local stack's 4 nodes sit on
+#: two leaves of one block).
+FABRIC_LAYOUT_ENV = "GPUCLUSTER_SIM_FABRIC"
+
+
+def fabric_layout() -> FabricLayout:
+    text = os.environ.get(FABRIC_LAYOUT_ENV, "")
+    return FabricLayout.parse(text) if text else FabricLayout()
 
 
 def node_name(flavor: Flavor, index: int) -> str:
@@ -129,8 +180,10 @@ def node_status(flavor: Flavor) -> dict[str, Any]:
     return {"status": {"capacity": capacity, "allocatable": dict(capacity)}}
 
 
-def build_nodes(flavors: Sequence[Flavor]) -> list[dict[str, Any]]:
-    """The Node objects for an inventory, in flavor order, each with its own pod CIDR."""
+def build_nodes(flavors: Sequence[Flavor], layout: FabricLayout | None = None) -> list[dict[str, Any]]:
+    """The Node objects for an inventory, in flavor order, each with its own pod CIDR and, for a flavor with a
+    topology, the labels of its place in the fabric (``layout``; default: :func:`fabric_layout`)."""
+    layout = layout or fabric_layout()
     subnets = POD_NETWORK.subnets(new_prefix=24)
     nodes: list[dict[str, Any]] = []
     for flavor in flavors:
@@ -153,6 +206,7 @@ def build_nodes(flavors: Sequence[Flavor]) -> list[dict[str, Any]]:
                 "kubernetes.io/os": "linux",
                 "kubernetes.io/arch": "amd64",
                 "type": "kwok",
+                **layout.labels(flavor, i),
             }
             spec: dict[str, Any] = {"podCIDR": cidr, "podCIDRs": [cidr]}
             if flavor.taints:

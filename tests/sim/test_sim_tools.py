@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from components.constants import ACCEPTED_LABEL, ACCEPTED_VALUE
+from components.constants import ACCEPTED_LABEL, ACCEPTED_VALUE, IB_BLOCK_LABEL, IB_LEAF_LABEL
 from tests.support.sim import load_sim_module
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -40,6 +40,34 @@ def test_every_fake_node_carries_the_acceptance_label_the_flavors_select() -> No
     assert (nodes.ACCEPTED_LABEL, nodes.ACCEPTED_VALUE) == (ACCEPTED_LABEL, ACCEPTED_VALUE)
     for n in nodes.build_nodes(flavors):
         assert n["metadata"]["labels"][ACCEPTED_LABEL] == ACCEPTED_VALUE
+
+
+def test_a_flavor_with_a_topology_gets_its_place_in_the_fabric_from_the_layout(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    flavors = nodes.load_flavors(ROOT / "stacks" / "Pulumi.local.yaml")
+    assert flavors[0].topology_labels == (IB_BLOCK_LABEL, IB_LEAF_LABEL)
+    monkeypatch.delenv(nodes.FABRIC_LAYOUT_ENV, raising=False)
+    place = [
+        (n["metadata"]["labels"][IB_BLOCK_LABEL], n["metadata"]["labels"][IB_LEAF_LABEL])
+        for n in nodes.build_nodes(flavors)
+    ]
+    assert place == [("h100-ib-block-0", "h100-ib-leaf-0")] * 2 + [("h100-ib-block-0", "h100-ib-leaf-1")] * 2
+    monkeypatch.setenv(nodes.FABRIC_LAYOUT_ENV, "8x4")
+    big = nodes.Flavor("h100", {"a": "b"}, 8, 96, topology_labels=(IB_BLOCK_LABEL, IB_LEAF_LABEL))
+    labels = [n["metadata"]["labels"] for n in nodes.build_nodes([big])]
+    assert len({x[IB_LEAF_LABEL] for x in labels}) == 12
+    assert len({x[IB_BLOCK_LABEL] for x in labels}) == 3
+    assert labels[31][IB_BLOCK_LABEL] == "h100-ib-block-0"
+    assert labels[32][IB_BLOCK_LABEL] == "h100-ib-block-1"
+    # A flavor without a topology gets no fabric labels.
+    assert not [
+        k for k in nodes.build_nodes([_flavor(1)])[0]["metadata"]["labels"] if k.startswith("gpucluster.io/ib-")
+    ]
+    for bad in ("8", "0x4", "axb"):
+        monkeypatch.setenv(nodes.FABRIC_LAYOUT_ENV, bad)
+        with pytest.raises(nodes.InventoryError, match=nodes.FABRIC_LAYOUT_ENV):
+            nodes.build_nodes([big])
 
 
 def test_flavor_tolerations_become_taints() -> None:

@@ -18,6 +18,8 @@ import pytest
 import yaml
 
 from components.config import load_stack_file
+from components.constants import HOSTNAME_LABEL, IB_LEAF_LABEL, PODSET_REQUIRED_TOPOLOGY
+from daemons.make_before_break.topology_assignment import pods_per_node
 from tests.support.local_stack import ROOT, LocalStack, condition, wait_for
 from tests.support.sim import load_sim_module
 
@@ -143,6 +145,37 @@ def clean(local_stack: LocalStack) -> Iterator[LocalStack]:
 
 def stack_nodes(stack: LocalStack) -> list[dict[str, Any]]:
     return stack.items("nodes", "-l", "gpucluster.io/flavor")
+
+
+def test_a_gang_held_to_one_leaf_runs_on_the_nodes_kueue_assigned_and_exactly_those_are_reserved(
+    clean: LocalStack, tmp_path: Path
+) -> None:
+    """The local stack's flavor is placed by its topology (2 leaves of 2 nodes): a 2-node gang required on one leaf
+    gets Kueue's assignment of 2 nodes of one leaf, make-before-break reserves exactly those (moving the serving
+    replicas off them), and the pods run there, pinned by Kueue's ungater."""
+    stack = clean
+    doc = yaml.safe_load(spec_file(tmp_path, "tas-leaf", nodes=2).read_text())
+    doc["topology"] = {"required": "leaf"}
+    spec = tmp_path / "tas-leaf.yaml"
+    spec.write_text(yaml.safe_dump(doc))
+    t0 = time.monotonic()
+    submit(stack, spec)
+    pods = running(stack, "tas-leaf", 0, 2, timeout=240)
+    took = time.monotonic() - t0
+    w = workload(stack, "tas-leaf")
+    (assignment,) = w["status"]["admission"]["podSetAssignments"]
+    assigned = pods_per_node(assignment["topologyAssignment"])
+    labels = {n["metadata"]["name"]: n["metadata"]["labels"] for n in stack_nodes(stack)}
+    assert sum(assigned.values()) == 2
+    assert len({labels[n][IB_LEAF_LABEL] for n in assigned}) == 1, assigned
+    assert {p["spec"]["nodeName"] for p in pods} == set(assigned)
+    for p in pods:
+        assert p["spec"]["nodeSelector"][HOSTNAME_LABEL] == p["spec"]["nodeName"]
+        assert p["metadata"]["annotations"][PODSET_REQUIRED_TOPOLOGY] == IB_LEAF_LABEL
+    uid = w["metadata"]["uid"]
+    reserved = {name for name, lb in labels.items() if lb.get(CFG.make_before_break.reservation_key) == uid}
+    assert reserved == set(assigned)
+    print(f"\n2-node gang on leaf {labels[next(iter(assigned))][IB_LEAF_LABEL]} ({sorted(assigned)}) in {took:.0f}s")
 
 
 def test_a_program_fault_restarts_the_gang_in_place_keeping_its_quota_and_a_node_fault_moves_it(
