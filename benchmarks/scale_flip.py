@@ -13,8 +13,11 @@ the running simulated cluster, and takes far longer than the other benchmarks. P
    ``decide()`` call and the whole cycle (lists, decision, writes) as the leader's ``/metrics`` (127.0.0.1:9104,
    9105) counted them during the cycle (cycles, mean, the bucket the slowest fell in) and, exactly, the slowest
    cycle that acted, from its log (``decide_seconds`` / ``cycle_seconds`` of its ``cycle`` lines);
-4. the machine while it ran: lowest MemAvailable, highest 1-minute load, and the largest processes;
-5. ``make down`` with the scale's stack.
+4. gangs of several sizes placed one at a time, through Kueue's topology-aware scheduling (preferred at the
+   leaf, what a job that names no level gets) and through kube-scheduler alone (``scale_placement.py``): the
+   blocks, leaves and nodes each spans, side by side (``--no-placement`` skips it);
+5. the machine while it ran: lowest MemAvailable, highest 1-minute load, and the largest processes;
+6. ``make down`` with the scale's stack.
 
 A step that fails or runs out of time stops that scale: the report says which step, the reason (the engine's or
 the scenario's message) and the machine's state at that moment, and the next scale still runs. At the end the
@@ -46,7 +49,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from sim import flip, timeline  # noqa: E402 (run as a script: the repository first on the path)
+from benchmarks import scale_placement  # noqa: E402 (run as a script: the repository first on the path)
+from sim import flip, timeline  # noqa: E402
 from sim import processes as sim_daemons  # noqa: E402
 
 STACKS = ROOT / "benchmarks" / "stacks"
@@ -68,6 +72,10 @@ class Scale:
     up_timeout: float
     #: Seconds the kwok nodes get to be Ready (sim/kwok-cluster.sh).
     ready_timeout: int
+    #: Gangs (whole nodes) placed with and without the topology after the cycles (scale_placement.py).
+    placement_sizes: tuple[int, ...] = ()
+    #: The simulated fabric: nodes per leaf x leaves per block (sim/nodes.py).
+    fabric: str = "8x4"
 
     @property
     def stack_file(self) -> Path:
@@ -78,12 +86,23 @@ class Scale:
             "GPUCLUSTER_STACK": self.name,
             "GPUCLUSTER_SIM_STACK": str(self.stack_file),
             "GPUCLUSTER_SIM_READY_TIMEOUT": str(self.ready_timeout),
+            "GPUCLUSTER_SIM_FABRIC": self.fabric,
         }
 
 
 SCALES = {
-    "scale96": Scale("scale96", 96, 64, timeout_scale=1.5, up_timeout=2400, ready_timeout=300),
-    "scale512": Scale("scale512", 512, 384, timeout_scale=3.0, up_timeout=5400, ready_timeout=900),
+    "scale96": Scale(
+        "scale96", 96, 64, timeout_scale=1.5, up_timeout=2400, ready_timeout=300, placement_sizes=(4, 8, 16, 32, 64)
+    ),
+    "scale512": Scale(
+        "scale512",
+        512,
+        384,
+        timeout_scale=3.0,
+        up_timeout=5400,
+        ready_timeout=900,
+        placement_sizes=(8, 32, 64, 128, 256),
+    ),
 }
 DOWN_TIMEOUT = 900.0
 RESTORE_TIMEOUT = 1800.0
@@ -356,6 +375,9 @@ class ScaleResult:
     reason: str = ""
     machine: str = ""  # at the moment it stopped
     monitor: str = ""
+    #: Gangs placed with the topology and without it (scale_placement.py), and the levels measured.
+    placement: list[scale_placement.Span] = field(default_factory=list)
+    levels: tuple[str, ...] = ()
 
     def report(self) -> str:
         s = self.scale
@@ -371,6 +393,12 @@ class ScaleResult:
             table = [header, *[[rows[0][i][0], *[r[i][1] for r in rows]] for i in range(len(rows[0]))]]
             widths = [max(len(row[c]) for row in table) for c in range(len(header))]
             lines += ["  ".join(c.ljust(widths[i]) for i, c in enumerate(row)).rstrip() for row in table]
+        if self.placement:
+            lines.append(
+                f"placement: domains a gang spans, kube-scheduler alone | Kueue's topology ({s.fabric} fabric, "
+                "preferred at the leaf, as a job that names no level)"
+            )
+            lines += ["  " + row for row in scale_placement.table(self.placement, self.levels)]
         if self.stopped:
             lines += [f"stopped at: {self.stopped}", f"  reason: {self.reason.strip()}", f"  machine: {self.machine}"]
         lines.append(f"machine during the run: {self.monitor}")
@@ -381,7 +409,7 @@ def fmt_s(v: float | None) -> str:
     return "n/a" if v is None else f"{v:.0f} s"
 
 
-def run_scale(scale: Scale, paths: Sequence[str], train_for: str, out: Path) -> ScaleResult:
+def run_scale(scale: Scale, paths: Sequence[str], train_for: str, out: Path, placement: bool = True) -> ScaleResult:
     result = ScaleResult(scale)
     env = scale.env()
     boot = float(os.environ.get("GPUCLUSTER_FAKE_BOOT_SECONDS", sim_daemons.FAKE_CLOUD_DEFAULTS["boot-seconds"]))
@@ -414,6 +442,17 @@ def run_scale(scale: Scale, paths: Sequence[str], train_for: str, out: Path) -> 
                 result.decisions.append(decisions_between(before, scrape_all(), offsets))
                 result.figures.append(figures)
                 flip.write_outputs(tl, figures, out / scale.name, f"One flip at {scale.nodes} nodes: {path}")
+            if placement and scale.placement_sizes:
+                print(f"scale_flip: {scale.name}: gangs placed with and without the topology ...", flush=True)
+                stack = sim_daemons.stack_config()
+                topology = stack.topology_of(stack.flavors[0])
+                result.levels = tuple(topology.node_labels) if topology is not None else ()
+                try:
+                    result.placement = scale_placement.measure(
+                        stack, sim_daemons.kubectl, scale.placement_sizes, timeout=300 * scale.timeout_scale
+                    )
+                except (ValueError, TimeoutError, sim_daemons.DaemonError) as e:
+                    result.stopped, result.reason, result.machine = "the placement", str(e), machine_now()
             return result
         finally:
             result.monitor = monitor.line()
@@ -445,6 +484,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "the scheduler packs 1-GPU replicas, so a gang of every node is the one that makes every replica move",
     )
     p.add_argument("--no-restore", action="store_true", help="leave the cluster down at the end (no make up)")
+    p.add_argument("--no-placement", action="store_true", help="skip the gangs placed with and without the topology")
     p.add_argument("--out", type=Path, default=ROOT / ".state" / "bench-scale")
     a = p.parse_args(argv)
     names = [n for n in a.scales.split(",") if n]
@@ -479,7 +519,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"scale_flip: make down failed:\n{down.tail}", file=sys.stderr)
             return 1
         for scale in scales:
-            results.append(run_scale(scale, paths, a.train_for, a.out))
+            results.append(run_scale(scale, paths, a.train_for, a.out, placement=not a.no_placement))
             print("\n" + results[-1].report() + "\n", flush=True)
     finally:
         if not a.no_restore:

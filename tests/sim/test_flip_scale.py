@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from components.config import load_stack_file
+from components.constants import HOSTNAME_LABEL, IB_BLOCK_LABEL, IB_LEAF_LABEL
 from daemons.make_before_break.metrics import Metrics
 from tests.support.sim import load_sim_module
 
@@ -130,3 +131,62 @@ def test_the_capacity_stack_has_four_queues_sharing_the_whole_flavor() -> None:
     assert sum(q.quota[flavor.name] for q in cfg.queues.values()) == flavor.capacity
     assert cfg.quota_controller.enabled
     assert {t.cluster_queue for t in cfg.teams} == set(cfg.queues)
+
+
+# --- gangs placed with and without the topology (benchmarks/scale_placement.py) ---------------------------------
+
+
+def test_the_scale_stacks_place_by_a_topology_on_the_sims_fabric() -> None:
+    bench = _scale_bench()
+    for name in SCALE_STACKS:
+        cfg = load_stack_file(ROOT / "benchmarks" / "stacks" / f"Pulumi.{name}.yaml")
+        topology = cfg.topology_of(cfg.flavors[0])
+        assert topology is not None
+        assert topology.node_labels == [IB_BLOCK_LABEL, IB_LEAF_LABEL, HOSTNAME_LABEL]
+        scale = bench.SCALES[name]
+        assert scale.env()["GPUCLUSTER_SIM_FABRIC"] == "8x4"
+        assert scale.placement_sizes
+        assert max(scale.placement_sizes) <= scale.nodes
+
+
+def test_the_placement_bench_queues_both_ways_and_counts_the_domains_a_gang_spans() -> None:
+    bench = _scale_bench()
+    placement = bench.scale_placement
+    cfg = load_stack_file(ROOT / "benchmarks" / "stacks" / "Pulumi.scale96.yaml")
+    objects = {(o["kind"], o["metadata"]["name"]): o for o in placement.bench_objects(cfg)}
+    assert objects[("ResourceFlavor", "bench-topology")]["spec"]["topologyName"] == "ib-fabric"
+    assert "topologyName" not in objects[("ResourceFlavor", "bench-scheduler")]["spec"]
+    # both queues hold every GPU of the flavor and list no admission check: make-before-break stays out
+    for mode in placement.MODES:
+        cq = objects[("ClusterQueue", f"bench-{mode}")]["spec"]
+        assert cq["resourceGroups"][0]["flavors"][0]["resources"][0]["nominalQuota"] == 768
+        assert "admissionChecksStrategy" not in cq
+    tas = placement.gang_job(cfg, "g", "topology", 8, placement.annotation_for(cfg, "topology", None, False))
+    annotations = tas["spec"]["template"]["metadata"]["annotations"]
+    assert annotations["kueue.x-k8s.io/podset-preferred-topology"] == IB_LEAF_LABEL
+    assert (tas["spec"]["parallelism"], tas["metadata"]["labels"]["kueue.x-k8s.io/queue-name"]) == (8, "topology")
+    plain = placement.gang_job(cfg, "g", "scheduler", 8, placement.annotation_for(cfg, "scheduler", None, False))
+    assert not [k for k in plain["spec"]["template"]["metadata"]["annotations"] if k.startswith("kueue.x-k8s.io/")]
+    assert placement.annotation_for(cfg, "topology", "block", True) == (
+        "kueue.x-k8s.io/podset-required-topology",
+        IB_BLOCK_LABEL,
+    )
+    with pytest.raises(ValueError, match="no level 'rack'"):
+        placement.annotation_for(cfg, "topology", "rack", True)
+
+    levels = [IB_BLOCK_LABEL, IB_LEAF_LABEL, HOSTNAME_LABEL]
+    labels = {
+        f"n{i}": {IB_BLOCK_LABEL: f"b{i // 4}", IB_LEAF_LABEL: f"l{i // 2}", HOSTNAME_LABEL: f"n{i}"} for i in range(8)
+    }
+    assert placement.span_of(["n0", "n1"], labels, levels) == [1, 1, 2]
+    assert placement.span_of(["n0", "n3", "n7"], labels, levels) == [2, 3, 3]
+    assert placement.span_of(["n0", "gone"], labels, levels) == [2, 2, 2]  # a node without labels is its own domain
+    spans = [
+        placement.Span("scheduler", 2, ((IB_BLOCK_LABEL, 2), (IB_LEAF_LABEL, 2)), 1.0),
+        placement.Span("topology", 2, ((IB_BLOCK_LABEL, 1), (IB_LEAF_LABEL, 1)), 1.0),
+    ]
+    rows = placement.table(spans, levels[:2])
+    assert rows[0].split()[:2] == ["gang", "nodes"]
+    assert rows[1].split() == ["2", "2", "|", "1", "2", "|", "1"]
+    result = bench.ScaleResult(bench.SCALES["scale96"], placement=spans, levels=tuple(levels[:2]))
+    assert "placement: domains a gang spans, kube-scheduler alone | Kueue's topology (8x4 fabric" in result.report()
