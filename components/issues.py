@@ -25,6 +25,8 @@ MAX_SHOWN = 80
 MAX_KEY = 64
 #: Most names a message lists; the rest are counted.
 MAX_LISTED = 10
+#: Problems a refusal lists before it says how many more there are (a hostile document may hold thousands).
+MAX_PROBLEMS_SHOWN = 50
 
 _CREDENTIAL_KEY = re.compile(CREDENTIAL_KEY_PATTERN, re.IGNORECASE)
 #: Values that are keys or tokens whatever key holds them.
@@ -109,7 +111,9 @@ class SettingsError(ValueError):
     def __init__(self, issues: Sequence[ConfigIssue], source: str = "settings") -> None:
         self.issues = list(issues)
         self.source = source
-        lines = "\n".join(f"  - {issue}" for issue in self.issues)
+        lines = "\n".join(f"  - {issue}" for issue in self.issues[:MAX_PROBLEMS_SHOWN])
+        if len(self.issues) > MAX_PROBLEMS_SHOWN:
+            lines += f"\n  ... and {len(self.issues) - MAX_PROBLEMS_SHOWN} more"
         super().__init__(f"{source}: {len(self.issues)} problem(s)\n{lines}")
 
 

@@ -12,29 +12,19 @@ which ``images-pinned`` holds them to.
 
 from __future__ import annotations
 
-import re
-
 from pulumi_policy import ResourceValidationArgs, ResourceValidationPolicy
 
+from components import image_refs as refs
 from components.constants import ENVIRONMENT_LABEL
+from components.issues import shown
 from policies.common import MANDATORY, Report, config_value, containers, labels_of, object_ref, pod_spec, schema
-
-_DIGEST = re.compile(r"@sha256:[0-9a-f]{64}$")
 
 
 def image_problem(image: str) -> str | None:
-    """Why an image reference is not pinned, or None when it is."""
-    if not image:
-        return "has no image"
-    if _DIGEST.search(image):
-        return None
-    last = image.rsplit("/", 1)[-1]
-    if ":" not in last:
-        return f"image {image!r} has no tag (it would float to latest)"
-    tag = last.rsplit(":", 1)[1]
-    if tag == "latest" or not tag:
-        return f"image {image!r} uses the floating tag {tag or '(empty)'!r}"
-    return None
+    """Why an image reference may not run (not a reference at all, or not pinned), or None when it may: the one
+    rule of ``components/image_refs.py``, which ``gpucluster submit`` holds job specs to as well."""
+    problem = refs.image_problem(image)
+    return None if problem is None else f"image {shown(image)} {problem}"
 
 
 def _validate(args: ResourceValidationArgs, report: Report) -> None:
@@ -45,7 +35,7 @@ def _validate(args: ResourceValidationArgs, report: Report) -> None:
     for field, c in containers(spec):
         problem = image_problem(str(c.get("image") or ""))
         if problem:
-            report(f"{object_ref(args.props, args.name)} {field}/{c.get('name')}: {problem}; pin a tag or digest")
+            report(f"{object_ref(args.props, args.name)} {field}/{c.get('name')}: {problem}; name a tag or digest")
 
 
 images_pinned = ResourceValidationPolicy(
@@ -79,7 +69,7 @@ def _validate_by_digest(args: ResourceValidationArgs, report: Report) -> None:
         return
     for field, c in containers(spec):
         image = str(c.get("image") or "")
-        if not _DIGEST.search(image):
+        if not refs.by_sha256(image):
             report(
                 f"{object_ref(args.props, args.name)} {field}/{c.get('name')}: image {image!r} is not pinned by "
                 f"digest; in {environment} every image is pinned by digest: `make images PIN={environment}` writes "

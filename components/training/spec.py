@@ -9,6 +9,7 @@ stack (``manifest.py``). A bad spec is refused with every problem at once, each 
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 from typing import Annotated, Any
@@ -16,6 +17,7 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, Field, ValidationError, field_validator, model_validator
 
 from components.documents import DocumentError, read_document
+from components.image_refs import image_problem
 from components.issues import ConfigIssue, SettingsError, issues_from_validation_error, shown
 from components.model import ConfigModel, DnsLabel, check_qualified_name, parse_duration
 
@@ -47,7 +49,6 @@ RESERVED_ENV = LAUNCHER_ENV
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 #: A JobSet's name is also its headless Service's name: a DNS-1035 label (starts with a letter).
 _JOB_NAME = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
-_IMAGE = re.compile(r"^[^\s]+$")
 
 
 def _check_name(value: str) -> str:
@@ -73,14 +74,19 @@ def _gpus(value: int) -> int:
 
 
 def _image(value: str) -> str:
-    if not value or not _IMAGE.match(value):
-        raise ValueError(f"{shown(value)} is not an image reference (registry/name:tag, no spaces)")
+    problem = image_problem(value)
+    if problem is not None:
+        raise ValueError(f"{shown(value)} {problem} (registry/name:tag or @sha256:..., as every workload's)")
     return value
 
 
-def _positive(value: float) -> float:
-    if value <= 0:
-        raise ValueError(f"must be more than 0 seconds (got {value})")
+#: The longest checkpoint write a spec may state: a day (a checkpoint that takes longer is not one).
+MAX_WRITE_SECONDS = 86_400.0
+
+
+def _write_seconds(value: float) -> float:
+    if not math.isfinite(value) or not 0 < value <= MAX_WRITE_SECONDS:
+        raise ValueError(f"must be more than 0 and at most {MAX_WRITE_SECONDS:g} seconds (a day)")
     return value
 
 
@@ -145,7 +151,7 @@ class JobSpec(ConfigModel):
     #: A Kueue WorkloadPriorityClass of the stack (``priorities.workload``).
     priority: DnsLabel
     #: Seconds one complete checkpoint takes to write; default: the stack's ``storage.checkpointing.writeSeconds``.
-    checkpoint_write_seconds: Annotated[float, AfterValidator(_positive)] | None = None
+    checkpoint_write_seconds: Annotated[float, AfterValidator(_write_seconds)] | None = None
     env: dict[str, str] = {}
     #: Default: the stack's ``training.maxRestartsPerHour``.
     max_restarts_per_hour: Annotated[int, Field(ge=1, le=60)] | None = None

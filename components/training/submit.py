@@ -11,6 +11,7 @@ Exit codes: 0 submitted (or printed), 1 the spec, the stack or the cluster refus
 from __future__ import annotations
 
 import argparse
+import copy
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -22,7 +23,7 @@ from kubernetes import client, config
 from components.config.loader import PROJECT_ROOT, load_stack_file
 from components.config.stack import StackConfig, StackConfigError
 from components.constants import RELIABILITY_CONFIGMAP
-from components.issues import SettingsError
+from components.issues import REDACTED, SettingsError, is_credential_key, looks_like_credential
 from components.training.checks import check_spec
 from components.training.manifest import (
     JOBSET_API_VERSION,
@@ -187,6 +188,19 @@ def _interval_line(interval: Interval) -> str:
     )
 
 
+def printable(manifest: Mapping[str, Any]) -> dict[str, Any]:
+    """The manifest as the dry run prints it: an env value that is, or is named like, a credential shows as
+    ``<redacted>`` (the spec's literal values go to the cluster as written; they never go to a terminal or a log)."""
+    out = copy.deepcopy(dict(manifest))
+    for rj in out.get("spec", {}).get("replicatedJobs", []):
+        pod = rj.get("template", {}).get("spec", {}).get("template", {}).get("spec", {})
+        for container in [*pod.get("initContainers", []), *pod.get("containers", [])]:
+            for entry in container.get("env", []):
+                if "value" in entry and (is_credential_key(entry["name"]) or looks_like_credential(entry["value"])):
+                    entry["value"] = REDACTED
+    return out
+
+
 def submit(
     spec_path: str,
     stack_path: str,
@@ -214,7 +228,7 @@ def submit(
         ctx = job_context(spec, stack, interval)
         manifest = jobset_manifest(spec, ctx)
         if cluster is None:
-            out(yaml.safe_dump(manifest, sort_keys=False).rstrip())
+            out(yaml.safe_dump(printable(manifest), sort_keys=False).rstrip())
             out(f"# {_interval_line(interval)}")
             out("# dry run: no cluster was read (its measured reliability neither) and nothing was created")
             return EXIT_OK

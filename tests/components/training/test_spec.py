@@ -42,11 +42,11 @@ def test_the_example_spec_parses() -> None:
         ({"nodes": -3}, "spec.nodes: must be at least 1"),
         ({"gpusPerNode": 0}, "spec.gpusPerNode: must be between 1 and 16 (got 0)"),
         ({"gpusPerNode": 17}, "spec.gpusPerNode: must be between 1 and 16 (got 17)"),
-        ({"checkpointWriteSeconds": 0}, "spec.checkpointWriteSeconds: must be more than 0 seconds"),
+        ({"checkpointWriteSeconds": 0}, "spec.checkpointWriteSeconds: must be more than 0 and at most 86400 seconds"),
         ({"name": "a" * (MAX_NAME + 1)}, f"spec.name: {'a' * (MAX_NAME + 1)!r} is longer than {MAX_NAME}"),
         ({"name": "9lives"}, "spec.name: '9lives' must start with a letter"),
         ({"name": "Big_Job"}, "spec.name: 'Big_Job' must start with a letter"),
-        ({"image": "has space:1"}, "spec.image: 'has space:1' is not an image reference"),
+        ({"image": "has space:1"}, "spec.image: 'has space:1' holds white space"),
         ({"command": []}, "spec.command: List should have at least 1 item"),
         ({"team": "Not A Label"}, "spec.team: 'Not A Label' is not a DNS label"),
         ({"priority": None}, "spec.priority: required key is missing"),
@@ -103,7 +103,9 @@ def test_a_missing_file_is_refused_naming_it(tmp_path: Path) -> None:
 
 def test_the_error_names_the_file_it_came_from(tmp_path: Path) -> None:
     path = tmp_path / "job.yaml"
-    path.write_text("name: x\nteam: foundation\nimage: i\ncommand: [a]\nnodes: 0\ngpusPerNode: 8\npriority: p\n")
+    path.write_text(
+        "name: x\nteam: foundation\nimage: reg.example/i:1\ncommand: [a]\nnodes: 0\ngpusPerNode: 8\npriority: p\n"
+    )
     with pytest.raises(SpecError) as err:
         load_spec(path)
     assert str(err.value).startswith(f"{path}: 1 problem(s)")

@@ -1,0 +1,93 @@
+"""A hostile or careless spec at the edges: numbers without a finite bound, image references the cluster would not
+pull (or would float), a refusal as long as the spec is bad, and credentials echoed back: each refused or kept
+out of what is printed."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import yaml
+
+from components.image_refs import image_problem, malformed, unpinned
+from components.issues import ConfigIssue
+from components.training.spec import SpecError, parse_spec
+from tests.components.training.conftest import spec_doc
+from tests.components.training.test_submit import Run, write_spec
+
+
+@pytest.mark.parametrize("seconds", [1e308, float("inf"), float("nan"), 0, -1, 86_401])
+def test_a_write_time_without_a_finite_bound_is_refused_naming_the_field(seconds: float) -> None:
+    with pytest.raises(SpecError) as err:
+        parse_spec(spec_doc(checkpointWriteSeconds=seconds))
+    text = str(err.value)
+    assert "spec.checkpointWriteSeconds: " in text
+    expected = "at most 86400 seconds" if math.isfinite(seconds) else "finite number"
+    assert expected in text
+    assert parse_spec(spec_doc(checkpointWriteSeconds=86_400)).checkpoint_write_seconds == 86_400
+
+
+@pytest.mark.parametrize(
+    ("image", "why"),
+    [
+        ("ghcr.io/Example/Trainer:1.0", "has upper-case letters in its repository"),
+        ("ghcr.io/example/trainer", "has no tag (it would float to latest)"),
+        ("ghcr.io/example/trainer:latest", "uses the floating tag 'latest'"),
+        ("ghcr.io/example/trainer:1.0;rm -rf /", "holds white space"),
+        ("ghcr.io/example/trainer:1.0$(id)", "holds characters no image reference has"),
+        ("ghcr.io/example/trainer:1.0`id`", "holds characters no image reference has"),
+        ("ghcr.io//trainer:1.0", "is not registry/name[:tag][@digest]"),
+        ("ghcr.io/example/trainer:-bad", "is not registry/name[:tag][@digest]"),
+        ("", "is empty"),
+    ],
+)
+def test_an_image_the_policy_pack_would_refuse_is_refused_by_submit_too(image: str, why: str) -> None:
+    assert why in str(image_problem(image))
+    with pytest.raises(SpecError, match=r"spec\.image: ") as err:
+        parse_spec(spec_doc(image=image))
+    assert why in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "image",
+    [
+        "ghcr.io/example/trainer:1.0.0",
+        "registry.example:5000/team/trainer:v2_rc.1",
+        "localhost:5000/trainer:sim",
+        "trainer@sha256:" + "a" * 64,
+        "nvcr.io/nvidia/pytorch:25.01-py3@sha256:" + "b" * 64,
+        "[::1]:5000/trainer:1",
+    ],
+)
+def test_well_formed_pinned_images_pass(image: str) -> None:
+    assert (malformed(image), unpinned(image)) == (None, None)
+    assert parse_spec(spec_doc(image=image)).image == image
+
+
+def test_a_refusal_lists_fifty_problems_and_counts_the_rest() -> None:
+    err = SpecError([ConfigIssue(f"spec.env.X{i}", None, "bad") for i in range(200)])
+    lines = str(err).splitlines()
+    assert lines[0] == "job spec: 200 problem(s)"
+    assert len(lines) == 1 + 50 + 1
+    assert lines[50] == "  - spec.env.X49: bad"
+    assert lines[-1] == "  ... and 150 more"
+    assert err.issues[199].path == "spec.env.X199"  # every problem stays on the error for a caller to read
+
+
+def test_the_dry_run_prints_no_credential_the_spec_holds(tmp_path: Path) -> None:
+    token = "hf_AbCdEf0123456789AbCdEf0123456789"
+    spec = write_spec(tmp_path, env={"WANDB_API_KEY": "0123456789abcdef0123456789abcdef", "MODEL_URL": token})
+    run = Run()
+    assert run(spec, dry_run=True) == 0
+    printed = "\n".join(run.out)
+    assert token not in printed
+    assert "0123456789abcdef0123456789abcdef" not in printed
+    env = {
+        e["name"]: e.get("value")
+        for e in yaml.safe_load(printed)["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"][
+            "containers"
+        ][0]["env"]
+    }
+    assert env["WANDB_API_KEY"] == env["MODEL_URL"] == "<redacted>"
+    assert env["GPUCLUSTER_CHECKPOINT_INTERVAL_SECONDS"] != "<redacted>"  # the package's own are shown
