@@ -53,6 +53,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from components.training.manifest import reservation_toleration  # noqa: E402
 from sim import load as sim_load  # noqa: E402
 from sim import processes as sim_daemons  # noqa: E402 (run as a script: the repository first on the path)
 from sim import timeline  # noqa: E402
@@ -117,6 +118,8 @@ class Setup:
     reservation_key: str
     #: Every inference service; their namespaces are where the sampler counts pods.
     services: tuple[Service, ...] = ()
+    #: The flavor is placed by a topology: Kueue pins the gang, which tolerates make-before-break's reservation.
+    topology: bool = False
 
     @property
     def inference_namespaces(self) -> tuple[str, ...]:
@@ -155,6 +158,7 @@ def setup_from_stack() -> Setup:
         make_before_break=cfg.make_before_break.enabled,
         reservation_key=cfg.make_before_break.reservation_key,
         services=services,
+        topology=cfg.topology_of(flavor) is not None,
     )
 
 
@@ -337,6 +341,11 @@ def training_job(s: Setup, run_for: str, gang_nodes: int | None = None) -> dict[
                 "spec": {
                     "restartPolicy": "Never",
                     "priorityClassName": s.training_priority_class,
+                    # As a submitted job's (components/training/manifest.py): Kueue reads a node tainted against
+                    # the gang's own pod sets as failed once its pods end.
+                    "tolerations": [reservation_toleration(s.reservation_key)]
+                    if s.topology and s.make_before_break
+                    else [],
                     "containers": [
                         {
                             "name": "trainer",

@@ -354,6 +354,14 @@ def nccl_env(name: str, ctx: JobContext) -> dict[str, str]:
     return env
 
 
+def reservation_toleration(key: str) -> dict[str, Any]:
+    """What every training pod Kueue places by topology needs while make-before-break is on (``JobContext.
+    reservation_key``): any reservation tolerated, since Kueue pins the pod to its assigned node anyway. A gang's
+    Workload that lacks it sees its own reserved nodes as failed once its pods stop (a restart, or the end), and
+    Kueue evicts it."""
+    return {"key": key, "operator": "Exists", "effect": "NoSchedule"}
+
+
 def node_lost_tolerations(seconds: int) -> list[dict[str, Any]]:
     """Leave a not-ready or unreachable node after ``seconds``, not the API server's default 300: the taint
     eviction marks the pod DisruptionTarget, a node fault, and the gang restarts without it."""
@@ -433,11 +441,7 @@ def jobset_manifest(spec: JobSpec, ctx: JobContext) -> dict[str, Any]:
         "containers": [container],
         "tolerations": [
             *node_lost_tolerations(ctx.node_lost_toleration_seconds),
-            *(
-                [{"key": ctx.reservation_key, "operator": "Exists", "effect": "NoSchedule"}]
-                if ctx.reservation_key
-                else []
-            ),
+            *([reservation_toleration(ctx.reservation_key)] if ctx.reservation_key else []),
         ],
         "volumes": [
             {"name": CHECKPOINTS_CLAIM, "persistentVolumeClaim": {"claimName": CHECKPOINTS_CLAIM}},

@@ -54,6 +54,12 @@ def test_setup_sums_every_service_and_the_gang_is_sized(monkeypatch: pytest.Monk
     assert s.inference_namespaces == ("inference",)
     job = flip.training_job(s, "60s", 64)
     assert (job["spec"]["parallelism"], job["spec"]["completions"]) == (64, 64)
+    # placed by the topology with make-before-break on: the gang tolerates the reservation of the nodes Kueue pins
+    assert s.topology
+    assert s.make_before_break
+    assert job["spec"]["template"]["spec"]["tolerations"] == [
+        {"key": "gpucluster.io/reservation", "operator": "Exists", "effect": "NoSchedule"}
+    ]
     assert flip.training_job(s, "60s")["spec"]["parallelism"] == 96  # default: every node of the flavor
     assert flip.displaced_fit_in_cluster(s, 64)
     assert not flip.displaced_fit_in_cluster(s, 96)
