@@ -6,7 +6,7 @@ priority is a class Kueue knows, and some flavor of its queue has nodes big enou
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from components.config.stack import StackConfig
 from components.constants import HOSTNAME_LABEL
@@ -174,17 +174,27 @@ def _landing_flavors(spec: JobSpec, stack: StackConfig) -> list[GpuFlavor]:
     return [f for f in queue_flavors(spec, stack) if spec.flavor in (None, f.name)]
 
 
+def _name_one_flavor(
+    flavors: Sequence[GpuFlavor],
+    key: Callable[[GpuFlavor], str],
+    describe: Callable[[GpuFlavor], str],
+    differ: str,
+) -> Iterator[ConfigIssue]:
+    """One issue when the flavors a job may land on differ in ``key``: the job must name its flavor."""
+    if len({key(f) for f in flavors}) > 1:
+        which = ", ".join(f"{f.name} ({describe(f)})" for f in flavors)
+        yield ConfigIssue(f"{SPEC_PATH}.flavor", None, f"the team's queue offers flavors {differ} ({which}); name one")
+
+
 def fabric_is_known(spec: JobSpec, stack: StackConfig) -> Iterator[ConfigIssue]:
     """Every flavor the job may land on has the same fabric, so its pods can ask for the right devices."""
     flavors = _landing_flavors(spec, stack)
-    kinds = {(f.fabric.model_dump_json() if f.fabric else "none") for f in flavors}
-    if len(kinds) > 1:
-        which = ", ".join(f"{f.name} ({f.fabric.kind if f.fabric else 'no fabric'})" for f in flavors)
-        yield ConfigIssue(
-            f"{SPEC_PATH}.flavor",
-            None,
-            f"the team's queue offers flavors with different fabrics ({which}); name one",
-        )
+    yield from _name_one_flavor(
+        flavors,
+        lambda f: f.fabric.model_dump_json() if f.fabric else "none",
+        lambda f: f.fabric.kind if f.fabric else "no fabric",
+        "with different fabrics",
+    )
 
 
 def fabric_stays_on(spec: JobSpec, stack: StackConfig) -> Iterator[ConfigIssue]:
@@ -217,14 +227,12 @@ def landing_topology(spec: JobSpec, stack: StackConfig) -> Topology | None:
 def topology_is_known(spec: JobSpec, stack: StackConfig) -> Iterator[ConfigIssue]:
     """Every flavor the job may land on is placed by the same topology (or none is): the gang's pod-set
     annotation names one level, and Kueue skips a flavor whose topology lacks it."""
-    flavors = _landing_flavors(spec, stack)
-    if len({f.topology for f in flavors}) > 1:
-        which = ", ".join(f"{f.name} ({f.topology or 'no topology'})" for f in flavors)
-        yield ConfigIssue(
-            f"{SPEC_PATH}.flavor",
-            None,
-            f"the team's queue offers flavors placed by different topologies ({which}); name one",
-        )
+    yield from _name_one_flavor(
+        _landing_flavors(spec, stack),
+        lambda f: f.topology or "",
+        lambda f: f.topology or "no topology",
+        "placed by different topologies",
+    )
 
 
 def topology_level_exists(spec: JobSpec, stack: StackConfig) -> Iterator[ConfigIssue]:
