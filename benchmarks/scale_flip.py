@@ -23,11 +23,10 @@ A step that fails or runs out of time stops that scale: the report says which st
 the scenario's message) and the machine's state at that moment, and the next scale still runs. At the end the
 local cluster comes back (``make down && make up``) unless ``--no-restore``. Exit status 1 when a scale stopped.
 
-How long (estimates for the 2-core development machine; not yet measured there): 96 nodes about 20 to 30 minutes
-(make up about 5 to 10, each cycle 5 to 10); 512 nodes about 45 to 90 minutes (make up 15 to 30, dominated by
-one kubectl per node setting its capacity and by the engine's update; each cycle 15 to 30, 384 training pods
-scheduled by one scheduler); restoring the local cluster about 5. Outputs (CSV, PNG and JSON per cycle, the report)
-in ``.state/bench-scale/<scale>/``.
+How long, measured on the 2-core development machine (2026-12-04, one make-before-break cycle and the placement):
+96 nodes 376 s (make up 172 s), 512 nodes 652 s (make up 251 s); each further cycle a few minutes more, the old
+path's at 512 far longer (one scheduler preempting for 512 pods); restoring the local cluster about 5 minutes.
+Outputs (CSV, PNG and JSON per cycle, the report) in ``.state/bench-scale/<scale>/``.
 """
 
 from __future__ import annotations
