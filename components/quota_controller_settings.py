@@ -17,6 +17,8 @@ Example (camelCase, as in the stack YAML)::
     interval: 1s          # list nodes and queues this often
     notReadyGrace: 4s     # a node NotReady for less than this still counts (a blink changes nothing)
     returnAfter: 60s      # a node back from NotReady counts again once Ready this long
+    minShare: 0.5         # never below half of a queue's quota at full capacity (a false mass NotReady)
+    maxShrinkShare: 0.25  # at most a quarter of it less per cycle
     replicas: 2
 
 On by default: a stack whose queues follow capacity turns it off only on purpose, and the policy pack says so
@@ -138,6 +140,13 @@ class QuotaControllerSettings(ControllerSettings):
     #: A node that stopped counting because it was NotReady counts again once Ready this long (returns are slow,
     #: losses fast: a flapping node stays out). Cordons, quarantine and acceptance act at once both ways.
     return_after: PositiveDuration = "60s"
+    #: The controller never shrinks a queue's quota of a flavor below this share of its number at full capacity:
+    #: a false mass NotReady (a partitioned control plane, a kubelet fleet restarting) cannot empty the queues,
+    #: and ``reclaimWithinCohort`` then cannot preempt running gangs for quota that only seems gone. 0: no floor.
+    min_share: Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)] = 0.5
+    #: The most one cycle shrinks a queue's quota of a flavor, as a share of its number at full capacity; a real
+    #: loss gets there over a few cycles, each said in an Event. 1: at once.
+    max_shrink_share: Annotated[float, Field(gt=0.0, le=1.0, allow_inf_nan=False)] = 0.25
     #: How long one API call may take.
     request_timeout: PositiveDuration = "5s"
     lease_name: DnsSubdomain = "gpucluster-quota-controller"

@@ -32,6 +32,7 @@ log = logging.getLogger("quota_controller")
 REASON_FOLLOWED = "QuotaFollowsCapacity"
 REASON_BELOW_ADMITTED = "QuotaBelowAdmitted"
 REASON_UPDATE_FAILED = "QuotaUpdateFailed"
+REASON_SHRINK_LIMITED = "QuotaShrinkLimited"
 #: Warnings of one kind about one queue at most this often.
 WARNING_INTERVAL_S = 300.0
 
@@ -68,7 +69,7 @@ def decider_of(settings: QuotaControllerSettings) -> Decider:
         for f in settings.flavors
     ]
     queues = [QueueShares(q.name, dict(q.quota), dict(q.borrowing_limit)) for q in settings.cluster_queues]
-    return Decider(flavors, queues, rules)
+    return Decider(flavors, queues, rules, min_share=settings.min_share, max_shrink_share=settings.max_shrink_share)
 
 
 class Controller:
@@ -173,6 +174,14 @@ class Controller:
         self._event(
             update.queue, "Normal", REASON_FOLLOWED, f"nominalQuota {', '.join(update.changes)}. Capacity: {capacity}"
         )
+        if update.limited:
+            self._event(
+                update.queue,
+                "Warning",
+                REASON_SHRINK_LIMITED,
+                f"{'; '.join(update.limited)}: a loss that large is taken a step at a time, and never below the "
+                "floor (quotaController.minShare, maxShrinkShare); check the nodes if it is real",
+            )
         if update.below_admitted:
             self.metrics.below_admitted.labels(update.queue).inc()
             self._event(

@@ -8,7 +8,10 @@ One call per cycle (:meth:`Decider.decide`):
    proportions (``apportion.py``).
 3. Queues unknown (the read failed) -> nothing to compare against: change nothing. A queue that is not there (not
    created yet, or deleted) is skipped.
-4. A queue whose ``spec.resourceGroups`` differ from the wanted ones is updated, whole (the list is atomic in
+4. Shrinking is bounded, per queue and flavor, against its number at full capacity: never below ``minShare`` of
+   it (a false mass NotReady cannot empty the queues), and at most ``maxShrinkShare`` of it less than the queue
+   has now per cycle. A bounded step is said (``QueueUpdate.limited``). Growth is not bounded.
+5. A queue whose ``spec.resourceGroups`` differ from the wanted ones is updated, whole (the list is atomic in
    Kueue's API). The update says what changed, per flavor; when a new quota (with its borrowing limit) is below what
    the queue's admitted workloads already hold, it says so too: Kueue keeps admitted workloads running and admits
    nothing more there until usage falls below it.
@@ -16,6 +19,7 @@ One call per cycle (:meth:`Decider.decide`):
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
@@ -52,6 +56,8 @@ class QueueUpdate:
     changes: tuple[str, ...]
     #: Per flavor whose new quota is below what admitted workloads hold: ``h100: quota 24 (borrowing 0) < 32 admitted``.
     below_admitted: tuple[str, ...] = ()
+    #: Per flavor whose shrinking was bounded: ``h100 held at 16, its floor (50% of 32); capacity says 8``.
+    limited: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -125,10 +131,45 @@ def _canonical(groups: Sequence[Mapping[str, object]]) -> list[object]:
 class Decider:
     """The stack's flavors and shares, and the capacity memory; :meth:`decide` is the only way in."""
 
-    def __init__(self, flavors: Sequence[FlavorRule], queues: Sequence[QueueShares], rules: Rules) -> None:
+    def __init__(
+        self,
+        flavors: Sequence[FlavorRule],
+        queues: Sequence[QueueShares],
+        rules: Rules,
+        *,
+        min_share: float = 0.0,
+        max_shrink_share: float = 1.0,
+    ) -> None:
+        if not 0.0 <= min_share <= 1.0 or not 0.0 < max_shrink_share <= 1.0:
+            raise ValueError("min_share must be in [0, 1] and max_shrink_share in (0, 1]")
         self.flavors = tuple(flavors)
         self.queues = tuple(queues)
         self.capacity = Capacity(rules)
+        self.min_share = min_share
+        self.max_shrink_share = max_shrink_share
+
+    def bounded(
+        self, queue: QueueShares, wanted: Mapping[str, Quota], live: Mapping[str, Quota]
+    ) -> tuple[dict[str, Quota], tuple[str, ...]]:
+        """``wanted`` with each flavor's shrinking bounded (rule 4), and a sentence per bounded flavor."""
+        out: dict[str, Quota] = {}
+        said: list[str] = []
+        for flavor, quota in wanted.items():
+            full = queue.quota.get(flavor, 0)
+            floor = math.ceil(self.min_share * full)
+            nominal = quota.nominal
+            why = ""
+            if nominal < floor:
+                nominal, why = floor, f"held at {floor}, its floor ({self.min_share:.0%} of {full})"
+            now = live.get(flavor)
+            step = max(1, math.ceil(self.max_shrink_share * full))
+            if now is not None and nominal < now.nominal - step:
+                nominal = now.nominal - step
+                why = f"down {step} this cycle to {nominal} (at most {self.max_shrink_share:.0%} of {full} a cycle)"
+            if why:
+                said.append(f"{flavor} {why}; capacity says {quota.nominal}")
+            out[flavor] = Quota(nominal, quota.borrowing_limit)
+        return out, tuple(said)
 
     def wanted(self, counts: Mapping[str, FlavorCount]) -> dict[str, dict[str, Quota]]:
         """Queue -> flavor -> quota, every flavor apportioned among the queues that have a share of it."""
@@ -167,10 +208,11 @@ class Decider:
             live = observed.queues.get(queue.name)
             if live is None:
                 continue
+            before = live_quotas(live) or {}
+            wanted[queue.name], limited = self.bounded(queue, wanted[queue.name], before)
             groups = self.groups(queue, wanted[queue.name])
             if _canonical(groups) == _canonical(live.resource_groups):
                 continue
-            before = live_quotas(live) or {}
             changes = tuple(
                 f"{flavor} {before[flavor].text() if flavor in before else 'none'} -> {quota.text()}"
                 for flavor, quota in wanted[queue.name].items()
@@ -181,6 +223,6 @@ class Decider:
                 for flavor, quota in wanted[queue.name].items()
                 if live.usage.get(flavor, 0) > quota.nominal + (quota.borrowing_limit or 0)
             )
-            updates.append(QueueUpdate(queue.name, groups, changes or ("resource groups reshaped",), below))
+            updates.append(QueueUpdate(queue.name, groups, changes or ("resource groups reshaped",), below, limited))
         summary = "; ".join(f"{c.flavor} {c.usable}/{c.declared} GPUs ({c.out_text()})" for c in counts.values())
         return Decision("follow", summary, counts, wanted, tuple(updates))

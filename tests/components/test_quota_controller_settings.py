@@ -34,6 +34,27 @@ def test_not_ready_grace_is_at_most_five_minutes(value: str, ok: bool) -> None:
             parse_settings({"notReadyGrace": value})
 
 
+@pytest.mark.parametrize(
+    ("data", "ok"),
+    [
+        ({"minShare": 0.0, "maxShrinkShare": 1.0}, True),
+        ({"minShare": 1.0, "maxShrinkShare": 0.01}, True),
+        ({"minShare": 1.5}, False),
+        ({"minShare": -0.1}, False),
+        ({"maxShrinkShare": 0.0}, False),
+        ({"maxShrinkShare": 1.01}, False),
+    ],
+)
+def test_the_shrinking_bounds_are_shares(data: dict[str, float], ok: bool) -> None:
+    assert (QuotaControllerSettings().min_share, QuotaControllerSettings().max_shrink_share) == (0.5, 0.25)
+    if ok:
+        s = parse_settings(data)
+        assert (s.min_share, s.max_shrink_share) == (data["minShare"], data["maxShrinkShare"])
+    else:
+        with pytest.raises(SettingsError, match=next(iter(data))):
+            parse_settings(data)
+
+
 @pytest.mark.parametrize(("value", "ok"), [("1s", True), ("500ms", False)])
 def test_the_interval_is_at_least_a_second(value: str, ok: bool) -> None:
     if ok:

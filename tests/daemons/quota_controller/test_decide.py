@@ -151,3 +151,61 @@ def test_resource_groups_in_another_shape_are_rewritten() -> None:
     decision = decider().decide(T0, Observation(nodes(), queues))
     evaluation = next(u for u in decision.updates if u.queue == "evaluation")
     assert evaluation.changes == ("h100 none -> 8", "l40s none -> 12")
+
+
+# --- bounded shrinking: a false mass NotReady cannot empty the queues -------------------------------------------
+
+
+def bounded() -> Decider:
+    return Decider([H100, L40S], QUEUES, RULES, min_share=0.5, max_shrink_share=0.25)
+
+
+def all_h100_not_ready() -> tuple[NodeView, ...]:
+    lost = {f"h{i}": node(f"h{i}", ready=False, ready_since=T0 - 3600) for i in range(4)}
+    return nodes(**lost)
+
+
+def test_a_mass_not_ready_shrinks_a_step_a_cycle_and_stops_at_the_floor() -> None:
+    d = bounded()
+    queues = live()
+    seen = []
+    for cycle in range(6):
+        decision = d.decide(T0 + cycle, Observation(all_h100_not_ready(), queues))
+        seen.append(decision.wanted["pretraining"]["h100"].nominal)
+        for update in decision.updates:
+            queues[update.queue] = QueueView(update.queue, tuple(update.resource_groups))
+        if cycle == 0:
+            (update,) = [u for u in decision.updates if u.queue == "pretraining"]
+            assert update.limited == ("h100 down 6 this cycle to 18 (at most 25% of 24 a cycle); capacity says 0",)
+    # 24 at full capacity: 6 a cycle, never below 12 (half)
+    assert seen == [18, 12, 12, 12, 12, 12]
+    last = d.decide(T0 + 10, Observation(all_h100_not_ready(), queues))
+    assert last.updates == ()  # held at the floor: nothing to write, nothing said again
+
+
+def test_the_floor_is_said_and_without_bounds_the_quota_follows_at_once() -> None:
+    queues = live()
+    queues["pretraining"] = QueueView(
+        "pretraining", tuple(static(QueueShares("pretraining", {"h100": 14, "l40s": 4}, {"h100": 8})).resource_groups)
+    )
+    decision = bounded().decide(T0, Observation(all_h100_not_ready(), queues))
+    (update,) = [u for u in decision.updates if u.queue == "pretraining"]
+    assert update.limited == ("h100 held at 12, its floor (50% of 24); capacity says 0",)
+    unbounded = decider().decide(T0, Observation(all_h100_not_ready(), live()))
+    assert unbounded.wanted["pretraining"]["h100"].nominal == 0
+    assert all(u.limited == () for u in unbounded.updates)
+
+
+def test_growth_is_not_bounded() -> None:
+    queues = {q.name: static(QueueShares(q.name, dict.fromkeys(q.quota, 0), {})) for q in QUEUES}
+    decision = bounded().decide(T0, Observation(nodes(), queues))
+    assert decision.wanted["pretraining"]["h100"].nominal == 24
+    assert all(u.limited == () for u in decision.updates)
+
+
+def test_bounds_out_of_range_are_refused() -> None:
+    import pytest  # noqa: PLC0415
+
+    for kw in ({"min_share": 1.5}, {"max_shrink_share": 0.0}, {"min_share": -0.1}):
+        with pytest.raises(ValueError, match="min_share must be in"):
+            Decider([H100], QUEUES[:1], RULES, **kw)  # type: ignore[arg-type]
