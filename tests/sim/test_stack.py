@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from components.config import load_stack_file
+from components.constants import PODSET_UNCONSTRAINED_TOPOLOGY
 from tests.support.local_stack import LocalStack, condition, delete, gpu_job, wait_for
 from tests.support.sim import load_sim_module
 
@@ -307,7 +308,12 @@ class TestGpusCountedWithoutInference:
                     "replicas": 4,
                     "selector": {"matchLabels": {"app": "serve"}},
                     "template": {
-                        "metadata": {"labels": {"app": "serve"}},
+                        # as the stack's own inference pods: Kueue's TAS leaves them out of its accounting, so the
+                        # training gang is assigned their nodes and the scheduler preempts them there
+                        "metadata": {
+                            "labels": {"app": "serve"},
+                            "annotations": {PODSET_UNCONSTRAINED_TOPOLOGY: "true"},
+                        },
                         "spec": {
                             "priorityClassName": CFG.priorities.pod.inference.name,
                             "containers": [

@@ -21,6 +21,8 @@ from typing import Any
 
 import pytest
 
+from components.constants import RESERVATION_KEY
+from components.training.manifest import reservation_toleration
 from tests.support.require import debian_tool, missing
 from tests.support.sim import tools_bin
 
@@ -237,8 +239,14 @@ def gpu_job(
     workload_priority: str | None = None,
     pod_priority: str | None = "gpucluster-training",
     run_for: str = "1h",
+    tolerate_reservations: str | None = RESERVATION_KEY,
 ) -> dict[str, Any]:
-    """A Kueue-managed batch Job: ``parallelism`` pods of ``gpus`` GPUs each, running ``run_for`` in kwok."""
+    """A Kueue-managed batch Job: ``parallelism`` pods of ``gpus`` GPUs each, running ``run_for`` in kwok.
+
+    Like the JobSets ``gpucluster submit`` makes for a flavor placed by topology, its pods tolerate any
+    make-before-break reservation (``tolerate_reservations``, the taint key): Kueue's topology-aware scheduling
+    counts a node's untolerated taints against the pod set, so without it a gang cannot be assigned the nodes
+    reserved for the gang it preempts."""
     labels = {"kueue.x-k8s.io/queue-name": queue}
     if workload_priority:
         labels["kueue.x-k8s.io/priority-class"] = workload_priority
@@ -254,6 +262,8 @@ def gpu_job(
     }
     if pod_priority:
         pod_spec["priorityClassName"] = pod_priority
+    if tolerate_reservations:
+        pod_spec["tolerations"] = [reservation_toleration(tolerate_reservations)]
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",

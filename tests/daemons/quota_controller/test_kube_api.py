@@ -43,9 +43,12 @@ GPU = "nvidia.com/gpu"
 PULUMI = "pulumi-kubernetes-test"
 FLAVORS = [("h100", GPU)]
 SHARES = {"pretraining": ({"h100": 24}, {"h100": 8}), "evaluation": ({"h100": 8}, {})}
+#: Unbounded shrinking, so one cycle follows capacity exactly; the bounds have their own step below.
 SETTINGS = QuotaControllerSettings.model_validate(
     {
         "namespace": SYSTEM,
+        "minShare": 0.0,
+        "maxShrinkShare": 1.0,
         "flavors": [{"name": "h100", "nodeLabels": {"gpu": "h100"}, "declaredGpus": 32}],
         "clusterQueues": [
             {"name": name, "quota": quota, "borrowingLimit": limit} for name, (quota, limit) in SHARES.items()
@@ -212,6 +215,40 @@ def test_queues_follow_healthy_capacity_as_the_least_privilege_account(kube: Api
     controller.cycle()
     assert quotas(server, "pretraining") == {"h100": Quota(24, 8)}
     assert quotas(server, "evaluation") == {"h100": Quota(8)}
+
+    # the shipped bounds: three of four nodes falsely NotReady-looking (cordoned) shrink a quarter a cycle, to half
+    bounded = Controller(
+        SETTINGS.model_copy(update={"min_share": 0.5, "max_shrink_share": 0.25}),
+        KubeApi(sa_client),
+        Metrics(),
+        is_leader=elector.is_leader,
+        identity="test_1",
+    )
+    for i in (1, 2, 3):
+        raw(
+            server,
+            "PATCH",
+            f"/api/v1/nodes/h100-node-{i}",
+            {"spec": {"unschedulable": True}},
+            "application/merge-patch+json",
+        )
+    steps = []
+    for _ in range(3):
+        bounded.cycle()
+        steps.append(quotas(server, "pretraining"))
+    assert steps == [{"h100": Quota(18, 2)}, {"h100": Quota(12, 2)}, {"h100": Quota(12, 2)}]
+    limited = [m for q, r, m in events(server) if r == "QuotaShrinkLimited" and q == "pretraining"]
+    assert limited, "no Warning Event said the shrink was bounded"
+    for i in (1, 2, 3):
+        raw(
+            server,
+            "PATCH",
+            f"/api/v1/nodes/h100-node-{i}",
+            {"spec": {"unschedulable": False}},
+            "application/merge-patch+json",
+        )
+    bounded.cycle()
+    assert quotas(server, "pretraining") == {"h100": Quota(24, 8)}
 
     # what the account may not do: write nodes, or any queue that is not the stack's
     sa = KubeApi(sa_client)
