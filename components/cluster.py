@@ -13,6 +13,8 @@ from components.config import StackConfig
 from components.constants import ENVIRONMENT_LABEL, PROJECT, WORKLOAD_LABEL
 from components.controller import Controller, ControllerArgs
 from components.descheduler import Descheduler, DeschedulerArgs
+from components.guardrails import Guardrails, GuardrailsArgs
+from components.guardrails_policies import GuardrailInputs
 from components.inference import InferenceService, InferenceServiceArgs
 from components.jobset import JobSet, JobSetArgs
 from components.make_before_break import MakeBeforeBreak
@@ -54,6 +56,17 @@ class GpuClusterArgs:
         return {n: config.require_secret(n) for n in names}
 
 
+def guardrail_inputs(cfg: StackConfig) -> GuardrailInputs:
+    """What of the stack the admission policies read."""
+    return GuardrailInputs(
+        training_namespaces=tuple(cfg.training_namespaces),
+        priorities_by_namespace={t.namespace: tuple(cfg.priorities.allowed_for(t.name)) for t in cfg.teams},
+        training_priority_class=cfg.priorities.pod.training.name,
+        exempt_namespaces=tuple(dict.fromkeys([cfg.telemetry.namespace, *cfg.guardrails.exempt_namespaces])),
+        ipc_lock=any(f.fabric is not None and f.fabric.rdma for f in cfg.flavors),
+    )
+
+
 class GpuCluster(pulumi.ComponentResource):
     """Namespaces, queues and priorities, checkpoint storage, the gradual-return descheduler, telemetry, the
     virtual node and taint controller when the stack bursts, and the stack's inference services."""
@@ -74,6 +87,9 @@ class GpuCluster(pulumi.ComponentResource):
         claimed = [(burst.settings.virtual_node.namespace, "burst")] if burst is not None else []
         claimed += [(settings.namespace, spec.namespace_role) for spec, settings in running]
         roles = {ns: role for role in reversed(NAMESPACE_ROLES) for ns, r in claimed if r == role}
+        guard = cfg.guardrails
+        #: A flavor's fabric adds IPC_LOCK to training pods, which Pod Security baseline refuses.
+        rdma = guardrail_inputs(cfg).ipc_lock
         self.namespaces: dict[str, k8s.core.v1.Namespace] = {}
         for ns, role in [
             *((n, "training") for n in cfg.training_namespaces),
@@ -83,22 +99,29 @@ class GpuCluster(pulumi.ComponentResource):
         ]:
             self.namespaces[ns] = k8s.core.v1.Namespace(
                 f"{name}-ns-{ns}",
-                metadata={"name": ns, "labels": {**labels, WORKLOAD_LABEL: role}},
+                metadata={"name": ns, "labels": {**labels, WORKLOAD_LABEL: role, **guard.labels(role, ipc_lock=rdma)}},
                 opts=pulumi.ResourceOptions(parent=self),
             )
+        # Before any workload: the API server holds the rules for every pod created after them.
+        self.guardrails = Guardrails(
+            f"{name}-guardrails",
+            GuardrailsArgs(settings=guard, inputs=guardrail_inputs(cfg), labels=labels),
+            opts=pulumi.ResourceOptions(parent=self),
+        )
 
         self.jobset: JobSet | None = None
         if cfg.jobset.enabled:
             # Training jobs are JobSets: Kueue's jobset integration waits for the CRD, so no ordering is needed.
             self.jobset = JobSet(
                 f"{name}-jobset",
-                JobSetArgs(settings=cfg.jobset, labels=labels),
+                JobSetArgs(settings=cfg.jobset, labels=labels, namespace_labels=guard.labels("system")),
                 opts=pulumi.ResourceOptions(parent=self),
             )
         self.queues = Queues(
             f"{name}-queues",
             QueuesArgs(
                 kueue=cfg.kueue,
+                namespace_labels=guard.labels("system"),
                 cohort=cfg.cohort,
                 flavors=cfg.flavors,
                 topologies=cfg.topologies,
@@ -139,7 +162,7 @@ class GpuCluster(pulumi.ComponentResource):
 
         self.telemetry = Telemetry(
             f"{name}-telemetry",
-            TelemetryArgs(settings=cfg.telemetry, labels=labels),
+            TelemetryArgs(settings=cfg.telemetry, labels=labels, namespace_labels=guard.labels("telemetry")),
             opts=pulumi.ResourceOptions(parent=self),
         )
 

@@ -22,6 +22,8 @@ from components.jobset_settings import JobSetSettings
 class JobSetArgs:
     settings: JobSetSettings
     labels: Mapping[str, str] = field(default_factory=dict)
+    #: Labels of its namespace besides ``labels`` (Pod Security's).
+    namespace_labels: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.settings.enabled:
@@ -66,7 +68,7 @@ class JobSet(pulumi.ComponentResource):
         s = args.settings
         self.namespace = k8s.core.v1.Namespace(
             f"{name}-namespace",
-            metadata={"name": s.namespace, "labels": dict(args.labels)},
+            metadata={"name": s.namespace, "labels": {**args.labels, **args.namespace_labels}},
             opts=pulumi.ResourceOptions(parent=self),
         )
         self.chart = helm_chart(

@@ -65,6 +65,8 @@ class QueuesArgs:
     teams: Sequence[Team]
     priorities: Priorities
     labels: Mapping[str, str] = field(default_factory=dict)
+    #: Labels of Kueue's namespace besides ``labels`` (Pod Security's).
+    namespace_labels: Mapping[str, str] = field(default_factory=dict)
     #: Team namespaces created elsewhere; the LocalQueues wait for them.
     namespaces: Mapping[str, pulumi.Resource] = field(default_factory=dict)
     #: AdmissionChecks every ClusterQueue lists (each admits training): ``make-before-break`` while it is on.
@@ -232,7 +234,7 @@ class Queues(pulumi.ComponentResource):
 
         self.namespace = k8s.core.v1.Namespace(
             f"{name}-namespace",
-            metadata={"name": settings.namespace, "labels": labels},
+            metadata={"name": settings.namespace, "labels": {**labels, **args.namespace_labels}},
             opts=pulumi.ResourceOptions(parent=self),
         )
         chart = resolve_chart(settings.chart, settings.chart_version)

@@ -161,6 +161,12 @@ class WorkloadPriority(ConfigModel):
     name: DnsLabel
     value: Annotated[int, Field(ge=-MAX_USER_PRIORITY, le=MAX_USER_PRIORITY)]
     description: str = ""
+    #: The teams (``teams[].name``) whose jobs may name it; none: every team. ``gpucluster submit`` and the API
+    #: server (``guardrails_policies.research_priority_by_team``) both hold it.
+    teams: list[DnsLabel] | None = None
+
+    def allows(self, team: str) -> bool:
+        return self.teams is None or team in self.teams
 
 
 class PodPriority(ConfigModel):
@@ -181,6 +187,10 @@ class Priorities(ConfigModel):
 
     workload: Annotated[list[WorkloadPriority], Field(min_length=1)]
     pod: PodPriorities
+
+    def allowed_for(self, team: str) -> list[str]:
+        """The workload priorities ``team``'s jobs may name, highest first."""
+        return [p.name for p in self.workload if p.allows(team)]
 
 
 class WaitForPodsReady(ConfigModel):

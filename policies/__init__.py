@@ -22,7 +22,7 @@ from policies.quarantine import training_never_tolerates_quarantine
 from policies.quota import quota_within_capacity
 from policies.rbac import virtual_node_least_privilege
 from policies.secrets import no_secrets_in_clear
-from policies.security import no_privileged_or_host_path
+from policies.security import gpus_requested_and_confinement_on, no_privileged_or_host_path
 from policies.storage import checkpoint_claims_rwx
 from policies.taints import burst_taint_never_noexecute
 from policies.telemetry import dcgm_counters_complete
@@ -37,6 +37,7 @@ ALL_POLICIES: list[Policy] = [
     images_pinned,
     prod_images_by_digest,
     no_privileged_or_host_path,
+    gpus_requested_and_confinement_on,
     no_secrets_in_clear,
     dcgm_counters_complete,
     inference_gpu_deployments_burstable,

@@ -58,6 +58,19 @@ def flavor_topologies_declared(s: StackSections) -> Iterator[ConfigIssue]:
             yield ConfigIssue(f"flavors[{i}].topology", f.topology, why)
 
 
+def workload_priority_teams_declared(s: StackSections) -> Iterator[ConfigIssue]:
+    """A research priority held to some teams names teams the stack declares (a misspelt name would lock the
+    team it meant out, at the API server)."""
+    if s.priorities is None or s.teams is None:
+        return
+    names = [t.name for t in s.teams]
+    for i, p in enumerate(s.priorities.workload):
+        for j, team in enumerate(p.teams or []):
+            if team not in names:
+                why = f"no team {team!r} in teams (declared: {shown_names(names)})"
+                yield ConfigIssue(f"priorities.workload[{i}].teams[{j}]", team, why)
+
+
 def quota_within_capacity(s: StackSections) -> Iterator[ConfigIssue]:
     """A queue's quota names a declared flavor and stays within its GPUs, alone and summed over the queues."""
     if s.flavors is None or s.queues is None:
@@ -464,6 +477,7 @@ RULES: list[Rule] = [
     inference_namespaces_distinct,
     training_above_inference,
     workload_priorities_ordered,
+    workload_priority_teams_declared,
     descheduler_bounded,
     storage_mode_complete,
     burst_daemons_in_own_namespace,

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 from components.burst_settings import BurstSettings, VirtualNodeSettings, settings_issues
 from components.constants import DEFAULT_BURST_TAINT_KEY, PROJECT
 from components.descheduler_settings import DeschedulerSettings
+from components.guardrails_settings import GuardrailsSettings
 from components.images_settings import DAEMONS_IMAGE, VIRTUAL_NODE_IMAGE, ImagesSettings
 from components.inference_settings import InferenceServiceSpec
 from components.interruptions_settings import STACK_KEY as INTERRUPTIONS_KEY
@@ -127,6 +128,8 @@ class StackConfig:
     inference_services: tuple[InferenceServiceSpec, ...] = ()
     #: The custom metrics adapter the InferenceServices' request-rate HPAs read.
     metrics_adapter: MetricsAdapterSettings = field(default_factory=MetricsAdapterSettings)
+    #: What the API server holds: Pod Security labels and admission policies (``components/guardrails.py``).
+    guardrails: GuardrailsSettings = field(default_factory=GuardrailsSettings)
 
     @property
     def burst_enabled(self) -> bool:
@@ -233,6 +236,7 @@ SECTIONS: dict[str, _Section] = {
     "images": _section("images", ImagesSettings, {}, model=True),
     "inferenceServices": _section("inference_services", list[InferenceServiceSpec], []),
     METRICS_ADAPTER_KEY: _section("metrics_adapter", MetricsAdapterSettings, {}, model=True),
+    "guardrails": _section("guardrails", GuardrailsSettings, {}, model=True),
 }
 #: The sections that are a controller's settings, whole (the taint controller's is inside ``burst``).
 CONTROLLER_SECTIONS = {key: section for key, section in SECTIONS.items() if section.controller}
@@ -278,6 +282,7 @@ class StackSections:
     images: ImagesSettings | None = None
     inference_services: tuple[InferenceServiceSpec, ...] | None = None
     metrics_adapter: MetricsAdapterSettings | None = None
+    guardrails: GuardrailsSettings | None = None
     #: None when the stack has no ``gpucluster:burst`` section or it did not validate.
     burst: BurstConfig | None = None
     #: Keys under ``config:`` that are neither sections nor secrets the burst section names.

@@ -407,6 +407,8 @@ class TelemetryArgs:
     depends_on: tuple[pulumi.Resource, ...] = field(default=())
     #: The stack's labels, on the workloads of ours (the fabric exporter); the charts' objects keep their own.
     labels: Mapping[str, str] = field(default_factory=dict)
+    #: Labels of its namespace besides the project's (Pod Security's: the exporters read the host's /sys).
+    namespace_labels: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         _check_settings(self.settings, "TelemetryArgs")
@@ -424,7 +426,7 @@ class Telemetry(pulumi.ComponentResource):
         if s.create_namespace:
             self.namespace = k8s.core.v1.Namespace(
                 f"{name}-ns",
-                metadata={"name": s.namespace, "labels": dict(PART_OF)},
+                metadata={"name": s.namespace, "labels": {**PART_OF, **args.namespace_labels}},
                 opts=pulumi.ResourceOptions(parent=self, depends_on=list(deps)),
             )
             deps = (*deps, self.namespace)

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from components.config.stack import StackConfig
 from components.constants import HOSTNAME_LABEL
 from components.fabric_settings import fabric_turned_off
+from components.guardrails_settings import GPU_VISIBILITY_ENV, confinement_opt_out
 from components.issues import ConfigIssue, shown, shown_names
 from components.queues_settings import GpuFlavor, Team, Topology
 from components.training.spec import SPEC_PATH, JobSpec, SpecError
@@ -37,6 +38,30 @@ def priority_exists(spec: JobSpec, stack: StackConfig) -> Iterator[ConfigIssue]:
             spec.priority,
             f"no WorkloadPriorityClass {spec.priority!r} in the stack (priorities.workload: {shown_names(names)})",
         )
+
+
+def priority_allowed_for_team(spec: JobSpec, stack: StackConfig) -> Iterator[ConfigIssue]:
+    """The team may name the priority (the API server refuses it too: ``research-priority-by-team``)."""
+    known = next((p for p in stack.priorities.workload if p.name == spec.priority), None)
+    if known is not None and team_of(spec, stack) is not None and not known.allows(spec.team):
+        allowed = stack.priorities.allowed_for(spec.team)
+        why = f"team {spec.team!r} may not name {spec.priority!r} (it may name: {shown_names(allowed)})"
+        yield ConfigIssue(f"{SPEC_PATH}.priority", spec.priority, why)
+
+
+def gpu_visibility_is_requested(spec: JobSpec, stack: StackConfig) -> Iterator[ConfigIssue]:
+    """No env that widens the GPUs a container sees (the API server refuses it too)."""
+    for name in spec.env:
+        if name in GPU_VISIBILITY_ENV:
+            why = "the NVIDIA runtime would show the pod GPUs it did not ask for; the job gets the GPUs of its nodes"
+            yield ConfigIssue(f"{SPEC_PATH}.env.{name}", name, why)
+
+
+def confinement_stays_on(spec: JobSpec, stack: StackConfig) -> Iterator[ConfigIssue]:
+    """No pod annotation turns AppArmor or seccomp off (the API server refuses it too)."""
+    key = confinement_opt_out(dict(spec.pod_annotations))
+    if key is not None:
+        yield ConfigIssue(f"{SPEC_PATH}.podAnnotations.{key}", spec.pod_annotations[key], "turns confinement off")
 
 
 def team_queue_exists(spec: JobSpec, stack: StackConfig) -> Iterator[ConfigIssue]:
@@ -273,6 +298,9 @@ CHECKS: list[Check] = [
     team_exists,
     team_queue_exists,
     priority_exists,
+    priority_allowed_for_team,
+    gpu_visibility_is_requested,
+    confinement_stays_on,
     flavor_fits,
     launcher_leaves_the_gang_to_the_package,
     fabric_is_known,

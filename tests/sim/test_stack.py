@@ -400,3 +400,83 @@ def test_descheduler_refuses_a_broken_policy(local_stack: LocalStack, tmp_path: 
     proc = local_stack.run(str(ROOT / "sim" / "descheduler.sh"), str(policy), check=False, timeout=180)
     assert proc.returncode == 1
     assert "refused" in proc.stderr
+
+
+# --- the guardrails ----------------------------------------------------------------------------------------------
+
+
+def _refusal(stack: LocalStack, doc: dict[str, Any]) -> str | None:
+    """What the API server says to ``doc`` sent as its admin (every admission step runs; nothing is stored)."""
+    proc = stack.run(
+        "kubectl", "create", "--dry-run=server", "-o", "name", "-f", "-", input=json.dumps(doc), check=False
+    )
+    return None if proc.returncode == 0 else proc.stderr.strip()
+
+
+def _pod(namespace: str, **spec: Any) -> dict[str, Any]:
+    container = {"name": "main", "image": "registry.invalid/hostile:1.0", **spec.pop("container", {})}
+    meta = {"name": "hostile", "namespace": namespace, **spec.pop("metadata", {})}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": {"containers": [container], **spec}}
+
+
+def test_hostile_objects_sent_as_the_admin_are_refused_or_never_run(local_stack: LocalStack) -> None:
+    """Bypassing ``gpucluster submit`` and Pulumi: each class of the review's findings, straight to the API server."""
+    team = CFG.teams[0].namespace
+    infer = CFG.inference_namespaces[0]
+    training = CFG.priorities.pod.training.name
+    urgent = next(p for p in CFG.priorities.workload if p.teams is not None)
+    shut_out = next(t for t in CFG.teams if not urgent.allows(t.name))
+    hostile = {
+        "privileged, hostPath /": (
+            _pod(
+                team,
+                container={"securityContext": {"privileged": True}},
+                volumes=[{"name": "r", "hostPath": {"path": "/"}}],
+            ),
+            "violates PodSecurity",
+        ),
+        "the training priority outside Kueue": (_pod(infer, priorityClassName=training), "preempts inference"),
+        "a Job with the training priority and no queue": (
+            gpu_job("bypass", team, parallelism=1, gpus=8) | {"metadata": {"name": "bypass", "namespace": team}},
+            "kueue.x-k8s.io/queue-name",
+        ),
+        "another team's research priority": (
+            gpu_job("urgent", shut_out.namespace, parallelism=1, gpus=8, workload_priority=urgent.name),
+            f"is not one team {shut_out.namespace} may name",
+        ),
+        "every GPU of the node": (
+            _pod(team, container={"env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]}),
+            "NVIDIA_VISIBLE_DEVICES",
+        ),
+        "AppArmor off": (
+            _pod(
+                infer, metadata={"annotations": {"container.apparmor.security.beta.kubernetes.io/main": "unconfined"}}
+            ),
+            "container.apparmor.security.beta.kubernetes.io/main",  # Pod Security baseline refuses it first
+        ),
+    }
+    for what, (doc, words) in hostile.items():
+        said = _refusal(local_stack, doc)
+        assert said is not None, f"{what}: the API server would store it"
+        assert words in said, (what, said)
+
+    # A Job is only a template: one outside Kueue whose pods would see every GPU is stored, and never runs.
+    job = labelled(gpu_job("sees-all", infer, parallelism=1, gpus=0, pod_priority=None, tolerate_reservations=None))
+    job["metadata"]["labels"].pop("kueue.x-k8s.io/queue-name")
+    job["spec"]["template"]["spec"]["containers"][0]["env"] = [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]
+    local_stack.apply(job)
+    try:
+
+        def refused_event() -> str | None:
+            for e in local_stack.items("events", "-n", infer, "--field-selector=involvedObject.name=sees-all"):
+                if e.get("reason") == "FailedCreate" and "gpucluster-gpu-visibility-is-requested" in e.get(
+                    "message", ""
+                ):
+                    return str(e["message"])
+            return None
+
+        message = wait_for("the Job's pod refused", refused_event, timeout=60)
+        assert "NVIDIA_VISIBLE_DEVICES" in message
+        assert not local_stack.items("pods", "-n", infer, "-l", "job-name=sees-all")
+    finally:
+        local_stack.kubectl("delete", "job", "sees-all", "-n", infer, "--ignore-not-found", "--wait=true")

@@ -46,8 +46,12 @@ class ApiServer:
 
 
 @contextmanager
-def running_apiserver(work: Path, *, authorization_mode: str = "AlwaysAllow") -> Iterator[ApiServer]:
-    """Start etcd and kube-apiserver in ``work``; the token ``test-token`` is in system:masters."""
+def running_apiserver(
+    work: Path, *, authorization_mode: str = "AlwaysAllow", allow_privileged: bool = False
+) -> Iterator[ApiServer]:
+    """Start etcd and kube-apiserver in ``work``; the token ``test-token`` is in system:masters. ``allow_privileged``:
+    as a production API server (``--allow-privileged``), so admission, not the API server's flag, refuses a
+    privileged container."""
     bin_dir = tools_bin()
     absent = [t for t in ("etcd", "kube-apiserver") if not (bin_dir / t).exists()]
     if absent:
@@ -85,6 +89,7 @@ def running_apiserver(work: Path, *, authorization_mode: str = "AlwaysAllow") ->
             "--service-cluster-ip-range=10.96.0.0/16",
             "--enable-priority-and-fairness=false",
             "--disable-admission-plugins=ServiceAccount",  # no controller manager creates default accounts
+            *(["--allow-privileged=true"] if allow_privileged else []),
         ],
         stdout=api_log,
         stderr=subprocess.STDOUT,

@@ -10,10 +10,13 @@ from components.config import StackConfig, parse_stack_config
 from components.training.checks import (
     CHECKS,
     check_spec,
+    confinement_stays_on,
     fabric_is_known,
     fabric_stays_on,
     flavor_fits,
+    gpu_visibility_is_requested,
     launcher_leaves_the_gang_to_the_package,
+    priority_allowed_for_team,
     priority_exists,
     spec_issues,
     team_exists,
@@ -34,6 +37,9 @@ def test_every_check_is_registered_once() -> None:
         team_exists,
         team_queue_exists,
         priority_exists,
+        priority_allowed_for_team,
+        gpu_visibility_is_requested,
+        confinement_stays_on,
         flavor_fits,
         launcher_leaves_the_gang_to_the_package,
         fabric_is_known,
@@ -59,6 +65,29 @@ def test_priority_exists(stack: StackConfig) -> None:
     (issue,) = found(priority_exists, stack, priority="urgent")
     assert issue.startswith("spec.priority: no WorkloadPriorityClass 'urgent'")
     assert "research-default" in issue
+
+
+def test_priority_allowed_for_team(stack: StackConfig) -> None:
+    assert found(priority_allowed_for_team, stack, priority="research-urgent") == []  # foundation may
+    (issue,) = found(priority_allowed_for_team, stack, team="vision", priority="research-urgent")
+    assert issue.startswith("spec.priority: team 'vision' may not name 'research-urgent'")
+    assert "research-default" in issue
+    assert found(priority_allowed_for_team, stack, team="vision", priority="research-default") == []
+
+
+@pytest.mark.parametrize("name", ["NVIDIA_VISIBLE_DEVICES", "NVIDIA_MIG_MONITOR_DEVICES"])
+def test_gpu_visibility_is_requested(stack: StackConfig, name: str) -> None:
+    assert found(gpu_visibility_is_requested, stack, env={"CUDA_VISIBLE_DEVICES": "0"}) == []
+    (issue,) = found(gpu_visibility_is_requested, stack, env={name: "all"})
+    assert issue.startswith(f"spec.env.{name}: the NVIDIA runtime would show the pod GPUs it did not ask for")
+
+
+def test_confinement_stays_on(stack: StackConfig) -> None:
+    kept = {"container.apparmor.security.beta.kubernetes.io/trainer": "runtime/default"}
+    assert found(confinement_stays_on, stack, podAnnotations=kept) == []
+    off = {"container.apparmor.security.beta.kubernetes.io/trainer": "Unconfined"}
+    (issue,) = found(confinement_stays_on, stack, podAnnotations=off)
+    assert issue == "spec.podAnnotations.container.apparmor.security.beta.kubernetes.io/trainer: turns confinement off"
 
 
 def test_team_queue_exists() -> None:

@@ -1,0 +1,376 @@
+"""The ValidatingAdmissionPolicies the API server holds, one small named function per rule, listed in :data:`RULES`.
+
+Pure: each rule takes :class:`GuardrailInputs` (what of the stack it reads) and returns a :class:`Policy`, or None
+when the stack has nothing for it to hold; :func:`manifests` renders each as a ``ValidatingAdmissionPolicy`` and
+its ``ValidatingAdmissionPolicyBinding`` (``Deny``). ``components/guardrails.py`` applies them; the tests apply the
+very same dicts to a real kube-apiserver and send it what each rule refuses and what it lets through.
+
+Pods are checked at creation, whoever creates them (a Job's controller, an admin), so a rule holds even for an
+object that never went through ``gpucluster submit``. Jobs and JobSets are checked at creation and whenever the
+field a rule reads changes, so an object from before a policy is not stuck on its next unrelated update.
+
+What they do not see: a value that arrives through ``envFrom`` (a ConfigMap's keys are not in the pod), and
+ephemeral containers added later through ``pods/ephemeralcontainers`` (only ``kubectl debug`` does that, and
+the team role does not grant it).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from components.guardrails_settings import (
+    BASELINE_CAPABILITIES,
+    CONFINEMENT_ANNOTATION_PREFIXES,
+    GPU_VISIBILITY_ENV,
+    UNCONFINED,
+)
+from components.jobset_settings import JOBSET_API
+
+ADMISSION_API = "admissionregistration.k8s.io/v1"
+NAME_PREFIX = "gpucluster-"
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
+#: The capability a pod on an RDMA fabric adds beyond baseline's (``fabric_settings.RDMA_CAPABILITY``).
+IPC_LOCK = "IPC_LOCK"
+
+PODS = {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "operations": ["CREATE"]}
+JOBS = {"apiGroups": ["batch"], "apiVersions": ["v1"], "resources": ["jobs"], "operations": ["CREATE", "UPDATE"]}
+JOBSETS = {
+    "apiGroups": ["jobset.x-k8s.io"],
+    "apiVersions": [JOBSET_API.split("/")[1]],
+    "resources": ["jobsets"],
+    "operations": ["CREATE", "UPDATE"],
+}
+#: A pod's containers and init containers (one CEL type, so one list).
+CONTAINERS = {
+    "name": "containers",
+    "expression": "object.spec.containers + (has(object.spec.initContainers) ? object.spec.initContainers : [])",
+}
+
+
+@dataclass(frozen=True)
+class GuardrailInputs:
+    """What of the stack the rules read."""
+
+    #: The team namespaces: the only place training runs.
+    training_namespaces: tuple[str, ...]
+    #: Team namespace -> the research (Kueue workload) priorities its jobs may name.
+    priorities_by_namespace: Mapping[str, tuple[str, ...]]
+    #: The Kubernetes PriorityClass that preempts inference.
+    training_priority_class: str
+    #: Namespaces the GPU-visibility and confinement rules leave alone (the telemetry namespace, system agents).
+    exempt_namespaces: tuple[str, ...]
+    #: A flavor's fabric adds IPC_LOCK, so the team namespaces enforce ``privileged`` and a policy holds baseline.
+    ipc_lock: bool = False
+
+
+@dataclass(frozen=True)
+class Validation:
+    expression: str
+    message: str
+    #: CEL naming what is wrong in this object (the container, the annotation); ``message`` when it fails.
+    message_expression: str | None = None
+
+
+@dataclass(frozen=True)
+class Policy:
+    """One rule: what it matches, where, and what must hold."""
+
+    name: str
+    #: One sentence for ``kubectl describe`` and the docs.
+    summary: str
+    resource_rules: tuple[Mapping[str, Any], ...]
+    validations: tuple[Validation, ...]
+    namespace_selector: Mapping[str, Any] = field(default_factory=dict)
+    variables: tuple[Mapping[str, str], ...] = ()
+
+
+def cel(value: object) -> str:
+    """A CEL literal of a string, a list of strings or a map of them (JSON's syntax is CEL's for these)."""
+    return json.dumps(value, sort_keys=True)
+
+
+def label(obj: str, key: str) -> str:
+    """CEL: ``obj``'s label ``key``, or ``''``."""
+    labels = f"{obj}.metadata.labels"
+    return f"((has({labels}) && {cel(key)} in {labels}) ? {labels}[{cel(key)}] : '')"
+
+
+def unchanged_on_update(expression: str) -> str:
+    """CEL: true on an update that leaves ``expression``'s value as it was."""
+    return f"(request.operation == 'UPDATE' && {expression.replace('object.', 'oldObject.')} == {expression})"
+
+
+def not_in(names: Sequence[str]) -> dict[str, Any]:
+    return {"matchExpressions": [{"key": NAMESPACE_NAME_LABEL, "operator": "NotIn", "values": sorted(names)}]}
+
+
+def is_in(names: Sequence[str]) -> dict[str, Any]:
+    return {"matchExpressions": [{"key": NAMESPACE_NAME_LABEL, "operator": "In", "values": sorted(names)}]}
+
+
+# --- the rules -----------------------------------------------------------------------------------------------------
+
+
+def gpu_visibility_is_requested(inputs: GuardrailInputs) -> Policy:
+    names = cel(list(GPU_VISIBILITY_ENV))
+    sets_one = f"has(c.env) && c.env.exists(e, e.name in {names})"
+    return Policy(
+        name="gpu-visibility-is-requested",
+        summary="No container outside the exempt namespaces sets the env the NVIDIA runtime reads to pick GPUs "
+        f"({', '.join(GPU_VISIBILITY_ENV)}): a pod sees the GPUs it asked for, not every GPU of its node.",
+        resource_rules=(PODS,),
+        namespace_selector=not_in(inputs.exempt_namespaces),
+        variables=(CONTAINERS,),
+        validations=(
+            Validation(
+                expression=f"!variables.containers.exists(c, {sets_one})",
+                message=f"a container sets {', '.join(GPU_VISIBILITY_ENV)}; ask for GPUs with nvidia.com/gpu",
+                message_expression="'container ' + variables.containers.filter(c, "
+                + sets_one
+                + ").map(c, c.name).join(', ') + ' sets "
+                + "/".join(GPU_VISIBILITY_ENV)
+                + ", which would show it GPUs it did not ask for; ask for GPUs with nvidia.com/gpu'",
+            ),
+        ),
+    )
+
+
+def confinement_stays_on(inputs: GuardrailInputs) -> Policy:
+    prefixes = cel(list(CONFINEMENT_ANNOTATION_PREFIXES))
+    annotations = "object.metadata.annotations"
+    opted_out = f"{prefixes}.exists(p, k.startsWith(p)) && {annotations}[k].lowerAscii() == {cel(UNCONFINED)}"
+
+    def profiles_kept(ctx: str) -> str:
+        return (
+            f"(!has({ctx}) || ((!has({ctx}.seccompProfile) || {ctx}.seccompProfile.type != 'Unconfined') && "
+            f"(!has({ctx}.appArmorProfile) || {ctx}.appArmorProfile.type != 'Unconfined')))"
+        )
+
+    return Policy(
+        name="confinement-stays-on",
+        summary="No pod outside the exempt namespaces turns AppArmor or seccomp off, by field or by annotation.",
+        resource_rules=(PODS,),
+        namespace_selector=not_in(inputs.exempt_namespaces),
+        variables=(CONTAINERS,),
+        validations=(
+            Validation(
+                expression=f"!has({annotations}) || !{annotations}.exists(k, {opted_out})",
+                message="a pod annotation sets AppArmor or seccomp to unconfined",
+                message_expression=f"'annotation ' + {annotations}.filter(k, {opted_out}).join(', ') + "
+                "' turns confinement off; leave it to the runtime default'",
+            ),
+            Validation(
+                expression=profiles_kept("object.spec.securityContext"),
+                message="spec.securityContext sets a seccomp or AppArmor profile of type Unconfined",
+            ),
+            Validation(
+                expression=f"variables.containers.all(c, {profiles_kept('c.securityContext')})",
+                message="a container's securityContext sets a seccomp or AppArmor profile of type Unconfined",
+                message_expression="'container ' + variables.containers.filter(c, !"
+                + profiles_kept("c.securityContext")
+                + ").map(c, c.name).join(', ') + ' sets a seccomp or AppArmor profile of type Unconfined'",
+            ),
+        ),
+    )
+
+
+def _owned_by(kind: str, api: str) -> str:
+    return (
+        "has(object.metadata.ownerReferences) && object.metadata.ownerReferences.exists(r, "
+        f"r.kind == {cel(kind)} && r.apiVersion == {cel(api)} && has(r.controller) && r.controller)"
+    )
+
+
+def _in_team(inputs: GuardrailInputs) -> str:
+    return f"namespaceObject.metadata.name in {cel(sorted(inputs.training_namespaces))}"
+
+
+def _why(inputs: GuardrailInputs) -> str:
+    return f"{inputs.training_priority_class} preempts inference: only jobs Kueue admits in a team namespace take it"
+
+
+def training_priority_pods_belong_to_jobs(inputs: GuardrailInputs) -> Policy:
+    cls = cel(inputs.training_priority_class)
+    priority = "(has(object.spec.priorityClassName) ? object.spec.priorityClassName : '')"
+    return Policy(
+        name="training-priority-pods-belong-to-jobs",
+        summary=f"Only a Job's pods in a team namespace take the PriorityClass {inputs.training_priority_class}.",
+        resource_rules=(PODS,),
+        validations=(
+            Validation(
+                expression=f"{priority} != {cls} || ({_in_team(inputs)} && {_owned_by('Job', 'batch/v1')})",
+                message=f"a pod that is not a Job's in a team namespace names {inputs.training_priority_class}; "
+                + _why(inputs),
+            ),
+        ),
+    )
+
+
+def training_priority_jobs_are_queued(inputs: GuardrailInputs) -> Policy:
+    cls = cel(inputs.training_priority_class)
+    priority = "(has(object.spec.template.spec.priorityClassName) ? object.spec.template.spec.priorityClassName : '')"
+    queued = f"{label('object', QUEUE_LABEL)} != ''"
+    return Policy(
+        name="training-priority-jobs-are-queued",
+        summary=f"Only Jobs Kueue manages in a team namespace (a {QUEUE_LABEL} label, or a JobSet's own Job) "
+        f"name the PriorityClass {inputs.training_priority_class}.",
+        resource_rules=(JOBS,),
+        validations=(
+            Validation(
+                expression=f"{priority} != {cls} || {unchanged_on_update(priority)} || ({_in_team(inputs)} && "
+                f"({queued} || {_owned_by('JobSet', JOBSET_API)}))",
+                message=f"a Job without the {QUEUE_LABEL} label, or outside a team namespace, names "
+                f"{inputs.training_priority_class}; " + _why(inputs),
+            ),
+        ),
+    )
+
+
+def training_priority_jobsets_are_queued(inputs: GuardrailInputs) -> Policy:
+    cls = cel(inputs.training_priority_class)
+    uses = (
+        "(has(object.spec.replicatedJobs) && object.spec.replicatedJobs.exists(r, "
+        "has(r.template.spec.template.spec.priorityClassName) && "
+        f"r.template.spec.template.spec.priorityClassName == {cls}))"
+    )
+    return Policy(
+        name="training-priority-jobsets-are-queued",
+        summary=f"Only JobSets Kueue manages in a team namespace name the PriorityClass "
+        f"{inputs.training_priority_class}.",
+        resource_rules=(JOBSETS,),
+        validations=(
+            Validation(
+                expression=f"!{uses} || ({_in_team(inputs)} && {label('object', QUEUE_LABEL)} != '')",
+                message=f"a JobSet without the {QUEUE_LABEL} label, or outside a team namespace, names "
+                f"{inputs.training_priority_class}; " + _why(inputs),
+            ),
+        ),
+    )
+
+
+def research_priority_by_team(inputs: GuardrailInputs) -> Policy | None:
+    if not inputs.priorities_by_namespace:
+        return None
+    allowed = cel({ns: sorted(names) for ns, names in inputs.priorities_by_namespace.items()})
+    value = label("object", PRIORITY_LABEL)
+    return Policy(
+        name="research-priority-by-team",
+        summary=f"A team's Jobs and JobSets name only the research priorities ({PRIORITY_LABEL}) the stack "
+        "allows that team.",
+        resource_rules=(JOBS, JOBSETS),
+        namespace_selector=is_in(list(inputs.priorities_by_namespace)),
+        validations=(
+            Validation(
+                expression=f"{value} == '' || {unchanged_on_update(value)} || "
+                f"(namespaceObject.metadata.name in {allowed} && {value} in {allowed}[namespaceObject.metadata.name])",
+                message=f"this team may not name that {PRIORITY_LABEL}",
+                message_expression=f"'{PRIORITY_LABEL} ' + {value} + ' is not one team ' + "
+                "namespaceObject.metadata.name + ' may name (' + "
+                f"({allowed}[namespaceObject.metadata.name]).join(', ') + '); the stack lists the teams of each "
+                "priority (gpucluster:priorities.workload[].teams)'",
+            ),
+        ),
+    )
+
+
+def training_pods_stay_baseline(inputs: GuardrailInputs) -> Policy | None:
+    """Where the team namespaces enforce ``privileged`` (IPC_LOCK), the rest of ``baseline`` held by policy: no
+    privileged container, no host namespaces, no hostPath volume, no host port, no capability beyond baseline's
+    and IPC_LOCK. (Baseline's sysctl, /proc mount and Windows host-process controls are not repeated here.)"""
+    if not inputs.ipc_lock:
+        return None
+    allowed = cel([*BASELINE_CAPABILITIES, IPC_LOCK])
+    spec = "object.spec"
+    return Policy(
+        name="training-pods-stay-baseline",
+        summary="Pods in team namespaces hold Pod Security baseline with one addition, IPC_LOCK for RDMA.",
+        resource_rules=(PODS,),
+        namespace_selector=is_in(inputs.training_namespaces),
+        variables=(CONTAINERS,),
+        validations=(
+            Validation(
+                expression=" && ".join(
+                    f"!(has({spec}.{host}) && {spec}.{host})" for host in ("hostNetwork", "hostPID", "hostIPC")
+                ),
+                message="a training pod may not share the node's network, PID or IPC namespace",
+            ),
+            Validation(
+                expression=f"!has({spec}.volumes) || {spec}.volumes.all(v, !has(v.hostPath))",
+                message="a training pod may not mount a hostPath volume (other teams' data and the node live there)",
+            ),
+            Validation(
+                expression="variables.containers.all(c, !has(c.securityContext) || !has(c.securityContext.privileged)"
+                " || !c.securityContext.privileged)",
+                message="a training container may not be privileged",
+            ),
+            Validation(
+                expression="variables.containers.all(c, !has(c.ports) || c.ports.all(p, !has(p.hostPort) || "
+                "p.hostPort == 0))",
+                message="a training container may not take a host port",
+            ),
+            Validation(
+                expression="variables.containers.all(c, !has(c.securityContext) || "
+                "!has(c.securityContext.capabilities) || !has(c.securityContext.capabilities.add) || "
+                f"c.securityContext.capabilities.add.all(a, a in {allowed}))",
+                message=f"a training container may add only baseline's capabilities and {IPC_LOCK}",
+            ),
+        ),
+    )
+
+
+#: Every rule, in the order they are applied and documented.
+RULES: list[Callable[[GuardrailInputs], Policy | None]] = [
+    gpu_visibility_is_requested,
+    confinement_stays_on,
+    training_priority_pods_belong_to_jobs,
+    training_priority_jobs_are_queued,
+    training_priority_jobsets_are_queued,
+    research_priority_by_team,
+    training_pods_stay_baseline,
+]
+
+
+def policies(inputs: GuardrailInputs) -> list[Policy]:
+    return [p for rule in RULES if (p := rule(inputs)) is not None]
+
+
+def manifests(policy: Policy) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The ``ValidatingAdmissionPolicy`` and its ``Deny`` binding."""
+    name = NAME_PREFIX + policy.name
+    validations = []
+    for v in policy.validations:
+        out: dict[str, Any] = {"expression": v.expression, "message": v.message, "reason": "Forbidden"}
+        if v.message_expression:
+            out["messageExpression"] = v.message_expression
+        validations.append(out)
+    spec: dict[str, Any] = {
+        "failurePolicy": "Fail",
+        "matchConstraints": {"resourceRules": [dict(r) for r in policy.resource_rules]},
+        "validations": validations,
+    }
+    if policy.variables:
+        spec["variables"] = [dict(v) for v in policy.variables]
+    doc = {
+        "apiVersion": ADMISSION_API,
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": name, "annotations": {"gpucluster.io/summary": policy.summary}},
+        "spec": spec,
+    }
+    match: dict[str, Any] = {}
+    if policy.namespace_selector:
+        match["namespaceSelector"] = dict(policy.namespace_selector)
+    binding_spec: dict[str, Any] = {"policyName": name, "validationActions": ["Deny"]}
+    if match:
+        binding_spec["matchResources"] = match
+    binding = {
+        "apiVersion": ADMISSION_API,
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": name},
+        "spec": binding_spec,
+    }
+    return doc, binding

@@ -1,0 +1,111 @@
+"""The guardrails' settings and component under Pulumi mocks: which Pod Security level each namespace gets, one
+policy and binding per rule, nothing when off, and the stack rule on research priorities held to teams. What the
+API server does with them is ``test_guardrails_policies.py``."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from components.cluster import GpuCluster, GpuClusterArgs, guardrail_inputs
+from components.config import load_stack_file, read_stack_file
+from components.config import rules as rules_module
+from components.config.stack import parse_sections
+from components.guardrails_policies import GuardrailInputs, policies
+from components.guardrails_settings import GuardrailsSettings, confinement_opt_out, pod_security_levels
+from tests.support.pulumi_harness import deploy, secrets_of
+
+ROOT = Path(__file__).resolve().parents[2]
+LOCAL = ROOT / "stacks" / "Pulumi.local.yaml"
+ENFORCE = "pod-security.kubernetes.io/enforce"
+
+
+def test_levels_by_role() -> None:
+    assert pod_security_levels("capacity") == ("restricted", "restricted")
+    assert pod_security_levels("inference") == ("baseline", "restricted")
+    assert pod_security_levels("training") == ("baseline", "restricted")
+    # IPC_LOCK is beyond baseline: privileged enforced, baseline warned and held by policy
+    assert pod_security_levels("training", ipc_lock=True) == ("privileged", "baseline")
+    assert pod_security_levels("telemetry") == ("privileged", "baseline")
+
+
+def test_labels_pin_a_version_and_are_absent_when_off() -> None:
+    labels = GuardrailsSettings(pod_security_version="v1.36").labels("inference")
+    assert labels[ENFORCE] == "baseline"
+    assert labels["pod-security.kubernetes.io/warn"] == "restricted"
+    assert labels["pod-security.kubernetes.io/enforce-version"] == "v1.36"
+    assert GuardrailsSettings(enabled=False).labels("inference") == {}
+    with pytest.raises(ValidationError, match="podSecurityVersion"):
+        GuardrailsSettings.model_validate({"podSecurityVersion": "1.36; rm"})
+
+
+def test_confinement_opt_out_reads_every_prefix_and_only_unconfined() -> None:
+    assert confinement_opt_out({"seccomp.security.alpha.kubernetes.io/pod": " Unconfined "}) is not None
+    assert confinement_opt_out({"container.apparmor.security.beta.kubernetes.io/x": "runtime/default"}) is None
+    assert confinement_opt_out({"example.com/unconfined": "unconfined"}) is None
+
+
+def test_the_local_stack_labels_every_namespace_and_holds_every_rule() -> None:
+    cfg = load_stack_file(LOCAL)
+    graph = deploy(lambda: GpuCluster("sim", GpuClusterArgs(config=cfg, secrets=secrets_of(cfg))))
+    namespaces = {
+        r.inputs["metadata"]["name"]: r.inputs["metadata"]["labels"]
+        for r in graph.of_type("kubernetes:core/v1:Namespace")
+    }
+    assert all(ENFORCE in labels for labels in namespaces.values()), sorted(
+        n for n, labels in namespaces.items() if ENFORCE not in labels
+    )
+    assert namespaces["team-foundation"][ENFORCE] == "baseline"  # no flavor of the local stack adds IPC_LOCK
+    assert namespaces["inference"][ENFORCE] == "baseline"
+    assert namespaces[cfg.telemetry.namespace][ENFORCE] == "privileged"
+    assert namespaces[cfg.quota_controller.namespace][ENFORCE] == "restricted"
+    assert namespaces[cfg.kueue.namespace][ENFORCE] == "baseline"
+
+    inputs = guardrail_inputs(cfg)
+    assert inputs.priorities_by_namespace["team-vision"] == ("research-default", "research-scavenger")
+    assert "research-urgent" in inputs.priorities_by_namespace["team-foundation"]
+    names = {p.name for p in policies(inputs)}
+    vaps = graph.of_type("kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicy")
+    bindings = graph.of_type("kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicyBinding")
+    assert {r.inputs["metadata"]["name"] for r in vaps} == {f"gpucluster-{n}" for n in names}
+    assert {r.inputs["spec"]["policyName"] for r in bindings} == {f"gpucluster-{n}" for n in names}
+    assert all(r.inputs["spec"]["validationActions"] == ["Deny"] for r in bindings)
+    guard = graph.one("gpucluster:guardrails:Guardrails", "sim-guardrails")
+    assert all(r.parent == guard.urn for r in vaps + bindings)
+
+
+def test_turned_off_there_are_no_labels_and_no_policies() -> None:
+    cfg = load_stack_file(LOCAL)
+    cfg = dataclasses.replace(cfg, guardrails=GuardrailsSettings(enabled=False))
+    graph = deploy(lambda: GpuCluster("sim", GpuClusterArgs(config=cfg, secrets=secrets_of(cfg))))
+    assert not graph.of_type("kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicy")
+    for r in graph.of_type("kubernetes:core/v1:Namespace"):
+        assert ENFORCE not in r.inputs["metadata"]["labels"]
+
+
+def test_prods_infiniband_makes_its_team_namespaces_privileged_held_to_baseline_by_policy() -> None:
+    cfg = load_stack_file(ROOT / "stacks" / "Pulumi.prod.yaml")
+    inputs = guardrail_inputs(cfg)
+    assert inputs.ipc_lock
+    assert cfg.guardrails.labels("training", ipc_lock=inputs.ipc_lock)[ENFORCE] == "privileged"
+    assert "training-pods-stay-baseline" in {p.name for p in policies(inputs)}
+
+
+def test_without_rdma_the_team_namespaces_enforce_baseline_and_need_no_extra_policy() -> None:
+    inputs = GuardrailInputs(("t",), {"t": ("p",)}, "train", ("gpu-telemetry",), ipc_lock=False)
+    assert "training-pods-stay-baseline" not in {p.name for p in policies(inputs)}
+    assert "training-pods-stay-baseline" in {p.name for p in policies(dataclasses.replace(inputs, ipc_lock=True))}
+
+
+def test_a_priority_held_to_a_team_the_stack_lacks_is_refused() -> None:
+    raw = read_stack_file(LOCAL)
+    sections, _ = parse_sections(raw)
+    assert list(rules_module.workload_priority_teams_declared(sections)) == []
+    raw["priorities"]["workload"][0]["teams"] = ["foundation", "fundation"]
+    sections, _ = parse_sections(raw)
+    (issue,) = rules_module.workload_priority_teams_declared(sections)
+    assert issue.path == "priorities.workload[0].teams[1]"
+    assert "no team 'fundation'" in str(issue)

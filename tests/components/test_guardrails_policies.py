@@ -1,0 +1,239 @@
+"""The guardrails against a real kube-apiserver: the ValidatingAdmissionPolicies ``guardrails_policies`` renders and
+the Pod Security labels ``GuardrailsSettings.labels`` gives, applied as they are, then objects sent straight to the
+API server as its admin (``kubectl create --dry-run=server``: every admission step runs, nothing is stored). Each
+rule lets a good object through and refuses the hostile one, naming what is wrong.
+
+Skipped, saying why, when the pinned tools are absent.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from components.guardrails_policies import GuardrailInputs, manifests, policies
+from components.guardrails_settings import GuardrailsSettings
+from tests.support.apiserver import ApiServer, running_apiserver, wait_for
+from tests.support.sim import tools_bin
+
+pytestmark = [pytest.mark.integration, pytest.mark.filterwarnings("ignore:Unverified HTTPS request")]
+
+TEAM, OTHER_TEAM, SERVING, TELEMETRY, CONTROLLERS = (
+    "team-a",
+    "team-b",
+    "serving",
+    "gpu-telemetry",
+    "gpucluster-capacity",
+)
+TRAINING = "gpucluster-training"
+INPUTS = GuardrailInputs(
+    training_namespaces=(TEAM, OTHER_TEAM),
+    priorities_by_namespace={TEAM: ("research-default", "research-urgent"), OTHER_TEAM: ("research-default",)},
+    training_priority_class=TRAINING,
+    exempt_namespaces=(TELEMETRY, "kube-system"),
+    ipc_lock=True,
+)
+SETTINGS = GuardrailsSettings()
+ROLES = {
+    TEAM: "training",
+    OTHER_TEAM: "training",
+    SERVING: "inference",
+    TELEMETRY: "telemetry",
+    CONTROLLERS: "capacity",
+}
+
+
+class Kubectl:
+    def __init__(self, kubeconfig: Path) -> None:
+        self.kubeconfig = kubeconfig
+
+    def __call__(self, *args: str, doc: dict[str, Any] | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(tools_bin() / "kubectl"), "--kubeconfig", str(self.kubeconfig), *args],
+            input=json.dumps(doc) if doc is not None else None,
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=60,
+        )
+
+    def refusal(self, doc: dict[str, Any]) -> str | None:
+        """None when the API server would store ``doc``; else what it said."""
+        proc = self("create", "--dry-run=server", "-o", "name", "-f", "-", doc=doc)
+        return None if proc.returncode == 0 else proc.stderr.strip()
+
+
+def refused(kubectl: Kubectl, doc: dict[str, Any], *words: str) -> str:
+    """What the API server said refusing ``doc``; it must say every one of ``words``."""
+    said = kubectl.refusal(doc)
+    assert said is not None, f"the API server would store {json.dumps(doc)}"
+    for word in words:
+        assert word in said, (doc, said)
+    return said
+
+
+def pod(namespace: str, **spec: Any) -> dict[str, Any]:
+    container = {"name": "main", "image": "registry.invalid/app:1.0"}
+    container.update(spec.pop("container", {}))
+    meta = {"name": "p", "namespace": namespace, **spec.pop("metadata", {})}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": {"containers": [container], **spec}}
+
+
+def restricted_pod(namespace: str, **spec: Any) -> dict[str, Any]:
+    doc = pod(
+        namespace,
+        securityContext={"runAsNonRoot": True, "runAsUser": 65532, "seccompProfile": {"type": "RuntimeDefault"}},
+        container={
+            "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+            **spec.pop("container", {}),
+        },
+        **spec,
+    )
+    return doc
+
+
+def job(namespace: str, *, labels: dict[str, str] | None = None, priority: str | None = TRAINING) -> dict[str, Any]:
+    template: dict[str, Any] = {
+        "spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": "registry.invalid/t:1"}]}
+    }
+    if priority:
+        template["spec"]["priorityClassName"] = priority
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "j", "namespace": namespace, "labels": labels or {}},
+        "spec": {"suspend": True, "template": template},
+    }
+
+
+OWNED_BY_JOB = {
+    "ownerReferences": [
+        {"apiVersion": "batch/v1", "kind": "Job", "name": "j", "uid": "00000000-0000-0000-0000-000000000001"}
+        | {"controller": True}
+    ]
+}
+
+
+@pytest.fixture(scope="module")
+def kubectl(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kubectl]:
+    with running_apiserver(tmp_path_factory.mktemp("guardrails-apiserver"), allow_privileged=True) as server:
+        yield _prepared(server)
+
+
+def _prepared(server: ApiServer) -> Kubectl:
+    k = Kubectl(server.kubeconfig)
+    for ns, role in ROLES.items():
+        labels = SETTINGS.labels(role, ipc_lock=INPUTS.ipc_lock)
+        doc = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": labels}}
+        assert k("create", "-f", "-", doc=doc).returncode == 0
+    for name, value in ((TRAINING, 1000), ("gpucluster-inference", 100)):
+        pc = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": name}, "value": value}
+        assert k("create", "-f", "-", doc=pc).returncode == 0
+    for policy in policies(INPUTS):
+        for doc in manifests(policy):
+            proc = k("create", "-f", "-", doc=doc)
+            assert proc.returncode == 0, proc.stderr
+    # The policies are in force once the API server has compiled them: the first bad pod refused.
+    probe = pod(SERVING, container={"env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]})
+    wait_for("the policies in force", lambda: k.refusal(probe) is not None, timeout=60)
+    return k
+
+
+def test_every_policy_compiles_without_a_type_warning(kubectl: Kubectl) -> None:
+    out = json.loads(kubectl("get", "validatingadmissionpolicies", "-o", "json").stdout)
+    names = {p["metadata"]["name"] for p in out["items"]}
+    assert names == {manifests(p)[0]["metadata"]["name"] for p in policies(INPUTS)}
+    for item in out["items"]:
+        status = item.get("status", {})
+        assert not status.get("typeChecking", {}).get("expressionWarnings"), (item["metadata"]["name"], status)
+
+
+@pytest.mark.parametrize("name", ["NVIDIA_VISIBLE_DEVICES", "NVIDIA_MIG_CONFIG_DEVICES"])
+def test_gpu_visibility_env_is_refused_outside_telemetry(kubectl: Kubectl, name: str) -> None:
+    env = {"env": [{"name": name, "value": "all"}]}
+    refused(kubectl, pod(SERVING, container=env), "container main sets", "nvidia.com/gpu")
+    init = pod(TEAM, initContainers=[{"name": "prep", "image": "registry.invalid/p:1", **env}])
+    refused(kubectl, init, "container prep sets")
+    assert kubectl.refusal(pod(TELEMETRY, container=env)) is None
+    assert kubectl.refusal(pod(SERVING, container={"env": [{"name": "CUDA_VISIBLE_DEVICES", "value": "0"}]})) is None
+
+
+def test_confinement_opt_outs_are_refused_by_annotation_and_by_field(kubectl: Kubectl) -> None:
+    annotated = pod(
+        SERVING, metadata={"annotations": {"container.apparmor.security.beta.kubernetes.io/main": "Unconfined"}}
+    )
+    refused(kubectl, annotated, "container.apparmor.security.beta.kubernetes.io/main")
+    by_field = pod(TEAM, container={"securityContext": {"seccompProfile": {"type": "Unconfined"}}})
+    refused(kubectl, by_field, "container main sets a seccomp or AppArmor profile of type Unconfined")
+    pod_level = pod(TEAM, securityContext={"appArmorProfile": {"type": "Unconfined"}})
+    assert kubectl.refusal(pod_level) is not None
+    kept = pod(
+        SERVING, metadata={"annotations": {"container.apparmor.security.beta.kubernetes.io/main": "runtime/default"}}
+    )
+    assert kubectl.refusal(kept) is None
+    assert kubectl.refusal(pod(TELEMETRY, securityContext={"seccompProfile": {"type": "Unconfined"}})) is None
+
+
+def test_the_training_priority_is_only_for_a_jobs_pods_in_a_team_namespace(kubectl: Kubectl) -> None:
+    refused(kubectl, pod(TEAM, priorityClassName=TRAINING), "preempts inference")
+    refused(
+        kubectl, pod(SERVING, priorityClassName=TRAINING, metadata=copy.deepcopy(OWNED_BY_JOB)), "preempts inference"
+    )
+    assert kubectl.refusal(pod(TEAM, priorityClassName=TRAINING, metadata=copy.deepcopy(OWNED_BY_JOB))) is None
+    assert kubectl.refusal(pod(SERVING, priorityClassName="gpucluster-inference")) is None
+
+
+def test_the_training_priority_is_only_for_queued_jobs(kubectl: Kubectl) -> None:
+    queued = {"kueue.x-k8s.io/queue-name": "training"}
+    refused(kubectl, job(TEAM), "kueue.x-k8s.io/queue-name")
+    assert kubectl.refusal(job(SERVING, labels=queued)) is not None
+    assert kubectl.refusal(job(TEAM, labels=queued)) is None
+    assert kubectl.refusal(job(SERVING, priority=None)) is None
+
+
+def test_research_priorities_are_the_teams_own(kubectl: Kubectl) -> None:
+    def labelled(namespace: str, priority: str) -> dict[str, Any]:
+        return job(
+            namespace, labels={"kueue.x-k8s.io/queue-name": "training", "kueue.x-k8s.io/priority-class": priority}
+        )
+
+    refused(
+        kubectl,
+        labelled(OTHER_TEAM, "research-urgent"),
+        "research-urgent is not one team team-b may name (research-default)",
+    )
+    assert kubectl.refusal(labelled(TEAM, "research-urgent")) is None
+    assert kubectl.refusal(labelled(OTHER_TEAM, "research-default")) is None
+
+
+def test_training_pods_hold_baseline_but_may_lock_memory_for_rdma(kubectl: Kubectl) -> None:
+    owned = copy.deepcopy(OWNED_BY_JOB)
+    ib = pod(TEAM, metadata=owned, container={"securityContext": {"capabilities": {"add": ["IPC_LOCK"]}}})
+    assert kubectl.refusal(ib) is None
+    hostile = [
+        ({"container": {"securityContext": {"privileged": True}}}, "may not be privileged"),
+        ({"hostNetwork": True}, "network, PID or IPC"),
+        ({"volumes": [{"name": "root", "hostPath": {"path": "/"}}]}, "hostPath"),
+        ({"container": {"securityContext": {"capabilities": {"add": ["SYS_ADMIN"]}}}}, "capabilities"),
+        ({"container": {"ports": [{"containerPort": 22, "hostPort": 22}]}}, "host port"),
+    ]
+    for spec, words in hostile:
+        refused(kubectl, pod(TEAM, metadata=copy.deepcopy(owned), **copy.deepcopy(spec)), words)
+
+
+def test_pod_security_levels_follow_the_namespace_role(kubectl: Kubectl) -> None:
+    hostpath = {"volumes": [{"name": "root", "hostPath": {"path": "/"}}]}
+    # inference: baseline enforced (no hostPath, no privileged)
+    refused(kubectl, pod(SERVING, **copy.deepcopy(hostpath)), "violates PodSecurity", "hostPath")
+    assert kubectl.refusal(pod(SERVING)) is None
+    # controllers: restricted enforced
+    refused(kubectl, pod(CONTROLLERS), 'violates PodSecurity "restricted:latest"')
+    assert kubectl.refusal(restricted_pod(CONTROLLERS)) is None
+    # telemetry: the exporters read the host's /sys
+    assert kubectl.refusal(pod(TELEMETRY, **copy.deepcopy(hostpath))) is None
