@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 import pulumi
 import pulumi_kubernetes as k8s
 
 from components.config import StackConfig
-from components.constants import ENVIRONMENT_LABEL, PROJECT, WORKLOAD_LABEL
+from components.constants import ENVIRONMENT_LABEL, PROJECT, RELIABILITY_CONFIGMAP, WORKLOAD_LABEL
 from components.controller import Controller, ControllerArgs
 from components.descheduler import Descheduler, DeschedulerArgs
 from components.guardrails import Guardrails, GuardrailsArgs
@@ -56,14 +56,18 @@ class GpuClusterArgs:
         return {n: config.require_secret(n) for n in names}
 
 
-def guardrail_inputs(cfg: StackConfig) -> GuardrailInputs:
-    """What of the stack the admission policies read."""
+def guardrail_inputs(cfg: StackConfig, created: Collection[str] | None = None) -> GuardrailInputs:
+    """What of the stack the admission policies and team Roles read; ``created``: the namespaces the stack
+    creates (the reliability ConfigMap is readable only where one of them holds it)."""
+    reliability = cfg.training.reliability_namespace
     return GuardrailInputs(
         training_namespaces=tuple(cfg.training_namespaces),
         priorities_by_namespace={t.namespace: tuple(cfg.priorities.allowed_for(t.name)) for t in cfg.teams},
         training_priority_class=cfg.priorities.pod.training.name,
         exempt_namespaces=tuple(dict.fromkeys([cfg.telemetry.namespace, *cfg.guardrails.exempt_namespaces])),
         ipc_lock=any(f.fabric is not None and f.fabric.rdma for f in cfg.flavors),
+        team_groups={t.namespace: t.subject_group for t in cfg.teams},
+        reliability=(reliability, RELIABILITY_CONFIGMAP) if created is None or reliability in created else None,
     )
 
 
@@ -105,7 +109,12 @@ class GpuCluster(pulumi.ComponentResource):
         # Before any workload: the API server holds the rules for every pod created after them.
         self.guardrails = Guardrails(
             f"{name}-guardrails",
-            GuardrailsArgs(settings=guard, inputs=guardrail_inputs(cfg), labels=labels),
+            GuardrailsArgs(
+                settings=guard,
+                inputs=guardrail_inputs(cfg, created=set(self.namespaces)),
+                labels=labels,
+                depends_on=tuple(self.namespaces.values()),
+            ),
             opts=pulumi.ResourceOptions(parent=self),
         )
 

@@ -1,6 +1,6 @@
 """Guardrails the API server enforces: one ValidatingAdmissionPolicy and its Deny binding per rule of
-``components/guardrails_policies.py``. The Pod Security labels go on the namespaces where they are created
-(``GuardrailsSettings.labels``); this component holds the policies.
+``components/guardrails_policies.py``, and each team's Role in its namespace bound to the team's group. The Pod
+Security labels go on the namespaces where they are created (``GuardrailsSettings.labels``).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.guardrails_policies import GuardrailInputs, manifests, policies
+from components.guardrails_policies import GuardrailInputs, manifests, policies, reliability_reader, team_role
 from components.guardrails_settings import GuardrailsSettings
 
 
@@ -20,6 +20,8 @@ class GuardrailsArgs:
     settings: GuardrailsSettings
     inputs: GuardrailInputs
     labels: Mapping[str, str] = field(default_factory=dict)
+    #: The namespaces the team Roles live in (created by the cluster component).
+    depends_on: tuple[pulumi.Resource, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.inputs.training_namespaces:
@@ -52,4 +54,26 @@ class Guardrails(pulumi.ComponentResource):
                     spec=binding["spec"],
                     opts=pulumi.ResourceOptions(parent=self, depends_on=[policy]),
                 )
-        self.register_outputs({"policies": sorted(self.policies)})
+        # Each team's group: its Role in its namespace, and the reliability ConfigMap to read.
+        self.team_roles: dict[str, k8s.rbac.v1.Role] = {}
+        inputs = args.inputs
+        docs = [team_role(ns, group) for ns, group in sorted(inputs.team_groups.items())]
+        if inputs.reliability is not None and inputs.team_groups:
+            docs.append(reliability_reader(*inputs.reliability, list(inputs.team_groups.values())))
+        for role_doc, binding_doc in docs:
+            ns = role_doc["metadata"]["namespace"]
+            role = k8s.rbac.v1.Role(
+                f"{name}-{ns}-{role_doc['metadata']['name']}",
+                metadata={**role_doc["metadata"], "labels": dict(args.labels)},
+                rules=role_doc["rules"],
+                opts=pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on)),
+            )
+            self.team_roles[ns] = role
+            k8s.rbac.v1.RoleBinding(
+                f"{name}-{ns}-{role_doc['metadata']['name']}-binding",
+                metadata={**binding_doc["metadata"], "labels": dict(args.labels)},
+                role_ref=binding_doc["roleRef"],
+                subjects=binding_doc["subjects"],
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[role]),
+            )
+        self.register_outputs({"policies": sorted(self.policies), "teamRoles": sorted(self.team_roles)})

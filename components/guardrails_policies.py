@@ -66,6 +66,10 @@ class GuardrailInputs:
     exempt_namespaces: tuple[str, ...]
     #: A flavor's fabric adds IPC_LOCK, so the team namespaces enforce ``privileged`` and a policy holds baseline.
     ipc_lock: bool = False
+    #: Team namespace -> the group whose members submit for it (``teams[].group``).
+    team_groups: Mapping[str, str] = field(default_factory=dict)
+    #: Where ``gpucluster submit`` reads the measured reliability: (namespace, ConfigMap name); None: nowhere.
+    reliability: tuple[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -374,3 +378,49 @@ def manifests(policy: Policy) -> tuple[dict[str, Any], dict[str, Any]]:
         "spec": binding_spec,
     }
     return doc, binding
+
+
+# --- what a team may do ----------------------------------------------------------------------------------------------
+
+#: A team's Role in its namespace: submit JobSets and delete its own, read what follows from them. No pod, Job or
+#: Workload is written by hand, no exec, no Secret, no other namespace.
+TEAM_RULES: tuple[dict[str, Any], ...] = (
+    {"apiGroups": ["jobset.x-k8s.io"], "resources": ["jobsets"], "verbs": ["get", "list", "watch", "create", "delete"]},
+    {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get", "list", "watch"]},
+    {
+        "apiGroups": [""],
+        "resources": ["pods", "pods/log", "events", "persistentvolumeclaims"],
+        "verbs": ["get", "list", "watch"],
+    },
+    {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["get", "list", "watch"]},
+    {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads", "localqueues"], "verbs": ["get", "list", "watch"]},
+)
+TEAM_ROLE = "gpucluster-team"
+RELIABILITY_READER = "gpucluster-teams-read-reliability"
+
+
+def team_role(namespace: str, group: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The team's Role and the RoleBinding that gives it to ``group``, in ``namespace``."""
+    role = {"metadata": {"name": TEAM_ROLE, "namespace": namespace}, "rules": [dict(r) for r in TEAM_RULES]}
+    binding = {
+        "metadata": {"name": TEAM_ROLE, "namespace": namespace},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": TEAM_ROLE},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": group}],
+    }
+    return role, binding
+
+
+def reliability_reader(namespace: str, configmap: str, groups: Sequence[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Every team reads the one ConfigMap ``gpucluster submit`` sizes the checkpoint interval from, nothing else."""
+    role = {
+        "metadata": {"name": RELIABILITY_READER, "namespace": namespace},
+        "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"], "resourceNames": [configmap]}],
+    }
+    binding = {
+        "metadata": {"name": RELIABILITY_READER, "namespace": namespace},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": RELIABILITY_READER},
+        "subjects": [
+            {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": g} for g in sorted(set(groups))
+        ],
+    }
+    return role, binding

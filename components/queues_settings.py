@@ -155,6 +155,14 @@ class Team(ConfigModel):
     namespace: DnsLabel
     cluster_queue: DnsLabel
     local_queue: DnsLabel = "training"
+    #: The group (as the cluster's authenticator names it: an OIDC group claim, a certificate's O) whose members
+    #: submit for the team; they get the team's Role in its namespace and nothing else. Default
+    #: ``gpucluster-team-<name>``.
+    group: Annotated[str, Field(min_length=1, max_length=253, pattern=r"^[^\s]+$")] | None = None
+
+    @property
+    def subject_group(self) -> str:
+        return self.group or f"gpucluster-team-{self.name}"
 
 
 class WorkloadPriority(ConfigModel):

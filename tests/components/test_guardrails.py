@@ -76,6 +76,21 @@ def test_the_local_stack_labels_every_namespace_and_holds_every_rule() -> None:
     guard = graph.one("gpucluster:guardrails:Guardrails", "sim-guardrails")
     assert all(r.parent == guard.urn for r in vaps + bindings)
 
+    # each team's group gets its Role in its namespace, and reads the reliability ConfigMap
+    role_bindings = [
+        r for r in graph.of_type("kubernetes:rbac.authorization.k8s.io/v1:RoleBinding") if r.parent == guard.urn
+    ]
+    subjects = {
+        (r.inputs["metadata"]["namespace"], r.inputs["roleRef"]["name"]): sorted(
+            x["name"] for x in r.inputs["subjects"]
+        )
+        for r in role_bindings
+    }
+    assert subjects[("team-foundation", "gpucluster-team")] == ["gpucluster-team-foundation"]
+    assert subjects[("team-vision", "gpucluster-team")] == ["gpucluster-team-vision"]
+    reader = (cfg.training.reliability_namespace, "gpucluster-teams-read-reliability")
+    assert subjects[reader] == ["gpucluster-team-foundation", "gpucluster-team-vision"]
+
 
 def test_turned_off_there_are_no_labels_and_no_policies() -> None:
     cfg = load_stack_file(LOCAL)

@@ -17,7 +17,8 @@ from typing import Any
 
 import pytest
 
-from components.guardrails_policies import GuardrailInputs, manifests, policies
+from components.constants import RELIABILITY_CONFIGMAP
+from components.guardrails_policies import GuardrailInputs, manifests, policies, reliability_reader, team_role
 from components.guardrails_settings import GuardrailsSettings
 from tests.support.apiserver import ApiServer, running_apiserver, wait_for
 from tests.support.sim import tools_bin
@@ -237,3 +238,70 @@ def test_pod_security_levels_follow_the_namespace_role(kubectl: Kubectl) -> None
     assert kubectl.refusal(restricted_pod(CONTROLLERS)) is None
     # telemetry: the exporters read the host's /sys
     assert kubectl.refusal(pod(TELEMETRY, **copy.deepcopy(hostpath))) is None
+
+
+# --- what a team's group may do, with RBAC on --------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def rbac_kubectl(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kubectl]:
+    with running_apiserver(tmp_path_factory.mktemp("team-rbac-apiserver"), authorization_mode="RBAC") as server:
+        k = Kubectl(server.kubeconfig)
+        for ns in (TEAM, OTHER_TEAM, "gpucluster-training"):
+            assert k("create", "namespace", ns).returncode == 0
+        docs = [team_role(TEAM, "ml-foundation"), team_role(OTHER_TEAM, "ml-vision")]
+        docs.append(reliability_reader("gpucluster-training", RELIABILITY_CONFIGMAP, ["ml-foundation", "ml-vision"]))
+        for role, binding in docs:
+            for kind, doc in (("Role", role), ("RoleBinding", binding)):
+                body = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": kind, **doc}
+                proc = k("create", "-f", "-", doc=body)
+                assert proc.returncode == 0, proc.stderr
+        yield k
+
+
+def can(k: Kubectl, group: str, verb: str, resource: str, namespace: str) -> bool:
+    """The API server's RBAC answer for a member of ``group`` (a SubjectAccessReview, asked as the admin)."""
+    resource, _, name = resource.partition("/")
+    resource, subresource = (resource, "") if resource not in ("pods",) or not name else (resource, name)
+    if subresource:
+        name = ""
+    plural, _, api_group = resource.partition(".")
+    attributes = {"verb": verb, "resource": plural, "group": api_group, "namespace": namespace}
+    if subresource:
+        attributes["subresource"] = subresource
+    if name:
+        attributes["name"] = name
+    review = {
+        "apiVersion": "authorization.k8s.io/v1",
+        "kind": "SubjectAccessReview",
+        "spec": {"user": "alice", "groups": [group, "system:authenticated"], "resourceAttributes": attributes},
+    }
+    proc = k("create", "-o", "json", "-f", "-", doc=review)
+    assert proc.returncode == 0, proc.stderr
+    return bool(json.loads(proc.stdout)["status"].get("allowed"))
+
+
+def test_a_team_submits_and_reads_its_own_jobs_and_nothing_else(rbac_kubectl: Kubectl) -> None:
+    k = rbac_kubectl
+    for verb, resource in [
+        ("create", "jobsets.jobset.x-k8s.io"),
+        ("delete", "jobsets.jobset.x-k8s.io"),
+        ("list", "workloads.kueue.x-k8s.io"),
+        ("get", "pods/log"),
+        ("watch", "pods"),
+    ]:
+        assert can(k, "ml-foundation", verb, resource, TEAM), (verb, resource)
+    assert can(k, "ml-foundation", "get", f"configmaps/{RELIABILITY_CONFIGMAP}", "gpucluster-training")
+    for verb, resource, namespace in [
+        ("create", "jobsets.jobset.x-k8s.io", OTHER_TEAM),  # another team's namespace
+        ("create", "pods", TEAM),  # around Kueue
+        ("create", "jobs.batch", TEAM),
+        ("create", "pods/exec", TEAM),
+        ("patch", "workloads.kueue.x-k8s.io", TEAM),
+        ("get", "secrets", TEAM),
+        ("update", "localqueues.kueue.x-k8s.io", TEAM),
+        ("get", "configmaps/other", "gpucluster-training"),
+        ("create", "priorityclasses.scheduling.k8s.io", ""),
+    ]:
+        assert not can(k, "ml-foundation", verb, resource, namespace or "default"), (verb, resource, namespace)
+    assert not can(k, "someone-else", "list", "pods", TEAM)
