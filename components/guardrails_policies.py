@@ -198,6 +198,24 @@ def _why(inputs: GuardrailInputs) -> str:
     return f"{inputs.training_priority_class} preempts inference: only jobs Kueue admits in a team namespace take it"
 
 
+def team_pods_belong_to_jobs(inputs: GuardrailInputs) -> Policy:
+    """Kueue manages every Job in a team namespace; a bare pod there would take GPUs around the queues."""
+    return Policy(
+        name="team-pods-belong-to-jobs",
+        summary="Every pod in a team namespace is a Job's (Kueue manages every Job there): none runs around the "
+        "queues.",
+        resource_rules=(PODS,),
+        namespace_selector=is_in(inputs.training_namespaces),
+        validations=(
+            Validation(
+                expression=_owned_by("Job", "batch/v1"),
+                message="a pod in a team namespace that no Job owns would run around the queues; submit a job "
+                "(gpucluster submit)",
+            ),
+        ),
+    )
+
+
 def training_priority_pods_belong_to_jobs(inputs: GuardrailInputs) -> Policy:
     cls = cel(inputs.training_priority_class)
     priority = "(has(object.spec.priorityClassName) ? object.spec.priorityClassName : '')"
@@ -331,6 +349,7 @@ def training_pods_stay_baseline(inputs: GuardrailInputs) -> Policy | None:
 RULES: list[Callable[[GuardrailInputs], Policy | None]] = [
     gpu_visibility_is_requested,
     confinement_stays_on,
+    team_pods_belong_to_jobs,
     training_priority_pods_belong_to_jobs,
     training_priority_jobs_are_queued,
     training_priority_jobsets_are_queued,

@@ -25,6 +25,7 @@ from components.constants import (
     FABRIC_KIND_ANNOTATION,
     RDMA_RESOURCE_ANNOTATION,
     TIER_LABEL,
+    WORKLOAD_LABEL,
 )
 from components.queues_settings import (
     ClusterQueueSpec,
@@ -129,6 +130,10 @@ def kueue_manager_config(settings: KueueSettings, flavors: Sequence[GpuFlavor] =
         "controller": {"groupKindConcurrency": {"Job.batch": 5, "Pod": 5, "Workload.kueue.x-k8s.io": 5}},
         "clientConnection": {"qps": 50, "burst": 100},
         "integrations": {"frameworks": ["batch/job", "jobset.x-k8s.io/jobset", "kubeflow.org/pytorchjob"]},
+        # Every job in a team namespace is Kueue's, queue label or not: one without it is suspended and never
+        # admitted (no LocalQueue), so nothing there runs around the queues.
+        "manageJobsWithoutQueueName": True,
+        "managedJobsNamespaceSelector": {"matchLabels": {WORKLOAD_LABEL: "training"}},
         "resources": {"excludeResourcePrefixes": excluded_resources(flavors)},
     }
     if wfpr.enable:

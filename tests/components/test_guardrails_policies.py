@@ -79,10 +79,13 @@ def refused(kubectl: Kubectl, doc: dict[str, Any], *words: str) -> str:
     return said
 
 
-def pod(namespace: str, **spec: Any) -> dict[str, Any]:
+def pod(namespace: str, *, bare: bool = False, **spec: Any) -> dict[str, Any]:
+    """A pod; in a team namespace a Job's (so one rule at a time is under test) unless ``bare``."""
     container = {"name": "main", "image": "registry.invalid/app:1.0"}
     container.update(spec.pop("container", {}))
     meta = {"name": "p", "namespace": namespace, **spec.pop("metadata", {})}
+    if namespace in INPUTS.training_namespaces and not bare:
+        meta.setdefault("ownerReferences", copy.deepcopy(OWNED_BY_JOB["ownerReferences"]))
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": {"containers": [container], **spec}}
 
 
@@ -181,8 +184,14 @@ def test_confinement_opt_outs_are_refused_by_annotation_and_by_field(kubectl: Ku
     assert kubectl.refusal(pod(TELEMETRY, securityContext={"seccompProfile": {"type": "Unconfined"}})) is None
 
 
+def test_every_pod_in_a_team_namespace_is_a_jobs(kubectl: Kubectl) -> None:
+    refused(kubectl, pod(TEAM, bare=True), "no Job owns")
+    assert kubectl.refusal(pod(TEAM, metadata=copy.deepcopy(OWNED_BY_JOB))) is None
+    assert kubectl.refusal(pod(SERVING)) is None
+
+
 def test_the_training_priority_is_only_for_a_jobs_pods_in_a_team_namespace(kubectl: Kubectl) -> None:
-    refused(kubectl, pod(TEAM, priorityClassName=TRAINING), "preempts inference")
+    refused(kubectl, pod(TEAM, bare=True, priorityClassName=TRAINING))  # by the first rule that sees it
     refused(
         kubectl, pod(SERVING, priorityClassName=TRAINING, metadata=copy.deepcopy(OWNED_BY_JOB)), "preempts inference"
     )

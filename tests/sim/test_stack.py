@@ -436,6 +436,7 @@ def test_hostile_objects_sent_as_the_admin_are_refused_or_never_run(local_stack:
             "violates PodSecurity",
         ),
         "the training priority outside Kueue": (_pod(infer, priorityClassName=training), "preempts inference"),
+        "a bare pod in a team namespace": (_pod(team), "no Job owns"),
         "a Job with the training priority and no queue": (
             gpu_job("bypass", team, parallelism=1, gpus=8) | {"metadata": {"name": "bypass", "namespace": team}},
             "kueue.x-k8s.io/queue-name",
@@ -445,7 +446,7 @@ def test_hostile_objects_sent_as_the_admin_are_refused_or_never_run(local_stack:
             f"is not one team {shut_out.namespace} may name",
         ),
         "every GPU of the node": (
-            _pod(team, container={"env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]}),
+            _pod(infer, container={"env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]}),
             "NVIDIA_VISIBLE_DEVICES",
         ),
         "AppArmor off": (
@@ -459,6 +460,19 @@ def test_hostile_objects_sent_as_the_admin_are_refused_or_never_run(local_stack:
         said = _refusal(local_stack, doc)
         assert said is not None, f"{what}: the API server would store it"
         assert words in said, (what, said)
+
+    # A Job without a queue label in a team namespace is Kueue's all the same: held suspended, no pod.
+    unqueued = labelled(gpu_job("unqueued", team, parallelism=1, gpus=8, pod_priority=None))
+    unqueued["metadata"]["labels"].pop("kueue.x-k8s.io/queue-name")
+    local_stack.apply(unqueued)
+    try:
+        wait_for("Kueue's Workload for the unqueued Job", lambda: workload_of(local_stack, team, "unqueued"))
+        for _ in range(5):
+            assert local_stack.get("job", "unqueued", "-n", team)["spec"]["suspend"] is True
+            assert not job_pods(local_stack, team, "unqueued")
+            time.sleep(1)
+    finally:
+        local_stack.kubectl("delete", "job", "unqueued", "-n", team, "--ignore-not-found", "--wait=true")
 
     # A Job is only a template: one outside Kueue whose pods would see every GPU is stored, and never runs.
     job = labelled(gpu_job("sees-all", infer, parallelism=1, gpus=0, pod_priority=None, tolerate_reservations=None))
