@@ -195,9 +195,10 @@ class GpuCluster(pulumi.ComponentResource):
             AFTER_JOBSET: [self.jobset.chart] if self.jobset is not None else [],
         }
         context = {WORKLOAD_NAMESPACES: tuple(cfg.training_namespaces)}
+        scrapers = tuple(cfg.guardrails.metrics_scrapers) if cfg.guardrails.enabled else None
         self.controllers: dict[str, Controller] = {}
         for spec, settings in running:
-            args_ = ControllerArgs(spec=spec, settings=settings, context=context, labels=labels)
+            args_ = ControllerArgs(spec=spec, settings=settings, context=context, labels=labels, scrapers=scrapers)
             # Its namespace and those its grants live in (the cluster-wide Events namespace is no stack's).
             namespaces = dict.fromkeys([settings.namespace, *(g.namespace for g in args_.grants() if g.namespace)])
             depends_on = (

@@ -78,6 +78,8 @@ GPU_RESOURCE = "nvidia.com/gpu"
 IB_BLOCK_LABEL = "gpucluster.io/ib-block"
 IB_LEAF_LABEL = "gpucluster.io/ib-leaf"
 HOSTNAME_LABEL = "kubernetes.io/hostname"
+#: The label the API server puts on every namespace: its name (what a namespace selector picks one by).
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 #: Kueue's pod-set topology annotations (kueue v1beta2 ``topology_types.go``), on a JobSet's pod templates.
 PODSET_REQUIRED_TOPOLOGY = "kueue.x-k8s.io/podset-required-topology"
 PODSET_PREFERRED_TOPOLOGY = "kueue.x-k8s.io/podset-preferred-topology"

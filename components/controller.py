@@ -9,16 +9,16 @@ from the spec and stay what each controller's own component used, so the URNs of
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.constants import SETTINGS_LABEL
+from components.constants import NAMESPACE_NAME_LABEL, SETTINGS_LABEL
 from components.daemon_deployment import DaemonShape, daemon_deployment, daemon_pod_spec, daemon_service_account
-from components.model import check_qualified_name
+from components.model import check_dns_label, check_qualified_name
 from components.rbac import grant
 from daemons.toolkit.rbac import Grant
 from daemons.toolkit.spec import SETTINGS_FILE, ControllerSpec
@@ -35,6 +35,17 @@ def controller_pod_spec(spec: ControllerSpec[Any], settings: Any, config_map: st
     return daemon_pod_spec(shape(spec, settings), config_map)
 
 
+def metrics_ingress(app: str, port: int, scrapers: Sequence[str]) -> dict[str, Any]:
+    """A NetworkPolicy spec: the controller's pods take connections only on ``port`` and only from pods in
+    ``scrapers`` (none at all when empty). The kubelet's probes come from the node, which NetworkPolicy never blocks."""
+    sources = [{"namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: n}}} for n in scrapers]
+    return {
+        "podSelector": {"matchLabels": {"app.kubernetes.io/name": app}},
+        "policyTypes": ["Ingress"],
+        "ingress": [{"from": sources, "ports": [{"protocol": "TCP", "port": port}]}] if sources else [],
+    }
+
+
 @dataclass(frozen=True)
 class ControllerArgs:
     spec: ControllerSpec[Any]
@@ -45,6 +56,8 @@ class ControllerArgs:
     context: Mapping[str, Any] = field(default_factory=dict)
     #: Its namespace, and what it reads or takes a field of (CRDs, ClusterQueues): they must exist first.
     depends_on: tuple[pulumi.Resource, ...] = field(default=())
+    #: Namespaces whose pods may reach its metrics port (a NetworkPolicy admits only them); None: no policy.
+    scrapers: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         spec, s = self.spec, self.settings
@@ -56,6 +69,11 @@ class ControllerArgs:
         spec.check(s, self.context)
         for key in self.labels:
             check_qualified_name(key, f"{where}.labels key")
+        for namespace in self.scrapers or ():
+            try:
+                check_dns_label(namespace)
+            except ValueError as exc:
+                raise ValueError(f"{where}.scrapers: {exc}") from None
 
     def grants(self) -> tuple[Grant, ...]:
         return self.spec.grants(self.settings, self.context)
@@ -106,6 +124,16 @@ class Controller(pulumi.ComponentResource):
             opts=child,
         )
         extra = self.extra_resources(name, args, child)
+        self.network_policy = (
+            k8s.networking.v1.NetworkPolicy(
+                f"{name}-ingress",
+                metadata={"name": spec.app, "namespace": ns, "labels": labels},
+                spec=metrics_ingress(spec.app, spec.metrics_port, args.scrapers),
+                opts=child,
+            )
+            if args.scrapers is not None
+            else None
+        )
         self.deployment = daemon_deployment(
             f"{name}-deployment",
             shape(spec, s),

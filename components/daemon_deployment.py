@@ -1,6 +1,7 @@
 """The ServiceAccount and Deployment of one of our daemons that stand by behind a Lease (taint controller,
-make-before-break): non-root and read-only, its settings file from a ConfigMap, health and metrics on one port,
-replicas spread over nodes, Prometheus scrape annotations.
+make-before-break): non-root and read-only, its settings file from a ConfigMap, health and metrics on one port of
+the pod's own address (not every address: nothing on the node's other interfaces reaches it), replicas spread over
+nodes, Prometheus scrape annotations.
 
 The daemon's command is its app name; it reads ``--settings <dir>/settings.json`` and serves ``/healthz`` and
 ``/metrics`` on ``--listen``. Only leader election needs its pod's name and namespace (``POD_NAME``,
@@ -18,6 +19,9 @@ import pulumi_kubernetes as k8s
 
 from components.constants import nonroot_pod_security_context
 from daemons.toolkit.spec import SETTINGS_FILE
+
+#: The env var the downward API fills with the pod's address, which the daemon listens on.
+POD_IP_ENV = "POD_IP"
 
 
 @dataclass(frozen=True)
@@ -52,10 +56,12 @@ def daemon_pod_spec(shape: DaemonShape, config_map: str) -> dict[str, Any]:
                 "args": [
                     "--settings",
                     f"{shape.settings_dir}/{SETTINGS_FILE}",
+                    # The pod's own address only (Kubernetes expands $(POD_IP) from the env below).
                     "--listen",
-                    f"0.0.0.0:{shape.metrics_port}",
+                    f"$({POD_IP_ENV}):{shape.metrics_port}",
                 ],
                 "env": [
+                    {"name": POD_IP_ENV, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
                     # The Lease holder identity.
                     {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
                     {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},

@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from components.constants import NAMESPACE_NAME_LABEL
 from components.guardrails_settings import (
     BASELINE_CAPABILITIES,
     CONFINEMENT_ANNOTATION_PREFIXES,
@@ -33,7 +34,6 @@ ADMISSION_API = "admissionregistration.k8s.io/v1"
 NAME_PREFIX = "gpucluster-"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
-NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 #: The capability a pod on an RDMA fabric adds beyond baseline's (``fabric_settings.RDMA_CAPABILITY``).
 IPC_LOCK = "IPC_LOCK"
 

@@ -85,6 +85,10 @@ class GuardrailsSettings(ConfigModel):
     exempt_namespaces: list[DnsLabel] = ["kube-system"]
     #: The Pod Security standard's version the labels pin (``latest``, or ``v1.<minor>`` to hold it across upgrades).
     pod_security_version: Annotated[str, Field(pattern=r"^(latest|v1\.[0-9]{1,3})$")] = "latest"
+    #: Namespaces whose pods may reach our controllers' ``/metrics`` (where Prometheus runs): each controller gets
+    #: a NetworkPolicy admitting only them (the kubelet's probes come from the node, which NetworkPolicy never
+    #: blocks). Empty: nothing may scrape them.
+    metrics_scrapers: list[DnsLabel] = ["monitoring"]
 
     def labels(self, role: str, *, ipc_lock: bool = False) -> dict[str, str]:
         """The Pod Security labels of a namespace of ``role`` (empty when off)."""

@@ -23,6 +23,7 @@ from components.charts import helm_chart, resolve_chart
 from components.constants import (
     DECLARED_GPUS_ANNOTATION,
     FABRIC_KIND_ANNOTATION,
+    NAMESPACE_NAME_LABEL,
     RDMA_RESOURCE_ANNOTATION,
     TIER_LABEL,
     WORKLOAD_LABEL,
@@ -188,9 +189,7 @@ def cluster_queue_spec(
         "cohortName": cohort,
         "queueingStrategy": spec.queueing_strategy,
         "namespaceSelector": {
-            "matchExpressions": [
-                {"key": "kubernetes.io/metadata.name", "operator": "In", "values": sorted(set(namespaces))}
-            ]
+            "matchExpressions": [{"key": NAMESPACE_NAME_LABEL, "operator": "In", "values": sorted(set(namespaces))}]
         },
         "resourceGroups": resource_groups(
             [(f.name, f.gpu_resource) for f in flavors], spec.quota, spec.borrowing_limit

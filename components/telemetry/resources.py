@@ -204,10 +204,12 @@ def fabric_pod_spec(settings: TelemetrySettings) -> dict[str, Any]:
                 "args": [
                     "--sysfs-root=/host/sys",
                     f"--port={f.port}",
-                    "--listen-address=0.0.0.0",
+                    # The pod's own address only (Kubernetes expands $(POD_IP) from the env below).
+                    "--listen-address=$(POD_IP)",
                     "--collectors=infiniband,nvlink",
                 ],
                 "env": [
+                    {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
                     {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
                     # NVML only: the utility capability mounts libnvidia-ml and the device nodes, nothing more.
                     {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"},

@@ -8,8 +8,9 @@ What every daemon gets the same way: HTTP/1.1 keep-alive (as Prometheus scrapes)
 a minute, replies sent without Nagle's delay and buffered so a small reply is one segment, HEAD answered like GET
 without the body, request lines logged at debug level only, a body read only up to a limit (a missing, malformed
 or oversized ``Content-Length`` is the app's to refuse, never a traceback), an app that raises answered with a 500
-that echoes nothing, and an IPv6 host (``::1``) served on an IPv6 socket. :meth:`HttpService.stop` lets requests
-in flight finish within a bound.
+that echoes nothing, an IPv6 host (``::1``) served on an IPv6 socket, and a bound on connections served at once (a
+thread each): one more is answered 503 and closed at once, so a flood of connections costs no more threads or
+memory than the bound. :meth:`HttpService.stop` lets requests in flight finish within a bound.
 """
 
 from __future__ import annotations
@@ -29,6 +30,16 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 #: Requests bodies above this are not read (the daemons' APIs take pods of a few KiB).
 DEFAULT_MAX_BODY = 8 * 1024 * 1024
+#: Connections served at once (Prometheus keeps one or two, a probe opens one for a moment; the burst provider's
+#: callers a few more).
+DEFAULT_MAX_CONNECTIONS = 32
+#: What a connection over the bound is told before it is closed.
+_TURNED_AWAY = (
+    b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nContent-Length: 13\r\n"
+    b"Retry-After: 1\r\nConnection: close\r\n\r\ntoo many now\n"
+)
+#: At most one warning about turned-away connections this often (seconds).
+_TURNED_AWAY_WARN_EVERY = 60.0
 
 
 @dataclass(frozen=True)
@@ -140,17 +151,65 @@ class Routes:
 
 
 class DaemonHttpServer(ThreadingHTTPServer):
-    """A thread per connection; counts the requests in flight so a shutdown can wait for them."""
+    """A thread per connection, at most ``max_connections`` of them; counts the requests in flight so a shutdown
+    can wait for them. A connection over the bound is answered 503 (``Retry-After: 1``) and closed without a
+    thread; :attr:`turned_away` counts them and a warning says so at most once a minute."""
 
     daemon_threads = True
     allow_reuse_address = True
 
-    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler]) -> None:
+    def __init__(
+        self,
+        address: tuple[str, int],
+        handler: type[BaseHTTPRequestHandler],
+        *,
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
+        log: logging.Logger | None = None,
+    ) -> None:
+        if max_connections < 1:
+            raise ValueError(f"max_connections: {max_connections} is not a positive number")
         if ":" in address[0]:
             self.address_family = socket.AF_INET6
         self._in_flight = 0
         self._idle = threading.Condition()
+        self._slots = threading.BoundedSemaphore(max_connections)
+        self.max_connections = max_connections
+        self.turned_away = 0
+        self._warned_at: float | None = None
+        self._log = log
         super().__init__(address, handler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self._slots.acquire(blocking=False):
+            self._turn_away(request)
+            return
+        try:
+            super().process_request(request, client_address)  # starts the connection's thread
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
+    def _turn_away(self, request: socket.socket) -> None:
+        self.turned_away += 1
+        try:
+            request.settimeout(1.0)
+            request.sendall(_TURNED_AWAY)
+        except OSError:
+            pass
+        self.shutdown_request(request)
+        now = time.monotonic()
+        if self._log is not None and (self._warned_at is None or now - self._warned_at >= _TURNED_AWAY_WARN_EVERY):
+            self._warned_at = now
+            self._log.warning(
+                "connections turned away: all connection slots are busy",
+                extra={"max_connections": self.max_connections, "turned_away_total": self.turned_away},
+            )
 
     def request_started(self) -> None:
         with self._idle:
@@ -245,11 +304,12 @@ class HttpService:
         server_version: str = "gpucluster",
         methods: Iterable[str] = ("GET", "HEAD"),
         max_body: int = DEFAULT_MAX_BODY,
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
         poll_interval: float = 0.5,
         thread_name: str = "http",
     ) -> None:
         handler = make_handler(app, log=log, server_version=server_version, methods=methods, max_body=max_body)
-        self.server = DaemonHttpServer((host, port), handler)
+        self.server = DaemonHttpServer((host, port), handler, max_connections=max_connections, log=log)
         self._poll = poll_interval
         self._thread = threading.Thread(
             target=self.server.serve_forever, kwargs={"poll_interval": poll_interval}, name=thread_name, daemon=True

@@ -1,11 +1,15 @@
 """Listen addresses from the command line: ``HOST:PORT``, ``:PORT`` (a default host) and ``[IPv6]:PORT``.
 
+An IPv6 address without brackets is taken only when all of it before the last colon is one IPv6 address: the form
+Kubernetes' ``$(POD_IP):PORT`` takes on an IPv6 cluster (our Deployments listen on the pod's own address that way).
+
 Errors are ``ListenError`` (a ``ValueError``) whose message starts with the flag, shows at most the first 80
 characters of what was given and says what is expected, so a daemon prints it as is and exits.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import re
 
 #: A host name or an IPv4 address (an IPv6 address comes in brackets); nothing a socket would reinterpret.
@@ -20,6 +24,14 @@ class ListenError(ValueError):
 
 def _shown(value: str) -> str:
     return repr(value[:_SHOWN] + ("..." if len(value) > _SHOWN else ""))
+
+
+def _is_ipv6(host: str) -> bool:
+    try:
+        ipaddress.IPv6Address(host)
+    except ValueError:
+        return False
+    return True
 
 
 def check_port(port: int, flag: str = "--port") -> int:
@@ -47,7 +59,6 @@ def parse_listen(value: str, flag: str = "--listen", *, default_host: str | None
         if default_host is None:
             raise ListenError(problem)
         host = default_host
-    elif not _HOST.match(host):
-        # an IPv6 address without brackets is ambiguous (which colon starts the port?)
+    elif not _HOST.match(host) and not _is_ipv6(host):
         raise ListenError(problem)
     return host, int(port)

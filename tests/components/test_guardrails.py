@@ -16,6 +16,8 @@ from components.config import rules as rules_module
 from components.config.stack import parse_sections
 from components.guardrails_policies import GuardrailInputs, policies
 from components.guardrails_settings import GuardrailsSettings, confinement_opt_out, pod_security_levels
+from daemons.registry import CONTROLLERS
+from daemons.toolkit.listen import parse_listen
 from tests.support.pulumi_harness import deploy, secrets_of
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -92,11 +94,51 @@ def test_the_local_stack_labels_every_namespace_and_holds_every_rule() -> None:
     assert subjects[reader] == ["gpucluster-team-foundation", "gpucluster-team-vision"]
 
 
+def test_each_controller_takes_connections_only_from_the_scrapers_and_listens_on_its_pod_address() -> None:
+    cfg = load_stack_file(LOCAL)
+    graph = deploy(lambda: GpuCluster("sim", GpuClusterArgs(config=cfg, secrets=secrets_of(cfg))))
+    network_policies = graph.of_type("kubernetes:networking.k8s.io/v1:NetworkPolicy")
+    policies_ = {r.inputs["metadata"]["name"]: r for r in network_policies}
+    running = [
+        spec for spec in CONTROLLERS if (settings := cfg.controller_settings(spec.stack_key)) and settings.enabled
+    ]
+    assert running, "the local stack runs controllers of ours"
+    assert sorted(policies_) == sorted(spec.app for spec in running)
+    for spec in running:
+        policy = policies_[spec.app].inputs["spec"]
+        assert policy["podSelector"] == {"matchLabels": {"app.kubernetes.io/name": spec.app}}
+        assert policy["policyTypes"] == ["Ingress"]
+        (rule,) = policy["ingress"]
+        assert rule["from"] == [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]
+        assert rule["ports"] == [{"protocol": "TCP", "port": spec.metrics_port}]
+    # the daemon's --listen is its pod's address, which the kubelet expands from the downward API
+    dep = next(
+        r for r in graph.of_type("kubernetes:apps/v1:Deployment") if r.inputs["metadata"]["name"] == running[0].app
+    )
+    (container,) = dep.inputs["spec"]["template"]["spec"]["containers"]
+    listen = container["args"][container["args"].index("--listen") + 1]
+    assert {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}} in container["env"]
+    for pod_ip in ("10.244.3.7", "fd00:10:244::7"):
+        assert parse_listen(listen.replace("$(POD_IP)", pod_ip)) == (pod_ip, running[0].metrics_port)
+
+
+def test_no_scraper_means_no_ingress_at_all() -> None:
+    cfg = load_stack_file(LOCAL)
+    cfg = dataclasses.replace(cfg, guardrails=GuardrailsSettings(metrics_scrapers=[]))
+    graph = deploy(lambda: GpuCluster("sim", GpuClusterArgs(config=cfg, secrets=secrets_of(cfg))))
+    policies_ = graph.of_type("kubernetes:networking.k8s.io/v1:NetworkPolicy")
+    assert policies_
+    assert all(r.inputs["spec"]["ingress"] == [] for r in policies_)
+    with pytest.raises(ValidationError, match="metricsScrapers"):
+        GuardrailsSettings.model_validate({"metricsScrapers": ["Not A Namespace"]})
+
+
 def test_turned_off_there_are_no_labels_and_no_policies() -> None:
     cfg = load_stack_file(LOCAL)
     cfg = dataclasses.replace(cfg, guardrails=GuardrailsSettings(enabled=False))
     graph = deploy(lambda: GpuCluster("sim", GpuClusterArgs(config=cfg, secrets=secrets_of(cfg))))
     assert not graph.of_type("kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicy")
+    assert not graph.of_type("kubernetes:networking.k8s.io/v1:NetworkPolicy")
     for r in graph.of_type("kubernetes:core/v1:Namespace"):
         assert ENFORCE not in r.inputs["metadata"]["labels"]
 

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from components.constants import RELIABILITY_CONFIGMAP
+from components.controller import metrics_ingress
 from components.guardrails_policies import GuardrailInputs, manifests, policies, reliability_reader, team_role
 from components.guardrails_settings import GuardrailsSettings
 from tests.support.apiserver import ApiServer, running_apiserver, wait_for
@@ -314,3 +315,19 @@ def test_a_team_submits_and_reads_its_own_jobs_and_nothing_else(rbac_kubectl: Ku
     ]:
         assert not can(k, "ml-foundation", verb, resource, namespace or "default"), (verb, resource, namespace)
     assert not can(k, "someone-else", "list", "pods", TEAM)
+
+
+def test_a_controllers_network_policy_is_one_the_api_server_takes(kubectl: Kubectl) -> None:
+    def policy(scrapers: tuple[str, ...]) -> dict[str, Any]:
+        return {
+            "apiVersion": "networking.k8s.io/v1",
+            "kind": "NetworkPolicy",
+            "metadata": {"name": "gpucluster-quota-controller", "namespace": CONTROLLERS},
+            "spec": metrics_ingress("gpucluster-quota-controller", 9111, scrapers),
+        }
+
+    assert kubectl.refusal(policy(("monitoring",))) is None
+    assert kubectl.refusal(policy(())) is None  # no ingress rule: nothing may connect
+    broken = policy(("monitoring",))
+    broken["spec"]["ingress"][0]["ports"][0]["port"] = 70000
+    refused(kubectl, broken, "spec.ingress[0].ports[0].port")

@@ -74,7 +74,7 @@ def test_the_deployment_runs_the_daemon(graph: Graph) -> None:
         "--settings",
         "/etc/gpucluster/interruptions/settings.json",
         "--listen",
-        f"0.0.0.0:{METRICS_PORT}",
+        f"$(POD_IP):{METRICS_PORT}",
     ]
     assert dep.inputs["metadata"]["namespace"] == "gpucluster-training"
     assert graph.depends_on(dep, graph.one("kubernetes:core/v1:ConfigMap", "interruptions-settings"))

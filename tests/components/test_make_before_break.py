@@ -129,7 +129,7 @@ def test_the_deployment_runs_the_controller_like_the_taint_controller(graph: Gra
     (container,) = pod["containers"]
     assert container["command"] == ["gpucluster-make-before-break"]
     assert container["args"][:2] == ["--settings", "/etc/gpucluster/make-before-break/settings.json"]
-    assert container["args"][2:] == ["--listen", f"0.0.0.0:{METRICS_PORT}"]
+    assert container["args"][2:] == ["--listen", f"$(POD_IP):{METRICS_PORT}"]
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert container["readinessProbe"]["httpGet"]["path"] == "/healthz"

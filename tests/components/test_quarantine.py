@@ -89,7 +89,7 @@ def test_the_deployment_runs_the_controller_like_the_other_controllers(graph: Gr
     pod = spec["template"]["spec"]
     (container,) = pod["containers"]
     assert container["command"] == ["gpucluster-quarantine"]
-    assert container["args"] == ["--settings", "/etc/gpucluster/quarantine/settings.json", "--listen", "0.0.0.0:9108"]
+    assert container["args"] == ["--settings", "/etc/gpucluster/quarantine/settings.json", "--listen", "$(POD_IP):9108"]
     assert METRICS_PORT == 9108
     assert spec["template"]["metadata"]["annotations"]["prometheus.io/port"] == "9108"
     assert container["securityContext"]["readOnlyRootFilesystem"] is True

@@ -81,7 +81,7 @@ def test_the_deployment_runs_the_controller(graph: Graph) -> None:
         "--settings",
         "/etc/gpucluster/quota-controller/settings.json",
         "--listen",
-        f"0.0.0.0:{METRICS_PORT}",
+        f"$(POD_IP):{METRICS_PORT}",
     ]
     assert dep.inputs["spec"]["template"]["spec"]["serviceAccountName"] == APP
     assert graph.depends_on(dep, graph.one("kubernetes:core/v1:ConfigMap", "quota-settings"))

@@ -70,7 +70,7 @@ def test_the_deployment_runs_the_controller(graph: Graph) -> None:
     dep = graph.one("kubernetes:apps/v1:Deployment", "sd-deployment")
     (container,) = dep.inputs["spec"]["template"]["spec"]["containers"]
     assert container["command"] == ["gpucluster-stall-detector"]
-    assert container["args"][-1] == "0.0.0.0:9114"
+    assert container["args"][-1] == "$(POD_IP):9114"
 
 
 @pytest.mark.parametrize(

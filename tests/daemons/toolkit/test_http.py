@@ -174,3 +174,44 @@ def test_ipv6_loopback_is_served_on_an_ipv6_socket() -> None:
             urllib.request.urlopen(svc.url + "/metrics", timeout=10)  # no metrics mounted: 404
     finally:
         svc.stop()
+
+
+def test_connections_over_the_bound_are_turned_away(caplog: pytest.LogCaptureFixture) -> None:
+    entered, release = threading.Semaphore(0), threading.Event()
+
+    def hold(_request: Request) -> Response:
+        entered.release()
+        release.wait(10)
+        return Response(200, b"held\n")
+
+    svc = HttpService("127.0.0.1", 0, Routes(get={"/hold": hold}), log=log, max_connections=2).start()
+    results: list[tuple[int, bytes]] = []
+    holders = [threading.Thread(target=lambda: results.append(call(svc, "GET", "/hold"))) for _ in range(2)]
+    try:
+        for t in holders:
+            t.start()
+        assert entered.acquire(timeout=10)
+        assert entered.acquire(timeout=10)
+        with caplog.at_level(logging.WARNING, logger=log.name):
+            # both slots busy: the next connections are told so at once (served, /healthz would answer 200)
+            for _ in range(5):
+                assert call(svc, "GET", "/healthz") == (503, b"too many now\n")
+        assert svc.server.turned_away == 5
+        assert [r.getMessage() for r in caplog.records] == ["connections turned away: all connection slots are busy"]
+    finally:
+        release.set()
+        for t in holders:
+            t.join(10)
+    assert results == [(200, b"held\n")] * 2
+    # the slots are free again once the held connections closed
+    for _ in range(50):
+        if call(svc, "GET", "/healthz")[0] == 200:
+            break
+        threading.Event().wait(0.05)
+    assert call(svc, "GET", "/healthz") == (200, b"ok\n")
+    assert svc.stop(timeout=5)
+
+
+def test_the_connection_bound_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="max_connections: 0 is not a positive number"):
+        HttpService("127.0.0.1", 0, Routes(), log=log, max_connections=0)

@@ -13,6 +13,9 @@ from daemons.toolkit.listen import ListenError, check_port, parse_listen
         (":9102", "0.0.0.0", ("0.0.0.0", 9102)),
         ("127.0.0.1:0", "0.0.0.0", ("127.0.0.1", 0)),
         ("[::1]:80", "0.0.0.0", ("::1", 80)),
+        # $(POD_IP):PORT on an IPv6 cluster: the last colon starts the port
+        ("fd00:10:244::17:9102", None, ("fd00:10:244::17", 9102)),
+        ("10.244.1.17:9102", None, ("10.244.1.17", 9102)),
         ("localhost:65535", None, ("localhost", 65535)),
         ("node-1.example.org:18080", None, ("node-1.example.org", 18080)),
         (":10299", "127.0.0.1", ("127.0.0.1", 10299)),
@@ -31,7 +34,8 @@ def test_accepted(text: str, default_host: str | None, parsed: tuple[str, int]) 
         (":-1", "0.0.0.0"),
         (":٩١", "0.0.0.0"),  # non-ASCII digits
         (":9102", None),  # a host is required here
-        ("::1:80", "0.0.0.0"),  # IPv6 without brackets is ambiguous
+        ("fd00:::1:80", "0.0.0.0"),  # not an IPv6 address before the last colon
+        ("fd00::1", "0.0.0.0"),  # no port: "fd00:" is no address
         ("[not-ipv6]:80", "0.0.0.0"),
         ("bad host:80", "0.0.0.0"),
         ("", "0.0.0.0"),
