@@ -30,7 +30,7 @@ from components.make_before_break_settings import STACK_KEY as MAKE_BEFORE_BREAK
 from components.make_before_break_settings import MakeBeforeBreakSettings
 from components.metrics_adapter_settings import STACK_KEY as METRICS_ADAPTER_KEY
 from components.metrics_adapter_settings import MetricsAdapterSettings
-from components.model import MAX_STRING, ControllerSettings, DnsLabel, TaintKey
+from components.model import MAX_STRING, ControllerSettings, DnsLabel, TaintKey, parse_duration
 from components.quarantine_settings import FILLED as QUARANTINE_FILLED
 from components.quarantine_settings import STACK_KEY as QUARANTINE_KEY
 from components.quarantine_settings import QuarantineFlavor, QuarantineSettings
@@ -317,6 +317,11 @@ class StackSections:
                 "fabric_exporter": with_image(telemetry.fabric_exporter, daemons),
                 "reservation_taint_key": values["make_before_break"].reservation_key,
                 "inference_priority_class": values["priorities"].pod.inference.name,
+                "make_before_break_hold_seconds": (
+                    parse_duration(values["make_before_break"].max_hold)
+                    if values["make_before_break"].enabled
+                    else None
+                ),
             }
         )
         burst = self.burst

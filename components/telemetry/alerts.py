@@ -24,10 +24,11 @@ interruption took longer than ``recoverySlowSeconds`` to get the gang Running ag
 The ``gpucluster-serving`` group watches the loop that keeps production serving while training takes the GPUs:
 ``BurstTaintFlapping`` (the taint controller reversed itself within its flap window: serving moved out and back for
 nothing), ``MakeBeforeBreakFellBack`` (a gang was admitted before its room was made, by ``maxHold`` or because the
-replacements could not be placed: the replicas on its GPUs were preempted), ``InferencePending`` (an inference pod
-found no room in the cluster and none rented for ``inferencePendingMinutes``), ``BurstProviderFailing`` (a
-provider's failure rate above ``providerFailureRate`` for 10 minutes) and ``BurstSpendCeilingReached`` (new rentals
-refused by ``maxSpendPerHour``).
+replacements could not be placed: the replicas on its GPUs were preempted), ``MakeBeforeBreakHoldingTooLong`` and
+``MakeBeforeBreakNotActing`` (a gang held past ``maxHold``, or no cycle for five minutes: only while the stack runs
+make-before-break), ``InferencePending`` (an inference pod found no room in the cluster and none rented for
+``inferencePendingMinutes``), ``BurstProviderFailing`` (a provider's failure rate above ``providerFailureRate`` for
+10 minutes) and ``BurstSpendCeilingReached`` (new rentals refused by ``maxSpendPerHour``).
 """
 
 from __future__ import annotations
@@ -461,6 +462,7 @@ def serving_rules(settings: TelemetrySettings) -> list[dict[str, Any]]:
                 "ceiling) are the usual cause.",
             },
         },
+        *make_before_break_rules(settings),
         {
             "alert": "InferencePending",
             "expr": f"count by (namespace) ({pending}) > 0",
@@ -497,6 +499,49 @@ def serving_rules(settings: TelemetrySettings) -> list[dict[str, Any]]:
                 "description": "Renting more would pass burst.maxSpendPerHour, so inference pods that need rented "
                 "GPUs stay Pending (Event SpendCeiling on each). gpucluster_burst_spend_rate_usd_per_hour shows "
                 "the spend per provider; raise the ceiling or let the cluster free GPUs.",
+            },
+        },
+    ]
+
+
+#: How long past ``maxHold`` a gang may still be held before it alerts: a few of the controller's cycles and scrapes.
+HOLD_GRACE_SECONDS = 120
+#: Minutes without a make-before-break cycle before it alerts (a cycle runs every ``interval``, 10 s by default).
+NOT_CYCLING_MINUTES = 5
+
+
+def make_before_break_rules(settings: TelemetrySettings) -> list[dict[str, Any]]:
+    """A gang held past ``maxHold`` (the controller runs but does not act), or a controller that stopped cycling
+    (down, or wedged) while gangs wait on its AdmissionCheck with nothing to clear it; none without the controller."""
+    hold = settings.make_before_break_hold_seconds
+    if hold is None:
+        return []
+    return [
+        {
+            "alert": "MakeBeforeBreakHoldingTooLong",
+            "expr": f"max by (workload) ({MAKE_BEFORE_BREAK}_hold_seconds) > {_num(hold + HOLD_GRACE_SECONDS)}",
+            "labels": {"severity": "critical"},
+            "annotations": {
+                "summary": "Gang {{ $labels.workload }} held {{ $value | humanizeDuration }} by make-before-break, "
+                "past its maxHold",
+                "description": "The make-before-break check should have gone Ready (room made, or maxHold reached "
+                "and training preempts) but has not: training waits and nothing will admit it. kubectl describe "
+                "workload names the check's state; the controller's log and its observe errors "
+                "(gpucluster_make_before_break_observe_errors_total) say why. Deleting the AdmissionCheck from the "
+                "ClusterQueue (makeBeforeBreak.enabled: false) lets Kueue admit without it.",
+            },
+        },
+        {
+            "alert": "MakeBeforeBreakNotActing",
+            "expr": f"sum(increase({MAKE_BEFORE_BREAK}_cycles_total[{NOT_CYCLING_MINUTES}m])) == 0"
+            f" or absent({MAKE_BEFORE_BREAK}_cycles_total)",
+            "for": f"{NOT_CYCLING_MINUTES}m",
+            "labels": {"severity": "critical"},
+            "annotations": {
+                "summary": f"make-before-break has not run a cycle in {NOT_CYCLING_MINUTES} minutes",
+                "description": "Every training gang waits on its AdmissionCheck (blockAdmission) and none is "
+                "cleared while the controller is down or wedged: kubectl -n <its namespace> get pods,lease shows "
+                "whether any replica runs and holds the Lease.",
             },
         },
     ]

@@ -49,6 +49,7 @@ STACK_KEY = "gpucluster:telemetry"
 FILLED = {
     "reservationTaintKey": "gpucluster:makeBeforeBreak.reservationKey",
     "inferencePriorityClass": "gpucluster:priorities.pod.inference.name",
+    "makeBeforeBreakHoldSeconds": "gpucluster:makeBeforeBreak.maxHold (none while it is off)",
 }
 #: NVIDIA's chart is versioned as the exporter it ships; its image tags are ``<DCGM>-<exporter>-<base image>``.
 DEFAULT_DCGM_CHART_VERSION = "4.2.0"
@@ -193,6 +194,9 @@ class TelemetrySettings(ConfigModel):
     reservation_taint_key: TaintKey | None = None
     #: The inference pods' PriorityClass: the serving alerts count Pending inference pods by it (kube_pod_info).
     inference_priority_class: DnsSubdomain = "gpucluster-inference"
+    #: Make-before-break's ``maxHold`` in seconds (its default, 5m), or None when the stack runs none: a gang held
+    #: longer, or a controller that stopped cycling while gangs wait on its check, alerts.
+    make_before_break_hold_seconds: Annotated[float, Field(gt=0, le=3600)] | None = 300.0
 
     @field_validator("namespace", "grafana_dashboard_namespace")
     @classmethod

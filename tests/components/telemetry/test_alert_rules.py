@@ -16,6 +16,8 @@ from typing import Any
 import pytest
 import yaml
 
+from components.config import load_stack_file
+from components.model import parse_duration
 from components.quarantine_settings import DEFAULT_SIGNAL_QUERY, REASONS, SIGNAL_LABEL, SIGNAL_VALUE
 from components.telemetry.alerts import (
     QUARANTINE_ALERTS,
@@ -32,6 +34,7 @@ from daemons.make_before_break import metrics as mbb_metrics
 from daemons.taint_controller import metrics as taint_metrics
 from tests.support.require import debian_tool
 
+ROOT = Path(__file__).resolve().parents[3]
 GPU = {"Hostname": "gpu-node-1", "gpu": "0", "UUID": "GPU-a", "job": "dcgm-exporter"}
 GPU_SEL = '{Hostname="gpu-node-1",gpu="0",UUID="GPU-a",job="dcgm-exporter"}'
 #: The same series served by someone else's pod under another scrape job (prometheus.io/scrape annotations).
@@ -75,6 +78,8 @@ def gpu_node(node: str, ready: int = 1, taint: str = "") -> list[tuple[str, str]
 
 
 JOB_SEL = 'namespace="team-a",job="llm",team="a"'
+HOLD = "gpucluster_make_before_break_hold_seconds"
+CYCLES = "gpucluster_make_before_break_cycles_total"
 INFERENCE_POD = 'namespace="inference",pod="sd-serve-7d9f-x2"'
 WARN = {"severity": "warning"}
 JOB_OUT = {"namespace": "team-a", "job": "llm", "team": "a"}
@@ -643,6 +648,26 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
             [],
         ),
     ),
+    # maxHold 5m (the default) plus two minutes of grace: 420 s
+    "MakeBeforeBreakHoldingTooLong": (
+        case(
+            [(f'{HOLD}{{workload="team-a/llm"}}', "0+60x20"), (f'{HOLD}{{workload="team-b/vit"}}', "0x20")],
+            "MakeBeforeBreakHoldingTooLong",
+            "8m",
+            [{"workload": "team-a/llm", "severity": "critical"}],
+        ),
+        case([(f'{HOLD}{{workload="team-a/llm"}}', "0+60x7")], "MakeBeforeBreakHoldingTooLong", "7m", []),
+    ),
+    "MakeBeforeBreakNotActing": (
+        # cycles every 10 s, then none from minute 5: five minutes without one, then five more
+        case([(CYCLES, "0+6x5 30x20")], "MakeBeforeBreakNotActing", "16m", [{"severity": "critical"}]),
+        case([(CYCLES, "0+6x20")], "MakeBeforeBreakNotActing", "16m", []),
+    ),
+    "MakeBeforeBreakNotActing-absent": (
+        # no replica has ever exported a cycle
+        case([("up", "1x20")], "MakeBeforeBreakNotActing", "6m", [{"severity": "critical"}]),
+        case([(CYCLES, "0+6x20")], "MakeBeforeBreakNotActing", "6m", []),
+    ),
     "InferencePending": (
         case(
             [
@@ -845,3 +870,27 @@ def test_inference_pending_counts_the_stacks_inference_priority_class(tmp_path: 
     assert promtool_test(tmp_path, rule_groups(settings), [fires]).returncode == 0
     # the default name is not this stack's: nothing fires
     assert promtool_test(tmp_path, rule_groups(TelemetrySettings()), [fires]).returncode != 0
+
+
+def test_the_make_before_break_alerts_follow_its_max_hold_and_are_absent_without_it(tmp_path: Path) -> None:
+    held_8m = case(
+        [(f'{HOLD}{{workload="team-a/llm"}}', "0+60x20")],
+        "MakeBeforeBreakHoldingTooLong",
+        "8m",
+        [{"workload": "team-a/llm", "severity": "critical"}],
+    )
+    assert promtool_test(tmp_path, rule_groups(TelemetrySettings()), [held_8m]).returncode == 0
+    # a 10-minute maxHold: eight minutes is within it
+    longer = TelemetrySettings(make_before_break_hold_seconds=600)
+    assert promtool_test(tmp_path, rule_groups(longer), [held_8m]).returncode != 0
+    off = alert_names(TelemetrySettings(make_before_break_hold_seconds=None))
+    assert not {"MakeBeforeBreakHoldingTooLong", "MakeBeforeBreakNotActing"} & set(off)
+
+
+def test_the_stack_fills_the_hold_from_make_before_break() -> None:
+    local = load_stack_file(ROOT / "stacks" / "Pulumi.local.yaml")
+    prod = load_stack_file(ROOT / "stacks" / "Pulumi.prod.yaml")
+    assert local.make_before_break.enabled
+    assert local.telemetry.make_before_break_hold_seconds == parse_duration(local.make_before_break.max_hold)
+    assert not prod.make_before_break.enabled  # off while bursting is off
+    assert prod.telemetry.make_before_break_hold_seconds is None
