@@ -24,7 +24,7 @@ from components.queues import Queues, QueuesArgs
 from components.storage import Storage, StorageArgs
 from components.telemetry import Telemetry, TelemetryArgs
 from components.virtual_node import VirtualNode, VirtualNodeArgs
-from daemons.registry import CONTROLLERS, MAKE_BEFORE_BREAK
+from daemons.registry import CONTROLLERS, MAKE_BEFORE_BREAK, QUARANTINE
 from daemons.toolkit.spec import AFTER_CLUSTER_QUEUES, AFTER_JOBSET, AFTER_KUEUE, NAMESPACE_ROLES, WORKLOAD_NAMESPACES
 
 #: The controllers whose component adds to the kit's (make-before-break's AdmissionCheck); the rest use Controller.
@@ -68,7 +68,15 @@ def guardrail_inputs(cfg: StackConfig, created: Collection[str] | None = None) -
         ipc_lock=any(f.fabric is not None and f.fabric.rdma for f in cfg.flavors),
         team_groups={t.namespace: t.subject_group for t in cfg.teams},
         reliability=(reliability, RELIABILITY_CONFIGMAP) if created is None or reliability in created else None,
+        quarantine_user=(
+            service_account_user(cfg.quarantine.namespace, QUARANTINE.app) if cfg.quarantine.enabled else None
+        ),
     )
+
+
+def service_account_user(namespace: str, name: str) -> str:
+    """The user name the API server gives a ServiceAccount's requests."""
+    return f"system:serviceaccount:{namespace}:{name}"
 
 
 class GpuCluster(pulumi.ComponentResource):

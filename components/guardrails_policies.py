@@ -21,7 +21,15 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from components.constants import NAMESPACE_NAME_LABEL
+from components.constants import (
+    NAMESPACE_NAME_LABEL,
+    QUARANTINE_REASON_ANNOTATION,
+    QUARANTINE_TAINT_EFFECT,
+    QUARANTINE_TAINT_KEY,
+    QUARANTINED_AT_ANNOTATION,
+    QUARANTINED_LABEL,
+    RELEASED_AT_ANNOTATION,
+)
 from components.guardrails_settings import (
     BASELINE_CAPABILITIES,
     CONFINEMENT_ANNOTATION_PREFIXES,
@@ -36,6 +44,9 @@ QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 #: The capability a pod on an RDMA fabric adds beyond baseline's (``fabric_settings.RDMA_CAPABILITY``).
 IPC_LOCK = "IPC_LOCK"
+
+#: What the quarantine controller writes on a Node besides its taint and label (daemons/quarantine/kube.py).
+QUARANTINE_ANNOTATIONS = (QUARANTINE_REASON_ANNOTATION, QUARANTINED_AT_ANNOTATION, RELEASED_AT_ANNOTATION)
 
 PODS = {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "operations": ["CREATE"]}
 JOBS = {"apiGroups": ["batch"], "apiVersions": ["v1"], "resources": ["jobs"], "operations": ["CREATE", "UPDATE"]}
@@ -70,6 +81,8 @@ class GuardrailInputs:
     team_groups: Mapping[str, str] = field(default_factory=dict)
     #: Where ``gpucluster submit`` reads the measured reliability: (namespace, ConfigMap name); None: nowhere.
     reliability: tuple[str, str] | None = None
+    #: The quarantine controller's user (``system:serviceaccount:<ns>:<name>``); None: the stack runs none.
+    quarantine_user: str | None = None
 
 
 @dataclass(frozen=True)
@@ -91,6 +104,8 @@ class Policy:
     validations: tuple[Validation, ...]
     namespace_selector: Mapping[str, Any] = field(default_factory=dict)
     variables: tuple[Mapping[str, str], ...] = ()
+    #: CEL conditions a request must meet to be judged at all (whose request it is).
+    match_conditions: tuple[Mapping[str, str], ...] = ()
 
 
 def cel(value: object) -> str:
@@ -346,6 +361,74 @@ def training_pods_stay_baseline(inputs: GuardrailInputs) -> Policy | None:
 
 
 #: Every rule, in the order they are applied and documented.
+# --- what a controller of ours may write --------------------------------------------------------------------------
+
+NODE_UPDATES = {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["nodes"], "operations": ["UPDATE"]}
+#: A Node's spec fields besides its taints (``configSource`` is long deprecated and still a field).
+NODE_SPEC_FIELDS = ("podCIDR", "podCIDRs", "providerID", "unschedulable", "configSource")
+
+
+def map_unchanged_but(obj: str, old: str, keys: Sequence[str]) -> str:
+    """CEL: the map ``obj`` holds what ``old`` held, key for key and value for value, except ``keys``."""
+    allowed = cel(list(keys))
+    return (
+        f"(!has({obj}) || {obj}.all(k, k in {allowed} || (has({old}) && k in {old} && {old}[k] == {obj}[k])))"
+        f" && (!has({old}) || {old}.all(k, k in {allowed} || (has({obj}) && k in {obj})))"
+    )
+
+
+def field_unchanged(obj: str, old: str) -> str:
+    """CEL: the optional field is absent in both, or present in both and equal."""
+    return f"(has({obj}) == has({old}) && (!has({obj}) || {obj} == {old}))"
+
+
+def quarantine_writes_only_its_marks(inputs: GuardrailInputs) -> Policy | None:
+    """The quarantine controller may patch every Node (RBAC cannot name them); this holds it to its own marks."""
+    if inputs.quarantine_user is None:
+        return None
+    key = QUARANTINE_TAINT_KEY
+    taints = "(has({o}.spec.taints) ? {o}.spec.taints : []).filter(t, t.key != " + cel(key) + ")"
+    spec_fields = " && ".join(field_unchanged(f"object.spec.{f}", f"oldObject.spec.{f}") for f in NODE_SPEC_FIELDS)
+    return Policy(
+        name="quarantine-writes-only-its-marks",
+        summary="The quarantine controller changes a Node only by its taint (NoExecute), its label and its "
+        "annotations.",
+        resource_rules=(NODE_UPDATES,),
+        match_conditions=(
+            {"name": "is-quarantine", "expression": f"request.userInfo.username == {cel(inputs.quarantine_user)}"},
+        ),
+        validations=(
+            Validation(
+                expression=f"{taints.format(o='object')} == {taints.format(o='oldObject')}"
+                f" && (!has(object.spec.taints) || object.spec.taints.all(t, t.key != {cel(key)}"
+                f" || t.effect == {cel(QUARANTINE_TAINT_EFFECT)}))",
+                message=f"the quarantine controller may add only its own taint ({key}, "
+                f"{QUARANTINE_TAINT_EFFECT}); every other taint stays as it was",
+            ),
+            Validation(
+                expression=map_unchanged_but(
+                    "object.metadata.labels", "oldObject.metadata.labels", [QUARANTINED_LABEL]
+                ),
+                message=f"the quarantine controller may set only its label {QUARANTINED_LABEL}",
+            ),
+            Validation(
+                expression=map_unchanged_but(
+                    "object.metadata.annotations", "oldObject.metadata.annotations", QUARANTINE_ANNOTATIONS
+                ),
+                message="the quarantine controller may set only its annotations ("
+                + ", ".join(QUARANTINE_ANNOTATIONS)
+                + ")",
+            ),
+            Validation(
+                expression=f"{spec_fields}"
+                f" && {field_unchanged('object.metadata.finalizers', 'oldObject.metadata.finalizers')}"
+                f" && {field_unchanged('object.metadata.ownerReferences', 'oldObject.metadata.ownerReferences')}",
+                message="the quarantine controller may not change a Node's spec (but its taint), finalizers or owners",
+            ),
+        ),
+    )
+
+
 RULES: list[Callable[[GuardrailInputs], Policy | None]] = [
     gpu_visibility_is_requested,
     confinement_stays_on,
@@ -355,6 +438,7 @@ RULES: list[Callable[[GuardrailInputs], Policy | None]] = [
     training_priority_jobsets_are_queued,
     research_priority_by_team,
     training_pods_stay_baseline,
+    quarantine_writes_only_its_marks,
 ]
 
 
@@ -378,6 +462,8 @@ def manifests(policy: Policy) -> tuple[dict[str, Any], dict[str, Any]]:
     }
     if policy.variables:
         spec["variables"] = [dict(v) for v in policy.variables]
+    if policy.match_conditions:
+        spec["matchConditions"] = [dict(c) for c in policy.match_conditions]
     doc = {
         "apiVersion": ADMISSION_API,
         "kind": "ValidatingAdmissionPolicy",

@@ -17,10 +17,12 @@ from typing import Any
 
 import pytest
 
-from components.constants import RELIABILITY_CONFIGMAP
+from components.constants import QUARANTINE_TAINT_KEY, RELIABILITY_CONFIGMAP
+from components.constants import RELEASED_AT_ANNOTATION as QUARANTINE_RELEASED
 from components.controller import metrics_ingress
 from components.guardrails_policies import GuardrailInputs, manifests, policies, reliability_reader, team_role
 from components.guardrails_settings import GuardrailsSettings
+from daemons.quarantine.kube import node_from, quarantine_ops
 from tests.support.apiserver import ApiServer, running_apiserver, wait_for
 from tests.support.sim import tools_bin
 
@@ -34,12 +36,14 @@ TEAM, OTHER_TEAM, SERVING, TELEMETRY, CONTROLLERS = (
     "gpucluster-capacity",
 )
 TRAINING = "gpucluster-training"
+QUARANTINE_USER = f"system:serviceaccount:{CONTROLLERS}:gpucluster-quarantine"
 INPUTS = GuardrailInputs(
     training_namespaces=(TEAM, OTHER_TEAM),
     priorities_by_namespace={TEAM: ("research-default", "research-urgent"), OTHER_TEAM: ("research-default",)},
     training_priority_class=TRAINING,
     exempt_namespaces=(TELEMETRY, "kube-system"),
     ipc_lock=True,
+    quarantine_user=QUARANTINE_USER,
 )
 SETTINGS = GuardrailsSettings()
 ROLES = {
@@ -248,6 +252,62 @@ def test_pod_security_levels_follow_the_namespace_role(kubectl: Kubectl) -> None
     assert kubectl.refusal(restricted_pod(CONTROLLERS)) is None
     # telemetry: the exporters read the host's /sys
     assert kubectl.refusal(pod(TELEMETRY, **copy.deepcopy(hostpath))) is None
+
+
+# --- what a controller of ours may write --------------------------------------------------------------------------
+
+
+def test_the_quarantine_controller_changes_a_node_only_by_its_own_marks(kubectl: Kubectl) -> None:
+    name = "gpu-node-q"
+    node = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": {"kubernetes.io/hostname": name, "gpucluster.io/ib-leaf": "leaf-1"},
+            "annotations": {QUARANTINE_RELEASED: "2026-12-01T00:00:00Z"},
+        },
+        "spec": {"taints": [{"key": "gpucluster.io/reservation", "value": "llm", "effect": "NoSchedule"}]},
+    }
+    proc = kubectl("create", "-o", "json", "-f", "-", doc=node)
+    assert proc.returncode == 0, proc.stderr
+    view = node_from(json.loads(proc.stdout))
+
+    def patched(ops: list[dict[str, Any]], *, user: str | None = QUARANTINE_USER) -> str | None:
+        who = ["--as", user] if user else []
+        args = ["patch", "node", name, "--type=json", "-p", json.dumps(ops), "--dry-run=server", *who]
+        proc = kubectl(*args)
+        return None if proc.returncode == 0 else proc.stderr.strip()
+
+    # the controller's own patch: taint, label, both annotations, the old release annotation dropped
+    assert patched(quarantine_ops(view, "gpu-temperature", "GpuTemperatureHigh on GPU 3", 1_800_000_000.0)) is None
+    hostile = {
+        "another NoExecute taint": (
+            [{"op": "add", "path": "/spec/taints/-", "value": {"key": "evil", "effect": "NoExecute"}}],
+            "may add only its own taint",
+        ),
+        "a reservation lifted": ([{"op": "remove", "path": "/spec/taints/0"}], "may add only its own taint"),
+        "its taint without eviction": (
+            [{"op": "add", "path": "/spec/taints/-", "value": {"key": QUARANTINE_TAINT_KEY, "effect": "NoSchedule"}}],
+            "may add only its own taint",
+        ),
+        "a leaf relabelled": (
+            [{"op": "replace", "path": "/metadata/labels/gpucluster.io~1ib-leaf", "value": "leaf-9"}],
+            "may set only its label",
+        ),
+        "another annotation": (
+            [{"op": "add", "path": "/metadata/annotations/x", "value": "y"}],
+            "may set only its annotations",
+        ),
+        "a cordon": ([{"op": "add", "path": "/spec/unschedulable", "value": True}], "may not change a Node's spec"),
+    }
+    for what, (ops, words) in hostile.items():
+        said = patched(ops)
+        assert said is not None, f"{what}: the API server would apply it"
+        assert words in said, (what, said)
+        assert "gpucluster-quarantine-writes-only-its-marks" in said, (what, said)
+    # the rule is the controller's alone: the admin (and node_admission) may still cordon
+    assert patched(hostile["a cordon"][0], user=None) is None
 
 
 # --- what a team's group may do, with RBAC on --------------------------------------------------------------------
