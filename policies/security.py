@@ -26,15 +26,25 @@ from policies.common import (
 DEFAULT_NODE_AGENTS = ["gpu-telemetry/*"]
 
 
-def _validate(args: ResourceValidationArgs, report: Report) -> None:
+def _workload_pod_spec(args: ResourceValidationArgs) -> tuple[Mapping[str, Any], str, list[str]] | None:
+    """The resource's pod spec, its reference and the node agents allowed more; None when it has no pod spec
+    (marked not applicable) or is one of those node agents."""
     spec = pod_spec(args.resource_type, args.props)
     if spec is None:
         args.not_applicable("no pod template")
-        return
+        return None
     ref = object_ref(args.props, args.name)
     allowed = list(config_value(args.get_config(), "nodeAgents", DEFAULT_NODE_AGENTS))
     if any(fnmatch(ref, pattern) for pattern in allowed):
+        return None
+    return spec, ref, allowed
+
+
+def _validate(args: ResourceValidationArgs, report: Report) -> None:
+    workload = _workload_pod_spec(args)
+    if workload is None:
         return
+    spec, ref, allowed = workload
     for volume in spec.get("volumes") or []:
         if isinstance(volume, dict) and volume.get("hostPath") is not None:
             path = volume["hostPath"].get("path")
@@ -72,14 +82,10 @@ def _profiles_off(sc: Mapping[str, Any]) -> list[str]:
 
 
 def _validate_gpus_and_confinement(args: ResourceValidationArgs, report: Report) -> None:
-    spec = pod_spec(args.resource_type, args.props)
-    if spec is None:
-        args.not_applicable("no pod template")
+    workload = _workload_pod_spec(args)
+    if workload is None:
         return
-    ref = object_ref(args.props, args.name)
-    allowed = list(config_value(args.get_config(), "nodeAgents", DEFAULT_NODE_AGENTS))
-    if any(fnmatch(ref, pattern) for pattern in allowed):
-        return
+    spec, ref, _ = workload
     annotations = _pod_metadata(args.resource_type, args.props).get("annotations") or {}
     key = confinement_opt_out({str(k): str(v) for k, v in annotations.items()})
     if key is not None:
