@@ -80,6 +80,10 @@ IB_LEAF_LABEL = "gpucluster.io/ib-leaf"
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 #: The label the API server puts on every namespace: its name (what a namespace selector picks one by).
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
+#: Kueue's API group and the version everything of ours reads and writes it in.
+KUEUE_GROUP = "kueue.x-k8s.io"
+KUEUE_VERSION = "v1beta2"
+KUEUE_API = f"{KUEUE_GROUP}/{KUEUE_VERSION}"
 #: Kueue's pod-set topology annotations (kueue v1beta2 ``topology_types.go``), on a JobSet's pod templates.
 PODSET_REQUIRED_TOPOLOGY = "kueue.x-k8s.io/podset-required-topology"
 PODSET_PREFERRED_TOPOLOGY = "kueue.x-k8s.io/podset-preferred-topology"

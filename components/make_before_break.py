@@ -11,9 +11,9 @@ from __future__ import annotations
 import pulumi
 import pulumi_kubernetes as k8s
 
+from components.constants import KUEUE_API
 from components.controller import Controller, ControllerArgs
 from components.make_before_break_settings import CHECK_NAME, CONTROLLER_NAME
-from components.queues import KUEUE_API
 
 
 class MakeBeforeBreak(Controller):

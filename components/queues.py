@@ -23,6 +23,7 @@ from components.charts import helm_chart, resolve_chart
 from components.constants import (
     DECLARED_GPUS_ANNOTATION,
     FABRIC_KIND_ANNOTATION,
+    KUEUE_API,
     NAMESPACE_NAME_LABEL,
     RDMA_RESOURCE_ANNOTATION,
     TIER_LABEL,
@@ -38,7 +39,6 @@ from components.queues_settings import (
 )
 from components.quota_controller_settings import resource_groups
 
-KUEUE_API = "kueue.x-k8s.io/v1beta2"
 _K8S_PROVIDER_VERSION = importlib.metadata.version("pulumi_kubernetes")
 #: Resources Kueue does not account for: the scheduler handles them; quotas are about GPUs.
 NON_GPU_RESOURCE_PREFIXES = ("cpu", "memory", "ephemeral-storage", "hugepages-", "pods")

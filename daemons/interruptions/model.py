@@ -11,8 +11,6 @@ from dataclasses import dataclass, field
 from daemons.interruptions.classify import NodeState, PodFailure
 
 JOBSET_API = "jobset.x-k8s.io/v1alpha2"
-KUEUE_GROUP = "kueue.x-k8s.io"
-KUEUE_API = f"{KUEUE_GROUP}/v1beta2"
 #: The daemon's own record on the JobSet (compact JSON, bounded; written by the leader only).
 LEDGER_ANNOTATION = "gpucluster.io/interruptions"
 #: JobSet's Event reasons for its two restart actions (pkg/constants of JobSet v0.11.1).

@@ -9,7 +9,7 @@
 
 from __future__ import annotations
 
-from daemons.interruptions.model import KUEUE_GROUP
+from components.constants import KUEUE_GROUP
 from daemons.toolkit.rbac import Rule, lease_rules
 
 __all__ = ["CLUSTER_RULES", "Rule", "namespace_rules"]

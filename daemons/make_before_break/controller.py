@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from components.constants import CLUSTER_EVENTS_NAMESPACE
+from components.constants import CLUSTER_EVENTS_NAMESPACE, KUEUE_API
 from components.make_before_break_settings import CONTROLLER_NAME, FIELD_MANAGER, MakeBeforeBreakSettings
 from daemons.make_before_break.actions import (
     Action,
@@ -34,7 +34,7 @@ from daemons.make_before_break.client import KubeApi, read_lists
 from daemons.make_before_break.decide import Decision, decide
 from daemons.make_before_break.fields import TranslationError
 from daemons.make_before_break.metrics import Metrics
-from daemons.make_before_break.model import KUEUE_API, CheckState, Phase
+from daemons.make_before_break.model import CheckState, Phase
 from daemons.make_before_break.observe import Observed, observe
 from daemons.make_before_break.policy import policy_of
 from daemons.make_before_break.requests import (

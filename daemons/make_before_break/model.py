@@ -18,10 +18,6 @@ from enum import StrEnum
 # Label and taint of a reserved node: its home is components/constants.py; named here too, beside the other keys.
 from components.constants import RESERVATION_KEY  # noqa: F401
 
-#: Kueue's API: the Workloads, ResourceFlavors and the AdmissionCheck are read and written in this version.
-KUEUE_GROUP = "kueue.x-k8s.io"
-KUEUE_VERSION = "v1beta2"
-KUEUE_API = f"{KUEUE_GROUP}/{KUEUE_VERSION}"
 #: Deployment annotation: the uids of the workloads it was moved for, comma-separated.
 FLIPS_ANNOTATION = "gpucluster.io/flips"
 #: Deployment annotation: where its placement stands (a :class:`Phase` value; absent: at home).

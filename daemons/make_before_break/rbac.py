@@ -15,7 +15,7 @@ Nothing else: no Secrets, no deletes, no writes to a Deployment's scale.
 
 from __future__ import annotations
 
-from daemons.make_before_break.model import KUEUE_GROUP
+from components.constants import KUEUE_GROUP
 from daemons.toolkit.rbac import Rule, lease_rules
 
 __all__ = ["CLUSTER_RULES", "Rule", "admission_check_rules", "cluster_rules", "inference_rules", "lease_rules"]

@@ -18,10 +18,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from components.constants import KUEUE_API
 from components.make_before_break_settings import FIELD_MANAGER
 from daemons.make_before_break.actions import SetCheckPending, SetCheckReady, SetPlacement
 from daemons.make_before_break.fields import conditions_of, ref_of, str_map, taints_of, value_at
-from daemons.make_before_break.model import DELETION_COST_ANNOTATION, KUEUE_API, CheckState
+from daemons.make_before_break.model import DELETION_COST_ANNOTATION, CheckState
 from daemons.make_before_break.translate import check_entry
 from daemons.toolkit.events import format_time
 

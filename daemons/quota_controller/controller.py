@@ -14,13 +14,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from components.constants import ACCEPTANCE_FAILED_TAINT_KEY, CLUSTER_EVENTS_NAMESPACE
+from components.constants import ACCEPTANCE_FAILED_TAINT_KEY, CLUSTER_EVENTS_NAMESPACE, KUEUE_API
 from components.quota_controller_settings import FIELD_MANAGER, QuotaControllerSettings
 from daemons.quota_controller.capacity import FlavorRule, Rules
 from daemons.quota_controller.client import KubeApi
 from daemons.quota_controller.decide import Decider, Decision, QueueShares, QueueUpdate
 from daemons.quota_controller.metrics import Metrics
-from daemons.quota_controller.model import KUEUE_API, NodeView, Observation, Out, QueueView
+from daemons.quota_controller.model import NodeView, Observation, Out, QueueView
 from daemons.quota_controller.translate import node_view, queue_view
 from daemons.toolkit.events import event_body
 from daemons.toolkit.kube import ConflictError, KubeError

@@ -10,9 +10,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-KUEUE_GROUP = "kueue.x-k8s.io"
-KUEUE_API = f"{KUEUE_GROUP}/v1beta2"
-
 
 class Out(StrEnum):
     """Why a node of a flavor does not count, in the order they are checked (the first that holds is reported)."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from daemons.quota_controller.model import KUEUE_GROUP
+from components.constants import KUEUE_GROUP
 from daemons.toolkit.rbac import Rule, lease_rules
 
 __all__ = ["EVENT_RULES", "Rule", "cluster_rules", "lease_rules"]

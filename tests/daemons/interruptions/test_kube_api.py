@@ -26,9 +26,10 @@ import pytest
 import yaml
 from kubernetes import client
 
+from components.constants import KUEUE_API
 from components.interruptions_settings import InterruptionsSettings
 from daemons.interruptions.client import KubeApi
-from daemons.interruptions.model import JOBSET_API, KUEUE_API, LEDGER_ANNOTATION
+from daemons.interruptions.model import JOBSET_API, LEDGER_ANNOTATION
 from daemons.interruptions.rbac import CLUSTER_RULES, namespace_rules
 from daemons.toolkit.kube_api import MERGE_PATCH
 from tests.support.apiserver import ApiServer, free_port, running_apiserver, wait_for

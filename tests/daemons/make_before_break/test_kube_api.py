@@ -21,11 +21,11 @@ import pytest
 import yaml
 from kubernetes import client
 
+from components.constants import KUEUE_API, KUEUE_GROUP
 from components.make_before_break_settings import CONTROLLER_NAME, FIELD_MANAGER, MakeBeforeBreakSettings
 from daemons.make_before_break.client import KubeApi
 from daemons.make_before_break.controller import Controller
 from daemons.make_before_break.metrics import Metrics
-from daemons.make_before_break.model import KUEUE_API, KUEUE_GROUP
 from daemons.make_before_break.rbac import cluster_rules, inference_rules, lease_rules
 from daemons.toolkit.kube import load_kube_config
 from daemons.toolkit.lease import KubeLeaseApi, LeaderElector
