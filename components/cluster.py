@@ -24,7 +24,7 @@ from components.queues import Queues, QueuesArgs
 from components.storage import Storage, StorageArgs
 from components.telemetry import Telemetry, TelemetryArgs
 from components.virtual_node import VirtualNode, VirtualNodeArgs
-from daemons.registry import CONTROLLERS, MAKE_BEFORE_BREAK, QUARANTINE
+from daemons.registry import CONTROLLERS, MAKE_BEFORE_BREAK, QUARANTINE, QUOTA_CONTROLLER
 from daemons.toolkit.spec import AFTER_CLUSTER_QUEUES, AFTER_JOBSET, AFTER_KUEUE, NAMESPACE_ROLES, WORKLOAD_NAMESPACES
 
 #: The controllers whose component adds to the kit's (make-before-break's AdmissionCheck); the rest use Controller.
@@ -70,6 +70,11 @@ def guardrail_inputs(cfg: StackConfig, created: Collection[str] | None = None) -
         reliability=(reliability, RELIABILITY_CONFIGMAP) if created is None or reliability in created else None,
         quarantine_user=(
             service_account_user(cfg.quarantine.namespace, QUARANTINE.app) if cfg.quarantine.enabled else None
+        ),
+        quota_user=(
+            service_account_user(cfg.quota_controller.namespace, QUOTA_CONTROLLER.app)
+            if cfg.quota_controller.enabled
+            else None
         ),
     )
 

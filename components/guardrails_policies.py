@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from components.constants import (
+    KUEUE_GROUP,
+    KUEUE_VERSION,
     NAMESPACE_NAME_LABEL,
     QUARANTINE_REASON_ANNOTATION,
     QUARANTINE_TAINT_EFFECT,
@@ -83,6 +85,8 @@ class GuardrailInputs:
     reliability: tuple[str, str] | None = None
     #: The quarantine controller's user (``system:serviceaccount:<ns>:<name>``); None: the stack runs none.
     quarantine_user: str | None = None
+    #: The quota controller's user; None: the stack runs none.
+    quota_user: str | None = None
 
 
 @dataclass(frozen=True)
@@ -429,6 +433,67 @@ def quarantine_writes_only_its_marks(inputs: GuardrailInputs) -> Policy | None:
     )
 
 
+CLUSTER_QUEUE_UPDATES = {
+    "apiGroups": [KUEUE_GROUP],
+    "apiVersions": [KUEUE_VERSION],
+    "resources": ["clusterqueues"],
+    "operations": ["UPDATE"],
+}
+#: A ClusterQueue's spec fields besides ``resourceGroups`` (Kueue's v1beta2 schema).
+CLUSTER_QUEUE_SPEC_FIELDS = (
+    "admissionChecksStrategy",
+    "admissionScope",
+    "cohortName",
+    "fairSharing",
+    "flavorFungibility",
+    "namespaceSelector",
+    "preemption",
+    "queueingStrategy",
+    "stopPolicy",
+)
+
+
+def quota_controller_writes_only_quotas(inputs: GuardrailInputs) -> Policy | None:
+    """The quota controller applies ``spec.resourceGroups`` of its ClusterQueues (RBAC names them); this holds it to
+    the quantities there: the groups, their resources and flavors, and everything else stay as they were."""
+    if inputs.quota_user is None:
+        return None
+    groups = "{o}.spec.resourceGroups"
+    shape = (
+        "g.coveredResources",
+        "g.flavors.map(f, f.name)",
+        "g.flavors.map(f, f.resources.map(r, r.name))",
+    )
+    same_shape = " && ".join(
+        f"{groups.format(o='object')}.map(g, {part}) == {groups.format(o='oldObject')}.map(g, {part})" for part in shape
+    )
+    spec_fields = " && ".join(
+        field_unchanged(f"object.spec.{f}", f"oldObject.spec.{f}") for f in CLUSTER_QUEUE_SPEC_FIELDS
+    )
+    return Policy(
+        name="quota-controller-writes-only-quotas",
+        summary="The quota controller changes a ClusterQueue only by the quantities of its resource groups.",
+        resource_rules=(CLUSTER_QUEUE_UPDATES,),
+        match_conditions=(
+            {"name": "is-quota-controller", "expression": f"request.userInfo.username == {cel(inputs.quota_user)}"},
+        ),
+        validations=(
+            Validation(
+                expression=f"{spec_fields}"
+                f" && {map_unchanged_but('object.metadata.labels', 'oldObject.metadata.labels', [])}"
+                f" && {map_unchanged_but('object.metadata.annotations', 'oldObject.metadata.annotations', [])}",
+                message="the quota controller may change only spec.resourceGroups of a ClusterQueue",
+            ),
+            Validation(
+                expression=f"has(object.spec.resourceGroups) == has(oldObject.spec.resourceGroups)"
+                f" && (!has(object.spec.resourceGroups) || ({same_shape}))",
+                message="the quota controller may change only the quantities in spec.resourceGroups (nominalQuota, "
+                "borrowingLimit, lendingLimit): the groups, their resources and flavors stay as they are",
+            ),
+        ),
+    )
+
+
 RULES: list[Callable[[GuardrailInputs], Policy | None]] = [
     gpu_visibility_is_requested,
     confinement_stays_on,
@@ -439,6 +504,7 @@ RULES: list[Callable[[GuardrailInputs], Policy | None]] = [
     research_priority_by_team,
     training_pods_stay_baseline,
     quarantine_writes_only_its_marks,
+    quota_controller_writes_only_quotas,
 ]
 
 

@@ -20,13 +20,13 @@ import pytest
 import yaml
 from kubernetes import client
 
-from components.constants import ACCEPTED_LABEL, CLUSTER_EVENTS_NAMESPACE, QUARANTINE_TAINT_KEY
+from components.constants import ACCEPTED_LABEL, CLUSTER_EVENTS_NAMESPACE, KUEUE_API, KUEUE_GROUP, QUARANTINE_TAINT_KEY
+from components.guardrails_policies import GuardrailInputs, manifests, quota_controller_writes_only_quotas
 from components.quota_controller_settings import FIELD_MANAGER, QuotaControllerSettings, resource_groups
 from daemons.quota_controller.client import KubeApi
 from daemons.quota_controller.controller import Controller
 from daemons.quota_controller.decide import Quota, live_quotas
 from daemons.quota_controller.metrics import Metrics
-from daemons.quota_controller.model import KUEUE_API, KUEUE_GROUP
 from daemons.quota_controller.rbac import EVENT_RULES, cluster_rules, lease_rules
 from daemons.quota_controller.translate import queue_view
 from daemons.toolkit.kube import KubeError, load_kube_config
@@ -41,6 +41,7 @@ KINDS = ("resourceflavors", "clusterqueues")
 SYSTEM = "gpucluster-capacity"
 GPU = "nvidia.com/gpu"
 PULUMI = "pulumi-kubernetes-test"
+MERGE = "application/merge-patch+json"
 FLAVORS = [("h100", GPU)]
 SHARES = {"pretraining": ({"h100": 24}, {"h100": 8}), "evaluation": ({"h100": 8}, {})}
 #: Unbounded shrinking, so one cycle follows capacity exactly; the bounds have their own step below.
@@ -155,6 +156,35 @@ def service_account_client(server: ApiServer, tmp: Path) -> Any:
     return load_kube_config(str(path))
 
 
+QUEUE_PATH = f"/apis/{KUEUE_API}/clusterqueues/pretraining"
+
+
+def hold_to_quotas(server: ApiServer, sa: KubeApi) -> None:
+    """The stack's admission rule for the quota controller's ServiceAccount, in force before the controller runs."""
+    inputs = GuardrailInputs(
+        training_namespaces=(),
+        priorities_by_namespace={},
+        training_priority_class="gpucluster-training",
+        exempt_namespaces=(),
+        quota_user=f"system:serviceaccount:{SYSTEM}:quota",
+    )
+    rule = quota_controller_writes_only_quotas(inputs)
+    assert rule is not None
+    policy, binding = manifests(rule)
+    raw(server, "POST", "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies", policy)
+    raw(server, "POST", "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings", binding)
+    moved = {"spec": {"cohortName": "elsewhere"}}
+
+    def in_force() -> bool:
+        try:
+            sa.request("PATCH", f"{QUEUE_PATH}?dryRun=All", "probe", body=moved, content_type=MERGE)
+        except KubeError as exc:
+            return binding["metadata"]["name"] in str(exc)
+        return False
+
+    wait_for("the quota controller's admission rule in force", in_force, timeout=60)
+
+
 def events(server: ApiServer) -> list[tuple[str, str, str]]:
     items = raw(server, "GET", f"/api/v1/namespaces/{CLUSTER_EVENTS_NAMESPACE}/events")["items"]
     return [(e["involvedObject"]["name"], e["reason"], e["message"]) for e in items]
@@ -167,6 +197,7 @@ def test_queues_follow_healthy_capacity_as_the_least_privilege_account(kube: Api
     for name in SHARES:
         pulumi_apply(server, name, with_groups=True)
     sa_client = service_account_client(server, tmp_path)
+    hold_to_quotas(server, KubeApi(sa_client))
     elector = LeaderElector(
         KubeLeaseApi(sa_client), SYSTEM, SETTINGS.lease_name, "test_1", lease_duration_s=15, renew_deadline_s=10
     )
@@ -264,6 +295,17 @@ def test_queues_follow_healthy_capacity_as_the_least_privilege_account(kube: Api
         sa.apply_resource_groups("someone-elses", resource_groups(FLAVORS, {"h100": 1}, {}))
     with pytest.raises(KubeError, match="403"):
         sa.request("GET", f"/apis/{KUEUE_API}/resourceflavors", "list flavors")
+    # and, on its own queues, anything but the quantities (the admission rule; RBAC cannot name fields)
+    rule = "gpucluster-quota-controller-writes-only-quotas"
+    for what, body in {
+        "another cohort": {"spec": {"cohortName": "elsewhere"}},
+        "preemption within the queue": {"spec": {"preemption": {"withinClusterQueue": "LowerPriority"}}},
+        "a label": {"metadata": {"labels": {"x": "y"}}},
+    }.items():
+        with pytest.raises(KubeError, match=rule):
+            sa.request("PATCH", QUEUE_PATH, what, body=body, content_type="application/merge-patch+json")
+    with pytest.raises(KubeError, match=f"{rule}.*only the quantities"):
+        sa.apply_resource_groups("pretraining", resource_groups([*FLAVORS, ("a100", GPU)], {"h100": 8, "a100": 8}, {}))
     elector.release()
 
 
