@@ -24,7 +24,7 @@ from components.queues import Queues, QueuesArgs
 from components.storage import Storage, StorageArgs
 from components.telemetry import Telemetry, TelemetryArgs
 from components.virtual_node import VirtualNode, VirtualNodeArgs
-from daemons.registry import CONTROLLERS, MAKE_BEFORE_BREAK, QUARANTINE, QUOTA_CONTROLLER
+from daemons.registry import CONTROLLERS, INTERRUPTIONS, MAKE_BEFORE_BREAK, QUARANTINE, QUOTA_CONTROLLER
 from daemons.toolkit.spec import AFTER_CLUSTER_QUEUES, AFTER_JOBSET, AFTER_KUEUE, NAMESPACE_ROLES, WORKLOAD_NAMESPACES
 
 #: The controllers whose component adds to the kit's (make-before-break's AdmissionCheck); the rest use Controller.
@@ -75,6 +75,9 @@ def guardrail_inputs(cfg: StackConfig, created: Collection[str] | None = None) -
             service_account_user(cfg.quota_controller.namespace, QUOTA_CONTROLLER.app)
             if cfg.quota_controller.enabled
             else None
+        ),
+        interruptions_user=(
+            service_account_user(cfg.interruptions.namespace, INTERRUPTIONS.app) if cfg.interruptions.enabled else None
         ),
     )
 

@@ -80,6 +80,8 @@ IB_LEAF_LABEL = "gpucluster.io/ib-leaf"
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 #: The label the API server puts on every namespace: its name (what a namespace selector picks one by).
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
+#: The interruption accounting daemon's record on a JobSet (daemons/interruptions/).
+INTERRUPTIONS_LEDGER_ANNOTATION = "gpucluster.io/interruptions"
 #: Kueue's API group and the version everything of ours reads and writes it in.
 KUEUE_GROUP = "kueue.x-k8s.io"
 KUEUE_VERSION = "v1beta2"

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from components.constants import (
+    INTERRUPTIONS_LEDGER_ANNOTATION,
     KUEUE_GROUP,
     KUEUE_VERSION,
     NAMESPACE_NAME_LABEL,
@@ -87,6 +88,8 @@ class GuardrailInputs:
     quarantine_user: str | None = None
     #: The quota controller's user; None: the stack runs none.
     quota_user: str | None = None
+    #: The interruption accounting daemon's user; None: the stack runs none.
+    interruptions_user: str | None = None
 
 
 @dataclass(frozen=True)
@@ -398,9 +401,7 @@ def quarantine_writes_only_its_marks(inputs: GuardrailInputs) -> Policy | None:
         summary="The quarantine controller changes a Node only by its taint (NoExecute), its label and its "
         "annotations.",
         resource_rules=(NODE_UPDATES,),
-        match_conditions=(
-            {"name": "is-quarantine", "expression": f"request.userInfo.username == {cel(inputs.quarantine_user)}"},
-        ),
+        match_conditions=_is_user("is-quarantine", inputs.quarantine_user),
         validations=(
             Validation(
                 expression=f"{taints.format(o='object')} == {taints.format(o='oldObject')}"
@@ -474,14 +475,10 @@ def quota_controller_writes_only_quotas(inputs: GuardrailInputs) -> Policy | Non
         name="quota-controller-writes-only-quotas",
         summary="The quota controller changes a ClusterQueue only by the quantities of its resource groups.",
         resource_rules=(CLUSTER_QUEUE_UPDATES,),
-        match_conditions=(
-            {"name": "is-quota-controller", "expression": f"request.userInfo.username == {cel(inputs.quota_user)}"},
-        ),
+        match_conditions=_is_user("is-quota-controller", inputs.quota_user),
         validations=(
             Validation(
-                expression=f"{spec_fields}"
-                f" && {map_unchanged_but('object.metadata.labels', 'oldObject.metadata.labels', [])}"
-                f" && {map_unchanged_but('object.metadata.annotations', 'oldObject.metadata.annotations', [])}",
+                expression=f"{spec_fields} && {_metadata_unchanged_but()}",
                 message="the quota controller may change only spec.resourceGroups of a ClusterQueue",
             ),
             Validation(
@@ -489,6 +486,75 @@ def quota_controller_writes_only_quotas(inputs: GuardrailInputs) -> Policy | Non
                 f" && (!has(object.spec.resourceGroups) || ({same_shape}))",
                 message="the quota controller may change only the quantities in spec.resourceGroups (nominalQuota, "
                 "borrowingLimit, lendingLimit): the groups, their resources and flavors stay as they are",
+            ),
+        ),
+    )
+
+
+WORKLOAD_UPDATES = {
+    "apiGroups": [KUEUE_GROUP],
+    "apiVersions": [KUEUE_VERSION],
+    "resources": ["workloads"],
+    "operations": ["UPDATE"],
+}
+JOBSET_UPDATES = {**JOBSETS, "operations": ["UPDATE"]}
+#: A Workload's spec fields besides ``active`` (Kueue's v1beta2 schema).
+WORKLOAD_SPEC_FIELDS = (
+    "maximumExecutionTimeSeconds",
+    "podSets",
+    "preemptionGates",
+    "priority",
+    "priorityClassRef",
+    "queueName",
+)
+
+
+def _is_user(name: str, user: str) -> tuple[Mapping[str, str], ...]:
+    return ({"name": name, "expression": f"request.userInfo.username == {cel(user)}"},)
+
+
+def _metadata_unchanged_but(annotations: Sequence[str] = ()) -> str:
+    return (
+        f"{map_unchanged_but('object.metadata.labels', 'oldObject.metadata.labels', [])}"
+        f" && {map_unchanged_but('object.metadata.annotations', 'oldObject.metadata.annotations', annotations)}"
+    )
+
+
+def interruptions_writes_only_its_ledger(inputs: GuardrailInputs) -> Policy | None:
+    """The interruption accounting daemon patches every JobSet (its record); this holds it to its one annotation."""
+    if inputs.interruptions_user is None:
+        return None
+    ledger = INTERRUPTIONS_LEDGER_ANNOTATION
+    return Policy(
+        name="interruptions-writes-only-its-ledger",
+        summary=f"The interruption accounting daemon changes a JobSet only by its annotation {ledger}.",
+        resource_rules=(JOBSET_UPDATES,),
+        match_conditions=_is_user("is-interruptions", inputs.interruptions_user),
+        validations=(
+            Validation(
+                expression=f"object.spec == oldObject.spec && {_metadata_unchanged_but([ledger])}",
+                message=f"the interruption accounting daemon may change only a JobSet's annotation {ledger}",
+            ),
+        ),
+    )
+
+
+def interruptions_only_stops_workloads(inputs: GuardrailInputs) -> Policy | None:
+    """It stops a job at its restart bound by ``spec.active: false``; it may not resume one or change anything else."""
+    if inputs.interruptions_user is None:
+        return None
+    spec_fields = " && ".join(field_unchanged(f"object.spec.{f}", f"oldObject.spec.{f}") for f in WORKLOAD_SPEC_FIELDS)
+    active = "(!has({o}.spec.active) || {o}.spec.active)"
+    return Policy(
+        name="interruptions-only-stops-workloads",
+        summary="The interruption accounting daemon changes a Workload only by setting spec.active to false.",
+        resource_rules=(WORKLOAD_UPDATES,),
+        match_conditions=_is_user("is-interruptions", inputs.interruptions_user),
+        validations=(
+            Validation(
+                expression=f"{spec_fields} && {_metadata_unchanged_but()}"
+                f" && (!{active.format(o='object')} || {active.format(o='oldObject')})",
+                message="the interruption accounting daemon may only set a Workload's spec.active to false",
             ),
         ),
     )
@@ -505,6 +571,8 @@ RULES: list[Callable[[GuardrailInputs], Policy | None]] = [
     training_pods_stay_baseline,
     quarantine_writes_only_its_marks,
     quota_controller_writes_only_quotas,
+    interruptions_writes_only_its_ledger,
+    interruptions_only_stops_workloads,
 ]
 
 

@@ -8,11 +8,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from components.constants import INTERRUPTIONS_LEDGER_ANNOTATION
 from daemons.interruptions.classify import NodeState, PodFailure
 
 JOBSET_API = "jobset.x-k8s.io/v1alpha2"
 #: The daemon's own record on the JobSet (compact JSON, bounded; written by the leader only).
-LEDGER_ANNOTATION = "gpucluster.io/interruptions"
+LEDGER_ANNOTATION = INTERRUPTIONS_LEDGER_ANNOTATION
 #: JobSet's Event reasons for its two restart actions (pkg/constants of JobSet v0.11.1).
 PROGRAM_RESTART_REASON = "RestartJobSetFailurePolicyAction"
 NODE_RESTART_REASON = "RestartJobSetAndIgnoreMaxRestartsFailurePolicyAction"

@@ -27,11 +27,18 @@ import yaml
 from kubernetes import client
 
 from components.constants import KUEUE_API
+from components.guardrails_policies import (
+    GuardrailInputs,
+    interruptions_only_stops_workloads,
+    interruptions_writes_only_its_ledger,
+)
 from components.interruptions_settings import InterruptionsSettings
 from daemons.interruptions.client import KubeApi
 from daemons.interruptions.model import JOBSET_API, LEDGER_ANNOTATION
 from daemons.interruptions.rbac import CLUSTER_RULES, namespace_rules
+from daemons.toolkit.kube import KubeError, load_kube_config
 from daemons.toolkit.kube_api import MERGE_PATCH
+from tests.support.admission import install_rule
 from tests.support.apiserver import ApiServer, free_port, running_apiserver, wait_for
 from tests.support.require import missing
 
@@ -163,6 +170,39 @@ def create_job(server: ApiServer) -> tuple[str, str]:
     return uid, "jobset-llm"
 
 
+JOBSET_PATH = f"/apis/{JOBSET_API}/namespaces/{TEAM}/jobsets/llm"
+WORKLOAD_PATH = f"/apis/{KUEUE_API}/namespaces/{TEAM}/workloads/jobset-llm"
+LEDGER_RULE = "gpucluster-interruptions-writes-only-its-ledger"
+STOP_RULE = "gpucluster-interruptions-only-stops-workloads"
+
+
+def patch_as(sa: KubeApi, path: str, body: dict[str, Any], *, dry_run: bool = True) -> str | None:
+    """What the API server said refusing the account's merge patch, or None when it took it."""
+    try:
+        sa.request("PATCH", f"{path}?dryRun=All" if dry_run else path, "patch", body=body, content_type=MERGE_PATCH)
+    except KubeError as exc:
+        return str(exc)
+    return None
+
+
+def hold_to_its_fields(server: ApiServer, sa: KubeApi) -> None:
+    """The stack's admission rules for the daemon's ServiceAccount, in force before it runs."""
+    inputs = GuardrailInputs(
+        training_namespaces=(TEAM,),
+        priorities_by_namespace={},
+        training_priority_class="gpucluster-training",
+        exempt_namespaces=(),
+        interruptions_user=f"system:serviceaccount:{SYSTEM}:interruptions",
+    )
+
+    def post(path: str, body: dict[str, Any]) -> Any:
+        return raw(server, "POST", path, body)
+
+    relabel = {"metadata": {"labels": {"x": "y"}}}
+    install_rule(post, interruptions_writes_only_its_ledger(inputs), lambda: patch_as(sa, JOBSET_PATH, relabel))
+    install_rule(post, interruptions_only_stops_workloads(inputs), lambda: patch_as(sa, WORKLOAD_PATH, relabel))
+
+
 def set_workload_status(server: ApiServer, status: dict[str, Any]) -> None:
     path = f"/apis/{KUEUE_API}/namespaces/{TEAM}/workloads/jobset-llm/status"
     raw(server, "PATCH", path, {"status": status}, MERGE_PATCH)
@@ -215,6 +255,8 @@ def test_a_kill_9_loses_no_interruption_and_the_bound_stops_the_job(kube: ApiSer
     settings = tmp_path / "settings.json"
     settings.write_text(SETTINGS.to_json())
     uid, workload = create_job(server)
+    sa = KubeApi(load_kube_config(str(kubeconfig)))
+    hold_to_its_fields(server, sa)
 
     port = free_port()
     first = start_daemon(settings, kubeconfig, port, "first", tmp_path / "first.log")
@@ -288,3 +330,16 @@ def test_a_kill_9_loses_no_interruption_and_the_bound_stops_the_job(kube: ApiSer
     finally:
         second.send_signal(signal.SIGTERM)
         assert second.wait(30) == 0
+
+    # Its writes went through the admission rules; anything beyond them is refused by name.
+    hostile = {
+        "a JobSet relabelled": (JOBSET_PATH, {"metadata": {"labels": {"gpucluster.io/team": "team-b"}}}, LEDGER_RULE),
+        "a JobSet suspended": (JOBSET_PATH, {"spec": {"suspend": True}}, LEDGER_RULE),
+        "another annotation": (JOBSET_PATH, {"metadata": {"annotations": {"x": "y"}}}, LEDGER_RULE),
+        "a job resumed": (WORKLOAD_PATH, {"spec": {"active": True}}, STOP_RULE),
+        "a job moved to another queue": (WORKLOAD_PATH, {"spec": {"queueName": "team-b"}}, STOP_RULE),
+    }
+    for what, (path, body, rule) in hostile.items():
+        said = patch_as(sa, path, body)
+        assert said is not None, f"{what}: the API server would take it"
+        assert rule in said, (what, said)

@@ -21,7 +21,7 @@ import yaml
 from kubernetes import client
 
 from components.constants import ACCEPTED_LABEL, CLUSTER_EVENTS_NAMESPACE, KUEUE_API, KUEUE_GROUP, QUARANTINE_TAINT_KEY
-from components.guardrails_policies import GuardrailInputs, manifests, quota_controller_writes_only_quotas
+from components.guardrails_policies import GuardrailInputs, quota_controller_writes_only_quotas
 from components.quota_controller_settings import FIELD_MANAGER, QuotaControllerSettings, resource_groups
 from daemons.quota_controller.client import KubeApi
 from daemons.quota_controller.controller import Controller
@@ -31,6 +31,7 @@ from daemons.quota_controller.rbac import EVENT_RULES, cluster_rules, lease_rule
 from daemons.quota_controller.translate import queue_view
 from daemons.toolkit.kube import KubeError, load_kube_config
 from daemons.toolkit.lease import KubeLeaseApi, LeaderElector
+from tests.support.admission import install_rule
 from tests.support.apiserver import ApiServer, running_apiserver, wait_for
 from tests.support.require import missing
 
@@ -168,21 +169,16 @@ def hold_to_quotas(server: ApiServer, sa: KubeApi) -> None:
         exempt_namespaces=(),
         quota_user=f"system:serviceaccount:{SYSTEM}:quota",
     )
-    rule = quota_controller_writes_only_quotas(inputs)
-    assert rule is not None
-    policy, binding = manifests(rule)
-    raw(server, "POST", "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies", policy)
-    raw(server, "POST", "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings", binding)
-    moved = {"spec": {"cohortName": "elsewhere"}}
 
-    def in_force() -> bool:
+    def probe() -> str | None:
         try:
+            moved = {"spec": {"cohortName": "elsewhere"}}
             sa.request("PATCH", f"{QUEUE_PATH}?dryRun=All", "probe", body=moved, content_type=MERGE)
         except KubeError as exc:
-            return binding["metadata"]["name"] in str(exc)
-        return False
+            return str(exc)
+        return None
 
-    wait_for("the quota controller's admission rule in force", in_force, timeout=60)
+    install_rule(lambda path, body: raw(server, "POST", path, body), quota_controller_writes_only_quotas(inputs), probe)
 
 
 def events(server: ApiServer) -> list[tuple[str, str, str]]:
