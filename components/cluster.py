@@ -14,16 +14,17 @@ from components.constants import ENVIRONMENT_LABEL, PROJECT, RELIABILITY_CONFIGM
 from components.controller import Controller, ControllerArgs
 from components.descheduler import Descheduler, DeschedulerArgs
 from components.guardrails import Guardrails, GuardrailsArgs
-from components.guardrails_policies import GuardrailInputs
+from components.guardrails_policies import GuardrailInputs, MakeBeforeBreakMarks
 from components.inference import InferenceService, InferenceServiceArgs
 from components.jobset import JobSet, JobSetArgs
 from components.make_before_break import MakeBeforeBreak
-from components.make_before_break_settings import CHECK_NAME
+from components.make_before_break_settings import CHECK_NAME, MakeBeforeBreakSettings
 from components.metrics_adapter import MetricsAdapter, MetricsAdapterArgs
 from components.queues import Queues, QueuesArgs
 from components.storage import Storage, StorageArgs
 from components.telemetry import Telemetry, TelemetryArgs
 from components.virtual_node import VirtualNode, VirtualNodeArgs
+from daemons.make_before_break.spec import DEPLOYMENT_ANNOTATIONS, POD_ANNOTATION, TEMPLATE_ANNOTATIONS
 from daemons.registry import CONTROLLERS, INTERRUPTIONS, MAKE_BEFORE_BREAK, QUARANTINE, QUOTA_CONTROLLER
 from daemons.toolkit.spec import AFTER_CLUSTER_QUEUES, AFTER_JOBSET, AFTER_KUEUE, NAMESPACE_ROLES, WORKLOAD_NAMESPACES
 
@@ -79,6 +80,19 @@ def guardrail_inputs(cfg: StackConfig, created: Collection[str] | None = None) -
         interruptions_user=(
             service_account_user(cfg.interruptions.namespace, INTERRUPTIONS.app) if cfg.interruptions.enabled else None
         ),
+        make_before_break=make_before_break_marks(cfg.make_before_break) if cfg.make_before_break.enabled else None,
+    )
+
+
+def make_before_break_marks(settings: MakeBeforeBreakSettings) -> MakeBeforeBreakMarks:
+    """What the make-before-break controller writes (its spec names the keys), and as whom."""
+    return MakeBeforeBreakMarks(
+        user=service_account_user(settings.namespace, MAKE_BEFORE_BREAK.app),
+        reservation_key=settings.reservation_key,
+        check_name=settings.admission_check_name,
+        deployment_annotations=DEPLOYMENT_ANNOTATIONS,
+        template_annotations=TEMPLATE_ANNOTATIONS,
+        pod_annotation=POD_ANNOTATION,
     )
 
 

@@ -67,6 +67,18 @@ CONTAINERS = {
 
 
 @dataclass(frozen=True)
+class MakeBeforeBreakMarks:
+    """The make-before-break controller's user and the keys it owns (daemons/make_before_break/)."""
+
+    user: str
+    reservation_key: str
+    check_name: str
+    deployment_annotations: tuple[str, ...]
+    template_annotations: tuple[str, ...]
+    pod_annotation: str
+
+
+@dataclass(frozen=True)
 class GuardrailInputs:
     """What of the stack the rules read."""
 
@@ -90,6 +102,8 @@ class GuardrailInputs:
     quota_user: str | None = None
     #: The interruption accounting daemon's user; None: the stack runs none.
     interruptions_user: str | None = None
+    #: What the make-before-break controller writes, and as whom; None: the stack runs none.
+    make_before_break: MakeBeforeBreakMarks | None = None
 
 
 @dataclass(frozen=True)
@@ -389,46 +403,192 @@ def field_unchanged(obj: str, old: str) -> str:
     return f"(has({obj}) == has({old}) && (!has({obj}) || {obj} == {old}))"
 
 
-def quarantine_writes_only_its_marks(inputs: GuardrailInputs) -> Policy | None:
-    """The quarantine controller may patch every Node (RBAC cannot name them); this holds it to its own marks."""
-    if inputs.quarantine_user is None:
-        return None
-    key = QUARANTINE_TAINT_KEY
-    taints = "(has({o}.spec.taints) ? {o}.spec.taints : []).filter(t, t.key != " + cel(key) + ")"
+def node_marks(
+    name: str, who: str, user: str, *, taint: tuple[str, str], labels: Sequence[str], annotations: Sequence[str]
+) -> Policy:
+    """A controller that may patch every Node (RBAC cannot name them) held to its own marks: ``taint`` (key,
+    effect) added or removed, ``labels`` and ``annotations`` set or removed; every other taint, label, annotation,
+    spec field, finalizer and owner as it was."""
+    key, effect = taint
+    others = "(has({o}.spec.taints) ? {o}.spec.taints : []).filter(t, t.key != " + cel(key) + ")"
     spec_fields = " && ".join(field_unchanged(f"object.spec.{f}", f"oldObject.spec.{f}") for f in NODE_SPEC_FIELDS)
+    marks = ", ".join([*labels, *annotations])
     return Policy(
-        name="quarantine-writes-only-its-marks",
-        summary="The quarantine controller changes a Node only by its taint (NoExecute), its label and its "
-        "annotations.",
+        name=name,
+        summary=f"The {who} changes a Node only by its taint ({key}, {effect}) and its marks ({marks}).",
         resource_rules=(NODE_UPDATES,),
-        match_conditions=_is_user("is-quarantine", inputs.quarantine_user),
+        match_conditions=_is_user("is-" + who.replace(" ", "-"), user),
         validations=(
             Validation(
-                expression=f"{taints.format(o='object')} == {taints.format(o='oldObject')}"
+                expression=f"{others.format(o='object')} == {others.format(o='oldObject')}"
                 f" && (!has(object.spec.taints) || object.spec.taints.all(t, t.key != {cel(key)}"
-                f" || t.effect == {cel(QUARANTINE_TAINT_EFFECT)}))",
-                message=f"the quarantine controller may add only its own taint ({key}, "
-                f"{QUARANTINE_TAINT_EFFECT}); every other taint stays as it was",
+                f" || t.effect == {cel(effect)}))",
+                message=f"the {who} may add or remove only its own taint ({key}, {effect}); every other taint stays "
+                "as it was",
+            ),
+            Validation(
+                expression=map_unchanged_but("object.metadata.labels", "oldObject.metadata.labels", labels),
+                message=f"the {who} may set only its label(s) {', '.join(labels) or '(none)'}",
             ),
             Validation(
                 expression=map_unchanged_but(
-                    "object.metadata.labels", "oldObject.metadata.labels", [QUARANTINED_LABEL]
+                    "object.metadata.annotations", "oldObject.metadata.annotations", annotations
                 ),
-                message=f"the quarantine controller may set only its label {QUARANTINED_LABEL}",
-            ),
-            Validation(
-                expression=map_unchanged_but(
-                    "object.metadata.annotations", "oldObject.metadata.annotations", QUARANTINE_ANNOTATIONS
-                ),
-                message="the quarantine controller may set only its annotations ("
-                + ", ".join(QUARANTINE_ANNOTATIONS)
-                + ")",
+                message=f"the {who} may set only its annotations ({', '.join(annotations) or 'none'})",
             ),
             Validation(
                 expression=f"{spec_fields}"
                 f" && {field_unchanged('object.metadata.finalizers', 'oldObject.metadata.finalizers')}"
                 f" && {field_unchanged('object.metadata.ownerReferences', 'oldObject.metadata.ownerReferences')}",
-                message="the quarantine controller may not change a Node's spec (but its taint), finalizers or owners",
+                message=f"the {who} may not change a Node's spec (but its taint), finalizers or owners",
+            ),
+        ),
+    )
+
+
+def quarantine_writes_only_its_marks(inputs: GuardrailInputs) -> Policy | None:
+    """The quarantine controller: its NoExecute taint, its label, its reason and time annotations."""
+    if inputs.quarantine_user is None:
+        return None
+    return node_marks(
+        "quarantine-writes-only-its-marks",
+        "quarantine controller",
+        inputs.quarantine_user,
+        taint=(QUARANTINE_TAINT_KEY, QUARANTINE_TAINT_EFFECT),
+        labels=[QUARANTINED_LABEL],
+        annotations=QUARANTINE_ANNOTATIONS,
+    )
+
+
+def make_before_break_writes_only_its_reservations(inputs: GuardrailInputs) -> Policy | None:
+    """Make-before-break reserves a gang's nodes: its NoSchedule taint and label under the reservation key."""
+    if inputs.make_before_break is None:
+        return None
+    mbb = inputs.make_before_break
+    return node_marks(
+        "make-before-break-writes-only-its-reservations",
+        "make-before-break controller",
+        mbb.user,
+        taint=(mbb.reservation_key, "NoSchedule"),
+        labels=[mbb.reservation_key],
+        annotations=[],
+    )
+
+
+DEPLOYMENT_UPDATES = {
+    "apiGroups": ["apps"],
+    "apiVersions": ["v1"],
+    "resources": ["deployments"],
+    "operations": ["UPDATE"],
+}
+#: A Deployment's spec fields besides its pod template.
+DEPLOYMENT_SPEC_FIELDS = (
+    "replicas",
+    "selector",
+    "strategy",
+    "minReadySeconds",
+    "revisionHistoryLimit",
+    "paused",
+    "progressDeadlineSeconds",
+)
+POD_UPDATES = {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "operations": ["UPDATE"]}
+WORKLOAD_STATUS_UPDATES = {
+    "apiGroups": [KUEUE_GROUP],
+    "apiVersions": [KUEUE_VERSION],
+    "resources": ["workloads/status"],
+    "operations": ["UPDATE"],
+}
+#: A Workload's status fields besides ``admissionChecks`` (Kueue's v1beta2 schema).
+WORKLOAD_STATUS_FIELDS = (
+    "accumulatedPastExecutionTimeSeconds",
+    "admission",
+    "clusterName",
+    "conditions",
+    "nominatedClusterNames",
+    "preemptionGates",
+    "reclaimablePods",
+    "requeueState",
+    "resourceRequests",
+    "schedulingStats",
+    "unhealthyNodes",
+)
+
+
+def make_before_break_moves_only_by_annotations(inputs: GuardrailInputs) -> Policy | None:
+    """It moves a Deployment by its annotations and its template's placement epoch; the rest is its owner's."""
+    if inputs.make_before_break is None:
+        return None
+    mbb = inputs.make_before_break
+    spec_fields = " && ".join(
+        field_unchanged(f"object.spec.{f}", f"oldObject.spec.{f}") for f in DEPLOYMENT_SPEC_FIELDS
+    )
+    template = "object.spec.template.metadata"
+    old_template = "oldObject.spec.template.metadata"
+    placement = mbb.template_annotations
+    return Policy(
+        name="make-before-break-moves-only-by-annotations",
+        summary="The make-before-break controller changes a Deployment only by its own annotations and its "
+        "template's placement annotations.",
+        resource_rules=(DEPLOYMENT_UPDATES,),
+        match_conditions=_is_user("is-make-before-break", mbb.user),
+        validations=(
+            Validation(
+                expression=f"{spec_fields} && object.spec.template.spec == oldObject.spec.template.spec"
+                f" && {map_unchanged_but(f'{template}.labels', f'{old_template}.labels', [])}"
+                f" && {map_unchanged_but(f'{template}.annotations', f'{old_template}.annotations', placement)}"
+                f" && {_metadata_unchanged_but(mbb.deployment_annotations)}",
+                message="the make-before-break controller may change only its annotations on a Deployment ("
+                + ", ".join(mbb.deployment_annotations)
+                + ") and on its pod template ("
+                + ", ".join(mbb.template_annotations)
+                + ")",
+            ),
+        ),
+    )
+
+
+def make_before_break_marks_pods_only_for_removal(inputs: GuardrailInputs) -> Policy | None:
+    """It marks the replica to remove first by the pod-deletion-cost annotation; nothing else of a pod."""
+    if inputs.make_before_break is None:
+        return None
+    mbb = inputs.make_before_break
+    return Policy(
+        name="make-before-break-marks-pods-only-for-removal",
+        summary=f"The make-before-break controller changes a pod only by its annotation {mbb.pod_annotation}.",
+        resource_rules=(POD_UPDATES,),
+        match_conditions=_is_user("is-make-before-break", mbb.user),
+        validations=(
+            Validation(
+                expression=f"object.spec == oldObject.spec && {_metadata_unchanged_but([mbb.pod_annotation])}",
+                message=f"the make-before-break controller may change only a pod's annotation {mbb.pod_annotation}",
+            ),
+        ),
+    )
+
+
+def make_before_break_writes_only_its_check(inputs: GuardrailInputs) -> Policy | None:
+    """It sets its own AdmissionCheck's entry in a Workload's status; Kueue's fields and other checks' are Kueue's."""
+    if inputs.make_before_break is None:
+        return None
+    mbb = inputs.make_before_break
+    status_fields = " && ".join(
+        field_unchanged(f"object.status.{f}", f"oldObject.status.{f}") for f in WORKLOAD_STATUS_FIELDS
+    )
+    others = (
+        "(has({o}.status.admissionChecks) ? {o}.status.admissionChecks : []).filter(c, c.name != "
+        + cel(mbb.check_name)
+        + ")"
+    )
+    return Policy(
+        name="make-before-break-writes-only-its-check",
+        summary=f"The make-before-break controller changes a Workload's status only by its check {mbb.check_name}.",
+        resource_rules=(WORKLOAD_STATUS_UPDATES,),
+        match_conditions=_is_user("is-make-before-break", mbb.user),
+        validations=(
+            Validation(
+                expression=f"{status_fields} && {others.format(o='object')} == {others.format(o='oldObject')}",
+                message=f"the make-before-break controller may set only its own check ({mbb.check_name}) in a "
+                "Workload's status",
             ),
         ),
     )
@@ -573,6 +733,10 @@ RULES: list[Callable[[GuardrailInputs], Policy | None]] = [
     quota_controller_writes_only_quotas,
     interruptions_writes_only_its_ledger,
     interruptions_only_stops_workloads,
+    make_before_break_writes_only_its_reservations,
+    make_before_break_moves_only_by_annotations,
+    make_before_break_marks_pods_only_for_removal,
+    make_before_break_writes_only_its_check,
 ]
 
 

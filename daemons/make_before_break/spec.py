@@ -19,11 +19,24 @@ from components.make_before_break_settings import CHECK_NAME, CONTROLLER_NAME, S
 from components.model import check_dns_label
 from daemons.make_before_break import rbac
 from daemons.make_before_break.metrics import PREFIX
+from daemons.make_before_break.model import (
+    DELETION_COST_ANNOTATION,
+    EPOCH_ANNOTATION,
+    FLIPS_ANNOTATION,
+    NO_EVICTION_ANNOTATION,
+    NOTE_ANNOTATION,
+    PHASE_ANNOTATION,
+)
 from daemons.toolkit.rbac import Grant
 from daemons.toolkit.spec import AFTER_KUEUE, WORKLOAD_NAMESPACES, ControllerSpec
 
 NAME = "make-before-break"
 APP = f"gpucluster-{NAME}"
+#: What it writes besides its reservations and its check, for the admission rules that hold it to them: its
+#: annotations on a Deployment, on a Deployment's pod template, and on a pod.
+DEPLOYMENT_ANNOTATIONS = (FLIPS_ANNOTATION, PHASE_ANNOTATION, NOTE_ANNOTATION)
+TEMPLATE_ANNOTATIONS = (EPOCH_ANNOTATION, NO_EVICTION_ANNOTATION)
+POD_ANNOTATION = DELETION_COST_ANNOTATION
 
 
 def workload_namespaces(context: Mapping[str, Any]) -> Sequence[str]:

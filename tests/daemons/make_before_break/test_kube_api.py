@@ -22,13 +22,23 @@ import yaml
 from kubernetes import client
 
 from components.constants import KUEUE_API, KUEUE_GROUP
+from components.guardrails_policies import (
+    GuardrailInputs,
+    MakeBeforeBreakMarks,
+    make_before_break_marks_pods_only_for_removal,
+    make_before_break_moves_only_by_annotations,
+    make_before_break_writes_only_its_check,
+    make_before_break_writes_only_its_reservations,
+)
 from components.make_before_break_settings import CONTROLLER_NAME, FIELD_MANAGER, MakeBeforeBreakSettings
 from daemons.make_before_break.client import KubeApi
 from daemons.make_before_break.controller import Controller
 from daemons.make_before_break.metrics import Metrics
 from daemons.make_before_break.rbac import cluster_rules, inference_rules, lease_rules
-from daemons.toolkit.kube import load_kube_config
+from daemons.make_before_break.spec import DEPLOYMENT_ANNOTATIONS, POD_ANNOTATION, TEMPLATE_ANNOTATIONS
+from daemons.toolkit.kube import KubeError, load_kube_config
 from daemons.toolkit.lease import KubeLeaseApi, LeaderElector
+from tests.support.admission import install_rule
 from tests.support.apiserver import ApiServer, running_apiserver, wait_for
 from tests.support.require import missing
 from tests.support.sim import ROOT, tools_bin
@@ -153,6 +163,52 @@ def deployment_status(server: ApiServer, ready: int, updated: int) -> None:
         status,
         "application/merge-patch+json",
     )
+
+
+NODE_N2 = "/api/v1/nodes/n2"
+POD_PATH = f"/api/v1/namespaces/{INFERENCE}/pods/server-abc12-b"
+WORKLOAD_PATH = f"/apis/{KUEUE_API}/namespaces/{TEAM}/workloads/job-train"
+IMAGE = {"name": "s", "image": "registry.invalid/miner:1"}
+
+
+def patch_as(sa: KubeApi, path: str, body: dict[str, Any]) -> str | None:
+    """What the API server said refusing the account's merge patch (a dry run), or None when it took it."""
+    try:
+        sa.request("PATCH", f"{path}?dryRun=All", "patch", body=body, content_type="application/merge-patch+json")
+    except KubeError as exc:
+        return str(exc)
+    return None
+
+
+def hold_to_its_fields(server: ApiServer, sa: KubeApi) -> None:
+    """The stack's admission rules for the controller's ServiceAccount, in force before it runs."""
+    inputs = GuardrailInputs(
+        training_namespaces=(TEAM,),
+        priorities_by_namespace={},
+        training_priority_class="gpucluster-training",
+        exempt_namespaces=(),
+        make_before_break=MakeBeforeBreakMarks(
+            user=f"system:serviceaccount:{SYSTEM}:mbb",
+            reservation_key=KEY,
+            check_name=SETTINGS.admission_check_name,
+            deployment_annotations=DEPLOYMENT_ANNOTATIONS,
+            template_annotations=TEMPLATE_ANNOTATIONS,
+            pod_annotation=POD_ANNOTATION,
+        ),
+    )
+
+    def post(path: str, body: dict[str, Any]) -> Any:
+        return raw(server, "POST", path, body)
+
+    relabel = {"metadata": {"labels": {"x": "y"}}}
+    deployment = f"/apis/apps/v1/namespaces/{INFERENCE}/deployments/server"
+    for rule, probe in (
+        (make_before_break_writes_only_its_reservations, (NODE_N2, relabel)),
+        (make_before_break_moves_only_by_annotations, (deployment, relabel)),
+        (make_before_break_marks_pods_only_for_removal, (POD_PATH, relabel)),
+        (make_before_break_writes_only_its_check, (f"{WORKLOAD_PATH}/status", {"status": {"clusterName": "x"}})),
+    ):
+        install_rule(post, rule(inputs), functools.partial(patch_as, sa, *probe))
 
 
 def service_account_client(server: ApiServer, tmp: Path) -> Any:
@@ -308,6 +364,7 @@ def test_the_room_is_made_and_the_check_goes_ready_as_the_least_privilege_accoun
     )
 
     sa_client = service_account_client(server, tmp_path)
+    hold_to_its_fields(server, KubeApi(sa_client))
     leases = KubeLeaseApi(sa_client)
     elector = LeaderElector(leases, SYSTEM, SETTINGS.lease_name, "test_1", lease_duration_s=15, renew_deadline_s=10)
     assert elector.try_acquire_or_renew()
@@ -383,6 +440,22 @@ def test_the_room_is_made_and_the_check_goes_ready_as_the_least_privilege_accoun
         sa.list_all("/api/v1/secrets", "list secrets")
     with pytest.raises(Exception, match="HTTP 403"):
         sa.list_deployments(TEAM)
+    # Its writes above passed the admission rules that hold it to its fields; anything more is refused by name.
+    deployment = f"/apis/apps/v1/namespaces/{INFERENCE}/deployments/server"
+    hostile = {
+        "another node tainted NoExecute": (NODE_N2, {"spec": {"taints": [{"key": "x", "effect": "NoExecute"}]}}),
+        "a node cordoned": (NODE_N2, {"spec": {"unschedulable": True}}),
+        "a node relabelled": (NODE_N2, {"metadata": {"labels": {"gpu": "a100"}}}),
+        "a Deployment scaled": (deployment, {"spec": {"replicas": 9}}),
+        "a Deployment's image": (deployment, {"spec": {"template": {"spec": {"containers": [IMAGE]}}}}),
+        "a Deployment's template labelled": (deployment, {"spec": {"template": {"metadata": {"labels": {"x": "y"}}}}}),
+        "a pod relabelled": (POD_PATH, {"metadata": {"labels": {"app": "other"}}}),
+        "Kueue's own status": (f"{WORKLOAD_PATH}/status", {"status": {"clusterName": "elsewhere"}}),
+    }
+    for what, (path, body) in hostile.items():
+        said = patch_as(sa, path, body)
+        assert said is not None, f"{what}: the API server would take it"
+        assert "gpucluster-make-before-break-" in said, (what, said)
     assert elector.release()
 
 
