@@ -223,6 +223,23 @@ def prestop_sleep_seconds(pod: Mapping[str, Any]) -> float:
     return longest
 
 
+def secret_env_sources(pod: Mapping[str, Any]) -> list[str]:
+    """Where ``pod`` reads a Secret into a container's env (``secretKeyRef``, ``envFrom.secretRef``), by field."""
+    out: list[str] = []
+    spec = pod.get("spec") or {}
+    for field in ("initContainers", "containers"):
+        for i, c in enumerate(spec.get(field) or []):
+            for j, src in enumerate(c.get("envFrom") or []):
+                if isinstance(src, Mapping) and src.get("secretRef") is not None:
+                    out.append(f"spec.{field}[{i}].envFrom[{j}] (Secret {(src['secretRef'] or {}).get('name')})")
+            for j, var in enumerate(c.get("env") or []):
+                source = var.get("valueFrom") if isinstance(var, Mapping) else None
+                if isinstance(source, Mapping) and source.get("secretKeyRef") is not None:
+                    ref = source["secretKeyRef"] or {}
+                    out.append(f"spec.{field}[{i}].env[{j}] {var.get('name')} (Secret {ref.get('name')})")
+    return out
+
+
 def translate_pod(
     pod: Mapping[str, Any], node: str, settings: BurstSettings, resolver: ReferenceResolver
 ) -> InstanceSpec:

@@ -22,6 +22,9 @@ NO_CAPACITY = "NoCapacity"
 PROBE_FAILED = "ProbeFailed"
 SPEND_CEILING = "SpendCeiling"
 ADDRESS_REFUSED = "AddressRefused"
+#: The pod reads a Secret into its env, confidentialEnvToRentedProviders is ``refuse`` and no cluster of ours is a
+#: provider: it stays home.
+CONFIDENTIAL_ENV = "ConfidentialEnvRefused"
 NOT_READY = "NotReadyTimeout"
 #: Exit code reported for containers of an instance that vanished, died or was killed for a timeout.
 KILLED_EXIT_CODE = 137

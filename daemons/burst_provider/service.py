@@ -30,6 +30,7 @@ from daemons.burst_provider.pods import (
     ReferenceResolver,
     pod_identity,
     prestop_sleep_seconds,
+    secret_env_sources,
     translate_pod,
 )
 from daemons.burst_provider.prober import run_probe
@@ -44,6 +45,7 @@ from daemons.burst_provider.providers.base import (
 )
 from daemons.burst_provider.record import (
     ADDRESS_REFUSED,
+    CONFIDENTIAL_ENV,
     CREATE_FAILED,
     DIED,
     FAILED,
@@ -281,9 +283,33 @@ class BurstService:
     # Creation
     # ------------------------------------------------------------------------------------------------
 
-    def _gather_offers(self, gpu_type: str, gpu_count: int) -> dict[str, list[Offer] | Exception]:
+    def _kept_home(self, pod: Mapping[str, Any]) -> dict[str, str] | None:
+        """With ``confidentialEnvToRentedProviders: refuse``, the providers a pod that reads a Secret into its env
+        may not go to (every one that is not a Kubernetes cluster of ours), each with why; None when none is barred.
+        Held here at run time as well as by the policy at deploy time: a pod the policy never saw (created by hand,
+        or by a controller) is held the same."""
+        if self.settings.virtual_node.confidential_env_to_rented_providers != "refuse":
+            return None
+        sources = secret_env_sources(pod)
+        if not sources:
+            return None
+        shown = ", ".join(sources[:3]) + (f" and {len(sources) - 3} more" if len(sources) > 3 else "")
+        why = (
+            f"{shown} reads a Secret into the env and confidentialEnvToRentedProviders is refuse: it may run only on "
+            "a Kubernetes cluster of ours"
+        )
+        return {p.name: why for p in self.settings.providers if p.kind != "kubernetes"} or None
+
+    def _gather_offers(
+        self, gpu_type: str, gpu_count: int, barred: Mapping[str, str]
+    ) -> dict[str, list[Offer] | Exception]:
+        """Each provider's live offers (or the exception its call raised); one in ``barred`` is not asked and is
+        rejected with its reason."""
         out: dict[str, list[Offer] | Exception] = {}
         for p in self.settings.providers:
+            if p.name in barred:
+                out[p.name] = PermissionError(barred[p.name])
+                continue
             if gpu_count > 0 and gpu_type not in p.gpu_types:
                 continue  # rejected by type anyway: do not spend a call
             provider = self.providers.get(p.name)
@@ -331,7 +357,15 @@ class BurstService:
                 self._fail(rec, CREATE_FAILED, str(exc), REFUSED_EXIT_CODE)
             self._forget_if_deleting(uid)
             return
-        offers = self._gather_offers(spec.gpu_type, spec.gpu_count)
+        kept_home = self._kept_home(pod)
+        if kept_home is not None and all(p.name in kept_home for p in self.settings.providers):
+            with self._lock:
+                rec.creating = False
+                self._fail(rec, CONFIDENTIAL_ENV, kept_home[self.settings.providers[0].name], REFUSED_EXIT_CODE)
+            self.on_event(rec, "Warning", CONFIDENTIAL_ENV, rec.message)
+            self._forget_if_deleting(uid)
+            return
+        offers = self._gather_offers(spec.gpu_type, spec.gpu_count, kept_home or {})
         with self._lock:
             if rec.deleting:
                 rec.creating = False

@@ -361,3 +361,50 @@ def test_an_address_outside_the_providers_ranges_is_refused_before_any_traffic_o
     provider2.set_state(provider2.created[0], InstanceState.RUNNING)
     svc2.poll_once()
     assert svc2.get_pod("inference", "web-1")["phase"] == "Running"  # type: ignore[index]
+
+
+SECRET_ENV = [{"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}}]
+
+
+def test_refuse_keeps_a_pod_that_reads_a_secret_off_rented_providers_at_run_time() -> None:
+    """confidentialEnvToRentedProviders: refuse holds at run time too: a pod the deploy-time policy never saw (made
+    by hand or by a controller) is not sent to a provider that would hold its Secret in plain text."""
+    svc, _, spawn, ps = setup(confidentialEnvToRentedProviders="refuse")
+    svc.resolver.secrets[("inference", "hf")] = {"token": "hf_0123456789abcdefghij"}  # type: ignore[attr-defined]
+    svc.create_pod(make_pod(env=SECRET_ENV))
+    spawn.run_all()
+    status = svc.get_pod("inference", "web-1")
+    assert status is not None
+    assert (status["phase"], status["reason"]) == ("Failed", "ConfidentialEnvRefused")
+    assert "spec.containers[0].env[0] TOKEN (Secret hf)" in status["message"]
+    assert "hf_0123456789" not in status["message"]  # names the reference, never the value
+    assert ps["fake-a"].created == []
+    # a pod without a Secret rents as before
+    svc.create_pod(make_pod("web-2", env=[{"name": "MODEL", "value": "sd3"}]))
+    spawn.run_all()
+    assert len(ps["fake-a"].created) == 1
+
+
+def test_send_lets_a_pod_that_reads_a_secret_rent() -> None:
+    svc, _, spawn, ps = setup()
+    svc.resolver.secrets[("inference", "hf")] = {"token": "hf_0123456789abcdefghij"}  # type: ignore[attr-defined]
+    svc.create_pod(make_pod(env=SECRET_ENV))
+    spawn.run_all()
+    assert len(ps["fake-a"].created) == 1
+
+
+def test_refuse_sends_a_pod_that_reads_a_secret_only_to_a_cluster_of_ours() -> None:
+    ours = provider_entry("ours", price=5.0, kind="kubernetes", kubernetes={"kubeconfigSecret": "oursKubeconfig"})
+    del ours["fake"]
+    settings = make_settings(provider_entry("cheap", price=1.0), ours, confidentialEnvToRentedProviders="refuse")
+    providers = {"cheap": MemoryProvider("cheap", price=1.0), "ours": MemoryProvider("ours", price=5.0)}
+    source = FakeSource()
+    source.secrets[("inference", "hf")] = {"token": "hf_0123456789abcdefghij"}
+    spawn = QueuedSpawn()
+    svc = BurstService(settings, providers, source, clock=ManualClock(), spawn=spawn)
+    svc.create_pod(make_pod(env=SECRET_ENV))
+    svc.create_pod(make_pod("web-2"))
+    spawn.run_all()
+    assert len(providers["ours"].created) == 1  # the dearer cluster of ours, not the cheaper rented one
+    assert len(providers["cheap"].created) == 1  # the pod without a Secret goes by price as ever
+    assert svc.get_pod("inference", "web-1")["provider"] == "ours"  # type: ignore[index]
