@@ -3,9 +3,9 @@
 A pushed tag ``v*`` triggers it; the tag is checked against pyproject's version before anything is built; the
 images are built by ``make images`` (or ``python -m images build``) in Debian bookworm, privileged; every image
 ``make images`` builds is pushed from its OCI archive by skopeo, and the registry's digests are compared with
-digests.json after the push; the token's permissions are declared and never write-all; every action is pinned by
-a commit. :func:`problems` says what the parsed workflow lacks; each check is shown to refuse a workflow that
-breaks it.
+digests.json after the push, and their build provenance attested after that; the token's permissions are
+declared and never write-all; every action is pinned by a commit. :func:`problems` says what the parsed workflow
+lacks; each check is shown to refuse a workflow that breaks it.
 """
 
 from __future__ import annotations
@@ -153,7 +153,29 @@ def check_pinned(wf: Workflow) -> list[str]:
     return [f"job {job}: {uses} is not pinned by a commit" for job, uses in used if not _PINNED.match(uses)]
 
 
-CHECKS = (check_trigger, check_order, check_container, check_permissions, check_pinned)
+ATTEST = "actions/attest-build-provenance@"
+
+
+def attests(step: dict[str, Any]) -> bool:
+    return str(step.get("uses", "")).startswith(ATTEST) and bool(
+        (step.get("with") or {}).get("subject-checksums") or (step.get("with") or {}).get("subject-digest")
+    )
+
+
+def check_attested(wf: Workflow) -> list[str]:
+    """The pushed digests' build provenance is attested after they were compared, by a job allowed to."""
+    compared, attested = first(wf, compares_digests), first(wf, attests)
+    if attested is None:
+        return ["no step attests the images' build provenance (actions/attest-build-provenance)"]
+    if compared is not None and (compared[0] != attested[0] or attested[1] < compared[1]):
+        return ["the attestation does not follow the digest comparison in the same job"]
+    perms = wf["jobs"][attested[0]].get("permissions", wf.get("permissions")) or {}
+    if not isinstance(perms, dict) or perms.get("id-token") != "write" or perms.get("attestations") != "write":
+        return [f"job {attested[0]} may not attest (id-token: write and attestations: write)"]
+    return []
+
+
+CHECKS = (check_trigger, check_order, check_container, check_permissions, check_pinned, check_attested)
 
 
 def problems(wf: Workflow) -> list[str]:
@@ -274,6 +296,14 @@ def _action_by_tag(wf: Workflow) -> None:
     _step(wf, lambda s: "uses" in s)["uses"] = "actions/checkout@v4"
 
 
+def _no_attestation(wf: Workflow) -> None:
+    _job(wf)["steps"].remove(_step(wf, attests))
+
+
+def _attest_without_permission(wf: Workflow) -> None:
+    del _job(wf)["permissions"]["id-token"]
+
+
 BREAKS: dict[str, tuple[Callable[[Workflow], None], str]] = {
     "no tag trigger": (_no_tags, "does not run on a pushed tag v*"),
     "other tags": (_other_tags, "does not run on a pushed tag v*"),
@@ -292,6 +322,8 @@ BREAKS: dict[str, tuple[Callable[[Workflow], None], str]] = {
     "not in debian:bookworm": (_ubuntu_host, "does not build in a privileged debian:bookworm container"),
     "not privileged": (_unprivileged, "does not build in a privileged debian:bookworm container"),
     "an action by tag": (_action_by_tag, "actions/checkout@v4 is not pinned by a commit"),
+    "no attestation": (_no_attestation, "no step attests the images' build provenance"),
+    "attesting without the permission": (_attest_without_permission, "job images may not attest"),
 }
 
 
@@ -306,5 +338,5 @@ def test_a_workflow_that_breaks_a_rule_is_refused(name: str) -> None:
 
 def test_a_permission_to_write_packages_is_allowed() -> None:
     wf = copy.deepcopy(load())
-    _job(wf)["permissions"] = {"contents": "read", "packages": "write"}
+    _job(wf)["permissions"] = {**_job(wf)["permissions"], "packages": "write"}
     assert problems(wf) == []
