@@ -23,6 +23,7 @@ from components.metrics_adapter import MetricsAdapter, MetricsAdapterArgs
 from components.queues import Queues, QueuesArgs
 from components.storage import Storage, StorageArgs
 from components.telemetry import Telemetry, TelemetryArgs
+from components.virtual_node import APP as VIRTUAL_NODE_APP
 from components.virtual_node import VirtualNode, VirtualNodeArgs
 from daemons.make_before_break.spec import DEPLOYMENT_ANNOTATIONS, POD_ANNOTATION, TEMPLATE_ANNOTATIONS
 from daemons.registry import CONTROLLERS, INTERRUPTIONS, MAKE_BEFORE_BREAK, QUARANTINE, QUOTA_CONTROLLER
@@ -81,6 +82,7 @@ def guardrail_inputs(cfg: StackConfig, created: Collection[str] | None = None) -
             service_account_user(cfg.interruptions.namespace, INTERRUPTIONS.app) if cfg.interruptions.enabled else None
         ),
         make_before_break=make_before_break_marks(cfg.make_before_break) if cfg.make_before_break.enabled else None,
+        virtual_node=virtual_node_identity(cfg),
     )
 
 
@@ -94,6 +96,14 @@ def make_before_break_marks(settings: MakeBeforeBreakSettings) -> MakeBeforeBrea
         template_annotations=TEMPLATE_ANNOTATIONS,
         pod_annotation=POD_ANNOTATION,
     )
+
+
+def virtual_node_identity(cfg: StackConfig) -> tuple[str, str] | None:
+    """The virtual node's user and its Node's name; None when the stack does not burst."""
+    if not cfg.burst_enabled or cfg.burst is None:
+        return None
+    vn = cfg.burst.settings.virtual_node
+    return service_account_user(vn.namespace, VIRTUAL_NODE_APP), vn.node_name
 
 
 def service_account_user(namespace: str, name: str) -> str:

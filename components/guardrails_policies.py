@@ -104,6 +104,8 @@ class GuardrailInputs:
     interruptions_user: str | None = None
     #: What the make-before-break controller writes, and as whom; None: the stack runs none.
     make_before_break: MakeBeforeBreakMarks | None = None
+    #: The virtual node's user and the one Node it may register; None: the stack does not burst.
+    virtual_node: tuple[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -720,6 +722,29 @@ def interruptions_only_stops_workloads(inputs: GuardrailInputs) -> Policy | None
     )
 
 
+NODE_CREATES = {**NODE_UPDATES, "operations": ["CREATE"]}
+
+
+def virtual_node_registers_only_its_node(inputs: GuardrailInputs) -> Policy | None:
+    """RBAC cannot name the object of a create: the virtual node's identity may create Nodes, this holds it to its
+    own (a second Node would take pods the scheduler thinks are placed)."""
+    if inputs.virtual_node is None:
+        return None
+    user, node = inputs.virtual_node
+    return Policy(
+        name="virtual-node-registers-only-its-node",
+        summary=f"The virtual node registers only the Node {node}.",
+        resource_rules=(NODE_CREATES,),
+        match_conditions=_is_user("is-virtual-node", user),
+        validations=(
+            Validation(
+                expression=f"object.metadata.name == {cel(node)}",
+                message=f"the virtual node may register only the Node {node}",
+            ),
+        ),
+    )
+
+
 RULES: list[Callable[[GuardrailInputs], Policy | None]] = [
     gpu_visibility_is_requested,
     confinement_stays_on,
@@ -737,6 +762,7 @@ RULES: list[Callable[[GuardrailInputs], Policy | None]] = [
     make_before_break_moves_only_by_annotations,
     make_before_break_marks_pods_only_for_removal,
     make_before_break_writes_only_its_check,
+    virtual_node_registers_only_its_node,
 ]
 
 

@@ -46,17 +46,15 @@ def _rule(groups: list[str], resources: list[str], verbs: list[str], names: list
 def cluster_rules(node_name: str) -> list[dict[str, Any]]:
     """Cluster-wide: only what a kubelet-like agent of one Node cannot do namespace by namespace."""
     return [
-        # The node registers its own Node object; create and list/watch cannot be narrowed to a name.
+        # The node registers its own Node object; create and list/watch cannot be narrowed to a name (the admission
+        # rule virtual-node-registers-only-its-node holds create to it).
         _rule([""], ["nodes"], ["create", "list", "watch"]),
         # ... and then reads and updates only that one (capacity, conditions, taints of its own).
         _rule([""], ["nodes"], ["get", "update", "patch"], [node_name]),
         _rule([""], ["nodes/status"], ["update", "patch"], [node_name]),
-        # Pods bound to the node can come from any namespace the scheduler allows; the node watches them by
-        # spec.nodeName, deletes the Failed ones it created once their replacement exists, and the provider
-        # annotates them with the instance that runs them.
-        _rule([""], ["pods"], ["get", "list", "watch", "delete", "patch"]),
-        # Pod phases and container states copied from the external instance.
-        _rule([""], ["pods/status"], ["update", "patch"]),
+        # Pods bound to the node can come from any namespace the scheduler allows: the node watches them by
+        # spec.nodeName. It writes them only in the inference namespaces (inference_namespace_rules).
+        _rule([""], ["pods"], ["get", "list", "watch"]),
         # Events on the pods it runs (ProviderTimeout, InstanceVanished, ...).
         _rule(["", "events.k8s.io"], ["events"], ["create", "patch"]),
     ]
@@ -77,6 +75,11 @@ def inference_namespace_rules() -> list[dict[str, Any]]:
         _rule([""], ["configmaps", "secrets"], ["get", "list", "watch"]),
         # Service environment variables of the pod, and the Services external replicas join.
         _rule([""], ["services"], ["get", "list", "watch"]),
+        # The node deletes the Failed pods it created once their replacement exists, and the provider annotates
+        # them with the instance that runs them.
+        _rule([""], ["pods"], ["delete", "patch"]),
+        # Pod phases and container states copied from the external instance.
+        _rule([""], ["pods/status"], ["update", "patch"]),
         # A Failed pod whose ReplicaSet has all the pods it wants (a rollout scaled it to zero) is deleted.
         _rule(["apps"], ["replicasets"], ["get"]),
         # The provider keeps an EndpointSlice per Service with the external replicas' addresses.

@@ -1,4 +1,5 @@
-"""The burst daemons' ClusterRoles stay least-privilege: no wildcards, no Secrets cluster-wide, no escalation.
+"""The burst daemons' ClusterRoles stay least-privilege: no wildcards, no Secrets and no pod writes cluster-wide, no
+escalation.
 
 The virtual node and the taint controller act on the whole cluster (Nodes, Pods); their ClusterRoles are the
 cluster-wide power this project hands out, so each rule is checked, not trusted.
@@ -18,6 +19,8 @@ CLUSTER_ROLE = "kubernetes:rbac.authorization.k8s.io/v1:ClusterRole"
 DEFAULT_CLUSTER_ROLES = ["gpucluster-virtual-node*", "gpucluster-taint-controller*"]
 #: Verbs that hand out more than the role holds: creating roles above one's own, binding them, acting as others.
 ESCALATING_VERBS = ("escalate", "bind", "impersonate")
+#: Verbs that change an object: on pods, granted only in the namespaces the daemon serves.
+WRITING_VERBS = ("create", "update", "patch", "delete", "deletecollection")
 
 
 def rule_problems(rule: Mapping[str, Any]) -> list[str]:
@@ -36,6 +39,11 @@ def rule_problems(rule: Mapping[str, Any]) -> list[str]:
         problems.append("grants every non-resource URL ('*')")
     if "secrets" in resources:
         problems.append("grants Secrets cluster-wide (bind a Role in the namespaces that need them)")
+    writes = [v for v in verbs if v in WRITING_VERBS]
+    if writes and {"pods", "pods/status"} & set(resources):
+        problems.append(
+            f"grants {writes} on pods cluster-wide: every team's pods (bind a Role in the inference namespaces)"
+        )
     escalating = [v for v in verbs if v in ESCALATING_VERBS]
     if escalating:
         problems.append(f"grants {escalating}, which hand out more than the role itself holds")
@@ -58,7 +66,8 @@ def _validate(args: ResourceValidationArgs, report: Report) -> None:
 
 virtual_node_least_privilege = ResourceValidationPolicy(
     name="virtual-node-least-privilege",
-    description="The virtual node's and taint controller's ClusterRoles grant no wildcards, Secrets or escalation.",
+    description="The virtual node's and taint controller's ClusterRoles grant no wildcards, Secrets, pod writes "
+    "or escalation.",
     enforcement_level=MANDATORY,
     validate=_validate,
     config_schema=schema(

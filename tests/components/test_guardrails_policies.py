@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from components import virtual_node
 from components.constants import QUARANTINE_TAINT_KEY, RELIABILITY_CONFIGMAP
 from components.constants import RELEASED_AT_ANNOTATION as QUARANTINE_RELEASED
 from components.controller import metrics_ingress
@@ -44,6 +45,7 @@ INPUTS = GuardrailInputs(
     exempt_namespaces=(TELEMETRY, "kube-system"),
     ipc_lock=True,
     quarantine_user=QUARANTINE_USER,
+    virtual_node=("system:serviceaccount:gpucluster-burst:gpucluster-virtual-node", "gpu-burst"),
 )
 SETTINGS = GuardrailsSettings()
 ROLES = {
@@ -284,12 +286,12 @@ def test_the_quarantine_controller_changes_a_node_only_by_its_own_marks(kubectl:
     hostile = {
         "another NoExecute taint": (
             [{"op": "add", "path": "/spec/taints/-", "value": {"key": "evil", "effect": "NoExecute"}}],
-            "may add only its own taint",
+            "only its own taint",
         ),
-        "a reservation lifted": ([{"op": "remove", "path": "/spec/taints/0"}], "may add only its own taint"),
+        "a reservation lifted": ([{"op": "remove", "path": "/spec/taints/0"}], "only its own taint"),
         "its taint without eviction": (
             [{"op": "add", "path": "/spec/taints/-", "value": {"key": QUARANTINE_TAINT_KEY, "effect": "NoSchedule"}}],
-            "may add only its own taint",
+            "only its own taint",
         ),
         "a leaf relabelled": (
             [{"op": "replace", "path": "/metadata/labels/gpucluster.io~1ib-leaf", "value": "leaf-9"}],
@@ -329,8 +331,9 @@ def rbac_kubectl(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kubectl]:
         yield k
 
 
-def can(k: Kubectl, group: str, verb: str, resource: str, namespace: str) -> bool:
-    """The API server's RBAC answer for a member of ``group`` (a SubjectAccessReview, asked as the admin)."""
+def can(k: Kubectl, group: str, verb: str, resource: str, namespace: str, *, user: str = "alice") -> bool:
+    """The API server's RBAC answer for ``user``, a member of ``group`` (a SubjectAccessReview, asked as the
+    admin)."""
     resource, _, name = resource.partition("/")
     resource, subresource = (resource, "") if resource not in ("pods",) or not name else (resource, name)
     if subresource:
@@ -344,7 +347,7 @@ def can(k: Kubectl, group: str, verb: str, resource: str, namespace: str) -> boo
     review = {
         "apiVersion": "authorization.k8s.io/v1",
         "kind": "SubjectAccessReview",
-        "spec": {"user": "alice", "groups": [group, "system:authenticated"], "resourceAttributes": attributes},
+        "spec": {"user": user, "groups": [group, "system:authenticated"], "resourceAttributes": attributes},
     }
     proc = k("create", "-o", "json", "-f", "-", doc=review)
     assert proc.returncode == 0, proc.stderr
@@ -375,6 +378,54 @@ def test_a_team_submits_and_reads_its_own_jobs_and_nothing_else(rbac_kubectl: Ku
     ]:
         assert not can(k, "ml-foundation", verb, resource, namespace or "default"), (verb, resource, namespace)
     assert not can(k, "someone-else", "list", "pods", TEAM)
+
+
+VIRTUAL_NODE_USER = "system:serviceaccount:gpucluster-burst:gpucluster-virtual-node"
+
+
+def test_the_virtual_node_writes_pods_only_in_the_inference_namespaces(rbac_kubectl: Kubectl) -> None:
+    k = rbac_kubectl
+    assert k("create", "namespace", SERVING).returncode == 0
+    subject = [{"kind": "User", "name": VIRTUAL_NODE_USER, "apiGroup": "rbac.authorization.k8s.io"}]
+    grants = [("ClusterRole", "", virtual_node.cluster_rules("gpu-burst"))]
+    grants += [("Role", "kube-node-lease", virtual_node.lease_rules("gpu-burst"))]
+    grants += [("Role", SERVING, virtual_node.inference_namespace_rules())]
+    for kind, namespace, rules in grants:
+        meta = {"name": "virtual-node", **({"namespace": namespace} if namespace else {})}
+        role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": kind, "metadata": meta, "rules": rules}
+        binding = {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": f"{kind}Binding",
+            "metadata": meta,
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": "virtual-node"},
+            "subjects": subject,
+        }
+        for doc in (role, binding):
+            proc = k("create", "-f", "-", doc=doc)
+            assert proc.returncode == 0, proc.stderr
+
+    def vn(verb: str, resource: str, namespace: str) -> bool:
+        return can(k, "system:serviceaccounts", verb, resource, namespace, user=VIRTUAL_NODE_USER)
+
+    assert vn("watch", "pods", TEAM)  # it sees the pods bound to it, wherever they come from
+    for verb, resource in [("patch", "pods/status"), ("delete", "pods"), ("patch", "pods"), ("get", "secrets")]:
+        assert vn(verb, resource, SERVING), (verb, resource)
+        assert not vn(verb, resource, TEAM), (verb, resource)  # a training pod is not its to write or read
+
+
+def test_the_virtual_node_registers_only_its_own_node(kubectl: Kubectl) -> None:
+    def node(name: str) -> dict[str, Any]:
+        return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}}
+
+    def created_as_virtual_node(name: str) -> str | None:
+        proc = kubectl("create", "--dry-run=server", "-o", "name", "-f", "-", "--as", VIRTUAL_NODE_USER, doc=node(name))
+        return None if proc.returncode == 0 else proc.stderr.strip()
+
+    assert created_as_virtual_node("gpu-burst") is None
+    said = created_as_virtual_node("gpu-node-7")
+    assert said is not None, "the virtual node could register another Node"
+    assert "gpucluster-virtual-node-registers-only-its-node" in said, said
+    assert kubectl.refusal(node("gpu-node-7")) is None  # the admin (and a kubelet) still may
 
 
 def test_a_controllers_network_policy_is_one_the_api_server_takes(kubectl: Kubectl) -> None:

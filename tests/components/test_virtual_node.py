@@ -102,8 +102,8 @@ def test_cluster_role_is_exactly_the_node_agent_rules(graph: Graph) -> None:
             "verbs": ["update", "patch"],
             "resourceNames": ["gpu-burst"],
         },
-        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "delete", "patch"]},
-        {"apiGroups": [""], "resources": ["pods/status"], "verbs": ["update", "patch"]},
+        # pods are read everywhere, written only in the inference namespaces
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
         {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
     ]
     binding = graph.one(f"{RBAC}:ClusterRoleBinding", "vn-clusterrolebinding")
@@ -129,6 +129,8 @@ def test_secrets_and_endpointslices_only_in_the_inference_namespaces(graph: Grap
         assert roles[ns] == [
             {"apiGroups": [""], "resources": ["configmaps", "secrets"], "verbs": ["get", "list", "watch"]},
             {"apiGroups": [""], "resources": ["services"], "verbs": ["get", "list", "watch"]},
+            {"apiGroups": [""], "resources": ["pods"], "verbs": ["delete", "patch"]},
+            {"apiGroups": [""], "resources": ["pods/status"], "verbs": ["update", "patch"]},
             {"apiGroups": ["apps"], "resources": ["replicasets"], "verbs": ["get"]},
             {
                 "apiGroups": ["discovery.k8s.io"],
@@ -140,7 +142,7 @@ def test_secrets_and_endpointslices_only_in_the_inference_namespaces(graph: Grap
     assert bindings == set(roles)
     cluster_resources = {res for rule in graph.one(f"{RBAC}:ClusterRole", "vn-clusterrole").inputs["rules"]
                          for res in rule["resources"]}  # fmt: skip
-    assert not cluster_resources & {"secrets", "configmaps", "endpointslices", "services", "replicasets"}
+    assert not cluster_resources & {"secrets", "configmaps", "endpointslices", "services", "replicasets", "pods/status"}
 
 
 def test_one_replica_recreated_never_two_nodes_at_once(graph: Graph) -> None:

@@ -38,6 +38,8 @@ def test_the_virtual_nodes_cluster_role_is_least_privilege() -> None:
         ({"apiGroups": [""], "resources": ["*"], "verbs": ["get"]}, "every resource"),
         ({"apiGroups": ["*"], "resources": ["pods"], "verbs": ["get"]}, "every API group"),
         ({"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}, "Secrets cluster-wide"),
+        ({"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "delete"]}, "['delete'] on pods cluster-wide"),
+        ({"apiGroups": [""], "resources": ["pods/status"], "verbs": ["patch"]}, "['patch'] on pods cluster-wide"),
         ({"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"], "verbs": ["bind"]}, "['bind']"),
         ({"apiGroups": [""], "resources": ["users"], "verbs": ["impersonate"]}, "['impersonate']"),
         ({"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["roles"], "verbs": ["escalate"]}, "['escalate']"),
