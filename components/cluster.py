@@ -26,7 +26,7 @@ from components.telemetry import Telemetry, TelemetryArgs
 from components.virtual_node import APP as VIRTUAL_NODE_APP
 from components.virtual_node import VirtualNode, VirtualNodeArgs
 from daemons.make_before_break.spec import DEPLOYMENT_ANNOTATIONS, POD_ANNOTATION, TEMPLATE_ANNOTATIONS
-from daemons.registry import CONTROLLERS, INTERRUPTIONS, MAKE_BEFORE_BREAK, QUARANTINE, QUOTA_CONTROLLER
+from daemons.registry import CONTROLLERS, INTERRUPTIONS, MAKE_BEFORE_BREAK, QUARANTINE, QUOTA_CONTROLLER, STALL_DETECTOR
 from daemons.toolkit.spec import AFTER_CLUSTER_QUEUES, AFTER_JOBSET, AFTER_KUEUE, NAMESPACE_ROLES, WORKLOAD_NAMESPACES
 
 #: The controllers whose component adds to the kit's (make-before-break's AdmissionCheck); the rest use Controller.
@@ -80,6 +80,11 @@ def guardrail_inputs(cfg: StackConfig, created: Collection[str] | None = None) -
         ),
         interruptions_user=(
             service_account_user(cfg.interruptions.namespace, INTERRUPTIONS.app) if cfg.interruptions.enabled else None
+        ),
+        stall_detector_user=(
+            service_account_user(cfg.stall_detector.namespace, STALL_DETECTOR.app)
+            if cfg.stall_detector.enabled
+            else None
         ),
         make_before_break=make_before_break_marks(cfg.make_before_break) if cfg.make_before_break.enabled else None,
         virtual_node=virtual_node_identity(cfg),

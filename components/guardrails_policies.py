@@ -32,6 +32,7 @@ from components.constants import (
     QUARANTINED_AT_ANNOTATION,
     QUARANTINED_LABEL,
     RELEASED_AT_ANNOTATION,
+    STALL_RESTART_ANNOTATION,
 )
 from components.guardrails_settings import (
     BASELINE_CAPABILITIES,
@@ -102,6 +103,8 @@ class GuardrailInputs:
     quota_user: str | None = None
     #: The interruption accounting daemon's user; None: the stack runs none.
     interruptions_user: str | None = None
+    #: The stall detector's user; None: the stack runs none.
+    stall_detector_user: str | None = None
     #: What the make-before-break controller writes, and as whom; None: the stack runs none.
     make_before_break: MakeBeforeBreakMarks | None = None
     #: The virtual node's user and the one Node it may register; None: the stack does not burst.
@@ -682,22 +685,43 @@ def _metadata_unchanged_but(annotations: Sequence[str] = ()) -> str:
     )
 
 
-def interruptions_writes_only_its_ledger(inputs: GuardrailInputs) -> Policy | None:
-    """The interruption accounting daemon patches every JobSet (its record); this holds it to its one annotation."""
-    if inputs.interruptions_user is None:
-        return None
-    ledger = INTERRUPTIONS_LEDGER_ANNOTATION
+def jobset_annotation_only(name: str, who: str, user: str, annotation: str) -> Policy:
+    """A daemon that patches every JobSet of the team namespaces (RBAC cannot name them) held to one annotation."""
     return Policy(
-        name="interruptions-writes-only-its-ledger",
-        summary=f"The interruption accounting daemon changes a JobSet only by its annotation {ledger}.",
+        name=name,
+        summary=f"The {who} changes a JobSet only by its annotation {annotation}.",
         resource_rules=(JOBSET_UPDATES,),
-        match_conditions=_is_user("is-interruptions", inputs.interruptions_user),
+        match_conditions=_is_user("is-" + who.replace(" ", "-"), user),
         validations=(
             Validation(
-                expression=f"object.spec == oldObject.spec && {_metadata_unchanged_but([ledger])}",
-                message=f"the interruption accounting daemon may change only a JobSet's annotation {ledger}",
+                expression=f"object.spec == oldObject.spec && {_metadata_unchanged_but([annotation])}",
+                message=f"the {who} may change only a JobSet's annotation {annotation}",
             ),
         ),
+    )
+
+
+def interruptions_writes_only_its_ledger(inputs: GuardrailInputs) -> Policy | None:
+    """The interruption accounting daemon's record of a job's interruptions."""
+    if inputs.interruptions_user is None:
+        return None
+    return jobset_annotation_only(
+        "interruptions-writes-only-its-ledger",
+        "interruption accounting daemon",
+        inputs.interruptions_user,
+        INTERRUPTIONS_LEDGER_ANNOTATION,
+    )
+
+
+def stall_detector_writes_only_its_restart_record(inputs: GuardrailInputs) -> Policy | None:
+    """The stall detector's record of the in-place restart it started (it evicts the gang's pods for the rest)."""
+    if inputs.stall_detector_user is None:
+        return None
+    return jobset_annotation_only(
+        "stall-detector-writes-only-its-restart-record",
+        "stall detector",
+        inputs.stall_detector_user,
+        STALL_RESTART_ANNOTATION,
     )
 
 
@@ -758,6 +782,7 @@ RULES: list[Callable[[GuardrailInputs], Policy | None]] = [
     quota_controller_writes_only_quotas,
     interruptions_writes_only_its_ledger,
     interruptions_only_stops_workloads,
+    stall_detector_writes_only_its_restart_record,
     make_before_break_writes_only_its_reservations,
     make_before_break_moves_only_by_annotations,
     make_before_break_marks_pods_only_for_removal,

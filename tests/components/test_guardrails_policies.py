@@ -18,13 +18,20 @@ from typing import Any
 import pytest
 
 from components import virtual_node
-from components.constants import QUARANTINE_TAINT_KEY, RELIABILITY_CONFIGMAP
+from components.constants import (
+    INTERRUPTIONS_LEDGER_ANNOTATION,
+    QUARANTINE_TAINT_KEY,
+    RELIABILITY_CONFIGMAP,
+    STALL_RESTART_ANNOTATION,
+)
 from components.constants import RELEASED_AT_ANNOTATION as QUARANTINE_RELEASED
 from components.controller import metrics_ingress
 from components.guardrails_policies import GuardrailInputs, manifests, policies, reliability_reader, team_role
 from components.guardrails_settings import GuardrailsSettings
+from components.jobset_settings import JOBSET_API
 from daemons.quarantine.kube import node_from, quarantine_ops
 from tests.support.apiserver import ApiServer, running_apiserver, wait_for
+from tests.support.require import missing
 from tests.support.sim import tools_bin
 
 pytestmark = [pytest.mark.integration, pytest.mark.filterwarnings("ignore:Unverified HTTPS request")]
@@ -38,6 +45,11 @@ TEAM, OTHER_TEAM, SERVING, TELEMETRY, CONTROLLERS = (
 )
 TRAINING = "gpucluster-training"
 QUARANTINE_USER = f"system:serviceaccount:{CONTROLLERS}:gpucluster-quarantine"
+STALL_USER = "system:serviceaccount:gpucluster-training:gpucluster-stall-detector"
+INTERRUPTIONS_USER = "system:serviceaccount:gpucluster-training:gpucluster-interruptions"
+JOBSET_CRD = (
+    Path.home() / "go/pkg/mod/sigs.k8s.io/jobset@v0.11.1/config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml"
+)
 INPUTS = GuardrailInputs(
     training_namespaces=(TEAM, OTHER_TEAM),
     priorities_by_namespace={TEAM: ("research-default", "research-urgent"), OTHER_TEAM: ("research-default",)},
@@ -46,6 +58,8 @@ INPUTS = GuardrailInputs(
     ipc_lock=True,
     quarantine_user=QUARANTINE_USER,
     virtual_node=("system:serviceaccount:gpucluster-burst:gpucluster-virtual-node", "gpu-burst"),
+    stall_detector_user=STALL_USER,
+    interruptions_user=INTERRUPTIONS_USER,
 )
 SETTINGS = GuardrailsSettings()
 ROLES = {
@@ -381,6 +395,49 @@ def test_a_team_submits_and_reads_its_own_jobs_and_nothing_else(rbac_kubectl: Ku
 
 
 VIRTUAL_NODE_USER = "system:serviceaccount:gpucluster-burst:gpucluster-virtual-node"
+
+
+def test_the_daemons_that_annotate_jobsets_change_only_their_own_annotation(kubectl: Kubectl) -> None:
+    if not JOBSET_CRD.exists():
+        missing(f"the JobSet v0.11.1 CRD is not in the Go module cache ({JOBSET_CRD})")
+    proc = kubectl("apply", "--server-side", "-f", str(JOBSET_CRD))
+    assert proc.returncode == 0, proc.stderr
+    wait_for(
+        "the JobSet CRD established",
+        lambda: kubectl("get", "jobsets", "-n", TEAM).returncode == 0,
+        timeout=60,
+    )
+    template = {
+        "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "t", "image": "t:1"}]}}}
+    }
+    jobset = {
+        "apiVersion": JOBSET_API,
+        "kind": "JobSet",
+        "metadata": {"name": "llm", "namespace": TEAM, "labels": {"kueue.x-k8s.io/queue-name": "training"}},
+        "spec": {"suspend": True, "replicatedJobs": [{"name": "node", "replicas": 1, "template": template}]},
+    }
+    proc = kubectl("create", "-f", "-", doc=jobset)
+    assert proc.returncode == 0, proc.stderr
+
+    def patched_as(user: str, body: dict[str, Any]) -> str | None:
+        args = ["patch", "jobset", "llm", "-n", TEAM, "--type=merge", "-p", json.dumps(body), "--dry-run=server"]
+        proc = kubectl(*args, "--as", user)
+        return None if proc.returncode == 0 else proc.stderr.strip()
+
+    def annotation(key: str) -> dict[str, Any]:
+        return {"metadata": {"annotations": {key: "{}"}}}
+
+    assert patched_as(STALL_USER, annotation(STALL_RESTART_ANNOTATION)) is None
+    assert patched_as(INTERRUPTIONS_USER, annotation(INTERRUPTIONS_LEDGER_ANNOTATION)) is None
+    for user, rule, body in [
+        (STALL_USER, "stall-detector-writes-only-its-restart-record", annotation(INTERRUPTIONS_LEDGER_ANNOTATION)),
+        (STALL_USER, "stall-detector-writes-only-its-restart-record", {"spec": {"suspend": False}}),
+        (INTERRUPTIONS_USER, "interruptions-writes-only-its-ledger", annotation(STALL_RESTART_ANNOTATION)),
+        (INTERRUPTIONS_USER, "interruptions-writes-only-its-ledger", {"metadata": {"labels": {"x": "y"}}}),
+    ]:
+        said = patched_as(user, body)
+        assert said is not None, (user, body)
+        assert rule in said, (user, body, said)
 
 
 def test_the_virtual_node_writes_pods_only_in_the_inference_namespaces(rbac_kubectl: Kubectl) -> None:
