@@ -267,6 +267,45 @@ def test_a_pod_without_containers_is_refused() -> None:
         translate(pod)
 
 
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        (lambda s: s.update(hostNetwork=True), "spec.hostNetwork"),
+        (lambda s: s["volumes"].append({"name": "root", "hostPath": {"path": "/"}}), "spec.volumes[4] hostPath"),
+        (
+            lambda s: s["containers"][0].update(securityContext={"privileged": True}),
+            "spec.containers[0].securityContext.privileged",
+        ),
+        (
+            lambda s: s["initContainers"][0].update(securityContext={"capabilities": {"add": ["SYS_ADMIN", "CHOWN"]}}),
+            "spec.initContainers[0].securityContext.capabilities.add ['SYS_ADMIN']",
+        ),
+        (lambda s: s["containers"][0]["ports"][0].update(hostPort=8080), "spec.containers[0].ports[0].hostPort"),
+        (
+            lambda s: s.update(securityContext={"seccompProfile": {"type": "Unconfined"}}),
+            "spec.securityContext.seccompProfile Unconfined",
+        ),
+    ],
+)
+def test_what_baseline_refuses_is_not_carried_into_the_target_cluster(change: Any, field: str) -> None:
+    """The home cluster's inference namespaces enforce baseline; the target's may not: the provider refuses to copy
+    a pod beyond it there rather than rely on the target's policy."""
+    pod = source_pod()
+    change(pod["spec"])
+    with pytest.raises(TranslationError, match="Pod Security baseline refuses") as info:
+        translate(pod)
+    assert field in str(info.value)
+
+
+def test_what_baseline_allows_is_carried() -> None:
+    pod = source_pod()
+    pod["spec"]["containers"][0]["securityContext"] = {
+        "capabilities": {"add": ["NET_BIND_SERVICE"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    assert translate(pod).pod["spec"]["containers"][0]["securityContext"]["capabilities"]["add"] == ["NET_BIND_SERVICE"]
+
+
 def test_copied_object_is_labelled_as_this_nodes_copy() -> None:
     body = copy_object("ConfigMap", "sd-config", {"model": "sdxl"}, "burst-inference", TAGS)
     assert body["metadata"]["name"] == "sd-config"

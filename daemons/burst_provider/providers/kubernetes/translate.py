@@ -3,6 +3,9 @@
 The source pod (the one the virtual node was given) is translated, not copied verbatim, because most of what ties it
 to the source cluster means nothing in the target. The rules, all in `translate_pod`:
 
+* **Pod Security baseline.** A pod asking for what ``baseline`` refuses (host namespaces, hostPath, host ports, a
+  privileged container, capabilities beyond baseline's, unconfined seccomp or AppArmor) is refused with the fields
+  named, never copied: the home cluster's inference namespaces enforce baseline, the target's policy is not ours.
 * **Namespace.** ``namespace_map[source namespace]``, else the same name. The target namespace must exist: the
   provider does not create namespaces (their quotas, RBAC and policies belong to whoever runs that cluster), and a
   missing one is a `ProviderError` naming it.
@@ -44,6 +47,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from components.guardrails_settings import BASELINE_CAPABILITIES
 from daemons.burst_provider.providers.base import InstanceTags
 
 LABEL_PREFIX = "burst.gpucluster.io/"
@@ -185,6 +189,43 @@ def _without_token_volumes(spec: dict[str, Any]) -> None:
                 del c["volumeMounts"]
 
 
+def beyond_baseline(spec: Mapping[str, Any]) -> list[str]:
+    """What of a pod spec the Pod Security ``baseline`` standard refuses, by field: host namespaces, hostPath
+    volumes, host ports, privileged containers, capabilities beyond baseline's, unconfined seccomp or AppArmor."""
+    out = [f"spec.{f}" for f in ("hostNetwork", "hostPID", "hostIPC") if spec.get(f) is True]
+    out += [
+        f"spec.volumes[{i}] hostPath"
+        for i, v in enumerate(spec.get("volumes") or [])
+        if isinstance(v, Mapping) and v.get("hostPath") is not None
+    ]
+    contexts = [("spec.securityContext", spec.get("securityContext") or {})]
+    for field in ("initContainers", "containers"):
+        for i, c in enumerate(spec.get(field) or []):
+            if not isinstance(c, Mapping):
+                continue
+            where = f"spec.{field}[{i}]"
+            sc = c.get("securityContext") or {}
+            contexts.append((f"{where}.securityContext", sc))
+            if isinstance(sc, Mapping) and sc.get("privileged") is True:
+                out.append(f"{where}.securityContext.privileged")
+            added = (sc.get("capabilities") or {}).get("add") or [] if isinstance(sc, Mapping) else []
+            extra = sorted(str(a) for a in added if str(a) not in BASELINE_CAPABILITIES)
+            if extra:
+                out.append(f"{where}.securityContext.capabilities.add {extra}")
+            out += [
+                f"{where}.ports[{j}].hostPort"
+                for j, p in enumerate(c.get("ports") or [])
+                if isinstance(p, Mapping) and p.get("hostPort")
+            ]
+    for where, sc in contexts:
+        if not isinstance(sc, Mapping):
+            continue
+        for profile in ("seccompProfile", "appArmorProfile"):
+            if (sc.get(profile) or {}).get("type") == "Unconfined":
+                out.append(f"{where}.{profile} Unconfined")
+    return out
+
+
 def translate_pod(
     source: Mapping[str, Any],
     tags: InstanceTags,
@@ -203,6 +244,13 @@ def translate_pod(
         raise TranslationError("the source pod has no metadata or spec")
     if not _containers(spec):
         raise TranslationError(f"source pod {tags.namespace}/{tags.pod} has no containers")
+    beyond = beyond_baseline(spec)
+    if beyond:
+        shown = ", ".join(beyond[:5]) + (f" and {len(beyond) - 5} more" if len(beyond) > 5 else "")
+        raise TranslationError(
+            f"source pod {tags.namespace}/{tags.pod} asks for what the Pod Security baseline refuses ({shown}): the "
+            "provider does not carry it into another cluster"
+        )
     namespace = namespace_map.get(tags.namespace, tags.namespace)
     name = target_pod_name(tags.pod, tags.uid)
     labels = {
