@@ -341,6 +341,42 @@ def research_priority_by_team(inputs: GuardrailInputs) -> Policy | None:
     )
 
 
+WORKLOADS = {
+    "apiGroups": [KUEUE_GROUP],
+    "apiVersions": [KUEUE_VERSION],
+    "resources": ["workloads"],
+    "operations": ["CREATE", "UPDATE"],
+}
+
+
+def research_priority_by_team_on_workloads(inputs: GuardrailInputs) -> Policy | None:
+    """The same rule on a Workload sent straight to the API server: Kueue copies a job's priority into the
+    Workload it creates (held above), but one created by hand would reach the queue with any priority."""
+    if not inputs.priorities_by_namespace:
+        return None
+    allowed = cel({ns: sorted(names) for ns, names in inputs.priorities_by_namespace.items()})
+    ref = "object.spec.priorityClassRef"
+    value = f"((has({ref}) && {ref}.kind == 'WorkloadPriorityClass') ? {ref}.name : '')"
+    return Policy(
+        name="research-priority-by-team-on-workloads",
+        summary="A team's Workloads name only the research priorities (WorkloadPriorityClass) the stack allows that "
+        "team.",
+        resource_rules=(WORKLOADS,),
+        namespace_selector=is_in(list(inputs.priorities_by_namespace)),
+        validations=(
+            Validation(
+                expression=f"{value} == '' || {unchanged_on_update(value)} || "
+                f"(namespaceObject.metadata.name in {allowed} && {value} in {allowed}[namespaceObject.metadata.name])",
+                message="this team may not name that WorkloadPriorityClass",
+                message_expression=f"'WorkloadPriorityClass ' + {value} + ' is not one team ' + "
+                "namespaceObject.metadata.name + ' may name (' + "
+                f"({allowed}[namespaceObject.metadata.name]).join(', ') + '); the stack lists the teams of each "
+                "priority (gpucluster:priorities.workload[].teams)'",
+            ),
+        ),
+    )
+
+
 def training_pods_stay_baseline(inputs: GuardrailInputs) -> Policy | None:
     """Where the team namespaces enforce ``privileged`` (IPC_LOCK), the rest of ``baseline`` held by policy: no
     privileged container, no host namespaces, no hostPath volume, no host port, no capability beyond baseline's
@@ -777,6 +813,7 @@ RULES: list[Callable[[GuardrailInputs], Policy | None]] = [
     training_priority_jobs_are_queued,
     training_priority_jobsets_are_queued,
     research_priority_by_team,
+    research_priority_by_team_on_workloads,
     training_pods_stay_baseline,
     quarantine_writes_only_its_marks,
     quota_controller_writes_only_quotas,

@@ -47,9 +47,20 @@ TRAINING = "gpucluster-training"
 QUARANTINE_USER = f"system:serviceaccount:{CONTROLLERS}:gpucluster-quarantine"
 STALL_USER = "system:serviceaccount:gpucluster-training:gpucluster-stall-detector"
 INTERRUPTIONS_USER = "system:serviceaccount:gpucluster-training:gpucluster-interruptions"
-JOBSET_CRD = (
-    Path.home() / "go/pkg/mod/sigs.k8s.io/jobset@v0.11.1/config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml"
-)
+MODULES = Path.home() / "go/pkg/mod/sigs.k8s.io"
+JOBSET_CRD = MODULES / "jobset@v0.11.1/config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml"
+WORKLOAD_CRD = MODULES / "kueue@v0.17.0/config/components/crd/bases/kueue.x-k8s.io_workloads.yaml"
+
+
+def install_crd(kubectl: Kubectl, path: Path, plural: str) -> None:
+    """An upstream CRD from the Go module cache, served once the API server lists its kind."""
+    if not path.exists():
+        missing(f"{path.name} is not in the Go module cache ({path})")
+    proc = kubectl("apply", "--server-side", "-f", str(path))
+    assert proc.returncode == 0, proc.stderr
+    wait_for(f"the {plural} CRD established", lambda: kubectl("get", plural, "-n", TEAM).returncode == 0, timeout=60)
+
+
 INPUTS = GuardrailInputs(
     training_namespaces=(TEAM, OTHER_TEAM),
     priorities_by_namespace={TEAM: ("research-default", "research-urgent"), OTHER_TEAM: ("research-default",)},
@@ -209,6 +220,34 @@ def test_every_pod_in_a_team_namespace_is_a_jobs(kubectl: Kubectl) -> None:
     refused(kubectl, pod(TEAM, bare=True), "no Job owns")
     assert kubectl.refusal(pod(TEAM, metadata=copy.deepcopy(OWNED_BY_JOB))) is None
     assert kubectl.refusal(pod(SERVING)) is None
+
+
+def test_a_workload_sent_straight_names_only_its_teams_research_priorities(kubectl: Kubectl) -> None:
+    install_crd(kubectl, WORKLOAD_CRD, "workloads.kueue.x-k8s.io")
+
+    def workload(namespace: str, kind: str, name: str) -> dict[str, Any]:
+        group = "kueue.x-k8s.io" if kind == "WorkloadPriorityClass" else "scheduling.k8s.io"
+        pod_template = {"spec": {"containers": [{"name": "t", "image": "registry.invalid/t:1"}]}}
+        return {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "Workload",
+            "metadata": {"name": "w", "namespace": namespace},
+            "spec": {
+                "queueName": "training",
+                "priorityClassRef": {"group": group, "kind": kind, "name": name},
+                "priority": 1000,
+                "podSets": [{"name": "main", "count": 1, "template": pod_template}],
+            },
+        }
+
+    assert kubectl.refusal(workload(TEAM, "WorkloadPriorityClass", "research-urgent")) is None
+    refused(
+        kubectl,
+        workload(OTHER_TEAM, "WorkloadPriorityClass", "research-urgent"),
+        "research-urgent is not one team team-b may name (research-default)",
+    )
+    # the pod PriorityClass Kueue copies from a job's pods is the pod rules' to hold
+    assert kubectl.refusal(workload(OTHER_TEAM, "PriorityClass", TRAINING)) is None
 
 
 def test_the_training_priority_is_only_for_a_jobs_pods_in_a_team_namespace(kubectl: Kubectl) -> None:
@@ -398,15 +437,7 @@ VIRTUAL_NODE_USER = "system:serviceaccount:gpucluster-burst:gpucluster-virtual-n
 
 
 def test_the_daemons_that_annotate_jobsets_change_only_their_own_annotation(kubectl: Kubectl) -> None:
-    if not JOBSET_CRD.exists():
-        missing(f"the JobSet v0.11.1 CRD is not in the Go module cache ({JOBSET_CRD})")
-    proc = kubectl("apply", "--server-side", "-f", str(JOBSET_CRD))
-    assert proc.returncode == 0, proc.stderr
-    wait_for(
-        "the JobSet CRD established",
-        lambda: kubectl("get", "jobsets", "-n", TEAM).returncode == 0,
-        timeout=60,
-    )
+    install_crd(kubectl, JOBSET_CRD, "jobsets")
     template = {
         "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "t", "image": "t:1"}]}}}
     }
