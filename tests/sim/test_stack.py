@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
+from components.cluster import guardrail_inputs
 from components.config import load_stack_file
 from components.constants import PODSET_UNCONSTRAINED_TOPOLOGY
 from tests.support.local_stack import LocalStack, condition, delete, gpu_job, wait_for
@@ -460,6 +461,44 @@ def test_hostile_objects_sent_as_the_admin_are_refused_or_never_run(local_stack:
         said = _refusal(local_stack, doc)
         assert said is not None, f"{what}: the API server would store it"
         assert words in said, (what, said)
+
+    # A compromised controller: the admin acting as each controller's ServiceAccount (--as) and writing beyond the
+    # fields it owns. RBAC lets each of these through; the admission rule bound to that identity does not.
+    inputs = guardrail_inputs(CFG)
+    assert inputs.quarantine_user is not None, "the local stack runs quarantine"
+    assert inputs.quota_user is not None, "the local stack runs the quota controller"
+    assert inputs.make_before_break is not None, "the local stack runs make-before-break"
+    assert inputs.virtual_node is not None, "the local stack bursts"
+    node = local_stack.items("nodes", "-l", "type!=virtual-kubelet")[0]["metadata"]["name"]
+    queue = local_stack.items("clusterqueues")[0]["metadata"]["name"]
+    deployment = local_stack.items("deployments", "-n", infer)[0]["metadata"]["name"]
+    evict_all = {"spec": {"taints": [{"key": "evil", "effect": "NoExecute"}]}}
+    as_controllers = {
+        "quarantine taints a node NoExecute under another key": (
+            inputs.quarantine_user,
+            ["patch", "node", node, "--type=merge", "-p", json.dumps(evict_all)],
+            "gpucluster-quarantine-writes-only-its-marks",
+        ),
+        "the quota controller moves a queue to another cohort": (
+            inputs.quota_user,
+            ["patch", "clusterqueue", queue, "--type=merge", "-p", '{"spec":{"cohortName":"elsewhere"}}'],
+            "gpucluster-quota-controller-writes-only-quotas",
+        ),
+        "make-before-break scales a serving Deployment to zero": (
+            inputs.make_before_break.user,
+            ["patch", "deployment", deployment, "-n", infer, "--type=merge", "-p", '{"spec":{"replicas":0}}'],
+            "gpucluster-make-before-break-moves-only-by-annotations",
+        ),
+        "the virtual node registers a second Node": (
+            inputs.virtual_node[0],
+            ["create", "node", "intruder"],
+            "gpucluster-virtual-node-registers-only-its-node",
+        ),
+    }
+    for what, (user, args, rule) in as_controllers.items():
+        proc = local_stack.run("kubectl", *args, "--dry-run=server", "--as", user, check=False)
+        assert proc.returncode != 0, f"{what}: the API server would take it"
+        assert rule in proc.stderr, (what, proc.stderr)
 
     # A Job without a queue label in a team namespace is Kueue's all the same: held suspended, no pod.
     unqueued = labelled(gpu_job("unqueued", team, parallelism=1, gpus=8, pod_priority=None))
