@@ -164,7 +164,8 @@ def test_fabric_exporter_serves_the_fixture_from_its_image(prod: StackConfig, bu
     assert "/host/sys" in mounts, "the component mounts the host's /sys at /host/sys"
     container = Container(
         bundles["gpucluster-daemons"],
-        [*exporter["command"], *exporter["args"]],
+        # the kubelet expands $(POD_IP) from the downward API; here the pod's address is loopback
+        [*exporter["command"], *(a.replace("$(POD_IP)", "127.0.0.1") for a in exporter["args"])],
         env=env,
         binds={"/host/sys": SYSFS_FIXTURE},
     )
