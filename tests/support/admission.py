@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from components.guardrails_policies import Policy, manifests
+from daemons.toolkit.kube import KubeError
 from tests.support.apiserver import wait_for
 
 ADMISSION = "/apis/admissionregistration.k8s.io/v1"
@@ -29,3 +30,13 @@ def install_rule(
 
     wait_for(f"{name} in force", in_force, timeout=60)
     return name
+
+
+def patch_as(api: Any, path: str, body: dict[str, Any]) -> str | None:
+    """What the API server said refusing ``api``'s account a merge patch of ``path`` (a dry run: nothing is
+    written), or None when it would take it. ``api``: any of the daemons' KubeApi clients."""
+    try:
+        api.request("PATCH", f"{path}?dryRun=All", "patch", body=body, content_type="application/merge-patch+json")
+    except KubeError as exc:
+        return str(exc)
+    return None

@@ -36,9 +36,9 @@ from components.interruptions_settings import InterruptionsSettings
 from daemons.interruptions.client import KubeApi
 from daemons.interruptions.model import JOBSET_API, LEDGER_ANNOTATION
 from daemons.interruptions.rbac import CLUSTER_RULES, namespace_rules
-from daemons.toolkit.kube import KubeError, load_kube_config
+from daemons.toolkit.kube import load_kube_config
 from daemons.toolkit.kube_api import MERGE_PATCH
-from tests.support.admission import install_rule
+from tests.support.admission import install_rule, patch_as
 from tests.support.apiserver import ApiServer, free_port, running_apiserver, wait_for
 from tests.support.require import missing
 
@@ -174,15 +174,6 @@ JOBSET_PATH = f"/apis/{JOBSET_API}/namespaces/{TEAM}/jobsets/llm"
 WORKLOAD_PATH = f"/apis/{KUEUE_API}/namespaces/{TEAM}/workloads/jobset-llm"
 LEDGER_RULE = "gpucluster-interruptions-writes-only-its-ledger"
 STOP_RULE = "gpucluster-interruptions-only-stops-workloads"
-
-
-def patch_as(sa: KubeApi, path: str, body: dict[str, Any], *, dry_run: bool = True) -> str | None:
-    """What the API server said refusing the account's merge patch, or None when it took it."""
-    try:
-        sa.request("PATCH", f"{path}?dryRun=All" if dry_run else path, "patch", body=body, content_type=MERGE_PATCH)
-    except KubeError as exc:
-        return str(exc)
-    return None
 
 
 def hold_to_its_fields(server: ApiServer, sa: KubeApi) -> None:

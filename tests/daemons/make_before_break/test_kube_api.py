@@ -36,9 +36,9 @@ from daemons.make_before_break.controller import Controller
 from daemons.make_before_break.metrics import Metrics
 from daemons.make_before_break.rbac import cluster_rules, inference_rules, lease_rules
 from daemons.make_before_break.spec import DEPLOYMENT_ANNOTATIONS, POD_ANNOTATION, TEMPLATE_ANNOTATIONS
-from daemons.toolkit.kube import KubeError, load_kube_config
+from daemons.toolkit.kube import load_kube_config
 from daemons.toolkit.lease import KubeLeaseApi, LeaderElector
-from tests.support.admission import install_rule
+from tests.support.admission import install_rule, patch_as
 from tests.support.apiserver import ApiServer, running_apiserver, wait_for
 from tests.support.require import missing
 from tests.support.sim import ROOT, tools_bin
@@ -169,15 +169,6 @@ NODE_N2 = "/api/v1/nodes/n2"
 POD_PATH = f"/api/v1/namespaces/{INFERENCE}/pods/server-abc12-b"
 WORKLOAD_PATH = f"/apis/{KUEUE_API}/namespaces/{TEAM}/workloads/job-train"
 IMAGE = {"name": "s", "image": "registry.invalid/miner:1"}
-
-
-def patch_as(sa: KubeApi, path: str, body: dict[str, Any]) -> str | None:
-    """What the API server said refusing the account's merge patch (a dry run), or None when it took it."""
-    try:
-        sa.request("PATCH", f"{path}?dryRun=All", "patch", body=body, content_type="application/merge-patch+json")
-    except KubeError as exc:
-        return str(exc)
-    return None
 
 
 def hold_to_its_fields(server: ApiServer, sa: KubeApi) -> None:
