@@ -284,6 +284,12 @@ def go_binary(module: Path, package: str, out: Path, version: str) -> Path:
             package,
         ],
         cwd=module,
-        env={"CGO_ENABLED": "0", "GOOS": "linux", "GOARCH": "amd64", "GOFLAGS": "-mod=readonly", "GOTOOLCHAIN": "local"},
+        env={
+            "CGO_ENABLED": "0",
+            "GOOS": "linux",
+            "GOARCH": "amd64",
+            "GOFLAGS": "-mod=readonly",
+            "GOTOOLCHAIN": "local",
+        },
     )
     return out
