@@ -18,6 +18,7 @@ import yaml
 from components.cluster import guardrail_inputs
 from components.config import load_stack_file
 from components.constants import PODSET_UNCONSTRAINED_TOPOLOGY
+from components.make_before_break_settings import FIELD_MANAGER as MBB_FIELD_MANAGER
 from tests.support.local_stack import LocalStack, condition, delete, gpu_job, wait_for
 from tests.support.sim import load_sim_module
 
@@ -473,30 +474,44 @@ def test_hostile_objects_sent_as_the_admin_are_refused_or_never_run(local_stack:
     queue = local_stack.items("clusterqueues")[0]["metadata"]["name"]
     deployment = local_stack.items("deployments", "-n", infer)[0]["metadata"]["name"]
     evict_all = {"spec": {"taints": [{"key": "evil", "effect": "NoExecute"}]}}
-    as_controllers = {
+    # Each write is sent the way that controller sends its own (make-before-break has no GET on Deployments, so a
+    # server-side apply, forced, as its field manager; the virtual node creates a Node from a manifest).
+    scale_to_zero = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": deployment, "namespace": infer},
+        "spec": {"replicas": 0},
+    }
+    second_node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "intruder"}}
+    as_controllers: dict[str, tuple[str, list[str], dict[str, Any] | None, str]] = {
         "quarantine taints a node NoExecute under another key": (
             inputs.quarantine_user,
             ["patch", "node", node, "--type=merge", "-p", json.dumps(evict_all)],
+            None,
             "gpucluster-quarantine-writes-only-its-marks",
         ),
         "the quota controller moves a queue to another cohort": (
             inputs.quota_user,
             ["patch", "clusterqueue", queue, "--type=merge", "-p", '{"spec":{"cohortName":"elsewhere"}}'],
+            None,
             "gpucluster-quota-controller-writes-only-quotas",
         ),
         "make-before-break scales a serving Deployment to zero": (
             inputs.make_before_break.user,
-            ["patch", "deployment", deployment, "-n", infer, "--type=merge", "-p", '{"spec":{"replicas":0}}'],
+            ["apply", "--server-side", "--force-conflicts", f"--field-manager={MBB_FIELD_MANAGER}", "-f", "-"],
+            scale_to_zero,
             "gpucluster-make-before-break-moves-only-by-annotations",
         ),
         "the virtual node registers a second Node": (
             inputs.virtual_node[0],
-            ["create", "node", "intruder"],
+            ["create", "-f", "-"],
+            second_node,
             "gpucluster-virtual-node-registers-only-its-node",
         ),
     }
-    for what, (user, args, rule) in as_controllers.items():
-        proc = local_stack.run("kubectl", *args, "--dry-run=server", "--as", user, check=False)
+    for what, (user, args, body, rule) in as_controllers.items():
+        sent = None if body is None else json.dumps(body)
+        proc = local_stack.run("kubectl", *args, "--dry-run=server", "--as", user, input=sent, check=False)
         assert proc.returncode != 0, f"{what}: the API server would take it"
         assert rule in proc.stderr, (what, proc.stderr)
 
