@@ -10,20 +10,27 @@ PY          := $(VENV)/bin/python
 STAMP       := $(VENV)/.installed
 PY_PACKAGES := components policies daemons
 
-.PHONY: help venv lint lint-python lint-ansible test unit ansible-test integration \
+.PHONY: help venv venv-lock lint lint-python lint-ansible test unit ansible-test integration \
         lint-go go-test check-stacks policy render tools debian-deps images images-lock sim-up sim-down up down bench bench-scale bench-scale-capacity demo chaos daemons-status clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | column -t -s $$'\t'
 
-$(STAMP): pyproject.toml
+# Every distribution comes from venv.lock, each file checked against its sha256; the project is installed editable
+# with the locked setuptools (no build isolation, so nothing unhashed is fetched), and pip check confirms the lock is
+# complete. After a pin in pyproject.toml changed: make venv-lock.
+$(STAMP): pyproject.toml venv.lock
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV) || \
 	  { rm -rf $(VENV); echo "error: $(PYTHON) -m venv failed (on Debian: apt-get install python3-venv)" >&2; exit 1; }
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet --disable-pip-version-check --require-hashes --no-deps -r venv.lock
+	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
+	$(PY) -m pip check
 	@touch $@
 
-venv: $(STAMP) ## create .venv with the pinned Python dependencies
+venv: $(STAMP) ## create .venv with the Python dependencies of venv.lock, each checked by its hash
+
+venv-lock: venv ## after a pin in pyproject.toml changed: resolve the build venv into venv.lock again
+	$(PY) -m images lock-venv
 
 lint: lint-python lint-ansible lint-go ## ruff, strict mypy, ansible-lint (production profile), gofmt + go vet
 

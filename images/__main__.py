@@ -4,6 +4,7 @@
                                    stacks/Pulumi.<STACK>.yaml (or a stack file path)
   pin STACK                        write the digests of the last build into a stack
   lock                             resolve the daemons' wheels from pyproject.toml's pins into images/daemons.lock
+  lock-venv                        resolve the build venv (dependencies, dev extra, build backend, pip) into venv.lock
 
 Exit codes: 0 done, 1 a build, lock or pin failed (the message says which step and why), 2 a usage error.
 """
@@ -22,6 +23,7 @@ from images.definitions import DEFINITIONS
 from images.oci import OciError
 from images.pin import PinError, pin_stack
 from images.steps import BuildError, lock_wheels
+from images.venv_lock import VENV_LOCK, lock_venv
 
 
 def stack_path(stack: str) -> Path:
@@ -81,8 +83,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("stack", help="stack name (prod) or stack file")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"where the last build went (default {DEFAULT_OUT})")
     sub.add_parser("lock", help=f"resolve the daemons' wheels into {LOCK.relative_to(ROOT)}")
+    sub.add_parser("lock-venv", help=f"resolve the build venv's distributions into {VENV_LOCK.relative_to(ROOT)}")
     args = parser.parse_args(argv)
     try:
+        if args.command == "lock-venv":
+            lines = lock_venv(ROOT / "pyproject.toml", VENV_LOCK)
+            print(f"{VENV_LOCK.relative_to(ROOT)}: {len(lines)} distributions")
+            return 0
         if args.command == "lock":
             lines = lock_wheels(pinned_requirements(ROOT / "pyproject.toml"), LOCK)
             print(f"{LOCK.relative_to(ROOT)}: {len(lines)} wheels")

@@ -145,6 +145,21 @@ PIP_PLATFORM = (
 _WHEEL = re.compile(r"^(?P<name>[^-]+)-(?P<version>[^-]+)-.*\.whl$")
 
 
+_SDIST = re.compile(r"^(?P<name>.+)-(?P<version>[^-]+)\.(?:tar\.gz|zip)$")
+
+
+def hashed_pins(files: Path) -> list[str]:
+    """``name==version --hash=sha256:...`` for each wheel or source archive pip downloaded into ``files``."""
+    lines = []
+    for path in sorted(files.iterdir(), key=lambda p: p.name.lower()):
+        m = _WHEEL.match(path.name) or _SDIST.match(path.name)
+        if m is None:
+            raise BuildError(f"lock: {path.name} is neither a wheel nor a source archive file name")
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        lines.append(f"{m['name'].replace('_', '-').lower()}=={m['version']} --hash=sha256:{digest}")
+    return lines
+
+
 def lock_wheels(requirements: Sequence[str], out: Path) -> list[str]:
     """Resolve ``requirements`` for the image's interpreter and write every wheel with its hash to ``out``."""
     with tempfile.TemporaryDirectory(prefix="gpucluster-lock-") as tmp:
@@ -152,13 +167,7 @@ def lock_wheels(requirements: Sequence[str], out: Path) -> list[str]:
             "lock (pip download)",
             [sys.executable, "-m", "pip", "download", "-q", *PIP_PLATFORM, "-d", tmp, *requirements],
         )
-        lines = []
-        for wheel in sorted(Path(tmp).glob("*.whl"), key=lambda p: p.name.lower()):
-            m = _WHEEL.match(wheel.name)
-            if m is None:
-                raise BuildError(f"lock: {wheel.name} is not a wheel file name")
-            digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
-            lines.append(f"{m['name'].replace('_', '-').lower()}=={m['version']} --hash=sha256:{digest}")
+        lines = hashed_pins(Path(tmp))
     header = (
         "# The daemon image's third-party wheels, for CPython 3.11 on Debian bookworm (x86_64).\n"
         "# Written by `python -m images lock` from pyproject.toml's pins; do not edit by hand.\n"
