@@ -1,5 +1,5 @@
 """Guardrails the API server enforces: one ValidatingAdmissionPolicy and its Deny binding per rule of
-``components/guardrails_policies.py``, and each team's Role in its namespace bound to the team's group. The Pod
+``components/guardrails_policies/``, and each team's Role in its namespace bound to the team's group. The Pod
 Security labels go on the namespaces where they are created (``GuardrailsSettings.labels``).
 """
 

@@ -7,7 +7,7 @@ API server itself holds, whoever sends the object (a researcher's kubectl, a con
   (:func:`pod_security_levels`): ``restricted`` for our controllers, ``baseline`` for inference and training,
   ``privileged`` only for the telemetry exporters (they read ``/sys`` from the host) and for training namespaces
   whose fabric needs ``IPC_LOCK``, which ``baseline`` refuses; there a ValidatingAdmissionPolicy holds the
-  rest of ``baseline`` (``components/guardrails_policies.py``).
+  rest of ``baseline`` (``components/guardrails_policies/workloads.py``).
 * **ValidatingAdmissionPolicies** (CEL), one per rule, listed in ``guardrails_policies.RULES``.
 
 The rule data (which env names change what GPUs a container sees, which annotations opt out of confinement) has

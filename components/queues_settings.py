@@ -170,7 +170,7 @@ class WorkloadPriority(ConfigModel):
     value: Annotated[int, Field(ge=-MAX_USER_PRIORITY, le=MAX_USER_PRIORITY)]
     description: str = ""
     #: The teams (``teams[].name``) whose jobs may name it; none: every team. ``gpucluster submit`` and the API
-    #: server (``guardrails_policies.research_priority_by_team``) both hold it.
+    #: server (``guardrails_policies.workloads.research_priority_by_team``) both hold it.
     teams: list[DnsLabel] | None = None
 
     def allows(self, team: str) -> bool:

@@ -27,8 +27,8 @@ import yaml
 from kubernetes import client
 
 from components.constants import KUEUE_API
-from components.guardrails_policies import (
-    GuardrailInputs,
+from components.guardrails_policies import GuardrailInputs
+from components.guardrails_policies.controllers import (
     interruptions_only_stops_workloads,
     interruptions_writes_only_its_ledger,
 )

@@ -22,9 +22,8 @@ import yaml
 from kubernetes import client
 
 from components.constants import KUEUE_API, KUEUE_GROUP
-from components.guardrails_policies import (
-    GuardrailInputs,
-    MakeBeforeBreakMarks,
+from components.guardrails_policies import GuardrailInputs, MakeBeforeBreakMarks
+from components.guardrails_policies.controllers import (
     make_before_break_marks_pods_only_for_removal,
     make_before_break_moves_only_by_annotations,
     make_before_break_writes_only_its_check,

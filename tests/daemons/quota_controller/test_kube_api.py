@@ -21,7 +21,8 @@ import yaml
 from kubernetes import client
 
 from components.constants import ACCEPTED_LABEL, CLUSTER_EVENTS_NAMESPACE, KUEUE_API, KUEUE_GROUP, QUARANTINE_TAINT_KEY
-from components.guardrails_policies import GuardrailInputs, quota_controller_writes_only_quotas
+from components.guardrails_policies import GuardrailInputs
+from components.guardrails_policies.controllers import quota_controller_writes_only_quotas
 from components.quota_controller_settings import FIELD_MANAGER, QuotaControllerSettings, resource_groups
 from daemons.quota_controller.client import KubeApi
 from daemons.quota_controller.controller import Controller

@@ -1,0 +1,79 @@
+"""The ValidatingAdmissionPolicies the API server holds, one small named function per rule, listed in :data:`RULES`.
+
+Pure: each rule takes :class:`GuardrailInputs` (what of the stack it reads) and returns a :class:`Policy`, or None
+when the stack has nothing for it to hold; :func:`manifests` renders each as a ``ValidatingAdmissionPolicy`` and
+its ``Deny`` binding. ``components/guardrails.py`` applies them; the tests apply the very same dicts to a real
+kube-apiserver and send it what each rule refuses and what it lets through.
+
+One concern per module: ``model`` (the inputs, a rule as data, CEL helpers, rendering), ``workloads`` (what a
+workload may be, whoever sends it), ``controllers`` (the fields each controller of ours may write), ``teams`` (a
+team's Role). The list of rules is here, in one place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from components.guardrails_policies.controllers import (
+    interruptions_only_stops_workloads,
+    interruptions_writes_only_its_ledger,
+    make_before_break_marks_pods_only_for_removal,
+    make_before_break_moves_only_by_annotations,
+    make_before_break_writes_only_its_check,
+    make_before_break_writes_only_its_reservations,
+    quarantine_writes_only_its_marks,
+    quota_controller_writes_only_quotas,
+    stall_detector_writes_only_its_restart_record,
+    virtual_node_registers_only_its_node,
+)
+from components.guardrails_policies.model import GuardrailInputs, MakeBeforeBreakMarks, Policy, Validation, manifests
+from components.guardrails_policies.teams import reliability_reader, team_role
+from components.guardrails_policies.workloads import (
+    confinement_stays_on,
+    gpu_visibility_is_requested,
+    research_priority_by_team,
+    research_priority_by_team_on_workloads,
+    team_pods_belong_to_jobs,
+    training_pods_stay_baseline,
+    training_priority_jobs_are_queued,
+    training_priority_jobsets_are_queued,
+    training_priority_pods_belong_to_jobs,
+)
+
+__all__ = [
+    "RULES",
+    "GuardrailInputs",
+    "MakeBeforeBreakMarks",
+    "Policy",
+    "Validation",
+    "manifests",
+    "policies",
+    "reliability_reader",
+    "team_role",
+]
+
+RULES: list[Callable[[GuardrailInputs], Policy | None]] = [
+    gpu_visibility_is_requested,
+    confinement_stays_on,
+    team_pods_belong_to_jobs,
+    training_priority_pods_belong_to_jobs,
+    training_priority_jobs_are_queued,
+    training_priority_jobsets_are_queued,
+    research_priority_by_team,
+    research_priority_by_team_on_workloads,
+    training_pods_stay_baseline,
+    quarantine_writes_only_its_marks,
+    quota_controller_writes_only_quotas,
+    interruptions_writes_only_its_ledger,
+    interruptions_only_stops_workloads,
+    stall_detector_writes_only_its_restart_record,
+    make_before_break_writes_only_its_reservations,
+    make_before_break_moves_only_by_annotations,
+    make_before_break_marks_pods_only_for_removal,
+    make_before_break_writes_only_its_check,
+    virtual_node_registers_only_its_node,
+]
+
+
+def policies(inputs: GuardrailInputs) -> list[Policy]:
+    return [p for rule in RULES if (p := rule(inputs)) is not None]

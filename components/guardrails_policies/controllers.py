@@ -1,0 +1,408 @@
+"""What a controller of ours may write: each rule matched to one controller's ServiceAccount user, bounding its
+writes to the fields it owns (RBAC says which objects; these say which fields of them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from components.constants import (
+    INTERRUPTIONS_LEDGER_ANNOTATION,
+    KUEUE_GROUP,
+    KUEUE_VERSION,
+    QUARANTINE_REASON_ANNOTATION,
+    QUARANTINE_TAINT_EFFECT,
+    QUARANTINE_TAINT_KEY,
+    QUARANTINED_AT_ANNOTATION,
+    QUARANTINED_LABEL,
+    RELEASED_AT_ANNOTATION,
+    STALL_RESTART_ANNOTATION,
+)
+from components.guardrails_policies.model import (
+    JOBSETS,
+    GuardrailInputs,
+    Policy,
+    Validation,
+    cel,
+)
+
+#: What the quarantine controller writes on a Node besides its taint and label (daemons/quarantine/kube.py).
+QUARANTINE_ANNOTATIONS = (QUARANTINE_REASON_ANNOTATION, QUARANTINED_AT_ANNOTATION, RELEASED_AT_ANNOTATION)
+NODE_UPDATES = {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["nodes"], "operations": ["UPDATE"]}
+#: A Node's spec fields besides its taints (``configSource`` is long deprecated and still a field).
+NODE_SPEC_FIELDS = ("podCIDR", "podCIDRs", "providerID", "unschedulable", "configSource")
+
+
+def map_unchanged_but(obj: str, old: str, keys: Sequence[str]) -> str:
+    """CEL: the map ``obj`` holds what ``old`` held, key for key and value for value, except ``keys``."""
+    allowed = cel(list(keys))
+    return (
+        f"(!has({obj}) || {obj}.all(k, k in {allowed} || (has({old}) && k in {old} && {old}[k] == {obj}[k])))"
+        f" && (!has({old}) || {old}.all(k, k in {allowed} || (has({obj}) && k in {obj})))"
+    )
+
+
+def field_unchanged(obj: str, old: str) -> str:
+    """CEL: the optional field is absent in both, or present in both and equal."""
+    return f"(has({obj}) == has({old}) && (!has({obj}) || {obj} == {old}))"
+
+
+def node_marks(
+    name: str, who: str, user: str, *, taint: tuple[str, str], labels: Sequence[str], annotations: Sequence[str]
+) -> Policy:
+    """A controller that may patch every Node (RBAC cannot name them) held to its own marks: ``taint`` (key,
+    effect) added or removed, ``labels`` and ``annotations`` set or removed; every other taint, label, annotation,
+    spec field, finalizer and owner as it was."""
+    key, effect = taint
+    others = "(has({o}.spec.taints) ? {o}.spec.taints : []).filter(t, t.key != " + cel(key) + ")"
+    spec_fields = " && ".join(field_unchanged(f"object.spec.{f}", f"oldObject.spec.{f}") for f in NODE_SPEC_FIELDS)
+    marks = ", ".join([*labels, *annotations])
+    return Policy(
+        name=name,
+        summary=f"The {who} changes a Node only by its taint ({key}, {effect}) and its marks ({marks}).",
+        resource_rules=(NODE_UPDATES,),
+        match_conditions=_is_user("is-" + who.replace(" ", "-"), user),
+        validations=(
+            Validation(
+                expression=f"{others.format(o='object')} == {others.format(o='oldObject')}"
+                f" && (!has(object.spec.taints) || object.spec.taints.all(t, t.key != {cel(key)}"
+                f" || t.effect == {cel(effect)}))",
+                message=f"the {who} may add or remove only its own taint ({key}, {effect}); every other taint stays "
+                "as it was",
+            ),
+            Validation(
+                expression=map_unchanged_but("object.metadata.labels", "oldObject.metadata.labels", labels),
+                message=f"the {who} may set only its label(s) {', '.join(labels) or '(none)'}",
+            ),
+            Validation(
+                expression=map_unchanged_but(
+                    "object.metadata.annotations", "oldObject.metadata.annotations", annotations
+                ),
+                message=f"the {who} may set only its annotations ({', '.join(annotations) or 'none'})",
+            ),
+            Validation(
+                expression=f"{spec_fields}"
+                f" && {field_unchanged('object.metadata.finalizers', 'oldObject.metadata.finalizers')}"
+                f" && {field_unchanged('object.metadata.ownerReferences', 'oldObject.metadata.ownerReferences')}",
+                message=f"the {who} may not change a Node's spec (but its taint), finalizers or owners",
+            ),
+        ),
+    )
+
+
+def quarantine_writes_only_its_marks(inputs: GuardrailInputs) -> Policy | None:
+    """The quarantine controller: its NoExecute taint, its label, its reason and time annotations."""
+    if inputs.quarantine_user is None:
+        return None
+    return node_marks(
+        "quarantine-writes-only-its-marks",
+        "quarantine controller",
+        inputs.quarantine_user,
+        taint=(QUARANTINE_TAINT_KEY, QUARANTINE_TAINT_EFFECT),
+        labels=[QUARANTINED_LABEL],
+        annotations=QUARANTINE_ANNOTATIONS,
+    )
+
+
+def make_before_break_writes_only_its_reservations(inputs: GuardrailInputs) -> Policy | None:
+    """Make-before-break reserves a gang's nodes: its NoSchedule taint and label under the reservation key."""
+    if inputs.make_before_break is None:
+        return None
+    mbb = inputs.make_before_break
+    return node_marks(
+        "make-before-break-writes-only-its-reservations",
+        "make-before-break controller",
+        mbb.user,
+        taint=(mbb.reservation_key, "NoSchedule"),
+        labels=[mbb.reservation_key],
+        annotations=[],
+    )
+
+
+DEPLOYMENT_UPDATES = {
+    "apiGroups": ["apps"],
+    "apiVersions": ["v1"],
+    "resources": ["deployments"],
+    "operations": ["UPDATE"],
+}
+#: A Deployment's spec fields besides its pod template.
+DEPLOYMENT_SPEC_FIELDS = (
+    "replicas",
+    "selector",
+    "strategy",
+    "minReadySeconds",
+    "revisionHistoryLimit",
+    "paused",
+    "progressDeadlineSeconds",
+)
+POD_UPDATES = {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "operations": ["UPDATE"]}
+WORKLOAD_STATUS_UPDATES = {
+    "apiGroups": [KUEUE_GROUP],
+    "apiVersions": [KUEUE_VERSION],
+    "resources": ["workloads/status"],
+    "operations": ["UPDATE"],
+}
+#: A Workload's status fields besides ``admissionChecks`` (Kueue's v1beta2 schema).
+WORKLOAD_STATUS_FIELDS = (
+    "accumulatedPastExecutionTimeSeconds",
+    "admission",
+    "clusterName",
+    "conditions",
+    "nominatedClusterNames",
+    "preemptionGates",
+    "reclaimablePods",
+    "requeueState",
+    "resourceRequests",
+    "schedulingStats",
+    "unhealthyNodes",
+)
+
+
+def make_before_break_moves_only_by_annotations(inputs: GuardrailInputs) -> Policy | None:
+    """It moves a Deployment by its annotations and its template's placement epoch; the rest is its owner's."""
+    if inputs.make_before_break is None:
+        return None
+    mbb = inputs.make_before_break
+    spec_fields = " && ".join(
+        field_unchanged(f"object.spec.{f}", f"oldObject.spec.{f}") for f in DEPLOYMENT_SPEC_FIELDS
+    )
+    template = "object.spec.template.metadata"
+    old_template = "oldObject.spec.template.metadata"
+    placement = mbb.template_annotations
+    return Policy(
+        name="make-before-break-moves-only-by-annotations",
+        summary="The make-before-break controller changes a Deployment only by its own annotations and its "
+        "template's placement annotations.",
+        resource_rules=(DEPLOYMENT_UPDATES,),
+        match_conditions=_is_user("is-make-before-break", mbb.user),
+        validations=(
+            Validation(
+                expression=f"{spec_fields} && object.spec.template.spec == oldObject.spec.template.spec"
+                f" && {map_unchanged_but(f'{template}.labels', f'{old_template}.labels', [])}"
+                f" && {map_unchanged_but(f'{template}.annotations', f'{old_template}.annotations', placement)}"
+                f" && {_metadata_unchanged_but(mbb.deployment_annotations)}",
+                message="the make-before-break controller may change only its annotations on a Deployment ("
+                + ", ".join(mbb.deployment_annotations)
+                + ") and on its pod template ("
+                + ", ".join(mbb.template_annotations)
+                + ")",
+            ),
+        ),
+    )
+
+
+def make_before_break_marks_pods_only_for_removal(inputs: GuardrailInputs) -> Policy | None:
+    """It marks the replica to remove first by the pod-deletion-cost annotation; nothing else of a pod."""
+    if inputs.make_before_break is None:
+        return None
+    mbb = inputs.make_before_break
+    return Policy(
+        name="make-before-break-marks-pods-only-for-removal",
+        summary=f"The make-before-break controller changes a pod only by its annotation {mbb.pod_annotation}.",
+        resource_rules=(POD_UPDATES,),
+        match_conditions=_is_user("is-make-before-break", mbb.user),
+        validations=(
+            Validation(
+                expression=f"object.spec == oldObject.spec && {_metadata_unchanged_but([mbb.pod_annotation])}",
+                message=f"the make-before-break controller may change only a pod's annotation {mbb.pod_annotation}",
+            ),
+        ),
+    )
+
+
+def make_before_break_writes_only_its_check(inputs: GuardrailInputs) -> Policy | None:
+    """It sets its own AdmissionCheck's entry in a Workload's status; Kueue's fields and other checks' are Kueue's."""
+    if inputs.make_before_break is None:
+        return None
+    mbb = inputs.make_before_break
+    status_fields = " && ".join(
+        field_unchanged(f"object.status.{f}", f"oldObject.status.{f}") for f in WORKLOAD_STATUS_FIELDS
+    )
+    others = (
+        "(has({o}.status.admissionChecks) ? {o}.status.admissionChecks : []).filter(c, c.name != "
+        + cel(mbb.check_name)
+        + ")"
+    )
+    return Policy(
+        name="make-before-break-writes-only-its-check",
+        summary=f"The make-before-break controller changes a Workload's status only by its check {mbb.check_name}.",
+        resource_rules=(WORKLOAD_STATUS_UPDATES,),
+        match_conditions=_is_user("is-make-before-break", mbb.user),
+        validations=(
+            Validation(
+                expression=f"{status_fields} && {others.format(o='object')} == {others.format(o='oldObject')}",
+                message=f"the make-before-break controller may set only its own check ({mbb.check_name}) in a "
+                "Workload's status",
+            ),
+        ),
+    )
+
+
+CLUSTER_QUEUE_UPDATES = {
+    "apiGroups": [KUEUE_GROUP],
+    "apiVersions": [KUEUE_VERSION],
+    "resources": ["clusterqueues"],
+    "operations": ["UPDATE"],
+}
+#: A ClusterQueue's spec fields besides ``resourceGroups`` (Kueue's v1beta2 schema).
+CLUSTER_QUEUE_SPEC_FIELDS = (
+    "admissionChecksStrategy",
+    "admissionScope",
+    "cohortName",
+    "fairSharing",
+    "flavorFungibility",
+    "namespaceSelector",
+    "preemption",
+    "queueingStrategy",
+    "stopPolicy",
+)
+
+
+def quota_controller_writes_only_quotas(inputs: GuardrailInputs) -> Policy | None:
+    """The quota controller applies ``spec.resourceGroups`` of its ClusterQueues (RBAC names them); this holds it to
+    the quantities there: the groups, their resources and flavors, and everything else stay as they were."""
+    if inputs.quota_user is None:
+        return None
+    groups = "{o}.spec.resourceGroups"
+    shape = (
+        "g.coveredResources",
+        "g.flavors.map(f, f.name)",
+        "g.flavors.map(f, f.resources.map(r, r.name))",
+    )
+    same_shape = " && ".join(
+        f"{groups.format(o='object')}.map(g, {part}) == {groups.format(o='oldObject')}.map(g, {part})" for part in shape
+    )
+    spec_fields = " && ".join(
+        field_unchanged(f"object.spec.{f}", f"oldObject.spec.{f}") for f in CLUSTER_QUEUE_SPEC_FIELDS
+    )
+    return Policy(
+        name="quota-controller-writes-only-quotas",
+        summary="The quota controller changes a ClusterQueue only by the quantities of its resource groups.",
+        resource_rules=(CLUSTER_QUEUE_UPDATES,),
+        match_conditions=_is_user("is-quota-controller", inputs.quota_user),
+        validations=(
+            Validation(
+                expression=f"{spec_fields} && {_metadata_unchanged_but()}",
+                message="the quota controller may change only spec.resourceGroups of a ClusterQueue",
+            ),
+            Validation(
+                expression=f"has(object.spec.resourceGroups) == has(oldObject.spec.resourceGroups)"
+                f" && (!has(object.spec.resourceGroups) || ({same_shape}))",
+                message="the quota controller may change only the quantities in spec.resourceGroups (nominalQuota, "
+                "borrowingLimit, lendingLimit): the groups, their resources and flavors stay as they are",
+            ),
+        ),
+    )
+
+
+WORKLOAD_UPDATES = {
+    "apiGroups": [KUEUE_GROUP],
+    "apiVersions": [KUEUE_VERSION],
+    "resources": ["workloads"],
+    "operations": ["UPDATE"],
+}
+JOBSET_UPDATES = {**JOBSETS, "operations": ["UPDATE"]}
+#: A Workload's spec fields besides ``active`` (Kueue's v1beta2 schema).
+WORKLOAD_SPEC_FIELDS = (
+    "maximumExecutionTimeSeconds",
+    "podSets",
+    "preemptionGates",
+    "priority",
+    "priorityClassRef",
+    "queueName",
+)
+
+
+def _is_user(name: str, user: str) -> tuple[Mapping[str, str], ...]:
+    return ({"name": name, "expression": f"request.userInfo.username == {cel(user)}"},)
+
+
+def _metadata_unchanged_but(annotations: Sequence[str] = ()) -> str:
+    return (
+        f"{map_unchanged_but('object.metadata.labels', 'oldObject.metadata.labels', [])}"
+        f" && {map_unchanged_but('object.metadata.annotations', 'oldObject.metadata.annotations', annotations)}"
+    )
+
+
+def jobset_annotation_only(name: str, who: str, user: str, annotation: str) -> Policy:
+    """A daemon that patches every JobSet of the team namespaces (RBAC cannot name them) held to one annotation."""
+    return Policy(
+        name=name,
+        summary=f"The {who} changes a JobSet only by its annotation {annotation}.",
+        resource_rules=(JOBSET_UPDATES,),
+        match_conditions=_is_user("is-" + who.replace(" ", "-"), user),
+        validations=(
+            Validation(
+                expression=f"object.spec == oldObject.spec && {_metadata_unchanged_but([annotation])}",
+                message=f"the {who} may change only a JobSet's annotation {annotation}",
+            ),
+        ),
+    )
+
+
+def interruptions_writes_only_its_ledger(inputs: GuardrailInputs) -> Policy | None:
+    """The interruption accounting daemon's record of a job's interruptions."""
+    if inputs.interruptions_user is None:
+        return None
+    return jobset_annotation_only(
+        "interruptions-writes-only-its-ledger",
+        "interruption accounting daemon",
+        inputs.interruptions_user,
+        INTERRUPTIONS_LEDGER_ANNOTATION,
+    )
+
+
+def stall_detector_writes_only_its_restart_record(inputs: GuardrailInputs) -> Policy | None:
+    """The stall detector's record of the in-place restart it started (it evicts the gang's pods for the rest)."""
+    if inputs.stall_detector_user is None:
+        return None
+    return jobset_annotation_only(
+        "stall-detector-writes-only-its-restart-record",
+        "stall detector",
+        inputs.stall_detector_user,
+        STALL_RESTART_ANNOTATION,
+    )
+
+
+def interruptions_only_stops_workloads(inputs: GuardrailInputs) -> Policy | None:
+    """It stops a job at its restart bound by ``spec.active: false``; it may not resume one or change anything else."""
+    if inputs.interruptions_user is None:
+        return None
+    spec_fields = " && ".join(field_unchanged(f"object.spec.{f}", f"oldObject.spec.{f}") for f in WORKLOAD_SPEC_FIELDS)
+    active = "(!has({o}.spec.active) || {o}.spec.active)"
+    return Policy(
+        name="interruptions-only-stops-workloads",
+        summary="The interruption accounting daemon changes a Workload only by setting spec.active to false.",
+        resource_rules=(WORKLOAD_UPDATES,),
+        match_conditions=_is_user("is-interruptions", inputs.interruptions_user),
+        validations=(
+            Validation(
+                expression=f"{spec_fields} && {_metadata_unchanged_but()}"
+                f" && (!{active.format(o='object')} || {active.format(o='oldObject')})",
+                message="the interruption accounting daemon may only set a Workload's spec.active to false",
+            ),
+        ),
+    )
+
+
+NODE_CREATES = {**NODE_UPDATES, "operations": ["CREATE"]}
+
+
+def virtual_node_registers_only_its_node(inputs: GuardrailInputs) -> Policy | None:
+    """RBAC cannot name the object of a create: the virtual node's identity may create Nodes, this holds it to its
+    own (a second Node would take pods the scheduler thinks are placed)."""
+    if inputs.virtual_node is None:
+        return None
+    user, node = inputs.virtual_node
+    return Policy(
+        name="virtual-node-registers-only-its-node",
+        summary=f"The virtual node registers only the Node {node}.",
+        resource_rules=(NODE_CREATES,),
+        match_conditions=_is_user("is-virtual-node", user),
+        validations=(
+            Validation(
+                expression=f"object.metadata.name == {cel(node)}",
+                message=f"the virtual node may register only the Node {node}",
+            ),
+        ),
+    )

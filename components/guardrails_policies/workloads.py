@@ -1,0 +1,310 @@
+"""What a workload may be, whoever sends it: GPU visibility, confinement, priorities held to queues and teams,
+Pod Security baseline for training pods on a fabric.
+
+Pods are checked at creation, whoever creates them (a Job's controller, an admin), so a rule holds even for an
+object that never went through ``gpucluster submit``. Jobs and JobSets are checked at creation and whenever the
+field a rule reads changes, so an object from before a policy is not stuck on its next unrelated update.
+
+What they do not see: a value that arrives through ``envFrom`` (a ConfigMap's keys are not in the pod), and
+ephemeral containers added later through ``pods/ephemeralcontainers`` (only ``kubectl debug`` does that, and
+the team role does not grant it).
+"""
+
+from __future__ import annotations
+
+from components.constants import (
+    KUEUE_GROUP,
+    KUEUE_VERSION,
+)
+from components.guardrails_policies.model import (
+    JOBSETS,
+    GuardrailInputs,
+    Policy,
+    Validation,
+    cel,
+    is_in,
+    label,
+    not_in,
+    unchanged_on_update,
+)
+from components.guardrails_settings import (
+    BASELINE_CAPABILITIES,
+    CONFINEMENT_ANNOTATION_PREFIXES,
+    GPU_VISIBILITY_ENV,
+    UNCONFINED,
+)
+from components.jobset_settings import JOBSET_API
+
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
+#: The capability a pod on an RDMA fabric adds beyond baseline's (``fabric_settings.RDMA_CAPABILITY``).
+IPC_LOCK = "IPC_LOCK"
+
+PODS = {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "operations": ["CREATE"]}
+JOBS = {"apiGroups": ["batch"], "apiVersions": ["v1"], "resources": ["jobs"], "operations": ["CREATE", "UPDATE"]}
+#: A pod's containers and init containers (one CEL type, so one list).
+CONTAINERS = {
+    "name": "containers",
+    "expression": "object.spec.containers + (has(object.spec.initContainers) ? object.spec.initContainers : [])",
+}
+
+
+def gpu_visibility_is_requested(inputs: GuardrailInputs) -> Policy:
+    names = cel(list(GPU_VISIBILITY_ENV))
+    sets_one = f"has(c.env) && c.env.exists(e, e.name in {names})"
+    return Policy(
+        name="gpu-visibility-is-requested",
+        summary="No container outside the exempt namespaces sets the env the NVIDIA runtime reads to pick GPUs "
+        f"({', '.join(GPU_VISIBILITY_ENV)}): a pod sees the GPUs it asked for, not every GPU of its node.",
+        resource_rules=(PODS,),
+        namespace_selector=not_in(inputs.exempt_namespaces),
+        variables=(CONTAINERS,),
+        validations=(
+            Validation(
+                expression=f"!variables.containers.exists(c, {sets_one})",
+                message=f"a container sets {', '.join(GPU_VISIBILITY_ENV)}; ask for GPUs with nvidia.com/gpu",
+                message_expression="'container ' + variables.containers.filter(c, "
+                + sets_one
+                + ").map(c, c.name).join(', ') + ' sets "
+                + "/".join(GPU_VISIBILITY_ENV)
+                + ", which would show it GPUs it did not ask for; ask for GPUs with nvidia.com/gpu'",
+            ),
+        ),
+    )
+
+
+def confinement_stays_on(inputs: GuardrailInputs) -> Policy:
+    prefixes = cel(list(CONFINEMENT_ANNOTATION_PREFIXES))
+    annotations = "object.metadata.annotations"
+    opted_out = f"{prefixes}.exists(p, k.startsWith(p)) && {annotations}[k].lowerAscii() == {cel(UNCONFINED)}"
+
+    def profiles_kept(ctx: str) -> str:
+        return (
+            f"(!has({ctx}) || ((!has({ctx}.seccompProfile) || {ctx}.seccompProfile.type != 'Unconfined') && "
+            f"(!has({ctx}.appArmorProfile) || {ctx}.appArmorProfile.type != 'Unconfined')))"
+        )
+
+    return Policy(
+        name="confinement-stays-on",
+        summary="No pod outside the exempt namespaces turns AppArmor or seccomp off, by field or by annotation.",
+        resource_rules=(PODS,),
+        namespace_selector=not_in(inputs.exempt_namespaces),
+        variables=(CONTAINERS,),
+        validations=(
+            Validation(
+                expression=f"!has({annotations}) || !{annotations}.exists(k, {opted_out})",
+                message="a pod annotation sets AppArmor or seccomp to unconfined",
+                message_expression=f"'annotation ' + {annotations}.filter(k, {opted_out}).join(', ') + "
+                "' turns confinement off; leave it to the runtime default'",
+            ),
+            Validation(
+                expression=profiles_kept("object.spec.securityContext"),
+                message="spec.securityContext sets a seccomp or AppArmor profile of type Unconfined",
+            ),
+            Validation(
+                expression=f"variables.containers.all(c, {profiles_kept('c.securityContext')})",
+                message="a container's securityContext sets a seccomp or AppArmor profile of type Unconfined",
+                message_expression="'container ' + variables.containers.filter(c, !"
+                + profiles_kept("c.securityContext")
+                + ").map(c, c.name).join(', ') + ' sets a seccomp or AppArmor profile of type Unconfined'",
+            ),
+        ),
+    )
+
+
+def _owned_by(kind: str, api: str) -> str:
+    return (
+        "has(object.metadata.ownerReferences) && object.metadata.ownerReferences.exists(r, "
+        f"r.kind == {cel(kind)} && r.apiVersion == {cel(api)} && has(r.controller) && r.controller)"
+    )
+
+
+def _in_team(inputs: GuardrailInputs) -> str:
+    return f"namespaceObject.metadata.name in {cel(sorted(inputs.training_namespaces))}"
+
+
+def _why(inputs: GuardrailInputs) -> str:
+    return f"{inputs.training_priority_class} preempts inference: only jobs Kueue admits in a team namespace take it"
+
+
+def team_pods_belong_to_jobs(inputs: GuardrailInputs) -> Policy:
+    """Kueue manages every Job in a team namespace; a bare pod there would take GPUs around the queues."""
+    return Policy(
+        name="team-pods-belong-to-jobs",
+        summary="Every pod in a team namespace is a Job's (Kueue manages every Job there): none runs around the "
+        "queues.",
+        resource_rules=(PODS,),
+        namespace_selector=is_in(inputs.training_namespaces),
+        validations=(
+            Validation(
+                expression=_owned_by("Job", "batch/v1"),
+                message="a pod in a team namespace that no Job owns would run around the queues; submit a job "
+                "(gpucluster submit)",
+            ),
+        ),
+    )
+
+
+def training_priority_pods_belong_to_jobs(inputs: GuardrailInputs) -> Policy:
+    cls = cel(inputs.training_priority_class)
+    priority = "(has(object.spec.priorityClassName) ? object.spec.priorityClassName : '')"
+    return Policy(
+        name="training-priority-pods-belong-to-jobs",
+        summary=f"Only a Job's pods in a team namespace take the PriorityClass {inputs.training_priority_class}.",
+        resource_rules=(PODS,),
+        validations=(
+            Validation(
+                expression=f"{priority} != {cls} || ({_in_team(inputs)} && {_owned_by('Job', 'batch/v1')})",
+                message=f"a pod that is not a Job's in a team namespace names {inputs.training_priority_class}; "
+                + _why(inputs),
+            ),
+        ),
+    )
+
+
+def training_priority_jobs_are_queued(inputs: GuardrailInputs) -> Policy:
+    cls = cel(inputs.training_priority_class)
+    priority = "(has(object.spec.template.spec.priorityClassName) ? object.spec.template.spec.priorityClassName : '')"
+    queued = f"{label('object', QUEUE_LABEL)} != ''"
+    return Policy(
+        name="training-priority-jobs-are-queued",
+        summary=f"Only Jobs Kueue manages in a team namespace (a {QUEUE_LABEL} label, or a JobSet's own Job) "
+        f"name the PriorityClass {inputs.training_priority_class}.",
+        resource_rules=(JOBS,),
+        validations=(
+            Validation(
+                expression=f"{priority} != {cls} || {unchanged_on_update(priority)} || ({_in_team(inputs)} && "
+                f"({queued} || {_owned_by('JobSet', JOBSET_API)}))",
+                message=f"a Job without the {QUEUE_LABEL} label, or outside a team namespace, names "
+                f"{inputs.training_priority_class}; " + _why(inputs),
+            ),
+        ),
+    )
+
+
+def training_priority_jobsets_are_queued(inputs: GuardrailInputs) -> Policy:
+    cls = cel(inputs.training_priority_class)
+    uses = (
+        "(has(object.spec.replicatedJobs) && object.spec.replicatedJobs.exists(r, "
+        "has(r.template.spec.template.spec.priorityClassName) && "
+        f"r.template.spec.template.spec.priorityClassName == {cls}))"
+    )
+    return Policy(
+        name="training-priority-jobsets-are-queued",
+        summary=f"Only JobSets Kueue manages in a team namespace name the PriorityClass "
+        f"{inputs.training_priority_class}.",
+        resource_rules=(JOBSETS,),
+        validations=(
+            Validation(
+                expression=f"!{uses} || ({_in_team(inputs)} && {label('object', QUEUE_LABEL)} != '')",
+                message=f"a JobSet without the {QUEUE_LABEL} label, or outside a team namespace, names "
+                f"{inputs.training_priority_class}; " + _why(inputs),
+            ),
+        ),
+    )
+
+
+def research_priority_by_team(inputs: GuardrailInputs) -> Policy | None:
+    if not inputs.priorities_by_namespace:
+        return None
+    allowed = cel({ns: sorted(names) for ns, names in inputs.priorities_by_namespace.items()})
+    value = label("object", PRIORITY_LABEL)
+    return Policy(
+        name="research-priority-by-team",
+        summary=f"A team's Jobs and JobSets name only the research priorities ({PRIORITY_LABEL}) the stack "
+        "allows that team.",
+        resource_rules=(JOBS, JOBSETS),
+        namespace_selector=is_in(list(inputs.priorities_by_namespace)),
+        validations=(
+            Validation(
+                expression=f"{value} == '' || {unchanged_on_update(value)} || "
+                f"(namespaceObject.metadata.name in {allowed} && {value} in {allowed}[namespaceObject.metadata.name])",
+                message=f"this team may not name that {PRIORITY_LABEL}",
+                message_expression=f"'{PRIORITY_LABEL} ' + {value} + ' is not one team ' + "
+                "namespaceObject.metadata.name + ' may name (' + "
+                f"({allowed}[namespaceObject.metadata.name]).join(', ') + '); the stack lists the teams of each "
+                "priority (gpucluster:priorities.workload[].teams)'",
+            ),
+        ),
+    )
+
+
+WORKLOADS = {
+    "apiGroups": [KUEUE_GROUP],
+    "apiVersions": [KUEUE_VERSION],
+    "resources": ["workloads"],
+    "operations": ["CREATE", "UPDATE"],
+}
+
+
+def research_priority_by_team_on_workloads(inputs: GuardrailInputs) -> Policy | None:
+    """The same rule on a Workload sent straight to the API server: Kueue copies a job's priority into the
+    Workload it creates (held above), but one created by hand would reach the queue with any priority."""
+    if not inputs.priorities_by_namespace:
+        return None
+    allowed = cel({ns: sorted(names) for ns, names in inputs.priorities_by_namespace.items()})
+    ref = "object.spec.priorityClassRef"
+    value = f"((has({ref}) && {ref}.kind == 'WorkloadPriorityClass') ? {ref}.name : '')"
+    return Policy(
+        name="research-priority-by-team-on-workloads",
+        summary="A team's Workloads name only the research priorities (WorkloadPriorityClass) the stack allows that "
+        "team.",
+        resource_rules=(WORKLOADS,),
+        namespace_selector=is_in(list(inputs.priorities_by_namespace)),
+        validations=(
+            Validation(
+                expression=f"{value} == '' || {unchanged_on_update(value)} || "
+                f"(namespaceObject.metadata.name in {allowed} && {value} in {allowed}[namespaceObject.metadata.name])",
+                message="this team may not name that WorkloadPriorityClass",
+                message_expression=f"'WorkloadPriorityClass ' + {value} + ' is not one team ' + "
+                "namespaceObject.metadata.name + ' may name (' + "
+                f"({allowed}[namespaceObject.metadata.name]).join(', ') + '); the stack lists the teams of each "
+                "priority (gpucluster:priorities.workload[].teams)'",
+            ),
+        ),
+    )
+
+
+def training_pods_stay_baseline(inputs: GuardrailInputs) -> Policy | None:
+    """Where the team namespaces enforce ``privileged`` (IPC_LOCK), the rest of ``baseline`` held by policy: no
+    privileged container, no host namespaces, no hostPath volume, no host port, no capability beyond baseline's
+    and IPC_LOCK. (Baseline's sysctl, /proc mount and Windows host-process controls are not repeated here.)"""
+    if not inputs.ipc_lock:
+        return None
+    allowed = cel([*BASELINE_CAPABILITIES, IPC_LOCK])
+    spec = "object.spec"
+    return Policy(
+        name="training-pods-stay-baseline",
+        summary="Pods in team namespaces hold Pod Security baseline with one addition, IPC_LOCK for RDMA.",
+        resource_rules=(PODS,),
+        namespace_selector=is_in(inputs.training_namespaces),
+        variables=(CONTAINERS,),
+        validations=(
+            Validation(
+                expression=" && ".join(
+                    f"!(has({spec}.{host}) && {spec}.{host})" for host in ("hostNetwork", "hostPID", "hostIPC")
+                ),
+                message="a training pod may not share the node's network, PID or IPC namespace",
+            ),
+            Validation(
+                expression=f"!has({spec}.volumes) || {spec}.volumes.all(v, !has(v.hostPath))",
+                message="a training pod may not mount a hostPath volume (other teams' data and the node live there)",
+            ),
+            Validation(
+                expression="variables.containers.all(c, !has(c.securityContext) || !has(c.securityContext.privileged)"
+                " || !c.securityContext.privileged)",
+                message="a training container may not be privileged",
+            ),
+            Validation(
+                expression="variables.containers.all(c, !has(c.ports) || c.ports.all(p, !has(p.hostPort) || "
+                "p.hostPort == 0))",
+                message="a training container may not take a host port",
+            ),
+            Validation(
+                expression="variables.containers.all(c, !has(c.securityContext) || "
+                "!has(c.securityContext.capabilities) || !has(c.securityContext.capabilities.add) || "
+                f"c.securityContext.capabilities.add.all(a, a in {allowed}))",
+                message=f"a training container may add only baseline's capabilities and {IPC_LOCK}",
+            ),
+        ),
+    )
