@@ -184,8 +184,9 @@ class GpuCluster(pulumi.ComponentResource):
                 priorities=cfg.priorities,
                 labels=labels,
                 namespaces=self.namespaces,
-                # Every ClusterQueue admits training: while make-before-break is on, each waits for its room.
-                admission_checks=(CHECK_NAME,) if mbb is not None else (),
+                # Every ClusterQueue admits training: while make-before-break is on, each waits for its room
+                # (not while it drains: no gang waits, and the controller undoes what it did).
+                admission_checks=(CHECK_NAME,) if mbb is not None and not mbb.draining else (),
                 # The quota controller owns the queues' resource groups while it runs.
                 quota_follows_capacity=quota is not None,
             ),

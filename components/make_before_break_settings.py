@@ -22,6 +22,13 @@ Example (camelCase, as in the stack YAML or the JSON file)::
     replicas: 2
 
 Off by default: a ClusterQueue that lists the check admits nothing until the controller marks it Active.
+
+Turning it off leaves nothing behind when done in two steps. First ``draining: true`` (with ``enabled: true``):
+the ClusterQueues stop listing the check, so no gang waits for room, and the controller keeps running to undo
+what it did: a check still pending goes Ready at once, each reservation is released when its training ends, and
+every moved Deployment comes home at ``returnBatch``'s pace. When
+``gpucluster_make_before_break_left_behind`` is 0 for nodes, Deployments and pods (the controller logs
+"drained"), ``enabled: false`` removes the controller.
 """
 
 from __future__ import annotations
@@ -105,6 +112,8 @@ class MakeBeforeBreakSettings(ControllerSettings):
 
     #: Off until a stack sets it: the training ClusterQueues list the check only while it is on.
     enabled: bool = False
+    #: On its way off: the queues stop listing the check; no new room is made; what was done is undone.
+    draining: bool = False
     #: Where the Deployment and its Lease live.
     namespace: DnsLabel = "gpucluster-burst"
     #: Unset in a stack: filled from ``gpucluster:images`` (components/images_settings.py).
@@ -145,6 +154,16 @@ class MakeBeforeBreakSettings(ControllerSettings):
     quarantine_taint_keys: list[TaintKey] = Field(
         default_factory=lambda: list(DEFAULT_QUARANTINE_TAINT_KEYS), max_length=16
     )
+
+    @field_validator("draining")
+    @classmethod
+    def _draining_needs_the_controller(cls, v: bool, info: ValidationInfo) -> bool:
+        if v and not info.data.get("enabled", False):
+            raise ValueError(
+                "draining needs enabled: true (the controller undoes its reservations and moves while it drains; "
+                "set enabled: false once gpucluster_make_before_break_left_behind is 0)"
+            )
+        return v
 
     @field_validator("max_hold")
     @classmethod

@@ -43,6 +43,7 @@ def summary(result: CycleResult) -> dict[str, object]:
             for r in result.decision.workloads
         ],
         "notes": list(result.notes),
+        "leftBehind": None if result.left is None else result.left.as_dict(),
     }
 
 
@@ -50,7 +51,7 @@ RUNTIME: runner.Runtime[MakeBeforeBreakSettings, Metrics, Controller] = runner.R
     metrics=Metrics,
     controller=_controller,
     summary=summary,
-    running=lambda s: {"check": s.admission_check_name},
+    running=lambda s: {"check": s.admission_check_name, "draining": s.draining},
 )
 main = runner.main_for(SPEC, RUNTIME)
 

@@ -26,6 +26,8 @@ class Fallback(StrEnum):
 
     MAX_HOLD = "max-hold"
     NO_CAPACITY = "no-capacity"
+    #: The controller is draining (``draining: true``): no new room is made.
+    DRAINING = "draining"
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from components.constants import CLUSTER_EVENTS_NAMESPACE, KUEUE_API
 from components.make_before_break_settings import CONTROLLER_NAME, FIELD_MANAGER, MakeBeforeBreakSettings
 from daemons.make_before_break.actions import (
     Action,
+    Fallback,
     ReleaseNode,
     ReserveNode,
     SetCheckPending,
@@ -33,6 +34,7 @@ from daemons.make_before_break.actions import (
 from daemons.make_before_break.client import KubeApi, read_lists
 from daemons.make_before_break.decide import Decision, decide
 from daemons.make_before_break.fields import TranslationError
+from daemons.make_before_break.left_behind import LeftBehind, left_behind
 from daemons.make_before_break.metrics import Metrics
 from daemons.make_before_break.model import CheckState, Phase
 from daemons.make_before_break.observe import Observed, observe
@@ -57,7 +59,7 @@ REASON_RESERVED = "NodeReserved"
 REASON_RELEASED = "NodeReleased"
 REASON_MAKING_ROOM = "MakingRoom"
 REASON_ROOM_MADE = "RoomMade"
-REASON_FALLBACK = {"max-hold": "FallbackMaxHold", "no-capacity": "FallbackNoCapacity"}
+REASON_FALLBACK = {"max-hold": "FallbackMaxHold", "no-capacity": "FallbackNoCapacity", "draining": "FallbackDraining"}
 REASON_WRITE_FAILED = "MakeBeforeBreakWriteFailed"
 REASON_NOT_OURS = "AdmissionCheckNotOurs"
 #: Events on a Deployment whose placement changed, by its new phase (None: its own template, nothing moved).
@@ -100,6 +102,8 @@ class CycleResult:
     outcomes: tuple[Outcome, ...] = ()
     active: str | None = None
     notes: tuple[str, ...] = field(default=())
+    #: What of ours is on the cluster as observed this cycle; None when a list is unknown.
+    left: LeftBehind | None = None
 
 
 class Controller:
@@ -214,7 +218,8 @@ class Controller:
         if isinstance(action, SetCheckReady):
             if action.fallback is not None:
                 self.metrics.fallbacks.labels(action.fallback.value).inc()
-                reason, kind = REASON_FALLBACK[action.fallback.value], "Warning"
+                reason = REASON_FALLBACK[action.fallback.value]
+                kind = "Normal" if action.fallback is Fallback.DRAINING else "Warning"
             else:
                 reason, kind = REASON_ROOM_MADE, "Normal"
             self._workload_event(
@@ -313,9 +318,14 @@ class Controller:
         leader = self.is_leader()
         self.metrics.is_leader.set(1 if leader else 0)
         self.metrics.cycles.inc()
-        nodes = observed.observation.nodes
-        if nodes is not None:
-            self.metrics.reserved_nodes.set(sum(1 for n in nodes if n.reserved_for is not None))
+        left = left_behind(observed.observation, self.policy.deletion_cost)
+        self.metrics.draining.set(1 if self.policy.draining else 0)
+        if left is not None:
+            self.metrics.reserved_nodes.set(left.nodes)
+            for kind, count in left.as_dict().items():
+                self.metrics.left_behind.labels(kind).set(count)
+            if self.policy.draining and left.nothing and not decision.actions:
+                log.info("drained: nothing of make-before-break is left; enabled: false leaves nothing behind")
         workloads = observed.observation.workloads
         if workloads is not None:
             self.metrics.set_holds(
@@ -347,7 +357,7 @@ class Controller:
                 "cycle_seconds": round(cycle_seconds, 6),
             },
         )
-        return CycleResult(leader, observed, decision, tuple(outcomes), active, decision.notes)
+        return CycleResult(leader, observed, decision, tuple(outcomes), active, decision.notes, left)
 
     def run(self, stop: threading.Event) -> None:
         """Cycles every ``interval`` until ``stop`` is set (``daemons.toolkit.shutdown.every``)."""

@@ -30,6 +30,9 @@ def flip_out(c: Cycle, w: Workload) -> None:
     if not shapes:
         c.ready(w, (), None, "the workload needs no GPUs: no room to make", "admitting")
         return
+    if c.policy.draining:
+        fall_back(c, w, Fallback.DRAINING, "make-before-break is draining: no new room is made")
+        return
     if held >= c.policy.max_hold_s:
         fall_back(
             c,

@@ -39,6 +39,14 @@ class Metrics(ControllerMetrics):
             registry=r,
         )
         self.reserved_nodes = Gauge(f"{PREFIX}_reserved_nodes", "Nodes carrying the reservation taint", registry=r)
+        self.left_behind = Gauge(
+            f"{PREFIX}_left_behind",
+            "What of make-before-break is on the cluster, by kind (nodes reserved, Deployments moved, pods marked); "
+            "all 0 while draining: enabled false leaves nothing behind",
+            ["kind"],
+            registry=r,
+        )
+        self.draining = Gauge(f"{PREFIX}_draining", "1 while draining: no new room is made", registry=r)
         self.observe_errors = Counter(
             f"{PREFIX}_observe_errors", "Lists that failed or held an unreadable object, by list", ["list"], registry=r
         )

@@ -22,6 +22,9 @@ class Policy:
     #: The pod-deletion-cost that marks a replica to go first.
     deletion_cost: int = -1000
     reservation_key: str = RESERVATION_KEY
+    #: On its way off: no new room is made (a pending check goes Ready at once); reservations are released and
+    #: moved Deployments come home as usual.
+    draining: bool = False
 
     def __post_init__(self) -> None:
         if not self.max_hold_s > 0:
@@ -42,4 +45,5 @@ def policy_of(settings: MakeBeforeBreakSettings) -> Policy:
         max_returning=settings.return_batch,
         deletion_cost=settings.deletion_cost,
         reservation_key=settings.reservation_key,
+        draining=settings.draining,
     )

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from components.cluster import GpuCluster, GpuClusterArgs
 from components.config import load_stack_file, parse_stack_config, read_stack_file
@@ -214,6 +215,19 @@ def test_local_turned_on_gets_the_virtual_node_in_its_document() -> None:
     doc = _document(graph, "local-make-before-break-settings")
     assert (doc["virtualNodeName"], doc["maxHold"]) == ("gpu-burst", "90s")
     assert all(cq.inputs["spec"]["admissionChecksStrategy"] for cq in graph.of_type(CQ))
+
+
+def test_draining_keeps_the_controller_and_takes_the_check_off_the_queues() -> None:
+    graph = _cluster("local", enabled=True, draining=True)
+    assert all("admissionChecksStrategy" not in cq.inputs["spec"] for cq in graph.of_type(CQ))
+    assert graph.one("kubernetes:apps/v1:Deployment", "local-make-before-break-deployment").inputs["spec"]["replicas"] >= 1
+    assert _document(graph, "local-make-before-break-settings")["draining"] is True
+
+
+def test_draining_without_the_controller_is_refused() -> None:
+    with pytest.raises(ValidationError, match="draining needs enabled: true"):
+        MakeBeforeBreakSettings.model_validate({"enabled": False, "draining": True})
+    assert MakeBeforeBreakSettings.model_validate({"enabled": True, "draining": True}).draining
 
 
 def test_cluster_queue_spec_leaves_the_key_out_without_checks() -> None:

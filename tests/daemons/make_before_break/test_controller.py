@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from components.make_before_break_settings import CONTROLLER_NAME
+from components.make_before_break_settings import CONTROLLER_NAME, MakeBeforeBreakSettings
 from daemons.make_before_break.actions import SetPlacement
 from daemons.make_before_break.client import KubeApi
 from daemons.make_before_break.controller import Controller
@@ -84,11 +84,13 @@ class FakeApi(KubeApi):
         self.events.append(body)
 
 
-def controller(api: FakeApi, *, leader: bool = True, dry_run: bool = False) -> tuple[Controller, Metrics]:
+def controller(
+    api: FakeApi, *, leader: bool = True, dry_run: bool = False, settings: MakeBeforeBreakSettings = S
+) -> tuple[Controller, Metrics]:
     metrics = Metrics()
     clock = iter(float(T0_S + 30 + i) for i in range(1000))
     c = Controller(
-        S, api, metrics, is_leader=lambda: leader, identity="t_1", dry_run=dry_run, clock=lambda: next(clock)
+        settings, api, metrics, is_leader=lambda: leader, identity="t_1", dry_run=dry_run, clock=lambda: next(clock)
     )
     return c, metrics
 
@@ -125,6 +127,31 @@ def test_the_leader_reserves_the_node_and_tells_it() -> None:
     assert sample(metrics, "decisions_total", kind="reserve-node") == 2
     assert sample(metrics, "is_leader") == 1
     assert sample(metrics, "hold_seconds", workload="team-a/job-train") == 30
+
+
+def test_while_draining_a_pending_gang_is_admitted_at_once_and_what_is_left_is_counted() -> None:
+    api = FakeApi()
+    api.nodes["n2"] = node("n2", taints=[{"key": KEY, "value": "stale-uid", "effect": "NoSchedule"}])  # a gone gang's
+    c, metrics = controller(api, settings=S.model_copy(update={"enabled": True, "draining": True}))
+    result = c.cycle()
+    assert [(o.kind, o.target) for o in result.outcomes] == [
+        ("release-node", "node/n2"),
+        ("check-ready", "workload/team-a/job-train"),
+    ]
+    (admitted,) = [e for e in api.events if e["reason"] == "FallbackDraining"]
+    assert admitted["type"] == "Normal"
+    assert "draining: no new room is made" in admitted["message"]
+    assert not [e for e in api.events if e["reason"] == "NodeReserved"]
+    assert sample(metrics, "draining") == 1
+    assert sample(metrics, "fallbacks_total", reason="draining") == 1
+    assert result.left is not None
+    assert (result.left.nodes, result.left.deployments, result.left.pods) == (1, 0, 0)  # as observed this cycle
+    assert sample(metrics, "left_behind", kind="nodes") == 1
+
+    running, running_metrics = controller(FakeApi())
+    assert running.cycle().left is not None
+    assert sample(running_metrics, "draining") == 0
+    assert sample(running_metrics, "left_behind", kind="nodes") == 0
 
 
 @pytest.mark.parametrize(("leader", "dry_run"), [(False, False), (True, True)])

@@ -24,6 +24,7 @@ from daemons.make_before_break.actions import (
 )
 from daemons.make_before_break.cycle import MESSAGE_LIMIT
 from daemons.make_before_break.decide import Decision, Policy, decide
+from daemons.make_before_break.left_behind import LeftBehind, left_behind
 from daemons.make_before_break.model import (
     EPOCH_ANNOTATION,
     FLIPS_ANNOTATION,
@@ -548,6 +549,47 @@ def test_a_return_ends_when_its_rollout_is_complete() -> None:
     assert placement.reason == "its rollout is complete: home"
     lagging = with_dep(home, "llm", current=False)
     assert not of(decide(lagging, POLICY, 10.0).actions, SetPlacement)
+
+
+# ---------------------------------------------------------------- draining (on its way off)
+
+DRAINING = replace(POLICY, draining=True)
+
+
+def test_while_draining_a_pending_gang_is_ready_at_once_and_no_room_is_made() -> None:
+    running = decide(cluster(), POLICY, 10.0)
+    assert of(running.actions, ReserveNode), "running: room is made"
+    decision = decide(cluster(), DRAINING, 10.0)
+    assert not of(decision.actions, ReserveNode)
+    check = ready(decision)
+    assert check.fallback is Fallback.DRAINING
+    assert check.message == (
+        "make-before-break is draining: no new room is made: "
+        "admitted without a reservation (no node is reserved for it)"
+    )
+    assert check.pod_set_updates == ()
+
+
+def test_while_draining_what_was_done_is_undone() -> None:
+    """A finished gang's room is released and its Deployments wait to come home, then come home, as when running."""
+    done = with_workload(flipped(cluster(d_full=True)), finished=True)
+    decision = decide(done, DRAINING, 100.0)
+    assert [(a.node, a.uid) for a in of(decision.actions, ReleaseNode)] == [("a", U)]
+    (placement,) = of(decision.actions, SetPlacement)
+    assert (placement.flips, placement.phase) == ((), Phase.AWAITING_RETURN)
+    (home,) = of(decide(away("llm"), DRAINING, 10.0).actions, SetPlacement)
+    assert home.phase is Phase.RETURNING
+
+
+def test_what_is_left_behind_counts_reserved_nodes_moved_deployments_and_marked_pods() -> None:
+    left = left_behind(flipped(cluster(d_full=True)), POLICY.deletion_cost)
+    assert left == LeftBehind(nodes=1, deployments=1, pods=2)
+    assert not left.nothing
+    assert left_behind(away("llm", "chat"), POLICY.deletion_cost) == LeftBehind(nodes=0, deployments=2, pods=0)
+    clean = left_behind(cluster(d_full=True), POLICY.deletion_cost)
+    assert clean == LeftBehind(0, 0, 0)
+    assert clean.nothing
+    assert left_behind(replace(cluster(), deployments=None), POLICY.deletion_cost) is None
 
 
 # ---------------------------------------------------------------- settings

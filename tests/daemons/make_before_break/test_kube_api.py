@@ -8,6 +8,7 @@ by writing pods and statuses itself. Skipped, saying why, when the pinned tools 
 
 from __future__ import annotations
 
+import copy
 import datetime as dt
 import functools
 import json
@@ -446,6 +447,49 @@ def test_the_room_is_made_and_the_check_goes_ready_as_the_least_privilege_accoun
         said = patch_as(sa, path, body)
         assert said is not None, f"{what}: the API server would take it"
         assert "gpucluster-make-before-break-" in said, (what, said)
+
+    # Turned off, the way that leaves nothing behind: draining, as the same account under the same rules. The
+    # training finishes; its room is released and the moved Deployment comes home; then nothing of ours is left.
+    finished = copy.deepcopy(status)
+    finished["status"]["conditions"].append(
+        {
+            "type": "Finished",
+            "status": "True",
+            "reason": "Succeeded",
+            "message": "done",
+            "lastTransitionTime": now_text(),
+        }
+    )
+    finished["status"]["admissionChecks"] = [entry]
+    path = f"{kueue}/namespaces/{TEAM}/workloads/job-train/status"
+    raw(server, "PATCH", path, finished, "application/apply-patch+yaml", fieldManager="kueue-admission", force="true")
+    node(server, "n3", 8, {"gpu": "h100"})  # in-cluster room for the rented replica and its surge
+    burst = {"spec": {"taints": [{"key": SETTINGS.burst_taint_key, "effect": "NoSchedule"}]}}
+    raw(server, "PATCH", "/api/v1/nodes/gpu-burst", burst, "application/merge-patch+json")
+    draining = SETTINGS.model_copy(update={"enabled": True, "draining": True})
+    drain = Controller(draining, KubeApi(sa_client), Metrics(), is_leader=elector.is_leader, identity="test_1")
+    undo = drain.cycle()
+    assert [o.result for o in undo.outcomes] == ["applied"] * len(undo.outcomes), undo.outcomes
+    assert ("release-node", "node/n1") in [(o.kind, o.target) for o in undo.outcomes]
+    assert KEY not in raw(server, "GET", "/api/v1/nodes/n1")["metadata"].get("labels", {})
+    assert undo.left is not None
+    assert undo.left.deployments == 1
+    home = drain.cycle()  # room in the cluster and the burst taint on: it starts home, the rented replica marked
+    assert {o.kind for o in home.outcomes} == {"set-deletion-cost", "set-placement"}, home.outcomes
+    phase = raw(server, "GET", deployment)["metadata"]["annotations"]["gpucluster.io/flip-phase"]
+    assert phase == "returning"
+    # The rollout home, by hand: a replica of the home template in the cluster, the rented one gone.
+    pod(server, "server-abc12-c", "n3")
+    raw(server, "DELETE", f"/api/v1/namespaces/{INFERENCE}/pods/server-def34-c", gracePeriodSeconds="0")
+    deployment_status(server, ready=2, updated=2)
+    done = drain.cycle()
+    assert [(o.kind, o.result) for o in done.outcomes] == [("set-placement", "applied")], done.outcomes
+    last = drain.cycle()
+    assert last.outcomes == ()
+    assert last.left is not None
+    assert last.left.nothing, last.left
+    annotations = raw(server, "GET", deployment)["metadata"].get("annotations", {})
+    assert not {k for k in annotations if k.startswith("gpucluster.io/flip")}, annotations
     assert elector.release()
 
 
