@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -27,7 +28,14 @@ from components.virtual_node import APP as VIRTUAL_NODE_APP
 from components.virtual_node import VirtualNode, VirtualNodeArgs
 from daemons.make_before_break.spec import DEPLOYMENT_ANNOTATIONS, POD_ANNOTATION, TEMPLATE_ANNOTATIONS
 from daemons.registry import CONTROLLERS, INTERRUPTIONS, MAKE_BEFORE_BREAK, QUARANTINE, QUOTA_CONTROLLER, STALL_DETECTOR
-from daemons.toolkit.spec import AFTER_CLUSTER_QUEUES, AFTER_JOBSET, AFTER_KUEUE, NAMESPACE_ROLES, WORKLOAD_NAMESPACES
+from daemons.toolkit.spec import (
+    AFTER_CLUSTER_QUEUES,
+    AFTER_JOBSET,
+    AFTER_KUEUE,
+    NAMESPACE_ROLES,
+    WORKLOAD_NAMESPACES,
+    ControllerSpec,
+)
 
 #: The controllers whose component adds to the kit's (make-before-break's AdmissionCheck); the rest use Controller.
 COMPONENTS: dict[str, type[Controller]] = {MAKE_BEFORE_BREAK.name: MakeBeforeBreak}
@@ -70,22 +78,10 @@ def guardrail_inputs(cfg: StackConfig, created: Collection[str] | None = None) -
         ipc_lock=any(f.fabric is not None and f.fabric.rdma for f in cfg.flavors),
         team_groups={t.namespace: t.subject_group for t in cfg.teams},
         reliability=(reliability, RELIABILITY_CONFIGMAP) if created is None or reliability in created else None,
-        quarantine_user=(
-            service_account_user(cfg.quarantine.namespace, QUARANTINE.app) if cfg.quarantine.enabled else None
-        ),
-        quota_user=(
-            service_account_user(cfg.quota_controller.namespace, QUOTA_CONTROLLER.app)
-            if cfg.quota_controller.enabled
-            else None
-        ),
-        interruptions_user=(
-            service_account_user(cfg.interruptions.namespace, INTERRUPTIONS.app) if cfg.interruptions.enabled else None
-        ),
-        stall_detector_user=(
-            service_account_user(cfg.stall_detector.namespace, STALL_DETECTOR.app)
-            if cfg.stall_detector.enabled
-            else None
-        ),
+        quarantine_user=running_user(cfg, QUARANTINE),
+        quota_user=running_user(cfg, QUOTA_CONTROLLER),
+        interruptions_user=running_user(cfg, INTERRUPTIONS),
+        stall_detector_user=running_user(cfg, STALL_DETECTOR),
         make_before_break=make_before_break_marks(cfg.make_before_break) if cfg.make_before_break.enabled else None,
         virtual_node=virtual_node_identity(cfg),
     )
@@ -109,6 +105,14 @@ def virtual_node_identity(cfg: StackConfig) -> tuple[str, str] | None:
         return None
     vn = cfg.burst.settings.virtual_node
     return service_account_user(vn.namespace, VIRTUAL_NODE_APP), vn.node_name
+
+
+def running_user(cfg: StackConfig, spec: ControllerSpec[Any]) -> str | None:
+    """The user a registered controller's requests carry while the stack runs it; None while it does not."""
+    settings = cfg.controller_settings(spec.stack_key)
+    if settings is None or not settings.enabled:
+        return None
+    return service_account_user(settings.namespace, spec.app)
 
 
 def service_account_user(namespace: str, name: str) -> str:
