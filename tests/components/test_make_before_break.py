@@ -220,7 +220,8 @@ def test_local_turned_on_gets_the_virtual_node_in_its_document() -> None:
 def test_draining_keeps_the_controller_and_takes_the_check_off_the_queues() -> None:
     graph = _cluster("local", enabled=True, draining=True)
     assert all("admissionChecksStrategy" not in cq.inputs["spec"] for cq in graph.of_type(CQ))
-    assert graph.one("kubernetes:apps/v1:Deployment", "local-make-before-break-deployment").inputs["spec"]["replicas"] >= 1
+    controller = graph.one("kubernetes:apps/v1:Deployment", "local-make-before-break-deployment")
+    assert controller.inputs["spec"]["replicas"] >= 1
     assert _document(graph, "local-make-before-break-settings")["draining"] is True
 
 

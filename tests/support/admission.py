@@ -5,11 +5,23 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from components.guardrails_policies import Policy, manifests
+from components.guardrails_policies import GuardrailInputs, Policy, manifests
 from daemons.toolkit.kube import KubeError
 from tests.support.apiserver import wait_for
 
 ADMISSION = "/apis/admissionregistration.k8s.io/v1"
+
+
+def controller_inputs(*training_namespaces: str, **controllers: Any) -> GuardrailInputs:
+    """The rules' inputs holding the controllers named (``quota_user=...``, ``make_before_break=...``); the workload
+    rules see ``training_namespaces`` and nothing else of a stack."""
+    return GuardrailInputs(
+        training_namespaces=training_namespaces,
+        priorities_by_namespace={},
+        training_priority_class="gpucluster-training",
+        exempt_namespaces=(),
+        **controllers,
+    )
 
 
 def install_rule(

@@ -27,7 +27,6 @@ import yaml
 from kubernetes import client
 
 from components.constants import KUEUE_API
-from components.guardrails_policies import GuardrailInputs
 from components.guardrails_policies.controllers import (
     interruptions_only_stops_workloads,
     interruptions_writes_only_its_ledger,
@@ -38,7 +37,7 @@ from daemons.interruptions.model import JOBSET_API, LEDGER_ANNOTATION
 from daemons.interruptions.rbac import CLUSTER_RULES, namespace_rules
 from daemons.toolkit.kube import load_kube_config
 from daemons.toolkit.kube_api import MERGE_PATCH
-from tests.support.admission import install_rule, patch_as
+from tests.support.admission import controller_inputs, install_rule, patch_as
 from tests.support.apiserver import ApiServer, free_port, running_apiserver, wait_for
 from tests.support.require import missing
 
@@ -178,11 +177,8 @@ STOP_RULE = "gpucluster-interruptions-only-stops-workloads"
 
 def hold_to_its_fields(server: ApiServer, sa: KubeApi) -> None:
     """The stack's admission rules for the daemon's ServiceAccount, in force before it runs."""
-    inputs = GuardrailInputs(
-        training_namespaces=(TEAM,),
-        priorities_by_namespace={},
-        training_priority_class="gpucluster-training",
-        exempt_namespaces=(),
+    inputs = controller_inputs(
+        TEAM,
         interruptions_user=f"system:serviceaccount:{SYSTEM}:interruptions",
     )
 

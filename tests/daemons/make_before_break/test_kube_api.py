@@ -23,7 +23,7 @@ import yaml
 from kubernetes import client
 
 from components.constants import KUEUE_API, KUEUE_GROUP
-from components.guardrails_policies import GuardrailInputs, MakeBeforeBreakMarks
+from components.guardrails_policies import MakeBeforeBreakMarks
 from components.guardrails_policies.controllers import (
     make_before_break_marks_pods_only_for_removal,
     make_before_break_moves_only_by_annotations,
@@ -38,7 +38,7 @@ from daemons.make_before_break.rbac import cluster_rules, inference_rules, lease
 from daemons.make_before_break.spec import DEPLOYMENT_ANNOTATIONS, POD_ANNOTATION, TEMPLATE_ANNOTATIONS
 from daemons.toolkit.kube import load_kube_config
 from daemons.toolkit.lease import KubeLeaseApi, LeaderElector
-from tests.support.admission import install_rule, patch_as
+from tests.support.admission import controller_inputs, install_rule, patch_as
 from tests.support.apiserver import ApiServer, running_apiserver, wait_for
 from tests.support.require import missing
 from tests.support.sim import ROOT, tools_bin
@@ -173,11 +173,8 @@ IMAGE = {"name": "s", "image": "registry.invalid/miner:1"}
 
 def hold_to_its_fields(server: ApiServer, sa: KubeApi) -> None:
     """The stack's admission rules for the controller's ServiceAccount, in force before it runs."""
-    inputs = GuardrailInputs(
-        training_namespaces=(TEAM,),
-        priorities_by_namespace={},
-        training_priority_class="gpucluster-training",
-        exempt_namespaces=(),
+    inputs = controller_inputs(
+        TEAM,
         make_before_break=MakeBeforeBreakMarks(
             user=f"system:serviceaccount:{SYSTEM}:mbb",
             reservation_key=KEY,

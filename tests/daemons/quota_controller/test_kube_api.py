@@ -21,7 +21,6 @@ import yaml
 from kubernetes import client
 
 from components.constants import ACCEPTED_LABEL, CLUSTER_EVENTS_NAMESPACE, KUEUE_API, KUEUE_GROUP, QUARANTINE_TAINT_KEY
-from components.guardrails_policies import GuardrailInputs
 from components.guardrails_policies.controllers import quota_controller_writes_only_quotas
 from components.quota_controller_settings import FIELD_MANAGER, QuotaControllerSettings, resource_groups
 from daemons.quota_controller.client import KubeApi
@@ -32,7 +31,7 @@ from daemons.quota_controller.rbac import EVENT_RULES, cluster_rules, lease_rule
 from daemons.quota_controller.translate import queue_view
 from daemons.toolkit.kube import KubeError, load_kube_config
 from daemons.toolkit.lease import KubeLeaseApi, LeaderElector
-from tests.support.admission import install_rule
+from tests.support.admission import controller_inputs, install_rule
 from tests.support.apiserver import ApiServer, running_apiserver, wait_for
 from tests.support.require import missing
 
@@ -163,11 +162,7 @@ QUEUE_PATH = f"/apis/{KUEUE_API}/clusterqueues/pretraining"
 
 def hold_to_quotas(server: ApiServer, sa: KubeApi) -> None:
     """The stack's admission rule for the quota controller's ServiceAccount, in force before the controller runs."""
-    inputs = GuardrailInputs(
-        training_namespaces=(),
-        priorities_by_namespace={},
-        training_priority_class="gpucluster-training",
-        exempt_namespaces=(),
+    inputs = controller_inputs(
         quota_user=f"system:serviceaccount:{SYSTEM}:quota",
     )
 
