@@ -540,5 +540,8 @@ def test_the_command_once_as_a_dry_run_reads_everything_and_writes_nothing(kube:
     assert result["unknown"] == {}
     assert result["leader"] is True
     assert all(o["result"] == "skipped" for o in result["outcomes"])
+    left = result["leftBehind"]  # what an operator reads before enabled: false
+    assert set(left) == {"nodes", "deployments", "pods"}
+    assert all(isinstance(n, int) and n >= 0 for n in left.values())
     assert KubeLeaseApi(kube.api_client).get(SYSTEM, "once-test") is None
     assert written(kube) == before
