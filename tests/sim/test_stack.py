@@ -470,6 +470,7 @@ def test_hostile_objects_sent_as_the_admin_are_refused_or_never_run(local_stack:
     assert inputs.quota_user is not None, "the local stack runs the quota controller"
     assert inputs.make_before_break is not None, "the local stack runs make-before-break"
     assert inputs.virtual_node is not None, "the local stack bursts"
+    assert inputs.interruptions_user is not None, "the local stack counts interruptions"
     node = local_stack.items("nodes", "-l", "type!=virtual-kubelet")[0]["metadata"]["name"]
     queue = local_stack.items("clusterqueues")[0]["metadata"]["name"]
     deployment = local_stack.items("deployments", "-n", infer)[0]["metadata"]["name"]
@@ -514,17 +515,29 @@ def test_hostile_objects_sent_as_the_admin_are_refused_or_never_run(local_stack:
         proc = local_stack.run("kubectl", *args, "--dry-run=server", "--as", user, input=sent, check=False)
         assert proc.returncode != 0, f"{what}: the API server would take it"
         assert rule in proc.stderr, (what, proc.stderr)
+    # The virtual node writes pods only in the inference namespaces: in a team namespace RBAC says no.
+    for verb in ("patch pods/status", "delete pods"):
+        for namespace, answer in ((team, "no"), (infer, "yes")):
+            can_i = ["auth", "can-i", *verb.split(), "-n", namespace, "--as", inputs.virtual_node[0]]
+            can = local_stack.run("kubectl", *can_i, check=False)
+            assert can.stdout.strip() == answer, (verb, namespace, can.stdout)
 
     # A Job without a queue label in a team namespace is Kueue's all the same: held suspended, no pod.
     unqueued = labelled(gpu_job("unqueued", team, parallelism=1, gpus=8, pod_priority=None))
     unqueued["metadata"]["labels"].pop("kueue.x-k8s.io/queue-name")
     local_stack.apply(unqueued)
     try:
-        wait_for("Kueue's Workload for the unqueued Job", lambda: workload_of(local_stack, team, "unqueued"))
+        wl = wait_for("Kueue's Workload for the unqueued Job", lambda: workload_of(local_stack, team, "unqueued"))
         for _ in range(5):
             assert local_stack.get("job", "unqueued", "-n", team)["spec"]["suspend"] is True
             assert not job_pods(local_stack, team, "unqueued")
             time.sleep(1)
+        # The interruption accounting daemon may only stop a Workload: moving one to another queue is refused.
+        move = ["patch", f"workloads.{KUEUE}", wl["metadata"]["name"], "-n", team, "--type=merge"]
+        move += ["-p", '{"spec":{"queueName":"elsewhere"}}', "--dry-run=server", "--as", inputs.interruptions_user]
+        proc = local_stack.run("kubectl", *move, check=False)
+        assert proc.returncode != 0, "the interruptions daemon moved a Workload"
+        assert "gpucluster-interruptions-only-stops-workloads" in proc.stderr, proc.stderr
     finally:
         local_stack.kubectl("delete", "job", "unqueued", "-n", team, "--ignore-not-found", "--wait=true")
 
