@@ -142,6 +142,8 @@ PIP_PLATFORM = (
         )
     ),
 )
+#: A distribution name at the start of a requirement or lock line.
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*")
 _WHEEL = re.compile(r"^(?P<name>[^-]+)-(?P<version>[^-]+)-.*\.whl$")
 
 
@@ -176,15 +178,35 @@ def lock_wheels(requirements: Sequence[str], out: Path) -> list[str]:
     return lines
 
 
-def locked_versions(lock: Path) -> dict[str, str]:
-    """Package name (lower case, dashes) -> version, as the lock file pins it."""
-    out = {}
-    for raw in lock.read_text(encoding="utf-8").splitlines():
-        line = raw.split("#", 1)[0].strip()
-        if line:
-            name, _, rest = line.partition("==")
-            out[name.strip().lower().replace("_", "-")] = rest.split()[0]
+def canonical(name: str) -> str:
+    """A distribution name as pip compares them (PEP 503)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def read_lock(lock: Path) -> dict[str, tuple[str, list[str]]]:
+    """Canonical name -> (version, hashes) for each line of a lock; a line that is not ``name==version --hash=...``
+    is refused with its line number."""
+    out: dict[str, tuple[str, list[str]]] = {}
+    for n, raw in enumerate(lock.read_text(encoding="utf-8").splitlines(), start=1):
+        line = "" if raw.lstrip().startswith("#") else raw.strip()
+        if not line:
+            continue
+        spec, *options = line.split()
+        name, sep, version = spec.partition("==")
+        hashes = [o.removeprefix("--hash=sha256:") for o in options if o.startswith("--hash=sha256:")]
+        if not sep or not NAME.fullmatch(name) or not version:
+            raise BuildError(f"{lock}:{n}: {spec!r} is not name==version")
+        if not hashes or len(hashes) != len(options) or any(not re.fullmatch(r"[0-9a-f]{64}", h) for h in hashes):
+            raise BuildError(f"{lock}:{n}: {name} needs one or more --hash=sha256:<64 hex digits> and nothing else")
+        if canonical(name) in out:
+            raise BuildError(f"{lock}:{n}: {name} is locked twice")
+        out[canonical(name)] = (version, hashes)
     return out
+
+
+def locked_versions(lock: Path) -> dict[str, str]:
+    """Package name (canonical: lower case, dashes) -> version, as the lock file pins it."""
+    return {name: version for name, (version, _) in read_lock(lock).items()}
 
 
 def download_locked(lock: Path, cache: Path) -> list[Path]:

@@ -13,26 +13,19 @@ after one pin moved changes only what that pin drags along.
 
 from __future__ import annotations
 
-import re
 import sys
 import tempfile
 import tomllib
 from pathlib import Path
 
-from images.steps import BuildError, hashed_pins, run
+from images.steps import NAME, BuildError, canonical, hashed_pins, read_lock, run
 
 VENV_LOCK = Path(__file__).resolve().parent.parent / "venv.lock"
 BUILD_TOOLS = ("pip",)
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*")
 _HEADER = (
     "# The build venv (make venv): each distribution, one file, its sha256; for CPython 3.11 on x86_64 Linux.\n"
     "# Written by `python -m images lock-venv` (make venv-lock) from pyproject.toml; do not edit by hand.\n"
 )
-
-
-def canonical(name: str) -> str:
-    """A distribution name as pip compares them (PEP 503)."""
-    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def venv_requirements(pyproject: Path) -> list[str]:
@@ -60,27 +53,6 @@ def exact_pins(requirements: list[str]) -> dict[str, str]:
     return out
 
 
-def read_lock(lock: Path) -> dict[str, tuple[str, list[str]]]:
-    """Canonical name -> (version, hashes) for each line of a lock; a line that is not ``name==version --hash=...``
-    is refused with its line number."""
-    out: dict[str, tuple[str, list[str]]] = {}
-    for n, raw in enumerate(lock.read_text(encoding="utf-8").splitlines(), start=1):
-        line = "" if raw.lstrip().startswith("#") else raw.strip()
-        if not line:
-            continue
-        spec, *options = line.split()
-        name, sep, version = spec.partition("==")
-        hashes = [o.removeprefix("--hash=sha256:") for o in options if o.startswith("--hash=sha256:")]
-        if not sep or not _NAME.fullmatch(name) or not version:
-            raise BuildError(f"{lock}:{n}: {spec!r} is not name==version")
-        if not hashes or len(hashes) != len(options) or any(not re.fullmatch(r"[0-9a-f]{64}", h) for h in hashes):
-            raise BuildError(f"{lock}:{n}: {name} needs one or more --hash=sha256:<64 hex digits> and nothing else")
-        if canonical(name) in out:
-            raise BuildError(f"{lock}:{n}: {name} is locked twice")
-        out[canonical(name)] = (version, hashes)
-    return out
-
-
 def check_venv_lock(lock: Path = VENV_LOCK, pyproject: Path | None = None) -> None:
     """The lock names every package pyproject.toml needs, at the version it pins: otherwise ``make venv`` would
     refuse to install, or install what the pins no longer say."""
@@ -91,7 +63,7 @@ def check_venv_lock(lock: Path = VENV_LOCK, pyproject: Path | None = None) -> No
     reqs = venv_requirements(pyproject)
     problems = []
     for req in reqs:
-        m = _NAME.match(req.strip())
+        m = NAME.match(req.strip())
         if m is None or canonical(m.group(0)) not in locked:
             problems.append(f"{req} is not in the lock")
     for name, version in exact_pins(reqs).items():

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from images.steps import BuildError
-from images.venv_lock import VENV_LOCK, canonical, check_venv_lock, read_lock
+from images.steps import BuildError, canonical, read_lock
+from images.venv_lock import VENV_LOCK, check_venv_lock
 
 PYPROJECT = VENV_LOCK.parent / "pyproject.toml"
 
