@@ -322,6 +322,10 @@ class StackSections:
                     if values["make_before_break"].enabled
                     else None
                 ),
+                "bursting": self.burst is not None and self.burst.enabled,
+                "taint_controller_running": (
+                    self.burst is not None and self.burst.enabled and self.burst.taint_controller.enabled
+                ),
             }
         )
         burst = self.burst

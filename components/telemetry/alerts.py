@@ -437,31 +437,7 @@ def serving_rules(settings: TelemetrySettings) -> list[dict[str, Any]]:
         f' max by (namespace, pod) (kube_pod_info{{priority_class="{settings.inference_priority_class}"}})'
     )
     return [
-        {
-            "alert": "BurstTaintFlapping",
-            "expr": f"sum(increase({TAINT_CONTROLLER}_flaps_total[30m])) > 0",
-            "labels": {"severity": "warning"},
-            "annotations": {
-                "summary": "The burst taint reversed itself {{ $value | humanize }} times in 30 minutes",
-                "description": "The taint controller added the burst taint back (or took it off again) within its "
-                "flapWindow: inference replicas moved out to rented GPUs and home again, or the reverse, for "
-                "nothing. Headroom that swings around highMark is the usual cause: widen the marks or lengthen "
-                "holdAdd/holdRemove (gpucluster_taint_controller_headroom_gpus shows the swing).",
-            },
-        },
-        {
-            "alert": "MakeBeforeBreakFellBack",
-            "expr": f"sum by (reason) (increase({MAKE_BEFORE_BREAK}_fallbacks_total[15m])) > 0",
-            "labels": {"severity": "warning"},
-            "annotations": {
-                "summary": "A training gang was admitted before its room was made ({{ $labels.reason }})",
-                "description": "The make-before-break check was set Ready without every inference replica on the "
-                "gang's GPUs replaced elsewhere, so the scheduler preempted those replicas: production dipped "
-                "until the burst path caught up. kubectl describe workload names the gang (Event FallbackMaxHold "
-                "or the reason above); replacements that could not be placed (no rented capacity, the spend "
-                "ceiling) are the usual cause.",
-            },
-        },
+        *taint_controller_rules(settings),
         *make_before_break_rules(settings),
         {
             "alert": "InferencePending",
@@ -476,6 +452,36 @@ def serving_rules(settings: TelemetrySettings) -> list[dict[str, Any]]:
                 "describe pod says which (FailedScheduling, the burst provider's Events).",
             },
         },
+        *burst_provider_rules(settings),
+    ]
+
+
+def taint_controller_rules(settings: TelemetrySettings) -> list[dict[str, Any]]:
+    """The burst taint reversing itself; none while the stack runs no taint controller."""
+    if not settings.taint_controller_running:
+        return []
+    return [
+        {
+            "alert": "BurstTaintFlapping",
+            "expr": f"sum(increase({TAINT_CONTROLLER}_flaps_total[30m])) > 0",
+            "labels": {"severity": "warning"},
+            "annotations": {
+                "summary": "The burst taint reversed itself {{ $value | humanize }} times in 30 minutes",
+                "description": "The taint controller added the burst taint back (or took it off again) within its "
+                "flapWindow: inference replicas moved out to rented GPUs and home again, or the reverse, for "
+                "nothing. Headroom that swings around highMark is the usual cause: widen the marks or lengthen "
+                "holdAdd/holdRemove (gpucluster_taint_controller_headroom_gpus shows the swing).",
+            },
+        },
+    ]
+
+
+def burst_provider_rules(settings: TelemetrySettings) -> list[dict[str, Any]]:
+    """The providers' failures and the spend ceiling; none while the stack does not burst."""
+    if not settings.bursting:
+        return []
+    a = settings.alerts
+    return [
         {
             "alert": "BurstProviderFailing",
             "expr": f"max by (provider) ({BURST}_provider_failure_rate) > {_num(a.provider_failure_rate)}",
@@ -517,6 +523,19 @@ def make_before_break_rules(settings: TelemetrySettings) -> list[dict[str, Any]]
     if hold is None:
         return []
     return [
+        {
+            "alert": "MakeBeforeBreakFellBack",
+            "expr": f"sum by (reason) (increase({MAKE_BEFORE_BREAK}_fallbacks_total[15m])) > 0",
+            "labels": {"severity": "warning"},
+            "annotations": {
+                "summary": "A training gang was admitted before its room was made ({{ $labels.reason }})",
+                "description": "The make-before-break check was set Ready without every inference replica on the "
+                "gang's GPUs replaced elsewhere, so the scheduler preempted those replicas: production dipped "
+                "until the burst path caught up. kubectl describe workload names the gang (Event FallbackMaxHold "
+                "or the reason above); replacements that could not be placed (no rented capacity, the spend "
+                "ceiling) are the usual cause.",
+            },
+        },
         {
             "alert": "MakeBeforeBreakHoldingTooLong",
             "expr": f"max by (workload) ({MAKE_BEFORE_BREAK}_hold_seconds) > {_num(hold + HOLD_GRACE_SECONDS)}",

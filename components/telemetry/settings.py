@@ -50,6 +50,8 @@ FILLED = {
     "reservationTaintKey": "gpucluster:makeBeforeBreak.reservationKey",
     "inferencePriorityClass": "gpucluster:priorities.pod.inference.name",
     "makeBeforeBreakHoldSeconds": "gpucluster:makeBeforeBreak.maxHold (none while it is off)",
+    "bursting": "gpucluster:burst.enabled",
+    "taintControllerRunning": "gpucluster:burst.enabled and gpucluster:burst.taintController.enabled",
 }
 #: NVIDIA's chart is versioned as the exporter it ships; its image tags are ``<DCGM>-<exporter>-<base image>``.
 DEFAULT_DCGM_CHART_VERSION = "4.2.0"
@@ -197,6 +199,11 @@ class TelemetrySettings(ConfigModel):
     #: Make-before-break's ``maxHold`` in seconds (its default, 5m), or None when the stack runs none: a gang held
     #: longer, or a controller that stopped cycling while gangs wait on its check, alerts.
     make_before_break_hold_seconds: Annotated[float, Field(gt=0, le=3600)] | None = 300.0
+    #: The stack runs the burst provider service (bursting is on): the providers' and the spend alerts, which read
+    #: its series, are deployed only then (an alert on series nothing exports can never fire).
+    bursting: bool = True
+    #: The stack runs the taint controller: its flapping alert is deployed only then.
+    taint_controller_running: bool = True
 
     @field_validator("namespace", "grafana_dashboard_namespace")
     @classmethod

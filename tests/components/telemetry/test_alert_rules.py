@@ -894,3 +894,27 @@ def test_the_stack_fills_the_hold_from_make_before_break() -> None:
     assert local.telemetry.make_before_break_hold_seconds == parse_duration(local.make_before_break.max_hold)
     assert not prod.make_before_break.enabled  # off while bursting is off
     assert prod.telemetry.make_before_break_hold_seconds is None
+
+
+SERVING_LOOP_ALERTS = (
+    "BurstProviderFailing",
+    "BurstSpendCeilingReached",
+    "BurstTaintFlapping",
+    "MakeBeforeBreakFellBack",
+)
+
+
+def test_an_alert_on_a_daemon_the_stack_does_not_run_is_not_deployed() -> None:
+    local = load_stack_file(ROOT / "stacks" / "Pulumi.local.yaml")
+    prod = load_stack_file(ROOT / "stacks" / "Pulumi.prod.yaml")
+    assert local.telemetry.bursting
+    assert local.telemetry.taint_controller_running
+    assert set(SERVING_LOOP_ALERTS) <= set(alert_names(local.telemetry))
+    # prod ships bursting off: the burst provider, the taint controller and make-before-break do not run there
+    assert not prod.telemetry.bursting
+    assert not prod.telemetry.taint_controller_running
+    assert not set(SERVING_LOOP_ALERTS) & set(alert_names(prod.telemetry))
+    assert "InferencePending" in alert_names(prod.telemetry)
+    no_taint_controller = local.telemetry.model_copy(update={"taint_controller_running": False})
+    assert "BurstTaintFlapping" not in alert_names(no_taint_controller)
+    assert "BurstProviderFailing" in alert_names(no_taint_controller)
