@@ -68,6 +68,9 @@ AddressRange = Annotated[str, AfterValidator(_address_range)]
 
 STACK_KEY = "gpucluster:burst"
 DEFAULT_PORT = 10299
+#: The provider service's /metrics and /healthz for Prometheus and the kubelet, on the pod's address (its API stays
+#: on loopback: it has no authentication).
+PROVIDER_METRICS_PORT = 10297
 PROVIDER_KINDS = ("fake", "runpod", "kubernetes")
 #: No rented instance is running sooner than this: a shorter creationTimeout would fail every pod.
 MIN_CREATION_TIMEOUT_SECONDS = 10.0

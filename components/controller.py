@@ -26,7 +26,11 @@ from daemons.toolkit.spec import SETTINGS_FILE, ControllerSpec
 
 def shape(spec: ControllerSpec[Any], settings: Any) -> DaemonShape:
     return DaemonShape(
-        app=spec.app, image=settings.image, settings_dir=spec.settings_dir, metrics_port=spec.metrics_port
+        app=spec.app,
+        image=settings.image,
+        settings_dir=spec.settings_dir,
+        metrics_port=spec.metrics_port,
+        honor_labels=spec.honor_labels,
     )
 
 

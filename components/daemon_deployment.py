@@ -18,6 +18,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.constants import nonroot_pod_security_context
+from components.scraping import scrape_annotations
 from daemons.toolkit.spec import SETTINGS_FILE
 
 #: The env var the downward API fills with the pod's address, which the daemon listens on.
@@ -32,6 +33,8 @@ class DaemonShape:
     #: Where the settings ConfigMap is mounted.
     settings_dir: str
     metrics_port: int
+    #: Its series' own ``namespace`` and ``job`` labels win over the scrape's.
+    honor_labels: bool = False
 
 
 def daemon_pod_spec(shape: DaemonShape, config_map: str) -> dict[str, Any]:
@@ -99,11 +102,7 @@ def daemon_deployment(
 ) -> k8s.apps.v1.Deployment:
     """The Deployment, selected by ``app.kubernetes.io/name``, scraped on its metrics port; it waits for
     ``depends_on`` (its ServiceAccount, RoleBindings and settings ConfigMap)."""
-    scrape = {
-        "prometheus.io/scrape": "true",
-        "prometheus.io/port": str(shape.metrics_port),
-        "prometheus.io/path": "/metrics",
-    }
+    scrape = scrape_annotations(shape.metrics_port, honor_labels=shape.honor_labels)
     return k8s.apps.v1.Deployment(
         resource_name,
         metadata={"name": shape.app, "namespace": namespace, "labels": labels},

@@ -18,11 +18,12 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.burst_settings import BurstSettings, settings_json, with_cluster_name
+from components.burst_settings import PROVIDER_METRICS_PORT, BurstSettings, settings_json, with_cluster_name
 from components.constants import NONROOT_UID, SETTINGS_LABEL, VIRTUAL_NODE_TAINT, nonroot_pod_security_context
 from components.daemon_deployment import daemon_service_account
 from components.model import check_qualified_name
 from components.rbac import grant
+from components.scraping import scrape_annotations
 
 APP = "gpucluster-virtual-node"
 SETTINGS_DIR = "/etc/gpucluster/burst"
@@ -31,7 +32,8 @@ SECRETS_DIR = "/var/run/secrets/gpucluster/providers"
 #: The virtual node's own taint: only pods that tolerate it (InferenceService) are ever scheduled there.
 NODE_TAINT = VIRTUAL_NODE_TAINT
 NODE_LEASE_NAMESPACE = "kube-node-lease"
-#: The node binary's /metrics and /healthz (the provider's own stay on loopback with its API).
+#: The node binary's /metrics and /healthz. The provider's API stays on loopback (it has no authentication); its
+#: /metrics and /healthz are served on the pod's address too, on PROVIDER_METRICS_PORT.
 NODE_METRICS_PORT = 10298
 PART_OF = {"app.kubernetes.io/part-of": "gpucluster", "app.kubernetes.io/component": "burst"}
 
@@ -102,16 +104,9 @@ _CONTAINER_SECURITY = {
 }
 
 
-def health_probe(port: int, period: int, failures: int) -> dict[str, Any]:
-    """The provider listens on loopback only (its API has no authentication), which a kubelet httpGet probe
-    cannot reach: the probe runs inside the container instead."""
-    check = f"import urllib.request; urllib.request.urlopen('http://127.0.0.1:{port}/healthz', timeout=3)"
-    return {
-        "exec": {"command": ["python", "-c", check]},
-        "periodSeconds": period,
-        "timeoutSeconds": 5,
-        "failureThreshold": failures,
-    }
+def health_probe(port: str, period: int, failures: int) -> dict[str, Any]:
+    """The kubelet's ``/healthz`` check on a named container port."""
+    return {"httpGet": {"path": "/healthz", "port": port}, "periodSeconds": period, "failureThreshold": failures}
 
 
 def virtual_node_pod_spec(settings: BurstSettings, settings_config_map: str, secret_name: str) -> dict[str, Any]:
@@ -136,14 +131,9 @@ def virtual_node_pod_spec(settings: BurstSettings, settings_config_map: str, sec
                     {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
                 ],
                 "ports": [{"name": "metrics", "containerPort": NODE_METRICS_PORT, "protocol": "TCP"}],
-                "readinessProbe": {"httpGet": {"path": "/healthz", "port": "metrics"}, "periodSeconds": 10},
-                "livenessProbe": {
-                    "httpGet": {"path": "/healthz", "port": "metrics"},
-                    "periodSeconds": 20,
-                    "failureThreshold": 3,
-                    # The node waits for the provider's /healthz and capacity before it registers.
-                    "initialDelaySeconds": 60,
-                },
+                "readinessProbe": health_probe("metrics", 10, 3),
+                # The node waits for the provider's /healthz and capacity before it registers.
+                "livenessProbe": {**health_probe("metrics", 20, 3), "initialDelaySeconds": 60},
                 "resources": _resources("50m", "64Mi", "256Mi"),
                 "securityContext": _CONTAINER_SECURITY,
                 "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
@@ -159,11 +149,16 @@ def virtual_node_pod_spec(settings: BurstSettings, settings_config_map: str, sec
                     SECRETS_DIR,
                     "--listen",
                     f"127.0.0.1:{vn.port}",
+                    # /metrics and /healthz on the pod's own address, for Prometheus and the kubelet's probes.
+                    "--listen-metrics",
+                    f"$(POD_IP):{PROVIDER_METRICS_PORT}",
                 ],
+                "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
+                "ports": [{"name": "provider-metrics", "containerPort": PROVIDER_METRICS_PORT, "protocol": "TCP"}],
                 "resources": _resources("100m", "128Mi", "512Mi"),
                 "securityContext": _CONTAINER_SECURITY,
-                "readinessProbe": health_probe(vn.port, 10, 3),
-                "livenessProbe": {**health_probe(vn.port, 20, 3), "initialDelaySeconds": 30},
+                "readinessProbe": health_probe("provider-metrics", 10, 3),
+                "livenessProbe": {**health_probe("provider-metrics", 20, 3), "initialDelaySeconds": 30},
                 "volumeMounts": [
                     {"name": "settings", "mountPath": SETTINGS_DIR, "readOnly": True},
                     {"name": "provider-secrets", "mountPath": SECRETS_DIR, "readOnly": True},
@@ -281,11 +276,8 @@ class VirtualNode(pulumi.ComponentResource):
                 "template": {
                     "metadata": {
                         "labels": labels,
-                        "annotations": {
-                            "prometheus.io/scrape": "true",
-                            "prometheus.io/port": str(NODE_METRICS_PORT),
-                            "prometheus.io/path": "/metrics",
-                        },
+                        # Both containers' metrics ports (``metrics``, ``provider-metrics``): components/scraping.py.
+                        "annotations": scrape_annotations(NODE_METRICS_PORT),
                     },
                     "spec": virtual_node_pod_spec(args.settings, config_name, secret_name),
                 },

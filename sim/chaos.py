@@ -175,7 +175,7 @@ def run(argv: Sequence[str] | None = None) -> int:
         )
         return 1
     cloud = setup.fake_cloud_url
-    provider_metrics = f"http://127.0.0.1:{processes.stack_config().burst.settings.virtual_node.port}/metrics"
+    provider_metrics = f"http://127.0.0.1:{processes.provider_metrics_port()}/metrics"
     report = Report()
     before = flip.fake_cloud_stats(cloud)
     post_json(f"{cloud}/admin/knobs", {"createFailureRate": a.create_failure_rate, "deathRate": a.death_rate})

@@ -330,6 +330,12 @@ def fake_runpods(s: Stack) -> Iterable[Daemon]:
         yield s.daemon(f"fake-runpod-{p.name}", cmd, ready_url=f"http://{listen}/healthz", fingerprint=key)
 
 
+def provider_metrics_port() -> int:
+    from components.burst_settings import PROVIDER_METRICS_PORT  # noqa: PLC0415 (needs ROOT on the path)
+
+    return PROVIDER_METRICS_PORT
+
+
 def _virtual_node_app() -> tuple[str, str]:
     from components.virtual_node import APP, NODE_TAINT  # noqa: PLC0415 (needs ROOT on the path)
 
@@ -380,6 +386,9 @@ def provider(s: Stack) -> Iterable[Daemon]:
             str(secrets),
             "--listen",
             f"127.0.0.1:{vn.port}",
+            # /metrics and /healthz apart from the API, as the stack's Deployment serves them
+            "--listen-metrics",
+            f"127.0.0.1:{provider_metrics_port()}",
         ]
 
     yield s.daemon("provider", cmd, ready_url=f"http://127.0.0.1:{vn.port}/healthz", fingerprint=_provider_config(s))
@@ -471,14 +480,17 @@ def kube_state_metrics(s: Stack) -> Iterable[Daemon]:
     yield s.daemon("kube-state-metrics", cmd, ready_url=f"http://127.0.0.1:{KSM_TELEMETRY_PORT}/metrics")
 
 
-#: Scrape jobs whose targets' own namespace and job labels win (honor_labels); dcgm-exporter's (the stack names
-#: its job) too.
-HONOR_LABELS = frozenset({"interruptions", "stall-detector"})
+def honor_labels_jobs() -> frozenset[str]:
+    """Scrape jobs whose targets' own namespace and job labels win (honor_labels): the registered controllers whose
+    spec says so (``ControllerSpec.honor_labels``, which their Deployments' scrape annotations carry too);
+    dcgm-exporter's (the stack names its job) too."""
+    from daemons.registry import CONTROLLERS  # noqa: PLC0415 (needs the venv: without one this module still answers)
+
+    return frozenset(spec.name for spec in CONTROLLERS if spec.honor_labels)
 
 
 def prometheus(s: Stack) -> Iterable[Daemon]:
     """Prometheus (Debian) scraping kube-state-metrics, the controllers and the provider service every 2s."""
-    port = s.burst.virtual_node.port
     flags = [
         "--storage.tsdb.retention.time=1d",
         "--log.level=warn",
@@ -492,7 +504,7 @@ def prometheus(s: Stack) -> Iterable[Daemon]:
             **{n: [f"127.0.0.1:{p}" for p in controller_ports(n).values()] for n in registered_controllers()},
             # under the job the stack's quarantine alerts match
             s.config.telemetry.dcgm_scrape_job: [f"127.0.0.1:{FAKE_DCGM_PORT}"],
-            "burst-provider": [f"127.0.0.1:{port}"],
+            "burst-provider": [f"127.0.0.1:{provider_metrics_port()}"],
             **({"serving": [f"127.0.0.1:{SERVING_METRICS_PORT}"]} if service_ports(s.config) else {}),
         }
 
@@ -504,7 +516,7 @@ def prometheus(s: Stack) -> Iterable[Daemon]:
             {
                 "job_name": job,
                 "static_configs": [{"targets": t}],
-                "honor_labels": job in HONOR_LABELS or job == s.config.telemetry.dcgm_scrape_job,
+                "honor_labels": job in honor_labels_jobs() or job == s.config.telemetry.dcgm_scrape_job,
             }
             for job, t in targets().items()
         ]

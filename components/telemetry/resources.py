@@ -28,6 +28,7 @@ from components.constants import (
     nonroot_pod_security_context,
 )
 from components.model import check_qualified_name
+from components.scraping import scrape_annotations
 from components.telemetry.alerts import rule_groups
 from components.telemetry.counters import counters_csv
 from components.telemetry.dashboard import dashboard
@@ -241,10 +242,6 @@ def fabric_pod_spec(settings: TelemetrySettings) -> dict[str, Any]:
     if f.runtime_class_name:
         spec["runtimeClassName"] = f.runtime_class_name
     return spec
-
-
-def scrape_annotations(port: int) -> dict[str, str]:
-    return {"prometheus.io/scrape": "true", "prometheus.io/port": str(port), "prometheus.io/path": "/metrics"}
 
 
 class FabricExporter(pulumi.ComponentResource):

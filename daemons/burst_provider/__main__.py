@@ -13,8 +13,8 @@ import sys
 import threading
 from collections.abc import Sequence
 
-from components.burst_settings import BurstSettings, SettingsError, load_settings
-from daemons.burst_provider.api import serve
+from components.burst_settings import PROVIDER_METRICS_PORT, BurstSettings, SettingsError, load_settings
+from daemons.burst_provider.api import serve, serve_metrics
 from daemons.burst_provider.endpoints import EndpointManager
 from daemons.burst_provider.events import pod_event_sink
 from daemons.burst_provider.kube import KubeSourceCluster
@@ -60,6 +60,15 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="HOST:PORT",
         help="address of the API (default 127.0.0.1:<virtualNode.port>, 10299 unless set); port 0 picks a free one",
+    )
+    p.add_argument(
+        "--listen-metrics",
+        default=None,
+        metavar="HOST:PORT",
+        help=(
+            "also serve /metrics and /healthz (nothing of the API) here, for Prometheus and the kubelet's probes: "
+            f"the pod's address ($(POD_IP):{PROVIDER_METRICS_PORT} in the stack's Deployment); default: not served"
+        ),
     )
     p.add_argument(
         "--kubeconfig",
@@ -136,6 +145,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         settings = _settings(args)
         host, port = _listen(args.listen, settings)
+        metrics_address = (
+            parse_listen(args.listen_metrics, "--listen-metrics", default_host="0.0.0.0")
+            if args.listen_metrics
+            else None
+        )
     except (SettingsError, ValueError) as exc:
         print(f"gpucluster-burst-provider: {exc}", file=sys.stderr)
         return EXIT_BAD_CONFIG
@@ -165,6 +179,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as exc:
         print(f"gpucluster-burst-provider: cannot listen on {host}:{port}: {exc.strerror}", file=sys.stderr)
         return EXIT_BAD_CONFIG
+    servers = [("http", server.stop)]
+    if metrics_address is not None:
+        try:
+            metrics_server = serve_metrics(service, *metrics_address, reconciler.ready.is_set)
+        except OSError as exc:
+            server.stop()
+            where = f"{metrics_address[0]}:{metrics_address[1]}"
+            print(f"gpucluster-burst-provider: cannot listen on {where}: {exc.strerror}", file=sys.stderr)
+            return EXIT_BAD_CONFIG
+        servers.append(("metrics", metrics_server.stop))
+        log.info("serving metrics", extra={"address": f"{metrics_server.host}:{metrics_server.port}"})
     log.info(
         "serving",
         extra={"address": f"{server.host}:{server.port}", "node": service.node, "providers": list(providers)},
@@ -177,7 +202,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     prober = threading.Thread(target=_probe_forever, args=(service, stop.stop), name="probes", daemon=True)
     prober.start()
     stop.wait()
-    drain([("http", server.stop), ("reconcile", loop.join), ("probes", prober.join)], timeout_s=DRAIN_SECONDS, log=log)
+    drain([*servers, ("reconcile", loop.join), ("probes", prober.join)], timeout_s=DRAIN_SECONDS, log=log)
     log.info("stopped")
     return 0
 

@@ -96,6 +96,19 @@ def make_app(service: BurstService, settings: BurstSettings, ready: Callable[[],
     return Routes(metrics=service.metrics.render, ready=ready, not_ready=NOT_READY, fallback=route)
 
 
+def serve_metrics(service: BurstService, host: str, port: int, ready: Callable[[], bool]) -> HttpService:
+    """Start ``/metrics`` and ``/healthz`` alone on a background thread: what Prometheus and the kubelet reach on
+    the pod's address, while the API stays on loopback."""
+    return HttpService(
+        host,
+        port,
+        Routes(metrics=service.metrics.render, ready=ready, not_ready=NOT_READY),
+        log=log,
+        server_version="gpucluster-burst-provider",
+        thread_name="metrics",
+    ).start()
+
+
 def serve(
     service: BurstService, settings: BurstSettings, host: str, port: int, ready: Callable[[], bool]
 ) -> HttpService:

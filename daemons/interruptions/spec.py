@@ -66,4 +66,6 @@ SPEC: ControllerSpec[InterruptionsSettings] = ControllerSpec(
     dry_run_help="read, account and log, but write nothing: no annotation, no Workload change, no Event, no "
     "ConfigMap, no Lease",
     after=(AFTER_KUEUE, AFTER_JOBSET),
+    # its series name the training job's namespace and job
+    honor_labels=True,
 )

@@ -83,4 +83,6 @@ SPEC: ControllerSpec[StallDetectorSettings] = ControllerSpec(
     dry_run_help="read, judge and log, but write nothing: no record, no eviction, no Event, no ConfigMap, no Lease "
     "(the replica behaves as leader for its decisions); the settings' dryRun does the same",
     after=(AFTER_JOBSET,),
+    # its series name the gang's namespace and job
+    honor_labels=True,
 )

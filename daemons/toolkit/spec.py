@@ -103,6 +103,9 @@ class ControllerSpec(Generic[S]):
     settings_help: str | None = None
     #: What the stack must have deployed before it (AFTER); its namespaces it always waits for.
     after: tuple[str, ...] = ()
+    #: Its series carry their own ``namespace`` and ``job`` labels (a training job's), which must win over the
+    #: scrape's: its pods are scraped with ``honor_labels`` (``components.scraping``).
+    honor_labels: bool = False
 
     def __post_init__(self) -> None:
         if not self.name or self.name != self.name.lower() or " " in self.name:

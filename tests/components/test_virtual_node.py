@@ -165,7 +165,7 @@ def test_node_container_registers_the_tainted_node(graph: Graph) -> None:
     assert NODE_TAINT == "virtual-kubelet.io/provider=gpucluster:NoSchedule"
 
 
-def test_provider_container_command_and_loopback_probes(graph: Graph) -> None:
+def test_provider_api_on_loopback_and_metrics_and_probes_on_the_pods_address(graph: Graph) -> None:
     provider = _containers(graph)["provider"]
     assert provider["image"] == DEFAULT_DAEMONS_IMAGE
     assert provider["command"] == ["gpucluster-burst-provider"]
@@ -176,9 +176,13 @@ def test_provider_container_command_and_loopback_probes(graph: Graph) -> None:
         "/var/run/secrets/gpucluster/providers",
         "--listen",
         "127.0.0.1:10299",
+        "--listen-metrics",
+        "$(POD_IP):10297",
     ]
+    assert provider["ports"] == [{"name": "provider-metrics", "containerPort": 10297, "protocol": "TCP"}]
+    assert provider["env"] == [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]
     for probe in ("readinessProbe", "livenessProbe"):
-        assert "http://127.0.0.1:10299/healthz" in " ".join(provider[probe]["exec"]["command"])
+        assert provider[probe]["httpGet"] == {"path": "/healthz", "port": "provider-metrics"}
 
 
 def test_the_secret_is_mounted_only_in_the_provider(graph: Graph) -> None:

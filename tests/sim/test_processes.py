@@ -107,6 +107,7 @@ def test_command_lines_are_the_programs_with_what_pulumi_deployed(cluster: Path)
         *("-m", "daemons.burst_provider", "--settings", f"{state}/provider/settings.json"),
         *("--kubeconfig", f"{state}/provider/kubeconfig", "--secrets-dir", f"{state}/provider/secrets"),
         *("--listen", "127.0.0.1:10299"),
+        *("--listen-metrics", "127.0.0.1:10297"),
     ]
     assert cmds["serving"] == [
         VENV_PY,
@@ -235,7 +236,7 @@ def test_each_daemon_reads_the_deployed_files_with_its_own_serviceaccount(cluste
         "interruptions": ["127.0.0.1:9112", "127.0.0.1:9113"],
         "stall-detector": ["127.0.0.1:9114", "127.0.0.1:9115"],
         "dcgm-exporter": ["127.0.0.1:18094"],
-        "burst-provider": ["127.0.0.1:10299"],
+        "burst-provider": ["127.0.0.1:10297"],
         # sim/serving.py's request counters, which the metrics adapter's query reads
         "serving": ["127.0.0.1:18099"],
         # the fake dcgm-exporter serves the fabric exporter's data counters too, on a path of its own

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -28,6 +29,7 @@ def test_help_documents_every_flag() -> None:
         "--settings",
         "--node-name",
         "--listen",
+        "--listen-metrics",
         "--kubeconfig",
         "--secrets-dir",
         "--startup-grace",
@@ -95,6 +97,8 @@ def test_process_serves_and_stops_on_sigterm(tmp_path: Path) -> None:
             str(settings),
             "--listen",
             "127.0.0.1:0",
+            "--listen-metrics",
+            "127.0.0.1:0",
             "--no-source-cluster",
             "--log-level",
             "info",
@@ -106,7 +110,7 @@ def test_process_serves_and_stops_on_sigterm(tmp_path: Path) -> None:
     )
     try:
         assert proc.stderr is not None
-        port = 0
+        port = metrics_port = 0
         deadline = time.monotonic() + 30
         while not port and time.monotonic() < deadline:
             line = proc.stderr.readline()
@@ -115,10 +119,20 @@ def test_process_serves_and_stops_on_sigterm(tmp_path: Path) -> None:
             entry_log = json.loads(line)
             if entry_log.get("msg") == "serving":
                 port = int(entry_log["address"].rsplit(":", 1)[1])
+            if entry_log.get("msg") == "serving metrics":
+                metrics_port = int(entry_log["address"].rsplit(":", 1)[1])
         assert port, "the daemon never logged its address"
+        assert metrics_port, "the daemon never logged its metrics address"
         port_file.write_text(str(port))
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/capacity", timeout=10) as resp:
             assert json.loads(resp.read())["nvidia.com/gpu"] == "16"
+        # The metrics listener serves /metrics and /healthz (503: the listings fail), never the API.
+        with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as resp:
+            assert b"gpucluster_burst_decisions" in resp.read()
+        for path, status in (("/healthz", 503), ("/v1/capacity", 404)):
+            with pytest.raises(urllib.error.HTTPError) as refused:
+                urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}{path}", timeout=10)
+            assert refused.value.code == status
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
     finally:
