@@ -5,7 +5,8 @@ container the components render for the prod stack (the controllers, the virtual
 fabric exporter) runs its command with ``--help`` under runc, as the image's user, with a read-only root. So a
 module, a library or a console script missing from an image fails here, not in a cluster. Two start for real
 against fixtures: the fabric exporter on the fixture sysfs tree (its InfiniBand samples must match the golden
-file the unit tests use) and the burst provider, probed by the very exec probe its container carries.
+file the unit tests use) and the burst provider, probed by the very httpGet probe its container carries, on the
+pod's address.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import os
 import shutil
 import socket
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -186,7 +188,9 @@ def test_fabric_exporter_serves_the_fixture_from_its_image(prod: StackConfig, bu
     )
 
 
-def test_burst_provider_starts_and_its_exec_probe_passes(bundles: Mapping[str, Bundle], tmp_path: Path) -> None:
+def test_burst_provider_starts_and_its_probe_passes_on_the_pods_address(
+    bundles: Mapping[str, Bundle], tmp_path: Path
+) -> None:
     local = load_stack_file(LOCAL)
     assert local.burst is not None
     image = bundles["gpucluster-daemons"]
@@ -214,20 +218,31 @@ def test_burst_provider_starts_and_its_exec_probe_passes(bundles: Mapping[str, B
     mounts = {m["name"]: m["mountPath"] for m in provider["volumeMounts"]}
     assert mounts["settings"] == SETTINGS_DIR
     binds = {SETTINGS_DIR: settings_dir, mounts["provider-secrets"]: secrets_dir}
-    probe = provider["readinessProbe"]["exec"]["command"]
+    # The kubelet's httpGet probe, on the pod's address: here another loopback address than the API's.
+    pod_ip = "127.0.0.2"
+    probe = provider["readinessProbe"]["httpGet"]
+    ports = {p["name"]: p["containerPort"] for p in provider["ports"]}
+    health = f"http://{pod_ip}:{ports[probe['port']]}{probe['path']}"
 
     # Nothing serves yet: the probe must fail, or it proves nothing below.
-    before = Container(image, probe).run()
-    assert before.returncode != 0
+    with pytest.raises(urllib.error.URLError, match="Connection refused"):
+        urllib.request.urlopen(health, timeout=2)
 
-    # No source cluster here: the provider runs without one (its flag for tests); everything else as rendered.
-    service = Container(image, [*provider["command"], *provider["args"], "--no-source-cluster"], binds=binds)
+    # No source cluster here: the provider runs without one (its flag for tests); everything else as rendered, with
+    # $(POD_IP) expanded as the kubelet expands it from the downward API.
+    args = [a.replace("$(POD_IP)", pod_ip) for a in provider["args"]]
+    service = Container(image, [*provider["command"], *args, "--no-source-cluster"], binds=binds)
     cloud.start()
     service.start()
     try:
         _get(f"http://127.0.0.1:{cloud_port}/healthz")
-        _get(f"http://127.0.0.1:{port}/healthz")
-        after = Container(image, probe).run()
+        _get(health)
+        metrics = _get(f"http://{pod_ip}:{ports['provider-metrics']}/metrics")
+        # the API, which has no authentication, is not on the pod's address
+        with pytest.raises(urllib.error.URLError, match="Connection refused"):
+            urllib.request.urlopen(f"http://{pod_ip}:{port}/v1/capacity", timeout=2)
+        capacity = _get(f"http://127.0.0.1:{port}/v1/capacity")
     finally:
         log = service.stop() + cloud.stop()
-    assert after.returncode == 0, after.stdout + after.stderr + log
+    assert "gpucluster_burst_decisions" in metrics, log
+    assert "nvidia.com/gpu" in capacity, log
