@@ -34,10 +34,11 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from components.constants import RELEASED_AT_ANNOTATION  # noqa: E402
+from components.constants import CLUSTER_EVENTS_NAMESPACE, RELEASED_AT_ANNOTATION  # noqa: E402
 from components.model import parse_duration  # noqa: E402 (run as a script: the repository first on the path)
 from components.quarantine_settings import LEDGER_NAME  # noqa: E402
 from components.quota_controller_settings import resource_groups  # noqa: E402
+from daemons.quarantine.controller import REASON_BREAKER  # noqa: E402
 from daemons.quota_controller.apportion import apportion  # noqa: E402
 from daemons.quota_controller.decide import live_quotas  # noqa: E402
 from daemons.quota_controller.translate import queue_view  # noqa: E402
@@ -228,6 +229,34 @@ def cool_down(nodes: Sequence[str]) -> None:
     sim_daemons.kubectl("delete", "job", QUARANTINE_JOB, "-n", s.training_ns, "--ignore-not-found", "--wait=true")
 
 
+def clean_slate(nodes: Sequence[str], following: bool) -> None:
+    """:func:`cool_down` with the quarantine controllers stopped, so none writes the ledger while it is deleted, nor
+    records a quarantine of an earlier row (node_rows') that its circuit breaker would count for ``breakerWindow``;
+    then the controllers as the column runs them."""
+    quarantine_controllers(False)
+    node_faults.forget_alerts()
+    cool_down(nodes)
+    quarantine_controllers(following)
+
+
+def why_not_quarantined(node: str, following: bool) -> str:
+    """What kept a hot node from quarantine, as the controller says it (its breaker Event), or what it never saw."""
+    if not following:
+        return "not quarantined: the quarantine controllers are stopped"
+    if not node_faults.quarantine_alert_firing(node):
+        return "not quarantined: its alert is not firing"
+    events = sim_daemons.kubectl_json(
+        "get",
+        "events",
+        "-n",
+        CLUSTER_EVENTS_NAMESPACE,
+        "--field-selector",
+        f"involvedObject.kind=Node,involvedObject.name={node},reason={REASON_BREAKER}",
+    )
+    messages = [str(e.get("message", "")) for e in events.get("items") or []]
+    return f"not quarantined: {messages[-1]}" if messages else "not quarantined: the controller has not acted yet"
+
+
 def _ready(pod: dict[str, Any]) -> bool:
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in pod["status"].get("conditions") or [])
 
@@ -236,6 +265,7 @@ def quarantine_rows(col: Column, nodes: Sequence[str], following: bool) -> None:
     """A hot GPU under a training pod and one under inference replicas; then a burst of hot nodes."""
     cfg = sim_daemons.stack_config()
     s = flip.setup_from_stack()
+    clean_slate(nodes, following)
     fire_timeout = cfg.telemetry.alerts.for_minutes * 60 + 60.0
     job = flip.training_job(s, "30m", 1)
     job["metadata"]["name"] = QUARANTINE_JOB
@@ -277,8 +307,13 @@ def quarantine_rows(col: Column, nodes: Sequence[str], following: bool) -> None:
         until(lambda: node_faults.quarantined(serving), 30.0 if following else 1.0)
         time.sleep(10.0)
         after = [p for p in serving_on(serving) if _ready(p)]
-        kept = {p["metadata"]["name"] for p in after} & {p["metadata"]["name"] for p in before}
-        state = "quarantined" if node_faults.quarantined(serving) else "not quarantined"
+        names = {p["metadata"]["name"] for p in before}
+        kept = {p["metadata"]["name"] for p in after} & names
+        state = "quarantined" if node_faults.quarantined(serving) else why_not_quarantined(serving, following)
+        # A replica replaced by a rollout (make-before-break bringing a Deployment home) is not one evicted.
+        replaced = len({p["metadata"]["name"] for p in after} - names)
+        if replaced:
+            state += f"; {replaced} Ready replica(s) from a rollout since"
         col.rows["inference replicas on a hot node, still Ready"] = f"{len(kept)} of {len(before)} ({state})"
     cool_down(nodes)
 
