@@ -21,7 +21,7 @@ program registered).
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -105,6 +105,35 @@ def _program(container: Mapping[str, Any]) -> str:
     return str(command[0]) if command else str(container.get("image", ""))
 
 
+def _ports(template: Mapping[str, Any]) -> Iterator[tuple[Mapping[str, Any], Mapping[str, Any]]]:
+    """Each container of a pod template with each port it declares."""
+    for container in template.get("spec", {}).get("containers", []):
+        for port in container.get("ports", []) or []:
+            yield container, port
+
+
+def _target(
+    workload: Mapping[str, Any],
+    container: Mapping[str, Any],
+    port: Mapping[str, Any],
+    *,
+    path: str,
+    job: str,
+    honor_labels: bool,
+) -> Target:
+    number = int(port["containerPort"])
+    return Target(
+        workload=_workload(workload),
+        container=str(container.get("name")),
+        program=_program(container),
+        port=number,
+        path=path,
+        job=job,
+        honor_labels=honor_labels,
+        listen_host=listen_host(container, number),
+    )
+
+
 def annotated_targets(obj: Mapping[str, Any]) -> list[Target]:
     """The targets of one workload under the annotation contract; none when its pods are not annotated."""
     template = _template(obj)
@@ -115,25 +144,11 @@ def annotated_targets(obj: Mapping[str, Any]) -> list[Target]:
     job = str((meta.get("labels", {}) or {}).get(JOB_LABEL, obj.get("metadata", {}).get("name", "")))
     honor = annotations.get(HONOR_LABELS_ANNOTATION) == "true"
     path = str(annotations.get(PATH_ANNOTATION, "/metrics"))
-    targets = []
-    for container in template.get("spec", {}).get("containers", []):
-        for port in container.get("ports", []) or []:
-            if not re.fullmatch(METRICS_PORT_NAME, str(port.get("name", ""))):
-                continue
-            number = int(port["containerPort"])
-            targets.append(
-                Target(
-                    workload=_workload(obj),
-                    container=str(container.get("name")),
-                    program=_program(container),
-                    port=number,
-                    path=path,
-                    job=job,
-                    honor_labels=honor,
-                    listen_host=listen_host(container, number),
-                )
-            )
-    return targets
+    return [
+        _target(obj, container, port, path=path, job=job, honor_labels=honor)
+        for container, port in _ports(template)
+        if re.fullmatch(METRICS_PORT_NAME, str(port.get("name", "")))
+    ]
 
 
 def _selects(selector: Mapping[str, str], labels: Mapping[str, str]) -> bool:
@@ -164,23 +179,18 @@ def service_monitor_targets(monitor: Mapping[str, Any], objects: Sequence[Mappin
                     template = _template(workload)
                     if not _selects(selector, (template.get("metadata", {}) or {}).get("labels", {}) or {}):
                         continue
-                    for container in template.get("spec", {}).get("containers", []):
-                        for port in container.get("ports", []) or []:
-                            if wanted not in (port.get("name"), port.get("containerPort")):
-                                continue
-                            number = int(port["containerPort"])
-                            targets.append(
-                                Target(
-                                    workload=_workload(workload),
-                                    container=str(container.get("name")),
-                                    program=_program(container),
-                                    port=number,
-                                    path=str(endpoint.get("path", "/metrics")),
-                                    job=str(service.get("metadata", {}).get("name")),
-                                    honor_labels=bool(endpoint.get("honorLabels", False)),
-                                    listen_host=listen_host(container, number),
-                                )
-                            )
+                    targets += [
+                        _target(
+                            workload,
+                            container,
+                            port,
+                            path=str(endpoint.get("path", "/metrics")),
+                            job=str(service.get("metadata", {}).get("name")),
+                            honor_labels=bool(endpoint.get("honorLabels", False)),
+                        )
+                        for container, port in _ports(template)
+                        if wanted in (port.get("name"), port.get("containerPort"))
+                    ]
     return targets
 
 

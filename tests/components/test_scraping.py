@@ -229,3 +229,35 @@ def test_listen_host_reads_the_arguments(args: list[str], port: int, host: str |
 )
 def test_series_read_finds_metrics_not_labels_functions_or_strings(expr: str, metrics: set[str]) -> None:
     assert {r.metric for r in series_read(expr)} == metrics
+
+
+def test_a_service_monitor_reaches_the_pods_its_service_selects_and_no_others() -> None:
+    exporter = {
+        "name": "exporter",
+        "command": ["gpucluster-fabric-exporter"],
+        "args": ["--port=9402", "--listen-address=$(POD_IP)"],
+        "ports": [{"name": "metrics", "containerPort": 9402}],
+    }
+    daemon_set = {**_pod(exporter), "kind": "DaemonSet"}
+    service = {
+        "kind": "Service",
+        "metadata": {"name": "fabric", "namespace": "ns", "labels": {"app.kubernetes.io/name": "app"}},
+        "spec": {
+            "selector": {"app.kubernetes.io/name": "app"},
+            "ports": [{"name": "metrics", "targetPort": "metrics"}],
+        },
+    }
+
+    def monitor(port: str) -> dict[str, Any]:
+        return {
+            "kind": "ServiceMonitor",
+            "metadata": {"name": "fabric", "namespace": "ns"},
+            "spec": {
+                "selector": {"matchLabels": {"app.kubernetes.io/name": "app"}},
+                "endpoints": [{"port": port, "honorLabels": True}],
+            },
+        }
+
+    (target,) = scrape_targets([daemon_set, service, monitor("metrics")])
+    assert (target.job, target.port, target.honor_labels, target.reached) == ("fabric", 9402, True, True)
+    assert scrape_targets([daemon_set, service, monitor("web")]) == []
