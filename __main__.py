@@ -3,6 +3,9 @@
 GPUCLUSTER_OFFLINE_CHARTS (optional, used by `make policy` and `make render CHARTS=gomodule`) reads registry
 charts from the Go modules that carry them (components/charts.py).
 
+Before any resource, the cluster is checked for the add-ons the stack needs (components/preflight.py): a cluster
+lacking one is refused, naming it.
+
 The local stack (`kueue.localWebhooks` set) runs Kueue and JobSet outside the simulated cluster: a stack transform
 from sim/local_webhooks.py points the charts' webhook objects at them. No other stack registers a transform.
 """
@@ -26,6 +29,23 @@ if config.kueue.local_webhooks is not None:
     jobset = config.jobset
     others = {jobset.namespace: jobset.local_webhooks} if jobset.enabled and jobset.local_webhooks else None
     local_webhooks.register(config.kueue.local_webhooks, others)
+
+kubernetes = pulumi.Config("kubernetes")
+if config.prerequisites.check and not kubernetes.get("renderYamlToDirectory"):
+    from components.preflight import ClusterUnreadableError, api_client, check
+
+    try:
+        lacking = check(config, api_client(kubernetes.get("kubeconfig"), kubernetes.get("context")))
+    except ClusterUnreadableError as err:
+        pulumi.log.warn(f"cluster prerequisites not checked: {err}")
+    else:
+        if lacking:
+            for problem in lacking:
+                pulumi.log.error(problem)
+            raise pulumi.RunError(
+                f"the cluster lacks {len(lacking)} prerequisite(s) of this stack; nothing was changed "
+                "(gpucluster:prerequisites.check: false skips this check)"
+            )
 
 cluster = GpuCluster(config.cluster_name, GpuClusterArgs(config=config))
 for key, value in cluster.outputs.items():

@@ -21,6 +21,7 @@ from components.jobset import JobSet, JobSetArgs
 from components.make_before_break import MakeBeforeBreak
 from components.make_before_break_settings import CHECK_NAME, MakeBeforeBreakSettings
 from components.metrics_adapter import MetricsAdapter, MetricsAdapterArgs
+from components.operators import Operators, OperatorsArgs
 from components.queues import Queues, QueuesArgs
 from components.storage import Storage, StorageArgs
 from components.telemetry import Telemetry, TelemetryArgs
@@ -206,6 +207,10 @@ class GpuCluster(pulumi.ComponentResource):
             ),
             opts=pulumi.ResourceOptions(parent=self),
         )
+        self.operators: Operators | None = None
+        operators = OperatorsArgs(settings=cfg.prerequisites, labels=labels)
+        if operators.installed:
+            self.operators = Operators(f"{name}-operators", operators, opts=pulumi.ResourceOptions(parent=self))
         self.descheduler: Descheduler | None = None
         if cfg.descheduler.enabled:
             self.descheduler = Descheduler(

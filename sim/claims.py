@@ -1,4 +1,8 @@
-"""Bind the training claims of the simulated cluster: a PersistentVolume for each Pending claim of the stack.
+"""The simulated cluster's stand-in for the stack's storage driver: its CSIDriver object, and a volume for each claim.
+
+``python sim/claims.py --register-driver`` (``make up``, before ``pulumi up``) creates the CSIDriver object that
+installing the stack's driver registers (named by ``gpucluster:storage.provisioner``), so the stack's prerequisites
+check (``components/prerequisites.py``) finds the driver a real cluster would have; no node plugin of it runs here.
 
 The local stack's claims are dynamically provisioned through a CSI driver that the simulated cluster does not run,
 so they would stay Pending, and the scheduler never places a pod that mounts an unbound claim: no training pod
@@ -44,6 +48,17 @@ def volume_for(claim: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def csi_driver(provisioner: str) -> dict[str, Any]:
+    """The CSIDriver object a CSI driver's installation registers under its name: volumes need no attach step (a
+    network filesystem's driver mounts on the node)."""
+    return {
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "CSIDriver",
+        "metadata": {"name": provisioner, "labels": {"sim.gpucluster.io/stands-in": "true"}},
+        "spec": {"attachRequired": False, "podInfoOnMount": False, "volumeLifecycleModes": ["Persistent"]},
+    }
+
+
 def pending_claims(namespaces: Sequence[str]) -> list[dict[str, Any]]:
     out = []
     for ns in namespaces:
@@ -57,7 +72,19 @@ def pending_claims(namespaces: Sequence[str]) -> list[dict[str, Any]]:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="bind the simulated cluster's Pending training claims")
     parser.add_argument("--stack", type=Path, default=None, help="stack file (default: the local stack)")
+    parser.add_argument(
+        "--register-driver", action="store_true", help="only register the stack's CSIDriver object (before the stack)"
+    )
     args = parser.parse_args(argv)
+    if args.register_driver:
+        try:
+            provisioner = stack_config(args.stack).storage.provisioner
+            kubectl("apply", "-f", "-", input=json.dumps(csi_driver(provisioner)))
+        except DaemonError as e:
+            print(f"sim/claims.py: error: {e}", file=sys.stderr)
+            return 1
+        print(f"==> CSIDriver {provisioner} registered (no node plugin runs on the simulated nodes)")
+        return 0
     try:
         namespaces = stack_config(args.stack).training_namespaces
         claims = pending_claims(namespaces)

@@ -3,7 +3,8 @@
 # against it. The Makefile has built the tools and the venv before this runs. Steps:
 #
 #   1. sim/up.sh                      the simulated cluster (idempotent)
-#   2. sim/kueue.sh certs             the loopback certificate the stack's webhook objects trust
+#   2. sim/kueue.sh certs             the loopback certificate the stack's webhook objects trust;
+#      sim/claims.py --register-driver the stack's CSIDriver object (the prerequisites check looks for it)
 #   3. pulumi up --stack local        Pulumi CLI + Python host + Kubernetes provider from the tool cache,
 #                                     state in .state/pulumi (file backend)
 #   4. sim/kueue.sh start             the Kueue controller with the Configuration Pulumi deployed, then
@@ -45,6 +46,10 @@ export GPUCLUSTER_SIM_STACK="$STACK"
 
 "$ROOT/sim/up.sh"
 "$ROOT/sim/kueue.sh" certs
+# The stack's storage driver as a real cluster has it registered: the prerequisites check of every preview and up
+# looks for it (no node plugin runs on the simulated nodes; sim/claims.py binds the claims below).
+KUBECONFIG="$KUBECONFIG_FILE" "$(sim_python)" "$ROOT/sim/claims.py" --register-driver ||
+  die "the stack's CSIDriver could not be registered (the reason is above)"
 
 pulumi_env
 cd "$ROOT"

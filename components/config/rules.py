@@ -464,6 +464,25 @@ def request_rate_hpas_have_an_adapter(s: StackSections) -> Iterator[ConfigIssue]
             )
 
 
+def installed_operators_exempt_from_guardrails(s: StackSections) -> Iterator[ConfigIssue]:
+    """An NVIDIA operator the stack installs runs privileged driver, toolkit and device plugin pods that see every
+    GPU or NIC: its namespace must be one the guardrails exempt, or the API server refuses its pods and the
+    resource it exists to advertise never appears."""
+    if s.prerequisites is None or s.guardrails is None or not s.guardrails.enabled:
+        return
+    for key, operator in (
+        ("gpuOperator", s.prerequisites.gpu_operator),
+        ("networkOperator", s.prerequisites.network_operator),
+    ):
+        if operator.install and operator.namespace not in s.guardrails.exempt_namespaces:
+            yield ConfigIssue(
+                f"prerequisites.{key}.namespace",
+                operator.namespace,
+                f"is not in {PROJECT}:guardrails.exemptNamespaces: the operator's privileged pods there would be "
+                "refused; add it",
+            )
+
+
 #: Every rule, in the order their problems are reported.
 RULES: list[Rule] = [
     flavors_distinct,
@@ -494,6 +513,7 @@ RULES: list[Rule] = [
     make_before_break_reserved_not_headroom,
     make_before_break_has_somewhere_to_move,
     request_rate_hpas_have_an_adapter,
+    installed_operators_exempt_from_guardrails,
 ]
 
 

@@ -31,6 +31,7 @@ from components.make_before_break_settings import MakeBeforeBreakSettings
 from components.metrics_adapter_settings import STACK_KEY as METRICS_ADAPTER_KEY
 from components.metrics_adapter_settings import MetricsAdapterSettings
 from components.model import MAX_STRING, ControllerSettings, DnsLabel, TaintKey, parse_duration
+from components.prerequisites_settings import PrerequisitesSettings
 from components.quarantine_settings import FILLED as QUARANTINE_FILLED
 from components.quarantine_settings import STACK_KEY as QUARANTINE_KEY
 from components.quarantine_settings import QuarantineFlavor, QuarantineSettings
@@ -130,6 +131,8 @@ class StackConfig:
     metrics_adapter: MetricsAdapterSettings = field(default_factory=MetricsAdapterSettings)
     #: What the API server holds: Pod Security labels and admission policies (``components/guardrails.py``).
     guardrails: GuardrailsSettings = field(default_factory=GuardrailsSettings)
+    #: The cluster add-ons checked before any change, and the NVIDIA operators the stack may install.
+    prerequisites: PrerequisitesSettings = field(default_factory=PrerequisitesSettings)
 
     @property
     def burst_enabled(self) -> bool:
@@ -237,6 +240,7 @@ SECTIONS: dict[str, _Section] = {
     "inferenceServices": _section("inference_services", list[InferenceServiceSpec], []),
     METRICS_ADAPTER_KEY: _section("metrics_adapter", MetricsAdapterSettings, {}, model=True),
     "guardrails": _section("guardrails", GuardrailsSettings, {}, model=True),
+    "prerequisites": _section("prerequisites", PrerequisitesSettings, {}, model=True),
 }
 #: The sections that are a controller's settings, whole (the taint controller's is inside ``burst``).
 CONTROLLER_SECTIONS = {key: section for key, section in SECTIONS.items() if section.controller}
@@ -283,6 +287,7 @@ class StackSections:
     inference_services: tuple[InferenceServiceSpec, ...] | None = None
     metrics_adapter: MetricsAdapterSettings | None = None
     guardrails: GuardrailsSettings | None = None
+    prerequisites: PrerequisitesSettings | None = None
     #: None when the stack has no ``gpucluster:burst`` section or it did not validate.
     burst: BurstConfig | None = None
     #: Keys under ``config:`` that are neither sections nor secrets the burst section names.

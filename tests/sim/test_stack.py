@@ -379,6 +379,27 @@ def test_invalid_stack_config_fails_before_anything_is_applied(local_stack: Loca
     assert cq["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]["nominalQuota"] == "32"
 
 
+def test_a_stack_whose_csi_driver_the_cluster_lacks_is_refused_naming_it(
+    local_stack: LocalStack, tmp_path: Path
+) -> None:
+    """The prerequisites check of the program (components/preflight.py) against the simulated cluster: the local
+    stack passes (every up of make up), the same stack asking for a CSI driver the cluster lacks changes nothing."""
+    doc = yaml.safe_load((ROOT / "stacks" / "Pulumi.local.yaml").read_text())
+    doc["config"]["gpucluster:storage"]["provisioner"] = "lustre.csi.example.com"
+    other = tmp_path / "Pulumi.local.yaml"
+    other.write_text(yaml.safe_dump(doc))
+    before = local_stack.pulumi("stack", "export", "--stack", "local").stdout
+
+    proc = local_stack.pulumi("up", "--stack", "local", "--yes", "--config-file", str(other), check=False)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "the cluster has no CSIDriver lustre.csi.example.com (needed by gpucluster:storage)" in output
+    assert "nothing was changed" in output
+    resources = lambda export: sorted(r["urn"] for r in json.loads(export)["deployment"]["resources"])  # noqa: E731
+    assert resources(local_stack.pulumi("stack", "export", "--stack", "local").stdout) == resources(before)
+    assert local_stack.get("storageclass", "parallel-fs")["provisioner"] == "nfs.csi.k8s.io"
+
+
 # --- the descheduler ---------------------------------------------------------------------------------------------
 
 
