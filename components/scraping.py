@@ -214,7 +214,7 @@ _KEYWORDS = frozenset(
 )
 _GROUPING = frozenset({"by", "without", "on", "ignoring", "group_left", "group_right"})
 _TOKEN = re.compile(
-    r'"(?:\\.|[^"\\])*"|\'(?:\\.|[^\'\\])*\'|\{[^}]*\}|\[[^\]]*\]|[0-9][0-9A-Za-z_.]*|[A-Za-z_:][A-Za-z0-9_:]*|\(|\)|[^\sA-Za-z_:(){}\["\']+'
+    r'"(?:\\.|[^"\\])*"|\'(?:\\.|[^\'\\])*\'|\{[^}]*\}|\[[^\]]*\]|\$[A-Za-z_]+|[0-9][0-9A-Za-z_.]*|[A-Za-z_:][A-Za-z0-9_:]*|\(|\)|[^\sA-Za-z_:(){}\["\']+'
 )
 _JOB_MATCHER = re.compile(r'\bjob\s*=\s*"([^"]*)"')
 
@@ -230,8 +230,8 @@ class Read:
 def series_read(expr: str) -> set[Read]:
     """The metric names a PromQL expression reads, each with its selector's ``job`` matcher.
 
-    Label names in ``by``/``on``/``without``/``ignoring``/``group_*`` lists, function names and keywords are not
-    metrics; string arguments (``label_replace``'s) are skipped.
+    Label names in ``by``/``on``/``without``/``ignoring``/``group_*`` lists, function names, keywords and a
+    controller's ``$PLACEHOLDER`` s are not metrics; string arguments (``label_replace``'s) are skipped.
     """
     tokens = _TOKEN.findall(expr)
     found: set[Read] = set()

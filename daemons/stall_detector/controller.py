@@ -231,14 +231,10 @@ class Controller:
 
     def _inputs(self, window_s: float, unknown: dict[str, str]) -> Inputs:
         s = self.settings
-        namespaces = s.workload_namespaces
-        tmax = self._query("tensor-max", queries.tensor_max(s.dcgm_scrape_job, namespaces, window_s), unknown)
-        tmean = self._query("tensor-mean", queries.tensor_mean(s.dcgm_scrape_job, namespaces, window_s), unknown)
-        fabric = self._query("fabric", queries.fabric_bytes(s.fabric_scrape_job, window_s), unknown)
-        transport = self._query("transport-errors", queries.transport_errors(s.fabric_scrape_job, window_s), unknown)
-        link = self._query("link-errors", queries.link_errors(s.fabric_scrape_job, window_s), unknown)
-        xids = self._query("hardware-xids", queries.hardware_xids(s.dcgm_scrape_job, window_s), unknown)
-        slowed = self._query("throttled", queries.throttled(s.dcgm_scrape_job, window_s), unknown)
+        cycle = queries.cycle_queries(s.dcgm_scrape_job, s.fabric_scrape_job, s.workload_namespaces, window_s)
+        tmax, tmean, fabric, transport, link, xids, slowed = (
+            self._query(name, promql, unknown) for name, promql in cycle.items()
+        )
         return Inputs(
             tensor_max=None if tmax is None else _by_pod_gpu(tmax),
             tensor_mean=None if tmean is None else _by_pod_gpu(tmean),

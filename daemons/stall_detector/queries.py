@@ -114,3 +114,18 @@ def throttled(job: str | None, seconds: float) -> str:
     step = window(max(1.0, seconds / _THROTTLE_STEPS))
     share = f"avg_over_time(({_SLOWED.format(x=x)})[{window(seconds)}:{step}])"
     return f"max by (node) ({_node(share)})"
+
+
+def cycle_queries(
+    dcgm_job: str | None, fabric_job: str | None, namespaces: Sequence[str], seconds: float
+) -> dict[str, str]:
+    """Every query of one cycle by its name, in the order the controller reads them."""
+    return {
+        "tensor-max": tensor_max(dcgm_job, namespaces, seconds),
+        "tensor-mean": tensor_mean(dcgm_job, namespaces, seconds),
+        "fabric": fabric_bytes(fabric_job, seconds),
+        "transport-errors": transport_errors(fabric_job, seconds),
+        "link-errors": link_errors(fabric_job, seconds),
+        "hardware-xids": hardware_xids(dcgm_job, seconds),
+        "throttled": throttled(dcgm_job, seconds),
+    }

@@ -30,13 +30,15 @@ from components.scraping import (
     series_read,
     unreachable,
 )
+from components.stall_detector_settings import StallDetectorSettings
 from components.telemetry.dashboard import panel_queries
 from components.virtual_node import APP as VIRTUAL_NODE_APP
 from daemons.burst_provider.metrics import PREFIX as BURST_PREFIX
 from daemons.fabric_exporter import METRIC_PREFIX as FABRIC_PREFIX
 from daemons.interruptions.metrics import TRAINING as TRAINING_PREFIX
 from daemons.interruptions.spec import SPEC as INTERRUPTIONS
-from daemons.registry import CONTROLLERS
+from daemons.registry import CONTROLLERS, STALL_DETECTOR
+from daemons.stall_detector.queries import cycle_queries
 from tests.support.pulumi_harness import Graph, deploy, secrets_of
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -60,6 +62,9 @@ def producers(records: set[str]) -> list[Producer]:
         Producer("kube_", "the cluster's kube-state-metrics"),
         Producer("ALERTS", "Prometheus"),
         Producer("up", "Prometheus"),
+        # a Service's request rate, counted where traffic enters: a gateway's counter in a real cluster, the
+        # simulated cluster's Services (sim/serving.py) in the local stack's requestRateQuery
+        Producer("gpucluster_sim_", "the simulated cluster's Services"),
     ]
     return [*ours, *outside, *(Producer(r, "a recording rule") for r in sorted(records))]
 
@@ -100,6 +105,42 @@ def reads_of(objs: list[dict[str, Any]]) -> tuple[dict[str, set[Read]], set[str]
     return reads, records
 
 
+def _query_fields(doc: Any, path: str) -> Iterator[tuple[str, str]]:
+    """Every ``...Query`` string of a settings document, with its key path."""
+    if isinstance(doc, dict):
+        for key, value in doc.items():
+            where = f"{path}.{key}"
+            if key.endswith("Query") and isinstance(value, str):
+                yield where, value
+            else:
+                yield from _query_fields(value, where)
+    elif isinstance(doc, list):
+        for i, value in enumerate(doc):
+            yield from _query_fields(value, f"{path}[{i}]")
+
+
+def controller_reads(objs: list[dict[str, Any]]) -> dict[str, set[Read]]:
+    """What the controllers the stack deploys query Prometheus for: every ``...Query`` of their deployed settings
+    (the taint controller's, the quarantine signal, the metrics adapter's request rate), and the stall detector's
+    cycle built from its deployed settings as the controller builds it."""
+    reads: dict[str, set[Read]] = {}
+    for o in objs:
+        if o["kind"] != "ConfigMap":
+            continue
+        name = o["metadata"]["name"]
+        for key, text in (o.get("data") or {}).items():
+            if not key.endswith(".json") or '"panels"' in text:
+                continue
+            doc = json.loads(text)
+            for where, promql in _query_fields(doc, name):
+                reads[f"query {where}"] = series_read(promql)
+            if name == f"{STALL_DETECTOR.app}-settings":
+                s = StallDetectorSettings.model_validate(doc)
+                cycle = cycle_queries(s.dcgm_scrape_job, s.fabric_scrape_job, s.workload_namespaces, 60.0)
+                reads.update({f"query {STALL_DETECTOR.name} {q}": series_read(p) for q, p in cycle.items()})
+    return reads
+
+
 @pytest.fixture(scope="module", params=STACKS)
 def stack(request: pytest.FixtureRequest) -> tuple[str, list[dict[str, Any]]]:
     cfg = load_stack_file(ROOT / "stacks" / f"Pulumi.{request.param}.yaml")
@@ -113,6 +154,9 @@ def test_every_series_a_rule_or_panel_reads_is_scraped_where_it_is_served(
     name, objs = stack
     reads, records = reads_of(objs)
     assert reads, f"stack {name}: no rule or panel found in what it renders"
+    queries = controller_reads(objs)
+    assert any(STALL_DETECTOR.name in q for q in queries), f"stack {name}: no stall detector query found"
+    reads.update(queries)
     problems = unreachable(reads, producers(records), scrape_targets(objs))
     assert not problems, f"stack {name}:\n" + "\n".join(problems)
 
@@ -225,6 +269,7 @@ def test_listen_host_reads_the_arguments(args: list[str], port: int, host: str |
             "* on (node) group_left (gpu_type) kube_node_labels offset 5m",
             {"DCGM_FI_DEV_GPU_TEMP", "kube_node_labels"},
         ),
+        ('count(kube_node_info > $FRESH_SECONDS) unless on(node) x{node="$NODE"}', {"kube_node_info", "x"}),
     ],
 )
 def test_series_read_finds_metrics_not_labels_functions_or_strings(expr: str, metrics: set[str]) -> None:
