@@ -154,11 +154,11 @@ def virtual_node_pod_spec(settings: BurstSettings, settings_config_map: str, sec
                     f"$(POD_IP):{PROVIDER_METRICS_PORT}",
                 ],
                 "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
-                "ports": [{"name": "provider-metrics", "containerPort": PROVIDER_METRICS_PORT, "protocol": "TCP"}],
+                "ports": [{"name": "burst-metrics", "containerPort": PROVIDER_METRICS_PORT, "protocol": "TCP"}],
                 "resources": _resources("100m", "128Mi", "512Mi"),
                 "securityContext": _CONTAINER_SECURITY,
-                "readinessProbe": health_probe("provider-metrics", 10, 3),
-                "livenessProbe": {**health_probe("provider-metrics", 20, 3), "initialDelaySeconds": 30},
+                "readinessProbe": health_probe("burst-metrics", 10, 3),
+                "livenessProbe": {**health_probe("burst-metrics", 20, 3), "initialDelaySeconds": 30},
                 "volumeMounts": [
                     {"name": "settings", "mountPath": SETTINGS_DIR, "readOnly": True},
                     {"name": "provider-secrets", "mountPath": SECRETS_DIR, "readOnly": True},
@@ -276,7 +276,7 @@ class VirtualNode(pulumi.ComponentResource):
                 "template": {
                     "metadata": {
                         "labels": labels,
-                        # Both containers' metrics ports (``metrics``, ``provider-metrics``): components/scraping.py.
+                        # Both containers' metrics ports (``metrics``, ``burst-metrics``): components/scraping.py.
                         "annotations": scrape_annotations(NODE_METRICS_PORT),
                     },
                     "spec": virtual_node_pod_spec(args.settings, config_name, secret_name),

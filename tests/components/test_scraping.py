@@ -190,7 +190,7 @@ LOOPBACK_PROVIDER = {
     "name": "provider",
     "command": ["gpucluster-burst-provider"],
     "args": ["--listen", "127.0.0.1:10299", "--listen-metrics=127.0.0.1:10297"],
-    "ports": [{"name": "provider-metrics", "containerPort": 10297}],
+    "ports": [{"name": "burst-metrics", "containerPort": 10297}],
 }
 SPEND = {"rule BurstSpendCeilingReached": {Read("gpucluster_burst_spend_refusals_total", None)}}
 BURST = [Producer("gpucluster_burst_", "the burst provider service", "gpucluster-burst-provider")]

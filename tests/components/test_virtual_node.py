@@ -179,10 +179,10 @@ def test_provider_api_on_loopback_and_metrics_and_probes_on_the_pods_address(gra
         "--listen-metrics",
         "$(POD_IP):10297",
     ]
-    assert provider["ports"] == [{"name": "provider-metrics", "containerPort": 10297, "protocol": "TCP"}]
+    assert provider["ports"] == [{"name": "burst-metrics", "containerPort": 10297, "protocol": "TCP"}]
     assert provider["env"] == [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]
     for probe in ("readinessProbe", "livenessProbe"):
-        assert provider[probe]["httpGet"] == {"path": "/healthz", "port": "provider-metrics"}
+        assert provider[probe]["httpGet"] == {"path": "/healthz", "port": "burst-metrics"}
 
 
 def test_the_secret_is_mounted_only_in_the_provider(graph: Graph) -> None:

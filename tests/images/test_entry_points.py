@@ -237,7 +237,7 @@ def test_burst_provider_starts_and_its_probe_passes_on_the_pods_address(
     try:
         _get(f"http://127.0.0.1:{cloud_port}/healthz")
         _get(health)
-        metrics = _get(f"http://{pod_ip}:{ports['provider-metrics']}/metrics")
+        metrics = _get(f"http://{pod_ip}:{ports['burst-metrics']}/metrics")
         # the API, which has no authentication, is not on the pod's address
         with pytest.raises(urllib.error.URLError, match="Connection refused"):
             urllib.request.urlopen(f"http://{pod_ip}:{port}/v1/capacity", timeout=2)
