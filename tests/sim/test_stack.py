@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -359,44 +359,44 @@ def test_preview_after_up_shows_no_changes(local_stack: LocalStack) -> None:
     assert proc.returncode == 0, f"preview found changes or failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-2000:]}"
 
 
-def test_invalid_stack_config_fails_before_anything_is_applied(local_stack: LocalStack, tmp_path: Path) -> None:
+def refused_unchanged(local_stack: LocalStack, tmp_path: Path, edit: Callable[[dict[str, Any]], None]) -> str:
+    """``pulumi up`` of the local stack file as ``edit`` changes it: refused, the state as before; its output."""
     doc = yaml.safe_load((ROOT / "stacks" / "Pulumi.local.yaml").read_text())
-    doc["config"]["gpucluster:queues"]["training"]["quota"]["h100"] = 64  # more than the 32 declared
-    doc["config"]["gpucluster:teams"][0]["clusterQueue"] = "no-such-queue"
-    bad = tmp_path / "Pulumi.local.yaml"
-    bad.write_text(yaml.safe_dump(doc))
+    edit(doc["config"])
+    changed = tmp_path / "Pulumi.local.yaml"
+    changed.write_text(yaml.safe_dump(doc))
     before = local_stack.pulumi("stack", "export", "--stack", "local").stdout
 
-    proc = local_stack.pulumi("up", "--stack", "local", "--yes", "--config-file", str(bad), check=False)
+    proc = local_stack.pulumi("up", "--stack", "local", "--yes", "--config-file", str(changed), check=False)
     output = proc.stdout + proc.stderr
-    assert proc.returncode != 0
-    assert "queues.training.quota.h100" in output
-    assert "teams[0].clusterQueue" in output
+    assert proc.returncode != 0, output[-3000:]
     assert "nothing was changed" in output
     resources = lambda export: sorted(r["urn"] for r in json.loads(export)["deployment"]["resources"])  # noqa: E731
     assert resources(local_stack.pulumi("stack", "export", "--stack", "local").stdout) == resources(before)
+    return output
+
+
+def test_invalid_stack_config_fails_before_anything_is_applied(local_stack: LocalStack, tmp_path: Path) -> None:
+    def edit(config: dict[str, Any]) -> None:
+        config["gpucluster:queues"]["training"]["quota"]["h100"] = 64  # more than the 32 declared
+        config["gpucluster:teams"][0]["clusterQueue"] = "no-such-queue"
+
+    output = refused_unchanged(local_stack, tmp_path, edit)
+    assert "queues.training.quota.h100" in output
+    assert "teams[0].clusterQueue" in output
     cq = local_stack.get(f"clusterqueues.{KUEUE}", "training")
     assert cq["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]["nominalQuota"] == "32"
 
 
-def test_a_stack_whose_csi_driver_the_cluster_lacks_is_refused_naming_it(
-    local_stack: LocalStack, tmp_path: Path
-) -> None:
+def test_a_stack_whose_csi_driver_the_cluster_lacks_is_refused(local_stack: LocalStack, tmp_path: Path) -> None:
     """The prerequisites check of the program (components/preflight.py) against the simulated cluster: the local
     stack passes (every up of make up), the same stack asking for a CSI driver the cluster lacks changes nothing."""
-    doc = yaml.safe_load((ROOT / "stacks" / "Pulumi.local.yaml").read_text())
-    doc["config"]["gpucluster:storage"]["provisioner"] = "lustre.csi.example.com"
-    other = tmp_path / "Pulumi.local.yaml"
-    other.write_text(yaml.safe_dump(doc))
-    before = local_stack.pulumi("stack", "export", "--stack", "local").stdout
 
-    proc = local_stack.pulumi("up", "--stack", "local", "--yes", "--config-file", str(other), check=False)
-    output = proc.stdout + proc.stderr
-    assert proc.returncode != 0
+    def edit(config: dict[str, Any]) -> None:
+        config["gpucluster:storage"]["provisioner"] = "lustre.csi.example.com"
+
+    output = refused_unchanged(local_stack, tmp_path, edit)
     assert "the cluster has no CSIDriver lustre.csi.example.com (needed by gpucluster:storage)" in output
-    assert "nothing was changed" in output
-    resources = lambda export: sorted(r["urn"] for r in json.loads(export)["deployment"]["resources"])  # noqa: E731
-    assert resources(local_stack.pulumi("stack", "export", "--stack", "local").stdout) == resources(before)
     assert local_stack.get("storageclass", "parallel-fs")["provisioner"] == "nfs.csi.k8s.io"
 
 
