@@ -174,3 +174,15 @@ def test_the_stack_installs_each_operator_at_its_pin_in_a_privileged_namespace()
     # none while the stack leaves them to the cluster
     plain = deploy(lambda: GpuCluster("prod", GpuClusterArgs(config=stack("prod"))))
     assert not [c for c in plain.of_type("kubernetes:helm.sh/v4:Chart") if "operator" in c.name]
+
+
+def test_a_bad_prerequisites_section_is_refused_naming_each_key() -> None:
+    raw = read_stack_file(ROOT / "stacks" / "Pulumi.prod.yaml")
+    raw["prerequisites"] = {"check": "yes", "gpuOperator": {"chartVersion": "latest", "colour": "green"}}
+    with pytest.raises(StackConfigError) as refused:
+        parse_stack_config(raw, "prod")
+    assert sorted(i.path for i in refused.value.issues) == [
+        "prerequisites.check",
+        "prerequisites.gpuOperator.chartVersion",
+        "prerequisites.gpuOperator.colour",
+    ]

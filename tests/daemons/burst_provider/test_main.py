@@ -50,6 +50,16 @@ def test_bad_settings_exit_2_with_every_problem(tmp_path: Path, capsys: pytest.C
     assert "Traceback" not in err
 
 
+def test_a_bad_metrics_address_exits_2_naming_the_flag(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    f = tmp_path / "s.json"
+    entry = provider_entry("fake-a")
+    f.write_text(json.dumps({"virtualNode": {"nodeImage": "x:1", "providerImage": "y:1"}, "providers": [entry]}))
+    assert main(["--settings", str(f), "--no-source-cluster", "--listen-metrics", "127.0.0.1:99999"]) == 2
+    err = capsys.readouterr().err
+    assert "--listen-metrics" in err
+    assert "Traceback" not in err
+
+
 def test_unknown_adapter_is_a_clean_error(tmp_path: Path) -> None:
     settings = make_settings(provider_entry("a"))
     with pytest.raises(ProviderBuildError, match="providers a"):
