@@ -3,7 +3,7 @@
 #   ${GPUCLUSTER_CACHE:-$HOME/.cache/gpucluster}/tools/bin
 #
 # Each directory under tools/ is a small Go module pinning one group of tools whose dependency versions must
-# not mix (Kubernetes 1.36 control plane, kwok, Kueue, descheduler, etcd, kube-state-metrics, vegeta, Pulumi CLI,
+# not mix (Kubernetes 1.36 control plane, the real node's kubelet and kube-proxy, kwok, Kueue, descheduler, etcd, kube-state-metrics, vegeta, Pulumi CLI,
 # Pulumi Kubernetes provider); virtualnode/ is our own virtual-kubelet node. A binary whose recorded group hash (.<name>.pin
 # beside it) matches its group's sources is skipped, so the script is idempotent, a re-run after a failure resumes
 # where it stopped, and changing one group rebuilds only that group. Quick builds run first; the Kubernetes and Pulumi builds
@@ -87,8 +87,10 @@ ldflags() {
       v="$(version tools/kube-state-metrics k8s.io/kube-state-metrics/v2)"
       echo "-X github.com/prometheus/common/version.Version=${v#v} -X github.com/prometheus/common/version.Branch=release"
       ;;
-    kube-apiserver | kube-controller-manager | kube-scheduler | kubectl)
-      v="$(version tools/kubernetes k8s.io/kubernetes)"
+    kube-apiserver | kube-controller-manager | kube-scheduler | kubectl | kubelet | kube-proxy)
+      local group=tools/kubernetes
+      [[ "$1" == kubelet || "$1" == kube-proxy ]] && group=tools/kubelet
+      v="$(version "$group" k8s.io/kubernetes)"
       local major minor
       major="$(echo "${v#v}" | cut -d. -f1)"
       minor="$(echo "${v#v}" | cut -d. -f2)"
@@ -128,6 +130,8 @@ STEPS=(
   "kube-controller-manager tools/kubernetes k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes"
   "kube-apiserver tools/kubernetes k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes"
   "kubectl tools/kubernetes k8s.io/kubernetes/cmd/kubectl k8s.io/kubernetes"
+  "kubelet tools/kubelet k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes"
+  "kube-proxy tools/kubelet k8s.io/kubernetes/cmd/kube-proxy k8s.io/kubernetes"
   "pulumi-language-python tools/pulumi gpucluster.local/tools/pulumi/cmd/pulumi-language-python github.com/pulumi/pulumi/pkg/v3"
   "pulumi tools/pulumi github.com/pulumi/pulumi/pkg/v3/cmd/pulumi github.com/pulumi/pulumi/pkg/v3"
   "pulumi-resource-kubernetes tools/pulumi-kubernetes gpucluster.local/tools/pulumi-kubernetes/cmd/pulumi-resource-kubernetes github.com/pulumi/pulumi-kubernetes/provider/v4"

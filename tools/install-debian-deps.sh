@@ -4,14 +4,17 @@
 # prometheus-node-exporter (benchmark baseline), openssl and curl (the local Kueue controller's certificate and
 # readiness probe), and what `make images` builds and checks images with: mmdebstrap (the Debian base), umoci
 # (unpacks an image into a runtime bundle), runc (runs it: Debian's crun 1.8 refuses a hybrid cgroup hierarchy),
-# skopeo (inspects and pushes OCI archives).
+# skopeo (inspects and pushes OCI archives); and the simulated cluster's real node (sim/node.py): containerd (with
+# runc), containernetworking-plugins (the pod bridge), iptables (kube-proxy), gcc and libc6-dev (the sandbox's static
+# pause binary).
 # Idempotent and quick: installs only what is missing; does nothing when everything is present. Needs root (or
 # sudo) only when something is missing. On a system without dpkg the programs must already be on PATH.
 set -euo pipefail
 
-wanted=(prometheus prometheus-node-exporter openssl curl mmdebstrap umoci runc skopeo)
+wanted=(prometheus prometheus-node-exporter openssl curl mmdebstrap umoci runc skopeo containerd containernetworking-plugins
+  iptables gcc libc6-dev)
 # The programs those packages give, for a system that is not Debian.
-programs=(prometheus promtool prometheus-node-exporter openssl curl mmdebstrap umoci runc skopeo)
+programs=(prometheus promtool prometheus-node-exporter openssl curl mmdebstrap umoci runc skopeo containerd ctr iptables cc)
 
 if ! command -v dpkg-query >/dev/null 2>&1; then
   absent=()

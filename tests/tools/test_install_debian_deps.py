@@ -16,7 +16,37 @@ from tests.support.sim import path_without
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "tools" / "install-debian-deps.sh"
-PACKAGES = ("prometheus", "prometheus-node-exporter", "openssl", "curl", "mmdebstrap", "umoci", "runc", "skopeo")
+PACKAGES = (
+    "prometheus",
+    "prometheus-node-exporter",
+    "openssl",
+    "curl",
+    "mmdebstrap",
+    "umoci",
+    "runc",
+    "skopeo",
+    "containerd",
+    "containernetworking-plugins",
+    "iptables",
+    "gcc",
+    "libc6-dev",
+)
+#: The programs those packages give, as the script checks them without dpkg.
+PROGRAMS = (
+    "prometheus",
+    "promtool",
+    "prometheus-node-exporter",
+    "openssl",
+    "curl",
+    "mmdebstrap",
+    "umoci",
+    "runc",
+    "skopeo",
+    "containerd",
+    "ctr",
+    "iptables",
+    "cc",
+)
 
 
 @dataclass(frozen=True)
@@ -48,7 +78,7 @@ class Machine:
 def machine(tmp_path: Path) -> Machine:
     stubs = tmp_path / "stubs"
     stubs.mkdir()
-    real = path_without(tmp_path, "dpkg-query", "apt-get", "sudo", "id", "systemctl", *PACKAGES, "promtool")
+    real = path_without(tmp_path, "dpkg-query", "apt-get", "sudo", "id", "systemctl", *PACKAGES, *PROGRAMS)
     m = Machine(stubs=stubs, path=real, log=tmp_path / "calls")
     m.stub("apt-get", "exit 0")
     m.stub("id", "echo 0")
@@ -63,7 +93,7 @@ def test_everything_installed_is_said_and_apt_is_not_called(machine: Machine) ->
 
 
 def test_only_the_missing_packages_are_installed(machine: Machine) -> None:
-    machine.installed("prometheus-node-exporter", "openssl", "mmdebstrap", "umoci", "runc", "skopeo")
+    machine.installed(*(p for p in PACKAGES if p not in ("prometheus", "curl")))
     proc = machine.run()
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "installing: prometheus curl\n"
@@ -96,9 +126,9 @@ def test_without_dpkg_the_programs_must_be_on_path(machine: Machine) -> None:
     assert proc.returncode == 1
     assert proc.stderr == (
         "install-debian-deps: no dpkg here to install packages; install these programs yourself: "
-        "prometheus promtool prometheus-node-exporter openssl curl mmdebstrap umoci runc skopeo\n"
+        f"{' '.join(PROGRAMS)}\n"
     )
-    for program in ("prometheus", "promtool", "prometheus-node-exporter", "openssl", "curl", *PACKAGES[4:]):
+    for program in PROGRAMS:
         machine.stub(program, "exit 0")
     proc = machine.run()
     assert proc.returncode == 0, proc.stderr
