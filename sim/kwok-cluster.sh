@@ -93,6 +93,7 @@ create() {
     --runtime binary \
     --kubeconfig "$KUBECONFIG_FILE" \
     --config "$ROOT/sim/kwok-stages.yaml" \
+    --config "$ROOT/sim/kwokctl.yaml" \
     --etcd-binary "$BIN/etcd" \
     --kube-apiserver-binary "$BIN/kube-apiserver" \
     --kube-controller-manager-binary "$BIN/kube-controller-manager" \

@@ -3,7 +3,7 @@
 # and kube-controller-manager as local processes, every binary from the pinned tool cache; kwok plays the kubelet
 # of fake GPU nodes built from the stack's GPU inventory (sim/nodes.py) and moves their pods through the stages
 # in sim/kwok-stages.yaml. kwok manages only nodes annotated kwok.x-k8s.io/node=fake, so a node run by something
-# else (a virtual node) can join the cluster and is left alone.
+# else (a virtual node, the real node of sim/node.py) can join the cluster and is left alone.
 #
 # Idempotent: a cluster that is up is reported and its nodes reconciled; one that exists but is stopped, or lost
 # a component, is (re)started. State: .state/sim (kubeconfig, kwokctl workdir with logs under
@@ -25,6 +25,13 @@ NODES_JSON="$("$PY" "$ROOT/sim/nodes.py" "$STACK")" || die "cannot build the nod
 start=$SECONDS
 "$ROOT/sim/kwok-cluster.sh" up --name "$NAME" --state "$SIM_STATE" --node-selector gpucluster.io/flavor \
   --teardown "make sim-down" <<<"$NODES_JSON"
+
+# The real node: containerd, a kubelet and kube-proxy running pods for real beside the kwok GPU nodes (sim/node.py;
+# GPUCLUSTER_SIM_REAL_NODE=0 leaves it out).
+if [[ "${GPUCLUSTER_SIM_REAL_NODE:-1}" != 0 ]]; then
+  KUBECONFIG="$KUBECONFIG_FILE" "$PY" "$ROOT/sim/node.py" up ||
+    die "the real node did not come up (the reason is above; make down puts the machine back)"
+fi
 
 export KUBECONFIG="$KUBECONFIG_FILE"
 kubectl get nodes -l gpucluster.io/flavor -o custom-columns='NAME:.metadata.name,FLAVOR:.metadata.labels.gpucluster\.io/flavor,GPUS:.status.allocatable.nvidia\.com/gpu,READY:.status.conditions[?(@.type=="Ready")].status'
