@@ -31,6 +31,8 @@ def shape(spec: ControllerSpec[Any], settings: Any) -> DaemonShape:
         settings_dir=spec.settings_dir,
         metrics_port=spec.metrics_port,
         honor_labels=spec.honor_labels,
+        node_selector=settings.node_selector,
+        tolerations=tuple(t.to_k8s() for t in settings.tolerations),
     )
 
 

@@ -10,8 +10,8 @@ The daemon's command is its app name; it reads ``--settings <dir>/settings.json`
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import pulumi
@@ -35,11 +35,25 @@ class DaemonShape:
     metrics_port: int
     #: Its series' own ``namespace`` and ``job`` labels win over the scrape's.
     honor_labels: bool = False
+    #: Where its pods run: the stack's nodeSelector and tolerations (Kubernetes' shapes), none by default.
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    tolerations: Sequence[Mapping[str, str]] = ()
+
+
+def placement(shape: DaemonShape) -> dict[str, Any]:
+    """The pod spec's nodeSelector and tolerations, each only when the stack sets it."""
+    out: dict[str, Any] = {}
+    if shape.node_selector:
+        out["nodeSelector"] = dict(shape.node_selector)
+    if shape.tolerations:
+        out["tolerations"] = [dict(t) for t in shape.tolerations]
+    return out
 
 
 def daemon_pod_spec(shape: DaemonShape, config_map: str) -> dict[str, Any]:
     app = shape.app
     return {
+        **placement(shape),
         "serviceAccountName": app,
         "securityContext": nonroot_pod_security_context(),
         # Standby replicas on other nodes, so losing one node never leaves the daemon's work without a leader.

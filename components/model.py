@@ -195,6 +195,32 @@ LEASE_SHORTER = {
 }
 
 
+# ----------------------------------------------------------------------------------------------------
+# Tolerations
+# ----------------------------------------------------------------------------------------------------
+
+
+class Toleration(ConfigModel):
+    """A pod toleration as Kubernetes takes it."""
+
+    key: Annotated[str, AfterValidator(lambda v: check_qualified_name(v, "toleration key"))]
+    operator: Literal["Equal", "Exists"] = "Equal"
+    value: str | None = None
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+
+    def rule_problems(self) -> Iterator[Problem]:
+        if self.operator == "Exists" and self.value is not None:
+            yield Problem((), "operator Exists takes no value")
+
+    def to_k8s(self) -> dict[str, str]:
+        out = {"key": self.key, "operator": self.operator}
+        if self.value is not None:
+            out["value"] = self.value
+        if self.effect is not None:
+            out["effect"] = self.effect
+        return out
+
+
 class LeaseTimings(ConfigModel):
     """The rules of a daemon that stands by behind a Lease: leaseDuration > renewDeadline > retryPeriod.
 
@@ -259,6 +285,12 @@ class ControllerSettings(LeaseTimings):
     """
 
     settings_format: ClassVar[Literal["json", "yaml"] | None] = None
+    #: The fields that place the Deployment's pods: the stack's, not the daemon's, so left out of its settings file.
+    PLACEMENT: ClassVar[frozenset[str]] = frozenset({"node_selector", "tolerations"})
+
+    #: Where its pods run (the Deployment's nodeSelector and tolerations): as a rule system nodes, never the GPUs.
+    node_selector: Annotated[dict[str, str], AfterValidator(check_labels)] = {}
+    tolerations: list[Toleration] = []
 
     if TYPE_CHECKING:
         enabled: bool
@@ -273,8 +305,9 @@ class ControllerSettings(LeaseTimings):
         return parse_duration(self.interval)
 
     def to_json(self) -> str:
-        """The daemon's settings file, as the component renders it into the ConfigMap."""
-        return self.model_dump_json(by_alias=True, indent=2)
+        """The daemon's settings file, as the component renders it into the ConfigMap (no placement: the daemon
+        never reads where it runs)."""
+        return self.model_dump_json(by_alias=True, indent=2, exclude=set(self.PLACEMENT))
 
     @classmethod
     def parse(cls, data: Any, source: str = "settings") -> Self:
@@ -401,32 +434,6 @@ def check_byte_quantity(value: str) -> str:
 
 Quantity = Annotated[str, AfterValidator(check_quantity)]
 ByteQuantity = Annotated[str, AfterValidator(check_byte_quantity)]
-
-
-# ----------------------------------------------------------------------------------------------------
-# Tolerations
-# ----------------------------------------------------------------------------------------------------
-
-
-class Toleration(ConfigModel):
-    """A pod toleration as Kubernetes takes it."""
-
-    key: Annotated[str, AfterValidator(lambda v: check_qualified_name(v, "toleration key"))]
-    operator: Literal["Equal", "Exists"] = "Equal"
-    value: str | None = None
-    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
-
-    def rule_problems(self) -> Iterator[Problem]:
-        if self.operator == "Exists" and self.value is not None:
-            yield Problem((), "operator Exists takes no value")
-
-    def to_k8s(self) -> dict[str, str]:
-        out = {"key": self.key, "operator": self.operator}
-        if self.value is not None:
-            out["value"] = self.value
-        if self.effect is not None:
-            out["effect"] = self.effect
-        return out
 
 
 def pod_resource_count(spec: object, resource: str) -> int:
