@@ -117,10 +117,25 @@ def controller_ports(name: str) -> dict[str, int]:
     return {f"{name}-a": port, f"{name}-b": port + 1}
 
 
-def registered_controllers() -> tuple[str, ...]:
+def on_real_node(settings: Any) -> bool:
+    """The stack places this daemon's pods on the real node (sim/node.py): it runs there as the pods its Deployment
+    creates, so it is no process here."""
+    from sim.node import REAL_NODE_KEY  # noqa: PLC0415 (needs the venv: without one this module still answers)
+
+    return bool(settings.node_selector.get(REAL_NODE_KEY) == "true")
+
+
+def process_controllers(config: Any) -> tuple[Any, ...]:
+    """The registered controllers the stack turns on and does not place on the real node, in the registry's order:
+    the ones this module runs as processes."""
     from daemons.registry import CONTROLLERS  # noqa: PLC0415 (needs the venv: without one this module still answers)
 
-    return tuple(spec.name for spec in CONTROLLERS)
+    out = []
+    for spec in CONTROLLERS:
+        settings = config.controller_settings(spec.stack_key)
+        if settings is not None and settings.enabled and not on_real_node(settings):
+            out.append(spec)
+    return tuple(out)
 
 
 #: The fake dcgm-exporter standing for every fake node's (sim/fake_dcgm.py).
@@ -489,8 +504,53 @@ def honor_labels_jobs() -> frozenset[str]:
     return frozenset(spec.name for spec in CONTROLLERS if spec.honor_labels)
 
 
+#: Where Prometheus reads the real node's pods from (sim/scrape_targets.py writes them there).
+DISCOVERY_DIR = "discovery"
+#: How often the real node's pods are listed again (the scrape interval's pace).
+DISCOVERY_EVERY = "2"
+
+
+def scrape_targets(s: Stack) -> Iterable[Daemon]:
+    """The discovery of the real node's pods by the stack's scrape contract (sim/scrape_targets.py), which the
+    Prometheus below reads: what runs there as a pod is scraped as its manifest says, never from a list here."""
+    from sim.scrape_targets import FILES  # noqa: PLC0415 (needs the venv: without one this module still answers)
+
+    out = s.state / "prometheus" / DISCOVERY_DIR
+
+    def cmd() -> list[str]:
+        line = [s.python, str(ROOT / "sim" / "scrape_targets.py"), "--out", str(out)]
+        line += ["--kubectl", s.tool("kubectl"), "--kubeconfig", str(ADMIN_KUBECONFIG)]
+        return [*line, "--every", DISCOVERY_EVERY]
+
+    def fingerprint() -> str:  # a watcher of older code is restarted
+        return (ROOT / "sim" / "scrape_targets.py").read_text() + (ROOT / "components" / "scraping.py").read_text()
+
+    yield s.daemon(
+        "scrape-targets",
+        cmd,
+        ready_check=lambda: all((out / f).is_file() for f in FILES.values()),
+        fingerprint=fingerprint,
+    )
+
+
+def discovered_jobs(directory: Path) -> list[dict[str, Any]]:
+    """The scrape jobs of the pods sim/scrape_targets.py discovers: one per honour-labels setting (a job's setting),
+    each pod's own ``job`` label from its manifest."""
+    from sim.scrape_targets import FILES  # noqa: PLC0415 (needs the venv: without one this module still answers)
+
+    return [
+        {
+            "job_name": "kubernetes-pods-honor-labels" if honor else "kubernetes-pods",
+            "honor_labels": honor,
+            "file_sd_configs": [{"files": [str(directory / name)], "refresh_interval": "5s"}],
+        }
+        for honor, name in FILES.items()
+    ]
+
+
 def prometheus(s: Stack) -> Iterable[Daemon]:
-    """Prometheus (Debian) scraping kube-state-metrics, the controllers and the provider service every 2s."""
+    """Prometheus (Debian) scraping kube-state-metrics, the controllers and the provider service every 2s, and the
+    real node's pods as sim/scrape_targets.py discovers them."""
     flags = [
         "--storage.tsdb.retention.time=1d",
         "--log.level=warn",
@@ -501,7 +561,10 @@ def prometheus(s: Stack) -> Iterable[Daemon]:
     def targets() -> dict[str | None, list[str]]:
         return {
             "kube-state-metrics": [f"127.0.0.1:{KSM_PORT}"],
-            **{n: [f"127.0.0.1:{p}" for p in controller_ports(n).values()] for n in registered_controllers()},
+            **{
+                spec.name: [f"127.0.0.1:{p}" for p in controller_ports(spec.name).values()]
+                for spec in process_controllers(s.config)
+            },
             # under the job the stack's quarantine alerts match
             s.config.telemetry.dcgm_scrape_job: [f"127.0.0.1:{FAKE_DCGM_PORT}"],
             "burst-provider": [f"127.0.0.1:{provider_metrics_port()}"],
@@ -520,6 +583,7 @@ def prometheus(s: Stack) -> Iterable[Daemon]:
             }
             for job, t in targets().items()
         ]
+        jobs += discovered_jobs(d / DISCOVERY_DIR)
         if s.config.telemetry.fabric_scrape_job:
             # the fake dcgm-exporter also stands for the fabric exporter's data counters
             jobs.append(
@@ -692,14 +756,12 @@ def controllers(s: Stack) -> Iterable[Daemon]:
     """Two replicas of every registered controller the stack runs (``daemons/registry.py``, in its order: the
     taint controllers once Prometheus is up, make-before-break once the virtual node is, then the quota,
     quarantine and interruption controllers), each electing a leader with the ServiceAccount and settings Pulumi
-    deployed; none of a controller the stack turns off."""
-    from daemons.registry import CONTROLLERS  # noqa: PLC0415 (needs the venv: without one this module still answers)
-    from daemons.toolkit.spec import SETTINGS_FILE  # noqa: PLC0415
+    deployed; none of a controller the stack turns off or places on the real node (its Deployment's pods run
+    there)."""
+    from daemons.toolkit.spec import SETTINGS_FILE  # noqa: PLC0415 (needs the venv: without one this module still answers)
 
-    for spec in CONTROLLERS:
+    for spec in process_controllers(s.config):
         settings = s.config.controller_settings(spec.stack_key)
-        if settings is None or not settings.enabled:
-            continue
 
         def document(spec: Any = spec, settings: Any = settings) -> str:
             deployed = deployed_text(settings.namespace, f"{spec.app}-settings", SETTINGS_FILE)
@@ -759,6 +821,7 @@ BUILDERS: tuple[Callable[[Stack], Iterable[Daemon]], ...] = (
     serving,
     kube_state_metrics,
     fake_dcgm,
+    scrape_targets,
     prometheus,
     metrics_adapter,
     controllers,
@@ -773,6 +836,25 @@ def registry(stack_file: Path | None = None, state: Path | None = None) -> dict[
         raise DaemonError("the stack has no enabled gpucluster:burst section: nothing to run")
     stack = Stack(config=cfg, bin_dir=tools_bin(), python=python(), state=state or DAEMONS_STATE)
     return {d.name: d for build in BUILDERS for d in build(stack)}
+
+
+def stop_departed(known: Mapping[str, Daemon]) -> list[str]:
+    """Stop every process a pid file names that the registry no longer has (a daemon the stack now runs as a pod
+    of the real node, or turned off): it would otherwise go on beside its replacement. The names stopped."""
+    if not known:
+        return []
+    state = next(iter(known.values())).state
+    stopped = []
+    for pid_file in sorted(state.glob("*.pid")):
+        name = pid_file.name.removesuffix(".pid")
+        if name in known:
+            continue
+        departed = Daemon(name, list, state=state)
+        if departed.running():
+            departed.stop()
+            stopped.append(name)
+        pid_file.unlink(missing_ok=True)
+    return stopped
 
 
 def main(argv: Sequence[str] | None = None, registry: Callable[[], dict[str, Daemon]] = registry) -> int:
@@ -791,6 +873,9 @@ def main(argv: Sequence[str] | None = None, registry: Callable[[], dict[str, Dae
         return 2
     names = list(args.names) or list(known)
     try:
+        if args.action == "start" and not args.names:
+            for n in stop_departed(known):
+                print(f"==> {n} stopped (the stack no longer runs it as a process here)")
         if args.action == "start":
             for n in names:
                 t0 = time.monotonic()

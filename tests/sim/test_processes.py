@@ -63,6 +63,7 @@ def test_daemons_start_in_dependency_order(cluster: Path) -> None:
         "serving",
         "kube-state-metrics",
         "fake-dcgm",
+        "scrape-targets",
         "prometheus",
         "metrics-adapter",
         "taint-controller-a",
@@ -75,8 +76,7 @@ def test_daemons_start_in_dependency_order(cluster: Path) -> None:
         "quarantine-b",
         "interruptions-a",
         "interruptions-b",
-        "stall-detector-a",
-        "stall-detector-b",
+        # the stall detector: the local stack places it on the real node, where its Deployment's pods run
         "descheduler",
     ]
 
@@ -167,7 +167,6 @@ def test_command_lines_are_the_programs_with_what_pulumi_deployed(cluster: Path)
         ("quota_controller", processes.controller_ports("quota-controller")),
         ("quarantine", processes.controller_ports("quarantine")),
         ("interruptions", processes.controller_ports("interruptions")),
-        ("stall_detector", processes.controller_ports("stall-detector")),
     ):
         for name, port in names.items():
             assert cmds[name] == [
@@ -215,7 +214,6 @@ def test_each_daemon_reads_the_deployed_files_with_its_own_serviceaccount(cluste
         "quota-controller-b": "gpucluster-capacity-gpucluster-quota-controller",
         "quarantine-a": "gpucluster-capacity-gpucluster-quarantine",
         "interruptions-b": "gpucluster-training-gpucluster-interruptions",
-        "stall-detector-a": "gpucluster-training-gpucluster-stall-detector",
         "metrics-adapter": "gpucluster-metrics-gpucluster-metrics-adapter",
         "descheduler": "kube-system-descheduler",
     }
@@ -226,7 +224,7 @@ def test_each_daemon_reads_the_deployed_files_with_its_own_serviceaccount(cluste
         assert config["users"] == [{"name": user, "user": {"token": f"token-of-{user}"}}]
         assert config["clusters"][0]["cluster"]["server"] == "https://127.0.0.1:6443"
     prom = json.loads((state / "prometheus" / "prometheus.yml").read_text())
-    jobs = {j["job_name"]: j["static_configs"][0]["targets"] for j in prom["scrape_configs"]}
+    jobs = {j["job_name"]: j["static_configs"][0]["targets"] for j in prom["scrape_configs"] if "static_configs" in j}
     assert jobs == {
         "kube-state-metrics": ["127.0.0.1:18090"],
         "taint-controller": ["127.0.0.1:9102", "127.0.0.1:9103"],
@@ -234,7 +232,6 @@ def test_each_daemon_reads_the_deployed_files_with_its_own_serviceaccount(cluste
         "quota-controller": ["127.0.0.1:9106", "127.0.0.1:9107"],
         "quarantine": ["127.0.0.1:9108", "127.0.0.1:9109"],
         "interruptions": ["127.0.0.1:9112", "127.0.0.1:9113"],
-        "stall-detector": ["127.0.0.1:9114", "127.0.0.1:9115"],
         "dcgm-exporter": ["127.0.0.1:18094"],
         "burst-provider": ["127.0.0.1:10297"],
         # sim/serving.py's request counters, which the metrics adapter's query reads
@@ -242,12 +239,26 @@ def test_each_daemon_reads_the_deployed_files_with_its_own_serviceaccount(cluste
         # the fake dcgm-exporter serves the fabric exporter's data counters too, on a path of its own
         "gpucluster-fabric-exporter": ["127.0.0.1:18094"],
     }
+    # The real node's pods, as sim/scrape_targets.py discovers them by the stack's contract: one job per honour-labels
+    # setting, each pod under its own job label.
+    discovered = {
+        j["job_name"]: (j["honor_labels"], j["file_sd_configs"])
+        for j in prom["scrape_configs"]
+        if "file_sd_configs" in j
+    }
+    assert discovered == {
+        "kubernetes-pods": (False, [{"files": [f"{state}/prometheus/discovery/pods.json"], "refresh_interval": "5s"}]),
+        "kubernetes-pods-honor-labels": (
+            True,
+            [{"files": [f"{state}/prometheus/discovery/pods-honor-labels.json"], "refresh_interval": "5s"}],
+        ),
+    }
     paths = {j["job_name"]: j.get("metrics_path", "/metrics") for j in prom["scrape_configs"]}
     assert paths["gpucluster-fabric-exporter"] == "/fabric/metrics"
     assert paths["dcgm-exporter"] == "/metrics"
     # The accounting's, the stall detector's and dcgm-exporter's own namespace and job labels win over the scrape's.
     honored = {j["job_name"] for j in prom["scrape_configs"] if j["honor_labels"]}
-    assert honored == {"interruptions", "stall-detector", "dcgm-exporter"}
+    assert honored == {"interruptions", "dcgm-exporter", "kubernetes-pods-honor-labels"}
     assert prom["rule_files"] == [f"{state}/prometheus/rules.yaml"]
     assert (state / "prometheus" / "rules.yaml").read_text() == fake_kubectl.RULES
 
@@ -409,3 +420,30 @@ def test_the_summary_without_kubectl_is_one_line(tmp_path: Path) -> None:
         "sim/summary.py: cannot summarise the cluster: kubectl not found on PATH: run make tools "
         "(sim/env.sh puts them on PATH)\n"
     )
+
+
+def test_a_controller_the_stack_places_on_the_real_node_is_no_process_here(cluster: Path, tmp_path: Path) -> None:
+    """The local stack puts the stall detector on the real node; a stack that does not leaves it a process."""
+    local = processes.stack_config(ROOT / "stacks" / "Pulumi.local.yaml")
+    assert "stall-detector" not in [s.name for s in processes.process_controllers(local)]
+    text = yaml.safe_load((ROOT / "stacks" / "Pulumi.local.yaml").read_text())
+    text["config"]["gpucluster:stallDetector"].pop("nodeSelector")
+    elsewhere = tmp_path / "Pulumi.elsewhere.yaml"
+    elsewhere.write_text(yaml.safe_dump(text))
+    assert "stall-detector" in [s.name for s in processes.process_controllers(processes.stack_config(elsewhere))]
+
+
+def test_start_stops_a_process_the_registry_no_longer_has(tmp_path: Path) -> None:
+    """A daemon that moved onto the real node must not go on running beside its pods."""
+    state = tmp_path / "daemons"
+    state.mkdir()
+    departed = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        (state / "stall-detector-a.pid").write_text(str(departed.pid))
+        (state / "gone-long-ago.pid").write_text("999999999")
+        kept = daemon_runtime.Daemon("kept", list, state=state)
+        assert processes.stop_departed({"kept": kept}) == ["stall-detector-a"]
+        assert departed.wait(timeout=20) is not None
+        assert sorted(p.name for p in state.glob("*.pid")) == []
+    finally:
+        departed.kill()

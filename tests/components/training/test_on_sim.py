@@ -31,6 +31,7 @@ SELECTOR = "gpucluster.io/training-job"
 faults = load_sim_module("node_faults")
 processes = load_sim_module("processes")
 trainer = load_sim_module("fake_trainer")
+REAL_NODE = load_sim_module("node").NODE_NAME
 #: The jobs of the tests about crashes play no load on their GPUs (idle, as a hang looks): their own stallAfter keeps
 #: the stall detector off them for longer than any test runs.
 STILL_FOR_THE_TEST = "1h"
@@ -331,10 +332,16 @@ def test_a_hung_gang_is_restarted_in_place_by_the_stall_detector_and_counted_as_
     and the fabric quiet; the stall detector restarts the gang in place after the stack's stallAfter, says why on the
     JobSet, and the interruption accounting counts a hang."""
     dcgm = load_sim_module("fake_dcgm")
-    registry = processes.registry()
-    for name in ("fake-dcgm", *processes.controller_ports("stall-detector")):
-        registry[name].start()  # (re)started if it runs older code
+    processes.registry()["fake-dcgm"].start()  # (re)started if it runs older code
     stack = clean
+    # The stall detector runs as the pods of the stack's own Deployment, on the simulated cluster's real node.
+    ns = CFG.stall_detector.namespace
+    stack.kubectl("rollout", "status", "-n", ns, "deployment/gpucluster-stall-detector", "--timeout=120s")
+    nodes = {
+        p["spec"]["nodeName"]
+        for p in stack.items("pods", "-n", ns, "-l", "app.kubernetes.io/name=gpucluster-stall-detector")
+    }
+    assert nodes == {REAL_NODE}
     submit(stack, spec_file(tmp_path, "hangs", stall_after=None))
     (pod,) = running(stack, "hangs", 0, 1)
     play = trainer.FakeTrainer(
