@@ -96,13 +96,13 @@ DIR   ?= rendered/$(STACK)
 tools: ## build the pinned Go tools into ~/.cache/gpucluster/tools/bin (idempotent, per source group)
 	@tools/build.sh
 
-sim-up: debian-deps venv tools images ## start the simulated GPU cluster (kwok nodes from the local stack, the real node running our images, kubeconfig .state/sim/kubeconfig)
+sim-up: debian-deps venv tools ## start the simulated GPU cluster (kwok nodes from the local stack, the real node running our images, kubeconfig .state/sim/kubeconfig)
 	@sim/up.sh
 
 sim-down: ## delete the simulated cluster and its state
 	@sim/down.sh
 
-up: debian-deps venv tools images ## simulated cluster (kwok GPU nodes and one real node) + the local stack applied by Pulumi + the Kueue controller, the stack's daemons, then a summary
+up: debian-deps venv tools ## simulated cluster (kwok GPU nodes and one real node) + the local stack applied by Pulumi + the Kueue controller, the stack's daemons, then a summary
 	@sim/stack-up.sh
 
 down: ## stop Kueue, drop the local stack's state, delete the simulated cluster

@@ -34,7 +34,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -395,6 +395,33 @@ def built_images(directory: Path = IMAGES_DIR) -> list[tuple[Path, str]]:
     return out
 
 
+def stale_pods(pods: Sequence[Mapping[str, Any]], current: Mapping[str, str]) -> list[str]:
+    """``namespace/name`` of each pod with a container started from another build of an image imported now
+    (``current``: repository -> digest), as its status's imageID says."""
+    out = []
+    for pod in pods:
+        for status in (pod.get("status") or {}).get("containerStatuses") or []:
+            repository, _, digest = str(status.get("imageID", "")).partition("@")
+            if repository in current and digest and digest != current[repository]:
+                out.append(f"{pod['metadata']['namespace']}/{pod['metadata']['name']}")
+                break
+    return out
+
+
+def replace_stale_pods(current: Mapping[str, str], say: Callable[[str], None]) -> None:
+    """Delete the node's pods that run an older build of an imported image: their owners start them again from the
+    one imported now (a stack names our images by tag, which a new build keeps)."""
+    listed = kubectl("get", "pods", "-A", "--field-selector", f"spec.nodeName={NODE_NAME}", "-o", "json", check=False)
+    try:
+        pods = json.loads(listed).get("items", []) if listed else []
+    except ValueError:
+        return
+    for pod in stale_pods(pods, current):
+        ns, name = pod.split("/", 1)
+        kubectl("delete", "pod", "-n", ns, name, "--wait=false", check=False)
+        say(f"==> {pod}: ran an older build of its image; deleted for its owner to start it again")
+
+
 def up(images: Sequence[tuple[Path, str]] = (), p: Paths | None = None, say: object = print) -> None:
     """Bring the node up (idempotent): the machine written down first, then network, containerd, the images
     (``images``, else what make images built), the kubelet (until the Node is Ready) and kube-proxy."""
@@ -414,10 +441,10 @@ def up(images: Sequence[tuple[Path, str]] = (), p: Paths | None = None, say: obj
         parts["containerd"].start()
         build_pause(p.pause_archive)
         import_image(p, p.pause_archive, PAUSE_IMAGE)
-        for archive, name in images:
-            import_image(p, archive, name)
+        current = dict(import_image(p, archive, name).split("@", 1) for archive, name in images)
         parts["kubelet"].start()
         parts["kube-proxy"].start()
+        replace_stale_pods(current, say if callable(say) else print)
     except (DaemonError, PauseImageError, OSError, ValueError) as exc:
         raise NodeError(f"{exc} (logs: {p.root / 'logs'}; make down puts the machine back)") from None
     if callable(say):

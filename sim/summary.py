@@ -1,4 +1,5 @@
-"""A short summary of the simulated cluster as the API server sees it: nodes and GPUs, queues, priorities, storage.
+"""A short summary of the simulated cluster as the API server sees it: nodes and GPUs, the real node's pods with the
+image digest each runs, queues, priorities, storage.
 
 ``python sim/summary.py`` (KUBECONFIG set, kubectl on PATH). Reads only; every figure comes from live objects.
 """
@@ -8,7 +9,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from sim.node import REAL_NODE_KEY
 
 GPU_RESOURCE_SUFFIX = "/gpu"
 
@@ -35,6 +41,30 @@ def condition(obj: dict[str, Any], kind: str) -> str:
     return "Unknown"
 
 
+def real_pods(nodes: list[dict[str, Any]], pods: list[dict[str, Any]]) -> list[str]:
+    """Each real node, then each pod on it with its phase, readiness and the image digest each container runs."""
+    lines = []
+    for n in nodes:
+        name = n["metadata"]["name"]
+        info = (n.get("status") or {}).get("nodeInfo") or {}
+        lines.append(
+            f"node      {name} (real: kubelet {info.get('kubeletVersion', '?')}, "
+            f"{info.get('containerRuntimeVersion', '?')}); Ready={condition(n, 'Ready')}"
+        )
+        for pod in sorted(pods, key=lambda q: (q["metadata"]["namespace"], q["metadata"]["name"])):
+            if (pod.get("spec") or {}).get("nodeName") != name:
+                continue
+            status = pod.get("status") or {}
+            images = ", ".join(
+                str(c.get("imageID") or c.get("image") or "?") for c in status.get("containerStatuses") or []
+            )
+            lines.append(
+                f"pod       {pod['metadata']['namespace']}/{pod['metadata']['name']} on {name}: "
+                f"{status.get('phase', '?')}, Ready={condition(pod, 'Ready')}; {images or 'no container started'}"
+            )
+    return lines
+
+
 def summary() -> list[str]:
     lines: list[str] = []
     nodes = kubectl_items("nodes", "-l", "gpucluster.io/flavor")
@@ -45,6 +75,7 @@ def summary() -> list[str]:
         total = sum(gpus((n.get("status") or {}).get("allocatable") or {}) for n in members)
         ready = sum(condition(n, "Ready") == "True" for n in members)
         lines.append(f"nodes     {flavor}: {len(members)} ({ready} Ready), {total} GPUs allocatable")
+    lines += real_pods(kubectl_items("nodes", "-l", f"{REAL_NODE_KEY}=true"), kubectl_items("pods", "-A"))
     for cq in kubectl_items("clusterqueues.kueue.x-k8s.io"):
         quota = [
             f"{f['name']}={r['nominalQuota']}"

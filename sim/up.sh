@@ -29,6 +29,10 @@ start=$SECONDS
 # The real node: containerd, a kubelet and kube-proxy running pods for real beside the kwok GPU nodes (sim/node.py;
 # GPUCLUSTER_SIM_REAL_NODE=0 leaves it out).
 if [[ "${GPUCLUSTER_SIM_REAL_NODE:-1}" != 0 ]]; then
+  # Our images from this tree (make images; seconds when nothing changed): the node runs what the tree holds, and a
+  # pod of an older build is replaced.
+  step "our images, from this tree (python -m images build)"
+  (cd "$ROOT" && "$PY" -m images build) || die "the images could not be built (the reason is above)"
   KUBECONFIG="$KUBECONFIG_FILE" "$PY" "$ROOT/sim/node.py" up ||
     die "the real node did not come up (the reason is above; make down puts the machine back)"
 fi

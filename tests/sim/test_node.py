@@ -144,3 +144,17 @@ def test_restore_puts_a_changed_sysctl_back_and_removes_what_the_node_created(
     assert (proc / "kernel" / "panic").read_text() == "1\n"
     assert done == ["sysctl kernel.panic = 1", f"removed {created}"]
     assert not created.exists()
+
+
+def test_a_pod_of_an_older_build_of_an_imported_image_is_found_stale() -> None:
+    def pod(name: str, image_id: str) -> dict[str, object]:
+        return {"metadata": {"namespace": "ns", "name": name}, "status": {"containerStatuses": [{"imageID": image_id}]}}
+
+    pods = [
+        pod("old", "ghcr.io/example/gpucluster-daemons@sha256:" + "1" * 64),
+        pod("new", "ghcr.io/example/gpucluster-daemons@sha256:" + "2" * 64),
+        pod("other", "registry.k8s.io/pause@sha256:" + "3" * 64),
+        pod("starting", ""),
+    ]
+    current = {"ghcr.io/example/gpucluster-daemons": "sha256:" + "2" * 64}
+    assert node.stale_pods(pods, current) == ["ns/old"]
