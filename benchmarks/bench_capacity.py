@@ -42,6 +42,7 @@ from daemons.quarantine.controller import REASON_BREAKER  # noqa: E402
 from daemons.quota_controller.apportion import apportion  # noqa: E402
 from daemons.quota_controller.decide import live_quotas  # noqa: E402
 from daemons.quota_controller.translate import queue_view  # noqa: E402
+from sim import controllers as sim_controllers  # noqa: E402
 from sim import fake_dcgm, flip, node_faults  # noqa: E402
 from sim import processes as sim_daemons  # noqa: E402
 
@@ -87,13 +88,11 @@ def until(check: Callable[[], bool], timeout: float, interval: float = 0.25) -> 
 
 
 def controllers(on: bool) -> None:
-    registry = sim_daemons.registry()
-    for name in sim_daemons.controller_ports("quota-controller"):
-        d = registry[name]
-        if on and not d.running():
-            d.start()
-        if not on and d.running():
-            d.stop()
+    quota = sim_controllers.controller("quota-controller")
+    if on:
+        quota.start()
+    else:
+        quota.stop()
 
 
 def static_quotas() -> None:
@@ -205,13 +204,11 @@ QUARANTINE_JOB = "bench-quarantine-probe"
 
 
 def quarantine_controllers(on: bool) -> None:
-    registry = sim_daemons.registry()
-    for name in (*sim_daemons.controller_ports("quarantine"),):
-        d = registry[name]
-        if on and not d.running():
-            d.start()
-        if not on and d.running():
-            d.stop()
+    quarantine = sim_controllers.controller("quarantine")
+    if on:
+        quarantine.start()
+    else:
+        quarantine.stop()
 
 
 def cool_down(nodes: Sequence[str]) -> None:

@@ -70,13 +70,8 @@ def test_daemons_start_in_dependency_order(cluster: Path) -> None:
         "taint-controller-b",
         "make-before-break-a",
         "make-before-break-b",
-        "quota-controller-a",
-        "quota-controller-b",
-        "quarantine-a",
-        "quarantine-b",
-        "interruptions-a",
-        "interruptions-b",
-        # the stall detector: the local stack places it on the real node, where its Deployment's pods run
+        # the quota, quarantine, interruption and stall controllers: the local stack places them on the real node,
+        # where their Deployments' pods run
         "descheduler",
     ]
 
@@ -163,17 +158,6 @@ def test_command_lines_are_the_programs_with_what_pulumi_deployed(cluster: Path)
             *("-m", "daemons.make_before_break", "--settings", f"{state}/{name}/settings.json"),
             *("--kubeconfig", f"{state}/{name}/kubeconfig", "--listen", f"127.0.0.1:{port}", "--identity", name),
         ]
-    for module, names in (
-        ("quota_controller", processes.controller_ports("quota-controller")),
-        ("quarantine", processes.controller_ports("quarantine")),
-        ("interruptions", processes.controller_ports("interruptions")),
-    ):
-        for name, port in names.items():
-            assert cmds[name] == [
-                VENV_PY,
-                *("-m", f"daemons.{module}", "--settings", f"{state}/{name}/settings.json"),
-                *("--kubeconfig", f"{state}/{name}/kubeconfig", "--listen", f"127.0.0.1:{port}", "--identity", name),
-            ]
     assert cmds["fake-dcgm"] == [
         VENV_PY,
         str(processes.ROOT / "sim" / "fake_dcgm.py"),
@@ -196,7 +180,6 @@ def test_each_daemon_reads_the_deployed_files_with_its_own_serviceaccount(cluste
     settings = json.loads((state / "provider" / "settings.json").read_text())
     assert settings == {"providers": "as deployed"}
     assert (state / "taint-controller-a" / "settings.json").read_text() == '{"highMark": 8}'
-    assert (state / "quota-controller-a" / "settings.json").read_text() == '{"returnAfter": "20s"}'
     assert (state / "descheduler" / "policy.yaml").read_text() == fake_kubectl.DESCHEDULER_POLICY
     assert (state / "metrics-adapter" / "config.json").read_text() == fake_kubectl.METRICS_ADAPTER[3]
     secret = state / "provider" / "secrets" / "runpodFakeApiKey"
@@ -211,9 +194,6 @@ def test_each_daemon_reads_the_deployed_files_with_its_own_serviceaccount(cluste
         "virtual-node": "gpucluster-burst-gpucluster-virtual-node",
         "taint-controller-b": "gpucluster-burst-gpucluster-taint-controller",
         "make-before-break-a": "gpucluster-burst-gpucluster-make-before-break",
-        "quota-controller-b": "gpucluster-capacity-gpucluster-quota-controller",
-        "quarantine-a": "gpucluster-capacity-gpucluster-quarantine",
-        "interruptions-b": "gpucluster-training-gpucluster-interruptions",
         "metrics-adapter": "gpucluster-metrics-gpucluster-metrics-adapter",
         "descheduler": "kube-system-descheduler",
     }
@@ -229,9 +209,6 @@ def test_each_daemon_reads_the_deployed_files_with_its_own_serviceaccount(cluste
         "kube-state-metrics": ["127.0.0.1:18090"],
         "taint-controller": ["127.0.0.1:9102", "127.0.0.1:9103"],
         "make-before-break": ["127.0.0.1:9104", "127.0.0.1:9105"],
-        "quota-controller": ["127.0.0.1:9106", "127.0.0.1:9107"],
-        "quarantine": ["127.0.0.1:9108", "127.0.0.1:9109"],
-        "interruptions": ["127.0.0.1:9112", "127.0.0.1:9113"],
         "dcgm-exporter": ["127.0.0.1:18094"],
         "burst-provider": ["127.0.0.1:10297"],
         # sim/serving.py's request counters, which the metrics adapter's query reads
@@ -256,9 +233,10 @@ def test_each_daemon_reads_the_deployed_files_with_its_own_serviceaccount(cluste
     paths = {j["job_name"]: j.get("metrics_path", "/metrics") for j in prom["scrape_configs"]}
     assert paths["gpucluster-fabric-exporter"] == "/fabric/metrics"
     assert paths["dcgm-exporter"] == "/metrics"
-    # The accounting's, the stall detector's and dcgm-exporter's own namespace and job labels win over the scrape's.
+    # dcgm-exporter's own namespace and job labels win over the scrape's, and so do those of the pods that say so (the
+    # accounting's and the stall detector's, on the real node).
     honored = {j["job_name"] for j in prom["scrape_configs"] if j["honor_labels"]}
-    assert honored == {"interruptions", "dcgm-exporter", "kubernetes-pods-honor-labels"}
+    assert honored == {"dcgm-exporter", "kubernetes-pods-honor-labels"}
     assert prom["rule_files"] == [f"{state}/prometheus/rules.yaml"]
     assert (state / "prometheus" / "rules.yaml").read_text() == fake_kubectl.RULES
 

@@ -30,6 +30,7 @@ NS = "team-vision"
 SELECTOR = "gpucluster.io/training-job"
 faults = load_sim_module("node_faults")
 processes = load_sim_module("processes")
+controllers = load_sim_module("controllers")
 trainer = load_sim_module("fake_trainer")
 REAL_NODE = load_sim_module("node").NODE_NAME
 #: The jobs of the tests about crashes play no load on their GPUs (idle, as a hang looks): their own stallAfter keeps
@@ -125,10 +126,8 @@ def events(stack: LocalStack, name: str, reason: str) -> list[dict[str, Any]]:
 
 @pytest.fixture
 def clean(local_stack: LocalStack) -> Iterator[LocalStack]:
-    registry = processes.registry()
-    for name in processes.controller_ports("interruptions"):
-        if not registry[name].running():
-            registry[name].start()
+    accounting = controllers.controller("interruptions")
+    accounting.start()
     local_stack.kubectl(
         *("delete", "jobsets", "-n", NS, "-l", SELECTOR, "--ignore-not-found", "--wait=true", "--timeout=90s")
     )
@@ -139,9 +138,7 @@ def clean(local_stack: LocalStack) -> Iterator[LocalStack]:
     for node in stack_nodes(local_stack):
         if node["metadata"]["labels"].get("gpucluster.io/quarantined"):
             faults.release(node["metadata"]["name"])
-    for name in processes.controller_ports("interruptions"):
-        if not registry[name].running():
-            registry[name].start()
+    accounting.start()
 
 
 def stack_nodes(stack: LocalStack) -> list[dict[str, Any]]:
@@ -263,15 +260,14 @@ def test_kill_9_of_the_accounting_loses_no_interruption(clean: LocalStack, tmp_p
     stack = clean
     submit(stack, spec_file(tmp_path, "crash-kill", per_hour=20))
     pods = running(stack, "crash-kill", 0, 1, timeout=150)
-    registry = processes.registry()
-    for name in processes.controller_ports("interruptions"):
-        registry[name].kill()  # SIGKILL: nothing is flushed
+    accounting = controllers.controller("interruptions")
+    assert accounting.kill(), "no replica of the accounting to kill"  # SIGKILL: nothing is flushed
+    accounting.stop()  # and it stays down while the gang restarts twice
     fail_program(stack, pods[0])
     pods = running(stack, "crash-kill", 1, 1)
     fail_program(stack, pods[0])
     running(stack, "crash-kill", 2, 1)
-    for name in processes.controller_ports("interruptions"):
-        registry[name].start()
+    accounting.start()
 
     def recorded() -> list[dict[str, Any]] | None:
         text = jobset(stack, "crash-kill")["metadata"].get("annotations", {}).get("gpucluster.io/interruptions")

@@ -35,6 +35,7 @@ JOB = "quarantine-probe"
 dcgm = load_sim_module("fake_dcgm")
 faults = load_sim_module("node_faults")
 processes = load_sim_module("processes")
+controllers = load_sim_module("controllers")
 PROMETHEUS = f"http://127.0.0.1:{processes.PROMETHEUS_PORT}"
 
 
@@ -89,10 +90,9 @@ def clean(stack: LocalStack) -> None:
 
 @pytest.fixture
 def cool(local_stack: LocalStack) -> Iterator[LocalStack]:
-    registry = processes.registry()
-    for name in (*processes.controller_ports("quarantine"), "fake-dcgm"):
-        if not registry[name].running():
-            registry[name].start()
+    if not processes.registry()["fake-dcgm"].running():
+        processes.registry()["fake-dcgm"].start()
+    controllers.controller("quarantine").start()
     clean(local_stack)
     yield local_stack
     clean(local_stack)
@@ -184,28 +184,24 @@ def test_prometheus_down_quarantines_nothing_a_killed_leader_is_replaced_and_a_d
     stack = cool
     registry = processes.registry()
     node = NODES[-1]
-    controllers = list(processes.controller_ports("quarantine"))
-    for name in controllers:  # so nothing acts between the alert firing and Prometheus going down
-        registry[name].stop()
+    quarantine = controllers.controller("quarantine")
+    quarantine.stop()  # so nothing acts between the alert firing and Prometheus going down
     try:
         dcgm.admin("/admin/gpu", {"node": node, "gpu": 2, "temperature": 88})
         wait_for("the alert firing", lambda: firing(node), timeout=CFG.telemetry.alerts.for_minutes * 60 + 60)
         registry["prometheus"].stop()
-        for name in controllers:
-            registry[name].start()
+        quarantine.start()
         time.sleep(Q.lease_duration_seconds + 3 * Q.interval_seconds)
         assert not quarantined(stack, node), "quarantined with Prometheus down"
     finally:
         registry["prometheus"].start()
-        for name in controllers:
-            if not registry[name].running():
-                registry[name].start()
+        quarantine.start()
     t0 = time.monotonic()
     wait_for("the node quarantined once Prometheus answers", lambda: quarantined(stack, node), timeout=120, interval=1)
     print(f"\nPrometheus back: {node} quarantined {time.monotonic() - t0:.1f}s later")
     # the leader SIGKILLed right after its patch: the standby takes over and the ledger still lists the node
-    leader = stack.get("lease", Q.lease_name, "-n", Q.namespace)["spec"]["holderIdentity"]
-    registry[leader].kill()
+    leader = quarantine.leader(Q.lease_name)
+    assert quarantine.kill(leader), f"no replica {leader} to kill"
     try:
         wait_for(
             "the ledger listing the node",
@@ -213,7 +209,7 @@ def test_prometheus_down_quarantines_nothing_a_killed_leader_is_replaced_and_a_d
             timeout=Q.lease_duration_seconds + 30,
         )
     finally:
-        registry[leader].start()
+        quarantine.start()
     # quarantined, then deleted: the ledger keeps it as the replacement request, the quota leaves it out
     faults.delete(node)
     ledger = wait_for(

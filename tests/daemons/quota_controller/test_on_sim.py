@@ -30,7 +30,7 @@ FULL = SHARES.quota[FLAVOR.name]
 PER_NODE = FLAVOR.gpus_per_node * FULL // FLAVOR.capacity
 NODE = f"{FLAVOR.name}-node-{FLAVOR.node_count - 1}"
 faults = load_sim_module("node_faults")
-processes = load_sim_module("processes")
+controllers = load_sim_module("controllers")
 
 
 def nominal(stack: LocalStack) -> int:
@@ -59,17 +59,13 @@ def restore(stack: LocalStack) -> None:
 @pytest.fixture
 def whole(local_stack: LocalStack) -> Iterator[LocalStack]:
     """Every node healthy and the controllers running, before and after."""
-    registry = processes.registry()
-    for name in processes.controller_ports("quota-controller"):
-        if not registry[name].running():
-            registry[name].start()
+    quota = controllers.controller("quota-controller")
+    quota.start()
     restore(local_stack)
     settle_to(local_stack, FULL, timeout=QC.return_after_seconds + 30)
     yield local_stack
     restore(local_stack)
-    for name in processes.controller_ports("quota-controller"):
-        if not registry[name].running():
-            registry[name].start()
+    quota.start()
     settle_to(local_stack, FULL, timeout=QC.return_after_seconds + 30)
 
 
@@ -147,12 +143,12 @@ def _ready(stack: LocalStack) -> bool:
 
 def test_a_killed_leader_is_replaced_and_the_quota_is_right(whole: LocalStack) -> None:
     stack = whole
-    registry = processes.registry()
-    leader = stack.get("lease", QC.lease_name, "-n", QC.namespace)["spec"]["holderIdentity"]
-    registry[leader].kill()
+    quota = controllers.controller("quota-controller")
+    leader = quota.leader(QC.lease_name)
+    assert quota.kill(leader), f"no replica {leader} to kill"
     faults.cordon(NODE)
     took = settle_to(stack, FULL - PER_NODE, timeout=QC.lease_duration_seconds + 20)
-    registry[leader].start()
+    quota.start()
     print(f"\nleader {leader} SIGKILLed, a node cordoned: the standby had the quota right in {took:.1f}s")
     faults.uncordon(NODE)
     settle_to(stack, FULL)

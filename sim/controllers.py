@@ -1,0 +1,64 @@
+"""A registered controller of the stack as scenarios handle it, wherever the stack runs it.
+
+The local stack places a controller on the real node (its Deployment's pods, ``sim/deployed.py``) or leaves it to
+``sim/processes.py`` (two local processes, ``<name>-a`` and ``<name>-b``); a benchmark stack may do either. Tests and
+benchmarks stop, start and crash a controller, and ask which replica leads, through :func:`controller`, the same way
+for both.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from sim import processes
+from sim.daemon_runtime import DaemonError, kubectl
+from sim.deployed import controller as deployed_controller
+
+
+class Controller(Protocol):
+    def start(self) -> None: ...
+    def stop(self) -> None: ...
+    def running(self) -> bool: ...
+    def leader(self, lease: str) -> str: ...
+    def kill(self, identity: str | None = None) -> list[str]: ...
+
+
+@dataclass(frozen=True)
+class Processes:
+    """A controller's two local processes (sim/processes.py), each its own Lease identity."""
+
+    namespace: str
+    daemons: tuple[processes.Daemon, ...]
+
+    def start(self) -> None:
+        for d in self.daemons:
+            d.start()
+
+    def stop(self) -> None:
+        for d in self.daemons:
+            d.stop()
+
+    def running(self) -> bool:
+        return any(d.running() for d in self.daemons)
+
+    def leader(self, lease: str) -> str:
+        out = kubectl("get", "lease", "-n", self.namespace, lease, "-o", "jsonpath={.spec.holderIdentity}", check=False)
+        if not out.strip():
+            raise DaemonError(f"lease {self.namespace}/{lease} has no holder")
+        return out.strip()
+
+    def kill(self, identity: str | None = None) -> list[str]:
+        """SIGKILL the process ``identity`` names (each when None); it stays down until :meth:`start`."""
+        return [d.name for d in self.daemons if identity in (None, d.name) and d.kill()]
+
+
+def controller(spec_name: str, stack_file: Path | None = None) -> Controller:
+    """The controller ``spec_name`` (daemons/registry.py) of the stack ``make up`` deployed."""
+    config: Any = processes.stack_config(stack_file)
+    pod = deployed_controller(config, spec_name)
+    if not any(spec.name == spec_name for spec in processes.process_controllers(config)):
+        return pod
+    registry = processes.registry(stack_file)
+    return Processes(pod.namespace, tuple(registry[name] for name in processes.controller_ports(spec_name)))
