@@ -22,8 +22,8 @@ presents no client certificate to kubelets. Nothing outside this machine reaches
 What the parts change on the machine (sysctls, firewall rules, cgroups, paths they create whatever their settings
 say) is written down before the first start and put back by ``down`` (``sim/node_machine.py``).
 
-``python sim/node.py up [--image ARCHIVE=NAME ...]`` (idempotent), ``down``, ``status``. State and logs live in
-``.state/node``.
+``python sim/node.py up [--image ARCHIVE=NAME ...]`` (idempotent), ``down``, ``status``, ``wait [--timeout S]``.
+State and logs live in ``.state/node``.
 """
 
 from __future__ import annotations
@@ -468,9 +468,11 @@ def _node_pods() -> list[str]:
 
 
 def _tasks(p: Paths) -> list[str]:
+    """The containers (pods' and their sandboxes') whose process still runs (``ctr tasks ls`` keeps stopped ones)."""
     if not ctr_answers(p):
         return []
-    return [line.split()[0] for line in ctr(p, "tasks", "ls").splitlines()[1:] if line.strip()]
+    rows = [line.split() for line in ctr(p, "tasks", "ls").splitlines()[1:]]
+    return [row[0] for row in rows if len(row) >= 3 and row[2] == "RUNNING"]
 
 
 def down(p: Paths | None = None, say: object = print) -> list[str]:
@@ -515,6 +517,31 @@ def down(p: Paths | None = None, say: object = print) -> list[str]:
     return done
 
 
+def wait_ready(timeout: float) -> list[str]:
+    """Wait until every pod on the node is Ready; the pods, ``namespace/name``. NodeError naming those that are not."""
+
+    def unready() -> tuple[list[str], list[str]]:
+        listed = kubectl("get", "pods", "-A", "--field-selector", f"spec.nodeName={NODE_NAME}", "-o", "json")
+        pods = json.loads(listed).get("items", [])
+        names = [f"{q['metadata']['namespace']}/{q['metadata']['name']}" for q in pods]
+        ready = {
+            n
+            for n, q in zip(names, pods, strict=True)
+            for c in q.get("status", {}).get("conditions") or []
+            if c.get("type") == "Ready" and c.get("status") == "True"
+        }
+        return names, [n for n in names if n not in ready]
+
+    deadline = time.monotonic() + timeout
+    while True:
+        names, waiting = unready()
+        if not waiting:
+            return names
+        if time.monotonic() > deadline:
+            raise NodeError(f"not Ready after {timeout:.0f}s: {', '.join(waiting)} (kubectl describe pod says why)")
+        time.sleep(1)
+
+
 def status(p: Paths | None = None) -> int:
     p = p or Paths()
     parts = daemons(p)
@@ -541,12 +568,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     up_cmd.add_argument("--image", type=image_arg, action="append", default=[], metavar="ARCHIVE=NAME")
     sub.add_parser("down", help="stop the node and put the machine back")
     sub.add_parser("status", help="the node's parts")
+    wait_cmd = sub.add_parser("wait", help="wait until every pod on the node is Ready")
+    wait_cmd.add_argument("--timeout", type=float, default=120.0, metavar="SECONDS")
     args = parser.parse_args(argv)
     try:
         if args.command == "up":
             up(args.image)
         elif args.command == "down":
             down()
+        elif args.command == "wait":
+            ready = wait_ready(args.timeout)
+            print(f"==> every pod on the real node is Ready ({len(ready)})")
         else:
             return status()
     except (NodeError, DaemonError, node_machine.MachineError) as exc:

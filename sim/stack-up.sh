@@ -11,10 +11,11 @@
 #      sim/jobset.sh start            the JobSet controller (training jobs are JobSets), and
 #      sim/claims.py                  a volume for each training claim (no CSI driver runs here)
 #   5. the descheduler dry run
-#   6. sim/processes.py start          the stack's daemons as local processes (fake GPU cloud, burst provider
-#                                     service, virtual node, kube-state-metrics, Prometheus, taint controllers,
-#                                     make-before-break controllers, descheduler), each with the config and
-#                                     ServiceAccount Pulumi created
+#   6. sim/processes.py start          the stack's daemons that are not pods of the real node as local processes
+#                                     (fake GPU cloud, burst provider service, virtual node, kube-state-metrics,
+#                                     Prometheus, taint controllers, make-before-break controllers, descheduler),
+#                                     each with the config and ServiceAccount Pulumi created; then the pods the
+#                                     stack runs on the real node (sim/node.py) until Ready
 #   7. wait for every ClusterQueue to be Active (the make-before-break check is Active once its controller runs)
 #   8. a summary
 #
@@ -105,6 +106,10 @@ export KUBECONFIG="$KUBECONFIG_FILE"
 if [[ "${GPUCLUSTER_UP_SKIP_DAEMONS:-0}" != 1 ]]; then
   step "the stack's daemons as local processes (sim/processes.py; logs in .state/daemons/logs)"
   "$(sim_python)" "$ROOT/sim/processes.py" start || die "the stack's daemons did not all start (the reason is above)"
+  if [[ "${GPUCLUSTER_SIM_REAL_NODE:-1}" != 0 ]]; then
+    step "waiting for the stack's pods on the real node to be Ready"
+    "$(sim_python)" "$ROOT/sim/node.py" wait --timeout 180 || die "the stack's pods on the real node are not Ready"
+  fi
   # After the daemons: a ClusterQueue that lists the make-before-break check is Active only once its controller
   # has marked the AdmissionCheck Active.
   step "waiting for every ClusterQueue to be Active"

@@ -1,0 +1,122 @@
+"""The simulated cluster's real node running the stack's own pods, and the sim's Prometheus scraping them by the
+stack's scrape contract: both ways (a pod that listens on loopback is found down, as it would be in production)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from components.config import load_stack_file
+from daemons.registry import CONTROLLERS
+from tests.support.local_stack import ROOT, LocalStack, wait_for
+from tests.support.sim import load_sim_module
+
+pytestmark = pytest.mark.integration
+
+node = load_sim_module("node")
+processes = load_sim_module("processes")
+CFG = load_stack_file(ROOT / "stacks" / "Pulumi.local.yaml")
+PROMETHEUS = f"http://127.0.0.1:{processes.PROMETHEUS_PORT}"
+#: The controllers the local stack places on the real node (their sections' nodeSelector).
+ON_NODE = [
+    (spec, settings)
+    for spec in CONTROLLERS
+    if (settings := CFG.controller_settings(spec.stack_key)) is not None
+    and settings.enabled
+    and processes.on_real_node(settings)
+]
+LOOPBACK = "loopback-listener"
+
+
+def up_values(selector: str) -> dict[str, str]:
+    """``up`` of every target the selector matches, by pod."""
+    url = f"{PROMETHEUS}/api/v1/query?" + urllib.parse.urlencode({"query": f"up{{{selector}}}"})
+    with urllib.request.urlopen(url, timeout=10) as r:
+        result = json.load(r)["data"]["result"]
+    return {x["metric"].get("pod", ""): x["value"][1] for x in result}
+
+
+def test_the_local_stack_places_controllers_on_the_node_the_sim_labels() -> None:
+    assert {spec.name for spec, _ in ON_NODE} >= {"quota-controller", "quarantine", "interruptions", "stall-detector"}
+    for _, settings in ON_NODE:
+        assert settings.node_selector == {node.REAL_NODE_KEY: "true"}
+        assert [t.key for t in settings.tolerations] == [node.REAL_NODE_KEY]
+
+
+def test_the_node_is_a_real_kubelet_of_the_control_planes_release(local_stack: LocalStack) -> None:
+    real = local_stack.get("node", node.NODE_NAME)
+    server = json.loads(local_stack.kubectl("version", "-o", "json"))["serverVersion"]["gitVersion"]
+    assert real["status"]["nodeInfo"]["kubeletVersion"] == server
+    assert real["status"]["nodeInfo"]["containerRuntimeVersion"].startswith("containerd://")
+    assert {"key": node.REAL_NODE_KEY, "value": "true", "effect": "NoSchedule"} in real["spec"]["taints"]
+
+
+@pytest.mark.parametrize("spec_settings", ON_NODE, ids=[spec.name for spec, _ in ON_NODE])
+def test_each_placed_controller_runs_this_trees_image_answers_logs_and_is_scraped(
+    local_stack: LocalStack, spec_settings: tuple[Any, Any]
+) -> None:
+    spec, settings = spec_settings
+    local_stack.kubectl("rollout", "status", "-n", settings.namespace, f"deployment/{spec.app}", "--timeout=120s")
+    pods = local_stack.items("pods", "-n", settings.namespace, "-l", f"app.kubernetes.io/name={spec.app}")
+    pods = [p for p in pods if "deletionTimestamp" not in p["metadata"]]
+    assert len(pods) == settings.replicas
+    built = json.loads((ROOT / ".state" / "images" / "digests.json").read_text())["gpucluster-daemons"]["digest"]
+    for pod in pods:
+        assert pod["spec"]["nodeName"] == node.NODE_NAME
+        (status,) = pod["status"]["containerStatuses"]
+        assert status["imageID"].endswith("@" + built), "a pod runs another build than make images made"
+        name = pod["metadata"]["name"]
+        assert local_stack.kubectl("logs", "-n", settings.namespace, name).strip(), f"kubectl logs {name} is empty"
+
+    def scraped() -> dict[str, str] | None:
+        ups = up_values(f'job="{spec.app}",namespace="{settings.namespace}"')
+        return ups if ups == {p["metadata"]["name"]: "1" for p in pods} else None
+
+    wait_for(f"every pod of {spec.app} scraped (up == 1) by its scrape contract", scraped, timeout=60)
+
+
+@pytest.fixture
+def loopback_listener(local_stack: LocalStack) -> Iterator[tuple[str, str]]:
+    """A pod beside the stall detector's, named and labelled its own, deleted afterwards (a namespace is never
+    created for it: the simulated cluster deletes none while Kueue's visibility API is not served)."""
+    spec, settings = next((s, c) for s, c in ON_NODE if s.name == "stall-detector")
+    yield settings.namespace, spec.app
+    local_stack.kubectl("delete", "pod", "-n", settings.namespace, LOOPBACK, "--ignore-not-found", "--wait=false")
+
+
+def test_a_pod_whose_program_listens_on_loopback_is_discovered_and_found_down(
+    local_stack: LocalStack, loopback_listener: tuple[str, str]
+) -> None:
+    """The other way: the stall detector's own pod template with its listener moved to loopback. The manifest says
+    "scrape me", so Prometheus tries, and the target is down: the sim misses it exactly as production would."""
+    namespace, app = loopback_listener
+    deployed = local_stack.get("deployment", "-n", namespace, app)
+    template = copy.deepcopy(deployed["spec"]["template"])
+    (container,) = template["spec"]["containers"]
+    container["args"] = [a.replace("$(POD_IP)", "127.0.0.1") for a in container["args"]]
+    # Its readiness probe would never pass on the pod's address: the pod runs, its port answers only inside it.
+    container.pop("readinessProbe", None)
+    container.pop("livenessProbe", None)
+    # Another Lease holder would take part in the stall detector's election: a dry run elects nobody.
+    container["args"].append("--dry-run")
+    template["metadata"]["labels"] = {"app.kubernetes.io/name": LOOPBACK}
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": LOOPBACK, "namespace": namespace, **template["metadata"]},
+        "spec": template["spec"],
+    }
+    local_stack.apply(pod)
+    local_stack.kubectl("wait", "-n", namespace, f"pod/{LOOPBACK}", "--for=condition=Ready", "--timeout=120s")
+
+    def down() -> dict[str, str] | None:
+        ups = up_values(f'job="{LOOPBACK}",namespace="{namespace}"')
+        return ups if ups == {LOOPBACK: "0"} else None
+
+    wait_for("the loopback listener discovered and found down", down, timeout=60)
