@@ -1,8 +1,9 @@
 """Local processes standing in for the cluster's own daemons on the simulated cluster.
 
-On a real cluster the virtual node, the burst provider service, the taint and make-before-break controllers and the
-descheduler run as the Deployments Pulumi created. On the simulated cluster those pods land on kwok nodes, where
-nothing runs, so this module runs the same programs as local processes, each with:
+On a real cluster the virtual node, the burst provider service, the controllers and the descheduler run as the
+Deployments Pulumi created. On the simulated cluster a controller the stack places on the real node (``sim/node.py``)
+runs there as those pods, and is no business of this module. The others' pods land on kwok nodes, where nothing
+runs, so this module runs the same programs as local processes, each with:
 
 - the configuration Pulumi deployed (read back from the cluster's ConfigMaps and Secrets), and
 - a kubeconfig holding a token of the ServiceAccount Pulumi created for it (``kubectl create token``), so the RBAC
