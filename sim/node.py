@@ -481,7 +481,8 @@ def down(p: Paths | None = None, say: object = print) -> list[str]:
     parts = daemons(p) if shutil.which("ctr") else {}
     if parts and parts["kubelet"].running() and http_ok(f"http://127.0.0.1:{KUBELET_HEALTHZ_PORT}/healthz"):
         # The kubelet stops the containers and tears down the sandboxes' networks of pods the API server no
-        # longer has: the clean way out for a pod.
+        # longer has: the clean way out for a pod. Cordoned first, or their owners' replacements land here again.
+        kubectl("cordon", NODE_NAME, check=False)
         for pod in _node_pods():
             ns, name = pod.split("/", 1)
             kubectl("delete", "pod", "-n", ns, name, "--grace-period=0", "--force", "--wait=false", check=False)
