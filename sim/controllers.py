@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from sim import processes
-from sim.daemon_runtime import DaemonError, kubectl
 from sim.deployed import controller as deployed_controller
+from sim.deployed import lease_holder
 
 
 class Controller(Protocol):
@@ -44,10 +44,7 @@ class Processes:
         return any(d.running() for d in self.daemons)
 
     def leader(self, lease: str) -> str:
-        out = kubectl("get", "lease", "-n", self.namespace, lease, "-o", "jsonpath={.spec.holderIdentity}", check=False)
-        if not out.strip():
-            raise DaemonError(f"lease {self.namespace}/{lease} has no holder")
-        return out.strip()
+        return lease_holder(self.namespace, lease)
 
     def kill(self, identity: str | None = None) -> list[str]:
         """SIGKILL the process ``identity`` names (each when None); it stays down until :meth:`start`."""

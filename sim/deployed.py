@@ -39,6 +39,14 @@ def _ready(pod: dict[str, Any]) -> bool:
     )
 
 
+def lease_holder(namespace: str, lease: str) -> str:
+    """The holder identity of the Lease ``namespace/lease``; DaemonError when none holds it."""
+    out = kubectl("get", "lease", "-n", namespace, lease, "-o", "jsonpath={.spec.holderIdentity}", check=False)
+    if not out.strip():
+        raise DaemonError(f"lease {namespace}/{lease} has no holder")
+    return out.strip()
+
+
 @dataclass(frozen=True)
 class Deployed:
     """One Deployment of ours and the replicas the stack gives it."""
@@ -98,10 +106,7 @@ class Deployed:
 
     def leader(self, lease: str) -> str:
         """The holder identity of ``lease`` (``<pod>_<n>``); DaemonError when none holds it."""
-        out = kubectl("get", "lease", "-n", self.namespace, lease, "-o", "jsonpath={.spec.holderIdentity}", check=False)
-        if not out.strip():
-            raise DaemonError(f"lease {self.namespace}/{lease} has no holder")
-        return out.strip()
+        return lease_holder(self.namespace, lease)
 
     def kill(self, identity: str | None = None) -> list[str]:
         """SIGKILL the daemon's process in the pod a Lease holder ``identity`` (``<pod>_<n>``) or pod name names, each
