@@ -74,11 +74,13 @@ def guardrail_inputs(cfg: StackConfig, created: Collection[str] | None = None) -
     return GuardrailInputs(
         training_namespaces=tuple(cfg.training_namespaces),
         priorities_by_namespace={t.namespace: tuple(cfg.priorities.allowed_for(t.name)) for t in cfg.teams},
+        workload_priority_values={p.name: p.value for p in cfg.priorities.workload},
         training_priority_class=cfg.priorities.pod.training.name,
         exempt_namespaces=tuple(dict.fromkeys([cfg.telemetry.namespace, *cfg.guardrails.exempt_namespaces])),
         ipc_lock=any(f.fabric is not None and f.fabric.rdma for f in cfg.flavors),
         team_groups={t.namespace: t.subject_group for t in cfg.teams},
         reliability=(reliability, RELIABILITY_CONFIGMAP) if created is None or reliability in created else None,
+        gpu_resources=tuple(dict.fromkeys(f.gpu_resource for f in cfg.flavors)),
         quarantine_user=running_user(cfg, QUARANTINE),
         quota_user=running_user(cfg, QUOTA_CONTROLLER),
         interruptions_user=running_user(cfg, INTERRUPTIONS),

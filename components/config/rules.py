@@ -71,6 +71,22 @@ def workload_priority_teams_declared(s: StackSections) -> Iterator[ConfigIssue]:
                 yield ConfigIssue(f"priorities.workload[{i}].teams[{j}]", team, why)
 
 
+def teams_have_a_research_priority(s: StackSections) -> Iterator[ConfigIssue]:
+    """Every team may name at least one research priority: the API server refuses a team's job that names none
+    (``guardrails_policies.workloads.research_priority_by_team``), so a team no priority allows could submit
+    nothing."""
+    if s.priorities is None or s.teams is None:
+        return
+    for i, t in enumerate(s.teams):
+        if not s.priorities.allowed_for(t.name):
+            held = shown_names([p.name for p in s.priorities.workload])
+            why = (
+                f"team {t.name!r} may name no research priority (each of {held} lists its teams and none lists "
+                "it): the API server would refuse every job it submits; add it to one priority's teams"
+            )
+            yield ConfigIssue(f"teams[{i}].name", t.name, why)
+
+
 def quota_within_capacity(s: StackSections) -> Iterator[ConfigIssue]:
     """A queue's quota names a declared flavor and stays within its GPUs, alone and summed over the queues."""
     if s.flavors is None or s.queues is None:
@@ -497,6 +513,7 @@ RULES: list[Rule] = [
     training_above_inference,
     workload_priorities_ordered,
     workload_priority_teams_declared,
+    teams_have_a_research_priority,
     descheduler_bounded,
     storage_mode_complete,
     burst_daemons_in_own_namespace,

@@ -32,6 +32,9 @@ NODE_UPDATES = {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["nodes"]
 #: A Node's spec fields besides its taints (``configSource`` is long deprecated and still a field).
 NODE_SPEC_FIELDS = ("podCIDR", "podCIDRs", "providerID", "unschedulable", "configSource")
 
+#: What every write rule's message adds: the metadata no controller of ours may touch.
+KEEPS = "; labels, owners (ownerReferences) and finalizers stay as they were"
+
 
 def map_unchanged_but(obj: str, old: str, keys: Sequence[str]) -> str:
     """CEL: the map ``obj`` holds what ``old`` held, key for key and value for value, except ``keys``."""
@@ -48,11 +51,19 @@ def field_unchanged(obj: str, old: str) -> str:
 
 
 def node_marks(
-    name: str, who: str, user: str, *, taint: tuple[str, str], labels: Sequence[str], annotations: Sequence[str]
+    name: str,
+    who: str,
+    user: str,
+    *,
+    taint: tuple[str, str],
+    labels: Sequence[str],
+    annotations: Sequence[str],
+    only_on: tuple[str, ...] = (),
 ) -> Policy:
     """A controller that may patch every Node (RBAC cannot name them) held to its own marks: ``taint`` (key,
     effect) added or removed, ``labels`` and ``annotations`` set or removed; every other taint, label, annotation,
-    spec field, finalizer and owner as it was."""
+    spec field, finalizer and owner as it was. With ``only_on`` (resource names), it adds its taint only to a Node
+    whose capacity lists one of them: a GPU node, never a control-plane or system node."""
     key, effect = taint
     others = "(has({o}.spec.taints) ? {o}.spec.taints : []).filter(t, t.key != " + cel(key) + ")"
     spec_fields = " && ".join(field_unchanged(f"object.spec.{f}", f"oldObject.spec.{f}") for f in NODE_SPEC_FIELDS)
@@ -86,6 +97,25 @@ def node_marks(
                 f" && {field_unchanged('object.metadata.ownerReferences', 'oldObject.metadata.ownerReferences')}",
                 message=f"the {who} may not change a Node's spec (but its taint), finalizers or owners",
             ),
+            *_taints_only_on(who, key, only_on),
+        ),
+    )
+
+
+def _taints_only_on(who: str, key: str, resources: tuple[str, ...]) -> tuple[Validation, ...]:
+    if not resources:
+        return ()
+    has_taint = "(has({o}.spec.taints) && {o}.spec.taints.exists(t, t.key == " + cel(key) + "))"
+    adds = f"({has_taint.format(o='object')} && !{has_taint.format(o='oldObject')})"
+    capacity = "oldObject.status.capacity"
+    on_gpu_node = f"(has(oldObject.status) && has({capacity}) && {cel(list(resources))}.exists(r, r in {capacity}))"
+    return (
+        Validation(
+            expression=f"!{adds} || {on_gpu_node}",
+            message=f"the {who} may add its taint ({key}) only to a Node whose capacity lists "
+            f"{' or '.join(resources)}: a GPU node, never a control-plane or system node",
+            message_expression=f"'the {who} may add its taint ({key}) only to a Node whose capacity lists "
+            f"{' or '.join(resources)}; Node ' + object.metadata.name + ' has none: it is no GPU node'",
         ),
     )
 
@@ -101,6 +131,7 @@ def quarantine_writes_only_its_marks(inputs: GuardrailInputs) -> Policy | None:
         taint=(QUARANTINE_TAINT_KEY, QUARANTINE_TAINT_EFFECT),
         labels=[QUARANTINED_LABEL],
         annotations=QUARANTINE_ANNOTATIONS,
+        only_on=inputs.gpu_resources,
     )
 
 
@@ -185,7 +216,8 @@ def make_before_break_moves_only_by_annotations(inputs: GuardrailInputs) -> Poli
                 + ", ".join(mbb.deployment_annotations)
                 + ") and on its pod template ("
                 + ", ".join(mbb.template_annotations)
-                + ")",
+                + ")"
+                + KEEPS,
             ),
         ),
     )
@@ -204,7 +236,8 @@ def make_before_break_marks_pods_only_for_removal(inputs: GuardrailInputs) -> Po
         validations=(
             Validation(
                 expression=f"object.spec == oldObject.spec && {_metadata_unchanged_but([mbb.pod_annotation])}",
-                message=f"the make-before-break controller may change only a pod's annotation {mbb.pod_annotation}",
+                message=f"the make-before-break controller may change only a pod's annotation {mbb.pod_annotation}"
+                + KEEPS,
             ),
         ),
     )
@@ -283,7 +316,7 @@ def quota_controller_writes_only_quotas(inputs: GuardrailInputs) -> Policy | Non
         validations=(
             Validation(
                 expression=f"{spec_fields} && {_metadata_unchanged_but()}",
-                message="the quota controller may change only spec.resourceGroups of a ClusterQueue",
+                message="the quota controller may change only spec.resourceGroups of a ClusterQueue" + KEEPS,
             ),
             Validation(
                 expression=f"has(object.spec.resourceGroups) == has(oldObject.spec.resourceGroups)"
@@ -318,9 +351,14 @@ def _is_user(name: str, user: str) -> tuple[Mapping[str, str], ...]:
 
 
 def _metadata_unchanged_but(annotations: Sequence[str] = ()) -> str:
+    """CEL: the object's labels, owners and finalizers as they were, its annotations but ``annotations`` too. A
+    controller's token that could add an owner would have the garbage collector delete the object (an owner that
+    does not exist, or one about to go); one that could add a finalizer would keep it from ever being deleted."""
     return (
         f"{map_unchanged_but('object.metadata.labels', 'oldObject.metadata.labels', [])}"
         f" && {map_unchanged_but('object.metadata.annotations', 'oldObject.metadata.annotations', annotations)}"
+        f" && {field_unchanged('object.metadata.ownerReferences', 'oldObject.metadata.ownerReferences')}"
+        f" && {field_unchanged('object.metadata.finalizers', 'oldObject.metadata.finalizers')}"
     )
 
 
@@ -334,7 +372,7 @@ def jobset_annotation_only(name: str, who: str, user: str, annotation: str) -> P
         validations=(
             Validation(
                 expression=f"object.spec == oldObject.spec && {_metadata_unchanged_but([annotation])}",
-                message=f"the {who} may change only a JobSet's annotation {annotation}",
+                message=f"the {who} may change only a JobSet's annotation {annotation}" + KEEPS,
             ),
         ),
     )
@@ -379,7 +417,7 @@ def interruptions_only_stops_workloads(inputs: GuardrailInputs) -> Policy | None
             Validation(
                 expression=f"{spec_fields} && {_metadata_unchanged_but()}"
                 f" && (!{active.format(o='object')} || {active.format(o='oldObject')})",
-                message="the interruption accounting daemon may only set a Workload's spec.active to false",
+                message="the interruption accounting daemon may only set a Workload's spec.active to false" + KEEPS,
             ),
         ),
     )

@@ -51,12 +51,16 @@ class GuardrailInputs:
     training_priority_class: str
     #: Namespaces the GPU-visibility and confinement rules leave alone (the telemetry namespace, system agents).
     exempt_namespaces: tuple[str, ...]
+    #: Each research (Kueue workload) priority's value, by name: a Workload's ``spec.priority`` is its class's.
+    workload_priority_values: Mapping[str, int] = field(default_factory=dict)
     #: A flavor's fabric adds IPC_LOCK, so the team namespaces enforce ``privileged`` and a policy holds baseline.
     ipc_lock: bool = False
     #: Team namespace -> the group whose members submit for it (``teams[].group``).
     team_groups: Mapping[str, str] = field(default_factory=dict)
     #: Where ``gpucluster submit`` reads the measured reliability: (namespace, ConfigMap name); None: nowhere.
     reliability: tuple[str, str] | None = None
+    #: The GPU resources the flavors' nodes advertise: quarantine marks only a Node whose capacity lists one.
+    gpu_resources: tuple[str, ...] = ()
     #: The quarantine controller's user (``system:serviceaccount:<ns>:<name>``); None: the stack runs none.
     quarantine_user: str | None = None
     #: The quota controller's user; None: the stack runs none.

@@ -204,26 +204,47 @@ def training_priority_jobsets_are_queued(inputs: GuardrailInputs) -> Policy:
     )
 
 
+def _fallback_why(inputs: GuardrailInputs) -> str:
+    return (
+        "Kueue would rank it by its pods' PriorityClass (" + inputs.training_priority_class + "), above every "
+        "research priority of every team"
+    )
+
+
+def _allowed_or_none(inputs: GuardrailInputs, value: str) -> str:
+    """CEL message: what a team named (``value``, may be empty) and what it may name instead."""
+    allowed = cel({ns: sorted(names) for ns, names in inputs.priorities_by_namespace.items()})
+    may = f"({allowed}[namespaceObject.metadata.name]).join(', ')"
+    return (
+        f"({value} == '' ? 'no research priority named: ' + {cel(_fallback_why(inputs))} + '; name one team ' + "
+        f"namespaceObject.metadata.name + ' may name (' + {may} + ')' : {value} + ' is not one team ' + "
+        f"namespaceObject.metadata.name + ' may name (' + {may} + ')') + '; the stack lists the teams of each "
+        "priority (gpucluster:priorities.workload[].teams)'"
+    )
+
+
 def research_priority_by_team(inputs: GuardrailInputs) -> Policy | None:
+    """Every Job and JobSet of a team names one of the research priorities the stack allows that team. One that
+    names none is refused too: Kueue would take its priority from its pods' PriorityClass, the training one, a
+    hundred times every research priority (Kueue's fallback, ``jobframework.ExtractPriority``). A Job a JobSet
+    owns is the JobSet's (Kueue manages the JobSet, whose label is held here)."""
     if not inputs.priorities_by_namespace:
         return None
     allowed = cel({ns: sorted(names) for ns, names in inputs.priorities_by_namespace.items()})
     value = label("object", PRIORITY_LABEL)
+    jobsets_job = f"(object.kind == 'Job' && {_owned_by('JobSet', JOBSET_API)})"
     return Policy(
         name="research-priority-by-team",
-        summary=f"A team's Jobs and JobSets name only the research priorities ({PRIORITY_LABEL}) the stack "
-        "allows that team.",
+        summary=f"A team's Jobs and JobSets each name a research priority ({PRIORITY_LABEL}) the stack allows that "
+        "team; none may go without one.",
         resource_rules=(JOBS, JOBSETS),
         namespace_selector=is_in(list(inputs.priorities_by_namespace)),
         validations=(
             Validation(
-                expression=f"{value} == '' || {unchanged_on_update(value)} || "
+                expression=f"({value} == '' && {jobsets_job}) || {unchanged_on_update(value)} || "
                 f"(namespaceObject.metadata.name in {allowed} && {value} in {allowed}[namespaceObject.metadata.name])",
-                message=f"this team may not name that {PRIORITY_LABEL}",
-                message_expression=f"'{PRIORITY_LABEL} ' + {value} + ' is not one team ' + "
-                "namespaceObject.metadata.name + ' may name (' + "
-                f"({allowed}[namespaceObject.metadata.name]).join(', ') + '); the stack lists the teams of each "
-                "priority (gpucluster:priorities.workload[].teams)'",
+                message=f"a team's job names no {PRIORITY_LABEL}, or one this team may not name",
+                message_expression=f"'{PRIORITY_LABEL}: ' + " + _allowed_or_none(inputs, value),
             ),
         ),
     )
@@ -238,30 +259,43 @@ WORKLOADS = {
 
 
 def research_priority_by_team_on_workloads(inputs: GuardrailInputs) -> Policy | None:
-    """The same rule on a Workload sent straight to the API server: Kueue copies a job's priority into the
-    Workload it creates (held above), but one created by hand would reach the queue with any priority."""
+    """The same rule on the Workloads themselves, whoever creates them: Kueue copies a job's research priority into
+    the Workload it makes (held above), a Workload sent by hand could name any, and a Workload whose priority comes
+    from a pod PriorityClass (Kueue's fallback for a job that names no research priority) would outrank every team.
+    Its ``spec.priority`` is the value of the class it names (the stack's), so a hand-set number cannot either."""
     if not inputs.priorities_by_namespace:
         return None
     allowed = cel({ns: sorted(names) for ns, names in inputs.priorities_by_namespace.items()})
     ref = "object.spec.priorityClassRef"
     value = f"((has({ref}) && {ref}.kind == 'WorkloadPriorityClass') ? {ref}.name : '')"
+    source = f"(has({ref}) ? {ref}.kind + '/' + {ref}.name : '')"
+    values = cel(dict(inputs.workload_priority_values))
+    priority = "(has(object.spec.priority) ? object.spec.priority : 0)"
+    validations = [
+        Validation(
+            expression=f"{unchanged_on_update(source)} || "
+            f"(namespaceObject.metadata.name in {allowed} && {value} in {allowed}[namespaceObject.metadata.name])",
+            message="a team's Workload names no WorkloadPriorityClass, or one this team may not name",
+            message_expression="'WorkloadPriorityClass: ' + " + _allowed_or_none(inputs, value),
+        )
+    ]
+    if inputs.workload_priority_values:
+        validations.append(
+            Validation(
+                expression=f"{unchanged_on_update(priority)} || !({value} in {values}) || "
+                f"!has(object.spec.priority) || object.spec.priority == {values}[{value}]",
+                message="a team's Workload sets spec.priority to another value than its WorkloadPriorityClass has",
+                message_expression=f"'spec.priority ' + string({priority}) + ' is not the value of "
+                f"WorkloadPriorityClass ' + {value} + ' (' + string({values}[{value}]) + ')'",
+            )
+        )
     return Policy(
         name="research-priority-by-team-on-workloads",
-        summary="A team's Workloads name only the research priorities (WorkloadPriorityClass) the stack allows that "
-        "team.",
+        summary="A team's Workloads take their priority from a research priority (WorkloadPriorityClass) the stack "
+        "allows that team, at that class's value.",
         resource_rules=(WORKLOADS,),
         namespace_selector=is_in(list(inputs.priorities_by_namespace)),
-        validations=(
-            Validation(
-                expression=f"{value} == '' || {unchanged_on_update(value)} || "
-                f"(namespaceObject.metadata.name in {allowed} && {value} in {allowed}[namespaceObject.metadata.name])",
-                message="this team may not name that WorkloadPriorityClass",
-                message_expression=f"'WorkloadPriorityClass ' + {value} + ' is not one team ' + "
-                "namespaceObject.metadata.name + ' may name (' + "
-                f"({allowed}[namespaceObject.metadata.name]).join(', ') + '); the stack lists the teams of each "
-                "priority (gpucluster:priorities.workload[].teams)'",
-            ),
-        ),
+        validations=tuple(validations),
     )
 
 

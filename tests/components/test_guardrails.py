@@ -166,3 +166,16 @@ def test_a_priority_held_to_a_team_the_stack_lacks_is_refused() -> None:
     (issue,) = rules_module.workload_priority_teams_declared(sections)
     assert issue.path == "priorities.workload[0].teams[1]"
     assert "no team 'fundation'" in str(issue)
+
+
+def test_a_team_no_research_priority_allows_is_refused() -> None:
+    raw = read_stack_file(LOCAL)
+    sections, _ = parse_sections(raw)
+    assert list(rules_module.teams_have_a_research_priority(sections)) == []
+    team = raw["teams"][1]["name"]
+    for priority in raw["priorities"]["workload"]:
+        priority["teams"] = [t for t in (priority.get("teams") or [raw["teams"][0]["name"]]) if t != team]
+    sections, _ = parse_sections(raw)
+    (issue,) = rules_module.teams_have_a_research_priority(sections)
+    assert issue.path == "teams[1].name"
+    assert f"team {team!r} may name no research priority" in str(issue)

@@ -64,9 +64,11 @@ def install_crd(kubectl: Kubectl, path: Path, plural: str) -> None:
 INPUTS = GuardrailInputs(
     training_namespaces=(TEAM, OTHER_TEAM),
     priorities_by_namespace={TEAM: ("research-default", "research-urgent"), OTHER_TEAM: ("research-default",)},
+    workload_priority_values={"research-default": 100, "research-urgent": 1000},
     training_priority_class=TRAINING,
     exempt_namespaces=(TELEMETRY, "kube-system"),
     ipc_lock=True,
+    gpu_resources=("nvidia.com/gpu",),
     quarantine_user=QUARANTINE_USER,
     virtual_node=("system:serviceaccount:gpucluster-burst:gpucluster-virtual-node", "gpu-burst"),
     stall_detector_user=STALL_USER,
@@ -225,7 +227,7 @@ def test_every_pod_in_a_team_namespace_is_a_jobs(kubectl: Kubectl) -> None:
 def test_a_workload_sent_straight_names_only_its_teams_research_priorities(kubectl: Kubectl) -> None:
     install_crd(kubectl, WORKLOAD_CRD, "workloads.kueue.x-k8s.io")
 
-    def workload(namespace: str, kind: str, name: str) -> dict[str, Any]:
+    def workload(namespace: str, kind: str, name: str, priority: int = 1000) -> dict[str, Any]:
         group = "kueue.x-k8s.io" if kind == "WorkloadPriorityClass" else "scheduling.k8s.io"
         pod_template = {"spec": {"containers": [{"name": "t", "image": "registry.invalid/t:1"}]}}
         return {
@@ -235,7 +237,7 @@ def test_a_workload_sent_straight_names_only_its_teams_research_priorities(kubec
             "spec": {
                 "queueName": "training",
                 "priorityClassRef": {"group": group, "kind": kind, "name": name},
-                "priority": 1000,
+                "priority": priority,
                 "podSets": [{"name": "main", "count": 1, "template": pod_template}],
             },
         }
@@ -246,8 +248,21 @@ def test_a_workload_sent_straight_names_only_its_teams_research_priorities(kubec
         workload(OTHER_TEAM, "WorkloadPriorityClass", "research-urgent"),
         "research-urgent is not one team team-b may name (research-default)",
     )
-    # the pod PriorityClass Kueue copies from a job's pods is the pod rules' to hold
-    assert kubectl.refusal(workload(OTHER_TEAM, "PriorityClass", TRAINING)) is None
+    # Kueue's fallback for a job that names no research priority: its pods' PriorityClass, above every team's
+    refused(
+        kubectl,
+        workload(OTHER_TEAM, "PriorityClass", TRAINING, priority=1000),
+        "no research priority named",
+        f"its pods' PriorityClass ({TRAINING})",
+        "(research-default)",
+    )
+    # a hand-set number above the class it names
+    refused(
+        kubectl,
+        workload(TEAM, "WorkloadPriorityClass", "research-urgent", priority=100_000),
+        "spec.priority 100000 is not the value of WorkloadPriorityClass research-urgent (1000)",
+    )
+    assert kubectl.refusal(workload(OTHER_TEAM, "WorkloadPriorityClass", "research-default", priority=100)) is None
 
 
 def test_the_training_priority_is_only_for_a_jobs_pods_in_a_team_namespace(kubectl: Kubectl) -> None:
@@ -260,8 +275,10 @@ def test_the_training_priority_is_only_for_a_jobs_pods_in_a_team_namespace(kubec
 
 
 def test_the_training_priority_is_only_for_queued_jobs(kubectl: Kubectl) -> None:
-    queued = {"kueue.x-k8s.io/queue-name": "training"}
-    refused(kubectl, job(TEAM), "kueue.x-k8s.io/queue-name")
+    queued = {"kueue.x-k8s.io/queue-name": "training", "kueue.x-k8s.io/priority-class": "research-default"}
+    refused(
+        kubectl, job(TEAM, labels={"kueue.x-k8s.io/priority-class": "research-default"}), "kueue.x-k8s.io/queue-name"
+    )
     assert kubectl.refusal(job(SERVING, labels=queued)) is not None
     assert kubectl.refusal(job(TEAM, labels=queued)) is None
     assert kubectl.refusal(job(SERVING, priority=None)) is None
@@ -280,6 +297,27 @@ def test_research_priorities_are_the_teams_own(kubectl: Kubectl) -> None:
     )
     assert kubectl.refusal(labelled(TEAM, "research-urgent")) is None
     assert kubectl.refusal(labelled(OTHER_TEAM, "research-default")) is None
+
+
+def test_a_teams_job_that_names_no_research_priority_is_refused(kubectl: Kubectl) -> None:
+    """Left off, Kueue would rank the job by its pods' PriorityClass: the training one, above every team's."""
+    unnamed = job(TEAM, labels={"kueue.x-k8s.io/queue-name": "training"})
+    refused(
+        kubectl,
+        unnamed,
+        "kueue.x-k8s.io/priority-class: no research priority named",
+        f"its pods' PriorityClass ({TRAINING})",
+        "name one team team-a may name (research-default, research-urgent)",
+    )
+    # A JobSet's own Job carries no label of its own: Kueue manages the JobSet, whose label the rule holds.
+    jobsets = job(TEAM, labels={})
+    jobsets["metadata"]["ownerReferences"] = [
+        {"apiVersion": JOBSET_API, "kind": "JobSet", "name": "llm", "uid": "00000000-0000-0000-0000-000000000002"}
+        | {"controller": True}
+    ]
+    assert kubectl.refusal(jobsets) is None
+    # Outside the team namespaces there is no research priority to name.
+    assert kubectl.refusal(job(SERVING, priority=None)) is None
 
 
 def test_training_pods_hold_baseline_but_may_lock_memory_for_rdma(kubectl: Kubectl) -> None:
@@ -323,6 +361,8 @@ def test_the_quarantine_controller_changes_a_node_only_by_its_own_marks(kubectl:
             "annotations": {QUARANTINE_RELEASED: "2026-12-01T00:00:00Z"},
         },
         "spec": {"taints": [{"key": "gpucluster.io/reservation", "value": "llm", "effect": "NoSchedule"}]},
+        # a Node may be created with its status (a kubelet registers so)
+        "status": {"capacity": {"cpu": "96", "nvidia.com/gpu": "8"}},
     }
     proc = kubectl("create", "-o", "json", "-f", "-", doc=node)
     assert proc.returncode == 0, proc.stderr
@@ -363,6 +403,21 @@ def test_the_quarantine_controller_changes_a_node_only_by_its_own_marks(kubectl:
         assert "gpucluster-quarantine-writes-only-its-marks" in said, (what, said)
     # the rule is the controller's alone: the admin (and node_admission) may still cordon
     assert patched(hostile["a cordon"][0], user=None) is None
+
+    # a node without GPUs (the control plane, a system node) is never the quarantine controller's to evict
+    system = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": "control-plane-1", "labels": {"node-role.kubernetes.io/control-plane": ""}},
+        "status": {"capacity": {"cpu": "16"}},
+    }
+    proc = kubectl("create", "-o", "json", "-f", "-", doc=system)
+    assert proc.returncode == 0, proc.stderr
+    ops = quarantine_ops(node_from(json.loads(proc.stdout)), "gpu-temperature", "stolen token", 1_800_000_000.0)
+    args = ["patch", "node", "control-plane-1", "--type=json", "-p", json.dumps(ops), "--dry-run=server"]
+    said = kubectl(*args, "--as", QUARANTINE_USER).stderr
+    assert "gpucluster-quarantine-writes-only-its-marks" in said, said
+    assert "Node control-plane-1 has none: it is no GPU node" in said, said
 
 
 # --- what a team's group may do, with RBAC on --------------------------------------------------------------------
@@ -434,6 +489,13 @@ def test_a_team_submits_and_reads_its_own_jobs_and_nothing_else(rbac_kubectl: Ku
 
 
 VIRTUAL_NODE_USER = "system:serviceaccount:gpucluster-burst:gpucluster-virtual-node"
+DANGLING_OWNER = {
+    "metadata": {
+        "ownerReferences": [
+            {"apiVersion": "v1", "kind": "ConfigMap", "name": "gone", "uid": "00000000-0000-0000-0000-00000000dead"}
+        ]
+    }
+}
 
 
 def test_the_daemons_that_annotate_jobsets_change_only_their_own_annotation(kubectl: Kubectl) -> None:
@@ -444,9 +506,16 @@ def test_the_daemons_that_annotate_jobsets_change_only_their_own_annotation(kube
     jobset = {
         "apiVersion": JOBSET_API,
         "kind": "JobSet",
-        "metadata": {"name": "llm", "namespace": TEAM, "labels": {"kueue.x-k8s.io/queue-name": "training"}},
+        "metadata": {
+            "name": "llm",
+            "namespace": TEAM,
+            "labels": {"kueue.x-k8s.io/queue-name": "training", "kueue.x-k8s.io/priority-class": "research-default"},
+        },
         "spec": {"suspend": True, "replicatedJobs": [{"name": "node", "replicas": 1, "template": template}]},
     }
+    unnamed = copy.deepcopy(jobset)
+    del unnamed["metadata"]["labels"]["kueue.x-k8s.io/priority-class"]
+    refused(kubectl, unnamed, "no research priority named")
     proc = kubectl("create", "-f", "-", doc=jobset)
     assert proc.returncode == 0, proc.stderr
 
@@ -465,6 +534,9 @@ def test_the_daemons_that_annotate_jobsets_change_only_their_own_annotation(kube
         (STALL_USER, "stall-detector-writes-only-its-restart-record", {"spec": {"suspend": False}}),
         (INTERRUPTIONS_USER, "interruptions-writes-only-its-ledger", annotation(STALL_RESTART_ANNOTATION)),
         (INTERRUPTIONS_USER, "interruptions-writes-only-its-ledger", {"metadata": {"labels": {"x": "y"}}}),
+        # a dangling owner: the garbage collector would delete the job; a finalizer: it could never be deleted
+        (STALL_USER, "stall-detector-writes-only-its-restart-record", DANGLING_OWNER),
+        (INTERRUPTIONS_USER, "interruptions-writes-only-its-ledger", {"metadata": {"finalizers": ["example.com/x"]}}),
     ]:
         said = patched_as(user, body)
         assert said is not None, (user, body)

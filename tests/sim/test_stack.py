@@ -428,6 +428,17 @@ def test_descheduler_refuses_a_broken_policy(local_stack: LocalStack, tmp_path: 
 # --- the guardrails ----------------------------------------------------------------------------------------------
 
 
+PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
+#: An owner that does not exist: the garbage collector deletes what names it.
+DANGLING_OWNER = {
+    "metadata": {
+        "ownerReferences": [
+            {"apiVersion": "v1", "kind": "ConfigMap", "name": "gone", "uid": "00000000-0000-0000-0000-00000000dead"}
+        ]
+    }
+}
+
+
 def _refusal(stack: LocalStack, doc: dict[str, Any]) -> str | None:
     """What the API server says to ``doc`` sent as its admin (every admission step runs; nothing is stored)."""
     proc = stack.run(
@@ -449,6 +460,7 @@ def test_hostile_objects_sent_as_the_admin_are_refused_or_never_run(local_stack:
     training = CFG.priorities.pod.training.name
     urgent = next(p for p in CFG.priorities.workload if p.teams is not None)
     shut_out = next(t for t in CFG.teams if not urgent.allows(t.name))
+    default = next(p for p in CFG.priorities.workload if p.teams is None)
     hostile = {
         "privileged, hostPath /": (
             _pod(
@@ -461,8 +473,13 @@ def test_hostile_objects_sent_as_the_admin_are_refused_or_never_run(local_stack:
         "the training priority outside Kueue": (_pod(infer, priorityClassName=training), "preempts inference"),
         "a bare pod in a team namespace": (_pod(team), "no Job owns"),
         "a Job with the training priority and no queue": (
-            gpu_job("bypass", team, parallelism=1, gpus=8) | {"metadata": {"name": "bypass", "namespace": team}},
+            gpu_job("bypass", team, parallelism=1, gpus=8)
+            | {"metadata": {"name": "bypass", "namespace": team, "labels": {PRIORITY_LABEL: default.name}}},
             "kueue.x-k8s.io/queue-name",
+        ),
+        "a team's job that names no research priority (Kueue would rank it by the training PriorityClass)": (
+            gpu_job("unranked", team, parallelism=1, gpus=8, workload_priority=None),
+            f"{PRIORITY_LABEL}: no research priority named",
         ),
         "another team's research priority": (
             gpu_job("urgent", shut_out.namespace, parallelism=1, gpus=8, workload_priority=urgent.name),
@@ -522,6 +539,22 @@ def test_hostile_objects_sent_as_the_admin_are_refused_or_never_run(local_stack:
             inputs.make_before_break.user,
             ["apply", "--server-side", "--force-conflicts", f"--field-manager={MBB_FIELD_MANAGER}", "-f", "-"],
             scale_to_zero,
+            "gpucluster-make-before-break-moves-only-by-annotations",
+        ),
+        "the quota controller gives a queue a dangling owner (the garbage collector would delete it)": (
+            inputs.quota_user,
+            ["patch", "clusterqueue", queue, "--type=merge", "-p", json.dumps(DANGLING_OWNER)],
+            None,
+            "gpucluster-quota-controller-writes-only-quotas",
+        ),
+        "make-before-break gives a serving Deployment a finalizer (it could never be deleted)": (
+            inputs.make_before_break.user,
+            ["apply", "--server-side", "--force-conflicts", f"--field-manager={MBB_FIELD_MANAGER}", "-f", "-"],
+            {
+                "apiVersion": "apps/v1",
+                "kind": "Deployment",
+                "metadata": {"name": deployment, "namespace": infer, "finalizers": ["example.com/forever"]},
+            },
             "gpucluster-make-before-break-moves-only-by-annotations",
         ),
         "the virtual node registers a second Node": (

@@ -236,7 +236,7 @@ def gpu_job(
     parallelism: int,
     gpus: int,
     queue: str = "training",
-    workload_priority: str | None = None,
+    workload_priority: str | None = "research-default",
     pod_priority: str | None = "gpucluster-training",
     run_for: str = "1h",
     tolerate_reservations: str | None = RESERVATION_KEY,
@@ -246,7 +246,8 @@ def gpu_job(
     Like the JobSets ``gpucluster submit`` makes for a flavor placed by topology, its pods tolerate any
     make-before-break reservation (``tolerate_reservations``, the taint key): Kueue's topology-aware scheduling
     counts a node's untolerated taints against the pod set, so without it a gang cannot be assigned the nodes
-    reserved for the gang it preempts."""
+    reserved for the gang it preempts. It names the local stack's research priority every team may name
+    (``workload_priority``): the API server refuses a team's job that names none."""
     labels = {"kueue.x-k8s.io/queue-name": queue}
     if workload_priority:
         labels["kueue.x-k8s.io/priority-class"] = workload_priority
