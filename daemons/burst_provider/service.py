@@ -15,15 +15,15 @@ or a replica not ready for ``notReadyTimeout``, fails the pod like a dead instan
 from __future__ import annotations
 
 import functools
-import ipaddress
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
 from components.burst_settings import BurstSettings
+from daemons.burst_provider import addresses
 from daemons.burst_provider.metrics import Metrics
 from daemons.burst_provider.pods import (
     PodTranslationError,
@@ -77,22 +77,6 @@ def spawn_thread(target: Callable[[], None], name: str) -> None:
     threading.Thread(target=target, name=name, daemon=True).start()
 
 
-def address_allowed(address: str, ranges: Sequence[str]) -> bool:
-    """Whether a provider's address for a replica may receive traffic: inside ``ranges`` (CIDRs), or, with none
-    configured, a public address. A hostname passes (it is not an address this service can judge)."""
-    try:
-        ip = ipaddress.ip_address(address)
-    except ValueError:
-        return True
-    if not ranges:
-        return ip.is_global
-    return any(ip in ipaddress.ip_network(r) for r in ranges)
-
-
-def _ranges_text(ranges: Sequence[str]) -> str:
-    return f"in addressRanges ({', '.join(ranges)})" if ranges else "a public address (addressRanges is empty)"
-
-
 #: Records a Kubernetes Event about a record's pod: (record, type, reason, message).
 EventSink = Callable[[PodRecord, str, str, str], None]
 
@@ -112,6 +96,7 @@ class BurstService:
         metrics: Metrics | None = None,
         tracker: FailureTracker | None = None,
         prober: ProbeRunner = run_probe,
+        address_resolver: addresses.Resolver = addresses.system_resolver,
     ) -> None:
         self.settings = settings
         self.node = settings.virtual_node.node_name
@@ -124,6 +109,8 @@ class BurstService:
         self.metrics = metrics or Metrics()
         self.tracker = tracker or FailureTracker(settings.virtual_node.failure_window_seconds, clock)
         self.prober = prober
+        #: Resolves a host name a provider reports (``addresses.check``); the system's resolver by default.
+        self.address_resolver = address_resolver
         self.on_change: Callable[[], None] = lambda: None
         self.on_event: EventSink = lambda *_: None
         self._accounted: dict[str, float] = {}  # uid -> until when its rented GPUs are in the spend metrics
@@ -513,6 +500,12 @@ class BurstService:
     def observe(self, uid: str, inst: Instance | None) -> None:
         """Apply what the provider reports about the pod's instance (None: it no longer knows it)."""
         cleanup = False
+        verdict = addresses.Verdict()
+        if inst is not None and inst.address:  # judged before the lock: a host name is resolved
+            with self._lock:
+                known = self._records.get(uid)
+                provider = known.provider if known is not None else ""
+            verdict = addresses.check(inst.address, self._address_ranges(provider), self.address_resolver)
         with self._lock:
             rec = self._records.get(uid)
             if rec is None or rec.deleting or rec.phase in TERMINAL:
@@ -522,19 +515,24 @@ class BurstService:
                 self.tracker.record_failure(rec.provider)
                 self._fail(rec, VANISHED, f"instance {rec.instance_id} is gone from {rec.provider}", KILLED_EXIT_CODE)
                 return
-            ranges = self._address_ranges(rec.provider)
-            if inst.address and not address_allowed(inst.address, ranges):
+            shown = inst.address[: addresses.SHOWN]
+            if verdict.refusal:
                 self.tracker.record_failure(rec.provider)
                 self._fail(
                     rec,
                     ADDRESS_REFUSED,
-                    f"instance {rec.instance_id} on {rec.provider} reports the address {inst.address[:64]!r}, which "
-                    f"is not {_ranges_text(ranges)}: no traffic or probe is sent there",
+                    f"instance {rec.instance_id} on {rec.provider} reports the address {shown!r}, "
+                    f"{verdict.refusal}: no traffic or probe is sent there",
                     KILLED_EXIT_CODE,
                 )
                 cleanup = True
-            if inst.address and not cleanup:
-                rec.address = inst.address
+            elif verdict.unknown:
+                log.warning(
+                    "instance address not judged",
+                    extra={"pod": rec.key, "provider": rec.provider, "address": shown, "why": verdict.unknown},
+                )
+            if verdict.address and not cleanup:
+                rec.address = verdict.address
             if inst.ports:
                 rec.ports = inst.ports
             if cleanup:

@@ -25,13 +25,24 @@ def service(name: str, selector: dict[str, str], target: Any = "http", ns: str =
     }
 
 
+#: What the test resolver answers for a host name a provider reports (no DNS is asked).
+RESOLVED = {"abc-8080.proxy.example.net": ["203.0.113.9"]}
+
+
 def running(
     source: FakeSource, *pods: dict[str, Any], address: str = ""
 ) -> tuple[BurstService, EndpointManager, MemoryProvider]:
     p = MemoryProvider("fake-a")
     settings = make_settings(provider_entry("fake-a"))
     spawn = QueuedSpawn()
-    svc = BurstService(settings, {"fake-a": p}, source, clock=ManualClock(), spawn=spawn)
+    svc = BurstService(
+        settings,
+        {"fake-a": p},
+        source,
+        clock=ManualClock(),
+        spawn=spawn,
+        address_resolver=lambda host: RESOLVED[host],
+    )
     for pod in pods:
         source.pods.append(pod)
         svc.create_pod(pod)
@@ -86,13 +97,16 @@ def test_endpoint_removed_when_the_pod_stops_running() -> None:
     assert source.slices == {}
 
 
-def test_hostname_address_gives_an_fqdn_slice_and_numeric_target_port() -> None:
+def test_a_host_name_is_resolved_and_its_checked_address_is_the_endpoint() -> None:
+    """kube-proxy routes no FQDN EndpointSlice, and a name could be rebound after the check: the slice holds the
+    address the name resolved to, the one that was judged."""
     source = FakeSource()
     source.svcs["inference"] = [service("web", {"app": "web"}, target=8080)]
     svc, em, _ = running(source, make_pod(), address="abc-8080.proxy.example.net")
     em.sync(svc.records(), source.pods)
     (es,) = source.slices.values()
-    assert es["addressType"] == "FQDN"
+    assert es["addressType"] == "IPv4"
+    assert es["endpoints"][0]["addresses"] == ["203.0.113.9"]
     assert es["ports"][0]["port"] == 8080
 
 
