@@ -428,7 +428,7 @@ class Controller:
         return changed, version
 
     def _export_offenders(self, named: Mapping[str, list[memory.Offence]], now: float, result: CycleResult) -> None:
-        offenders = repeat_offenders(memory.times(named), now, self.suspect_policy)
+        offenders = repeat_offenders(memory.namings(named), now, self.suspect_policy)
         self.metrics.repeat_offender.clear()
         for node in offenders:
             reasons = sorted({r for o in named[node] for r in o.reasons})

@@ -12,6 +12,8 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from daemons.stall_detector.suspects import Naming
+
 #: Most offences remembered per node, and most nodes: the ConfigMap stays far below its 1 MiB.
 MAX_PER_NODE = 32
 MAX_NODES = 4096
@@ -66,5 +68,6 @@ def add(
     return {n: r for n, r in out.items() if r}
 
 
-def times(named: Mapping[str, list[Offence]]) -> dict[str, list[float]]:
-    return {n: [o.at for o in rows] for n, rows in named.items()}
+def namings(named: Mapping[str, list[Offence]]) -> dict[str, list[Naming]]:
+    """Each node's offences as the repeat rule counts them (the team is the attempt's namespace)."""
+    return {n: [Naming(o.at, o.attempt.split("/", 1)[0], o.reasons) for o in rows] for n, rows in named.items()}

@@ -19,6 +19,12 @@ A node is *suspect* when its own evidence stands out (reasons in this order):
 A node named in at least ``repeatCount`` judgements within ``repeatWindow`` (across restarts of the gang) is a
 *repeat offender*: handed to quarantine with its reasons, so the gang restarts without it. Named once, it is only
 named (an Event): one bad minute is not a bad node.
+
+``straggler`` alone is evidence a job's own code can produce: a team that idles one rank on purpose would have the
+node named at every restart, and its quarantine would evict every other team's pods there. So namings whose only
+reason is ``straggler`` count once per team (the job's namespace) toward ``repeatCount``; a naming with hardware
+evidence (an XID, link or transport errors, throttling) counts each time. A node that only straggles in one team's
+jobs is named (Events, the suspect metric) and left to an operator.
 """
 
 from __future__ import annotations
@@ -28,6 +34,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 REASONS = ("xid", "link-errors", "transport-errors", "throttled", "straggler")
+#: Reasons that a job's own code can produce (its ranks' tensor activity): alone, they count once per team.
+STEERABLE = frozenset({"straggler"})
 #: A node is ``throttled`` when one of its GPUs was slowed for heat or power at least this share of the window: a
 #: GPU that throttles now and then under a hot load is normal; one held back half the time drags the whole gang.
 THROTTLED_SHARE = 0.5
@@ -87,12 +95,25 @@ def suspects(evidence: Sequence[NodeEvidence], policy: SuspectPolicy) -> dict[st
     return out
 
 
-def repeat_offenders(named_at: Mapping[str, Sequence[float]], now: float, policy: SuspectPolicy) -> tuple[str, ...]:
-    """The nodes named at least ``repeat_count`` times within ``repeat_window_s`` before ``now``, by name."""
+@dataclass(frozen=True)
+class Naming:
+    """One time a node was named: when, by the job of which team (its namespace), and why."""
+
+    at: float
+    team: str
+    reasons: tuple[str, ...]
+
+
+def offences(namings: Sequence[Naming], now: float, policy: SuspectPolicy) -> int:
+    """How many of ``namings`` within the window count toward ``repeat_count``: each with hardware evidence, and
+    one per team among those whose reasons are all ``STEERABLE``."""
+    recent = [n for n in namings if 0 <= now - n.at < policy.repeat_window_s]
+    evidenced = sum(1 for n in recent if not set(n.reasons) <= STEERABLE)
+    return evidenced + len({n.team for n in recent if set(n.reasons) <= STEERABLE})
+
+
+def repeat_offenders(named: Mapping[str, Sequence[Naming]], now: float, policy: SuspectPolicy) -> tuple[str, ...]:
+    """The nodes with at least ``repeat_count`` offences (:func:`offences`) within the window before ``now``."""
     return tuple(
-        sorted(
-            node
-            for node, times in named_at.items()
-            if sum(1 for t in times if 0 <= now - t < policy.repeat_window_s) >= policy.repeat_count
-        )
+        sorted(node for node, namings in named.items() if offences(namings, now, policy) >= policy.repeat_count)
     )

@@ -279,25 +279,46 @@ def test_a_hardware_xid_or_a_gpu_throttled_half_the_window_names_its_node_and_le
     assert gang.suspects == {"n0": ("xid",), "n1": ("throttled",)}
 
 
-def test_a_node_named_in_three_attempts_is_a_repeat_offender_and_one_named_twice_is_not() -> None:
-    rig = Rig(repeatCount=3)
-    for attempt in range(3):
+def _straggle_three_times(rig: Rig, teams: list[str], *, transport: float = 0.0) -> tuple[str, ...]:
+    """Three attempts, one after the other, each a gang of ``teams[attempt]`` whose node n2 straggles (``transport``:
+    its InfiniBand transport errors too); the repeat offenders after each."""
+    offenders: tuple[str, ...] = ()
+    for attempt, team in enumerate(teams):
         rig.api.jobsets.clear()
         rig.api.pods.clear()
         pods = [f"llm-node-0-{i}-a{attempt}" for i in range(3)]
-        rig.api.add_gang(NS, "llm", ["n0", "n1", "n2"], started=rig.now - RUNNING_FOR, attempt=attempt)
+        rig.api.add_gang(team, "llm", ["n0", "n1", "n2"], started=rig.now - RUNNING_FOR, attempt=attempt)
         rig.prom.tensor.clear()
-        rig.prom.gang(NS, pods, 0.45)
-        rig.prom.gang(NS, [pods[2]], 0.2)
+        rig.prom.transport.clear()
+        rig.prom.gang(team, pods, 0.45)
+        rig.prom.gang(team, [pods[2]], 0.2)
+        rig.prom.transport["n2"] = transport
         for n in ("n0", "n1", "n2"):
             rig.prom.fabric[n] = 9e9
         result = rig.fresh().cycle()  # a new replica each time: the memory is in the ConfigMap
+        assert "n2" in result.gangs[0].suspects, result.gangs[0]
         offenders = result.repeat_offenders
         rig.now += 600
-        if attempt < 2:
+        if attempt < len(teams) - 1:
             assert offenders == ()
-    assert offenders == ("n2",)
+    return offenders
+
+
+def test_a_node_that_straggles_for_three_teams_is_a_repeat_offender_and_for_two_it_is_not() -> None:
+    teams = [NS, "team-b", "team-c"]
+    rig = Rig(repeatCount=3, workloadNamespaces=teams)
+    assert _straggle_three_times(rig, teams) == ("n2",)
     assert rig.metric("gpucluster_stall_detector_repeat_offender", node="n2", reasons="straggler") == 1
+
+
+def test_one_team_idling_a_rank_cannot_get_a_node_quarantined() -> None:
+    """Straggling is evidence a job's own code produces: one team's three restarts count once. With hardware
+    evidence (transport errors) beside it, each naming counts."""
+    rig = Rig(repeatCount=3)
+    assert _straggle_three_times(rig, [NS, NS, NS]) == ()
+    assert rig.metric("gpucluster_stall_detector_repeat_offender", node="n2", reasons="straggler") is None
+    rig = Rig(repeatCount=3)
+    assert _straggle_three_times(rig, [NS, NS, NS], transport=40.0) == ("n2",)
 
 
 def test_the_suspects_memory_unreadable_names_no_one_but_still_restarts() -> None:

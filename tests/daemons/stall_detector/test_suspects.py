@@ -8,7 +8,14 @@ from typing import Any
 
 import pytest
 
-from daemons.stall_detector.suspects import NodeEvidence, SuspectPolicy, repeat_offenders, suspects
+from daemons.stall_detector.suspects import (
+    Naming,
+    NodeEvidence,
+    SuspectPolicy,
+    offences,
+    repeat_offenders,
+    suspects,
+)
 
 POLICY = SuspectPolicy()
 
@@ -66,13 +73,30 @@ def test_the_reasons_come_in_their_order() -> None:
 def test_a_node_is_handed_on_after_three_namings_within_the_window_and_not_before() -> None:
     now = 1_800_000_000.0
     day = POLICY.repeat_window_s
+    xid = ("xid",)
+
+    def by(*ats: float) -> list[Naming]:
+        return [Naming(at, "team-a", xid) for at in ats]
+
     named = {
-        "n0": [now - 60, now - 3600, now - day + 1],  # three within a day: out
-        "n1": [now - 60, now - 3600],  # twice: only named
-        "n2": [now - 60, now - 3600, now - day],  # the oldest just outside the window
+        "n0": by(now - 60, now - 3600, now - day + 1),  # three within a day: out
+        "n1": by(now - 60, now - 3600),  # twice: only named
+        "n2": by(now - 60, now - 3600, now - day),  # the oldest just outside the window
     }
     assert repeat_offenders(named, now, POLICY) == ("n0",)
     assert repeat_offenders(named, now, replace(POLICY, repeat_count=2)) == ("n0", "n1", "n2")
+
+
+def test_straggling_alone_counts_once_per_team_and_hardware_evidence_each_time() -> None:
+    now = 1_800_000_000.0
+    straggler = ("straggler",)
+    one_team = [Naming(now - 60 * i, "team-a", straggler) for i in range(5)]
+    assert offences(one_team, now, POLICY) == 1
+    three_teams = [Naming(now - 60 * i, f"team-{i}", straggler) for i in range(3)]
+    assert offences(three_teams, now, POLICY) == 3
+    with_evidence = [Naming(now - 60 * i, "team-a", ("transport-errors", "straggler")) for i in range(3)]
+    assert offences(with_evidence, now, POLICY) == 3
+    assert repeat_offenders({"n0": one_team, "n1": three_teams, "n2": with_evidence}, now, POLICY) == ("n1", "n2")
 
 
 @pytest.mark.parametrize(
