@@ -6,8 +6,9 @@ its ``Deny`` binding. ``components/guardrails.py`` applies them; the tests apply
 kube-apiserver and send it what each rule refuses and what it lets through.
 
 One concern per module: ``model`` (the inputs, a rule as data, CEL helpers, rendering), ``workloads`` (what a
-workload may be, whoever sends it), ``controllers`` (the fields each controller of ours may write), ``teams`` (a
-team's Role). The list of rules is here, in one place.
+workload may be, whoever sends it), ``placement`` (what a team's pod may mount and where it may run),
+``controllers`` (the fields each controller of ours may write), ``teams`` (a team's Role).
+The list of rules is here, in one place.
 """
 
 from __future__ import annotations
@@ -27,6 +28,11 @@ from components.guardrails_policies.controllers import (
     virtual_node_registers_only_its_node,
 )
 from components.guardrails_policies.model import GuardrailInputs, MakeBeforeBreakMarks, Policy, Validation, manifests
+from components.guardrails_policies.placement import (
+    team_jobs_aim_at_no_node,
+    team_pods_mount_only_claims,
+    team_pods_name_no_node,
+)
 from components.guardrails_policies.teams import reliability_reader, team_role
 from components.guardrails_policies.workloads import (
     confinement_stays_on,
@@ -62,6 +68,9 @@ RULES: list[Callable[[GuardrailInputs], Policy | None]] = [
     research_priority_by_team,
     research_priority_by_team_on_workloads,
     training_pods_stay_baseline,
+    team_pods_mount_only_claims,
+    team_pods_name_no_node,
+    team_jobs_aim_at_no_node,
     quarantine_writes_only_its_marks,
     quota_controller_writes_only_quotas,
     interruptions_writes_only_its_ledger,

@@ -26,7 +26,14 @@ from components.constants import (
 )
 from components.constants import RELEASED_AT_ANNOTATION as QUARANTINE_RELEASED
 from components.controller import metrics_ingress
-from components.guardrails_policies import GuardrailInputs, manifests, policies, reliability_reader, team_role
+from components.guardrails_policies import (
+    GuardrailInputs,
+    MakeBeforeBreakMarks,
+    manifests,
+    policies,
+    reliability_reader,
+    team_role,
+)
 from components.guardrails_settings import GuardrailsSettings
 from components.jobset_settings import JOBSET_API
 from daemons.quarantine.kube import node_from, quarantine_ops
@@ -47,6 +54,7 @@ TRAINING = "gpucluster-training"
 QUARANTINE_USER = f"system:serviceaccount:{CONTROLLERS}:gpucluster-quarantine"
 STALL_USER = "system:serviceaccount:gpucluster-training:gpucluster-stall-detector"
 INTERRUPTIONS_USER = "system:serviceaccount:gpucluster-training:gpucluster-interruptions"
+RESERVATION_KEY = "gpucluster.io/reservation"
 MODULES = Path.home() / "go/pkg/mod/sigs.k8s.io"
 JOBSET_CRD = MODULES / "jobset@v0.11.1/config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml"
 WORKLOAD_CRD = MODULES / "kueue@v0.17.0/config/components/crd/bases/kueue.x-k8s.io_workloads.yaml"
@@ -73,6 +81,14 @@ INPUTS = GuardrailInputs(
     virtual_node=("system:serviceaccount:gpucluster-burst:gpucluster-virtual-node", "gpu-burst"),
     stall_detector_user=STALL_USER,
     interruptions_user=INTERRUPTIONS_USER,
+    make_before_break=MakeBeforeBreakMarks(
+        user="system:serviceaccount:gpucluster-burst:gpucluster-make-before-break",
+        reservation_key=RESERVATION_KEY,
+        check_name="gpucluster-make-before-break",
+        deployment_annotations=("gpucluster.io/flip",),
+        template_annotations=("gpucluster.io/placement",),
+        pod_annotation="controller.kubernetes.io/pod-deletion-cost",
+    ),
 )
 SETTINGS = GuardrailsSettings()
 ROLES = {
@@ -347,6 +363,60 @@ def test_pod_security_levels_follow_the_namespace_role(kubectl: Kubectl) -> None
     assert kubectl.refusal(pod(TELEMETRY, **copy.deepcopy(hostpath))) is None
 
 
+def test_a_team_pod_mounts_only_its_claims(kubectl: Kubectl) -> None:
+    claim = {"name": "ckpt", "persistentVolumeClaim": {"claimName": "checkpoints"}}
+    scratch = {"name": "shm", "emptyDir": {"medium": "Memory"}}
+    assert kubectl.refusal(pod(TEAM, volumes=[claim, scratch])) is None
+    hostile = {
+        "nfs": {"name": "other-team", "nfs": {"server": "fs.example.internal", "path": "/teams/vision"}},
+        "csi": {"name": "inline", "csi": {"driver": "lustre.csi.example.com", "volumeAttributes": {"path": "/"}}},
+        "iscsi": {
+            "name": "block",
+            "iscsi": {"targetPortal": "10.0.0.9:3260", "iqn": "iqn.2001-04.com.example:storage", "lun": 0},
+        },
+    }
+    for what, volume in hostile.items():
+        said = refused(kubectl, pod(TEAM, volumes=[claim, volume]), "gpucluster-team-pods-mount-only-claims")
+        assert f"volume {volume['name']} names storage by address" in said, (what, said)
+    assert kubectl.refusal(pod(SERVING, volumes=[hostile["nfs"]])) is None  # the rule is the team namespaces'
+
+
+RESERVED = {"matchExpressions": [{"key": RESERVATION_KEY, "operator": "In", "values": ["team-b-llm"]}]}
+#: Pod specs that aim at nodes make-before-break holds for another gang.
+AIMED_AT_RESERVED: list[dict[str, Any]] = [
+    {"nodeSelector": {RESERVATION_KEY: "team-b-llm"}},
+    {
+        "affinity": {
+            "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [RESERVED]}}
+        }
+    },
+    {
+        "affinity": {
+            "nodeAffinity": {
+                "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 100, "preference": RESERVED}]
+            }
+        }
+    },
+]
+
+
+def test_a_team_pod_goes_through_the_scheduler_and_its_jobs_aim_at_no_reserved_node(kubectl: Kubectl) -> None:
+    refused(kubectl, pod(TEAM, nodeName="gpu-node-3"), "gpucluster-team-pods-name-no-node", "spec.nodeName")
+    assert kubectl.refusal(pod(SERVING, nodeName="gpu-node-3")) is None
+    queued = {"kueue.x-k8s.io/queue-name": "training", "kueue.x-k8s.io/priority-class": "research-default"}
+    for spec in [{"nodeName": "gpu-node-3"}, *AIMED_AT_RESERVED]:
+        hostile = job(TEAM, labels=queued)
+        hostile["spec"]["template"]["spec"].update(copy.deepcopy(spec))
+        refused(kubectl, hostile, "gpucluster-team-jobs-aim-at-no-node")
+    # What gpucluster submit's jobs carry: the reservation tolerated, not selected. The gang's own pods do select
+    # its reservation (make-before-break's pod set update, through Kueue), so pods are not held to it.
+    toleration = {"key": RESERVATION_KEY, "operator": "Exists", "effect": "NoSchedule"}
+    submitted = job(TEAM, labels=queued)
+    submitted["spec"]["template"]["spec"]["tolerations"] = [toleration]
+    assert kubectl.refusal(submitted) is None
+    assert kubectl.refusal(pod(TEAM, **copy.deepcopy(AIMED_AT_RESERVED[0]), tolerations=[toleration])) is None
+
+
 # --- what a controller of ours may write --------------------------------------------------------------------------
 
 
@@ -516,6 +586,9 @@ def test_the_daemons_that_annotate_jobsets_change_only_their_own_annotation(kube
     unnamed = copy.deepcopy(jobset)
     del unnamed["metadata"]["labels"]["kueue.x-k8s.io/priority-class"]
     refused(kubectl, unnamed, "no research priority named")
+    aimed = copy.deepcopy(jobset)
+    aimed["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"].update(AIMED_AT_RESERVED[0])
+    refused(kubectl, aimed, "gpucluster-team-jobs-aim-at-no-node", f"select nodes by {RESERVATION_KEY}")
     proc = kubectl("create", "-f", "-", doc=jobset)
     assert proc.returncode == 0, proc.stderr
 

@@ -1,0 +1,118 @@
+"""What a team's pod may mount and where it may run: its own claims, through the scheduler, never aimed at another
+gang's reserved nodes.
+
+Pod Security baseline allows inline ``nfs`` and ``csi`` volumes: a team pod could mount the shared filesystem's
+server at another team's path. A pod created with ``spec.nodeName`` skips the scheduler (and with it every
+placement and quota decision). A pod that selects the make-before-break reservation label picks nodes held for
+another gang. Checked on the pods themselves at creation, whoever creates them (the Job controller from a team's
+JobSet, an admin).
+"""
+
+from __future__ import annotations
+
+from components.guardrails_policies.model import JOBSETS, GuardrailInputs, Policy, Validation, cel, is_in
+
+PODS = {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "operations": ["CREATE"]}
+#: The volume sources a team pod may use: its namespace's claims (and ephemeral ones from a StorageClass), its own
+#: config and tokens, scratch space, read-only images. Everything else names storage by address (``nfs``,
+#: ``iscsi``, ``cephfs``, inline ``csi`` ...) or the host.
+TEAM_VOLUME_SOURCES = (
+    "configMap",
+    "downwardAPI",
+    "emptyDir",
+    "ephemeral",
+    "image",
+    "persistentVolumeClaim",
+    "projected",
+    "secret",
+)
+
+
+def team_pods_mount_only_claims(inputs: GuardrailInputs) -> Policy:
+    allowed = " || ".join(f"has(v.{source})" for source in TEAM_VOLUME_SOURCES)
+    volumes = "(has(object.spec.volumes) ? object.spec.volumes : [])"
+    return Policy(
+        name="team-pods-mount-only-claims",
+        summary="A pod in a team namespace mounts storage only through its namespace's claims: no inline nfs, csi, "
+        "iscsi or other volume that names storage by address.",
+        resource_rules=(PODS,),
+        namespace_selector=is_in(inputs.training_namespaces),
+        validations=(
+            Validation(
+                expression=f"{volumes}.all(v, {allowed})",
+                message="a team pod may mount only " + ", ".join(TEAM_VOLUME_SOURCES) + " volumes",
+                message_expression=f"'volume ' + {volumes}.filter(v, !({allowed})).map(v, v.name).join(', ') + "
+                "' names storage by address (nfs, csi, iscsi, ...), which would reach other teams\\' data; "
+                "mount your namespace\\'s claims (persistentVolumeClaim) instead'",
+            ),
+        ),
+    )
+
+
+def _selects(spec: str, key: str) -> str:
+    """CEL: the pod spec at ``spec`` selects nodes by the label ``key`` (nodeSelector, or node affinity, required or
+    preferred)."""
+    node_affinity = f"{spec}.affinity.nodeAffinity"
+    required = f"{node_affinity}.requiredDuringSchedulingIgnoredDuringExecution"
+    preferred = f"{node_affinity}.preferredDuringSchedulingIgnoredDuringExecution"
+    return (
+        f"((has({spec}.nodeSelector) && {cel(key)} in {spec}.nodeSelector)"
+        f" || (has({spec}.affinity) && has({node_affinity}) && ("
+        f"(has({required}) && {required}.nodeSelectorTerms.exists(t, has(t.matchExpressions) && "
+        f"t.matchExpressions.exists(e, e.key == {cel(key)}))) || "
+        f"(has({preferred}) && {preferred}.exists(p, has(p.preference.matchExpressions) && "
+        f"p.preference.matchExpressions.exists(e, e.key == {cel(key)}))))))"
+    )
+
+
+def _names_node(spec: str) -> str:
+    return f"(has({spec}.nodeName) && {spec}.nodeName != '')"
+
+
+def team_pods_name_no_node(inputs: GuardrailInputs) -> Policy:
+    return Policy(
+        name="team-pods-name-no-node",
+        summary="A pod in a team namespace is placed by the scheduler: it names no node (spec.nodeName).",
+        resource_rules=(PODS,),
+        namespace_selector=is_in(inputs.training_namespaces),
+        validations=(
+            Validation(
+                expression=f"!{_names_node('object.spec')}",
+                message="a team pod may not name its node (spec.nodeName): it would skip the scheduler, and with it "
+                "Kueue's placement and every other team's claim on that node",
+            ),
+        ),
+    )
+
+
+JOB_CREATES = {"apiGroups": ["batch"], "apiVersions": ["v1"], "resources": ["jobs"], "operations": ["CREATE"]}
+JOBSET_CREATES = {**JOBSETS, "operations": ["CREATE"]}
+
+
+def team_jobs_aim_at_no_node(inputs: GuardrailInputs) -> Policy:
+    """On what a team submits (a JobSet; a Job that no JobSet owns), as submitted: make-before-break's own pod set
+    update selects the gang's reservation later, through Kueue, which is why the pods themselves cannot be held to
+    it."""
+    templates = (
+        "(object.kind == 'JobSet' ? (has(object.spec.replicatedJobs) ? "
+        "object.spec.replicatedJobs.map(r, r.template.spec.template.spec) : []) : [object.spec.template.spec])"
+    )
+    checks = [_names_node("s")]
+    message = "a team's job may not name a node (nodeName)"
+    mbb = inputs.make_before_break
+    if mbb is not None:
+        checks.append(_selects("s", mbb.reservation_key))
+        message += f" or select nodes by {mbb.reservation_key} (held for the gang make-before-break reserved them for)"
+    return Policy(
+        name="team-jobs-aim-at-no-node",
+        summary="A team's JobSets and Jobs name no node and, with make-before-break, select no reserved node: the "
+        "scheduler and Kueue place them.",
+        resource_rules=(JOBSET_CREATES, JOB_CREATES),
+        namespace_selector=is_in(inputs.training_namespaces),
+        validations=(
+            Validation(
+                expression=f"{templates}.all(s, !({' || '.join(checks)}))",
+                message=message,
+            ),
+        ),
+    )
