@@ -66,7 +66,7 @@ class Operators(pulumi.ComponentResource):
                 f"{name}-{chart_name}",
                 resolve_chart(operator.chart, operator.chart_version),
                 namespace=operator.namespace,
-                values=dict(operator.values),
+                values=operator.chart_values(),
                 opts=pulumi.ResourceOptions(parent=self, depends_on=[namespace]),
             )
         self.register_outputs(

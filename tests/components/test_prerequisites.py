@@ -10,12 +10,13 @@ from typing import Any
 
 import pytest
 from kubernetes import client
+from pydantic import ValidationError
 
 from components.cluster import GpuCluster, GpuClusterArgs
 from components.config import StackConfig, StackConfigError, load_stack_file, parse_stack_config, read_stack_file
 from components.preflight import ClusterUnreadableError, api_client, check
 from components.prerequisites import ClusterFacts, facts_from, missing, requirements
-from components.prerequisites_settings import PrerequisitesSettings
+from components.prerequisites_settings import GpuOperatorChart, PrerequisitesSettings
 from tests.support.apiserver import ApiServer, running_apiserver
 from tests.support.pulumi_harness import deploy
 
@@ -186,3 +187,30 @@ def test_a_bad_prerequisites_section_is_refused_naming_each_key() -> None:
         "prerequisites.gpuOperator.chartVersion",
         "prerequisites.gpuOperator.colour",
     ]
+
+
+def test_the_gpu_operator_always_keeps_gpus_from_containers_that_ask_for_none() -> None:
+    """The toolkit ignores NVIDIA_VISIBLE_DEVICES in unprivileged containers and the device plugin hands GPUs over
+    as volume mounts, whatever else the stack's values say; values that would undo it are refused, naming where."""
+    chart = GpuOperatorChart.model_validate(
+        {
+            "values": {
+                "toolkit": {"env": [{"name": "CONTAINERD_SOCKET", "value": "/run/k3s/containerd/containerd.sock"}]}
+            }
+        }
+    )
+    values = chart.chart_values()
+    toolkit = {e["name"]: e["value"] for e in values["toolkit"]["env"]}
+    assert toolkit == {
+        "CONTAINERD_SOCKET": "/run/k3s/containerd/containerd.sock",
+        "ACCEPT_NVIDIA_VISIBLE_DEVICES_ENVVAR_WHEN_UNPRIVILEGED": "false",
+        "ACCEPT_NVIDIA_VISIBLE_DEVICES_AS_VOLUME_MOUNTS": "true",
+    }
+    assert values["devicePlugin"] == {"env": [{"name": "DEVICE_LIST_STRATEGY", "value": "volume-mounts"}]}
+    with pytest.raises(ValidationError) as refused:
+        GpuOperatorChart.model_validate(
+            {"values": {"devicePlugin": {"env": [{"name": "DEVICE_LIST_STRATEGY", "value": "envvar"}]}}}
+        )
+    assert "values.devicePlugin.env[0]: DEVICE_LIST_STRATEGY must stay 'volume-mounts'" in str(refused.value)
+    with pytest.raises(ValidationError, match=r"values\.toolkit: expected a mapping"):
+        GpuOperatorChart.model_validate({"values": {"toolkit": ["x"]}})
