@@ -19,6 +19,7 @@ from components.cluster import guardrail_inputs
 from components.config import load_stack_file
 from components.constants import PODSET_UNCONSTRAINED_TOPOLOGY
 from components.make_before_break_settings import FIELD_MANAGER as MBB_FIELD_MANAGER
+from daemons.quarantine.kube import node_from, quarantine_ops
 from tests.support.local_stack import LocalStack, condition, delete, gpu_job, wait_for
 from tests.support.sim import load_sim_module
 
@@ -429,6 +430,13 @@ def test_descheduler_refuses_a_broken_policy(local_stack: LocalStack, tmp_path: 
 
 
 PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
+_OWNED_BY_A_JOB = {
+    "ownerReferences": [
+        {"apiVersion": "batch/v1", "kind": "Job", "name": "j", "uid": "00000000-0000-0000-0000-000000000001"}
+        | {"controller": True}
+    ]
+}
+_NFS = {"name": "other-team", "nfs": {"server": "fs.example.internal", "path": "/teams/vision"}}
 #: An owner that does not exist: the garbage collector deletes what names it.
 DANGLING_OWNER = {
     "metadata": {
@@ -488,6 +496,14 @@ def test_hostile_objects_sent_as_the_admin_are_refused_or_never_run(local_stack:
         "every GPU of the node": (
             _pod(infer, container={"env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]}),
             "NVIDIA_VISIBLE_DEVICES",
+        ),
+        "a team pod mounting the shared filesystem inline (NFS)": (
+            _pod(team, metadata=_OWNED_BY_A_JOB, volumes=[_NFS]),
+            "gpucluster-team-pods-mount-only-claims",
+        ),
+        "a team pod that names its node, skipping the scheduler": (
+            _pod(team, metadata=_OWNED_BY_A_JOB, nodeName="anywhere"),
+            "gpucluster-team-pods-name-no-node",
         ),
         "AppArmor off": (
             _pod(
@@ -564,6 +580,17 @@ def test_hostile_objects_sent_as_the_admin_are_refused_or_never_run(local_stack:
             "gpucluster-virtual-node-registers-only-its-node",
         ),
     }
+    # Quarantine marks only GPU nodes: the real node (no GPU) stands for the control plane and the system nodes.
+    no_gpu = [n for n in local_stack.items("nodes") if "nvidia.com/gpu" not in n.get("status", {}).get("capacity", {})]
+    assert no_gpu, "the simulated cluster has a node without GPUs (sim/node.py's real node)"
+    system = no_gpu[0]["metadata"]["name"]
+    ops = quarantine_ops(node_from(no_gpu[0]), "gpu-temperature", "a stolen token", time.time())
+    as_controllers["quarantine evicts a node without GPUs (the control plane, a system node)"] = (
+        inputs.quarantine_user,
+        ["patch", "node", system, "--type=json", "-p", json.dumps(ops)],
+        None,
+        "gpucluster-quarantine-writes-only-its-marks",
+    )
     for what, (user, args, body, rule) in as_controllers.items():
         sent = None if body is None else json.dumps(body)
         proc = local_stack.run("kubectl", *args, "--dry-run=server", "--as", user, input=sent, check=False)
