@@ -16,6 +16,7 @@ one home here, read by the policies, by ``gpucluster submit`` and by the policy 
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Literal
 
 from pydantic import Field
@@ -36,6 +37,29 @@ CONFINEMENT_ANNOTATION_PREFIXES = (
     "container.seccomp.security.alpha.kubernetes.io/",
 )
 UNCONFINED = "unconfined"
+#: An env name that would hold a credential (``HF_TOKEN``, ``WANDB_API_KEY``, ``AWS_SECRET_ACCESS_KEY``): one of
+#: these words as a whole ``_``-separated part, so ``TOKENIZERS_PARALLELISM`` is not one. Matched on the upper-cased
+#: name; the same pattern in Python (``gpucluster submit``) and in CEL's RE2 (the API server).
+CREDENTIAL_ENV_NAME = r"(^|_)(TOKEN|KEY|APIKEY|SECRET|PASSWORD|PASSWD|CREDENTIAL|CREDENTIALS)(_|$)"
+#: A value that is a credential whatever its name: the prefixes the common providers give their keys and tokens
+#: (Hugging Face, OpenAI-style, Stripe, GitHub, GitLab, Slack, AWS access keys, JWTs) and PEM blocks. RE2 and
+#: Python alike.
+CREDENTIAL_ENV_VALUE = (
+    r"^\s*(hf_[A-Za-z0-9]{20,}|sk-[A-Za-z0-9_-]{20,}|sk_live_[A-Za-z0-9]{10,}|ghp_[A-Za-z0-9]{20,}|"
+    r"gho_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}|glpat-[A-Za-z0-9_-]{20,}|xox[abpr]-[A-Za-z0-9-]{10,}|"
+    r"AKIA[0-9A-Z]{16}|eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,})|-----BEGIN [A-Z ]*(PRIVATE KEY|CERTIFICATE)-----"
+)
+
+
+def credential_literal(name: str, value: str) -> str | None:
+    """Why a literal env ``name=value`` would put a credential in the job spec (and etcd, and a dry run's output),
+    or None. A credential-like name with an absolute path is a file the pod mounts (``GOOGLE_APPLICATION_CREDENTIALS
+    =/var/run/secrets/...``), not the credential itself. The value is never part of the answer."""
+    if re.search(CREDENTIAL_ENV_VALUE, value):
+        return "its value is a key or token"
+    if re.search(CREDENTIAL_ENV_NAME, name.upper()) and value and not value.startswith("/"):
+        return "its name says it holds a credential"
+    return None
 #: The capabilities Pod Security ``baseline`` lets a container add (its "Capabilities" control).
 BASELINE_CAPABILITIES = (
     "AUDIT_WRITE",

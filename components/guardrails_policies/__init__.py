@@ -7,7 +7,8 @@ kube-apiserver and send it what each rule refuses and what it lets through.
 
 One concern per module: ``model`` (the inputs, a rule as data, CEL helpers, rendering), ``workloads`` (what a
 workload may be, whoever sends it), ``placement`` (what a team's pod may mount and where it may run),
-``controllers`` (the fields each controller of ours may write), ``teams`` (a team's Role).
+``credentials`` (no key or token in a spec), ``controllers`` (the fields each controller of ours may write),
+``teams`` (a team's Role).
 The list of rules is here, in one place.
 """
 
@@ -27,6 +28,7 @@ from components.guardrails_policies.controllers import (
     stall_detector_writes_only_its_restart_record,
     virtual_node_registers_only_its_node,
 )
+from components.guardrails_policies.credentials import team_jobsets_carry_no_credentials, team_pods_carry_no_credentials
 from components.guardrails_policies.model import GuardrailInputs, MakeBeforeBreakMarks, Policy, Validation, manifests
 from components.guardrails_policies.placement import (
     team_jobs_aim_at_no_node,
@@ -71,6 +73,8 @@ RULES: list[Callable[[GuardrailInputs], Policy | None]] = [
     team_pods_mount_only_claims,
     team_pods_name_no_node,
     team_jobs_aim_at_no_node,
+    team_pods_carry_no_credentials,
+    team_jobsets_carry_no_credentials,
     quarantine_writes_only_its_marks,
     quota_controller_writes_only_quotas,
     interruptions_writes_only_its_ledger,

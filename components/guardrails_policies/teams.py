@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 #: A team's Role in its namespace: submit JobSets and delete its own, read what follows from them. No pod, Job or
-#: Workload is written by hand, no exec, no Secret, no other namespace.
+#: Workload is written by hand, no exec, no other namespace; Secrets only in its own.
 TEAM_RULES: tuple[dict[str, Any], ...] = (
     {"apiGroups": ["jobset.x-k8s.io"], "resources": ["jobsets"], "verbs": ["get", "list", "watch", "create", "delete"]},
     {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get", "list", "watch"]},
@@ -19,6 +19,13 @@ TEAM_RULES: tuple[dict[str, Any], ...] = (
     },
     {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["get", "list", "watch"]},
     {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads", "localqueues"], "verbs": ["get", "list", "watch"]},
+    # The team's own keys (W&B, Hugging Face, a cloud's), which its job specs name (secretEnv, secretFiles) instead
+    # of holding them: in its namespace only.
+    {
+        "apiGroups": [""],
+        "resources": ["secrets"],
+        "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
+    },
 )
 TEAM_ROLE = "gpucluster-team"
 RELIABILITY_READER = "gpucluster-teams-read-reliability"

@@ -46,7 +46,7 @@ from components.fabric_settings import DEFAULT_SHM_SIZE, RDMA_CAPABILITY, Fabric
 from components.model import parse_duration
 from components.storage_settings import checkpoint_interval_seconds
 from components.training.checks import landing_topology, queue_flavors, team_of
-from components.training.spec import JobSpec
+from components.training.spec import SECRET_FILES_DIR, JobSpec
 
 JOBSET_API_VERSION = "jobset.x-k8s.io/v1alpha2"
 JOBSET_KIND = "JobSet"
@@ -320,14 +320,31 @@ def job_env(spec: JobSpec, ctx: JobContext) -> list[dict[str, Any]]:
         "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{JOBSET_RESTART_ATTEMPT_LABEL}']"}},
     }
     fabric = ctx.fabric.nccl_settings() if ctx.fabric else {}
-    defaults = {k: v for k, v in (nccl_env(name, ctx) | fabric).items() if k not in spec.env}
+    own = set(spec.env) | set(spec.secret_env)
+    defaults = {k: v for k, v in (nccl_env(name, ctx) | fabric).items() if k not in own}
+    secret = {k: {"secretKeyRef": {"name": r.secret, "key": r.key}} for k, r in spec.secret_env.items()}
     return [
         *({"name": k, "value": v} for k, v in ours.items()),
         *launcher_env(spec),
         attempt,
         *({"name": k, "value": v} for k, v in defaults.items()),
         *({"name": k, "value": spec.env[k]} for k in sorted(spec.env)),
+        *({"name": k, "valueFrom": secret[k]} for k in sorted(secret)),
     ]
+
+
+def secret_files(spec: JobSpec) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The volumes and read-only mounts of ``spec.secretFiles``: each Secret at ``SECRET_FILES_DIR/<name>``, its
+    files readable by their owner only."""
+    volumes = [
+        {"name": f"secret-{i}", "secret": {"secretName": name, "defaultMode": 0o400}}
+        for i, name in enumerate(spec.secret_files)
+    ]
+    mounts = [
+        {"name": f"secret-{i}", "mountPath": f"{SECRET_FILES_DIR}/{name}", "readOnly": True}
+        for i, name in enumerate(spec.secret_files)
+    ]
+    return volumes, mounts
 
 
 def nccl_env(name: str, ctx: JobContext) -> dict[str, str]:
@@ -410,6 +427,7 @@ def jobset_manifest(spec: JobSpec, ctx: JobContext) -> dict[str, Any]:
     devices = {ctx.gpu_resource: str(spec.gpus_per_node)}
     if fabric is not None and fabric.rdma and fabric.rdma_resource:
         devices[fabric.rdma_resource] = str(fabric.rdma_per_pod)
+    secret_volumes, secret_mounts = secret_files(spec)
     container: dict[str, Any] = {
         "name": CONTAINER,
         "image": spec.image,
@@ -421,6 +439,7 @@ def jobset_manifest(spec: JobSpec, ctx: JobContext) -> dict[str, Any]:
             {"name": CHECKPOINTS_CLAIM, "mountPath": CHECKPOINTS_MOUNT},
             {"name": DATASETS_CLAIM, "mountPath": DATASETS_MOUNT, "readOnly": True},
             {"name": SHM_VOLUME, "mountPath": SHM_MOUNT},
+            *secret_mounts,
         ],
     }
     if fabric is not None and fabric.rdma:
@@ -448,6 +467,7 @@ def jobset_manifest(spec: JobSpec, ctx: JobContext) -> dict[str, Any]:
             {"name": DATASETS_CLAIM, "persistentVolumeClaim": {"claimName": DATASETS_CLAIM, "readOnly": True}},
             # NCCL's intra-node transport and DataLoader workers use shared memory; the runtime's default is 64 MiB.
             {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": shm_size}},
+            *secret_volumes,
         ],
     }
     job_spec = {

@@ -17,6 +17,7 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, Field, ValidationError, field_validator, model_validator
 
 from components.documents import DocumentError, read_document
+from components.guardrails_settings import credential_literal
 from components.image_refs import image_problem
 from components.issues import ConfigIssue, SettingsError, issues_from_validation_error, shown
 from components.model import ConfigModel, DnsLabel, check_qualified_name, parse_duration
@@ -138,6 +139,39 @@ class JobTopology(ConfigModel):
         return "required" if self.strict else "preferred"
 
 
+#: Where ``secretFiles`` mount, each Secret in a directory of its own name (its keys are the files).
+SECRET_FILES_DIR = "/var/run/secrets/gpucluster"
+_SECRET_KEY = re.compile(r"^[-._a-zA-Z0-9]{1,253}$")
+_SECRET_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+def _secret_name(value: str) -> str:
+    if len(value) > 253 or not _SECRET_NAME.match(value):
+        raise ValueError(f"{shown(value)} is not a Secret name (lower-case letters, digits, '-' and '.')")
+    return value
+
+
+SecretName = Annotated[str, AfterValidator(_secret_name)]
+
+
+class SecretKeyRef(ConfigModel):
+    """One key of a Secret in the team's own namespace (the team creates it: ``kubectl create secret``)."""
+
+    secret: SecretName
+    key: Annotated[str, Field(pattern=_SECRET_KEY.pattern)]
+
+
+def _env_name(key: str) -> str:
+    if not _ENV_NAME.match(key):
+        raise ValueError(f"{shown(key)} is not an environment variable name (letters, digits, '_')")
+    if key.startswith(RESERVED_ENV_PREFIX) or key in RESERVED_ENV:
+        raise ValueError(
+            f"{key} is set by the package (names starting with {RESERVED_ENV_PREFIX}, "
+            f"{', '.join(sorted(RESERVED_ENV))}); choose another name"
+        )
+    return key
+
+
 class JobSpec(ConfigModel):
     """A training job as a researcher writes it (camelCase keys; unknown keys refused)."""
 
@@ -153,6 +187,11 @@ class JobSpec(ConfigModel):
     #: Seconds one complete checkpoint takes to write; default: the stack's ``storage.checkpointing.writeSeconds``.
     checkpoint_write_seconds: Annotated[float, AfterValidator(_write_seconds)] | None = None
     env: dict[str, str] = {}
+    #: Env values read from Secrets of the team's namespace at run time: never in the spec, the JobSet or etcd's copy
+    #: of it (an API key, a token).
+    secret_env: dict[str, SecretKeyRef] = {}
+    #: Secrets of the team's namespace mounted read-only as files, each at ``/var/run/secrets/gpucluster/<name>``.
+    secret_files: Annotated[list[SecretName], Field(max_length=16)] = []
     #: Default: the stack's ``training.maxRestartsPerHour``.
     max_restarts_per_hour: Annotated[int, Field(ge=1, le=60)] | None = None
     #: Restarts for the program's faults over the job's life; default: the stack's ``training.maxRestarts``.
@@ -180,15 +219,31 @@ class JobSpec(ConfigModel):
     @field_validator("env")
     @classmethod
     def _env(cls, v: dict[str, str]) -> dict[str, str]:
-        for key in v:
-            if not _ENV_NAME.match(key):
-                raise ValueError(f"{shown(key)} is not an environment variable name (letters, digits, '_')")
-            if key.startswith(RESERVED_ENV_PREFIX) or key in RESERVED_ENV:
+        for key, value in v.items():
+            _env_name(key)
+            why = credential_literal(key, value)
+            if why is not None:  # the value is never shown
                 raise ValueError(
-                    f"{key} is set by the package (names starting with {RESERVED_ENV_PREFIX}, "
-                    f"{', '.join(sorted(RESERVED_ENV))}); choose another name"
+                    f"{key} would put a credential in the job spec in plain text ({why}); keep it in a Secret of "
+                    f"the team's namespace and name it under secretEnv ({key}: {{secret: <name>, key: <key>}})"
                 )
         return v
+
+    @field_validator("secret_env")
+    @classmethod
+    def _secret_env(cls, v: dict[str, SecretKeyRef]) -> dict[str, SecretKeyRef]:
+        for key in v:
+            _env_name(key)
+        return v
+
+    @model_validator(mode="after")
+    def _env_once(self) -> JobSpec:
+        both = sorted(set(self.env) & set(self.secret_env))
+        if both:
+            raise ValueError(f"env and secretEnv both set {', '.join(both)}: set each name once")
+        if len(set(self.secret_files)) != len(self.secret_files):
+            raise ValueError("secretFiles names a Secret twice")
+        return self
 
 
 class SpecError(SettingsError):

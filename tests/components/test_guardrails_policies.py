@@ -417,6 +417,22 @@ def test_a_team_pod_goes_through_the_scheduler_and_its_jobs_aim_at_no_reserved_n
     assert kubectl.refusal(pod(TEAM, **copy.deepcopy(AIMED_AT_RESERVED[0]), tolerations=[toleration])) is None
 
 
+def test_a_team_pod_carries_no_credential_in_its_env(kubectl: Kubectl) -> None:
+    token = "hf_" + "a1B2c3D4e5" * 3
+    hostile = pod(TEAM, container={"env": [{"name": "HF_TOKEN", "value": token}, {"name": "EPOCHS", "value": "3"}]})
+    said = refused(kubectl, hostile, "gpucluster-team-pods-carry-no-credentials", "container main env HF_TOKEN")
+    assert token not in said  # named, never echoed
+    by_name = pod(TEAM, container={"env": [{"name": "WANDB_API_KEY", "value": "0123456789abcdef" * 2}]})
+    refused(kubectl, by_name, "container main env WANDB_API_KEY", "Secret")
+    fine = [
+        {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}},
+        {"name": "TOKENIZERS_PARALLELISM", "value": "false"},
+        {"name": "GOOGLE_APPLICATION_CREDENTIALS", "value": "/var/run/secrets/gpucluster/gcp/key.json"},
+    ]
+    assert kubectl.refusal(pod(TEAM, container={"env": fine})) is None
+    assert kubectl.refusal(pod(SERVING, container={"env": [{"name": "HF_TOKEN", "value": token}]})) is None
+
+
 # --- what a controller of ours may write --------------------------------------------------------------------------
 
 
@@ -540,6 +556,8 @@ def test_a_team_submits_and_reads_its_own_jobs_and_nothing_else(rbac_kubectl: Ku
         ("list", "workloads.kueue.x-k8s.io"),
         ("get", "pods/log"),
         ("watch", "pods"),
+        ("create", "secrets"),  # its own keys, which its job specs name
+        ("get", "secrets"),
     ]:
         assert can(k, "ml-foundation", verb, resource, TEAM), (verb, resource)
     assert can(k, "ml-foundation", "get", f"configmaps/{RELIABILITY_CONFIGMAP}", "gpucluster-training")
@@ -549,10 +567,10 @@ def test_a_team_submits_and_reads_its_own_jobs_and_nothing_else(rbac_kubectl: Ku
         ("create", "jobs.batch", TEAM),
         ("create", "pods/exec", TEAM),
         ("patch", "workloads.kueue.x-k8s.io", TEAM),
-        ("get", "secrets", TEAM),
         ("update", "localqueues.kueue.x-k8s.io", TEAM),
         ("get", "configmaps/other", "gpucluster-training"),
         ("create", "priorityclasses.scheduling.k8s.io", ""),
+        ("get", "secrets", OTHER_TEAM),
     ]:
         assert not can(k, "ml-foundation", verb, resource, namespace or "default"), (verb, resource, namespace)
     assert not can(k, "someone-else", "list", "pods", TEAM)
@@ -586,6 +604,12 @@ def test_the_daemons_that_annotate_jobsets_change_only_their_own_annotation(kube
     unnamed = copy.deepcopy(jobset)
     del unnamed["metadata"]["labels"]["kueue.x-k8s.io/priority-class"]
     refused(kubectl, unnamed, "no research priority named")
+    leaky = copy.deepcopy(jobset)
+    leaky["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][0]["env"] = [
+        {"name": "OPENAI_KEY", "value": "sk-" + "x1" * 12}
+    ]
+    said = refused(kubectl, leaky, "gpucluster-team-jobsets-carry-no-credentials", "replicatedJob node env OPENAI_KEY")
+    assert "x1x1x1" not in said
     aimed = copy.deepcopy(jobset)
     aimed["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"].update(AIMED_AT_RESERVED[0])
     refused(kubectl, aimed, "gpucluster-team-jobs-aim-at-no-node", f"select nodes by {RESERVATION_KEY}")

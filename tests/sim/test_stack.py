@@ -505,6 +505,10 @@ def test_hostile_objects_sent_as_the_admin_are_refused_or_never_run(local_stack:
             _pod(team, metadata=_OWNED_BY_A_JOB, nodeName="anywhere"),
             "gpucluster-team-pods-name-no-node",
         ),
+        "a team pod holding a Hugging Face token in its env": (
+            _pod(team, metadata=_OWNED_BY_A_JOB, container={"env": [{"name": "HF_TOKEN", "value": "hf_" + "k" * 30}]}),
+            "gpucluster-team-pods-carry-no-credentials",
+        ),
         "AppArmor off": (
             _pod(
                 infer, metadata={"annotations": {"container.apparmor.security.beta.kubernetes.io/main": "unconfined"}}

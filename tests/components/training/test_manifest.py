@@ -395,3 +395,14 @@ def test_a_jobs_own_stall_after_is_annotated_in_seconds_and_none_is_left_to_the_
 
     assert STALL_AFTER_ANNOTATION not in manifest_of(stack)["metadata"]["annotations"]
     assert manifest_of(stack, stallAfter="15m")["metadata"]["annotations"][STALL_AFTER_ANNOTATION] == "900"
+
+
+def test_a_secret_is_referenced_from_the_teams_namespace_and_mounted_read_only(stack: StackConfig) -> None:
+    m = manifest_of(stack, secretEnv={"HF_TOKEN": {"secret": "hf", "key": "token"}}, secretFiles=["gcp"])
+    trainer = trainer_of(m)
+    assert {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}} in trainer["env"]
+    assert {"name": "secret-0", "mountPath": "/var/run/secrets/gpucluster/gcp", "readOnly": True} in trainer[
+        "volumeMounts"
+    ]
+    volumes = job_of(m)["template"]["spec"]["volumes"]
+    assert {"name": "secret-0", "secret": {"secretName": "gcp", "defaultMode": 0o400}} in volumes

@@ -116,3 +116,32 @@ def test_the_longest_name_leaves_jobset_pod_names_valid() -> None:
     # The JobSet webhook checks <name>-<replicatedJob>-<jobIndex>-<podIndex>-<5 characters> is a DNS-1035 label.
     longest = f"{'a' * MAX_NAME}-node-0-{MAX_NODES - 1}-abcde"
     assert len(longest) <= 63
+
+
+def test_a_credential_in_the_env_is_refused_naming_the_variable_never_the_value() -> None:
+    token = "hf_" + "Zq9" * 10
+    (said,) = problems(env={"HF_TOKEN": token, "EPOCHS": "3"})
+    assert said.startswith("spec.env: HF_TOKEN would put a credential in the job spec in plain text")
+    assert "secretEnv" in said
+    assert token not in said
+    (said,) = problems(env={"WANDB_API_KEY": "0123456789abcdef" * 2})
+    assert "WANDB_API_KEY" in said
+    assert "0123456789abcdef" not in said
+    # a name with a credential word as a whole part only; a path is a file the pod mounts
+    fine = {"TOKENIZERS_PARALLELISM": "false", "GOOGLE_APPLICATION_CREDENTIALS": "/var/run/secrets/gpucluster/gcp/k"}
+    assert parse_spec(spec_doc(env=fine)).env == fine
+
+
+def test_secrets_of_the_teams_namespace_are_named_not_held() -> None:
+    spec = parse_spec(spec_doc(secretEnv={"HF_TOKEN": {"secret": "hf", "key": "token"}}, secretFiles=["gcp"]))
+    assert (spec.secret_env["HF_TOKEN"].secret, spec.secret_env["HF_TOKEN"].key) == ("hf", "token")
+    assert spec.secret_files == ["gcp"]
+    said = problems(
+        env={"HF_TOKEN": "x"},
+        secretEnv={"HF_TOKEN": {"secret": "hf", "key": "token"}, "MASTER_PORT": {"secret": "a", "key": "b"}},
+        secretFiles=["gcp", "gcp"],
+    )
+    assert any("spec.secretEnv: MASTER_PORT is set by the package" in p for p in said), said
+    both = problems(secretEnv={"HF_TOKEN": {"secret": "hf", "key": "token"}}, env={"HF_TOKEN": "/x"})
+    assert both == ["spec: env and secretEnv both set HF_TOKEN: set each name once"]
+    assert problems(secretFiles=["a", "a"]) == ["spec: secretFiles names a Secret twice"]
