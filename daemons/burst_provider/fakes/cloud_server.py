@@ -22,7 +22,8 @@ once it ended. With the default documentation range nothing listens, so a probe 
 replicas live in this process: while it is down they refuse connections, and a restart from ``--state-file`` opens
 them again with their original start times.
 
-Knobs: ``bootSeconds``; ``modelLoadSeconds`` and ``requestSeconds`` (above);
+Knobs: ``addressForm`` (``dotted``, or ``decimal``: how a hostile account reports an address); ``bootSeconds``;
+``modelLoadSeconds`` and ``requestSeconds`` (above);
 ``createFailureRate`` (probability that a create is refused); ``deathRate`` (expected deaths
 per running instance per **minute**: each instance's lifetime is drawn, when it starts running, from an exponential
 distribution with that rate; changing the knob redraws the lifetimes of live instances); ``pricePerGpuHour`` and
@@ -69,7 +70,11 @@ _KNOB_KEYS = (
     "addressPool",
     "modelLoadSeconds",
     "requestSeconds",
+    "addressForm",
 )
+#: How an instance's address is reported: as it is, or (a compromised or careless provider account) in the decimal
+#: form a resolver still reads as IPv4 (``2130706433`` for 127.0.0.1).
+ADDRESS_FORMS = ("dotted", "decimal")
 
 
 @dataclass
@@ -85,6 +90,7 @@ class Knobs:
     #: A replica's model load (503 until then) and one request's service time, where the instance serves.
     model_load_seconds: float = 20.0
     request_seconds: float = 0.05
+    address_form: str = "dotted"
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -98,6 +104,7 @@ class Knobs:
             "addressPool": self.address_pool,
             "modelLoadSeconds": self.model_load_seconds,
             "requestSeconds": self.request_seconds,
+            "addressForm": self.address_form,
         }
 
 
@@ -130,6 +137,10 @@ def parse_knobs(update: object, base: Knobs) -> Knobs:
         if not isinstance(seed, int) or isinstance(seed, bool):
             raise ValueError("seed must be an integer")
         k.seed = seed
+    if "addressForm" in update:
+        if update["addressForm"] not in ADDRESS_FORMS:
+            raise ValueError(f"addressForm must be one of {list(ADDRESS_FORMS)}")
+        k.address_form = str(update["addressForm"])
     if "addressPool" in update:
         try:
             ipaddress.ip_network(str(update["addressPool"]))
@@ -259,18 +270,18 @@ class FakeCloud:
             self._stats["creates"] += 1
             self._advance()
             self._save()
-            return Reply(201, inst.public())
+            return Reply(201, self._public(inst))
 
     def get(self, instance_id: str) -> Reply:
         with self._lock:
             self._advance()
             inst = self._instances.get(instance_id)
-            return Reply(200, inst.public()) if inst else _error(404, f"instance {instance_id} not found")
+            return Reply(200, self._public(inst)) if inst else _error(404, f"instance {instance_id} not found")
 
     def list_instances(self, node: str | None) -> Reply:
         with self._lock:
             self._advance()
-            items = [i.public() for i in self._instances.values() if node is None or i.tags.get("node") == node]
+            items = [self._public(i) for i in self._instances.values() if node is None or i.tags.get("node") == node]
             return Reply(200, {"instances": items})
 
     def delete(self, instance_id: str) -> Reply:
@@ -283,7 +294,7 @@ class FakeCloud:
                 self._end(inst, now, "terminated", None, "deleted")
                 self._stats["deletes"] += 1
                 self._save()
-            return Reply(200, inst.public())
+            return Reply(200, self._public(inst))
 
     def kill(self, instance_id: str, exit_code: int = 137) -> Reply:
         with self._lock:
@@ -295,7 +306,7 @@ class FakeCloud:
                 self._end(inst, now, "failed", exit_code, "the instance died (killed by admin)")
                 self._stats["deaths"] += 1
                 self._save()
-            return Reply(200, inst.public())
+            return Reply(200, self._public(inst))
 
     def logs(self, instance_id: str, container: str, tail: int | None) -> Reply:
         with self._lock:
@@ -417,6 +428,13 @@ class FakeCloud:
     def _unserve(self, instance_id: str) -> None:
         for server in self._replicas.pop(instance_id, []):
             server.stop()
+
+    def _public(self, inst: CloudInstance) -> dict[str, Any]:
+        """What the API says of ``inst``, its address in the reported form (``addressForm``)."""
+        out = inst.public()
+        if out["address"] and self.knobs.address_form == "decimal":
+            out["address"] = str(int(ipaddress.ip_address(out["address"])))
+        return out
 
     def _free(self, gpu_type: str) -> int:
         used = sum(i.gpu_count for i in self._instances.values() if i.state in LIVE and i.gpu_type == gpu_type)

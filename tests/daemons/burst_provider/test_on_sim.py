@@ -132,7 +132,7 @@ def clean(local_stack: LocalStack) -> Iterator[LocalStack]:
     knobs(createFailureRate=0.0, deathRate=0.0, bootSeconds=2.0)
     local_stack.kubectl("delete", "deployment", PROBE, "-n", NS, "--ignore-not-found", "--wait=true")
     yield local_stack
-    knobs(createFailureRate=0.0, deathRate=0.0, bootSeconds=5.0)
+    knobs(createFailureRate=0.0, deathRate=0.0, bootSeconds=5.0, addressForm="dotted")
     local_stack.kubectl("delete", "deployment", PROBE, "-n", NS, "--ignore-not-found", "--wait=true")
     wait_for(
         "the probe's pods and instances to be gone",
@@ -258,6 +258,16 @@ def test_a_refused_create_is_a_failed_pod_and_a_replacement_runs(clean: LocalSta
     _failed_then_replaced(
         clean, "ProviderCreateFailed", lambda: clean.apply(probe(1)), lambda: knobs(createFailureRate=0.0)
     )
+
+
+def test_an_address_in_a_form_the_check_never_saw_is_refused_and_a_replacement_runs(clean: LocalStack) -> None:
+    """A provider account that reports its instance's address as a decimal number (which a resolver reads as an
+    IPv4 address: loopback, the metadata address, the cluster's own network) gets no traffic and no probe."""
+    knobs(addressForm="decimal")
+    failed = _failed_then_replaced(
+        clean, "AddressRefused", lambda: clean.apply(probe(1)), lambda: knobs(addressForm="dotted")
+    )
+    assert "which is no canonical IP address" in failed["status"].get("message", ""), failed["status"]
 
 
 def test_a_creation_timeout_is_a_failed_pod_and_a_replacement_runs(clean: LocalStack) -> None:
