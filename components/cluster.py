@@ -28,7 +28,15 @@ from components.telemetry import Telemetry, TelemetryArgs
 from components.virtual_node import APP as VIRTUAL_NODE_APP
 from components.virtual_node import VirtualNode, VirtualNodeArgs
 from daemons.make_before_break.spec import DEPLOYMENT_ANNOTATIONS, POD_ANNOTATION, TEMPLATE_ANNOTATIONS
-from daemons.registry import CONTROLLERS, INTERRUPTIONS, MAKE_BEFORE_BREAK, QUARANTINE, QUOTA_CONTROLLER, STALL_DETECTOR
+from daemons.registry import (
+    CONTROLLERS,
+    INTERRUPTIONS,
+    MAKE_BEFORE_BREAK,
+    QUARANTINE,
+    QUOTA_CONTROLLER,
+    STALL_DETECTOR,
+    TAINT_CONTROLLER,
+)
 from daemons.toolkit.spec import (
     AFTER_CLUSTER_QUEUES,
     AFTER_JOBSET,
@@ -87,6 +95,7 @@ def guardrail_inputs(cfg: StackConfig, created: Collection[str] | None = None) -
         stall_detector_user=running_user(cfg, STALL_DETECTOR),
         make_before_break=make_before_break_marks(cfg.make_before_break) if cfg.make_before_break.enabled else None,
         virtual_node=virtual_node_identity(cfg),
+        taint_controller=taint_controller_identity(cfg),
     )
 
 
@@ -116,6 +125,13 @@ def running_user(cfg: StackConfig, spec: ControllerSpec[Any]) -> str | None:
     if settings is None or not settings.enabled:
         return None
     return service_account_user(settings.namespace, spec.app)
+
+
+def taint_controller_identity(cfg: StackConfig) -> tuple[str, str] | None:
+    """The taint controller's user and the burst taint key it owns; None while the stack runs none."""
+    user = running_user(cfg, TAINT_CONTROLLER)
+    settings = cfg.controller_settings(TAINT_CONTROLLER.stack_key)
+    return None if user is None or settings is None else (user, settings.taint_key)
 
 
 def service_account_user(namespace: str, name: str) -> str:

@@ -60,6 +60,8 @@ def credential_literal(name: str, value: str) -> str | None:
     if re.search(CREDENTIAL_ENV_NAME, name.upper()) and value and not value.startswith("/"):
         return "its name says it holds a credential"
     return None
+
+
 #: The capabilities Pod Security ``baseline`` lets a container add (its "Capabilities" control).
 BASELINE_CAPABILITIES = (
     "AUDIT_WRITE",

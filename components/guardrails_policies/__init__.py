@@ -26,6 +26,7 @@ from components.guardrails_policies.controllers import (
     quarantine_writes_only_its_marks,
     quota_controller_writes_only_quotas,
     stall_detector_writes_only_its_restart_record,
+    taint_controller_writes_only_its_taint,
     virtual_node_registers_only_its_node,
 )
 from components.guardrails_policies.credentials import team_jobsets_carry_no_credentials, team_pods_carry_no_credentials
@@ -85,6 +86,7 @@ RULES: list[Callable[[GuardrailInputs], Policy | None]] = [
     make_before_break_marks_pods_only_for_removal,
     make_before_break_writes_only_its_check,
     virtual_node_registers_only_its_node,
+    taint_controller_writes_only_its_taint,
 ]
 
 

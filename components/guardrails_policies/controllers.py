@@ -135,6 +135,23 @@ def quarantine_writes_only_its_marks(inputs: GuardrailInputs) -> Policy | None:
     )
 
 
+def taint_controller_writes_only_its_taint(inputs: GuardrailInputs) -> Policy | None:
+    """The taint controller: its NoSchedule burst taint on the virtual node (RBAC names the one Node), nothing
+    else of it: no label, annotation, owner or finalizer (an owner would have the garbage collector delete the
+    Node that stands for every rented GPU)."""
+    if inputs.taint_controller is None:
+        return None
+    user, key = inputs.taint_controller
+    return node_marks(
+        "taint-controller-writes-only-its-taint",
+        "taint controller",
+        user,
+        taint=(key, "NoSchedule"),
+        labels=[],
+        annotations=[],
+    )
+
+
 def make_before_break_writes_only_its_reservations(inputs: GuardrailInputs) -> Policy | None:
     """Make-before-break reserves a gang's nodes: its NoSchedule taint and label under the reservation key."""
     if inputs.make_before_break is None:

@@ -71,6 +71,8 @@ class GuardrailInputs:
     stall_detector_user: str | None = None
     #: What the make-before-break controller writes, and as whom; None: the stack runs none.
     make_before_break: MakeBeforeBreakMarks | None = None
+    #: The taint controller's user and its burst taint key (on the virtual node); None: the stack runs none.
+    taint_controller: tuple[str, str] | None = None
     #: The virtual node's user and the one Node it may register; None: the stack does not burst.
     virtual_node: tuple[str, str] | None = None
 

@@ -55,6 +55,8 @@ QUARANTINE_USER = f"system:serviceaccount:{CONTROLLERS}:gpucluster-quarantine"
 STALL_USER = "system:serviceaccount:gpucluster-training:gpucluster-stall-detector"
 INTERRUPTIONS_USER = "system:serviceaccount:gpucluster-training:gpucluster-interruptions"
 RESERVATION_KEY = "gpucluster.io/reservation"
+TAINT_CONTROLLER_USER = "system:serviceaccount:gpucluster-burst:gpucluster-taint-controller"
+BURST_TAINT_KEY = "gpucluster.io/in-cluster-capacity"
 MODULES = Path.home() / "go/pkg/mod/sigs.k8s.io"
 JOBSET_CRD = MODULES / "jobset@v0.11.1/config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml"
 WORKLOAD_CRD = MODULES / "kueue@v0.17.0/config/components/crd/bases/kueue.x-k8s.io_workloads.yaml"
@@ -77,6 +79,7 @@ INPUTS = GuardrailInputs(
     exempt_namespaces=(TELEMETRY, "kube-system"),
     ipc_lock=True,
     gpu_resources=("nvidia.com/gpu",),
+    taint_controller=(TAINT_CONTROLLER_USER, BURST_TAINT_KEY),
     quarantine_user=QUARANTINE_USER,
     virtual_node=("system:serviceaccount:gpucluster-burst:gpucluster-virtual-node", "gpu-burst"),
     stall_detector_user=STALL_USER,
@@ -668,6 +671,34 @@ def test_the_virtual_node_writes_pods_only_in_the_inference_namespaces(rbac_kube
     for verb, resource in [("patch", "pods/status"), ("delete", "pods"), ("patch", "pods"), ("get", "secrets")]:
         assert vn(verb, resource, SERVING), (verb, resource)
         assert not vn(verb, resource, TEAM), (verb, resource)  # a training pod is not its to write or read
+
+
+def test_the_taint_controller_changes_the_virtual_node_only_by_its_taint(kubectl: Kubectl) -> None:
+    node = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": "gpu-burst-tc", "labels": {"type": "virtual-kubelet"}},
+    }
+    assert kubectl("create", "-f", "-", doc=node).returncode == 0
+
+    def patched(ops: list[dict[str, Any]]) -> str | None:
+        args = ["patch", "node", "gpu-burst-tc", "--type=json", "-p", json.dumps(ops), "--dry-run=server"]
+        proc = kubectl(*args, "--as", TAINT_CONTROLLER_USER)
+        return None if proc.returncode == 0 else proc.stderr.strip()
+
+    burst = {"key": BURST_TAINT_KEY, "value": "true", "effect": "NoSchedule"}
+    # (the API server gave the new Node its not-ready taint: appended to, not replaced)
+    assert patched([{"op": "add", "path": "/spec/taints/-", "value": burst}]) is None
+    for ops in (
+        [{"op": "add", "path": "/metadata/ownerReferences", "value": DANGLING_OWNER["metadata"]["ownerReferences"]}],
+        [{"op": "add", "path": "/metadata/finalizers", "value": ["example.com/forever"]}],
+        [{"op": "add", "path": "/metadata/labels/x", "value": "y"}],
+        [{"op": "add", "path": "/spec/taints/-", "value": {**burst, "effect": "NoExecute"}}],
+        [{"op": "remove", "path": "/spec/taints/0"}],  # the node's own not-ready taint
+    ):
+        said = patched(ops)
+        assert said is not None, ops
+        assert "gpucluster-taint-controller-writes-only-its-taint" in said, (ops, said)
 
 
 def test_the_virtual_node_registers_only_its_own_node(kubectl: Kubectl) -> None:
