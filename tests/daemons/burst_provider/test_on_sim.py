@@ -260,14 +260,26 @@ def test_a_refused_create_is_a_failed_pod_and_a_replacement_runs(clean: LocalSta
     )
 
 
-def test_an_address_in_a_form_the_check_never_saw_is_refused_and_a_replacement_runs(clean: LocalStack) -> None:
+def test_an_address_in_a_form_the_check_never_saw_is_refused(clean: LocalStack) -> None:
     """A provider account that reports its instance's address as a decimal number (which a resolver reads as an
-    IPv4 address: loopback, the metadata address, the cluster's own network) gets no traffic and no probe."""
+    IPv4 address: loopback, the metadata address, the cluster's own network) gets no traffic and no probe: the pod
+    fails AddressRefused (a replacement runs as after any failure: the tests above)."""
     knobs(addressForm="decimal")
-    failed = _failed_then_replaced(
-        clean, "AddressRefused", lambda: clean.apply(probe(1)), lambda: knobs(addressForm="dotted")
-    )
-    assert "which is no canonical IP address" in failed["status"].get("message", ""), failed["status"]
+
+    def failed(watch: Watch) -> list[dict[str, Any]]:
+        return [p for p in watch.seen() if p.get("status", {}).get("phase") == "Failed"]
+
+    try:
+        with clean.watch("pods", "-n", NS, "-l", f"app={PROBE}") as watch:
+            clean.apply(probe(1))
+            (first, *_) = wait_for("a Failed probe pod (AddressRefused)", lambda: failed(watch), timeout=90)
+    finally:
+        knobs(addressForm="dotted")
+    assert first["status"].get("reason") == "AddressRefused", first["status"]
+    assert "which is no canonical IP address" in first["status"].get("message", ""), first["status"]
+    selector = f"endpointslice.kubernetes.io/managed-by=burst.gpucluster.io,kubernetes.io/service-name={PROBE}"
+    slices = clean.items("endpointslices", "-n", NS, "-l", selector)
+    assert not [s for s in slices if s.get("endpoints")], "traffic was sent to the refused address"
 
 
 def test_a_creation_timeout_is_a_failed_pod_and_a_replacement_runs(clean: LocalStack) -> None:
