@@ -11,6 +11,7 @@ JobSet, an admin).
 from __future__ import annotations
 
 from components.guardrails_policies.model import JOBSETS, GuardrailInputs, Policy, Validation, cel, is_in
+from components.jobset_settings import JOBSET_API
 
 PODS = {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "operations": ["CREATE"]}
 #: The volume sources a team pod may use: its namespace's claims (and ephemeral ones from a StorageClass), its own
@@ -93,8 +94,14 @@ def team_jobs_aim_at_no_node(inputs: GuardrailInputs) -> Policy:
     """On what a team submits (a JobSet; a Job that no JobSet owns), as submitted: make-before-break's own pod set
     update selects the gang's reservation later, through Kueue, which is why the pods themselves cannot be held to
     it."""
+    # A JobSet's own Jobs carry its pod template as Kueue last updated it (make-before-break's reservation selector
+    # included) when JobSet creates them again on a restart: they are the JobSet's, held when it was submitted.
+    jobsets_job = (
+        "(object.kind == 'Job' && has(object.metadata.ownerReferences) && object.metadata.ownerReferences.exists(o, "
+        f"o.kind == 'JobSet' && o.apiVersion == {cel(JOBSET_API)} && has(o.controller) && o.controller))"
+    )
     templates = (
-        "(object.kind == 'JobSet' ? (has(object.spec.replicatedJobs) ? "
+        f"({jobsets_job} ? [] : object.kind == 'JobSet' ? (has(object.spec.replicatedJobs) ? "
         "object.spec.replicatedJobs.map(r, r.template.spec.template.spec) : []) : [object.spec.template.spec])"
     )
     checks = [_names_node("s")]

@@ -418,6 +418,15 @@ def test_a_team_pod_goes_through_the_scheduler_and_its_jobs_aim_at_no_reserved_n
     submitted["spec"]["template"]["spec"]["tolerations"] = [toleration]
     assert kubectl.refusal(submitted) is None
     assert kubectl.refusal(pod(TEAM, **copy.deepcopy(AIMED_AT_RESERVED[0]), tolerations=[toleration])) is None
+    # A JobSet's own Job, created again on a restart with the reservation Kueue put into the JobSet's template: the
+    # JobSet's, held when it was submitted (refusing it would leave the restarted gang without its Job).
+    restarted = job(TEAM, labels=queued)
+    restarted["spec"]["template"]["spec"].update(copy.deepcopy(AIMED_AT_RESERVED[0]))
+    restarted["metadata"]["ownerReferences"] = [
+        {"apiVersion": JOBSET_API, "kind": "JobSet", "name": "llm", "uid": "00000000-0000-0000-0000-000000000003"}
+        | {"controller": True}
+    ]
+    assert kubectl.refusal(restarted) is None
 
 
 def test_a_team_pod_carries_no_credential_in_its_env(kubectl: Kubectl) -> None:
