@@ -169,6 +169,7 @@ def gang_rows(col: Column, node: str, per_node: int, following: bool, timeout: f
     wasted = 0.0
     last = t0
     outcome = ""
+    was_evicted = False
     admitted_at: float | None = None
     while time.monotonic() - t0 < timeout:
         now = time.monotonic()
@@ -180,6 +181,7 @@ def gang_rows(col: Column, node: str, per_node: int, following: bool, timeout: f
             admitted_at = now - t0
         if evicted():
             outcome = f"admitted at {admitted_at or 0:.0f} s, evicted by waitForPodsReady at {now - t0:.0f} s"
+            was_evicted = True
             break
         if following and now - t0 >= HOLD_SHOWN_S:
             outcome = f"held {now - t0:.0f} s with no quota reserved ({state or 'pending'})"
@@ -191,12 +193,12 @@ def gang_rows(col: Column, node: str, per_node: int, following: bool, timeout: f
     col.rows["GPU-seconds wasted on it"] = f"{wasted:.0f}"
     col.figures["wasted_gpu_seconds"] = wasted
     node_faults.recreate(node)
-    if following:
+    if was_evicted:
+        col.rows["node back -> gang admitted"] = "(evicted; requeued with backoff)"
+    else:  # held, or pending without a reservation: admitted once the node is back
         t = until(lambda: gang_state() == "admitted", 120.0, interval=0.5)
         col.rows["node back -> gang admitted"] = "not within 120 s" if t is None else f"{t:.1f} s"
         col.figures["admitted_after_return_s"] = t
-    else:
-        col.rows["node back -> gang admitted"] = "(evicted; requeued with backoff)"
     delete_gang()
 
 
