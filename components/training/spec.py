@@ -219,14 +219,18 @@ class JobSpec(ConfigModel):
     @field_validator("env")
     @classmethod
     def _env(cls, v: dict[str, str]) -> dict[str, str]:
+        leaks = []
         for key, value in v.items():
             _env_name(key)
             why = credential_literal(key, value)
             if why is not None:  # the value is never shown
-                raise ValueError(
-                    f"{key} would put a credential in the job spec in plain text ({why}); keep it in a Secret of "
-                    f"the team's namespace and name it under secretEnv ({key}: {{secret: <name>, key: <key>}})"
-                )
+                leaks.append(f"{key} ({why})")
+        if leaks:
+            first = leaks[0].split(" ", 1)[0]
+            raise ValueError(
+                f"{', '.join(leaks)}: a credential in the job spec would be kept in plain text; keep each in a "
+                f"Secret of the team's namespace and name it under secretEnv ({first}: {{secret: <name>, key: <key>}})"
+            )
         return v
 
     @field_validator("secret_env")

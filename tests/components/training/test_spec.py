@@ -121,7 +121,7 @@ def test_the_longest_name_leaves_jobset_pod_names_valid() -> None:
 def test_a_credential_in_the_env_is_refused_naming_the_variable_never_the_value() -> None:
     token = "hf_" + "Zq9" * 10
     (said,) = problems(env={"HF_TOKEN": token, "EPOCHS": "3"})
-    assert said.startswith("spec.env: HF_TOKEN would put a credential in the job spec in plain text")
+    assert said.startswith("spec.env: HF_TOKEN (its value is a key or token): a credential in the job spec would")
     assert "secretEnv" in said
     assert token not in said
     (said,) = problems(env={"WANDB_API_KEY": "0123456789abcdef" * 2})

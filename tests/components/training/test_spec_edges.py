@@ -75,19 +75,28 @@ def test_a_refusal_lists_fifty_problems_and_counts_the_rest() -> None:
     assert err.issues[199].path == "spec.env.X199"  # every problem stays on the error for a caller to read
 
 
-def test_the_dry_run_prints_no_credential_the_spec_holds(tmp_path: Path) -> None:
+def test_a_spec_holding_a_credential_is_refused_and_the_refusal_prints_none(tmp_path: Path) -> None:
     token = "hf_AbCdEf0123456789AbCdEf0123456789"
     spec = write_spec(tmp_path, env={"WANDB_API_KEY": "0123456789abcdef0123456789abcdef", "MODEL_URL": token})
     run = Run()
+    assert run(spec, dry_run=True) != 0
+    said = "\n".join(run.out + run.err)
+    assert (
+        "spec.env: MODEL_URL (its value is a key or token), WANDB_API_KEY (its name says it holds a credential)" in said
+    )
+    assert token not in said
+    assert "0123456789abcdef0123456789abcdef" not in said
+    assert not run.clusters  # nothing was sent
+
+
+def test_the_dry_run_shows_a_secret_by_reference(tmp_path: Path) -> None:
+    spec = write_spec(tmp_path, secretEnv={"HF_TOKEN": {"secret": "hf", "key": "token"}})
+    run = Run()
     assert run(spec, dry_run=True) == 0
     printed = "\n".join(run.out)
-    assert token not in printed
-    assert "0123456789abcdef0123456789abcdef" not in printed
-    env = {
-        e["name"]: e.get("value")
-        for e in yaml.safe_load(printed)["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"][
-            "containers"
-        ][0]["env"]
-    }
-    assert env["WANDB_API_KEY"] == env["MODEL_URL"] == "<redacted>"
-    assert env["GPUCLUSTER_CHECKPOINT_INTERVAL_SECONDS"] != "<redacted>"  # the package's own are shown
+    containers = yaml.safe_load(printed)["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"][
+        "containers"
+    ]
+    env = {e["name"]: e for e in containers[0]["env"]}
+    assert env["HF_TOKEN"] == {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}}
+    assert env["GPUCLUSTER_CHECKPOINT_INTERVAL_SECONDS"]["value"] != "<redacted>"  # the package's own are shown
