@@ -9,11 +9,18 @@ refusal names the container and the variable, never the value.
 
 from __future__ import annotations
 
-from components.guardrails_policies.model import JOBSETS, GuardrailInputs, Policy, Validation, cel, is_in
+from components.guardrails_policies.model import (
+    JOBSET_CREATES,
+    POD_CONTAINERS,
+    PODS,
+    GuardrailInputs,
+    Policy,
+    Validation,
+    cel,
+    is_in,
+)
 from components.guardrails_settings import CREDENTIAL_ENV_NAME, CREDENTIAL_ENV_VALUE
 
-PODS = {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "operations": ["CREATE"]}
-JOBSET_CREATES = {**JOBSETS, "operations": ["CREATE"]}
 #: CEL: the env entry ``e`` holds a credential as a literal value (the same rule as ``credential_literal``).
 LITERAL = (
     f"(has(e.value) && (e.value.matches({cel(CREDENTIAL_ENV_VALUE)}) || "
@@ -27,7 +34,7 @@ WHY = (
 
 
 def team_pods_carry_no_credentials(inputs: GuardrailInputs) -> Policy:
-    containers = "(object.spec.containers + (has(object.spec.initContainers) ? object.spec.initContainers : []))"
+    containers = POD_CONTAINERS.format(spec="object.spec")
     return Policy(
         name="team-pods-carry-no-credentials",
         summary="A pod in a team namespace holds no key or token as a literal env value: it references a Secret.",
@@ -46,8 +53,7 @@ def team_pods_carry_no_credentials(inputs: GuardrailInputs) -> Policy:
 
 def team_jobsets_carry_no_credentials(inputs: GuardrailInputs) -> Policy:
     specs = "(has(object.spec.replicatedJobs) ? object.spec.replicatedJobs : [])"
-    pod = "r.template.spec.template.spec"
-    containers = f"({pod}.containers + (has({pod}.initContainers) ? {pod}.initContainers : []))"
+    containers = POD_CONTAINERS.format(spec="r.template.spec.template.spec")
     return Policy(
         name="team-jobsets-carry-no-credentials",
         summary="A team's JobSet holds no key or token as a literal env value: it references a Secret.",

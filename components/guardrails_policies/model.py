@@ -25,6 +25,20 @@ JOBSETS = {
     "resources": ["jobsets"],
     "operations": ["CREATE", "UPDATE"],
 }
+JOBSET_CREATES = {**JOBSETS, "operations": ["CREATE"]}
+PODS = {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "operations": ["CREATE"]}
+JOBS = {"apiGroups": ["batch"], "apiVersions": ["v1"], "resources": ["jobs"], "operations": ["CREATE", "UPDATE"]}
+JOB_CREATES = {**JOBS, "operations": ["CREATE"]}
+#: CEL: a pod spec's containers and init containers (one CEL type, so one list).
+POD_CONTAINERS = "({spec}.containers + (has({spec}.initContainers) ? {spec}.initContainers : []))"
+
+
+def owned_by(kind: str, api: str) -> str:
+    """CEL: the object's controlling owner is a ``kind`` of ``api``."""
+    return (
+        "has(object.metadata.ownerReferences) && object.metadata.ownerReferences.exists(r, "
+        f"r.kind == {cel(kind)} && r.apiVersion == {cel(api)} && has(r.controller) && r.controller)"
+    )
 
 
 @dataclass(frozen=True)

@@ -10,10 +10,19 @@ JobSet, an admin).
 
 from __future__ import annotations
 
-from components.guardrails_policies.model import JOBSETS, GuardrailInputs, Policy, Validation, cel, is_in
+from components.guardrails_policies.model import (
+    JOB_CREATES,
+    JOBSET_CREATES,
+    PODS,
+    GuardrailInputs,
+    Policy,
+    Validation,
+    cel,
+    is_in,
+    owned_by,
+)
 from components.jobset_settings import JOBSET_API
 
-PODS = {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "operations": ["CREATE"]}
 #: The volume sources a team pod may use: its namespace's claims (and ephemeral ones from a StorageClass), its own
 #: config and tokens, scratch space, read-only images. Everything else names storage by address (``nfs``,
 #: ``iscsi``, ``cephfs``, inline ``csi`` ...) or the host.
@@ -86,20 +95,13 @@ def team_pods_name_no_node(inputs: GuardrailInputs) -> Policy:
     )
 
 
-JOB_CREATES = {"apiGroups": ["batch"], "apiVersions": ["v1"], "resources": ["jobs"], "operations": ["CREATE"]}
-JOBSET_CREATES = {**JOBSETS, "operations": ["CREATE"]}
-
-
 def team_jobs_aim_at_no_node(inputs: GuardrailInputs) -> Policy:
     """On what a team submits (a JobSet; a Job that no JobSet owns), as submitted: make-before-break's own pod set
     update selects the gang's reservation later, through Kueue, which is why the pods themselves cannot be held to
     it."""
     # A JobSet's own Jobs carry its pod template as Kueue last updated it (make-before-break's reservation selector
     # included) when JobSet creates them again on a restart: they are the JobSet's, held when it was submitted.
-    jobsets_job = (
-        "(object.kind == 'Job' && has(object.metadata.ownerReferences) && object.metadata.ownerReferences.exists(o, "
-        f"o.kind == 'JobSet' && o.apiVersion == {cel(JOBSET_API)} && has(o.controller) && o.controller))"
-    )
+    jobsets_job = f"(object.kind == 'Job' && {owned_by('JobSet', JOBSET_API)})"
     templates = (
         f"({jobsets_job} ? [] : object.kind == 'JobSet' ? (has(object.spec.replicatedJobs) ? "
         "object.spec.replicatedJobs.map(r, r.template.spec.template.spec) : []) : [object.spec.template.spec])"

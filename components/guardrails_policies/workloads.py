@@ -17,7 +17,10 @@ from components.constants import (
     KUEUE_VERSION,
 )
 from components.guardrails_policies.model import (
+    JOBS,
     JOBSETS,
+    POD_CONTAINERS,
+    PODS,
     GuardrailInputs,
     Policy,
     Validation,
@@ -25,6 +28,7 @@ from components.guardrails_policies.model import (
     is_in,
     label,
     not_in,
+    owned_by,
     unchanged_on_update,
 )
 from components.guardrails_settings import (
@@ -40,13 +44,8 @@ PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 #: The capability a pod on an RDMA fabric adds beyond baseline's (``fabric_settings.RDMA_CAPABILITY``).
 IPC_LOCK = "IPC_LOCK"
 
-PODS = {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "operations": ["CREATE"]}
-JOBS = {"apiGroups": ["batch"], "apiVersions": ["v1"], "resources": ["jobs"], "operations": ["CREATE", "UPDATE"]}
-#: A pod's containers and init containers (one CEL type, so one list).
-CONTAINERS = {
-    "name": "containers",
-    "expression": "object.spec.containers + (has(object.spec.initContainers) ? object.spec.initContainers : [])",
-}
+#: A pod's containers and init containers, as a policy variable.
+CONTAINERS = {"name": "containers", "expression": POD_CONTAINERS.format(spec="object.spec")}
 
 
 def gpu_visibility_is_requested(inputs: GuardrailInputs) -> Policy:
@@ -112,13 +111,6 @@ def confinement_stays_on(inputs: GuardrailInputs) -> Policy:
     )
 
 
-def _owned_by(kind: str, api: str) -> str:
-    return (
-        "has(object.metadata.ownerReferences) && object.metadata.ownerReferences.exists(r, "
-        f"r.kind == {cel(kind)} && r.apiVersion == {cel(api)} && has(r.controller) && r.controller)"
-    )
-
-
 def _in_team(inputs: GuardrailInputs) -> str:
     return f"namespaceObject.metadata.name in {cel(sorted(inputs.training_namespaces))}"
 
@@ -137,7 +129,7 @@ def team_pods_belong_to_jobs(inputs: GuardrailInputs) -> Policy:
         namespace_selector=is_in(inputs.training_namespaces),
         validations=(
             Validation(
-                expression=_owned_by("Job", "batch/v1"),
+                expression=owned_by("Job", "batch/v1"),
                 message="a pod in a team namespace that no Job owns would run around the queues; submit a job "
                 "(gpucluster submit)",
             ),
@@ -154,7 +146,7 @@ def training_priority_pods_belong_to_jobs(inputs: GuardrailInputs) -> Policy:
         resource_rules=(PODS,),
         validations=(
             Validation(
-                expression=f"{priority} != {cls} || ({_in_team(inputs)} && {_owned_by('Job', 'batch/v1')})",
+                expression=f"{priority} != {cls} || ({_in_team(inputs)} && {owned_by('Job', 'batch/v1')})",
                 message=f"a pod that is not a Job's in a team namespace names {inputs.training_priority_class}; "
                 + _why(inputs),
             ),
@@ -174,7 +166,7 @@ def training_priority_jobs_are_queued(inputs: GuardrailInputs) -> Policy:
         validations=(
             Validation(
                 expression=f"{priority} != {cls} || {unchanged_on_update(priority)} || ({_in_team(inputs)} && "
-                f"({queued} || {_owned_by('JobSet', JOBSET_API)}))",
+                f"({queued} || {owned_by('JobSet', JOBSET_API)}))",
                 message=f"a Job without the {QUEUE_LABEL} label, or outside a team namespace, names "
                 f"{inputs.training_priority_class}; " + _why(inputs),
             ),
@@ -232,7 +224,7 @@ def research_priority_by_team(inputs: GuardrailInputs) -> Policy | None:
         return None
     allowed = cel({ns: sorted(names) for ns, names in inputs.priorities_by_namespace.items()})
     value = label("object", PRIORITY_LABEL)
-    jobsets_job = f"(object.kind == 'Job' && {_owned_by('JobSet', JOBSET_API)})"
+    jobsets_job = f"(object.kind == 'Job' && {owned_by('JobSet', JOBSET_API)})"
     return Policy(
         name="research-priority-by-team",
         summary=f"A team's Jobs and JobSets each name a research priority ({PRIORITY_LABEL}) the stack allows that "
