@@ -6,6 +6,8 @@ pack checks can never drift from the label a component sets.
 
 from __future__ import annotations
 
+import hashlib
+
 #: The Pulumi project; stack config keys are ``gpucluster:<key>``.
 PROJECT = "gpucluster"
 
@@ -28,6 +30,20 @@ STORAGE_DRIVER_LABEL = "gpucluster.io/storage-driver"
 CLAIM_LABEL = "gpucluster.io/claim"
 #: A daemon's settings ConfigMap: which daemon reads it (``burst-provider``, ``taint-controller``).
 SETTINGS_LABEL = "gpucluster.io/settings"
+#: On a daemon's pod template: the SHA-256 of the settings its ConfigMap holds. The daemons read their settings once,
+#: at start, and the ConfigMap keeps its name, so a changed digest is what rolls the pods onto new settings.
+SETTINGS_DIGEST_ANNOTATION = "gpucluster.io/settings-sha256"
+
+
+def settings_digest(*documents: str) -> dict[str, str]:
+    """The pod-template annotation naming the settings ``documents`` (in order) by their SHA-256."""
+    digest = hashlib.sha256()
+    for document in documents:
+        digest.update(document.encode())
+        digest.update(b"\0")
+    return {SETTINGS_DIGEST_ANNOTATION: digest.hexdigest()}
+
+
 #: The API server accepts Events about a cluster-scoped object (a Node, a ClusterQueue, an AdmissionCheck) only here.
 CLUSTER_EVENTS_NAMESPACE = "default"
 #: The GPU type a burst provider must rent for a pod (pod template annotation, read by the provider service).

@@ -123,10 +123,11 @@ class Controller(pulumi.ComponentResource):
                 **rbac,
             )
         config_name = f"{spec.app}-settings"
+        document = s.to_json()
         self.config_map = k8s.core.v1.ConfigMap(
             f"{name}-settings",
             metadata={"name": config_name, "namespace": ns, "labels": {**labels, SETTINGS_LABEL: spec.name}},
-            data={SETTINGS_FILE: s.to_json()},
+            data={SETTINGS_FILE: document},
             opts=child,
         )
         extra = self.extra_resources(name, args, child)
@@ -147,6 +148,7 @@ class Controller(pulumi.ComponentResource):
             replicas=s.replicas,
             labels=labels,
             config_map=config_name,
+            settings=document,
             parent=self,
             depends_on=[
                 self.service_account,

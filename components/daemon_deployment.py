@@ -17,7 +17,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.constants import nonroot_pod_security_context
+from components.constants import nonroot_pod_security_context, settings_digest
 from components.scraping import scrape_annotations
 from daemons.toolkit.spec import SETTINGS_FILE
 
@@ -111,12 +111,14 @@ def daemon_deployment(
     replicas: int,
     labels: dict[str, str],
     config_map: str,
+    settings: str,
     parent: pulumi.Resource,
     depends_on: Sequence[pulumi.Resource],
 ) -> k8s.apps.v1.Deployment:
-    """The Deployment, selected by ``app.kubernetes.io/name``, scraped on its metrics port; it waits for
-    ``depends_on`` (its ServiceAccount, RoleBindings and settings ConfigMap)."""
-    scrape = scrape_annotations(shape.metrics_port, honor_labels=shape.honor_labels)
+    """The Deployment, selected by ``app.kubernetes.io/name``, scraped on its metrics port, its pods rolled when
+    ``settings`` (the ConfigMap's document) change; it waits for ``depends_on`` (its ServiceAccount, RoleBindings and
+    settings ConfigMap)."""
+    scrape = scrape_annotations(shape.metrics_port, honor_labels=shape.honor_labels) | settings_digest(settings)
     return k8s.apps.v1.Deployment(
         resource_name,
         metadata={"name": shape.app, "namespace": namespace, "labels": labels},

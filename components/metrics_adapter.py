@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.constants import nonroot_pod_security_context
+from components.constants import nonroot_pod_security_context, settings_digest
 from components.inference_settings import REQUESTS_METRIC
 from components.metrics_adapter_settings import API_GROUP, API_VERSION, SECURE_PORT, MetricsAdapterSettings
 from components.rbac import grant
@@ -95,8 +95,9 @@ class MetricsAdapter(pulumi.ComponentResource):
         labels = {**args.labels, "app.kubernetes.io/name": APP}
         meta = {"name": APP, "namespace": s.namespace, "labels": labels}
         after = pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on))
+        document = config_document(args)
         self.config_map = k8s.core.v1.ConfigMap(
-            f"{name}-config", metadata=meta, data={CONFIG_FILE: config_document(args)}, opts=after
+            f"{name}-config", metadata=meta, data={CONFIG_FILE: document}, opts=after
         )
         self.service_account = k8s.core.v1.ServiceAccount(f"{name}-sa", metadata=meta, opts=after)
         subject = [{"kind": "ServiceAccount", "name": APP, "namespace": s.namespace}]
@@ -147,7 +148,8 @@ class MetricsAdapter(pulumi.ComponentResource):
                     "replicas": s.replicas,
                     "selector": {"matchLabels": {"app.kubernetes.io/name": APP}},
                     "template": {
-                        "metadata": {"labels": labels},
+                        # The adapter reads its configuration at start: a changed one rolls the pods.
+                        "metadata": {"labels": labels, "annotations": settings_digest(document)},
                         "spec": adapter_pod_spec(s, APP),
                     },
                 },

@@ -19,7 +19,13 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.burst_settings import PROVIDER_METRICS_PORT, BurstSettings, settings_json, with_cluster_name
-from components.constants import NONROOT_UID, SETTINGS_LABEL, VIRTUAL_NODE_TAINT, nonroot_pod_security_context
+from components.constants import (
+    NONROOT_UID,
+    SETTINGS_LABEL,
+    VIRTUAL_NODE_TAINT,
+    nonroot_pod_security_context,
+    settings_digest,
+)
 from components.daemon_deployment import daemon_service_account
 from components.model import check_qualified_name
 from components.rbac import grant
@@ -244,6 +250,7 @@ class VirtualNode(pulumi.ComponentResource):
             )
 
         config_name = f"{APP}-settings"
+        document = settings_json(with_cluster_name(args.settings, pulumi.get_stack()))
         self.config_map = k8s.core.v1.ConfigMap(
             f"{name}-settings",
             metadata={
@@ -251,7 +258,7 @@ class VirtualNode(pulumi.ComponentResource):
                 "namespace": ns,
                 "labels": {**labels, SETTINGS_LABEL: "burst-provider"},
             },
-            data={SETTINGS_FILE: settings_json(with_cluster_name(args.settings, pulumi.get_stack()))},
+            data={SETTINGS_FILE: document},
             opts=child,
         )
         secret_name = f"{APP}-provider-secrets"
@@ -276,8 +283,9 @@ class VirtualNode(pulumi.ComponentResource):
                 "template": {
                     "metadata": {
                         "labels": labels,
-                        # Both containers' metrics ports (``metrics``, ``burst-metrics``): components/scraping.py.
-                        "annotations": scrape_annotations(NODE_METRICS_PORT),
+                        # Both containers' metrics ports (``metrics``, ``burst-metrics``): components/scraping.py;
+                        # the pod is replaced when its settings change (the provider reads them at start).
+                        "annotations": scrape_annotations(NODE_METRICS_PORT) | settings_digest(document),
                     },
                     "spec": virtual_node_pod_spec(args.settings, config_name, secret_name),
                 },

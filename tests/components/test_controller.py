@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from components.constants import SETTINGS_DIGEST_ANNOTATION
 from components.controller import Controller, ControllerArgs
 from components.issues import SettingsError
 from components.stall_detector_settings import StallDetectorSettings
@@ -65,3 +66,24 @@ def test_a_placement_kubernetes_would_refuse_is_refused_naming_the_key(
     with pytest.raises(SettingsError) as err:
         StallDetectorSettings.parse({"workloadNamespaces": TEAMS, **placement})
     assert fragment in str(err.value)
+
+
+def _digest(graph: Graph) -> str:
+    template = graph.one("kubernetes:apps/v1:Deployment", "sd-deployment").inputs["spec"]["template"]
+    digest: str = template["metadata"]["annotations"][SETTINGS_DIGEST_ANNOTATION]
+    return digest
+
+
+def test_a_change_of_settings_rolls_the_pods_and_a_change_of_placement_alone_does_not_touch_the_digest() -> None:
+    """The daemon reads its settings once, at start, from a ConfigMap that keeps its name: only a changed pod template
+    makes the Deployment replace its pods, so the template names the settings by digest."""
+    base = _digest(graph_of())
+    assert len(base) == 64
+    assert _digest(graph_of()) == base
+    changed = StallDetectorSettings.model_validate({"workloadNamespaces": TEAMS, "stallAfter": "7m"})
+    other = deploy(
+        lambda: Controller("sd", ControllerArgs(spec=SPEC, settings=changed, context={WORKLOAD_NAMESPACES: TEAMS}))
+    )
+    assert _digest(other) != base
+    # Placement is the template's own field already: it changes the pods without changing what the daemon reads.
+    assert _digest(graph_of(nodeSelector=SYSTEM, tolerations=TOLERATE)) == base

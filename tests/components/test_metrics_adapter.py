@@ -15,6 +15,7 @@ from components.cluster import GpuCluster, GpuClusterArgs
 from components.config import load_stack_file, parse_stack_config, read_stack_file
 from components.config import rules as rules_module
 from components.config.stack import StackConfigError, parse_sections
+from components.constants import settings_digest
 from components.metrics_adapter import APP, MetricsAdapter, MetricsAdapterArgs
 from components.metrics_adapter_settings import MetricsAdapterSettings
 from tests.support.pulumi_harness import Graph, deploy, secrets_of
@@ -44,7 +45,10 @@ def test_in_the_cluster_it_is_a_deployment_behind_the_apiservice() -> None:
     assert api.inputs["metadata"]["name"] == "v1beta2.custom.metrics.k8s.io"
     assert api.inputs["spec"]["service"] == {"name": APP, "namespace": "gpucluster-metrics", "port": 443}
     assert graph.depends_on(api, deployment)
-    doc = json.loads(graph.one("kubernetes:core/v1:ConfigMap", "ma-config").inputs["data"]["config.json"])
+    text = graph.one("kubernetes:core/v1:ConfigMap", "ma-config").inputs["data"]["config.json"]
+    # The adapter reads its configuration at start: the pod template names it by digest, so a change rolls the pods.
+    assert deployment.inputs["spec"]["template"]["metadata"]["annotations"] == settings_digest(text)
+    doc = json.loads(text)
     assert doc == {
         "prometheusUrl": "http://prometheus-operated.monitoring.svc:9090",
         "queryTimeoutSeconds": 5.0,

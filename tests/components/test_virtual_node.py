@@ -14,6 +14,7 @@ from pulumi.runtime import config as pulumi_config
 from components.burst_settings import BurstSettings, with_cluster_name
 from components.cluster import GpuCluster, GpuClusterArgs
 from components.config import load_stack_file
+from components.constants import SETTINGS_DIGEST_ANNOTATION, settings_digest
 from components.images_settings import DEFAULT_DAEMONS_IMAGE, DEFAULT_VIRTUAL_NODE_IMAGE
 from components.virtual_node import (
     NODE_TAINT,
@@ -223,6 +224,12 @@ def test_settings_config_map_round_trips_and_carries_no_secret_value(graph: Grap
     assert json.loads(text)["providers"][1]["runpod"]["apiKeySecret"] == "runpodApiKey"  # camelCase, by alias
     for value in SECRET_VALUES.values():
         assert value not in text
+    # The provider reads the file at start; the pod template names it by digest, so a change replaces the pod.
+    template = graph.one("kubernetes:apps/v1:Deployment", "vn-deployment").inputs["spec"]["template"]
+    assert (
+        template["metadata"]["annotations"][SETTINGS_DIGEST_ANNOTATION]
+        == settings_digest(text)[SETTINGS_DIGEST_ANNOTATION]
+    )
 
 
 def test_port_follows_the_settings() -> None:
