@@ -2,9 +2,10 @@
 
 Each cycle is one full flip (``sim/flip.py``). While it runs:
 
-- a daemon picked at random (virtual node, provider service, either taint controller, either make-before-break
-  controller, descheduler) is killed with SIGKILL at a random moment, and started again a few seconds later, as
-  the kubelet would restart its container;
+- a daemon picked at random (virtual node, provider service, the taint controller's leader, the make-before-break
+  controllers' leader, descheduler) is killed with SIGKILL at a random moment, and started again a few seconds
+  later, as the kubelet would restart its container (a controller the stack runs as pods on the real node is killed
+  through the node's containerd, and the kubelet restarts it);
 - the fake GPU cloud refuses ``--create-failure-rate`` of creates and kills running instances at
   ``--death-rate`` (expected deaths per instance per minute);
 - with ``--prometheus-outage``, Prometheus is stopped for ``--outage-seconds`` once the replicas run externally,
@@ -16,7 +17,7 @@ admitted within ``maxHold`` (plus one Lease takeover and a cycle: a killed leade
 counts of what happened are printed at the end, and the exit status is 1 if any cycle did not converge.
 
 Usage: ``python sim/chaos.py [--kills 20] [--cycles 4] ...`` (``--help``); ``make chaos`` runs the full version
-and ``make test`` a 3-kill one.
+and ``make bench`` a shorter one (``benchmarks/bench_chaos.py``).
 """
 
 from __future__ import annotations
@@ -32,24 +33,70 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from sim import flip, processes  # noqa: E402 (run as a script: the repository first on the path)
+from sim import controllers, flip, processes  # noqa: E402 (run as a script: the repository first on the path)
 
 #: What may be killed: the daemons the flip depends on. The fake cloud stands for a provider's API, not ours.
-#: The make-before-break controllers only where the stack runs them.
+#: Registered controllers (daemons/registry.py) only where the stack runs them, wherever it runs them.
 TARGETS = (
     "virtual-node",
     "provider",
-    "taint-controller-a",
-    "taint-controller-b",
-    "make-before-break-a",
-    "make-before-break-b",
+    "taint-controller",
+    "make-before-break",
     "descheduler",
 )
+
+
+class Target(Protocol):
+    def kill(self) -> bool: ...
+    def start(self) -> object: ...
+    def running(self) -> bool: ...
+
+
+@dataclass(frozen=True)
+class Leader:
+    """A registered controller as a chaos target: a kill is SIGKILL to the replica holding its Lease (each replica
+    when none holds it), the one whose loss matters; ``start`` brings every replica back (local processes are
+    started again, pods are restarted by the kubelet and waited for)."""
+
+    controller: controllers.Controller
+    lease: str
+
+    def kill(self) -> bool:
+        try:
+            holder: str | None = self.controller.leader(self.lease)
+        except processes.DaemonError:
+            holder = None
+        try:
+            return bool(self.controller.kill(holder))
+        except processes.DaemonError:  # the holder's pod or process is already gone: the next kill takes another
+            return False
+
+    def start(self) -> None:
+        self.controller.start()
+
+    def running(self) -> bool:
+        return self.controller.running()
+
+
+def targets(registry: dict[str, processes.Daemon], config: Any) -> dict[str, Target]:
+    """The targets of TARGETS that this stack runs, by name."""
+    from daemons.registry import CONTROLLERS  # noqa: PLC0415 (needs ROOT on the path)
+
+    out: dict[str, Target] = {}
+    for name in TARGETS:
+        if name in registry:
+            out[name] = registry[name]
+            continue
+        spec = next((s for s in CONTROLLERS if s.name == name), None)
+        settings = config.controller_settings(spec.stack_key) if spec else None
+        if spec is not None and settings is not None and settings.enabled:
+            out[name] = Leader(controllers.controller(name), settings.lease_name)
+    return out
 
 
 @dataclass
@@ -95,10 +142,51 @@ def metric_sum(url: str, name: str) -> float | None:
     return total
 
 
+#: What the taint controller counts when a query to Prometheus fails.
+QUERY_ERRORS_METRIC = "gpucluster_taint_controller_query_errors_total"
+
+
+@dataclass
+class Outage:
+    """What one Prometheus outage showed: the burst taints the sampler saw meanwhile, the queries the taint
+    controller's replicas counted as failed, and how long Prometheus was down."""
+
+    taints: set[str] = field(default_factory=set)
+    query_errors: float = 0.0
+    seconds: float = 0.0
+
+
+def prometheus_outage(prometheus: processes.Daemon, seconds: float, sampler: flip.Sampler) -> Outage:
+    """Stop Prometheus for ``seconds`` and start it again; the taint controller must change nothing meanwhile."""
+    flip.say(f"   chaos: Prometheus stopped for {seconds:.0f}s")
+    # Failed queries, summed over the replicas; a replica killed meanwhile starts its counter at 0 again.
+    urls = controllers.controller("taint-controller").metrics_urls()
+    last = [metric_sum(u, QUERY_ERRORS_METRIC) or 0.0 for u in urls]
+    seen = Outage()
+    prometheus.stop()
+    t1 = time.monotonic()
+    try:
+        while time.monotonic() - t1 < seconds:
+            if sampler.latest:
+                seen.taints.add(sampler.latest.taint)
+            for i, u in enumerate(urls):
+                now = metric_sum(u, QUERY_ERRORS_METRIC)
+                if now is None:  # killed or restarting: read it again next time
+                    continue
+                seen.query_errors += now - last[i] if now >= last[i] else now
+                last[i] = now
+            time.sleep(0.5)
+    finally:
+        prometheus.start()
+    seen.seconds = time.monotonic() - t1
+    flip.say(f"   chaos: Prometheus back; the taint stayed {sorted(seen.taints)}")
+    return seen
+
+
 class Killer:
     """Kills the planned daemons at their planned moments (seconds after the cycle started), then restarts them."""
 
-    def __init__(self, registry: dict[str, processes.Daemon], plan: list[tuple[float, str]], report: Report) -> None:
+    def __init__(self, registry: dict[str, Target], plan: list[tuple[float, str]], report: Report) -> None:
         self.registry, self.plan, self.report = registry, sorted(plan), report
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="killer", daemon=True)
@@ -183,47 +271,27 @@ def run(argv: Sequence[str] | None = None) -> int:
         f"chaos: {a.kills} kills over {a.cycles} cycle(s); fake cloud refuses {a.create_failure_rate:.0%} of creates, "
         f"instances die at {a.death_rate}/min; Prometheus outage: {'yes' if a.prometheus_outage else 'no'}"
     )
-    names = [n for n in TARGETS if n in registry]
-    plans = plan_kills(a.kills, a.cycles, a.horizon, rng, names)
     cfg = processes.stack_config()
+    kill_targets = targets(registry, cfg)
+    names = list(kill_targets)
+    plans = plan_kills(a.kills, a.cycles, a.horizon, rng, names)
     mbb = cfg.make_before_break
     # The longest a gang may wait: maxHold, then a dead leader's Lease running out and the successor's cycle.
     admit_within = mbb.max_hold_seconds + mbb.lease_duration_seconds + 2 * mbb.interval_seconds if mbb.enabled else None
-    tc_metrics = [
-        f"http://127.0.0.1:{port}/metrics" for port in processes.controller_ports("taint-controller").values()
-    ]
-    errors_metric = "gpucluster_taint_controller_query_errors_total"
 
     def outage(sampler: flip.Sampler, cycle: int) -> None:
         """Prometheus stopped while the replicas run externally: the taint must stay as it is."""
-        prom = registry["prometheus"]
-        flip.say(f"   chaos: Prometheus stopped for {a.outage_seconds:.0f}s")
-        # Failed queries, summed over both controllers; a controller killed meanwhile starts its counter at 0 again.
-        last = [metric_sum(u, errors_metric) or 0.0 for u in tc_metrics]
-        taints = set()
-        prom.stop()
-        t1 = time.monotonic()
-        while time.monotonic() - t1 < a.outage_seconds:
-            if sampler.latest:
-                taints.add(sampler.latest.taint)
-            for i, u in enumerate(tc_metrics):
-                now = metric_sum(u, errors_metric)
-                if now is None:  # killed or restarting: read it again next time
-                    continue
-                report.query_errors += now - last[i] if now >= last[i] else now
-                last[i] = now
-            time.sleep(0.5)
-        prom.start()
-        report.outage_seconds += time.monotonic() - t1
-        flip.say(f"   chaos: Prometheus back; the taint stayed {sorted(taints)}")
-        if len(taints) > 1:
-            report.failures.append(f"cycle {cycle}: the taint changed while Prometheus was down: {sorted(taints)}")
+        seen = prometheus_outage(registry["prometheus"], a.outage_seconds, sampler)
+        report.query_errors += seen.query_errors
+        report.outage_seconds += seen.seconds
+        if len(seen.taints) > 1:
+            report.failures.append(f"cycle {cycle}: the taint changed while Prometheus was down: {sorted(seen.taints)}")
 
     try:
         for cycle, plan in enumerate(plans, start=1):
             report.cycles += 1
             flip.say(f"== cycle {cycle}/{a.cycles}: kills {', '.join(f'{n}@{t:.0f}s' for t, n in sorted(plan))}")
-            killer = Killer(registry, plan, report)
+            killer = Killer(kill_targets, plan, report)
 
             def during(phase: str, sampler: flip.Sampler, cycle: int = cycle, killer: Killer = killer) -> None:
                 if phase == "submitted":
@@ -252,9 +320,9 @@ def run(argv: Sequence[str] | None = None) -> int:
                 report.failures.append(f"cycle {cycle} did not converge: {e}")
             finally:
                 killer.stop()
-                for name in names:
-                    if not registry[name].running():
-                        registry[name].start()
+                for target in kill_targets.values():
+                    if not target.running():
+                        target.start()
     finally:
         post_json(f"{cloud}/admin/knobs", {"createFailureRate": 0.0, "deathRate": 0.0})
         for d in registry.values():

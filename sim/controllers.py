@@ -23,6 +23,7 @@ class Controller(Protocol):
     def running(self) -> bool: ...
     def leader(self, lease: str) -> str: ...
     def kill(self, identity: str | None = None) -> list[str]: ...
+    def metrics_urls(self) -> list[str]: ...
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,8 @@ class Processes:
 
     namespace: str
     daemons: tuple[processes.Daemon, ...]
+    #: Each process's metrics port on loopback, in the order of ``daemons``.
+    ports: tuple[int, ...] = ()
 
     def start(self) -> None:
         for d in self.daemons:
@@ -50,6 +53,9 @@ class Processes:
         """SIGKILL the process ``identity`` names (each when None); it stays down until :meth:`start`."""
         return [d.name for d in self.daemons if identity in (None, d.name) and d.kill()]
 
+    def metrics_urls(self) -> list[str]:
+        return [f"http://127.0.0.1:{port}/metrics" for port in self.ports]
+
 
 def controller(spec_name: str, stack_file: Path | None = None) -> Controller:
     """The controller ``spec_name`` (daemons/registry.py) of the stack ``make up`` deployed."""
@@ -58,4 +64,5 @@ def controller(spec_name: str, stack_file: Path | None = None) -> Controller:
     if not any(spec.name == spec_name for spec in processes.process_controllers(config)):
         return pod
     registry = processes.registry(stack_file)
-    return Processes(pod.namespace, tuple(registry[name] for name in processes.controller_ports(spec_name)))
+    ports = processes.controller_ports(spec_name)
+    return Processes(pod.namespace, tuple(registry[name] for name in ports), tuple(ports.values()))

@@ -8,19 +8,38 @@ Deployment's pods run there, from our images. What a scenario does to a daemon i
 - ``kill`` is a crash: SIGKILL to the container's process from the machine, through containerd (nothing is
   flushed, no Lease is released), after which the kubelet restarts it in place, as it would a crashed daemon;
 - ``leader`` reads the Lease's holder identity (``<pod>_<n>``), which ``kill`` takes; ``logs`` is ``kubectl logs``.
+
+A scenario that needs the daemon with other settings (the flip's baseline columns: make-before-break answering its
+check at once) runs a **variant** (:class:`Variant`): the Deployment scaled to zero, and a copy of it beside, its pod
+template exactly the live one's but for a settings ConfigMap of the copy's own (the stack's document with the
+overrides laid over it) and the label ``sim.gpucluster.io/variant``. Same image, ServiceAccount, Lease, probes and
+ports; nothing Pulumi wrote is edited but the replica count, as ``stop`` does. ``python sim/deployed.py restore``
+(run by ``make up``) deletes every variant and scales the stack's controllers back, should a scenario have stopped
+before it could.
 """
 
 from __future__ import annotations
 
+import argparse
+import copy
 import json
 import subprocess
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from sim.daemon_runtime import DaemonError, kubectl
 from sim.node import CONTAINERD_NAMESPACE, Paths
+
+#: On a variant's Deployment, ConfigMap and pods: which variant (the stack's own never carry it).
+VARIANT_LABEL = "sim.gpucluster.io/variant"
+#: The pod volume the stack's daemons mount their settings ConfigMap from (components/daemon_deployment.py).
+SETTINGS_VOLUME = "settings"
 
 
 def _items(*args: str) -> list[dict[str, Any]]:
@@ -54,6 +73,8 @@ class Deployed:
     namespace: str
     name: str
     replicas: int
+    #: The port its pods serve /metrics on (0: none known).
+    metrics_port: int = 0
     #: The node's containerd (the real node's, unless a test says otherwise).
     node: Paths = field(default_factory=Paths)
 
@@ -141,6 +162,13 @@ class Deployed:
             for s in (p.get("status") or {}).get("containerStatuses") or []
         )
 
+    def metrics_urls(self) -> list[str]:
+        """The /metrics page of each pod that has an address, as Prometheus reaches it (pod IP, metrics port)."""
+        if not self.metrics_port:
+            raise DaemonError(f"deployment {self.namespace}/{self.name}: no metrics port known")
+        ips = [(p.get("status") or {}).get("podIP") for p in self.pods()]
+        return [f"http://{ip}:{self.metrics_port}/metrics" for ip in ips if ip]
+
     def logs(self, pod: str | None = None) -> str:
         """``kubectl logs`` of ``pod`` (the oldest when None)."""
         pods = [p["metadata"]["name"] for p in self.pods()]
@@ -148,6 +176,125 @@ class Deployed:
         if target is None:
             raise DaemonError(f"deployment {self.namespace}/{self.name} has no pod")
         return kubectl("logs", "-n", self.namespace, target)
+
+
+def _settings_volume(template: dict[str, Any], what: str) -> dict[str, Any]:
+    for volume in template["spec"].get("volumes") or []:
+        if volume.get("name") == SETTINGS_VOLUME and "configMap" in volume:
+            found: dict[str, Any] = volume
+            return found
+    raise DaemonError(f"{what}: its pods mount no ConfigMap volume {SETTINGS_VOLUME!r}")
+
+
+def variant_objects(
+    live: dict[str, Any], settings: dict[str, Any], variant: str, overrides: Mapping[str, Any], replicas: int
+) -> list[dict[str, Any]]:
+    """The ConfigMap and Deployment of ``variant``: ``live`` (the stack's Deployment as the API server returns it)
+    copied with its settings (the live ConfigMap ``settings``) and ``overrides`` laid over them."""
+    from components.constants import settings_digest  # noqa: PLC0415 (needs ROOT on the path)
+    from daemons.toolkit.spec import SETTINGS_FILE  # noqa: PLC0415
+
+    meta = live["metadata"]
+    what = f"deployment {meta['namespace']}/{meta['name']}"
+    try:
+        document = json.loads((settings.get("data") or {})[SETTINGS_FILE])
+    except (KeyError, ValueError) as e:
+        raise DaemonError(f"{what}: its settings ConfigMap holds no JSON {SETTINGS_FILE} ({e})") from None
+    if not isinstance(document, dict):
+        raise DaemonError(f"{what}: its {SETTINGS_FILE} is not a JSON object")
+    text = json.dumps({**document, **overrides}, sort_keys=True)
+    name = f"{meta['name']}-{variant}"
+    labels = {**(meta.get("labels") or {}), VARIANT_LABEL: variant}
+    template = copy.deepcopy(live["spec"]["template"])
+    template["metadata"]["labels"] = {**(template["metadata"].get("labels") or {}), VARIANT_LABEL: variant}
+    template["metadata"]["annotations"] = {**(template["metadata"].get("annotations") or {}), **settings_digest(text)}
+    _settings_volume(template, what)["configMap"]["name"] = name
+    selector = {**live["spec"]["selector"]["matchLabels"], VARIANT_LABEL: variant}
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": meta["namespace"], "labels": labels},
+            "data": {SETTINGS_FILE: text},
+        },
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": name, "namespace": meta["namespace"], "labels": labels},
+            "spec": {"replicas": replicas, "selector": {"matchLabels": selector}, "template": template},
+        },
+    ]
+
+
+@dataclass(frozen=True)
+class Variant:
+    """The Deployment ``deployed`` run as a copy with ``overrides`` laid over its settings (a JSON object of the
+    settings' camelCase keys), while the stack's own is scaled to zero."""
+
+    deployed: Deployed
+    name: str
+    overrides: Mapping[str, Any]
+
+    @property
+    def selector(self) -> str:
+        return f"{self.deployed.selector},{VARIANT_LABEL}={self.name}"
+
+    def _ready(self) -> int:
+        return sum(_ready(p) for p in _items("pods", "-n", self.deployed.namespace, "-l", self.selector))
+
+    def start(self, timeout: float = 120) -> None:
+        """Stop the stack's pods, then run the copy until every replica is Ready."""
+        d = self.deployed
+        live = json.loads(kubectl("get", "deployment", "-n", d.namespace, d.name, "-o", "json"))
+        cm = _settings_volume(live["spec"]["template"], str(d))["configMap"]["name"]
+        settings = json.loads(kubectl("get", "configmap", "-n", d.namespace, cm, "-o", "json"))
+        objects = variant_objects(live, settings, self.name, self.overrides, d.replicas)
+        remove_variants(d.namespace, f"{d.selector},{VARIANT_LABEL}")  # one at a time
+        d.stop()
+        kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}))
+        d._wait(f"{d.replicas} Ready pod(s) of variant {self.name}", lambda: self._ready() >= d.replicas, timeout)
+
+    def stop(self, timeout: float = 120) -> None:
+        """Delete the copy, then scale the stack's Deployment back and wait for it."""
+        remove_variants(self.deployed.namespace, self.selector, timeout)
+        self.deployed.start(timeout)
+
+
+def remove_variants(namespace: str, selector: str, timeout: float = 120) -> None:
+    """Delete the variants' Deployments and ConfigMaps ``selector`` picks in ``namespace``; wait for their pods."""
+    kubectl("delete", "deployment,configmap", "-n", namespace, "-l", selector, "--ignore-not-found", "--wait=true")
+    deadline = time.monotonic() + timeout
+    while _items("pods", "-n", namespace, "-l", selector):
+        if time.monotonic() > deadline:
+            raise DaemonError(f"variants {selector} in {namespace}: pods still there after {timeout:.0f}s")
+        time.sleep(0.5)
+
+
+def placed_controllers(config: Any) -> list[Deployed]:
+    """The registered controllers the stack turns on, as deployed (wherever their pods run)."""
+    from daemons.registry import CONTROLLERS  # noqa: PLC0415 (needs the venv: without one this module still answers)
+
+    out = []
+    for spec in CONTROLLERS:
+        settings = config.controller_settings(spec.stack_key)
+        if settings is not None and settings.enabled:
+            out.append(controller(config, spec.name))
+    return out
+
+
+def restore(config: Any) -> list[str]:
+    """Every variant deleted and each controller the stack deploys at the stack's replicas again (a scenario that
+    stopped before it could put them back); what was done."""
+    done = []
+    for d in placed_controllers(config):
+        if _items("pods", "-n", d.namespace, "-l", f"{d.selector},{VARIANT_LABEL}"):
+            remove_variants(d.namespace, f"{d.selector},{VARIANT_LABEL}")
+            done.append(f"{d}: variant removed")
+        live = json.loads(kubectl("get", "deployment", "-n", d.namespace, d.name, "-o", "json", check=False) or "{}")
+        if live and live["spec"].get("replicas") != d.replicas:
+            kubectl("scale", "deployment", "-n", d.namespace, d.name, f"--replicas={d.replicas}")
+            done.append(f"{d}: scaled back to {d.replicas}")
+    return done
 
 
 def controller(config: Any, spec_name: str) -> Deployed:
@@ -158,4 +305,23 @@ def controller(config: Any, spec_name: str) -> Deployed:
     settings = config.controller_settings(spec.stack_key)
     if settings is None or not settings.enabled:
         raise DaemonError(f"the stack does not run {spec_name}")
-    return Deployed(settings.namespace, spec.app, settings.replicas)
+    return Deployed(settings.namespace, spec.app, settings.replicas, metrics_port=spec.metrics_port)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="sim/deployed.py", description="Our daemons as the stack's pods.")
+    parser.add_argument("action", choices=["restore"], help="delete every variant, scale controllers back")
+    parser.parse_args(argv)
+    from sim.processes import stack_config  # noqa: PLC0415 (sim.processes imports this module)
+
+    try:
+        for line in restore(stack_config()):
+            print(f"==> {line}")
+    except DaemonError as e:
+        print(f"sim/deployed.py: error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

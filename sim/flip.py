@@ -54,6 +54,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from components.training.manifest import reservation_toleration  # noqa: E402
+from sim import controllers as sim_controllers  # noqa: E402
+from sim import deployed as sim_deployed  # noqa: E402
 from sim import load as sim_load  # noqa: E402
 from sim import processes as sim_daemons  # noqa: E402 (run as a script: the repository first on the path)
 from sim import timeline  # noqa: E402
@@ -71,6 +73,8 @@ PATHS = (MAKE_BEFORE_BREAK, PREEMPT, NO_EXECUTE)
 LOAD_RATE = 20
 #: Laid over the make-before-break controllers' settings for the other paths: the check goes Ready at once.
 ANSWER_AT_ONCE = json.dumps({"maxHold": "1ms", "nodeGrace": "0.5ms"})
+#: The make-before-break controller's name in the registry (daemons/registry.py).
+MBB_CONTROLLER = "make-before-break"
 
 
 class ScenarioError(RuntimeError):
@@ -406,16 +410,29 @@ class Options:
         return self.timeout * self.timeout_scale
 
 
-def answer_at_once(registry: dict[str, sim_daemons.Daemon], on: bool) -> None:
-    """Restart the make-before-break controllers answering the check at once (``on``) or as deployed."""
+def answer_at_once(on: bool) -> None:
+    """The make-before-break controllers answering the check at once (``on``), or as deployed again.
+
+    Run as the stack's pods, the controller is replaced by a variant of its Deployment with the settings laid over
+    (``sim/deployed.py``); run as local processes, they are restarted with the settings in the environment."""
+    config = sim_daemons.stack_config()
+    if MBB_CONTROLLER not in [spec.name for spec in sim_daemons.process_controllers(config)]:
+        variant = sim_deployed.Variant(
+            sim_deployed.controller(config, MBB_CONTROLLER), "answer-at-once", json.loads(ANSWER_AT_ONCE)
+        )
+        if on:
+            variant.start()
+        else:
+            variant.stop()
+        return
     if on:
         os.environ[sim_daemons.MAKE_BEFORE_BREAK_ENV] = ANSWER_AT_ONCE
     else:
         os.environ.pop(sim_daemons.MAKE_BEFORE_BREAK_ENV, None)
-    for name in sim_daemons.controller_ports("make-before-break"):
-        if name in registry:
-            registry[name].stop()
-            registry[name].start()
+    registry = sim_daemons.registry()
+    for name in sim_daemons.controller_ports(MBB_CONTROLLER):
+        registry[name].stop()
+        registry[name].start()
 
 
 def run_cycle(opts: Options) -> tuple[timeline.Timeline, timeline.Figures]:
@@ -450,7 +467,7 @@ def run_cycle(opts: Options) -> tuple[timeline.Timeline, timeline.Figures]:
     detour = opts.path != MAKE_BEFORE_BREAK and s.make_before_break
     if detour:
         say("0. the make-before-break controllers answer the check at once (maxHold 1ms): today's path", q)
-        answer_at_once(registry, True)
+        answer_at_once(True)
     say(f"1. {s.replicas} replicas of {services_text(s)} should run in-cluster; {s.node} tainted", q)
     wait(
         f"{s.replicas} Ready in-cluster replicas and the burst taint on {s.node}",
@@ -485,8 +502,7 @@ def run_cycle(opts: Options) -> tuple[timeline.Timeline, timeline.Figures]:
             steps.extend(_load_step(s, opts, opts.load_step, tl=tl, sampler=sampler, until=until))
         if opts.path == NO_EXECUTE:
             # The baseline: the taint controller refuses NoExecute, so it is stopped and the taint set by hand.
-            for name in ("taint-controller-a", "taint-controller-b"):
-                registry[name].stop()
+            sim_controllers.controller("taint-controller").stop()
         wait(
             "training to finish",
             lambda: (x := sampler.latest) is not None and x.training_running == 0 and job_done(s),
@@ -531,11 +547,10 @@ def run_cycle(opts: Options) -> tuple[timeline.Timeline, timeline.Figures]:
             tl.request_figures = sim_load.request_figures(requests)
         if opts.path == NO_EXECUTE:
             set_taint(s, "NoSchedule")
-            for name in ("taint-controller-a", "taint-controller-b"):
-                registry[name].start()
+            sim_controllers.controller("taint-controller").start()
         sim_daemons.kubectl("delete", "job", TRAINING_JOB, "-n", s.training_ns, "--ignore-not-found", "--wait=false")
         if detour:
-            answer_at_once(registry, False)
+            answer_at_once(False)
     tl.inference_preemptions = sum(preemptions(ns, wall0) for ns in s.inference_namespaces)
     return tl, timeline.figures(tl)
 

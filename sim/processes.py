@@ -754,11 +754,10 @@ OVERRIDES: dict[str, Callable[[str], str]] = {"make-before-break": mbb_overrides
 
 
 def controllers(s: Stack) -> Iterable[Daemon]:
-    """Two replicas of every registered controller the stack runs (``daemons/registry.py``, in its order: the
-    taint controllers once Prometheus is up, make-before-break once the virtual node is, then the quota,
-    quarantine and interruption controllers), each electing a leader with the ServiceAccount and settings Pulumi
-    deployed; none of a controller the stack turns off or places on the real node (its Deployment's pods run
-    there)."""
+    """Two replicas of every registered controller the stack runs (``daemons/registry.py``, in its order, after
+    Prometheus and the virtual node), each electing a leader with the ServiceAccount and settings Pulumi deployed;
+    none of a controller the stack turns off or places on the real node (its Deployment's pods run there: on the
+    local stack every one but make-before-break)."""
     from daemons.toolkit.spec import SETTINGS_FILE  # noqa: PLC0415 (needs the venv: without one this module still answers)
 
     for spec in process_controllers(s.config):

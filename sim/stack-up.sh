@@ -107,6 +107,8 @@ if [[ "${GPUCLUSTER_UP_SKIP_DAEMONS:-0}" != 1 ]]; then
   step "the stack's daemons as local processes (sim/processes.py; logs in .state/daemons/logs)"
   "$(sim_python)" "$ROOT/sim/processes.py" start || die "the stack's daemons did not all start (the reason is above)"
   if [[ "${GPUCLUSTER_SIM_REAL_NODE:-1}" != 0 ]]; then
+    # A scenario that stopped a controller or ran it with other settings, and was cut short, left it so.
+    "$(sim_python)" "$ROOT/sim/deployed.py" restore || die "the stack's controllers could not be put back as deployed"
     step "waiting for the stack's pods on the real node to be Ready"
     "$(sim_python)" "$ROOT/sim/node.py" wait --timeout 180 || die "the stack's pods on the real node are not Ready"
   fi

@@ -4,12 +4,14 @@ taint filled in, replicas behind leader election, the metrics port and its scrap
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 from pathlib import Path
 
 import pytest
 
 from components.config import load_stack_file
+from components.constants import SETTINGS_DIGEST_ANNOTATION
 from components.controller import Controller, ControllerArgs
 from components.taint_controller_settings import TaintControllerSettings
 from daemons.taint_controller.spec import SPEC
@@ -84,7 +86,8 @@ def test_events_about_the_node_are_allowed_in_default_only(graph: Graph) -> None
 def test_settings_config_map_is_what_the_daemon_loads(graph: Graph) -> None:
     cm = graph.one("kubernetes:core/v1:ConfigMap", "tc-settings")
     loaded = TaintControllerSettings.model_validate(json.loads(cm.inputs["data"]["settings.json"]))
-    assert loaded == settings()
+    # Where its pods run is the Deployment's business, not the daemon's: the document leaves it out.
+    assert loaded == settings().model_copy(update={"node_selector": {}, "tolerations": []})
     assert json.loads(cm.inputs["data"]["settings.json"])["taintKey"] == "gpucluster.io/in-cluster-capacity"
 
 
@@ -93,11 +96,15 @@ def test_deployment_replicas_command_and_metrics(graph: Graph) -> None:
     spec = deployment.inputs["spec"]
     assert spec["replicas"] == 2
     template = spec["template"]
+    document = graph.one("kubernetes:core/v1:ConfigMap", "tc-settings").inputs["data"]["settings.json"]
     assert template["metadata"]["annotations"] == {
         "prometheus.io/scrape": "true",
         "prometheus.io/port": "9102",
         "prometheus.io/path": "/metrics",
+        # the settings it reads at start: a change of them rolls the pods
+        SETTINGS_DIGEST_ANNOTATION: hashlib.sha256(document.encode() + b"\0").hexdigest(),
     }
+    assert template["spec"]["nodeSelector"] == {"sim.gpucluster.io/real-node": "true"}
     (container,) = template["spec"]["containers"]
     assert container["command"] == ["gpucluster-taint-controller"]
     assert container["args"][:2] == ["--settings", "/etc/gpucluster/taint-controller/settings.json"]

@@ -12,10 +12,12 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
+from daemons.registry import CONTROLLERS
 from tests.support import fake_kubectl
 from tests.support.sim import load_sim_module, path_without
 
@@ -66,12 +68,8 @@ def test_daemons_start_in_dependency_order(cluster: Path) -> None:
         "scrape-targets",
         "prometheus",
         "metrics-adapter",
-        "taint-controller-a",
-        "taint-controller-b",
-        "make-before-break-a",
-        "make-before-break-b",
-        # the quota, quarantine, interruption and stall controllers: the local stack places them on the real node,
-        # where their Deployments' pods run
+        # every registered controller: the local stack places them on the real node, where their Deployments' pods
+        # run (a stack that does not: test_a_controller_runs_as_processes_only_where_the_stack_leaves_it_off_...)
         "descheduler",
     ]
 
@@ -146,18 +144,6 @@ def test_command_lines_are_the_programs_with_what_pulumi_deployed(cluster: Path)
         "--log.level=warn",
         "--web.enable-admin-api",
     ]
-    for name, port in (("taint-controller-a", 9102), ("taint-controller-b", 9103)):
-        assert cmds[name] == [
-            VENV_PY,
-            *("-m", "daemons.taint_controller", "--settings", f"{state}/{name}/settings.json"),
-            *("--kubeconfig", f"{state}/{name}/kubeconfig", "--listen", f"127.0.0.1:{port}", "--identity", name),
-        ]
-    for name, port in (("make-before-break-a", 9104), ("make-before-break-b", 9105)):
-        assert cmds[name] == [
-            VENV_PY,
-            *("-m", "daemons.make_before_break", "--settings", f"{state}/{name}/settings.json"),
-            *("--kubeconfig", f"{state}/{name}/kubeconfig", "--listen", f"127.0.0.1:{port}", "--identity", name),
-        ]
     assert cmds["fake-dcgm"] == [
         VENV_PY,
         str(processes.ROOT / "sim" / "fake_dcgm.py"),
@@ -179,7 +165,6 @@ def test_each_daemon_reads_the_deployed_files_with_its_own_serviceaccount(cluste
         d.prepare()
     settings = json.loads((state / "provider" / "settings.json").read_text())
     assert settings == {"providers": "as deployed"}
-    assert (state / "taint-controller-a" / "settings.json").read_text() == '{"highMark": 8}'
     assert (state / "descheduler" / "policy.yaml").read_text() == fake_kubectl.DESCHEDULER_POLICY
     assert (state / "metrics-adapter" / "config.json").read_text() == fake_kubectl.METRICS_ADAPTER[3]
     secret = state / "provider" / "secrets" / "runpodFakeApiKey"
@@ -192,8 +177,6 @@ def test_each_daemon_reads_the_deployed_files_with_its_own_serviceaccount(cluste
     users = {
         "provider": "gpucluster-burst-gpucluster-virtual-node",
         "virtual-node": "gpucluster-burst-gpucluster-virtual-node",
-        "taint-controller-b": "gpucluster-burst-gpucluster-taint-controller",
-        "make-before-break-a": "gpucluster-burst-gpucluster-make-before-break",
         "metrics-adapter": "gpucluster-metrics-gpucluster-metrics-adapter",
         "descheduler": "kube-system-descheduler",
     }
@@ -207,8 +190,6 @@ def test_each_daemon_reads_the_deployed_files_with_its_own_serviceaccount(cluste
     jobs = {j["job_name"]: j["static_configs"][0]["targets"] for j in prom["scrape_configs"] if "static_configs" in j}
     assert jobs == {
         "kube-state-metrics": ["127.0.0.1:18090"],
-        "taint-controller": ["127.0.0.1:9102", "127.0.0.1:9103"],
-        "make-before-break": ["127.0.0.1:9104", "127.0.0.1:9105"],
         "dcgm-exporter": ["127.0.0.1:18094"],
         "burst-provider": ["127.0.0.1:10297"],
         # sim/serving.py's request counters, which the metrics adapter's query reads
@@ -246,7 +227,6 @@ def test_the_provider_and_the_node_follow_the_deployed_settings_and_secret(clust
     expected = '{"providers": "as deployed"}' + json.dumps(fake_kubectl.SECRET_DATA)
     assert daemons["provider"].fingerprint() == expected
     assert daemons["virtual-node"].fingerprint() == expected
-    assert daemons["taint-controller-a"].fingerprint() == '{"highMark": 8}'
     # The key it accepts and its code: a changed key, or a fake of older code, restarts it.
     runpod = daemons["fake-runpod-runpod-fake"].fingerprint()
     assert runpod.startswith(fake_kubectl.SECRET_DATA["runpodFakeApiKey"])
@@ -257,9 +237,9 @@ def test_the_provider_and_the_node_follow_the_deployed_settings_and_secret(clust
 
 
 def test_make_before_break_settings_take_the_overrides_laid_over_them(
-    cluster: Path, monkeypatch: pytest.MonkeyPatch
+    cluster: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    daemons = processes.registry(state=cluster / "daemons")
+    daemons = processes.registry(stack_file=_processes_stack(tmp_path), state=cluster / "daemons")
     assert daemons["make-before-break-a"].fingerprint() == '{"maxHold": "60s", "nodeGrace": "20s"}'
     monkeypatch.setenv(processes.MAKE_BEFORE_BREAK_ENV, '{"maxHold": "1ms", "nodeGrace": "0.5ms"}')
     daemons["make-before-break-b"].prepare()
@@ -278,14 +258,59 @@ def test_make_before_break_overrides_that_are_not_an_object_are_refused(override
     assert processes.mbb_settings('{"maxHold": "60s"}', "") == '{"maxHold": "60s"}'
 
 
-def test_a_stack_with_make_before_break_off_runs_no_controller_for_it(cluster: Path, tmp_path: Path) -> None:
+def _processes_stack(tmp_path: Path, **sections: Any) -> Path:
+    """The local stack with every controller left off the real node (so run as local processes here), and
+    ``sections`` (config keys without the project prefix) replaced."""
     document = yaml.safe_load((processes.ROOT / "stacks" / "Pulumi.local.yaml").read_text())
-    document["config"]["gpucluster:makeBeforeBreak"] = {"enabled": False}
-    stack = tmp_path / "Pulumi.off.yaml"
+    config = document["config"]
+    for section in (config["gpucluster:burst"]["taintController"], *(config[f"gpucluster:{k}"] for k in PLACED)):
+        section.pop("nodeSelector", None)
+        section.pop("tolerations", None)
+    config.update({f"gpucluster:{k}": v for k, v in sections.items()})
+    stack = tmp_path / "Pulumi.processes.yaml"
     stack.write_text(yaml.safe_dump(document))
+    return stack
+
+
+#: The controllers' own sections of the local stack (the taint controller's sits in gpucluster:burst).
+PLACED = ("makeBeforeBreak", "quotaController", "quarantine", "interruptions", "stallDetector")
+
+
+def test_a_stack_with_make_before_break_off_runs_no_controller_for_it(cluster: Path, tmp_path: Path) -> None:
+    stack = _processes_stack(tmp_path, makeBeforeBreak={"enabled": False})
     names = list(processes.registry(stack_file=stack, state=cluster / "daemons"))
     assert not [n for n in names if n.startswith("make-before-break")]
     assert "taint-controller-a" in names
+
+
+def test_a_controller_runs_as_processes_only_where_the_stack_leaves_it_off_the_real_node(
+    cluster: Path, tmp_path: Path
+) -> None:
+    replicas = {f"{spec.name}-{r}" for spec in CONTROLLERS for r in "ab"}
+    assert not replicas & set(_registry(cluster))
+    state = cluster / "daemons"
+    daemons = processes.registry(stack_file=_processes_stack(tmp_path), state=state)
+    ports = {
+        "taint-controller": 9102,
+        "make-before-break": 9104,
+        "quota-controller": 9106,
+        "quarantine": 9108,
+        "interruptions": 9112,
+        "stall-detector": 9114,
+    }
+    for spec in CONTROLLERS:
+        for replica, port in (("a", ports[spec.name]), ("b", ports[spec.name] + 1)):
+            name = f"{spec.name}-{replica}"
+            assert daemons[name].prepare() == [
+                VENV_PY,
+                *("-m", spec.module, "--settings", f"{state}/{name}/settings.json"),
+                *("--kubeconfig", f"{state}/{name}/kubeconfig", "--listen", f"127.0.0.1:{port}", "--identity", name),
+            ]
+    assert daemons["taint-controller-a"].fingerprint() == '{"highMark": 8}'
+    assert (state / "make-before-break-a" / "settings.json").read_text() == '{"maxHold": "60s", "nodeGrace": "20s"}'
+    config = json.loads((state / "make-before-break-b" / "kubeconfig").read_text())
+    user = "gpucluster-burst-gpucluster-make-before-break"
+    assert config["users"] == [{"name": user, "user": {"token": f"token-of-{user}"}}]
 
 
 def _stack_with_runpod_url(tmp_path: Path, url: str) -> Path:

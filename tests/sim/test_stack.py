@@ -236,12 +236,11 @@ def test_webhooks_point_at_the_local_controller(local_stack: LocalStack) -> None
 @pytest.fixture
 def check_answered_at_once(local_stack: LocalStack) -> Iterator[None]:
     """The make-before-break controllers answer the check at once (today's path, which they fall back to)."""
-    registry = processes.registry()
-    flip.answer_at_once(registry, True)
+    flip.answer_at_once(True)
     try:
         yield
     finally:
-        flip.answer_at_once(registry, False)
+        flip.answer_at_once(False)
 
 
 class TestGpusCountedWithoutInference:

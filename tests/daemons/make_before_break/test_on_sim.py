@@ -31,7 +31,9 @@ TEAM = CFG.teams[0]
 assert CFG.burst is not None
 FAKE = next(p.fake.url for p in CFG.burst.settings.providers if p.fake is not None)
 flip = load_sim_module("flip")
-processes = load_sim_module("processes")
+controllers = load_sim_module("controllers")
+#: The controller in the registry (daemons/registry.py).
+MBB_NAME = "make-before-break"
 
 
 def knobs(**values: Any) -> None:
@@ -85,10 +87,7 @@ def settled(local_stack: LocalStack) -> Iterator[LocalStack]:
     yield local_stack
     knobs(createFailureRate=0.0, deathRate=0.0, bootSeconds=5.0)
     local_stack.kubectl("delete", "job", flip.TRAINING_JOB, "-n", TEAM.namespace, "--ignore-not-found", "--wait=true")
-    for name in processes.controller_ports("make-before-break"):
-        registry = processes.registry()
-        if not registry[name].running():
-            registry[name].start()
+    controllers.controller(MBB_NAME).start()
     wait_for("nothing left of the flip", lambda: not left_over(local_stack), timeout=240, interval=2)
 
 
@@ -220,17 +219,18 @@ def test_a_workload_deleted_mid_flip_leaves_nothing_reserved_or_moved(settled: L
 
 def test_a_killed_leader_is_replaced_and_the_cycle_converges(settled: LocalStack, tmp_path: Path) -> None:
     stack = settled
-    registry = processes.registry()
+    controller = controllers.controller(MBB_NAME)
     killed: list[str] = []
 
     def during(phase: str, sampler: Any) -> None:
         if phase in ("making_room", "training_done"):
             lease = stack.get("lease", MBB.lease_name, "-n", MBB.namespace)
             leader = lease["spec"]["holderIdentity"]
-            registry[leader].kill()
+            # SIGKILL: a pod's process is restarted by its kubelet, a local process once started again
+            assert controller.kill(leader), leader
             killed.append(leader)
             time.sleep(3)
-            registry[leader].start()
+            controller.start()
 
     opts = flip.Options(path=flip.MAKE_BEFORE_BREAK, quiet=True, out=tmp_path, train_for="20s", during=during)
     _, f = flip.run_cycle(opts)
