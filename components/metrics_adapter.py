@@ -53,7 +53,13 @@ def config_document(args: MetricsAdapterArgs) -> str:
 
 
 def adapter_pod_spec(settings: MetricsAdapterSettings, config_map: str) -> dict[str, object]:
+    placement: dict[str, object] = {}
+    if settings.node_selector:
+        placement["nodeSelector"] = dict(settings.node_selector)
+    if settings.tolerations:
+        placement["tolerations"] = [t.to_k8s() for t in settings.tolerations]
     return {
+        **placement,
         "serviceAccountName": APP,
         "securityContext": nonroot_pod_security_context(),
         "containers": [

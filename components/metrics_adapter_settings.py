@@ -22,11 +22,20 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Annotated, Any
 
-from pydantic import Field, HttpUrl, field_validator
+from pydantic import AfterValidator, Field, HttpUrl, field_validator
 
 from components.images_settings import DEFAULT_VIRTUAL_NODE_IMAGE
 from components.issues import shown
-from components.model import ConfigModel, DnsLabel, Image, PositiveDuration, Problem, parse_duration
+from components.model import (
+    ConfigModel,
+    DnsLabel,
+    Image,
+    PositiveDuration,
+    Problem,
+    Toleration,
+    check_labels,
+    parse_duration,
+)
 
 STACK_KEY = "metricsAdapter"
 #: The custom metrics API the HPA controller reads (v1beta2: what it asks for first).
@@ -56,6 +65,9 @@ class MetricsAdapterSettings(ConfigModel):
     #: ``host:port`` where the adapter runs outside the cluster (the simulated cluster runs it as a local process):
     #: the stack then deploys no pod, and the APIService reaches that address through an ExternalName Service.
     external_address: Annotated[str, Field(pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?:\d{1,5}$")] | None = None
+    #: Where its pods run (the Deployment's nodeSelector and tolerations): as a rule system nodes, never the GPUs.
+    node_selector: Annotated[dict[str, str], AfterValidator(check_labels)] = {}
+    tolerations: list[Toleration] = []
 
     @field_validator("request_rate_query")
     @classmethod
@@ -74,6 +86,14 @@ class MetricsAdapterSettings(ConfigModel):
         return v
 
     def rule_problems(self) -> Iterator[Problem]:
+        if self.external_address is not None:
+            for key, value in (("nodeSelector", self.node_selector), ("tolerations", self.tolerations)):
+                if value:
+                    yield Problem(
+                        (key,),
+                        "places the adapter's pods, but externalAddress runs the adapter outside the cluster: "
+                        "no pod is deployed (leave one of the two out)",
+                    )
         if self.enabled and self.request_rate_query is None:
             yield Problem(
                 ("requestRateQuery",),

@@ -621,16 +621,15 @@ def prometheus(s: Stack) -> Iterable[Daemon]:
 
 
 def metrics_adapter(s: Stack) -> Iterable[Daemon]:
-    """The metrics adapter (Go) as its ServiceAccount, with the file the stack deployed; none while it is off. The
-    API server reaches it through the stack's ExternalName Service and APIService, and it answers once the HPA
-    controller can read a metric through them."""
+    """The metrics adapter (Go) as its ServiceAccount, with the file the stack deployed, where the stack runs it
+    outside the cluster (``externalAddress``); none while it is off or deployed as pods (the local stack's, on the
+    real node). The API server reaches it through the stack's ExternalName Service and APIService, and it answers
+    once the HPA controller can read a metric through them."""
     from components.metrics_adapter import APP, CONFIG_FILE  # noqa: PLC0415 (needs ROOT on the path)
 
     ma = s.config.metrics_adapter
-    if not ma.enabled:
+    if not ma.enabled or ma.external_address is None:
         return
-    if ma.external_address is None:
-        raise DaemonError("gpucluster:metricsAdapter has no externalAddress: the simulated cluster runs it locally")
     # where the stack's ExternalName Service sends the API server
     port = int(ma.external_address.rpartition(":")[2])
     d = s.state / "metrics-adapter"

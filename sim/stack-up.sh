@@ -111,6 +111,14 @@ if [[ "${GPUCLUSTER_UP_SKIP_DAEMONS:-0}" != 1 ]]; then
     "$(sim_python)" "$ROOT/sim/deployed.py" restore || die "the stack's controllers could not be put back as deployed"
     step "waiting for the stack's pods on the real node to be Ready"
     "$(sim_python)" "$ROOT/sim/node.py" wait --timeout 180 || die "the stack's pods on the real node are not Ready"
+    # The metrics adapter's custom.metrics.k8s.io answers once the API server reaches its pods (Kueue's visibility
+    # API is not served here: its APIServices stay unavailable, and are not waited for).
+    adapter=(apiservices.apiregistration.k8s.io -l app.kubernetes.io/name=gpucluster-metrics-adapter)
+    if [[ -n "$(kubectl get "${adapter[@]}" -o name)" ]]; then
+      step "waiting for the metrics adapter's APIService to be Available"
+      kubectl wait --for=condition=Available "${adapter[@]}" --timeout=120s >/dev/null ||
+        die "the metrics adapter's APIService is not Available after 120s: $(kubectl get "${adapter[@]}" 2>&1)"
+    fi
   fi
   # After the daemons: a ClusterQueue that lists the make-before-break check is Active only once its controller
   # has marked the AdmissionCheck Active.

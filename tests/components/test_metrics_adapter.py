@@ -104,14 +104,33 @@ def test_args_refuse_an_adapter_that_is_off() -> None:
         MetricsAdapterArgs(settings=MetricsAdapterSettings(), inference_namespaces=["inference"])
 
 
-def test_the_local_stack_runs_it_outside_in_its_own_namespace() -> None:
+def test_the_local_stack_runs_it_as_pods_on_the_real_node_in_its_own_namespace() -> None:
     cfg = load_stack_file(ROOT / "stacks" / "Pulumi.local.yaml")
     graph = deploy(lambda: GpuCluster("sim", GpuClusterArgs(config=cfg, secrets=secrets_of(cfg))))
     ns = graph.one("kubernetes:core/v1:Namespace", "sim-ns-gpucluster-metrics")
     assert ns.inputs["metadata"]["labels"]["gpucluster.io/workload"] == "metrics"
     adapter = graph.one("gpucluster:inference:MetricsAdapter", "sim-metrics-adapter")
-    assert adapter.outputs["external"] == "localhost:18445"
+    assert adapter.outputs.get("external") is None
+    pod = graph.one("kubernetes:apps/v1:Deployment", "sim-metrics-adapter-deployment").inputs["spec"]["template"]
+    assert pod["spec"]["nodeSelector"] == {"sim.gpucluster.io/real-node": "true"}
+    assert pod["spec"]["tolerations"] == [
+        {"key": "sim.gpucluster.io/real-node", "operator": "Exists", "effect": "NoSchedule"}
+    ]
+    service = graph.one("kubernetes:core/v1:Service", "sim-metrics-adapter-service")
+    assert service.inputs["spec"]["type"] == "ClusterIP"
     assert graph.one("gpucluster:cluster:GpuCluster", "sim").outputs["metricsAdapter"] is True
+
+
+def test_placement_is_the_pods_and_refused_beside_an_external_address() -> None:
+    spec = build(settings(nodeSelector={"node-role.example.com/system": "true"})).one(
+        "kubernetes:apps/v1:Deployment", "ma-deployment"
+    )
+    assert spec.inputs["spec"]["template"]["spec"]["nodeSelector"] == {"node-role.example.com/system": "true"}
+    assert "tolerations" not in spec.inputs["spec"]["template"]["spec"]
+    # The configuration file the adapter reads never says where it runs.
+    assert "nodeSelector" not in json.dumps(settings(nodeSelector={"a": "b"}).document(["inference"], "m"))
+    with pytest.raises(ValidationError, match="externalAddress runs the adapter outside the cluster"):
+        settings(externalAddress="localhost:18445", tolerations=[{"key": "a", "operator": "Exists"}])
 
 
 def test_an_hpa_on_the_request_rate_needs_the_adapter() -> None:

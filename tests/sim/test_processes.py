@@ -67,9 +67,8 @@ def test_daemons_start_in_dependency_order(cluster: Path) -> None:
         "fake-dcgm",
         "scrape-targets",
         "prometheus",
-        "metrics-adapter",
-        # every registered controller: the local stack places them on the real node, where their Deployments' pods
-        # run (a stack that does not: test_a_controller_runs_as_processes_only_where_the_stack_leaves_it_off_...)
+        # the metrics adapter and every registered controller: the local stack places them on the real node, where
+        # their Deployments' pods run (a stack that does not: test_a_daemon_runs_as_processes_only_where_...)
         "descheduler",
     ]
 
@@ -107,17 +106,6 @@ def test_command_lines_are_the_programs_with_what_pulumi_deployed(cluster: Path)
         *(str(ROOT / "sim" / "serving.py"), "--kubeconfig", str(cluster / "admin-kubeconfig")),
         *("--node", "gpu-burst", "--rented-network", "198.18.0.0/15", "--metrics-port", "18099"),
         *("--service", "inference/sd-serve=18100"),
-    ]
-    assert cmds["metrics-adapter"] == [
-        f"{tools}/gpucluster-metrics-adapter",
-        f"--config={state}/metrics-adapter/config.json",
-        "--bind-address=127.0.0.1",
-        "--secure-port=18445",
-        f"--cert-dir={state}/metrics-adapter/serving-cert",
-        *(
-            f"--{k}-kubeconfig={state}/metrics-adapter/kubeconfig"
-            for k in ("lister", "authentication", "authorization")
-        ),
     ]
     assert cmds["virtual-node"] == [
         f"{tools}/gpucluster-virtual-node",
@@ -166,7 +154,6 @@ def test_each_daemon_reads_the_deployed_files_with_its_own_serviceaccount(cluste
     settings = json.loads((state / "provider" / "settings.json").read_text())
     assert settings == {"providers": "as deployed"}
     assert (state / "descheduler" / "policy.yaml").read_text() == fake_kubectl.DESCHEDULER_POLICY
-    assert (state / "metrics-adapter" / "config.json").read_text() == fake_kubectl.METRICS_ADAPTER[3]
     secret = state / "provider" / "secrets" / "runpodFakeApiKey"
     assert secret.read_bytes() == b"not-a-real-key"
     assert secret.stat().st_mode & 0o777 == 0o600
@@ -177,7 +164,6 @@ def test_each_daemon_reads_the_deployed_files_with_its_own_serviceaccount(cluste
     users = {
         "provider": "gpucluster-burst-gpucluster-virtual-node",
         "virtual-node": "gpucluster-burst-gpucluster-virtual-node",
-        "metrics-adapter": "gpucluster-metrics-gpucluster-metrics-adapter",
         "descheduler": "kube-system-descheduler",
     }
     for name, user in users.items():
@@ -259,13 +245,15 @@ def test_make_before_break_overrides_that_are_not_an_object_are_refused(override
 
 
 def _processes_stack(tmp_path: Path, **sections: Any) -> Path:
-    """The local stack with every controller left off the real node (so run as local processes here), and
-    ``sections`` (config keys without the project prefix) replaced."""
+    """The local stack with every daemon left off the real node (so run as local processes here: the metrics adapter
+    outside the cluster, on the port its ExternalName Service names), and ``sections`` (config keys without the
+    project prefix) replaced."""
     document = yaml.safe_load((processes.ROOT / "stacks" / "Pulumi.local.yaml").read_text())
     config = document["config"]
     for section in (config["gpucluster:burst"]["taintController"], *(config[f"gpucluster:{k}"] for k in PLACED)):
         section.pop("nodeSelector", None)
         section.pop("tolerations", None)
+    config["gpucluster:metricsAdapter"]["externalAddress"] = "localhost:18445"
     config.update({f"gpucluster:{k}": v for k, v in sections.items()})
     stack = tmp_path / "Pulumi.processes.yaml"
     stack.write_text(yaml.safe_dump(document))
@@ -273,7 +261,7 @@ def _processes_stack(tmp_path: Path, **sections: Any) -> Path:
 
 
 #: The controllers' own sections of the local stack (the taint controller's sits in gpucluster:burst).
-PLACED = ("makeBeforeBreak", "quotaController", "quarantine", "interruptions", "stallDetector")
+PLACED = ("makeBeforeBreak", "quotaController", "quarantine", "interruptions", "stallDetector", "metricsAdapter")
 
 
 def test_a_stack_with_make_before_break_off_runs_no_controller_for_it(cluster: Path, tmp_path: Path) -> None:
@@ -283,13 +271,26 @@ def test_a_stack_with_make_before_break_off_runs_no_controller_for_it(cluster: P
     assert "taint-controller-a" in names
 
 
-def test_a_controller_runs_as_processes_only_where_the_stack_leaves_it_off_the_real_node(
+def test_a_daemon_runs_as_processes_only_where_the_stack_leaves_it_off_the_real_node(
     cluster: Path, tmp_path: Path
 ) -> None:
     replicas = {f"{spec.name}-{r}" for spec in CONTROLLERS for r in "ab"}
-    assert not replicas & set(_registry(cluster))
+    assert not (replicas | {"metrics-adapter"}) & set(_registry(cluster))
     state = cluster / "daemons"
     daemons = processes.registry(stack_file=_processes_stack(tmp_path), state=state)
+    tools = cluster / "cache" / "tools" / "bin"
+    assert daemons["metrics-adapter"].prepare() == [
+        f"{tools}/gpucluster-metrics-adapter",
+        f"--config={state}/metrics-adapter/config.json",
+        "--bind-address=127.0.0.1",
+        "--secure-port=18445",
+        f"--cert-dir={state}/metrics-adapter/serving-cert",
+        *(f"--{k}-kubeconfig={state}/metrics-adapter/kubeconfig" for k in KUBECONFIG_FLAGS),
+    ]
+    assert (state / "metrics-adapter" / "config.json").read_text() == fake_kubectl.METRICS_ADAPTER[3]
+    adapter = json.loads((state / "metrics-adapter" / "kubeconfig").read_text())
+    user = "gpucluster-metrics-gpucluster-metrics-adapter"
+    assert adapter["users"] == [{"name": user, "user": {"token": f"token-of-{user}"}}]
     ports = {
         "taint-controller": 9102,
         "make-before-break": 9104,

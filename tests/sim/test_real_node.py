@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 
 from components.config import load_stack_file
+from components.metrics_adapter import APP
+from components.metrics_adapter_settings import API_GROUP, API_VERSION
 from daemons.registry import CONTROLLERS
 from tests.support.local_stack import ROOT, LocalStack, wait_for
 from tests.support.sim import load_sim_module
@@ -43,7 +45,7 @@ def up_values(selector: str) -> dict[str, str]:
 
 
 def test_the_local_stack_places_controllers_on_the_node_the_sim_labels() -> None:
-    assert {spec.name for spec, _ in ON_NODE} >= {"quota-controller", "quarantine", "interruptions", "stall-detector"}
+    assert {spec.name for spec, _ in ON_NODE} == {spec.name for spec in CONTROLLERS}
     for _, settings in ON_NODE:
         assert settings.node_selector == {node.REAL_NODE_KEY: "true"}
         assert [t.key for t in settings.tolerations] == [node.REAL_NODE_KEY]
@@ -79,6 +81,32 @@ def test_each_placed_controller_runs_this_trees_image_answers_logs_and_is_scrape
         return ups if ups == {p["metadata"]["name"]: "1" for p in pods} else None
 
     wait_for(f"every pod of {spec.app} scraped (up == 1) by its scrape contract", scraped, timeout=60)
+
+
+def test_the_metrics_adapter_serves_the_custom_metrics_api_from_its_pods_on_the_node(local_stack: LocalStack) -> None:
+    """The API server reaches the adapter's pods through the stack's Service and APIService (kube-proxy routes the
+    ClusterIP), and the adapter answers with the Service's request rate, read from the sim's Prometheus at the node's
+    address: what the HPA controller asks."""
+    ma = CFG.metrics_adapter
+    assert ma.external_address is None, "the local stack runs the adapter as pods"
+    local_stack.kubectl("rollout", "status", "-n", ma.namespace, f"deployment/{APP}", "--timeout=120s")
+    pods = [
+        p
+        for p in local_stack.items("pods", "-n", ma.namespace, "-l", f"app.kubernetes.io/name={APP}")
+        if "deletionTimestamp" not in p["metadata"]
+    ]
+    assert len(pods) == ma.replicas
+    built = json.loads((ROOT / ".state" / "images" / "digests.json").read_text())["gpucluster-virtual-node"]["digest"]
+    for pod in pods:
+        assert pod["spec"]["nodeName"] == node.NODE_NAME
+        (status,) = pod["status"]["containerStatuses"]
+        assert status["imageID"].endswith("@" + built), "a pod runs another build than make images made"
+    # Discovery of the group comes from the adapter itself (the API server proxies it): the metric it serves.
+    out = local_stack.kubectl("get", "--raw", f"/apis/{API_GROUP}/{API_VERSION}")
+    resources = {r["name"] for r in json.loads(out)["resources"]}
+    assert resources == {"services/requests_per_second"}, resources
+    api = local_stack.get("apiservice", f"{API_VERSION}.{API_GROUP}")
+    assert api["spec"]["service"] == {"name": APP, "namespace": ma.namespace, "port": 443}
 
 
 @pytest.fixture
