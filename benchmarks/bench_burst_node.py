@@ -31,6 +31,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.sim_cluster import make_up  # noqa: E402 (run as a script: the repository first on the path)
 from sim import processes  # noqa: E402 (run as a script: the repository first on the path)
 from sim.stats import percentile  # noqa: E402
 
@@ -100,9 +101,7 @@ def main() -> int:
     if not (bin_dir / "gpucluster-virtual-node").exists() or not (bin_dir / "kube-apiserver").exists():
         print("bench_burst_node: skipped: tools not built (make tools)")
         return 0
-    up = subprocess.run(["make", "--no-print-directory", "up"], cwd=ROOT, capture_output=True, text=True, check=False)
-    if up.returncode != 0:
-        print(up.stdout[-2000:], up.stderr[-2000:], "bench_burst_node: make up failed", sep="\n", file=sys.stderr)
+    if not make_up("bench_burst_node"):
         return 1
     cfg = processes.stack_config()
     burst = cfg.burst.settings

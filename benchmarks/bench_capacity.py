@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -34,6 +33,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.sim_cluster import make_up  # noqa: E402 (run as a script: the repository first on the path)
 from components.constants import CLUSTER_EVENTS_NAMESPACE, RELEASED_AT_ANNOTATION  # noqa: E402
 from components.model import parse_duration  # noqa: E402 (run as a script: the repository first on the path)
 from components.quarantine_settings import LEDGER_NAME  # noqa: E402
@@ -379,14 +379,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="only the node rows (no gang, no waitForPodsReady wait)")
     parser.add_argument("--no-up", action="store_true", help="use the running cluster as it is (no make up)")
     args = parser.parse_args(argv)
-    if not args.no_up:
-        up = subprocess.run(
-            ["make", "--no-print-directory", "up"], cwd=ROOT, capture_output=True, text=True, check=False
-        )
-        if up.returncode != 0:
-            print(up.stdout[-3000:], up.stderr[-3000:], sep="\n", file=sys.stderr)
-            print("bench_capacity: make up failed", file=sys.stderr)
-            return 1
+    if not args.no_up and not make_up("bench_capacity"):
+        return 1
     columns = run(args.quick)
     out = ROOT / ".state" / "bench-capacity"
     out.mkdir(parents=True, exist_ok=True)

@@ -12,13 +12,13 @@ Timelines and ``report.json`` land in ``.state/bench-chaos/``.
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.sim_cluster import make_up  # noqa: E402 (run as a script: the repository first on the path)
 from sim import chaos  # noqa: E402 (run as a script: the repository first on the path)
 
 #: Cycles and kills: enough that every target is killed at least once (five of them where the stack runs
@@ -28,10 +28,7 @@ KILLS = 6
 
 
 def main() -> int:
-    up = subprocess.run(["make", "--no-print-directory", "up"], cwd=ROOT, capture_output=True, text=True, check=False)
-    if up.returncode != 0:
-        print(up.stdout[-3000:], up.stderr[-3000:], sep="\n", file=sys.stderr)
-        print("bench_chaos: make up failed", file=sys.stderr)
+    if not make_up("bench_chaos"):
         return 1
     out = ROOT / ".state" / "bench-chaos"
     print(f"bench_chaos: {CYCLES} make-before-break cycles, {KILLS} SIGKILLs, a Prometheus outage ...", flush=True)

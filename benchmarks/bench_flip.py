@@ -37,6 +37,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.sim_cluster import make_up  # noqa: E402 (run as a script: the repository first on the path)
 from sim import flip, timeline  # noqa: E402 (run as a script: the repository first on the path)
 from sim import processes as sim_daemons  # noqa: E402
 from sim.daemon_runtime import DaemonError  # noqa: E402
@@ -57,10 +58,7 @@ def main() -> int:
     if missing or not Path("/usr/bin/prometheus").exists():
         print(f"bench_flip: skipped: not built or installed: {missing or ['prometheus']} (make tools debian-deps)")
         return 0
-    up = subprocess.run(["make", "--no-print-directory", "up"], cwd=ROOT, capture_output=True, text=True, check=False)
-    if up.returncode != 0:
-        print(up.stdout[-3000:], up.stderr[-3000:], sep="\n", file=sys.stderr)
-        print("bench_flip: make up failed", file=sys.stderr)
+    if not make_up("bench_flip"):
         return 1
     out = ROOT / ".state" / "bench-flip"
     boot = float(os.environ.get("GPUCLUSTER_FAKE_BOOT_SECONDS", "5"))
