@@ -62,8 +62,8 @@ class MetricsAdapterSettings(ConfigModel):
     #: sample (``sum(rate(...))``). No default: which counter sees every request depends on the cluster's entrance.
     request_rate_query: Annotated[str, Field(min_length=1, max_length=2048)] | None = None
     query_timeout: PositiveDuration = "5s"
-    #: ``host:port`` where the adapter runs outside the cluster (the simulated cluster runs it as a local process):
-    #: the stack then deploys no pod, and the APIService reaches that address through an ExternalName Service.
+    #: ``host:port`` where the adapter runs outside the cluster: the stack then deploys no pod, and the APIService
+    #: reaches that address through an ExternalName Service.
     external_address: Annotated[str, Field(pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?:\d{1,5}$")] | None = None
     #: Where its pods run (the Deployment's nodeSelector and tolerations): as a rule system nodes, never the GPUs.
     node_selector: Annotated[dict[str, str], AfterValidator(check_labels)] = {}

@@ -214,7 +214,8 @@ class Killer:
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join(timeout=30)
+        # a restart it is waiting on (a controller's pods Ready again) takes up to 120 s
+        self._thread.join(timeout=180)
 
 
 def plan_kills(
@@ -253,6 +254,8 @@ def run(argv: Sequence[str] | None = None) -> int:
     try:
         setup = flip.setup_from_stack()
         registry = processes.registry()
+        cfg = processes.stack_config()
+        kill_targets = targets(registry, cfg)
     except (flip.ScenarioError, processes.DaemonError) as e:
         print(f"sim/chaos.py: error: {e}", file=sys.stderr)
         return 1
@@ -261,6 +264,9 @@ def run(argv: Sequence[str] | None = None) -> int:
             f"sim/chaos.py: error: daemons not running: {stopped} (start them: python sim/processes.py start)",
             file=sys.stderr,
         )
+        return 1
+    if down := [n for n, target in kill_targets.items() if not target.running()]:
+        print(f"sim/chaos.py: error: not running: {down} (make up starts them)", file=sys.stderr)
         return 1
     cloud = setup.fake_cloud_url
     provider_metrics = f"http://127.0.0.1:{processes.provider_metrics_port()}/metrics"
@@ -271,8 +277,6 @@ def run(argv: Sequence[str] | None = None) -> int:
         f"chaos: {a.kills} kills over {a.cycles} cycle(s); fake cloud refuses {a.create_failure_rate:.0%} of creates, "
         f"instances die at {a.death_rate}/min; Prometheus outage: {'yes' if a.prometheus_outage else 'no'}"
     )
-    cfg = processes.stack_config()
-    kill_targets = targets(registry, cfg)
     names = list(kill_targets)
     plans = plan_kills(a.kills, a.cycles, a.horizon, rng, names)
     mbb = cfg.make_before_break

@@ -38,6 +38,8 @@ from sim.node import CONTAINERD_NAMESPACE, Paths
 
 #: On a variant's Deployment, ConfigMap and pods: which variant (the stack's own never carry it).
 VARIANT_LABEL = "sim.gpucluster.io/variant"
+#: The label every pod of one of our daemons carries, its value the app (the Deployment's name).
+APP_LABEL = "app.kubernetes.io/name"
 #: The pod volume the stack's daemons mount their settings ConfigMap from (components/daemon_deployment.py).
 SETTINGS_VOLUME = "settings"
 
@@ -83,7 +85,8 @@ class Deployed:
 
     @property
     def selector(self) -> str:
-        return f"app.kubernetes.io/name={self.name}"
+        """Its own pods: a variant's carry the same app label and the variant's."""
+        return f"{APP_LABEL}={self.name},!{VARIANT_LABEL}"
 
     def pods(self) -> list[dict[str, Any]]:
         """Its pods that are not being deleted, oldest first."""
@@ -144,9 +147,12 @@ class Deployed:
                 if not container:
                     continue
                 argv = ["ctr", "--address", str(self.node.socket), "-n", CONTAINERD_NAMESPACE, "tasks", "kill"]
-                done = subprocess.run(
-                    [*argv, "-s", "SIGKILL", container], capture_output=True, text=True, timeout=30, check=False
-                )
+                try:
+                    done = subprocess.run(
+                        [*argv, "-s", "SIGKILL", container], capture_output=True, text=True, timeout=30, check=False
+                    )
+                except (OSError, subprocess.TimeoutExpired) as exc:
+                    raise DaemonError(f"SIGKILL to {p['metadata']['name']}: ctr did not run: {exc}") from None
                 if done.returncode != 0:
                     raise DaemonError(f"SIGKILL to {p['metadata']['name']}: {done.stderr.strip()[:300]}")
                 killed.append(f"{p['metadata']['name']}/{status.get('name')}")
@@ -237,7 +243,7 @@ class Variant:
 
     @property
     def selector(self) -> str:
-        return f"{self.deployed.selector},{VARIANT_LABEL}={self.name}"
+        return f"{APP_LABEL}={self.deployed.name},{VARIANT_LABEL}={self.name}"
 
     def _ready(self) -> int:
         return sum(_ready(p) for p in _items("pods", "-n", self.deployed.namespace, "-l", self.selector))
@@ -249,15 +255,24 @@ class Variant:
         cm = _settings_volume(live["spec"]["template"], str(d))["configMap"]["name"]
         settings = json.loads(kubectl("get", "configmap", "-n", d.namespace, cm, "-o", "json"))
         objects = variant_objects(live, settings, self.name, self.overrides, d.replicas)
-        remove_variants(d.namespace, f"{d.selector},{VARIANT_LABEL}")  # one at a time
+        remove_variants(d.namespace, any_variant(d))  # one at a time
         d.stop()
-        kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}))
-        d._wait(f"{d.replicas} Ready pod(s) of variant {self.name}", lambda: self._ready() >= d.replicas, timeout)
+        try:
+            kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}))
+            d._wait(f"{d.replicas} Ready pod(s) of variant {self.name}", lambda: self._ready() >= d.replicas, timeout)
+        except BaseException:
+            self.stop()  # never leave the stack's controller at zero replicas
+            raise
 
     def stop(self, timeout: float = 120) -> None:
         """Delete the copy, then scale the stack's Deployment back and wait for it."""
         remove_variants(self.deployed.namespace, self.selector, timeout)
         self.deployed.start(timeout)
+
+
+def any_variant(d: Deployed) -> str:
+    """The label selector of every variant of ``d`` (its Deployment, ConfigMap and pods)."""
+    return f"{APP_LABEL}={d.name},{VARIANT_LABEL}"
 
 
 def remove_variants(namespace: str, selector: str, timeout: float = 120) -> None:
@@ -287,9 +302,10 @@ def restore(config: Any) -> list[str]:
     stopped before it could put them back); what was done."""
     done = []
     for d in placed_controllers(config):
-        if _items("pods", "-n", d.namespace, "-l", f"{d.selector},{VARIANT_LABEL}"):
-            remove_variants(d.namespace, f"{d.selector},{VARIANT_LABEL}")
-            done.append(f"{d}: variant removed")
+        left = kubectl("get", "deployment,configmap", "-n", d.namespace, "-l", any_variant(d), "-o", "name")
+        if left.strip():
+            remove_variants(d.namespace, any_variant(d))
+            done.append(f"{d}: variant removed ({', '.join(left.split())})")
         live = json.loads(kubectl("get", "deployment", "-n", d.namespace, d.name, "-o", "json", check=False) or "{}")
         if live and live["spec"].get("replicas") != d.replicas:
             kubectl("scale", "deployment", "-n", d.namespace, d.name, f"--replicas={d.replicas}")
@@ -308,13 +324,35 @@ def controller(config: Any, spec_name: str) -> Deployed:
     return Deployed(settings.namespace, spec.app, settings.replicas, metrics_port=spec.metrics_port)
 
 
+def on_real_node(config: Any) -> list[str]:
+    """What the stack places on the real node (its sections' nodeSelector): the registered controllers it turns on
+    and the metrics adapter, by name."""
+    from daemons.registry import CONTROLLERS  # noqa: PLC0415 (needs the venv: without one this module still answers)
+    from sim.processes import on_real_node as placed  # noqa: PLC0415 (only the script needs it)
+
+    names = [
+        spec.name
+        for spec in CONTROLLERS
+        if (s := config.controller_settings(spec.stack_key)) is not None and s.enabled and placed(s)
+    ]
+    adapter = config.metrics_adapter
+    return names + (["metrics-adapter"] if adapter.enabled and placed(adapter) else [])
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="sim/deployed.py", description="Our daemons as the stack's pods.")
-    parser.add_argument("action", choices=["restore"], help="delete every variant, scale controllers back")
-    parser.parse_args(argv)
-    from sim.processes import stack_config  # noqa: PLC0415 (sim.processes imports this module)
+    parser.add_argument(
+        "action",
+        choices=["restore", "placed"],
+        help="restore: delete every variant, scale controllers back; placed: what the stack puts on the real node",
+    )
+    args = parser.parse_args(argv)
+    from sim.processes import stack_config  # noqa: PLC0415 (only the script needs the stack's config)
 
     try:
+        if args.action == "placed":
+            print(" ".join(on_real_node(stack_config())))
+            return 0
         for line in restore(stack_config()):
             print(f"==> {line}")
     except DaemonError as e:

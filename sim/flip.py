@@ -1,10 +1,10 @@
 """One full flip on the simulated cluster: training takes every GPU, inference makes room, and comes back.
 
-The scenario runs on ``make up``'s cluster with the local stack's daemons running as local processes
-(``sim/processes.py``): the virtual node and its provider service bursting to the fake GPU cloud, the
-make-before-break AdmissionCheck controller, the taint controller reading kube-state-metrics through Prometheus,
-and the descheduler. It narrates each step, samples the cluster once a second into a :class:`timeline.Timeline`,
-and leaves a CSV, a PNG chart and the figures (JSON) in ``--out``. Three paths:
+The scenario runs on ``make up``'s cluster with the local stack's daemons: the virtual node and its provider
+service bursting to the fake GPU cloud and the descheduler as local processes (``sim/processes.py``), the
+make-before-break AdmissionCheck controller and the taint controller (reading kube-state-metrics through
+Prometheus) as the stack's pods on the real node. It narrates each step, samples the cluster once a second into a
+:class:`timeline.Timeline`, and leaves a CSV, a PNG chart and the figures (JSON) in ``--out``. Three paths:
 
 ``make-before-break`` (the local stack's own):
 
@@ -18,7 +18,8 @@ and leaves a CSV, a PNG chart and the figures (JSON) in ``--out``. Three paths:
 6. the external instances are gone.
 
 ``preempt-then-burst`` (the path without the check, which the check falls back to): the make-before-break
-controllers are restarted answering the check at once (``maxHold`` 1ms), so training is admitted and its pods
+controller answers the check at once (``maxHold`` 1ms: a copy of its Deployment with that setting replaces it, see
+:func:`answer_at_once`), so training is admitted and its pods
 preempt the inference replicas; the taint controller sees no headroom and inference Pending and removes the
 burst taint; the replicas land on the virtual node; once training is done the taint comes back (NoSchedule)
 and the descheduler evicts the external replicas a few at a time, PDB permitting.
@@ -545,12 +546,16 @@ def run_cycle(opts: Options) -> tuple[timeline.Timeline, timeline.Figures]:
             requests = load.stop() + steps
             tl.requests = sim_load.per_second(requests, wall0)
             tl.request_figures = sim_load.request_figures(requests)
-        if opts.path == NO_EXECUTE:
-            set_taint(s, "NoSchedule")
-            sim_controllers.controller("taint-controller").start()
-        sim_daemons.kubectl("delete", "job", TRAINING_JOB, "-n", s.training_ns, "--ignore-not-found", "--wait=false")
-        if detour:
-            answer_at_once(False)
+        try:
+            if opts.path == NO_EXECUTE:
+                set_taint(s, "NoSchedule")
+                sim_controllers.controller("taint-controller").start()
+            sim_daemons.kubectl(
+                "delete", "job", TRAINING_JOB, "-n", s.training_ns, "--ignore-not-found", "--wait=false"
+            )
+        finally:  # whatever failed above, make-before-break answers as deployed again
+            if detour:
+                answer_at_once(False)
     tl.inference_preemptions = sum(preemptions(ns, wall0) for ns in s.inference_namespaces)
     return tl, timeline.figures(tl)
 

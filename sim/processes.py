@@ -103,7 +103,7 @@ __all__ = [
 # The daemons of the local stack
 # ---------------------------------------------------------------------------------------------------------------
 
-#: Where the sim's monitoring listens (the local stack's taint controller queries PROMETHEUS_URL).
+#: Where the sim's monitoring listens (pods on the real node reach Prometheus at the node's address, 100.127.0.1).
 KSM_PORT = 18090
 KSM_TELEMETRY_PORT = 18091
 PROMETHEUS_PORT = 9090
@@ -628,8 +628,15 @@ def metrics_adapter(s: Stack) -> Iterable[Daemon]:
     from components.metrics_adapter import APP, CONFIG_FILE  # noqa: PLC0415 (needs ROOT on the path)
 
     ma = s.config.metrics_adapter
-    if not ma.enabled or ma.external_address is None:
+    if not ma.enabled or on_real_node(ma):
         return
+    if ma.external_address is None:
+        from sim.node import REAL_NODE_KEY  # noqa: PLC0415 (needs the venv: without one this module still answers)
+
+        raise DaemonError(
+            "gpucluster:metricsAdapter sets neither externalAddress (run here as a process) nor the real node's "
+            f"nodeSelector ({REAL_NODE_KEY}: 'true'): its pods would land on a kwok node, where nothing runs"
+        )
     # where the stack's ExternalName Service sends the API server
     port = int(ma.external_address.rpartition(":")[2])
     d = s.state / "metrics-adapter"
@@ -756,7 +763,7 @@ def controllers(s: Stack) -> Iterable[Daemon]:
     """Two replicas of every registered controller the stack runs (``daemons/registry.py``, in its order, after
     Prometheus and the virtual node), each electing a leader with the ServiceAccount and settings Pulumi deployed;
     none of a controller the stack turns off or places on the real node (its Deployment's pods run there: on the
-    local stack every one but make-before-break)."""
+    local stack every one)."""
     from daemons.toolkit.spec import SETTINGS_FILE  # noqa: PLC0415 (needs the venv: without one this module still answers)
 
     for spec in process_controllers(s.config):

@@ -104,6 +104,11 @@ export KUBECONFIG="$KUBECONFIG_FILE"
 "$ROOT/sim/descheduler.sh"
 
 if [[ "${GPUCLUSTER_UP_SKIP_DAEMONS:-0}" != 1 ]]; then
+  if [[ "${GPUCLUSTER_SIM_REAL_NODE:-1}" == 0 ]]; then
+    placed=$("$(sim_python)" "$ROOT/sim/deployed.py" placed) || die "the stack could not be read (the reason is above)"
+    [[ -z "$placed" ]] || die "GPUCLUSTER_SIM_REAL_NODE=0, but the stack places these on the real node, where they \
+alone run: $placed (leave the real node on, or use a stack that does not place them there)"
+  fi
   step "the stack's daemons as local processes (sim/processes.py; logs in .state/daemons/logs)"
   "$(sim_python)" "$ROOT/sim/processes.py" start || die "the stack's daemons did not all start (the reason is above)"
   if [[ "${GPUCLUSTER_SIM_REAL_NODE:-1}" != 0 ]]; then

@@ -451,3 +451,14 @@ def test_start_stops_a_process_the_registry_no_longer_has(tmp_path: Path) -> Non
         assert sorted(p.name for p in state.glob("*.pid")) == []
     finally:
         departed.kill()
+
+
+def test_an_adapter_neither_outside_the_cluster_nor_on_the_real_node_is_refused(cluster: Path, tmp_path: Path) -> None:
+    """Its pods would land on a kwok node, where nothing runs: no custom metric would ever be served."""
+    document = yaml.safe_load((processes.ROOT / "stacks" / "Pulumi.local.yaml").read_text())
+    adapter = document["config"]["gpucluster:metricsAdapter"]
+    del adapter["nodeSelector"], adapter["tolerations"]
+    stack = tmp_path / "Pulumi.nowhere.yaml"
+    stack.write_text(yaml.safe_dump(document))
+    with pytest.raises(processes.DaemonError, match=r"sets neither externalAddress .*\(sim.gpucluster.io/real-node"):
+        processes.registry(stack_file=stack, state=cluster / "daemons")
