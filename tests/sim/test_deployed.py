@@ -1,14 +1,17 @@
-"""sim/deployed.py's variants: a copy of the stack's Deployment, its settings overridden, nothing else changed."""
+"""sim/deployed.py: a variant is the stack's Deployment copied with its settings overridden and nothing else changed; it
+replaces the stack's pods and gives them back, never leaves the controller at zero, and restore clears what is left."""
 
 from __future__ import annotations
 
 import copy
 import json
+import time
 from typing import Any
 
 import pytest
 
 from components.constants import SETTINGS_DIGEST_ANNOTATION, settings_digest
+from sim import deployed
 from sim.daemon_runtime import DaemonError
 from sim.deployed import VARIANT_LABEL, variant_objects
 
@@ -88,3 +91,142 @@ def test_a_deployment_without_a_settings_volume_is_refused() -> None:
     bare["spec"]["template"]["spec"]["volumes"] = []
     with pytest.raises(DaemonError, match="mount no ConfigMap volume 'settings'"):
         variant_objects(bare, settings(), "answer-at-once", {}, 2)
+
+
+class FakeCluster:
+    """What ``sim/deployed.py`` asks kubectl for, answered from Deployments and ConfigMaps held here. Each Deployment
+    has as many Ready pods as its replicas, at once (``start_fails`` makes a variant's never Ready)."""
+
+    def __init__(self) -> None:
+        d = live()
+        d["spec"]["replicas"] = 2
+        self.objects: dict[tuple[str, str], dict[str, Any]] = {
+            ("deployment", APP): d,
+            ("configmap", f"{APP}-settings"): {**settings(), "kind": "ConfigMap"},
+        }
+        self.variant_pods_ready = True
+        self.calls: list[tuple[str, ...]] = []
+
+    @staticmethod
+    def _matches(labels: dict[str, str], selector: str) -> bool:
+        for term in selector.split(","):
+            if term.startswith("!"):
+                if term[1:] in labels:
+                    return False
+            elif "=" in term:
+                key, value = term.split("=", 1)
+                if labels.get(key) != value:
+                    return False
+            elif term not in labels:
+                return False
+        return True
+
+    def pods(self) -> list[dict[str, Any]]:
+        out = []
+        for (kind, name), obj in self.objects.items():
+            if kind != "deployment":
+                continue
+            template = obj["spec"]["template"]["metadata"]
+            ready = self.variant_pods_ready or VARIANT_LABEL not in template["labels"]
+            for i in range(obj["spec"]["replicas"]):
+                out.append(
+                    {
+                        "metadata": {"name": f"{name}-{i}", "labels": template["labels"]},
+                        "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]},
+                    }
+                )
+        return out
+
+    def kubectl(self, *args: str, input: str | None = None, check: bool = True) -> str:
+        self.calls.append(args)
+        verb, rest = args[0], list(args[1:])
+        selector = rest[rest.index("-l") + 1] if "-l" in rest else None
+        if verb == "get" and rest[0] == "pods":
+            assert selector is not None
+            return json.dumps({"items": [p for p in self.pods() if self._matches(p["metadata"]["labels"], selector)]})
+        if verb == "get" and selector is not None:  # deployment,configmap -l ... -o name
+            kinds = rest[0].split(",")
+            found = [
+                f"{kind}/{name}"
+                for (kind, name), obj in self.objects.items()
+                if kind in kinds and self._matches(obj["metadata"].get("labels") or {}, selector)
+            ]
+            return "\n".join(found)
+        if verb == "get":
+            obj = self.objects.get((rest[0], rest[3]))
+            if obj is None:
+                if check:
+                    raise DaemonError(f"{rest[0]} {rest[3]} not found")
+                return ""
+            return json.dumps(obj)
+        if verb == "apply":
+            assert input is not None
+            for item in json.loads(input)["items"]:
+                self.objects[(item["kind"].lower(), item["metadata"]["name"])] = copy.deepcopy(item)
+            return ""
+        if verb == "delete":
+            assert selector is not None
+            kinds = rest[0].split(",")
+            for key in [
+                k
+                for k, obj in self.objects.items()
+                if k[0] in kinds and self._matches(obj["metadata"].get("labels") or {}, selector)
+            ]:
+                del self.objects[key]
+            return ""
+        if verb == "scale":
+            self.objects[("deployment", rest[3])]["spec"]["replicas"] = int(rest[4].removeprefix("--replicas="))
+            return ""
+        raise AssertionError(f"unexpected kubectl {args}")
+
+
+@pytest.fixture
+def cluster(monkeypatch: pytest.MonkeyPatch) -> FakeCluster:
+    fake = FakeCluster()
+    monkeypatch.setattr(deployed, "kubectl", fake.kubectl)
+    monkeypatch.setattr(time, "sleep", lambda _: None)  # the fake is Ready at once: no polling to wait out
+    return fake
+
+
+def stack_controller() -> deployed.Deployed:
+    return deployed.Deployed("gpucluster-burst", APP, 2)
+
+
+def test_a_variant_replaces_the_stacks_pods_and_stopping_it_puts_them_back(cluster: FakeCluster) -> None:
+    own = stack_controller()
+    variant = deployed.Variant(own, "answer-at-once", {"maxHold": "1ms"})
+    variant.start(timeout=1)
+    assert cluster.objects[("deployment", APP)]["spec"]["replicas"] == 0
+    assert ("deployment", f"{APP}-answer-at-once") in cluster.objects
+    # The stack's own pods are not the variant's: none are left, though two pods carry the app label.
+    assert own.pods() == []
+    assert not own.running()
+    variant.stop(timeout=1)
+    assert cluster.objects[("deployment", APP)]["spec"]["replicas"] == 2
+    assert sorted(k for k in cluster.objects) == [("configmap", f"{APP}-settings"), ("deployment", APP)]
+    assert len(own.pods()) == 2
+
+
+def test_a_variant_that_never_becomes_ready_leaves_the_stacks_controller_running(cluster: FakeCluster) -> None:
+    cluster.variant_pods_ready = False
+    variant = deployed.Variant(stack_controller(), "answer-at-once", {"maxHold": "1ms"})
+    with pytest.raises(DaemonError, match="Ready pod\\(s\\) of variant answer-at-once"):
+        variant.start(timeout=0)
+    assert cluster.objects[("deployment", APP)]["spec"]["replicas"] == 2
+    assert not [k for k in cluster.objects if k[1].endswith("answer-at-once")]
+
+
+def test_restore_removes_what_a_cut_short_scenario_left_and_scales_the_controller_back(
+    cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    deployed.Variant(stack_controller(), "answer-at-once", {"maxHold": "1ms"}).start(timeout=1)
+    del cluster.objects[("deployment", f"{APP}-answer-at-once")]  # its ConfigMap alone is left, with no pod
+    monkeypatch.setattr(deployed, "placed_controllers", lambda config: [stack_controller()])
+    done = deployed.restore(config=None)
+    assert done == [
+        f"deployment gpucluster-burst/{APP}: variant removed (configmap/{APP}-answer-at-once)",
+        f"deployment gpucluster-burst/{APP}: scaled back to 2",
+    ]
+    assert sorted(cluster.objects) == [("configmap", f"{APP}-settings"), ("deployment", APP)]
+    assert cluster.objects[("deployment", APP)]["spec"]["replicas"] == 2
+    assert deployed.restore(config=None) == []
