@@ -55,6 +55,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from components.training.manifest import reservation_toleration  # noqa: E402
+from daemons.registry import MAKE_BEFORE_BREAK as MAKE_BEFORE_BREAK_SPEC  # noqa: E402
 from sim import controllers as sim_controllers  # noqa: E402
 from sim import deployed as sim_deployed  # noqa: E402
 from sim import load as sim_load  # noqa: E402
@@ -74,8 +75,8 @@ PATHS = (MAKE_BEFORE_BREAK, PREEMPT, NO_EXECUTE)
 LOAD_RATE = 20
 #: Laid over the make-before-break controllers' settings for the other paths: the check goes Ready at once.
 ANSWER_AT_ONCE = json.dumps({"maxHold": "1ms", "nodeGrace": "0.5ms"})
-#: The make-before-break controller's name in the registry (daemons/registry.py).
-MBB_CONTROLLER = "make-before-break"
+#: The make-before-break controller's name in the registry.
+MBB_CONTROLLER = MAKE_BEFORE_BREAK_SPEC.name
 
 
 class ScenarioError(RuntimeError):

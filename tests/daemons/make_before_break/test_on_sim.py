@@ -19,6 +19,7 @@ import pytest
 
 from components.config import load_stack_file
 from daemons.make_before_break.model import EPOCH_ANNOTATION, FLIPS_ANNOTATION
+from daemons.registry import MAKE_BEFORE_BREAK as MAKE_BEFORE_BREAK_SPEC
 from tests.support.local_stack import ROOT, LocalStack, wait_for
 from tests.support.sim import load_sim_module
 
@@ -32,8 +33,8 @@ assert CFG.burst is not None
 FAKE = next(p.fake.url for p in CFG.burst.settings.providers if p.fake is not None)
 flip = load_sim_module("flip")
 controllers = load_sim_module("controllers")
-#: The controller in the registry (daemons/registry.py).
-MBB_NAME = "make-before-break"
+#: The controller in the registry.
+MBB_NAME = MAKE_BEFORE_BREAK_SPEC.name
 
 
 def knobs(**values: Any) -> None:
