@@ -195,6 +195,11 @@ class EndpointManager:
             pod = pods_by_uid.get(rec.uid) or rec.pod
             if live_pods is not None and rec.uid not in pods_by_uid and not rec.draining:
                 continue  # the pod is gone or terminal in the source cluster: no traffic to it
+            if not pod:
+                # Rebuilt after a restart, its pod not read yet: which Services select it is unknown, and dropping
+                # its addresses would cut serving replicas off. The slices stay as they are (fail-static).
+                log.info("endpoint sync skipped: a rebuilt replica's pod is not known yet", extra={"pod": rec.key})
+                return self.slices
             running[rec.uid] = (rec, pod)
         self._annotate(running)
         desired = self.desired_slices(running)

@@ -16,6 +16,13 @@ The rules are the kubelet's (``pkg/kubelet/prober/worker.go``, Kubernetes 1.36):
 - a liveness or startup probe that reaches its failure threshold kills the container. A rented instance is not
   restarted in place: the pod fails, its instance is deleted, and the ReplicaSet's replacement is placed afresh.
 
+One rule is this service's own. After a restart of the service, its records are rebuilt from the providers'
+listings while the replicas go on serving; nothing it knew of their probes survived. A replica is then **resumed**
+(:meth:`ReplicaProbes.resumed`) with the readiness the cluster last recorded for its containers (the pod's
+``containerStatuses[].ready``), not started as if it had just booted: readiness that is not known is not taken
+away (fail-static). Its probes run at once, and a replica that really stopped serving goes unready after
+``failureThreshold`` failures, as any running replica does.
+
 A probe the service cannot run remotely is refused when the pod is translated, naming the field: ``exec`` (a
 command inside the container: no provider runs one for us), ``grpc``, and ``httpGet.host`` (a replica is probed at
 its own address, never at a host the pod names).
@@ -23,7 +30,7 @@ its own address, never at a host the pod names).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -164,6 +171,19 @@ def pod_probes(pod: Mapping[str, Any]) -> tuple[Probe, ...]:
     return tuple(out)
 
 
+def last_ready(pod: Mapping[str, Any]) -> frozenset[str]:
+    """The containers a pod's status (as the cluster last recorded it) says are ready; none unless it is Running."""
+    status = pod.get("status")
+    if not isinstance(status, Mapping) or status.get("phase") != "Running":
+        return frozenset()
+    found = status.get("containerStatuses")
+    return frozenset(
+        str(c.get("name"))
+        for c in (found if isinstance(found, list) else [])
+        if isinstance(c, Mapping) and c.get("ready") is True
+    )
+
+
 @dataclass
 class ProbeState:
     """One probe's worker state: the kubelet's ``lastResult``/``resultRun`` and the result it has set."""
@@ -207,6 +227,26 @@ class ReplicaProbes:
     @classmethod
     def for_pod(cls, probes: Sequence[Probe], containers: Sequence[str], started_at: float) -> ReplicaProbes:
         return cls(started_at, [ProbeState.start(p, started_at) for p in probes], tuple(containers))
+
+    @classmethod
+    def resumed(
+        cls, probes: Sequence[Probe], containers: Sequence[str], started_at: float, now: float, ready: Iterable[str]
+    ) -> ReplicaProbes:
+        """The probes of a replica that ran before the service restarted: each container in ``ready`` (the ones the
+        cluster last saw ready) counts as started and ready until its probes say otherwise; every probe is due now.
+        The others start as a new replica's."""
+        last_ready = set(ready)
+        states = []
+        for p in probes:
+            state = ProbeState.start(p, started_at)
+            if p.container in last_ready:
+                if p.kind == "startup":
+                    state.result, state.on_hold = True, True
+                elif p.kind == "readiness":
+                    state.result = True
+                state.next_at = now
+            states.append(state)
+        return cls(started_at, states, tuple(containers))
 
     def _state(self, container: str, kind: ProbeKind) -> ProbeState | None:
         for s in self.states:

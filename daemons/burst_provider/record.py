@@ -75,6 +75,9 @@ class PodRecord:
     not_ready_detail: str = ""  # what the failing probes said
     #: Deleted while it served: the instance keeps serving, its endpoints terminating, until then (its preStop).
     drain_until: float | None = None
+    #: Rebuilt from a provider's listing after a restart: its probes resume from the readiness the cluster last
+    #: recorded, and it is not listed until its pod is known (the node keeps the pod's status meanwhile).
+    rebuilt: bool = False
 
     @property
     def key(self) -> str:

@@ -34,7 +34,7 @@ from daemons.burst_provider.pods import (
     translate_pod,
 )
 from daemons.burst_provider.prober import run_probe
-from daemons.burst_provider.probes import Probe, ProbeSpecError, ProbeState, ReplicaProbes, pod_probes
+from daemons.burst_provider.probes import Probe, ProbeSpecError, ProbeState, ReplicaProbes, last_ready, pod_probes
 from daemons.burst_provider.providers.base import (
     CapacityError,
     Instance,
@@ -156,8 +156,11 @@ class BurstService:
             return rec.status() if rec else None
 
     def list_pods(self) -> list[dict[str, Any]]:
+        """Every record's status, but a rebuilt one's whose pod is not known yet: with no containers to report, its
+        status would take the pod's readiness away; unlisted, the node keeps what it showed and posts the pod again."""
         with self._lock:
-            return [r.status() for r in sorted(self._records.values(), key=lambda r: r.key)]
+            records = sorted(self._records.values(), key=lambda r: r.key)
+            return [r.status() for r in records if r.pod or not r.rebuilt]
 
     def delete_pod(self, namespace: str, name: str, uid: str | None = None) -> float | None:
         """Start deleting the pod's instance; None when the pod is unknown, else the seconds it drains first.
@@ -594,8 +597,12 @@ class BurstService:
             self.spawn(lambda: self._cleanup_instance(rec.uid), f"cleanup-{rec.uid}")
             return
         names = [str(c.get("name", "")) for c in (rec.pod.get("spec") or {}).get("containers") or []]
-        rec.probes = ReplicaProbes.for_pod(probes, names, rec.start_time or self.clock())
-        self._update_ready(rec, self.clock())
+        now = self.clock()
+        if rec.rebuilt:  # it served before the restart: what the cluster last saw holds until the probes say
+            rec.probes = ReplicaProbes.resumed(probes, names, rec.start_time or now, now, last_ready(rec.pod))
+        else:
+            rec.probes = ReplicaProbes.for_pod(probes, names, rec.start_time or now)
+        self._update_ready(rec, now)
 
     def _update_ready(self, rec: PodRecord, now: float) -> None:
         """Recompute the record's readiness from its probes; a change re-syncs the endpoints (caller holds the
@@ -785,6 +792,7 @@ class BurstService:
                         gpu_type=inst.gpu_type,
                         gpu_count=inst.gpu_count,
                         message=f"instance {inst.instance_id} on {provider} is {inst.state.value}",
+                        rebuilt=True,
                     )
                     self._records[uid] = rec
                     added.append((uid, inst))

@@ -71,7 +71,9 @@ def test_restart_rebuilds_records_from_listings_before_ready() -> None:
     svc, rec, _, spawn = build(p, FakeSource())
     assert not rec.ready.is_set()
     assert rec.startup()
-    by_name = {s["name"]: s for s in svc.list_pods()}
+    # Not listed until their pods are known (the node keeps their statuses and posts them again).
+    assert svc.list_pods() == []
+    by_name = {r.name: r.status() for r in svc.records()}
     assert set(by_name) == {"pod-u1", "pod-u2", "pod-u3"}
     assert (by_name["pod-u1"]["phase"], by_name["pod-u1"]["address"]) == ("Running", "198.51.100.9")
     assert by_name["pod-u2"]["phase"] == "Pending"
@@ -85,6 +87,7 @@ def test_restart_rebuilds_records_from_listings_before_ready() -> None:
     assert status["phase"] == "Running"
     assert status["containers"][0]["name"] == "server"
     assert p.created == []
+    assert [s["name"] for s in svc.list_pods()] == ["pod-u1"]
 
 
 def test_not_ready_while_a_provider_cannot_list() -> None:

@@ -15,6 +15,7 @@ import pytest
 from daemons.burst_provider.endpoints import EndpointManager
 from daemons.burst_provider.fakes.replica import ReplicaServer
 from daemons.burst_provider.providers.base import InstanceState
+from daemons.burst_provider.reconcile import Reconciler
 from daemons.burst_provider.service import BurstService
 from tests.daemons.burst_provider.support import (
     FakeSource,
@@ -206,3 +207,80 @@ def test_a_deleted_replica_drains_through_its_prestop_sleep_with_its_endpoint_te
     assert r.svc.get_pod("inference", "web-1") is None
     r.endpoints.sync(r.svc.records(), r.source.pods)
     assert r.source.slices == {}
+
+
+# --- a restart of the service: readiness that is not known is not taken away --------------------------------------
+
+
+def _restarted(r: Rented, ready: bool) -> tuple[BurstService, Reconciler]:
+    """The service restarted beside the running replica: a new process rebuilding its records from the provider's
+    listing, the pod in the cluster as the node last recorded it (``ready`` or not)."""
+    (pod,) = r.source.pods
+    pod["status"] = {
+        "phase": "Running",
+        "containerStatuses": [{"name": "server", "ready": ready, "started": True, "restartCount": 0}],
+    }
+    svc = BurstService(r.svc.settings, {"fake-a": r.provider}, r.source, clock=r.clock, spawn=r.spawn)
+    reconciler = Reconciler(svc, r.source, EndpointManager(r.source, r.svc.settings), timer=r.clock)
+    assert reconciler.startup()
+    r.svc, r.endpoints = svc, reconciler.endpoints  # type: ignore[assignment]
+    return svc, reconciler
+
+
+def test_after_a_restart_a_ready_replica_stays_ready_until_its_probes_say_otherwise(rented: list[Rented]) -> None:
+    r = Rented(readinessProbe=READINESS)
+    rented.append(r)
+    r.boot(load_seconds=0)
+    r.tick()
+    assert r.endpoint_ready() is True
+    svc, reconciler = _restarted(r, ready=True)
+    # Rebuilt, its pod not read yet: not listed, so the node keeps the pod's Ready status as it was.
+    assert svc.list_pods() == []
+    reconciler.run_once()  # the pod read from the cluster: resumed as the cluster last saw it
+    assert r.status()["containers"][0]["ready"] is True
+    assert r.endpoint_ready() is True
+    assert r.replica is not None
+    r.replica.stop()  # it really stopped serving while the service was down
+    for _ in range(2):
+        r.tick()
+    assert r.endpoint_ready() is True  # two failures: below the threshold, as for any running replica
+    r.tick()
+    assert r.endpoint_ready() is False
+
+
+def test_after_a_restart_the_nodes_post_gives_the_rebuilt_replica_its_last_known_readiness(
+    rented: list[Rented],
+) -> None:
+    r = Rented(readinessProbe=READINESS)
+    rented.append(r)
+    r.boot(load_seconds=0)
+    r.tick()
+    svc, _ = _restarted(r, ready=True)
+    (pod,) = r.source.pods
+    status = svc.create_pod(pod)  # the node posts the pods the service no longer lists, with their status
+    assert status["containers"][0]["ready"] is True
+    assert [s["name"] for s in svc.list_pods()] == ["web-1"]
+
+
+def test_after_a_restart_a_replica_the_cluster_saw_unready_waits_for_its_probe(rented: list[Rented]) -> None:
+    r = Rented(readinessProbe=READINESS)
+    rented.append(r)
+    r.boot(load_seconds=5)
+    _, reconciler = _restarted(r, ready=False)
+    reconciler.run_once()
+    assert r.status()["containers"][0]["ready"] is False
+    assert r.endpoint_ready() is False
+    r.tick(6)
+    assert r.status()["containers"][0]["ready"] is True
+
+
+def test_endpoints_are_left_alone_while_a_rebuilt_replicas_pod_is_unknown(rented: list[Rented]) -> None:
+    r = Rented(readinessProbe=READINESS)
+    rented.append(r)
+    r.boot(load_seconds=0)
+    r.tick()
+    assert r.endpoint_ready() is True
+    before = dict(r.source.slices)
+    svc, _ = _restarted(r, ready=True)
+    r.endpoints.sync(svc.records(), None)  # the pods could not be listed: nothing is known of it
+    assert r.source.slices == before

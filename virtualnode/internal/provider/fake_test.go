@@ -20,7 +20,8 @@ type fakeService struct {
 	statuses  map[string]PodStatus // namespace/name -> status
 	reject    string               // when set, POST /v1/pods answers 422 with this error
 	posts     int
-	deletes   []string // "namespace/name?uid" of each DELETE
+	posted    []corev1.Pod // each pod POSTed, as sent
+	deletes   []string     // "namespace/name?uid" of each DELETE
 	capacity  map[string]string
 	unhealthy bool
 	drain     float64 // when set, DELETE keeps the pod listed (draining) and answers drainSeconds
@@ -71,6 +72,7 @@ func (f *fakeService) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			writeJSON(w, http.StatusBadRequest, map[string]string{"error": "body is not {\"pod\": <pod>}"})
 			return
 		}
+		f.posted = append(f.posted, body.Pod)
 		k := body.Pod.Namespace + "/" + body.Pod.Name
 		s, ok := f.statuses[k]
 		if !ok || s.UID != string(body.Pod.UID) {

@@ -198,8 +198,9 @@ func (p *Provider) pollLoop(ctx context.Context) {
 }
 
 // Poll lists the service's pods once and reports every status that changed. Pods the service does not list
-// (yet) are posted again: the create is idempotent, so this retries creates that did not reach the service
-// and re-registers pods a restarted service lost. A failed listing changes nothing (fail-static).
+// (yet) are posted again, each with the status last reported: the create is idempotent, so this retries creates
+// that did not reach the service and re-registers pods a restarted service lost. A failed listing changes
+// nothing (fail-static).
 func (p *Provider) Poll(ctx context.Context) {
 	statuses, err := p.client.ListPods(ctx)
 	if err != nil {
@@ -226,7 +227,9 @@ func (p *Provider) Poll(ctx context.Context) {
 			drained = append(drained, e.pod.DeepCopy())
 			continue
 		}
-		missing = append(missing, e.pod.DeepCopy())
+		// Posted with the status last reported: a restarted service resumes the pod's probes from it rather
+		// than take its readiness away (it lists a pod rebuilt from its providers only once it has the pod).
+		missing = append(missing, e.podWithStatus())
 	}
 	p.mu.Unlock()
 	for _, pod := range drained {

@@ -93,6 +93,48 @@ func TestPollReportsOnlyChangedStatuses(t *testing.T) {
 	}
 }
 
+// A restarted service rebuilds its records from the providers' listings but knows nothing of a pod's readiness,
+// so it lists a rebuilt pod only once it has the pod: the node posts it again with the status it last reported
+// (the service resumes the pod's probes from it), and changes nothing meanwhile.
+func TestAPodTheServiceNoLongerListsIsPostedAgainWithItsLastKnownStatus(t *testing.T) {
+	f, srv := newFakeService(t)
+	p, rec := newProvider(t, srv.URL)
+	ctx := context.Background()
+	_ = p.CreatePod(ctx, testPod("a", "uid-a"))
+	f.set(PodStatus{Namespace: "inference", Name: "a", UID: "uid-a", Phase: "Running", Address: "203.0.113.7",
+		Containers: []ContainerStatus{{Name: "server", State: "running", Ready: ptr(true)},
+			{Name: "sidecar", State: "running", Ready: ptr(true)}}})
+	p.Poll(ctx)
+	if !podReady(rec.last()) {
+		t.Fatalf("a running pod whose containers are ready is not Ready: %+v", rec.last().Status.Conditions)
+	}
+	reported := rec.count()
+	f.mu.Lock()
+	f.statuses = map[string]PodStatus{} // the service restarted: the pod is no longer listed
+	f.mu.Unlock()
+	p.Poll(ctx)
+	if f.posts != 2 {
+		t.Fatalf("the pod was not posted again (%d posts)", f.posts)
+	}
+	again := f.posted[len(f.posted)-1]
+	if again.Status.Phase != corev1.PodRunning || len(again.Status.ContainerStatuses) != 2 ||
+		!again.Status.ContainerStatuses[0].Ready || !again.Status.ContainerStatuses[1].Ready {
+		t.Fatalf("the pod was posted without the status the node last reported: %+v", again.Status)
+	}
+	if rec.count() != reported+1 {
+		t.Fatalf("%d notifications after the post, want the post's answer alone", rec.count()-reported)
+	}
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
 func TestServiceFailureBecomesFailedPod(t *testing.T) {
 	f, srv := newFakeService(t)
 	p, rec := newProvider(t, srv.URL)
