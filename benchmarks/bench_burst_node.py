@@ -6,11 +6,12 @@ Runs ``make up`` (idempotent), then:
    the time from the create call to the pod being Ready, and that time minus the fake cloud's boot time, which is
    the node's and the provider service's own overhead (scheduling, the node's create call, the service's
    selection and create, the status polls on both sides).
-2. **reconciliation after a kill**: with those pods running, the provider service is killed with SIGKILL, half of
-   the pods are deleted while it is down (their instances become orphans no one deletes), and it is started
-   again. Printed: restart -> ready (state rebuilt from the provider's listing), restart -> every orphan deleted.
-3. **the node after a kill**: the virtual node is killed with SIGKILL, one running instance dies while it is down,
-   and the node is started again; printed: restart -> the dead instance's pod reported Failed (the node has caught
+2. **reconciliation after a kill**: with those pods running, the provider service is killed with SIGKILL (its
+   container in the virtual node's pod, which the kubelet restarts; a local process where the stack runs it so),
+   half of the pods are deleted as it goes down (their instances become orphans no one deletes), and it is waited
+   for. Printed: restart -> ready (state rebuilt from the provider's listing), restart -> every orphan deleted.
+3. **the node after a kill**: the virtual node is killed with SIGKILL, one running instance dies meanwhile, and the
+   node is waited for; printed: restart -> the dead instance's pod reported Failed (the node has caught
    up with the provider), and whether the other pods kept running untouched.
 
 Nothing is asserted: these are measurements. The probe Deployment is removed at the end.
@@ -32,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.sim_cluster import make_up  # noqa: E402 (run as a script: the repository first on the path)
-from sim import processes  # noqa: E402 (run as a script: the repository first on the path)
+from sim import controllers, processes  # noqa: E402 (run as a script: the repository first on the path)
 from sim.stats import percentile  # noqa: E402
 
 NAME = "bench-burst"
@@ -108,7 +109,7 @@ def main() -> int:
     ns, owner = burst.virtual_node.inference_namespaces[0], processes.instance_owner(cfg)
     cloud = next(p.fake.url for p in burst.providers if p.fake is not None)
     boot = float(http("GET", f"{cloud}/admin/knobs")["bootSeconds"])
-    registry = processes.registry()
+    provider, node = controllers.burst_part("provider"), controllers.burst_part("virtual-node")
     names = [f"{NAME}-{i}" for i in range(a.pods)]
     processes.kubectl("delete", "pods", "-n", ns, "-l", f"app={NAME}", "--ignore-not-found", "--wait=true")
     try:
@@ -122,13 +123,13 @@ def main() -> int:
             listed = http("GET", f"{cloud}/instances?node={owner}")["instances"]
             return [i for i in listed if i["state"] in ("creating", "running") and i["tags"]["pod"].startswith(NAME)]
 
-        registry["provider"].kill()
+        provider.kill()
         gone = names[: a.pods // 2]
         processes.kubectl("delete", "pod", *gone, "-n", ns, "--wait=false")
         time.sleep(2)
         orphans_before = len(live_instances())
         t0 = time.monotonic()
-        registry["provider"].start()
+        provider.start()
         healthy = time.monotonic() - t0
         wait("the orphans deleted", lambda: len(live_instances()) == a.pods - len(gone), timeout=120)
         reconciled = time.monotonic() - t0
@@ -137,11 +138,11 @@ def main() -> int:
         victim, others = rest[0], rest[1:]
         victim_uid = kget("pod", victim, "-n", ns)["metadata"]["uid"]
         (inst,) = [i for i in live_instances() if i["tags"]["uid"] == victim_uid]
-        registry["virtual-node"].kill()
+        node.kill()
         http("POST", f"{cloud}/admin/instances/{inst['id']}/kill", {"exitCode": 137})
         time.sleep(2)
         t0 = time.monotonic()
-        registry["virtual-node"].start()
+        node.start()
         node_up = time.monotonic() - t0
         wait(f"{victim} reported Failed", lambda: kget("pod", victim, "-n", ns)["status"].get("phase") == "Failed")
         caught_up = time.monotonic() - t0

@@ -71,6 +71,8 @@ DEFAULT_PORT = 10299
 #: The provider service's /metrics and /healthz for Prometheus and the kubelet, on the pod's address (its API stays
 #: on loopback: it has no authentication).
 PROVIDER_METRICS_PORT = 10297
+#: The provider service's liveness path beside /healthz (its readiness: 503 until it has rebuilt its state).
+PROVIDER_LIVEZ_PATH = "/livez"
 PROVIDER_KINDS = ("fake", "runpod", "kubernetes")
 #: No rented instance is running sooner than this: a shorter creationTimeout would fail every pod.
 MIN_CREATION_TIMEOUT_SECONDS = 10.0
@@ -258,6 +260,10 @@ class VirtualNodeSettings(ConfigModel):
     cpu: Quantity = "1000"
     memory: ByteQuantity = "8Ti"
     max_pods: Annotated[int, Field(ge=1, le=100_000)] = 1000
+    #: Where the virtual node's pod (the node and the provider service) runs: the Deployment's nodeSelector and
+    #: tolerations, as a rule system nodes. They place the pod and stay out of the settings file it reads.
+    node_selector: dict[QualifiedName, str] = {}
+    tolerations: list[Toleration] = []
     #: ``refuse``: the policy ``confidential-env-stays-in-our-clusters`` refuses a burstable workload whose env reads a
     #: Secret while a provider that is not a Kubernetes cluster of ours (kind ``runpod`` or ``fake``) is configured:
     #: such a provider receives every env value in plain text and returns it on every read.
@@ -396,9 +402,14 @@ def node_capacity(settings: BurstSettings) -> dict[str, str]:
     }
 
 
+#: The virtual node's fields that place its pod: never in the settings file, so a move changes no settings digest.
+PLACEMENT_FIELDS = ("node_selector", "tolerations")
+
+
 def settings_json(settings: BurstSettings) -> str:
     """The settings as the daemon's JSON file (camelCase keys), as the VirtualNode component renders it."""
-    return settings.model_dump_json(by_alias=True, exclude_none=True, indent=2)
+    placement = {"virtual_node": set(PLACEMENT_FIELDS)}
+    return settings.model_dump_json(by_alias=True, exclude_none=True, exclude=placement, indent=2)
 
 
 __all__ = [

@@ -18,7 +18,13 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.burst_settings import PROVIDER_METRICS_PORT, BurstSettings, settings_json, with_cluster_name
+from components.burst_settings import (
+    PROVIDER_LIVEZ_PATH,
+    PROVIDER_METRICS_PORT,
+    BurstSettings,
+    settings_json,
+    with_cluster_name,
+)
 from components.constants import (
     NONROOT_UID,
     SETTINGS_LABEL,
@@ -118,7 +124,13 @@ def health_probe(port: str, period: int, failures: int) -> dict[str, Any]:
 def virtual_node_pod_spec(settings: BurstSettings, settings_config_map: str, secret_name: str) -> dict[str, Any]:
     vn = settings.virtual_node
     provider_url = f"http://127.0.0.1:{vn.port}"
+    placement: dict[str, Any] = {}
+    if vn.node_selector:
+        placement["nodeSelector"] = dict(vn.node_selector)
+    if vn.tolerations:
+        placement["tolerations"] = [t.to_k8s() for t in vn.tolerations]
     return {
+        **placement,
         "serviceAccountName": APP,
         "securityContext": nonroot_pod_security_context(fsGroup=NONROOT_UID),
         "terminationGracePeriodSeconds": 30,
@@ -163,8 +175,15 @@ def virtual_node_pod_spec(settings: BurstSettings, settings_config_map: str, sec
                 "ports": [{"name": "burst-metrics", "containerPort": PROVIDER_METRICS_PORT, "protocol": "TCP"}],
                 "resources": _resources("100m", "128Mi", "512Mi"),
                 "securityContext": _CONTAINER_SECURITY,
+                # Ready once it has rebuilt its state from the providers' listings (its startup grace at most, while
+                # a provider's API is down); alive whenever it serves, so that wait never ends in a restart.
                 "readinessProbe": health_probe("burst-metrics", 10, 3),
-                "livenessProbe": {**health_probe("burst-metrics", 20, 3), "initialDelaySeconds": 30},
+                "livenessProbe": {
+                    "httpGet": {"path": PROVIDER_LIVEZ_PATH, "port": "burst-metrics"},
+                    "periodSeconds": 20,
+                    "failureThreshold": 3,
+                    "initialDelaySeconds": 30,
+                },
                 "volumeMounts": [
                     {"name": "settings", "mountPath": SETTINGS_DIR, "readOnly": True},
                     {"name": "provider-secrets", "mountPath": SECRETS_DIR, "readOnly": True},

@@ -92,6 +92,12 @@ def targets(registry: dict[str, processes.Daemon], config: Any) -> dict[str, Tar
         if name in registry:
             out[name] = registry[name]
             continue
+        if name == "virtual-node" and processes.virtual_node_placed(config):
+            out[name] = controllers.burst_part("virtual-node")  # a container of the virtual node's pod
+            continue
+        if name == "provider" and processes.virtual_node_placed(config):
+            out[name] = controllers.burst_part("provider")
+            continue
         spec = next((s for s in CONTROLLERS if s.name == name), None)
         settings = config.controller_settings(spec.stack_key) if spec else None
         if spec is not None and settings is not None and settings.enabled:
@@ -269,7 +275,6 @@ def run(argv: Sequence[str] | None = None) -> int:
         print(f"sim/chaos.py: error: not running: {down} (make up starts them)", file=sys.stderr)
         return 1
     cloud = setup.fake_cloud_url
-    provider_metrics = f"http://127.0.0.1:{processes.provider_metrics_port()}/metrics"
     report = Report()
     before = flip.fake_cloud_stats(cloud)
     post_json(f"{cloud}/admin/knobs", {"createFailureRate": a.create_failure_rate, "deathRate": a.death_rate})
@@ -335,7 +340,11 @@ def run(argv: Sequence[str] | None = None) -> int:
 
     after = flip.fake_cloud_stats(cloud)
     report.cloud = {k: after.get(k, 0) - before.get(k, 0) for k in ("creates", "createFailures", "deaths", "deletes")}
-    report.orphans_deleted = metric_sum(provider_metrics, "gpucluster_burst_orphans_deleted_total") or 0.0
+    try:
+        provider_metrics = controllers.provider_metrics_url(cfg)
+        report.orphans_deleted = metric_sum(provider_metrics, "gpucluster_burst_orphans_deleted_total") or 0.0
+    except processes.DaemonError as e:  # the virtual node's pod has no address: say so, count nothing
+        report.failures.append(f"the provider's metrics could not be read: {e}")
     final = verify_converged(setup)
     if final:
         report.failures.append(final)

@@ -119,6 +119,11 @@ class Deployed:
             timeout,
         )
 
+    def wait_ready(self, timeout: float = 120) -> None:
+        """Wait until a pod is Ready (after a crash, the kubelet's restart and the readiness probe); scales nothing,
+        so a variant running in its place is never joined by a second pod."""
+        self._wait("a Ready pod", self.running, timeout)
+
     def stop(self, timeout: float = 60) -> None:
         """Scale to zero and wait until no pod of it is left."""
         kubectl("scale", "deployment", "-n", self.namespace, self.name, "--replicas=0")
@@ -132,10 +137,10 @@ class Deployed:
         """The holder identity of ``lease`` (``<pod>_<n>``); DaemonError when none holds it."""
         return lease_holder(self.namespace, lease)
 
-    def kill(self, identity: str | None = None) -> list[str]:
+    def kill(self, identity: str | None = None, container: str | None = None) -> list[str]:
         """SIGKILL the daemon's process in the pod a Lease holder ``identity`` (``<pod>_<n>``) or pod name names, each
         pod's when None, through the node's containerd: a crash, which the kubelet answers by restarting the container
-        in place. The containers killed."""
+        in place. ``container`` names one container of the pod (every one when None). The containers killed."""
         names = {p["metadata"]["name"] for p in self.pods()}
         pod = identity if identity is None or identity in names else identity.rsplit("_", 1)[0]
         killed = []
@@ -143,21 +148,24 @@ class Deployed:
             if pod is not None and p["metadata"]["name"] != pod:
                 continue
             for status in (p.get("status") or {}).get("containerStatuses") or []:
-                container = str(status.get("containerID", "")).removeprefix("containerd://")
-                if not container:
+                if container is not None and status.get("name") != container:
+                    continue
+                task = str(status.get("containerID", "")).removeprefix("containerd://")
+                if not task:
                     continue
                 argv = ["ctr", "--address", str(self.node.socket), "-n", CONTAINERD_NAMESPACE, "tasks", "kill"]
                 try:
                     done = subprocess.run(
-                        [*argv, "-s", "SIGKILL", container], capture_output=True, text=True, timeout=30, check=False
+                        [*argv, "-s", "SIGKILL", task], capture_output=True, text=True, timeout=30, check=False
                     )
                 except (OSError, subprocess.TimeoutExpired) as exc:
                     raise DaemonError(f"SIGKILL to {p['metadata']['name']}: ctr did not run: {exc}") from None
                 if done.returncode != 0:
                     raise DaemonError(f"SIGKILL to {p['metadata']['name']}: {done.stderr.strip()[:300]}")
                 killed.append(f"{p['metadata']['name']}/{status.get('name')}")
-        if pod is not None and not killed:
-            raise DaemonError(f"deployment {self.namespace}/{self.name} has no running pod {pod}")
+        if (pod is not None or container is not None) and not killed:
+            what = " ".join(x for x in (pod and f"pod {pod}", container and f"container {container}") if x)
+            raise DaemonError(f"deployment {self.namespace}/{self.name} has no running {what}")
         return killed
 
     def restarts(self) -> int:
@@ -175,13 +183,15 @@ class Deployed:
         ips = [(p.get("status") or {}).get("podIP") for p in self.pods()]
         return [f"http://{ip}:{self.metrics_port}/metrics" for ip in ips if ip]
 
-    def logs(self, pod: str | None = None) -> str:
-        """``kubectl logs`` of ``pod`` (the oldest when None)."""
+    def logs(self, pod: str | None = None, container: str | None = None, tail: int | None = None) -> str:
+        """``kubectl logs`` of ``pod`` (the oldest when None), of one ``container`` of it when given."""
         pods = [p["metadata"]["name"] for p in self.pods()]
         target = pod or (pods[0] if pods else None)
         if target is None:
             raise DaemonError(f"deployment {self.namespace}/{self.name} has no pod")
-        return kubectl("logs", "-n", self.namespace, target)
+        args = ["-c", container] if container else []
+        args += [f"--tail={tail}"] if tail is not None else []
+        return kubectl("logs", "-n", self.namespace, target, *args)
 
 
 def _settings_volume(template: dict[str, Any], what: str) -> dict[str, Any]:
@@ -193,10 +203,18 @@ def _settings_volume(template: dict[str, Any], what: str) -> dict[str, Any]:
 
 
 def variant_objects(
-    live: dict[str, Any], settings: dict[str, Any], variant: str, overrides: Mapping[str, Any], replicas: int
+    live: dict[str, Any],
+    settings: dict[str, Any],
+    variant: str,
+    overrides: Mapping[str, Any],
+    replicas: int,
+    *,
+    secrets: Mapping[str, str] | None = None,
 ) -> list[dict[str, Any]]:
     """The ConfigMap and Deployment of ``variant``: ``live`` (the stack's Deployment as the API server returns it)
-    copied with its settings (the live ConfigMap ``settings``) and ``overrides`` laid over them."""
+    copied with its settings (the live ConfigMap ``settings``) and ``overrides`` laid over them. With ``secrets``
+    (file name -> value), also a Secret of the variant's own in place of the one its pods mount as
+    ``provider-secrets``."""
     from components.constants import settings_digest  # noqa: PLC0415 (needs ROOT on the path)
     from daemons.toolkit.spec import SETTINGS_FILE  # noqa: PLC0415
 
@@ -216,7 +234,23 @@ def variant_objects(
     template["metadata"]["annotations"] = {**(template["metadata"].get("annotations") or {}), **settings_digest(text)}
     _settings_volume(template, what)["configMap"]["name"] = name
     selector = {**live["spec"]["selector"]["matchLabels"], VARIANT_LABEL: variant}
+    secret: list[dict[str, Any]] = []
+    if secrets is not None:
+        volumes = [v for v in template["spec"].get("volumes") or [] if v.get("name") == PROVIDER_SECRETS_VOLUME]
+        if not volumes or "secret" not in volumes[0]:
+            raise DaemonError(f"{what}: its pods mount no Secret volume {PROVIDER_SECRETS_VOLUME!r}")
+        volumes[0]["secret"]["secretName"] = name
+        secret.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "metadata": {"name": name, "namespace": meta["namespace"], "labels": labels},
+                "type": "Opaque",
+                "stringData": dict(secrets),
+            }
+        )
     return [
+        *secret,
         {
             "apiVersion": "v1",
             "kind": "ConfigMap",
@@ -240,6 +274,8 @@ class Variant:
     deployed: Deployed
     name: str
     overrides: Mapping[str, Any]
+    #: File name -> value of a provider Secret of the variant's own (None: the stack's, as deployed).
+    secrets: Mapping[str, str] | None = None
 
     @property
     def selector(self) -> str:
@@ -254,10 +290,10 @@ class Variant:
         live = json.loads(kubectl("get", "deployment", "-n", d.namespace, d.name, "-o", "json"))
         cm = _settings_volume(live["spec"]["template"], str(d))["configMap"]["name"]
         settings = json.loads(kubectl("get", "configmap", "-n", d.namespace, cm, "-o", "json"))
-        objects = variant_objects(live, settings, self.name, self.overrides, d.replicas)
+        objects = variant_objects(live, settings, self.name, self.overrides, d.replicas, secrets=self.secrets)
         remove_variants(d.namespace, any_variant(d))  # one at a time
-        d.stop()
         try:
+            d.stop()
             kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}))
             d._wait(f"{d.replicas} Ready pod(s) of variant {self.name}", lambda: self._ready() >= d.replicas, timeout)
         except BaseException:
@@ -265,9 +301,11 @@ class Variant:
             raise
 
     def stop(self, timeout: float = 120) -> None:
-        """Delete the copy, then scale the stack's Deployment back and wait for it."""
-        remove_variants(self.deployed.namespace, self.selector, timeout)
-        self.deployed.start(timeout)
+        """Delete the copy, then scale the stack's Deployment back and wait for it (even when the delete failed)."""
+        try:
+            remove_variants(self.deployed.namespace, self.selector, timeout)
+        finally:
+            self.deployed.start(timeout)
 
 
 def any_variant(d: Deployed) -> str:
@@ -276,8 +314,11 @@ def any_variant(d: Deployed) -> str:
 
 
 def remove_variants(namespace: str, selector: str, timeout: float = 120) -> None:
-    """Delete the variants' Deployments and ConfigMaps ``selector`` picks in ``namespace``; wait for their pods."""
-    kubectl("delete", "deployment,configmap", "-n", namespace, "-l", selector, "--ignore-not-found", "--wait=true")
+    """Delete the variants' Deployments, ConfigMaps and Secrets ``selector`` picks in ``namespace``; wait for their
+    pods."""
+    kubectl(
+        "delete", "deployment,configmap,secret", "-n", namespace, "-l", selector, "--ignore-not-found", "--wait=true"
+    )
     deadline = time.monotonic() + timeout
     while _items("pods", "-n", namespace, "-l", selector):
         if time.monotonic() > deadline:
@@ -286,7 +327,7 @@ def remove_variants(namespace: str, selector: str, timeout: float = 120) -> None
 
 
 def placed_controllers(config: Any) -> list[Deployed]:
-    """The registered controllers the stack turns on, as deployed (wherever their pods run)."""
+    """The registered controllers the stack turns on, and its virtual node, as deployed (wherever their pods run)."""
     from daemons.registry import CONTROLLERS  # noqa: PLC0415 (needs the venv: without one this module still answers)
 
     out = []
@@ -294,15 +335,55 @@ def placed_controllers(config: Any) -> list[Deployed]:
         settings = config.controller_settings(spec.stack_key)
         if settings is not None and settings.enabled:
             out.append(controller(config, spec.name))
+    if config.burst_enabled:
+        out.append(virtual_node(config))
     return out
 
 
+#: The virtual node's pod: the node binary and the provider service, one container each (components/virtual_node.py).
+NODE_CONTAINER = "node"
+PROVIDER_CONTAINER = "provider"
+#: The provider Secret's pod volume (components/virtual_node.py).
+PROVIDER_SECRETS_VOLUME = "provider-secrets"
+
+
+def virtual_node(config: Any) -> Deployed:
+    """The virtual node's Deployment as the stack deploys it: one pod, its node and provider containers; the metrics
+    port is the provider service's (the node binary's is ``components.virtual_node.NODE_METRICS_PORT``)."""
+    from components.burst_settings import PROVIDER_METRICS_PORT  # noqa: PLC0415 (needs ROOT on the path)
+    from components.virtual_node import APP  # noqa: PLC0415
+
+    if not config.burst_enabled:
+        raise DaemonError("the stack does not burst: it deploys no virtual node")
+    return Deployed(config.burst.settings.virtual_node.namespace, APP, 1, metrics_port=PROVIDER_METRICS_PORT)
+
+
+def node_ready(name: str) -> bool:
+    out = kubectl("get", "node", name, "-o", "jsonpath={.status.conditions[?(@.type=='Ready')].status}", check=False)
+    return out.strip() == "True"
+
+
+def virtual_node_registered(config: Any, variant: str | None = None) -> bool:
+    """The virtual node's Node is Ready and registered by the running pod (its InternalIP is that pod's address):
+    the Node an earlier pod registered stays Ready for a while after that pod is gone. ``variant`` names the
+    variant whose pod it must be (the stack's own when None)."""
+    d = virtual_node(config)
+    selector = d.selector if variant is None else f"{APP_LABEL}={d.name},{VARIANT_LABEL}={variant}"
+    pods = [p for p in _items("pods", "-n", d.namespace, "-l", selector) if _ready(p)]
+    name = config.burst.settings.virtual_node.node_name
+    out = kubectl(
+        "get", "node", name, "-o", "jsonpath={.status.addresses[?(@.type=='InternalIP')].address}", check=False
+    )
+    ips = {(p.get("status") or {}).get("podIP") for p in pods}
+    return node_ready(name) and bool(out.strip()) and out.strip() in ips
+
+
 def restore(config: Any) -> list[str]:
-    """Every variant deleted and each controller the stack deploys at the stack's replicas again (a scenario that
-    stopped before it could put them back); what was done."""
+    """Every variant deleted and each controller the stack deploys (and its virtual node) at the stack's replicas
+    again (a scenario that stopped before it could put them back); what was done."""
     done = []
     for d in placed_controllers(config):
-        left = kubectl("get", "deployment,configmap", "-n", d.namespace, "-l", any_variant(d), "-o", "name")
+        left = kubectl("get", "deployment,configmap,secret", "-n", d.namespace, "-l", any_variant(d), "-o", "name")
         if left.strip():
             remove_variants(d.namespace, any_variant(d))
             done.append(f"{d}: variant removed ({', '.join(left.split())})")
@@ -325,8 +406,8 @@ def controller(config: Any, spec_name: str) -> Deployed:
 
 
 def on_real_node(config: Any) -> list[str]:
-    """What the stack places on the real node (its sections' nodeSelector): the registered controllers it turns on
-    and the metrics adapter, by name."""
+    """What the stack places on the real node (its sections' nodeSelector): the registered controllers it turns on,
+    the metrics adapter and the virtual node, by name."""
     from daemons.registry import CONTROLLERS  # noqa: PLC0415 (needs the venv: without one this module still answers)
     from sim.processes import on_real_node as placed  # noqa: PLC0415 (only the script needs it)
 
@@ -336,22 +417,36 @@ def on_real_node(config: Any) -> list[str]:
         if (s := config.controller_settings(spec.stack_key)) is not None and s.enabled and placed(s)
     ]
     adapter = config.metrics_adapter
-    return names + (["metrics-adapter"] if adapter.enabled and placed(adapter) else [])
+    names += ["metrics-adapter"] if adapter.enabled and placed(adapter) else []
+    return names + (["virtual-node"] if config.burst_enabled and placed(config.burst.settings.virtual_node) else [])
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="sim/deployed.py", description="Our daemons as the stack's pods.")
     parser.add_argument(
         "action",
-        choices=["restore", "placed"],
-        help="restore: delete every variant, scale controllers back; placed: what the stack puts on the real node",
+        choices=["restore", "placed", "wait-virtual-node"],
+        help="restore: delete every variant, scale controllers back; placed: what the stack puts on the real node; "
+        "wait-virtual-node: wait until the virtual node its pod registers is Ready",
     )
+    parser.add_argument("--timeout", type=float, default=180, help="seconds wait-virtual-node waits (default 180)")
     args = parser.parse_args(argv)
     from sim.processes import stack_config  # noqa: PLC0415 (only the script needs the stack's config)
 
     try:
         if args.action == "placed":
             print(" ".join(on_real_node(stack_config())))
+            return 0
+        if args.action == "wait-virtual-node":
+            config = stack_config()
+            name = config.burst.settings.virtual_node.node_name
+            deadline = time.monotonic() + args.timeout
+            while not virtual_node_registered(config):
+                if time.monotonic() > deadline:
+                    pods = kubectl("get", "pods", "-A", "-l", virtual_node(config).selector, "-o", "wide", check=False)
+                    raise DaemonError(f"node {name} is not Ready after {args.timeout:.0f}s; its pod:\n{pods.strip()}")
+                time.sleep(1)
+            print(f"==> node {name} Ready")
             return 0
         for line in restore(stack_config()):
             print(f"==> {line}")

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# make sim-down: remove the simulated cluster and everything under .state/sim (sim/kwok-cluster.sh down).
-# Processes started against it (the real node, the local Kueue controller) are stopped first. Idempotent: nothing to remove is
+# make sim-down: remove the simulated cluster and everything under .state/sim (sim/kwok-cluster.sh down), and the
+# second cluster sim/remote.sh started, if any. Processes started against it (the real node, the local Kueue
+# controller) are stopped first. Idempotent: nothing to remove is
 # not an error.
 set -euo pipefail
 
@@ -15,4 +16,9 @@ fi
 "$ROOT/sim/jobset.sh" stop
 "$ROOT/sim/kueue.sh" stop
 "$ROOT/sim/kwok-cluster.sh" down --name "$NAME" --state "$SIM_STATE"
+# The second cluster a test started for the kubernetes provider (sim/remote.sh): its certificate is made when it
+# is created, so it goes with the first.
+if [[ -d "$STATE/remote" ]]; then
+  "$ROOT/sim/remote.sh" down || warn "the second simulated cluster did not come down cleanly (see above)"
+fi
 step "sim is down"

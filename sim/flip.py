@@ -448,6 +448,9 @@ def run_cycle(opts: Options) -> tuple[timeline.Timeline, timeline.Figures]:
     missing = [n for n, d in registry.items() if not d.running()]
     if missing:
         raise ScenarioError(f"daemons not running: {missing} (start them: python sim/processes.py start)")
+    config = sim_daemons.stack_config()
+    if sim_daemons.virtual_node_placed(config) and not sim_deployed.virtual_node_registered(config):
+        raise ScenarioError("the virtual node's pod is not running or its Node is not Ready (make up starts it)")
     effect = "NoExecute" if opts.path == NO_EXECUTE else "NoSchedule"
     gang = gang_size(s, opts.gang_nodes)
     timeout = opts.step_timeout

@@ -1,9 +1,10 @@
 """Local processes standing in for the cluster's own daemons on the simulated cluster.
 
 On a real cluster the virtual node, the burst provider service, the controllers and the descheduler run as the
-Deployments Pulumi created. On the simulated cluster a controller the stack places on the real node (``sim/node.py``)
-runs there as those pods, and is no business of this module. The others' pods land on kwok nodes, where nothing
-runs, so this module runs the same programs as local processes, each with:
+Deployments Pulumi created. On the simulated cluster what the stack places on the real node (``sim/node.py``: the
+local stack places every controller, the metrics adapter and the virtual node's pod there) runs as those pods, and
+is no business of this module. The others' pods land on kwok nodes, where nothing runs, so this module runs the
+same programs as local processes, each with:
 
 - the configuration Pulumi deployed (read back from the cluster's ConfigMaps and Secrets), and
 - a kubeconfig holding a token of the ServiceAccount Pulumi created for it (``kubectl create token``), so the RBAC
@@ -11,7 +12,9 @@ runs, so this module runs the same programs as local processes, each with:
 
 It also runs what the simulated cluster needs around them: kube-state-metrics and a Prometheus (Debian) that
 scrapes it and the daemons, the fake GPU cloud the local stack's fake provider points at, and the fake of RunPod's
-API for each runpod provider whose URL is on loopback.
+API for each runpod provider whose URL is on loopback. Those fakes stand for the world outside the cluster: they
+listen on this machine's loopback, which a pod of the real node reaches at the node's address (the local stack's
+provider URLs name it).
 
 ``python sim/processes.py start [NAME ...]`` (default: all, in dependency order), ``stop``, ``status``, ``kill NAME``
 (SIGKILL, as a crash), ``restart NAME``. State, logs and pid files live in ``.state/daemons/``. A program that is
@@ -22,6 +25,7 @@ debian-deps``.
 from __future__ import annotations
 
 import argparse
+import base64
 import ipaddress
 import json
 import os
@@ -261,19 +265,26 @@ class Stack:
 
 
 def fake_clouds(s: Stack) -> Iterable[Daemon]:
-    """The fake GPU cloud of each fake provider, on the address the provider names, sized for every provider."""
+    """The fake GPU cloud of each fake provider, on the address the provider names (this machine's loopback, which
+    the real node's pods reach at the node's address), sized for every provider."""
     for p in s.burst.providers:
         if p.fake is None:
             continue
-        url = p.fake.url
-        port = url.rsplit(":", 1)[-1].rstrip("/")
+        url = urllib.parse.urlsplit(str(p.fake.url))
+        host = loopback_host(url.hostname)
+        if host is None:
+            raise DaemonError(
+                f"provider {p.name}: fake.url {p.fake.url} is neither this machine's loopback nor the real node's "
+                "address, so the simulated cluster cannot run its fake cloud there"
+            )
+        port = str(url.port or 80)
 
-        def cmd(p: Any = p, port: str = port) -> list[str]:
+        def cmd(p: Any = p, host: str = host, port: str = port) -> list[str]:
             route_rented_network()
             defaults = {**FAKE_CLOUD_DEFAULTS, "model-load-seconds": f"{model_load_seconds(s.config):g}"}
             knobs = {k: os.environ.get(env, defaults[k]) for k, env in FAKE_CLOUD_ENV.items()}
             capacity = sum(x.max_gpus for x in s.burst.providers) * 4
-            line = [s.python, "-m", FAKE_CLOUD_MODULE, "--listen", f"127.0.0.1:{port}"]
+            line = [s.python, "-m", FAKE_CLOUD_MODULE, "--listen", f"{host}:{port}"]
             line += ["--address-pool", FAKE_CLOUD_ADDRESS_POOL]
             for k, v in knobs.items():
                 line += [f"--{k}", v]
@@ -283,13 +294,20 @@ def fake_clouds(s: Stack) -> Iterable[Daemon]:
             return [*line, "--seed", seed, "--state-file", str(s.state / f"fake-cloud-{p.name}.json")]
 
         yield s.daemon(
-            f"fake-cloud-{p.name}", cmd, ready_url=f"{url}/offers", fingerprint=_fake_code(CLOUD_SERVER_MODULE)
+            f"fake-cloud-{p.name}",
+            cmd,
+            ready_url=f"http://{host}:{port}/offers",
+            fingerprint=_fake_code(CLOUD_SERVER_MODULE),
         )
 
 
 def loopback_host(host: str | None) -> str | None:
-    """The address to listen on for a URL's host when it is this machine's loopback (127.0.0.0/8, localhost)."""
-    if host == "localhost":
+    """The address to listen on for a URL's host when it is this machine's loopback (127.0.0.0/8, localhost) or the
+    real node's address, which stands for this machine's loopback to pods and to the machine (sim/node.py
+    ``host_services``)."""
+    from sim.node import NODE_IP  # noqa: PLC0415 (needs the venv: without one this module still answers)
+
+    if host in ("localhost", NODE_IP):
         return "127.0.0.1"
     try:
         address = ipaddress.ip_address(host or "")
@@ -298,12 +316,42 @@ def loopback_host(host: str | None) -> str | None:
     return str(address) if address.version == 4 and address.is_loopback else None
 
 
+def stack_secret(key: str) -> bytes:
+    """The stack config's secret ``gpucluster:<key>``, decrypted by ``pulumi config get`` in make up's Pulumi
+    environment (the stack selected, its passphrase set). Its value is never shown, not even in an error."""
+    stack = os.environ.get("GPUCLUSTER_STACK", "local")
+    argv = [str(tools_bin() / "pulumi"), "config", "get", f"gpucluster:{key}", "--stack", stack]
+    sim_stack = os.environ.get("GPUCLUSTER_SIM_STACK")
+    if sim_stack and Path(sim_stack).resolve() != (ROOT / "stacks" / f"Pulumi.{stack}.yaml").resolve():
+        argv += ["--config-file", sim_stack]
+    try:
+        done = subprocess.run(argv, cwd=ROOT, capture_output=True, timeout=120, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise DaemonError(f"pulumi config get gpucluster:{key}: {exc} (make tools builds pulumi)") from None
+    if done.returncode != 0 or not done.stdout.strip():
+        why = done.stderr.decode(errors="replace").strip()[:300] or "no value"
+        raise DaemonError(
+            f"pulumi config get gpucluster:{key} --stack {stack}: {why} (make up runs it, stack selected)"
+        )
+    return done.stdout.rstrip(b"\n")
+
+
+def runpod_key(namespace: str, secret: str, key: str) -> bytes:
+    """The API key RunPod's fake accepts: the one the provider Secret holds under ``key``. Before the stack's first
+    update, which makes that Secret, the stack config's value the Secret is made from (:func:`stack_secret`): RunPod
+    knows the keys it issued before any cluster is deployed, and the fakes standing for it start first."""
+    found = kubectl("get", "secret", secret, "-n", namespace, "--ignore-not-found", "-o", "name", check=False)
+    return secret_value(namespace, secret, key) if found.strip() else stack_secret(key)
+
+
 def fake_runpods(s: Stack) -> Iterable[Daemon]:
-    """The fake RunPod API of each runpod provider whose URL is on loopback, with the key from the provider Secret.
+    """The fake RunPod API of each runpod provider whose URL is on loopback (or the real node's address), with the
+    key the provider service sends.
 
     A runpod provider pointing anywhere else is RunPod itself (or a test's own server): nothing runs for it. The key
-    the fake accepts is the one Pulumi put in the provider Secret under the provider's ``apiKeySecret``, so the
-    provider service authenticates exactly as it would at RunPod; a changed key restarts the fake.
+    the fake accepts is the one Pulumi puts in the provider Secret under the provider's ``apiKeySecret``
+    (:func:`runpod_key`), so the provider service authenticates exactly as it would at RunPod; a changed key
+    restarts the fake.
     """
     app, _ = _virtual_node_app()
     ns = s.burst.virtual_node.namespace
@@ -329,7 +377,7 @@ def fake_runpods(s: Stack) -> Iterable[Daemon]:
             route_rented_network()
             key_file = s.state / f"fake-runpod-{p.name}" / "api-key"
             key_file.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            key_file.write_bytes(secret_value(ns, secret, key_name))
+            key_file.write_bytes(runpod_key(ns, secret, key_name))
             key_file.chmod(0o600)
             price = min(offer.price_per_gpu_hour for offer in p.gpu_types.values())
             line = [s.python, "-m", FAKE_RUNPOD_MODULE, "--listen", listen, "--api-key-file", str(key_file)]
@@ -341,7 +389,7 @@ def fake_runpods(s: Stack) -> Iterable[Daemon]:
             return line
 
         def key(key_name: str = key_name) -> str:
-            return secret_data(ns, secret).get(key_name, "") + _fake_code(RUNPOD_SERVER_MODULE)()
+            return base64.b64encode(runpod_key(ns, secret, key_name)).decode() + _fake_code(RUNPOD_SERVER_MODULE)()
 
         yield s.daemon(f"fake-runpod-{p.name}", cmd, ready_url=f"http://{listen}/healthz", fingerprint=key)
 
@@ -380,10 +428,18 @@ def instance_owner(config: Any) -> str:
     return f"{vn['clusterName']}.{vn['nodeName']}" if vn.get("clusterName") else str(vn["nodeName"])
 
 
+def virtual_node_placed(config: Any) -> bool:
+    """The stack places the virtual node's pod (the node and the provider service) on the real node."""
+    return on_real_node(config.burst.settings.virtual_node)
+
+
 def provider(s: Stack) -> Iterable[Daemon]:
-    """The burst provider service, with the virtual node's ServiceAccount, settings and provider Secret."""
+    """The burst provider service, with the virtual node's ServiceAccount, settings and provider Secret; none where
+    the stack places the virtual node's pod on the real node."""
     app, _ = _virtual_node_app()
     vn = s.burst.virtual_node
+    if virtual_node_placed(s.config):
+        return
 
     def cmd() -> list[str]:
         d = s.state / "provider"
@@ -411,9 +467,11 @@ def provider(s: Stack) -> Iterable[Daemon]:
 
 
 def virtual_node(s: Stack) -> Iterable[Daemon]:
-    """The virtual node (Go), ready when its Node is Ready."""
+    """The virtual node (Go), ready when its Node is Ready; none where the stack places its pod on the real node."""
     app, taint = _virtual_node_app()
     vn = s.burst.virtual_node
+    if virtual_node_placed(s.config):
+        return
 
     def cmd() -> list[str]:
         kubeconfig = sa_kubeconfig(vn.namespace, app, s.state / "virtual-node" / "kubeconfig")
@@ -568,7 +626,7 @@ def prometheus(s: Stack) -> Iterable[Daemon]:
             },
             # under the job the stack's quarantine alerts match
             s.config.telemetry.dcgm_scrape_job: [f"127.0.0.1:{FAKE_DCGM_PORT}"],
-            "burst-provider": [f"127.0.0.1:{provider_metrics_port()}"],
+            **({} if virtual_node_placed(s.config) else {"burst-provider": [f"127.0.0.1:{provider_metrics_port()}"]}),
             **({"serving": [f"127.0.0.1:{SERVING_METRICS_PORT}"]} if service_ports(s.config) else {}),
         }
 
@@ -835,13 +893,28 @@ BUILDERS: tuple[Callable[[Stack], Iterable[Daemon]], ...] = (
 )
 
 
-def registry(stack_file: Path | None = None, state: Path | None = None) -> dict[str, Daemon]:
-    """Every daemon of the stack, in start order (stop runs it backwards)."""
+#: What stands for the world outside the cluster: the fake providers. They start before the stack is deployed
+#: (``start --outside``, run by make up ahead of ``pulumi up``), as real providers are there before any cluster: the
+#: virtual node's pod, which ``pulumi up`` waits for, lists their instances as it starts.
+OUTSIDE: tuple[Callable[[Stack], Iterable[Daemon]], ...] = (fake_clouds, fake_runpods)
+
+
+def registry(
+    stack_file: Path | None = None,
+    state: Path | None = None,
+    builders: Sequence[Callable[[Stack], Iterable[Daemon]]] = BUILDERS,
+) -> dict[str, Daemon]:
+    """Every daemon of the stack (of ``builders``), in start order (stop runs it backwards)."""
     cfg = stack_config(stack_file)
     if not cfg.burst_enabled:
         raise DaemonError("the stack has no enabled gpucluster:burst section: nothing to run")
     stack = Stack(config=cfg, bin_dir=tools_bin(), python=python(), state=state or DAEMONS_STATE)
-    return {d.name: d for build in BUILDERS for d in build(stack)}
+    return {d.name: d for build in builders for d in build(stack)}
+
+
+def outside_registry() -> dict[str, Daemon]:
+    """The daemons standing for the world outside the cluster (:data:`OUTSIDE`), in start order."""
+    return registry(builders=OUTSIDE)
 
 
 def stop_departed(known: Mapping[str, Daemon]) -> list[str]:
@@ -867,9 +940,12 @@ def main(argv: Sequence[str] | None = None, registry: Callable[[], dict[str, Dae
     parser = argparse.ArgumentParser(prog="sim/processes.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("action", choices=["start", "stop", "status", "kill", "restart"])
     parser.add_argument("names", nargs="*", help="daemons to act on (default: all)")
+    parser.add_argument(
+        "--outside", action="store_true", help="only what stands for the world outside the cluster (the fake providers)"
+    )
     args = parser.parse_args(argv)
     try:
-        known = registry()
+        known = outside_registry() if args.outside else registry()
     except DaemonError as e:
         print(f"sim/processes.py: error: {e}", file=sys.stderr)
         return 1
@@ -879,7 +955,7 @@ def main(argv: Sequence[str] | None = None, registry: Callable[[], dict[str, Dae
         return 2
     names = list(args.names) or list(known)
     try:
-        if args.action == "start" and not args.names:
+        if args.action == "start" and not args.names and not args.outside:
             for n in stop_departed(known):
                 print(f"==> {n} stopped (the stack no longer runs it as a process here)")
         if args.action == "start":

@@ -5,17 +5,20 @@
 #   1. sim/up.sh                      the simulated cluster (idempotent)
 #   2. sim/kueue.sh certs             the loopback certificate the stack's webhook objects trust;
 #      sim/claims.py --register-driver the stack's CSIDriver object (the prerequisites check looks for it)
-#   3. pulumi up --stack local        Pulumi CLI + Python host + Kubernetes provider from the tool cache,
+#   3. sim/processes.py start --outside the fake providers (the world outside the cluster), then
+#      pulumi up --stack local        Pulumi CLI + Python host + Kubernetes provider from the tool cache,
 #                                     state in .state/pulumi (file backend)
 #   4. sim/kueue.sh start             the Kueue controller with the Configuration Pulumi deployed, then
 #      sim/jobset.sh start            the JobSet controller (training jobs are JobSets), and
 #      sim/claims.py                  a volume for each training claim (no CSI driver runs here)
 #   5. the descheduler dry run
 #   6. sim/processes.py start          the stack's daemons that are not pods of the real node as local processes
-#                                     (fake GPU cloud, burst provider service, virtual node, kube-state-metrics,
-#                                     Prometheus, taint controllers, make-before-break controllers, descheduler),
-#                                     each with the config and ServiceAccount Pulumi created; then the pods the
-#                                     stack runs on the real node (sim/node.py) until Ready
+#                                     (for the local stack: kube-state-metrics, the Services' stand-in, Prometheus,
+#                                     the descheduler; a stack that leaves them off the real node also gets its
+#                                     provider service, virtual node and controllers here), each with the config
+#                                     and ServiceAccount Pulumi created; then the pods the stack runs on the real
+#                                     node (sim/node.py: the controllers, the metrics adapter, the virtual node)
+#                                     until Ready, and the virtual node's Node
 #   7. wait for every ClusterQueue to be Active (the make-before-break check is Active once its controller runs)
 #   8. a summary
 #
@@ -64,6 +67,14 @@ else
   pulumi stack select --non-interactive "$STACK_NAME" || die "cannot select stack $STACK_NAME"
 fi
 
+# What stands for the world outside the cluster (the fake GPU cloud, RunPod's fake) is up before the stack is
+# deployed, as real providers are: the virtual node's pod, which pulumi up waits for, lists their instances as it
+# starts. RunPod's fake takes its key from the stack's config until the provider Secret exists.
+if [[ "${GPUCLUSTER_UP_SKIP_DAEMONS:-0}" != 1 ]]; then
+  step "the fake providers (sim/processes.py start --outside)"
+  "$(sim_python)" "$ROOT/sim/processes.py" start --outside || die "the fake providers did not start (the reason is above)"
+fi
+
 up_args=(--stack "$STACK_NAME" "${config_file[@]}" --yes --non-interactive --suppress-progress --diff=false)
 [[ "${GPUCLUSTER_UP_SKIP_PREVIEW:-0}" == 1 ]] && up_args+=(--skip-preview)
 
@@ -104,8 +115,8 @@ export KUBECONFIG="$KUBECONFIG_FILE"
 "$ROOT/sim/descheduler.sh"
 
 if [[ "${GPUCLUSTER_UP_SKIP_DAEMONS:-0}" != 1 ]]; then
+  placed=$("$(sim_python)" "$ROOT/sim/deployed.py" placed) || die "the stack could not be read (the reason is above)"
   if [[ "${GPUCLUSTER_SIM_REAL_NODE:-1}" == 0 ]]; then
-    placed=$("$(sim_python)" "$ROOT/sim/deployed.py" placed) || die "the stack could not be read (the reason is above)"
     [[ -z "$placed" ]] || die "GPUCLUSTER_SIM_REAL_NODE=0, but the stack places these on the real node, where they \
 alone run: $placed (leave the real node on, or use a stack that does not place them there)"
   fi
@@ -116,6 +127,11 @@ alone run: $placed (leave the real node on, or use a stack that does not place t
     "$(sim_python)" "$ROOT/sim/deployed.py" restore || die "the stack's controllers could not be put back as deployed"
     step "waiting for the stack's pods on the real node to be Ready"
     "$(sim_python)" "$ROOT/sim/node.py" wait --timeout 180 || die "the stack's pods on the real node are not Ready"
+    # The virtual node's pod registers its Node once the provider service behind it answers.
+    if [[ " $placed " == *" virtual-node "* ]]; then
+      "$(sim_python)" "$ROOT/sim/deployed.py" wait-virtual-node --timeout 180 ||
+        die "the virtual node did not become Ready (the reason is above)"
+    fi
     # The metrics adapter's custom.metrics.k8s.io answers once the API server reaches its pods (Kueue's visibility
     # API is not served here: its APIServices stay unavailable, and are not waited for).
     adapter=(apiservices.apiregistration.k8s.io -l app.kubernetes.io/name=gpucluster-metrics-adapter)

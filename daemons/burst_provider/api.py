@@ -1,7 +1,9 @@
-"""The loopback HTTP API the virtual node calls (docs/burst-provider-api.md), plus /metrics and /healthz.
+"""The loopback HTTP API the virtual node calls (docs/burst-provider-api.md), plus /metrics, /healthz and /livez.
 
-The routes are mounted on the daemons' shared server (``daemons/toolkit/http.py``); ``/healthz`` answers 503 until
-the service has rebuilt its state from the providers' listings.
+The routes are mounted on the daemons' shared server (``daemons/toolkit/http.py``); ``/healthz`` (readiness) answers
+503 until the service has rebuilt its state from the providers' listings, which may take its whole startup grace
+while a provider's API is down; ``/livez`` (liveness) answers 200 whenever the process serves, so a provider
+outage at start never has the kubelet restart the service, which would only start the wait again.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ import json
 import logging
 from collections.abc import Callable
 
-from components.burst_settings import BurstSettings, node_capacity
+from components.burst_settings import PROVIDER_LIVEZ_PATH, BurstSettings, node_capacity
 from daemons.burst_provider.pods import PodTranslationError
 from daemons.burst_provider.service import BurstService
 from daemons.toolkit.http import HttpService, Request, Response, Routes
@@ -19,6 +21,10 @@ log = logging.getLogger("burst_provider.api")
 
 MAX_BODY = 8 * 1024 * 1024  # a pod is a few KiB; refuse anything absurd before reading it
 NOT_READY = "rebuilding state from the providers' listings\n"
+
+
+def _alive(_: Request) -> Response:
+    return Response(200, b"ok\n")
 
 
 def _error(code: int, message: str) -> Response:
@@ -93,16 +99,22 @@ def make_app(service: BurstService, settings: BurstSettings, ready: Callable[[],
             return delete(request)
         return get(request)
 
-    return Routes(metrics=service.metrics.render, ready=ready, not_ready=NOT_READY, fallback=route)
+    return Routes(
+        metrics=service.metrics.render,
+        ready=ready,
+        not_ready=NOT_READY,
+        get={PROVIDER_LIVEZ_PATH: _alive},
+        fallback=route,
+    )
 
 
 def serve_metrics(service: BurstService, host: str, port: int, ready: Callable[[], bool]) -> HttpService:
-    """Start ``/metrics`` and ``/healthz`` alone on a background thread: what Prometheus and the kubelet reach on
-    the pod's address, while the API stays on loopback."""
+    """Start ``/metrics``, ``/healthz`` and ``/livez`` alone on a background thread: what Prometheus and the
+    kubelet reach on the pod's address, while the API stays on loopback."""
     return HttpService(
         host,
         port,
-        Routes(metrics=service.metrics.render, ready=ready, not_ready=NOT_READY),
+        Routes(metrics=service.metrics.render, ready=ready, not_ready=NOT_READY, get={PROVIDER_LIVEZ_PATH: _alive}),
         log=log,
         server_version="gpucluster-burst-provider",
         thread_name="metrics",

@@ -7,17 +7,12 @@ manifests (dcgm-exporter's chart, the cluster's kube-state-metrics, Prometheus i
 
 from __future__ import annotations
 
-import importlib
-import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from components.burst_settings import PROVIDER_METRICS_PORT
-from components.cluster import GpuCluster, GpuClusterArgs
 from components.config import load_stack_file
 from components.scraping import (
     HONOR_LABELS_ANNOTATION,
@@ -30,140 +25,32 @@ from components.scraping import (
     series_read,
     unreachable,
 )
-from components.stall_detector_settings import StallDetectorSettings
-from components.telemetry.dashboard import panel_queries
 from components.virtual_node import APP as VIRTUAL_NODE_APP
-from daemons.burst_provider.metrics import PREFIX as BURST_PREFIX
-from daemons.fabric_exporter import METRIC_PREFIX as FABRIC_PREFIX
-from daemons.interruptions.metrics import TRAINING as TRAINING_PREFIX
-from daemons.interruptions.spec import SPEC as INTERRUPTIONS
-from daemons.registry import CONTROLLERS, STALL_DETECTOR
-from daemons.stall_detector.queries import cycle_queries
-from tests.support.pulumi_harness import Graph, deploy, secrets_of
+from daemons.registry import STALL_DETECTOR
+from tests.support.stack_reads import all_reads, rendered
 
 ROOT = Path(__file__).resolve().parents[2]
 STACKS = sorted(p.name.removeprefix("Pulumi.").removesuffix(".yaml") for p in (ROOT / "stacks").glob("Pulumi.*.yaml"))
 
 
-def producers(records: set[str]) -> list[Producer]:
-    """Who exports what: our programs by their metrics modules' prefixes, then what lies outside the manifests."""
-    ours = [
-        Producer(f"{importlib.import_module(f'{spec.module}.metrics').PREFIX}_", spec.name, spec.app)
-        for spec in CONTROLLERS
-    ]
-    ours += [
-        Producer(f"{BURST_PREFIX}_", "the burst provider service", "gpucluster-burst-provider"),
-        Producer(f"{FABRIC_PREFIX}_", "the fabric exporter", "gpucluster-fabric-exporter"),
-        # the interruption accounting's figures per training job
-        Producer(f"{TRAINING_PREFIX}_", INTERRUPTIONS.name, INTERRUPTIONS.app),
-    ]
-    outside = [
-        Producer("DCGM_FI_", "dcgm-exporter, from its chart"),
-        Producer("kube_", "the cluster's kube-state-metrics"),
-        Producer("ALERTS", "Prometheus"),
-        Producer("up", "Prometheus"),
-        # a Service's request rate, counted where traffic enters: a gateway's counter in a real cluster, the
-        # simulated cluster's Services (sim/serving.py) in the local stack's requestRateQuery
-        Producer("gpucluster_sim_", "the simulated cluster's Services"),
-    ]
-    return [*ours, *outside, *(Producer(r, "a recording rule") for r in sorted(records))]
-
-
-def objects(graph: Graph) -> list[dict[str, Any]]:
-    return [r.inputs for r in graph.resources if r.type.startswith("kubernetes:") and "kind" in r.inputs]
-
-
-def rule_documents(objs: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
-    """The rule groups the stack deploys: a PrometheusRule's spec, or the rule file of a ConfigMap."""
-    for o in objs:
-        if o["kind"] == "PrometheusRule":
-            yield o["spec"]
-        elif o["kind"] == "ConfigMap":
-            for key, text in (o.get("data") or {}).items():
-                if key.endswith(".rules.yaml"):
-                    yield yaml.safe_load(text)
-
-
-def reads_of(objs: list[dict[str, Any]]) -> tuple[dict[str, set[Read]], set[str]]:
-    """What each alert, recording rule and dashboard panel the stack deploys reads; and the recorded names."""
-    reads: dict[str, set[Read]] = {}
-    records: set[str] = set()
-    for doc in rule_documents(objs):
-        for group in doc["groups"]:
-            for rule in group["rules"]:
-                name = rule.get("alert") or rule["record"]
-                if "record" in rule:
-                    records.add(rule["record"])
-                reads[f"rule {name}"] = series_read(rule["expr"])
-    for o in objs:
-        if o["kind"] != "ConfigMap":
-            continue
-        for key, text in (o.get("data") or {}).items():
-            if key.endswith(".json") and '"panels"' in text:
-                for title, expr in panel_queries(json.loads(text)):
-                    reads.setdefault(f"panel {title}", set()).update(series_read(expr))
-    return reads, records
-
-
-def _query_fields(doc: Any, path: str) -> Iterator[tuple[str, str]]:
-    """Every ``...Query`` string of a settings document, with its key path."""
-    if isinstance(doc, dict):
-        for key, value in doc.items():
-            where = f"{path}.{key}"
-            if key.endswith("Query") and isinstance(value, str):
-                yield where, value
-            else:
-                yield from _query_fields(value, where)
-    elif isinstance(doc, list):
-        for i, value in enumerate(doc):
-            yield from _query_fields(value, f"{path}[{i}]")
-
-
-def controller_reads(objs: list[dict[str, Any]]) -> dict[str, set[Read]]:
-    """What the controllers the stack deploys query Prometheus for: every ``...Query`` of their deployed settings
-    (the taint controller's, the quarantine signal, the metrics adapter's request rate), and the stall detector's
-    cycle built from its deployed settings as the controller builds it."""
-    reads: dict[str, set[Read]] = {}
-    for o in objs:
-        if o["kind"] != "ConfigMap":
-            continue
-        name = o["metadata"]["name"]
-        for key, text in (o.get("data") or {}).items():
-            if not key.endswith(".json") or '"panels"' in text:
-                continue
-            doc = json.loads(text)
-            for where, promql in _query_fields(doc, name):
-                reads[f"query {where}"] = series_read(promql)
-            if name == f"{STALL_DETECTOR.app}-settings":
-                s = StallDetectorSettings.model_validate(doc)
-                cycle = cycle_queries(s.dcgm_scrape_job, s.fabric_scrape_job, s.workload_namespaces, 60.0)
-                reads.update({f"query {STALL_DETECTOR.name} {q}": series_read(p) for q, p in cycle.items()})
-    return reads
-
-
 @pytest.fixture(scope="module", params=STACKS)
 def stack(request: pytest.FixtureRequest) -> tuple[str, list[dict[str, Any]]]:
-    cfg = load_stack_file(ROOT / "stacks" / f"Pulumi.{request.param}.yaml")
-    graph = deploy(lambda: GpuCluster(request.param, GpuClusterArgs(config=cfg, secrets=secrets_of(cfg))))
-    return request.param, objects(graph)
+    return request.param, rendered(request.param, load_stack_file(ROOT / "stacks" / f"Pulumi.{request.param}.yaml"))
 
 
 def test_every_series_a_rule_or_panel_reads_is_scraped_where_it_is_served(
     stack: tuple[str, list[dict[str, Any]]],
 ) -> None:
     name, objs = stack
-    reads, records = reads_of(objs)
-    assert reads, f"stack {name}: no rule or panel found in what it renders"
-    queries = controller_reads(objs)
-    assert any(STALL_DETECTOR.name in q for q in queries), f"stack {name}: no stall detector query found"
-    reads.update(queries)
-    problems = unreachable(reads, producers(records), scrape_targets(objs))
+    reads, producers = all_reads(objs)
+    assert any(r.startswith("rule ") for r in reads), f"stack {name}: no rule found in what it renders"
+    assert any(STALL_DETECTOR.name in q for q in reads), f"stack {name}: no stall detector query found"
+    problems = unreachable(reads, producers, scrape_targets(objs))
     assert not problems, f"stack {name}:\n" + "\n".join(problems)
 
 
 def test_the_burst_providers_metrics_are_a_reached_target_of_the_local_stack() -> None:
-    cfg = load_stack_file(ROOT / "stacks" / "Pulumi.local.yaml")
-    objs = objects(deploy(lambda: GpuCluster("local", GpuClusterArgs(config=cfg, secrets=secrets_of(cfg)))))
+    objs = rendered("local", load_stack_file(ROOT / "stacks" / "Pulumi.local.yaml"))
     targets = [t for t in scrape_targets(objs) if t.program == "gpucluster-burst-provider"]
     assert [(t.port, t.job, t.listen_host, t.reached) for t in targets] == [
         (PROVIDER_METRICS_PORT, VIRTUAL_NODE_APP, "$(POD_IP)", True)

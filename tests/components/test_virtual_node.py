@@ -182,8 +182,10 @@ def test_provider_api_on_loopback_and_metrics_and_probes_on_the_pods_address(gra
     ]
     assert provider["ports"] == [{"name": "burst-metrics", "containerPort": 10297, "protocol": "TCP"}]
     assert provider["env"] == [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]
-    for probe in ("readinessProbe", "livenessProbe"):
-        assert provider[probe]["httpGet"] == {"path": "/healthz", "port": "burst-metrics"}
+    # Ready once rebuilt from the providers' listings; alive whenever it serves, so a provider's API down at start
+    # (its startup grace of waiting) never ends in a restart that would only start the wait again.
+    assert provider["readinessProbe"]["httpGet"] == {"path": "/healthz", "port": "burst-metrics"}
+    assert provider["livenessProbe"]["httpGet"] == {"path": "/livez", "port": "burst-metrics"}
 
 
 def test_the_secret_is_mounted_only_in_the_provider(graph: Graph) -> None:
@@ -236,6 +238,39 @@ def test_port_follows_the_settings() -> None:
     graph = deploy(lambda: VirtualNode("vn", VirtualNodeArgs(settings=settings(port=11000), secrets=SECRET_VALUES)))
     assert "--provider-url=http://127.0.0.1:11000" in _containers(graph)["node"]["args"]
     assert "127.0.0.1:11000" in _containers(graph)["provider"]["args"]
+
+
+PLACEMENT = {
+    "nodeSelector": {"node-role.example.org/system": "true"},
+    "tolerations": [{"key": "node-role.example.org/system", "operator": "Exists", "effect": "NoSchedule"}],
+}
+
+
+def test_placement_goes_to_the_pod_and_stays_out_of_the_settings_it_reads() -> None:
+    placed = deploy(lambda: VirtualNode("vn", VirtualNodeArgs(settings=settings(**PLACEMENT), secrets=SECRET_VALUES)))
+    spec = placed.one("kubernetes:apps/v1:Deployment", "vn-deployment").inputs["spec"]["template"]
+    assert spec["spec"]["nodeSelector"] == PLACEMENT["nodeSelector"]
+    assert spec["spec"]["tolerations"] == PLACEMENT["tolerations"]
+    text = placed.one("kubernetes:core/v1:ConfigMap", "vn-settings").inputs["data"]["settings.json"]
+    assert not {"nodeSelector", "tolerations"} & set(json.loads(text)["virtualNode"])
+    # Moving the pod is no settings change: the digest, and so the running pod, stay as they were.
+    unplaced = deploy(lambda: VirtualNode("vn", VirtualNodeArgs(settings=settings(), secrets=SECRET_VALUES)))
+    digests = [
+        g.one("kubernetes:apps/v1:Deployment", "vn-deployment").inputs["spec"]["template"]["metadata"]["annotations"][
+            SETTINGS_DIGEST_ANNOTATION
+        ]
+        for g in (placed, unplaced)
+    ]
+    assert digests[0] == digests[1]
+    assert (
+        "nodeSelector"
+        not in unplaced.one("kubernetes:apps/v1:Deployment", "vn-deployment").inputs["spec"]["template"]["spec"]
+    )
+
+
+def test_a_placement_the_api_server_would_refuse_is_refused_naming_the_field() -> None:
+    with pytest.raises(ValueError, match="tolerations"):
+        settings(tolerations=[{"key": "x", "operator": "Sometimes"}])
 
 
 def test_args_refuse_missing_extra_or_disabled() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import subprocess
 import time
 from typing import Any
 
@@ -230,3 +231,87 @@ def test_restore_removes_what_a_cut_short_scenario_left_and_scales_the_controlle
     assert sorted(cluster.objects) == [("configmap", f"{APP}-settings"), ("deployment", APP)]
     assert cluster.objects[("deployment", APP)]["spec"]["replicas"] == 2
     assert deployed.restore(config=None) == []
+
+
+def _with_provider_secret(d: dict[str, Any]) -> dict[str, Any]:
+    """The virtual node's shape: a provider Secret mounted beside the settings."""
+    d["spec"]["template"]["spec"]["volumes"].append(
+        {"name": "provider-secrets", "secret": {"secretName": "stack-secrets", "defaultMode": 0o440}}
+    )
+    return d
+
+
+def test_a_variant_with_secrets_mounts_a_secret_of_its_own_and_leaves_the_stacks_alone() -> None:
+    original = _with_provider_secret(live())
+    secret, config_map, deployment = variant_objects(
+        original, settings(), "remote", {"providers": []}, 1, secrets={"remoteKubeconfig": "apiVersion: v1"}
+    )
+    name = f"{APP}-remote"
+    assert secret["kind"] == "Secret"
+    assert (secret["metadata"]["name"], secret["stringData"]) == (name, {"remoteKubeconfig": "apiVersion: v1"})
+    assert secret["metadata"]["labels"][VARIANT_LABEL] == "remote"
+    volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["provider-secrets"]["secret"] == {"secretName": name, "defaultMode": 0o440}
+    assert volumes["settings"]["configMap"]["name"] == config_map["metadata"]["name"] == name
+    assert original == _with_provider_secret(live()), "the live object is not changed"
+
+
+def test_a_variant_with_secrets_of_a_deployment_that_mounts_none_is_refused() -> None:
+    with pytest.raises(DaemonError, match=f"deployment gpucluster-burst/{APP}: its pods mount no Secret volume"):
+        variant_objects(live(), settings(), "remote", {}, 1, secrets={"k": "v"})
+
+
+def test_restore_removes_a_variants_secret_too(cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    d = cluster.objects[("deployment", APP)]
+    _with_provider_secret(d)
+    deployed.Variant(stack_controller(), "remote", {}, secrets={"k": "v"}).start(timeout=1)
+    assert ("secret", f"{APP}-remote") in cluster.objects
+    del cluster.objects[("deployment", f"{APP}-remote")]
+    del cluster.objects[("configmap", f"{APP}-remote")]  # its Secret alone is left
+    monkeypatch.setattr(deployed, "placed_controllers", lambda config: [stack_controller()])
+    assert deployed.restore(config=None)[0] == (
+        f"deployment gpucluster-burst/{APP}: variant removed (secret/{APP}-remote)"
+    )
+    assert ("secret", f"{APP}-remote") not in cluster.objects
+
+
+def test_a_kill_of_one_container_sends_sigkill_to_that_container_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    pod = {
+        "metadata": {"name": "gpucluster-virtual-node-0", "creationTimestamp": "2026-12-06T00:00:00Z"},
+        "status": {
+            "containerStatuses": [
+                {"name": "node", "containerID": "containerd://aaa"},
+                {"name": "provider", "containerID": "containerd://bbb"},
+            ]
+        },
+    }
+    monkeypatch.setattr(deployed, "kubectl", lambda *a, **k: json.dumps({"items": [pod]}))
+    sent: list[list[str]] = []
+
+    def run(argv: list[str], **_: Any) -> Any:
+        sent.append(argv)
+        return type("Done", (), {"returncode": 0, "stderr": ""})()
+
+    monkeypatch.setattr(subprocess, "run", run)
+    d = deployed.Deployed("gpucluster-burst", "gpucluster-virtual-node", 1)
+    assert d.kill(container="provider") == ["gpucluster-virtual-node-0/provider"]
+    assert [argv[-1] for argv in sent] == ["bbb"]
+    assert sent[0][-3:-1] == ["-s", "SIGKILL"]
+    with pytest.raises(DaemonError, match="has no running container sidecar"):
+        d.kill(container="sidecar")
+
+
+def test_a_variant_whose_copy_cannot_be_deleted_still_gives_the_stacks_pods_back(
+    cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    variant = deployed.Variant(stack_controller(), "answer-at-once", {"maxHold": "1ms"})
+    variant.start(timeout=1)
+    assert cluster.objects[("deployment", APP)]["spec"]["replicas"] == 0
+
+    def refuse(*_: Any, **__: Any) -> None:
+        raise DaemonError("the API server refused the delete")
+
+    monkeypatch.setattr(deployed, "remove_variants", refuse)
+    with pytest.raises(DaemonError, match="refused the delete"):
+        variant.stop(timeout=1)
+    assert cluster.objects[("deployment", APP)]["spec"]["replicas"] == 2

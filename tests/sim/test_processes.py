@@ -60,21 +60,42 @@ def test_daemons_start_in_dependency_order(cluster: Path) -> None:
     assert list(_registry(cluster)) == [
         "fake-cloud-fake-a",
         "fake-runpod-runpod-fake",
-        "provider",
-        "virtual-node",
         "serving",
         "kube-state-metrics",
         "fake-dcgm",
         "scrape-targets",
         "prometheus",
-        # the metrics adapter and every registered controller: the local stack places them on the real node, where
-        # their Deployments' pods run (a stack that does not: test_a_daemon_runs_as_processes_only_where_...)
+        # the virtual node with its provider service, the metrics adapter and every registered controller: the local
+        # stack places them on the real node, where their Deployments' pods run (a stack that does not:
+        # test_a_daemon_runs_as_processes_only_where_...)
         "descheduler",
     ]
 
 
-def test_command_lines_are_the_programs_with_what_pulumi_deployed(cluster: Path) -> None:
+def test_the_fakes_listen_on_loopback_where_the_stack_names_the_real_node(cluster: Path) -> None:
+    """The local stack's providers point at the node's address (where the virtual node's pod reaches this machine's
+    loopback); the fakes standing for them listen on loopback, on the same port."""
+    config = processes.stack_config()
+    urls = sorted(str(p.fake.url if p.fake else p.runpod.url) for p in config.burst.settings.providers)
+    assert urls == ["http://100.127.0.1:18080", "http://100.127.0.1:18082/v2"]
     daemons = processes.registry(state=cluster / "daemons")
+    assert daemons["fake-cloud-fake-a"].prepare()[3:5] == ["--listen", "127.0.0.1:18080"]
+    assert daemons["fake-cloud-fake-a"].ready_url == "http://127.0.0.1:18080/offers"
+    assert daemons["fake-runpod-runpod-fake"].prepare()[3:5] == ["--listen", "127.0.0.1:18082"]
+
+
+def test_a_fake_provider_url_this_machine_cannot_serve_is_refused(cluster: Path, tmp_path: Path) -> None:
+    document = yaml.safe_load((processes.ROOT / "stacks" / "Pulumi.local.yaml").read_text())
+    (fake,) = [p for p in document["config"]["gpucluster:burst"]["providers"] if p["kind"] == "fake"]
+    fake["fake"]["url"] = "http://192.0.2.7:18080"
+    stack = tmp_path / "Pulumi.elsewhere.yaml"
+    stack.write_text(yaml.safe_dump(document))
+    with pytest.raises(processes.DaemonError, match=r"provider fake-a: fake.url http://192.0.2.7:18080 is neither"):
+        processes.registry(stack_file=stack, state=cluster / "daemons")
+
+
+def test_command_lines_are_the_programs_with_what_pulumi_deployed(cluster: Path, tmp_path: Path) -> None:
+    daemons = processes.registry(stack_file=_processes_stack(tmp_path), state=cluster / "daemons")
     state, tools = cluster / "daemons", cluster / "cache" / "tools" / "bin"
     cmds = {name: d.prepare() for name, d in daemons.items()}
     # Both fakes' rented addresses are local to this machine before they start (routed, not on loopback).
@@ -147,25 +168,41 @@ def test_command_lines_are_the_programs_with_what_pulumi_deployed(cluster: Path)
     ]
 
 
+def test_the_provider_process_reads_the_deployed_files_with_the_node_s_serviceaccount(
+    cluster: Path, tmp_path: Path
+) -> None:
+    """A stack that leaves the virtual node off the real node: its two processes, and Prometheus scraping the
+    provider service on loopback."""
+    state = cluster / "daemons"
+    for d in processes.registry(stack_file=_processes_stack(tmp_path), state=state).values():
+        d.prepare()
+    settings = json.loads((state / "provider" / "settings.json").read_text())
+    assert settings == {"providers": "as deployed"}
+    secret = state / "provider" / "secrets" / "runpodFakeApiKey"
+    assert secret.read_bytes() == b"not-a-real-key"
+    assert secret.stat().st_mode & 0o777 == 0o600
+    for name in ("provider", "virtual-node"):
+        config = json.loads((state / name / "kubeconfig").read_text())
+        user = "gpucluster-burst-gpucluster-virtual-node"
+        assert config["users"] == [{"name": user, "user": {"token": f"token-of-{user}"}}]
+    prom = json.loads((state / "prometheus" / "prometheus.yml").read_text())
+    jobs = {j["job_name"]: j["static_configs"][0]["targets"] for j in prom["scrape_configs"] if "static_configs" in j}
+    assert jobs["burst-provider"] == ["127.0.0.1:10297"]
+
+
 def test_each_daemon_reads_the_deployed_files_with_its_own_serviceaccount(cluster: Path) -> None:
     state = cluster / "daemons"
     for d in processes.registry(state=state).values():
         d.prepare()
-    settings = json.loads((state / "provider" / "settings.json").read_text())
-    assert settings == {"providers": "as deployed"}
     assert (state / "descheduler" / "policy.yaml").read_text() == fake_kubectl.DESCHEDULER_POLICY
-    secret = state / "provider" / "secrets" / "runpodFakeApiKey"
-    assert secret.read_bytes() == b"not-a-real-key"
-    assert secret.stat().st_mode & 0o777 == 0o600
     # The RunPod fake accepts the key the provider service sends: the same Secret key, in a file of its own.
     key = state / "fake-runpod-runpod-fake" / "api-key"
     assert key.read_bytes() == b"not-a-real-key"
     assert key.stat().st_mode & 0o777 == 0o600
-    users = {
-        "provider": "gpucluster-burst-gpucluster-virtual-node",
-        "virtual-node": "gpucluster-burst-gpucluster-virtual-node",
-        "descheduler": "kube-system-descheduler",
-    }
+    # The virtual node and its provider service run as the stack's pod on the real node: no process reads for them.
+    assert not (state / "provider").exists()
+    assert not (state / "virtual-node").exists()
+    users = {"descheduler": "kube-system-descheduler"}
     for name, user in users.items():
         kubeconfig = state / name / "kubeconfig"
         assert kubeconfig.stat().st_mode & 0o777 == 0o600
@@ -177,7 +214,6 @@ def test_each_daemon_reads_the_deployed_files_with_its_own_serviceaccount(cluste
     assert jobs == {
         "kube-state-metrics": ["127.0.0.1:18090"],
         "dcgm-exporter": ["127.0.0.1:18094"],
-        "burst-provider": ["127.0.0.1:10297"],
         # sim/serving.py's request counters, which the metrics adapter's query reads
         "serving": ["127.0.0.1:18099"],
         # the fake dcgm-exporter serves the fabric exporter's data counters too, on a path of its own
@@ -208,8 +244,8 @@ def test_each_daemon_reads_the_deployed_files_with_its_own_serviceaccount(cluste
     assert (state / "prometheus" / "rules.yaml").read_text() == fake_kubectl.RULES
 
 
-def test_the_provider_and_the_node_follow_the_deployed_settings_and_secret(cluster: Path) -> None:
-    daemons = processes.registry(state=cluster / "daemons")
+def test_the_provider_and_the_node_follow_the_deployed_settings_and_secret(cluster: Path, tmp_path: Path) -> None:
+    daemons = processes.registry(stack_file=_processes_stack(tmp_path), state=cluster / "daemons")
     expected = '{"providers": "as deployed"}' + json.dumps(fake_kubectl.SECRET_DATA)
     assert daemons["provider"].fingerprint() == expected
     assert daemons["virtual-node"].fingerprint() == expected
@@ -250,7 +286,8 @@ def _processes_stack(tmp_path: Path, **sections: Any) -> Path:
     project prefix) replaced."""
     document = yaml.safe_load((processes.ROOT / "stacks" / "Pulumi.local.yaml").read_text())
     config = document["config"]
-    for section in (config["gpucluster:burst"]["taintController"], *(config[f"gpucluster:{k}"] for k in PLACED)):
+    burst = config["gpucluster:burst"]
+    for section in (burst["taintController"], burst["virtualNode"], *(config[f"gpucluster:{k}"] for k in PLACED)):
         section.pop("nodeSelector", None)
         section.pop("tolerations", None)
     config["gpucluster:metricsAdapter"]["externalAddress"] = "localhost:18445"
@@ -275,7 +312,7 @@ def test_a_daemon_runs_as_processes_only_where_the_stack_leaves_it_off_the_real_
     cluster: Path, tmp_path: Path
 ) -> None:
     replicas = {f"{spec.name}-{r}" for spec in CONTROLLERS for r in "ab"}
-    assert not (replicas | {"metrics-adapter"}) & set(_registry(cluster))
+    assert not (replicas | {"metrics-adapter", "provider", "virtual-node"}) & set(_registry(cluster))
     state = cluster / "daemons"
     daemons = processes.registry(stack_file=_processes_stack(tmp_path), state=state)
     tools = cluster / "cache" / "tools" / "bin"
@@ -327,7 +364,7 @@ def test_a_runpod_provider_elsewhere_than_loopback_gets_no_fake(cluster: Path, t
     stack = _stack_with_runpod_url(tmp_path, "https://api.runpod.io/v2")
     names = list(processes.registry(stack_file=stack, state=cluster / "daemons"))
     assert not [n for n in names if n.startswith("fake-runpod")]
-    assert names[:2] == ["fake-cloud-fake-a", "provider"]
+    assert names[:2] == ["fake-cloud-fake-a", "serving"]
 
 
 def test_the_fake_runpod_listens_where_a_localhost_url_points(cluster: Path, tmp_path: Path) -> None:
@@ -383,7 +420,9 @@ def test_prometheus_on_the_path_is_the_one_started(cluster: Path) -> None:
     assert processes.require_program("prometheus", env) == str(bin_dir / "prometheus")
 
 
-@pytest.mark.parametrize(("daemon", "program"), [("kube-state-metrics", "kube-state-metrics"), ("provider", "kubectl")])
+@pytest.mark.parametrize(
+    ("daemon", "program"), [("kube-state-metrics", "kube-state-metrics"), ("descheduler", "kubectl")]
+)
 def test_a_pinned_tool_not_built_says_run_make_tools(
     daemon: str,
     program: str,
@@ -462,3 +501,48 @@ def test_an_adapter_neither_outside_the_cluster_nor_on_the_real_node_is_refused(
     stack.write_text(yaml.safe_dump(document))
     with pytest.raises(processes.DaemonError, match=r"sets neither externalAddress .*\(sim.gpucluster.io/real-node"):
         processes.registry(stack_file=stack, state=cluster / "daemons")
+
+
+# --- the fake providers start before the stack is deployed -------------------------------------------------------
+
+
+def _fake_pulumi(cluster: Path, script: str) -> Path:
+    """A pulumi in the scratch tool cache that records its arguments and runs ``script``."""
+    pulumi = cluster / "cache" / "tools" / "bin" / "pulumi"
+    pulumi.write_text(f'#!/bin/sh\necho "$@" > "{cluster}/pulumi-args"\n{script}\n')
+    pulumi.chmod(0o755)
+    return cluster / "pulumi-args"
+
+
+def test_before_the_first_update_runpods_fake_takes_its_key_from_the_stacks_config(
+    cluster: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No provider Secret yet (the fakes start before pulumi up): the key is the stack config's value it is made
+    from, as RunPod knows the keys it issued before any cluster is deployed."""
+    args = _fake_pulumi(cluster, "printf 'key-from-config\\n'")
+    monkeypatch.setattr(processes, "kubectl", lambda *a, **k: "")  # kubectl get secret --ignore-not-found: none
+    monkeypatch.setenv("GPUCLUSTER_STACK", "local")
+    key = processes.runpod_key("gpucluster-burst", "gpucluster-virtual-node-provider-secrets", "runpodFakeApiKey")
+    assert key == b"key-from-config"
+    assert args.read_text().split() == ["config", "get", "gpucluster:runpodFakeApiKey", "--stack", "local"]
+
+
+def test_once_deployed_runpods_fake_takes_the_key_the_provider_secret_holds(cluster: Path) -> None:
+    args = _fake_pulumi(cluster, "exit 1")
+    key = processes.runpod_key("gpucluster-burst", "gpucluster-virtual-node-provider-secrets", "runpodFakeApiKey")
+    assert key == b"not-a-real-key"
+    assert not args.exists(), "pulumi is not asked once the Secret exists"
+
+
+def test_a_stack_secret_pulumi_cannot_read_is_a_clear_error_that_shows_no_value(cluster: Path) -> None:
+    _fake_pulumi(cluster, "echo 'half-a-secret'; echo 'error: no passphrase' >&2; exit 255")
+    with pytest.raises(
+        processes.DaemonError, match=r"pulumi config get gpucluster:runpodFakeApiKey .*no passphrase"
+    ) as refused:
+        processes.stack_secret("runpodFakeApiKey")
+    assert "half-a-secret" not in str(refused.value)
+
+
+def test_start_outside_starts_the_fake_providers_alone(cluster: Path) -> None:
+    names = list(processes.outside_registry())
+    assert names == ["fake-cloud-fake-a", "fake-runpod-runpod-fake"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import time
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
@@ -15,9 +16,13 @@ import pytest
 from components.config import load_stack_file
 from components.metrics_adapter import APP
 from components.metrics_adapter_settings import API_GROUP, API_VERSION
+from components.scraping import Target, scrape_targets
+from components.virtual_node import APP as VIRTUAL_NODE_APP
+from components.virtual_node import NODE_METRICS_PORT
 from daemons.registry import CONTROLLERS
 from tests.support.local_stack import ROOT, LocalStack, wait_for
 from tests.support.sim import load_sim_module
+from tests.support.stack_reads import all_reads, rendered
 
 pytestmark = pytest.mark.integration
 
@@ -148,3 +153,91 @@ def test_a_pod_whose_program_listens_on_loopback_is_discovered_and_found_down(
         return ups if ups == {LOOPBACK: "0"} else None
 
     wait_for("the loopback listener discovered and found down", down, timeout=60)
+
+
+def _built(image: str) -> str:
+    digest: str = json.loads((ROOT / ".state" / "images" / "digests.json").read_text())[image]["digest"]
+    return digest
+
+
+def test_the_virtual_node_and_its_provider_run_as_the_stacks_pod_and_register_the_node(
+    local_stack: LocalStack,
+) -> None:
+    """One pod, two containers from this tree's images (the Go node, the provider service of the daemons' image),
+    with the ServiceAccount, settings and Secret Pulumi created; the Node it registers is Ready at the pod's address,
+    and both metrics ports are scraped by the stack's contract."""
+    assert CFG.burst is not None
+    vn = CFG.burst.settings.virtual_node
+    assert processes.virtual_node_placed(CFG)
+    local_stack.kubectl("rollout", "status", "-n", vn.namespace, f"deployment/{VIRTUAL_NODE_APP}", "--timeout=120s")
+    pods = [
+        p
+        for p in local_stack.items("pods", "-n", vn.namespace, "-l", f"app.kubernetes.io/name={VIRTUAL_NODE_APP}")
+        if "deletionTimestamp" not in p["metadata"]
+    ]
+    (pod,) = pods
+    assert pod["spec"]["nodeName"] == node.NODE_NAME
+    assert pod["spec"]["serviceAccountName"] == VIRTUAL_NODE_APP
+    images = {s["name"]: s["imageID"] for s in pod["status"]["containerStatuses"]}
+    assert images["node"].endswith("@" + _built("gpucluster-virtual-node"))
+    assert images["provider"].endswith("@" + _built("gpucluster-daemons"))
+    name = pod["metadata"]["name"]
+    for container in images:
+        logs = local_stack.kubectl("logs", "-n", vn.namespace, name, "-c", container)
+        assert logs.strip(), f"kubectl logs {name} -c {container} is empty"
+    registered = local_stack.get("node", vn.node_name)
+    addresses = {a["type"]: a["address"] for a in registered["status"]["addresses"]}
+    assert addresses["InternalIP"] == pod["status"]["podIP"]
+    ready = {c["type"]: c["status"] for c in registered["status"]["conditions"]}
+    assert ready["Ready"] == "True"
+
+    def scraped() -> dict[str, str | None] | None:
+        ups = {
+            c: up_values(f'job="{VIRTUAL_NODE_APP}",namespace="{vn.namespace}",container="{c}"').get(name)
+            for c in images
+        }
+        return ups if ups == {"node": "1", "provider": "1"} else None
+
+    wait_for(f"both containers of {name} scraped (up == 1; the node on {NODE_METRICS_PORT})", scraped, timeout=60)
+
+
+def _up(target: Target) -> dict[str, str]:
+    """``up`` of the target's job and container (the real node's pods). An exporter's DaemonSet sits on the kwok
+    GPU nodes, where nothing runs: a stand-in of this machine serves its job (sim/fake_dcgm.py), found by job."""
+    if target.workload.startswith("DaemonSet "):
+        return up_values(f'job="{target.job}"')
+    return up_values(f'job="{target.job}",container="{target.container}"')
+
+
+def test_every_series_the_stack_reads_comes_from_a_target_the_running_prometheus_scrapes(
+    local_stack: LocalStack,
+) -> None:
+    """Every alert can fire, on the running Prometheus: each program of ours whose series an alert, recording rule,
+    dashboard panel or controller query of the local stack reads has every target the stack's scrape contract
+    reaches up (``up == 1``) in the sim's Prometheus, which scrapes what it discovers from the stack's pods. The
+    other stacks cannot run here; tests/components/test_scraping.py holds each of them to the same contract from
+    what it renders."""
+    objs = rendered("local", CFG)
+    reads, producers = all_reads(objs)
+    programs = {
+        p.program
+        for wanted in reads.values()
+        for r in wanted
+        if (p := next((p for p in producers if r.metric.startswith(p.prefix)), None)) is not None and p.program
+    }
+    assert {"gpucluster-burst-provider", "gpucluster-taint-controller"} <= programs, programs
+    targets = [t for t in scrape_targets(objs) if t.program in programs and t.reached]
+    assert {t.program for t in targets} == programs, "a program read has no reached target (see test_scraping)"
+
+    def down() -> list[str] | None:
+        problems = []
+        for t in targets:
+            ups = _up(t)
+            if not ups or set(ups.values()) != {"1"}:
+                problems.append(f"{t}: up {ups or 'never scraped'}")
+        return problems or None
+
+    deadline = time.monotonic() + 60  # a pod restarted by an earlier test is discovered within seconds
+    while (left := down()) and time.monotonic() < deadline:
+        time.sleep(2)
+    assert not left, "targets a rule, panel or query of the stack needs are not up:\n" + "\n".join(left)

@@ -73,6 +73,14 @@ def test_healthz_waits_for_the_rebuild_and_post_is_refused_until_then(stack: Any
     assert client.call("GET", "/healthz") == (200, "ok\n")
 
 
+def test_livez_answers_while_the_rebuild_waits(stack: Any) -> None:
+    """Liveness is the process serving: a provider's API down at start keeps /healthz at 503 for the startup grace,
+    and the kubelet must not restart the service for it (the wait would only start again)."""
+    client, _, _, _ = stack
+    assert client.call("GET", "/healthz")[0] == 503
+    assert client.call("GET", "/livez") == (200, "ok\n")
+
+
 def test_post_returns_202_while_the_provider_is_still_creating(stack: Any) -> None:
     client, provider, rec, svc = stack
     rec.startup()

@@ -143,6 +143,9 @@ def test_process_serves_and_stops_on_sigterm(tmp_path: Path) -> None:
             with pytest.raises(urllib.error.HTTPError) as refused:
                 urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}{path}", timeout=10)
             assert refused.value.code == status
+        # Alive all the same, while the listings fail: the kubelet's liveness probe leaves it running.
+        with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/livez", timeout=10) as resp:
+            assert resp.status == 200
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
     finally:

@@ -2,15 +2,17 @@
 cluster, every failure is a Failed pod with a Running replacement, a crash leaks nothing, and the RBAC Pulumi grants
 is enough and no more.
 
-The daemons run as local processes (``sim/processes.py``, started by ``make up``) with the ServiceAccount tokens
-Pulumi created. A probe Deployment in the inference namespace tolerates the virtual node's taint and the burst
+The virtual node and the provider service run as the stack's own pod on the simulated cluster's real node (two
+containers, the ServiceAccount, settings and provider Secret Pulumi created), reaching the fakes that stand for
+the providers at the node's address. A crash is SIGKILL to a container, which the kubelet restarts. A probe
+Deployment in the inference namespace tolerates the virtual node's taint and the burst
 taint and selects the virtual node, so it lands there whatever the taint controller decides.
 """
 
 from __future__ import annotations
 
 import json
-import shutil
+import re
 import subprocess
 import time
 import urllib.request
@@ -41,8 +43,12 @@ FAKE = next(p.fake.url for p in BURST.providers if p.fake is not None)
 PROBE = "burst-probe"
 PROVIDER_TAINT = ("virtual-kubelet.io/provider", "gpucluster")
 processes = load_sim_module("processes")
-#: The runpod provider on loopback (runpod-fake): sim/processes.py runs RunPod's fake there, with the key Pulumi put
-#: in the provider Secret. Its own routes (/healthz, /admin/...) sit beside the API's /v2.
+controllers = load_sim_module("controllers")
+deployed = load_sim_module("deployed")
+NODE_IP = load_sim_module("node").NODE_IP
+#: The runpod provider at the real node's address (runpod-fake): sim/processes.py runs RunPod's fake on loopback
+#: there, with the key Pulumi put in the provider Secret. Its own routes (/healthz, /admin/...) sit beside the API's
+#: /v2.
 RUNPOD = next(p for p in BURST.providers if p.runpod is not None)
 assert RUNPOD.runpod is not None
 RUNPOD_API = RUNPOD.runpod.url.rstrip("/")
@@ -205,8 +211,7 @@ def test_a_tolerating_pod_runs_on_the_fake_cloud_and_is_reachable(clean: LocalSt
 
 
 def _provider_log_tail(lines: int = 40) -> str:
-    log = processes.registry()["provider"].log_file
-    return "\n".join(log.read_text(errors="replace").splitlines()[-lines:]) if log.exists() else f"({log}: none)"
+    return controllers.burst_part("provider").log_tail(lines)
 
 
 def test_deleting_the_pod_deletes_its_instance(clean: LocalStack) -> None:
@@ -406,7 +411,7 @@ def test_killing_the_provider_and_the_node_mid_flight_loses_nothing(clean: Local
     """SIGKILL both containers while pods are being created and one is being deleted; after restart the replicas
     all run and every live instance belongs to a live pod (no orphan, no lost replica)."""
     stack = clean
-    registry = processes.registry()
+    provider, node = controllers.burst_part("provider"), controllers.burst_part("virtual-node")
     knobs(bootSeconds=6.0)
     stack.apply(probe(3))
     wait_for(
@@ -414,12 +419,12 @@ def test_killing_the_provider_and_the_node_mid_flight_loses_nothing(clean: Local
         lambda: len([p for p in pods(stack) if p["spec"].get("nodeName") == NODE]) >= 3,
     )
     time.sleep(2)  # creates in flight: instances booting
-    registry["provider"].kill()
-    registry["virtual-node"].kill()
+    assert provider.kill()
+    assert node.kill()
     stack.kubectl("scale", "deployment", PROBE, "-n", NS, "--replicas=2")
     time.sleep(3)
-    registry["provider"].start()
-    registry["virtual-node"].start()
+    provider.start()
+    node.start()
     live = wait_for("two probe replicas Ready on the virtual node", lambda: running_on_node(stack, 2), timeout=180)
     uids = {p["metadata"]["uid"] for p in live}
     wait_for(
@@ -468,17 +473,20 @@ def test_the_daemons_run_with_least_privilege(local_stack: LocalStack, tmp_path:
 
 
 @pytest.fixture
-def remote_provider(clean: LocalStack, tmp_path: Path) -> Iterator[Path]:
-    """The provider service restarted with one provider of kind kubernetes: the second simulated cluster."""
+def remote_provider(clean: LocalStack) -> Iterator[Path]:
+    """The virtual node's pod run as a variant (sim/deployed.py) with one provider of kind kubernetes, the second
+    simulated cluster, and a provider Secret of its own holding that cluster's kubeconfig as the pod reaches it (at
+    the real node's address, which the cluster's certificate names: sim/kwokctl.yaml)."""
     remote = ROOT / "sim" / "remote.sh"
     was_up = (ROOT / ".state" / "remote" / "kubeconfig").exists()
     subprocess.run([str(remote), "up"], check=True, cwd=ROOT, capture_output=True, timeout=180)
     kubeconfig = ROOT / ".state" / "remote" / "kubeconfig"
-    secrets = tmp_path / "secrets"
-    secrets.mkdir()
-    shutil.copy(kubeconfig, secrets / "remoteKubeconfig")
-    settings = json.loads(json.dumps(BURST.model_dump(by_alias=True, mode="json")))
-    settings["providers"] = [
+    # Its certificates inline (kwokctl's file names paths on this machine, which the pod does not have).
+    flat = clean.run("kubectl", "config", "view", "--kubeconfig", str(kubeconfig), "--raw", "--flatten", "--minify")
+    loopback_server = r"(server:\s*https://)(127\.0\.0\.1|localhost)(:\d+)"
+    in_pod = re.sub(loopback_server, rf"\g<1>{NODE_IP}\g<3>", flat.stdout)
+    assert NODE_IP in in_pod, "the second cluster's kubeconfig names no loopback server"
+    providers = [
         {
             "name": "remote",
             "kind": "kubernetes",
@@ -488,39 +496,31 @@ def remote_provider(clean: LocalStack, tmp_path: Path) -> Iterator[Path]:
             "kubernetes": {"kubeconfigSecret": "remoteKubeconfig", "namespaceMap": {NS: "burst-inference"}},
         }
     ]
-    (tmp_path / "settings.json").write_text(json.dumps(settings))
-    registry = processes.registry()
-    local = registry["provider"]
-    local.stop()
-    vn_ns = BURST.virtual_node.namespace
-    kc = processes.sa_kubeconfig(vn_ns, "gpucluster-virtual-node", tmp_path / "kubeconfig")
-    swapped = processes.Daemon(
-        "provider",
-        lambda: [
-            processes.python(),
-            "-m",
-            "daemons.burst_provider",
-            "--settings",
-            str(tmp_path / "settings.json"),
-            "--kubeconfig",
-            str(kc),
-            "--secrets-dir",
-            str(secrets),
-            "--listen",
-            f"127.0.0.1:{BURST.virtual_node.port}",
-        ],
-        ready_url=f"http://127.0.0.1:{BURST.virtual_node.port}/healthz",
+    config = processes.stack_config()
+    variant = deployed.Variant(
+        deployed.virtual_node(config), "remote", {"providers": providers}, secrets={"remoteKubeconfig": in_pod}
     )
-    swapped.start()
     try:
+        variant.start()
+        wait_for(
+            "the virtual node registered by the variant's pod",
+            lambda: deployed.virtual_node_registered(config, "remote"),
+            timeout=120,
+        )
         yield kubeconfig
     finally:
-        clean.kubectl("delete", "deployment", PROBE, "-n", NS, "--ignore-not-found", "--wait=true")
-        time.sleep(3)
-        swapped.stop()
-        local.start()
-        if not was_up:
-            subprocess.run([str(remote), "down"], check=False, cwd=ROOT, capture_output=True, timeout=120)
+        try:
+            clean.kubectl("delete", "deployment", PROBE, "-n", NS, "--ignore-not-found", "--wait=true")
+            time.sleep(3)
+            variant.stop()
+            wait_for(
+                "the virtual node registered by the stack's pod again",
+                lambda: deployed.virtual_node_registered(config),
+                timeout=120,
+            )
+        finally:
+            if not was_up:
+                subprocess.run([str(remote), "down"], check=False, cwd=ROOT, capture_output=True, timeout=120)
 
 
 def test_a_tolerating_pod_runs_on_the_second_cluster(clean: LocalStack, remote_provider: Path) -> None:
