@@ -17,6 +17,7 @@ import pulumi
 
 from components.charts import helm_chart, resolve_chart
 from components.descheduler_settings import DeschedulerSettings
+from components.image_refs import tag_of
 
 POLICY_API_VERSION = "descheduler/v1alpha2"
 PROFILE = "gpucluster-burst-return"
@@ -79,12 +80,20 @@ def descheduler_policy(
 def descheduler_chart_values(
     settings: DeschedulerSettings, burst_taint_key: str, namespaces: Sequence[str]
 ) -> dict[str, Any]:
-    return {
+    image = tag_of(settings.image)
+    assert image is not None, "DeschedulerSettings refuses an image without a tag"
+    values: dict[str, Any] = {
         "kind": "Deployment",
+        "image": {"repository": image[0], "tag": image[1]},
         "deschedulingInterval": settings.interval,
         "deschedulerPolicyAPIVersion": POLICY_API_VERSION,
         "deschedulerPolicy": descheduler_policy(settings, burst_taint_key, namespaces),
     }
+    if settings.pod_node_selector:
+        values["nodeSelector"] = dict(settings.pod_node_selector)
+    if settings.pod_tolerations:
+        values["tolerations"] = [t.to_k8s() for t in settings.pod_tolerations]
+    return values
 
 
 class Descheduler(pulumi.ComponentResource):

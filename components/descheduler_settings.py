@@ -3,12 +3,28 @@ return of inference from the virtual node."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Annotated
 
 from pydantic import Field
 
 from components.chart_settings import ChartSource
-from components.model import ConfigModel, DnsLabel, PositiveDuration, SemVer
+from components.image_refs import tag_of
+from components.model import (
+    ConfigModel,
+    DnsLabel,
+    Image,
+    PositiveDuration,
+    Problem,
+    QualifiedName,
+    SemVer,
+    Toleration,
+)
+
+#: The descheduler's image, at the release its policy is written for (``components/descheduler.py``:
+#: ``noEvictionPolicy`` is descheduler v0.36.0's). Set, not left to the chart: the chart of the v0.36.0 module names
+#: appVersion 0.35.0, so its default image is an older release than the policy's.
+DESCHEDULER_IMAGE = "registry.k8s.io/descheduler/descheduler:v0.36.0"
 
 
 class DeschedulerSettings(ConfigModel):
@@ -29,3 +45,18 @@ class DeschedulerSettings(ConfigModel):
     node_selector: str | None = None
     #: Evict a pod only when it fits on another node, so a replica leaves only when it has somewhere to go.
     node_fit: bool = True
+    #: The chart composes ``repository:tag``, so a tag is needed (a digest may follow it: ``...:v0.36.0@sha256:...``).
+    image: Image = DESCHEDULER_IMAGE
+    #: Where the descheduler's own pod runs (the chart's nodeSelector and tolerations), as a rule system nodes. Not
+    #: ``nodeSelector`` above, which is the policy's: the nodes the descheduler looks at.
+    pod_node_selector: dict[QualifiedName, str] = {}
+    pod_tolerations: list[Toleration] = []
+
+    def rule_problems(self) -> Iterator[Problem]:
+        if tag_of(self.image) is None:
+            yield Problem(
+                ("image",),
+                "the descheduler chart composes repository:tag: name a tag, such as "
+                f"{DESCHEDULER_IMAGE.rsplit(':', 1)[0]}:v0.36.0 (a digest may follow it)",
+                self.image,
+            )

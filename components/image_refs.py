@@ -68,3 +68,13 @@ def image_problem(image: str) -> str | None:
 def by_sha256(image: str) -> bool:
     """Pinned by a sha256 digest."""
     return bool(_SHA256.search(image))
+
+
+def tag_of(image: str) -> tuple[str, str] | None:
+    """``(name, tag)`` of a reference with a tag, the tag followed by ``@digest`` when it has one (what a chart that
+    composes ``repository:tag`` takes); None without a tag or for a malformed reference."""
+    m = _REFERENCE.match(image)
+    if m is None or m.group("tag") is None:
+        return None
+    digest = m.group("digest")
+    return m.group("name"), m.group("tag") + (f"@{digest}" if digest else "")

@@ -3,9 +3,10 @@
 Each cycle is one full flip (``sim/flip.py``). While it runs:
 
 - a daemon picked at random (virtual node, provider service, the taint controller's leader, the make-before-break
-  controllers' leader, descheduler) is killed with SIGKILL at a random moment, and started again a few seconds
-  later, as the kubelet would restart its container (a controller the stack runs as pods on the real node is killed
-  through the node's containerd, and the kubelet restarts it);
+  controllers' leader, descheduler) is killed with SIGKILL at a random moment. What the stack runs as pods on the
+  real node (the controllers, the virtual node's two containers, the descheduler chart's pod) is killed through the
+  node's containerd, and the kubelet restarts it with its own back-off; a local process is started again a few
+  seconds later;
 - the fake GPU cloud refuses ``--create-failure-rate`` of creates and kills running instances at
   ``--death-rate`` (expected deaths per instance per minute);
 - with ``--prometheus-outage``, Prometheus is stopped for ``--outage-seconds`` once the replicas run externally,
@@ -38,7 +39,7 @@ from typing import Any, Protocol
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from sim import controllers, flip, processes  # noqa: E402 (run as a script: the repository first on the path)
+from sim import controllers, deployed, flip, processes  # noqa: E402 (run as a script: the repository first on the path)
 
 #: What may be killed: the daemons the flip depends on. The fake cloud stands for a provider's API, not ours.
 #: Registered controllers (daemons/registry.py) only where the stack runs them, wherever it runs them.
@@ -97,6 +98,9 @@ def targets(registry: dict[str, processes.Daemon], config: Any) -> dict[str, Tar
             continue
         if name == "provider" and processes.virtual_node_placed(config):
             out[name] = controllers.burst_part("provider")
+            continue
+        if name == "descheduler" and processes.descheduler_placed(config):
+            out[name] = controllers.PodContainer(deployed.descheduler(config), deployed.DESCHEDULER_APP)
             continue
         spec = next((s for s in CONTROLLERS if s.name == name), None)
         settings = config.controller_settings(spec.stack_key) if spec else None

@@ -77,6 +77,8 @@ class Deployed:
     replicas: int
     #: The port its pods serve /metrics on (0: none known).
     metrics_port: int = 0
+    #: Its pods' ``app.kubernetes.io/name`` when not the Deployment's name (a chart's: the release's name differs).
+    app: str = ""
     #: The node's containerd (the real node's, unless a test says otherwise).
     node: Paths = field(default_factory=Paths)
 
@@ -86,7 +88,7 @@ class Deployed:
     @property
     def selector(self) -> str:
         """Its own pods: a variant's carry the same app label and the variant's."""
-        return f"{APP_LABEL}={self.name},!{VARIANT_LABEL}"
+        return f"{APP_LABEL}={self.app or self.name},!{VARIANT_LABEL}"
 
     def pods(self) -> list[dict[str, Any]]:
         """Its pods that are not being deleted, oldest first."""
@@ -358,6 +360,19 @@ def virtual_node(config: Any) -> Deployed:
     return Deployed(config.burst.settings.virtual_node.namespace, APP, 1, metrics_port=PROVIDER_METRICS_PORT)
 
 
+#: The descheduler chart's pods' app label (its Deployment is named after the Helm release).
+DESCHEDULER_APP = "descheduler"
+
+
+def descheduler(config: Any) -> Deployed:
+    """The descheduler chart's Deployment (one replica, its container ``descheduler``), found by its pods' label."""
+    ns = config.descheduler.namespace
+    names = kubectl("get", "deployment", "-n", ns, "-l", f"{APP_LABEL}={DESCHEDULER_APP}", "-o", "name").split()
+    if len(names) != 1:
+        raise DaemonError(f"{len(names)} descheduler Deployments in {ns} (labelled {APP_LABEL}={DESCHEDULER_APP})")
+    return Deployed(ns, names[0].split("/", 1)[1], 1, app=DESCHEDULER_APP)
+
+
 def node_ready(name: str) -> bool:
     out = kubectl("get", "node", name, "-o", "jsonpath={.status.conditions[?(@.type=='Ready')].status}", check=False)
     return out.strip() == "True"
@@ -407,7 +422,7 @@ def controller(config: Any, spec_name: str) -> Deployed:
 
 def on_real_node(config: Any) -> list[str]:
     """What the stack places on the real node (its sections' nodeSelector): the registered controllers it turns on,
-    the metrics adapter and the virtual node, by name."""
+    the metrics adapter, the virtual node and the descheduler chart's pod, by name."""
     from daemons.registry import CONTROLLERS  # noqa: PLC0415 (needs the venv: without one this module still answers)
     from sim.processes import on_real_node as placed  # noqa: PLC0415 (only the script needs it)
 
@@ -416,9 +431,12 @@ def on_real_node(config: Any) -> list[str]:
         for spec in CONTROLLERS
         if (s := config.controller_settings(spec.stack_key)) is not None and s.enabled and placed(s)
     ]
+    from sim.processes import descheduler_placed  # noqa: PLC0415
+
     adapter = config.metrics_adapter
     names += ["metrics-adapter"] if adapter.enabled and placed(adapter) else []
-    return names + (["virtual-node"] if config.burst_enabled and placed(config.burst.settings.virtual_node) else [])
+    names += ["virtual-node"] if config.burst_enabled and placed(config.burst.settings.virtual_node) else []
+    return names + (["descheduler"] if descheduler_placed(config) else [])
 
 
 def main(argv: Sequence[str] | None = None) -> int:

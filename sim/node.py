@@ -3,8 +3,9 @@
 The kwok nodes stand for GPU machines (nothing can run a GPU here) and run nothing. This node runs pods for real:
 
 - containerd and runc from Debian, with the CRI plugin (``restrict_oom_score_adj``: this container lacks
-  ``CAP_SYS_RESOURCE``), the pod sandbox image built offline (``sim/pause_image.py``), images imported from their
-  OCI archives into containerd's ``k8s.io`` namespace — nothing is ever pulled;
+  ``CAP_SYS_RESOURCE``), the pod sandbox image built offline (``sim/pause_image.py``), the descheduler chart's
+  image built from the module the tools pin (``sim/descheduler_image.py``), images imported from their OCI
+  archives into containerd's ``k8s.io`` namespace — nothing is ever pulled;
 - pod networking from Debian's ``containernetworking-plugins``: a bridge with :data:`POD_CIDR` (``host-local``),
   the node at :data:`NODE_IP` on it. The range is CGNAT space that exists only in this machine's namespaces;
 - the kubelet and kube-proxy built from the same ``k8s.io/kubernetes`` release as the control plane
@@ -55,6 +56,8 @@ from sim.daemon_runtime import (
     tools_bin,
     wait_for,
 )
+from sim.descheduler_image import DeschedulerImageError
+from sim.descheduler_image import build as build_descheduler
 from sim.pause_image import PAUSE_IMAGE, PauseImageError
 from sim.pause_image import build as build_pause
 
@@ -98,6 +101,8 @@ class Paths:
         self.kube_proxy_config = root / "kube-proxy.yaml"
         self.snapshot = root / "machine-before.json"
         self.pause_archive = root / "images" / "pause.oci.tar"
+        #: The descheduler chart's image, built from the module the tools pin (sim/descheduler_image.py).
+        self.descheduler_archive = root / "images" / "descheduler.oci.tar"
         self.imported = root / "images" / "imported.json"
 
 
@@ -441,11 +446,12 @@ def up(images: Sequence[tuple[Path, str]] = (), p: Paths | None = None, say: obj
         parts["containerd"].start()
         build_pause(p.pause_archive)
         import_image(p, p.pause_archive, PAUSE_IMAGE)
+        import_image(p, p.descheduler_archive, build_descheduler(p.descheduler_archive))
         current = dict(import_image(p, archive, name).split("@", 1) for archive, name in images)
         parts["kubelet"].start()
         parts["kube-proxy"].start()
         replace_stale_pods(current, say if callable(say) else print)
-    except (DaemonError, PauseImageError, OSError, ValueError) as exc:
+    except (DaemonError, PauseImageError, DeschedulerImageError, OSError, ValueError) as exc:
         raise NodeError(f"{exc} (logs: {p.root / 'logs'}; make down puts the machine back)") from None
     if callable(say):
         say(

@@ -59,3 +59,52 @@ def test_an_interval_of_zero_is_refused(interval: str) -> None:
 
 def test_a_positive_interval_is_taken() -> None:
     assert DeschedulerSettings.model_validate({"interval": "30s"}).interval == "30s"
+
+
+def _values(settings: DeschedulerSettings) -> dict[str, object]:
+    graph = deploy(
+        lambda: Descheduler(
+            "d", DeschedulerArgs(settings=settings, burst_taint_key="k.io/burst", inference_namespaces=["inference"])
+        )
+    )
+    (chart,) = graph.of_type("kubernetes:helm.sh/v4:Chart")
+    values: dict[str, object] = chart.inputs["values"]
+    return values
+
+
+def test_the_pod_runs_the_release_the_policy_is_written_for_not_the_charts_older_default() -> None:
+    """The chart of the v0.36.0 module names appVersion 0.35.0: left to it, the pod would run v0.35.0."""
+    chart = (Path(__file__).resolve().parents[2] / "stacks" / "Pulumi.local.yaml").read_text()
+    assert "path: charts/descheduler" in chart
+    assert "version: v0.36.0" in chart
+    assert _values(DeschedulerSettings())["image"] == {
+        "repository": "registry.k8s.io/descheduler/descheduler",
+        "tag": "v0.36.0",
+    }
+    digest = "sha256:" + "a" * 64
+    pinned = DeschedulerSettings(image=f"registry.example.org/descheduler:v0.36.0@{digest}")
+    assert _values(pinned)["image"] == {"repository": "registry.example.org/descheduler", "tag": f"v0.36.0@{digest}"}
+
+
+def test_an_image_without_a_tag_is_refused_naming_the_field() -> None:
+    with pytest.raises(ValidationError, match=r"image\n.*composes repository:tag"):
+        DeschedulerSettings.model_validate({"image": "registry.k8s.io/descheduler/descheduler@sha256:" + "b" * 64})
+
+
+def test_the_pods_placement_goes_to_the_chart_and_the_policys_node_selector_stays_apart() -> None:
+    assert "nodeSelector" not in _values(DeschedulerSettings())
+    assert "tolerations" not in _values(DeschedulerSettings())
+    placed = DeschedulerSettings.model_validate(
+        {
+            "podNodeSelector": {"node-role.example.org/system": "true"},
+            "podTolerations": [{"key": "node-role.example.org/system", "operator": "Exists", "effect": "NoSchedule"}],
+        }
+    )
+    values = _values(placed)
+    assert values["nodeSelector"] == {"node-role.example.org/system": "true"}
+    assert values["tolerations"] == [
+        {"key": "node-role.example.org/system", "operator": "Exists", "effect": "NoSchedule"}
+    ]
+    policy = values["deschedulerPolicy"]
+    assert isinstance(policy, dict)
+    assert "nodeSelector" not in policy

@@ -65,10 +65,9 @@ def test_daemons_start_in_dependency_order(cluster: Path) -> None:
         "fake-dcgm",
         "scrape-targets",
         "prometheus",
-        # the virtual node with its provider service, the metrics adapter and every registered controller: the local
-        # stack places them on the real node, where their Deployments' pods run (a stack that does not:
-        # test_a_daemon_runs_as_processes_only_where_...)
-        "descheduler",
+        # the virtual node with its provider service, the metrics adapter, every registered controller and the
+        # descheduler: the local stack places them on the real node, where their Deployments' pods run (a stack that
+        # does not: test_a_daemon_runs_as_processes_only_where_...)
     ]
 
 
@@ -168,11 +167,9 @@ def test_command_lines_are_the_programs_with_what_pulumi_deployed(cluster: Path,
     ]
 
 
-def test_the_provider_process_reads_the_deployed_files_with_the_node_s_serviceaccount(
-    cluster: Path, tmp_path: Path
-) -> None:
-    """A stack that leaves the virtual node off the real node: its two processes, and Prometheus scraping the
-    provider service on loopback."""
+def test_processes_read_the_deployed_files_with_their_own_serviceaccounts(cluster: Path, tmp_path: Path) -> None:
+    """A stack that leaves the virtual node and the descheduler off the real node: their processes, and Prometheus
+    scraping the provider service on loopback."""
     state = cluster / "daemons"
     for d in processes.registry(stack_file=_processes_stack(tmp_path), state=state).values():
         d.prepare()
@@ -181,10 +178,18 @@ def test_the_provider_process_reads_the_deployed_files_with_the_node_s_serviceac
     secret = state / "provider" / "secrets" / "runpodFakeApiKey"
     assert secret.read_bytes() == b"not-a-real-key"
     assert secret.stat().st_mode & 0o777 == 0o600
-    for name in ("provider", "virtual-node"):
-        config = json.loads((state / name / "kubeconfig").read_text())
-        user = "gpucluster-burst-gpucluster-virtual-node"
+    assert (state / "descheduler" / "policy.yaml").read_text() == fake_kubectl.DESCHEDULER_POLICY
+    users = {
+        "provider": "gpucluster-burst-gpucluster-virtual-node",
+        "virtual-node": "gpucluster-burst-gpucluster-virtual-node",
+        "descheduler": "kube-system-descheduler",
+    }
+    for name, user in users.items():
+        kubeconfig = state / name / "kubeconfig"
+        assert kubeconfig.stat().st_mode & 0o777 == 0o600
+        config = json.loads(kubeconfig.read_text())
         assert config["users"] == [{"name": user, "user": {"token": f"token-of-{user}"}}]
+        assert config["clusters"][0]["cluster"]["server"] == "https://127.0.0.1:6443"
     prom = json.loads((state / "prometheus" / "prometheus.yml").read_text())
     jobs = {j["job_name"]: j["static_configs"][0]["targets"] for j in prom["scrape_configs"] if "static_configs" in j}
     assert jobs["burst-provider"] == ["127.0.0.1:10297"]
@@ -194,21 +199,14 @@ def test_each_daemon_reads_the_deployed_files_with_its_own_serviceaccount(cluste
     state = cluster / "daemons"
     for d in processes.registry(state=state).values():
         d.prepare()
-    assert (state / "descheduler" / "policy.yaml").read_text() == fake_kubectl.DESCHEDULER_POLICY
     # The RunPod fake accepts the key the provider service sends: the same Secret key, in a file of its own.
     key = state / "fake-runpod-runpod-fake" / "api-key"
     assert key.read_bytes() == b"not-a-real-key"
     assert key.stat().st_mode & 0o777 == 0o600
-    # The virtual node and its provider service run as the stack's pod on the real node: no process reads for them.
-    assert not (state / "provider").exists()
-    assert not (state / "virtual-node").exists()
-    users = {"descheduler": "kube-system-descheduler"}
-    for name, user in users.items():
-        kubeconfig = state / name / "kubeconfig"
-        assert kubeconfig.stat().st_mode & 0o777 == 0o600
-        config = json.loads(kubeconfig.read_text())
-        assert config["users"] == [{"name": user, "user": {"token": f"token-of-{user}"}}]
-        assert config["clusters"][0]["cluster"]["server"] == "https://127.0.0.1:6443"
+    # The virtual node, its provider service and the descheduler run as the stack's pods on the real node: no
+    # process reads for them.
+    for name in ("provider", "virtual-node", "descheduler"):
+        assert not (state / name).exists(), name
     prom = json.loads((state / "prometheus" / "prometheus.yml").read_text())
     jobs = {j["job_name"]: j["static_configs"][0]["targets"] for j in prom["scrape_configs"] if "static_configs" in j}
     assert jobs == {
@@ -290,6 +288,8 @@ def _processes_stack(tmp_path: Path, **sections: Any) -> Path:
     for section in (burst["taintController"], burst["virtualNode"], *(config[f"gpucluster:{k}"] for k in PLACED)):
         section.pop("nodeSelector", None)
         section.pop("tolerations", None)
+    config["gpucluster:descheduler"].pop("podNodeSelector", None)
+    config["gpucluster:descheduler"].pop("podTolerations", None)
     config["gpucluster:metricsAdapter"]["externalAddress"] = "localhost:18445"
     config.update({f"gpucluster:{k}": v for k, v in sections.items()})
     stack = tmp_path / "Pulumi.processes.yaml"
@@ -312,7 +312,7 @@ def test_a_daemon_runs_as_processes_only_where_the_stack_leaves_it_off_the_real_
     cluster: Path, tmp_path: Path
 ) -> None:
     replicas = {f"{spec.name}-{r}" for spec in CONTROLLERS for r in "ab"}
-    assert not (replicas | {"metrics-adapter", "provider", "virtual-node"}) & set(_registry(cluster))
+    assert not (replicas | {"metrics-adapter", "provider", "virtual-node", "descheduler"}) & set(_registry(cluster))
     state = cluster / "daemons"
     daemons = processes.registry(stack_file=_processes_stack(tmp_path), state=state)
     tools = cluster / "cache" / "tools" / "bin"
@@ -431,6 +431,8 @@ def test_a_pinned_tool_not_built_says_run_make_tools(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("GPUCLUSTER_CACHE", str(tmp_path / "empty-cache"))
+    # The descheduler runs as a process only where the stack leaves it off the real node.
+    monkeypatch.setenv("GPUCLUSTER_SIM_STACK", str(_processes_stack(tmp_path)))
     rc, err = _start(tmp_path, daemon, capsys, monkeypatch, os.environ["PATH"])
     bin_dir = tmp_path / "empty-cache" / "tools" / "bin"
     assert (rc, err) == (1, f"sim/processes.py: error: {program} not found in {bin_dir}: run make tools\n")
@@ -546,3 +548,13 @@ def test_a_stack_secret_pulumi_cannot_read_is_a_clear_error_that_shows_no_value(
 def test_start_outside_starts_the_fake_providers_alone(cluster: Path) -> None:
     names = list(processes.outside_registry())
     assert names == ["fake-cloud-fake-a", "fake-runpod-runpod-fake"]
+
+
+def test_a_placed_descheduler_is_no_process_and_must_name_the_image_the_node_has(cluster: Path, tmp_path: Path) -> None:
+    assert "descheduler" not in processes.registry(state=cluster / "daemons")
+    document = yaml.safe_load((processes.ROOT / "stacks" / "Pulumi.local.yaml").read_text())
+    document["config"]["gpucluster:descheduler"]["image"] = "registry.k8s.io/descheduler/descheduler:v0.35.0"
+    stack = tmp_path / "Pulumi.older.yaml"
+    stack.write_text(yaml.safe_dump(document))
+    with pytest.raises(processes.DaemonError, match=r"descheduler.image is .*:v0.35.0, but .* has .*:v0\.36\.0 alone"):
+        processes.registry(stack_file=stack, state=cluster / "daemons")

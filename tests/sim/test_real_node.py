@@ -241,3 +241,34 @@ def test_every_series_the_stack_reads_comes_from_a_target_the_running_prometheus
     while (left := down()) and time.monotonic() < deadline:
         time.sleep(2)
     assert not left, "targets a rule, panel or query of the stack needs are not up:\n" + "\n".join(left)
+
+
+def test_the_descheduler_charts_pod_runs_on_the_node_from_the_image_built_from_its_module(
+    local_stack: LocalStack,
+) -> None:
+    """The chart's own Deployment, ServiceAccount, policy and HTTPS liveness probe, on the real node, from the image
+    sim/descheduler_image.py builds (the release the tools pin, named as upstream's); it runs its cycles."""
+    descheduler_image = load_sim_module("descheduler_image")
+    ns = CFG.descheduler.namespace
+    (deployment,) = local_stack.items("deployment", "-n", ns, "-l", "app.kubernetes.io/name=descheduler")
+    name = deployment["metadata"]["name"]
+    local_stack.kubectl("rollout", "status", "-n", ns, f"deployment/{name}", "--timeout=120s")
+    pods = [
+        p
+        for p in local_stack.items("pods", "-n", ns, "-l", "app.kubernetes.io/name=descheduler")
+        if "deletionTimestamp" not in p["metadata"]
+    ]
+    (pod,) = pods
+    assert pod["spec"]["nodeName"] == node.NODE_NAME
+    (container,) = pod["spec"]["containers"]
+    assert container["image"] == CFG.descheduler.image == descheduler_image.image_name()
+    assert f"--descheduling-interval={CFG.descheduler.interval}" in container["args"]
+    (status,) = pod["status"]["containerStatuses"]
+    assert status["ready"] is True
+    assert status["imageID"].endswith("@" + node.archive_digest(node.Paths().descheduler_archive))
+    # A whole cycle of the policy the chart mounted, with the ServiceAccount the chart made (its interval: 20s).
+    wait_for(
+        "the descheduler logging a finished cycle",
+        lambda: "Number of evictions/requests" in local_stack.kubectl("logs", "-n", ns, pod["metadata"]["name"]),
+        timeout=60,
+    )
