@@ -5,9 +5,6 @@ charts from the Go modules that carry them (components/charts.py).
 
 Before any resource, the cluster is checked for the add-ons the stack needs (components/preflight.py): a cluster
 lacking one is refused, naming it.
-
-The local stack (`kueue.localWebhooks` set) runs Kueue and JobSet outside the simulated cluster: a stack transform
-from sim/local_webhooks.py points the charts' webhook objects at them. No other stack registers a transform.
 """
 
 import pulumi
@@ -22,13 +19,6 @@ except StackConfigError as err:
     for issue in err.issues:
         pulumi.log.error(str(issue))
     raise pulumi.RunError(f"{err.source}: {len(err.issues)} config problem(s); nothing was changed") from None
-
-if config.kueue.local_webhooks is not None:
-    from sim import local_webhooks
-
-    jobset = config.jobset
-    others = {jobset.namespace: jobset.local_webhooks} if jobset.enabled and jobset.local_webhooks else None
-    local_webhooks.register(config.kueue.local_webhooks, others)
 
 kubernetes = pulumi.Config("kubernetes")
 if config.prerequisites.check and not kubernetes.get("renderYamlToDirectory"):

@@ -5,13 +5,15 @@ name a chart import no Pulumi; ``components.charts`` turns a source into a chart
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 from pydantic.alias_generators import to_camel
 
-from components.model import ConfigModel
+from components.image_refs import tag_of
+from components.model import ConfigModel, Problem
 
 _SEMVER = r"^v?\d+\.\d+\.\d+(?:[-+][0-9A-Za-z.-]+)?$"
 
@@ -58,3 +60,14 @@ class ChartSource(ConfigModel):
         if self.path is not None:
             return "path"
         return "goModule"
+
+
+def image_problems(image: str | None, repository: str, chart_version: str) -> Iterator[Problem]:
+    """A chart controller's ``image`` setting that its chart cannot compose (the charts write ``repository:tag``)."""
+    if image is not None and tag_of(image) is None:
+        yield Problem(
+            ("image",),
+            f"the chart composes repository:tag: name a tag, such as {repository}:v{chart_version.removeprefix('v')} "
+            "(a digest may follow it)",
+            image,
+        )

@@ -29,6 +29,7 @@ from components.constants import (
     TIER_LABEL,
     WORKLOAD_LABEL,
 )
+from components.image_refs import tag_of
 from components.queues_settings import (
     ClusterQueueSpec,
     GpuFlavor,
@@ -154,13 +155,18 @@ def kueue_manager_config(settings: KueueSettings, flavors: Sequence[GpuFlavor] =
 
 
 def kueue_chart_values(settings: KueueSettings, flavors: Sequence[GpuFlavor] = ()) -> dict[str, Any]:
+    """The chart's values: the Configuration, the controller's image at the chart's release, and where it runs."""
     config = kueue_manager_config(settings, flavors)
-    if settings.local_webhooks is not None:
-        # The webhooks are served outside the cluster with a certificate of their own (sim/local_webhooks.py
-        # points the chart's webhook objects there); Kueue's internal certificate management would issue one
-        # for the in-cluster Service name and rewrite the caBundles.
-        config["internalCertManagement"] = {"enable": False}
+    image = tag_of(settings.controller_image)
+    assert image is not None, "KueueSettings refuses an image without a tag"
+    manager: dict[str, Any] = {"image": {"repository": image[0], "tag": image[1], "pullPolicy": "IfNotPresent"}}
+    controller: dict[str, Any] = {"manager": manager}
+    if settings.pod_node_selector:
+        controller["nodeSelector"] = dict(settings.pod_node_selector)
+    if settings.pod_tolerations:
+        controller["tolerations"] = [t.to_k8s() for t in settings.pod_tolerations]
     values: dict[str, Any] = {
+        "controllerManager": controller,
         "managerConfig": {"controllerManagerConfigYaml": yaml.safe_dump(config, sort_keys=False)},
     }
     return _deep_merge(values, settings.extra_values)

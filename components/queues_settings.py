@@ -7,20 +7,22 @@ inference, ...) are in ``components/config/rules.py``.
 
 from __future__ import annotations
 
-import re
+from collections.abc import Iterator
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
-from components.chart_settings import ChartSource
+from components.chart_settings import ChartSource, image_problems
 from components.constants import ACCEPTED_LABEL, ACCEPTED_VALUE, GPU_RESOURCE, HOSTNAME_LABEL
 from components.fabric_settings import Fabric
-from components.issues import shown
 from components.model import (
     ConfigModel,
     DnsLabel,
+    Image,
     LabelKey,
     PositiveDuration,
+    Problem,
+    QualifiedName,
     SemVer,
     Toleration,
     check_labels,
@@ -28,6 +30,7 @@ from components.model import (
 )
 
 KUEUE_CHART_VERSION = "0.17.0"
+KUEUE_IMAGE_REPOSITORY = "registry.k8s.io/kueue/kueue"
 #: Largest value a user-defined Kubernetes PriorityClass may take (bigger values are reserved for the system).
 MAX_USER_PRIORITY = 1_000_000_000
 
@@ -212,28 +215,23 @@ class WaitForPodsReady(ConfigModel):
     backoff_max_seconds: Annotated[int, Field(ge=1)] = 3600
 
 
-_LOOPBACK_URL = re.compile(r"^https://(127\.0\.0\.1|localhost|\[::1\]):(?P<port>\d{1,5})$")
-
-
-def _check_loopback_url(value: str) -> str:
-    m = _LOOPBACK_URL.match(value)
-    if not m or not 1 <= int(m.group("port")) <= 65535:
-        raise ValueError(f"{shown(value)} is not an https URL on loopback such as https://127.0.0.1:19443")
-    return value
-
-
-class LocalWebhooks(ConfigModel):
-    """Local-stack only: serve Kueue's admission webhooks from a controller running outside the cluster (the
-    simulated cluster's ``sim/local_webhooks.py`` points the chart's webhook objects there)."""
-
-    url: Annotated[str, AfterValidator(_check_loopback_url)]
-    ca_bundle_file: str
-
-
 class KueueSettings(ConfigModel):
     chart_version: SemVer = KUEUE_CHART_VERSION
     chart: ChartSource = ChartSource(oci="oci://registry.k8s.io/kueue/charts/kueue")
     namespace: DnsLabel = "kueue-system"
     wait_for_pods_ready: WaitForPodsReady = WaitForPodsReady()
-    local_webhooks: LocalWebhooks | None = None
+    #: The controller's image (``repository:tag``, a digest may follow). Unset: upstream's at the chart's release,
+    #: ``registry.k8s.io/kueue/kueue:v<chartVersion>``. Always set in the chart's values, never left to the chart:
+    #: the chart inside Kueue's Go module names a staging image at a branch tag, pulled Always.
+    image: Image | None = None
+    #: Where the controller's pod runs (the chart's nodeSelector and tolerations), as a rule system nodes.
+    pod_node_selector: dict[QualifiedName, str] = {}
+    pod_tolerations: list[Toleration] = []
     extra_values: dict[str, Any] = {}
+
+    @property
+    def controller_image(self) -> str:
+        return self.image or f"{KUEUE_IMAGE_REPOSITORY}:v{self.chart_version.removeprefix('v')}"
+
+    def rule_problems(self) -> Iterator[Problem]:
+        yield from image_problems(self.image, KUEUE_IMAGE_REPOSITORY, self.chart_version)

@@ -422,7 +422,7 @@ def controller(config: Any, spec_name: str) -> Deployed:
 
 def on_real_node(config: Any) -> list[str]:
     """What the stack places on the real node (its sections' nodeSelector): the registered controllers it turns on,
-    the metrics adapter, the virtual node and the descheduler chart's pod, by name."""
+    the metrics adapter, the virtual node and the upstream charts' pods (Kueue, JobSet, the descheduler), by name."""
     from daemons.registry import CONTROLLERS  # noqa: PLC0415 (needs the venv: without one this module still answers)
     from sim.processes import on_real_node as placed  # noqa: PLC0415 (only the script needs it)
 
@@ -431,12 +431,12 @@ def on_real_node(config: Any) -> list[str]:
         for spec in CONTROLLERS
         if (s := config.controller_settings(spec.stack_key)) is not None and s.enabled and placed(s)
     ]
-    from sim.processes import descheduler_placed  # noqa: PLC0415
+    from sim.chart_pods import chart_pods  # noqa: PLC0415
 
     adapter = config.metrics_adapter
     names += ["metrics-adapter"] if adapter.enabled and placed(adapter) else []
     names += ["virtual-node"] if config.burst_enabled and placed(config.burst.settings.virtual_node) else []
-    return names + (["descheduler"] if descheduler_placed(config) else [])
+    return names + [pod.section for pod in chart_pods(config) if pod.placed]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # make sim-down: remove the simulated cluster and everything under .state/sim (sim/kwok-cluster.sh down), and the
-# second cluster sim/remote.sh started, if any. Processes started against it (the real node, the local Kueue
-# controller) are stopped first. Idempotent: nothing to remove is
-# not an error.
+# second cluster sim/remote.sh started, if any. The real node started against it is stopped first. Idempotent:
+# nothing to remove is not an error.
 set -euo pipefail
 
 # shellcheck source=sim/lib.sh
@@ -13,8 +12,6 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 if [[ -d "$STATE/node" ]]; then
   KUBECONFIG="$KUBECONFIG_FILE" "$(sim_python)" "$ROOT/sim/node.py" down || warn "the real node did not come down cleanly (see above)"
 fi
-"$ROOT/sim/jobset.sh" stop
-"$ROOT/sim/kueue.sh" stop
 "$ROOT/sim/kwok-cluster.sh" down --name "$NAME" --state "$SIM_STATE"
 # The second cluster a test started for the kubernetes provider (sim/remote.sh): its certificate is made when it
 # is created, so it goes with the first.

@@ -1,6 +1,6 @@
 # Shared by the sim/*.sh scripts: where things live and small helpers. Source it; it sets no shell options.
 # shellcheck shell=bash
-# Its settings (STACK, KUEUE_STATE, ...) are read by the scripts that source it, not here:
+# Its settings (STACK, SIM_STATE, ...) are read by the scripts that source it, not here:
 # shellcheck disable=SC2034
 
 ROOT="${ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}"
@@ -17,7 +17,6 @@ STACK="${GPUCLUSTER_SIM_STACK:-$STACK_DEFAULT_FILE}"
 [[ "$STACK" == /* ]] || STACK="$PWD/$STACK"
 STATE="$ROOT/.state"
 SIM_STATE="$STATE/sim"
-KUEUE_STATE="$STATE/kueue"
 KUBECONFIG_FILE="$SIM_STATE/kubeconfig"
 # kwokctl keeps each cluster (pki, configs, logs, pids) under its workdir; ours lives in the repository's state.
 export KWOK_WORKDIR="$SIM_STATE/kwok"

@@ -4,7 +4,8 @@ The kwok nodes stand for GPU machines (nothing can run a GPU here) and run nothi
 
 - containerd and runc from Debian, with the CRI plugin (``restrict_oom_score_adj``: this container lacks
   ``CAP_SYS_RESOURCE``), the pod sandbox image built offline (``sim/pause_image.py``), the descheduler chart's
-  image built from the module the tools pin (``sim/descheduler_image.py``), images imported from their OCI
+  images of the upstream charts' controllers (descheduler, Kueue, JobSet) built from the modules the tools pin
+  (``sim/upstream_images.py``), images imported from their OCI
   archives into containerd's ``k8s.io`` namespace — nothing is ever pulled;
 - pod networking from Debian's ``containernetworking-plugins``: a bridge with :data:`POD_CIDR` (``host-local``),
   the node at :data:`NODE_IP` on it. The range is CGNAT space that exists only in this machine's namespaces;
@@ -44,7 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import contextlib
 
 from images import oci
-from sim import node_machine
+from sim import node_machine, upstream_images
 from sim.daemon_runtime import (
     ADMIN_KUBECONFIG,
     STATE,
@@ -56,10 +57,10 @@ from sim.daemon_runtime import (
     tools_bin,
     wait_for,
 )
-from sim.descheduler_image import DeschedulerImageError
-from sim.descheduler_image import build as build_descheduler
 from sim.pause_image import PAUSE_IMAGE, PauseImageError
 from sim.pause_image import build as build_pause
+from sim.upstream_images import UpstreamImageError
+from sim.upstream_images import build as build_upstream
 
 NODE_STATE = STATE / "node"
 NODE_IP = "100.127.0.1"
@@ -101,8 +102,8 @@ class Paths:
         self.kube_proxy_config = root / "kube-proxy.yaml"
         self.snapshot = root / "machine-before.json"
         self.pause_archive = root / "images" / "pause.oci.tar"
-        #: The descheduler chart's image, built from the module the tools pin (sim/descheduler_image.py).
-        self.descheduler_archive = root / "images" / "descheduler.oci.tar"
+        #: The upstream charts' controller images, built from the modules the tools pin (sim/upstream_images.py).
+        self.upstream_archives = {tool: root / "images" / f"{tool}.oci.tar" for tool in upstream_images.ALL}
         self.imported = root / "images" / "imported.json"
 
 
@@ -446,12 +447,13 @@ def up(images: Sequence[tuple[Path, str]] = (), p: Paths | None = None, say: obj
         parts["containerd"].start()
         build_pause(p.pause_archive)
         import_image(p, p.pause_archive, PAUSE_IMAGE)
-        import_image(p, p.descheduler_archive, build_descheduler(p.descheduler_archive))
+        for tool, archive in p.upstream_archives.items():
+            import_image(p, archive, build_upstream(upstream_images.ALL[tool], archive))
         current = dict(import_image(p, archive, name).split("@", 1) for archive, name in images)
         parts["kubelet"].start()
         parts["kube-proxy"].start()
         replace_stale_pods(current, say if callable(say) else print)
-    except (DaemonError, PauseImageError, DeschedulerImageError, OSError, ValueError) as exc:
+    except (DaemonError, PauseImageError, UpstreamImageError, OSError, ValueError) as exc:
         raise NodeError(f"{exc} (logs: {p.root / 'logs'}; make down puts the machine back)") from None
     if callable(say):
         say(

@@ -844,24 +844,17 @@ def controllers(s: Stack) -> Iterable[Daemon]:
 
 def descheduler_placed(config: Any) -> bool:
     """The stack places the descheduler chart's pod on the real node (``podNodeSelector``)."""
-    from sim.node import REAL_NODE_KEY  # noqa: PLC0415 (needs the venv: without one this module still answers)
+    from sim.chart_pods import placed  # noqa: PLC0415 (needs the venv: without one this module still answers)
 
-    return bool(config.descheduler.enabled and config.descheduler.pod_node_selector.get(REAL_NODE_KEY) == "true")
+    return placed(config, "descheduler")
 
 
 def descheduler(s: Stack) -> Iterable[Daemon]:
     """The pinned descheduler with the policy and ServiceAccount its chart deployed; none where the stack places the
-    chart's pod on the real node, which runs the image sim/descheduler_image.py builds: a stack naming another is
-    refused here, as its pod could never start."""
+    chart's pod on the real node (sim/chart_pods.py checks, before ``pulumi up``, that it names the image built
+    there)."""
     ns = s.config.descheduler.namespace
     if descheduler_placed(s.config):
-        from sim.descheduler_image import image_name  # noqa: PLC0415 (needs the venv: without one this module answers)
-
-        if s.config.descheduler.image != image_name():
-            raise DaemonError(
-                f"gpucluster:descheduler.image is {s.config.descheduler.image}, but the simulated cluster's real node "
-                f"has {image_name()} alone (built from the module tools/descheduler pins): name that image"
-            )
         return
 
     def cmd() -> list[str]:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# make down: tear down what make up built: stop the local daemons and the local Kueue controller, drop the local stack's state (the
-# cluster it describes is deleted next, so nothing is destroyed object by object), delete the simulated cluster
-# and the local state (.state/sim, .state/kueue, .state/descheduler, .state/pulumi). The tool cache stays.
+# make down: tear down what make up built: stop the local daemons, drop the local stack's state (the cluster it
+# describes is deleted next, so nothing is destroyed object by object), delete the simulated cluster and the local
+# state (.state/sim, .state/descheduler, .state/pulumi). The tool cache stays.
 set -euo pipefail
 
 # shellcheck source=sim/lib.sh
@@ -11,13 +11,11 @@ if [[ -d "$STATE/daemons" ]]; then
   # The daemons of the stack that was deployed: GPUCLUSTER_STACK / GPUCLUSTER_SIM_STACK as make up had them.
   GPUCLUSTER_SIM_STACK="$STACK" "$(sim_python)" "$ROOT/sim/processes.py" stop || warn "some local daemons did not stop cleanly"
 fi
-"$ROOT/sim/jobset.sh" stop
-"$ROOT/sim/kueue.sh" stop
 if [[ -d "$STATE/pulumi" ]]; then
   step "dropping the Pulumi state of the local stack ($STATE/pulumi)"
   rm -rf "$STATE/pulumi" "$STATE/pulumi-home"
 fi
 "$ROOT/sim/down.sh"
-rm -rf "$KUEUE_STATE" "$STATE/descheduler" "$STATE/daemons"
+rm -rf "$STATE/descheduler" "$STATE/daemons"
 rmdir "$STATE" 2>/dev/null || true
 step "down"

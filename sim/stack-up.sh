@@ -1,32 +1,26 @@
 #!/usr/bin/env bash
-# make up: the local stack deployed by the real engine onto the simulated GPU cluster, then Kueue running
-# against it. The Makefile has built the tools and the venv before this runs. Steps:
+# make up: the local stack deployed by the real engine onto the simulated GPU cluster. The Makefile has built the
+# tools and the venv before this runs. Steps:
 #
-#   1. sim/up.sh                      the simulated cluster (idempotent)
-#   2. sim/kueue.sh certs             the loopback certificate the stack's webhook objects trust;
-#      sim/claims.py --register-driver the stack's CSIDriver object (the prerequisites check looks for it)
+#   1. sim/up.sh                      the simulated cluster with its real node (idempotent)
+#   2. sim/claims.py --register-driver the stack's CSIDriver object (the prerequisites check looks for it)
 #   3. sim/processes.py start --outside the fake providers (the world outside the cluster), then
 #      pulumi up --stack local        Pulumi CLI + Python host + Kubernetes provider from the tool cache,
-#                                     state in .state/pulumi (file backend)
-#   4. sim/kueue.sh start             the Kueue controller with the Configuration Pulumi deployed, then
-#      sim/jobset.sh start            the JobSet controller (training jobs are JobSets), and
-#      sim/claims.py                  a volume for each training claim (no CSI driver runs here)
+#                                     state in .state/pulumi (file backend). Kueue's and JobSet's charts run their
+#                                     controllers as pods on the real node; the engine waits for them to be Ready
+#                                     (serving their webhooks) before it creates the Kueue objects, which depend on
+#                                     the chart, so a fresh cluster converges in this one update
+#   4. sim/claims.py                  a volume for each training claim (no CSI driver runs here)
 #   5. the descheduler dry run
 #   6. sim/processes.py start          the stack's daemons that are not pods of the real node as local processes
-#                                     (for the local stack: kube-state-metrics, the Services' stand-in, Prometheus,
-#                                     the descheduler; a stack that leaves them off the real node also gets its
-#                                     provider service, virtual node and controllers here), each with the config
-#                                     and ServiceAccount Pulumi created; then the pods the stack runs on the real
-#                                     node (sim/node.py: the controllers, the metrics adapter, the virtual node)
-#                                     until Ready, and the virtual node's Node
+#                                     (for the local stack: kube-state-metrics, the Services' stand-in,
+#                                     Prometheus; a stack that leaves them off the real node also gets its
+#                                     descheduler, provider service, virtual node and controllers here), each with
+#                                     the config and ServiceAccount Pulumi created; then the pods the stack runs on
+#                                     the real node (sim/node.py: the controllers, the metrics adapter, the virtual
+#                                     node, the descheduler, Kueue, JobSet) until Ready, and the virtual node's Node
 #   7. wait for every ClusterQueue to be Active (the make-before-break check is Active once its controller runs)
 #   8. a summary
-#
-# Kueue's webhooks (failurePolicy Fail) guard the ResourceFlavors, ClusterQueues and LocalQueues, so they can
-# only be created while the controller serves them, and the controller's Configuration is only known once the
-# chart's ConfigMap exists. On a fresh cluster the first update therefore leaves out the Kueue objects
-# (--exclude), the controller starts, and the second update creates them. When the ConfigMap is already there,
-# the controller is started (or kept) before the one update.
 #
 # Environment: GPUCLUSTER_UP_SKIP_PREVIEW=1 skips the engine's preview pass (faster; the default keeps it);
 # GPUCLUSTER_UP_SKIP_DAEMONS=1 leaves the local daemons alone. GPUCLUSTER_STACK (default local) names the stack,
@@ -40,16 +34,18 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 t_start=$SECONDS
-sim_require_tools pulumi pulumi-language-python pulumi-language-python-exec pulumi-resource-kubernetes kueue \
-  jobset descheduler kubectl
+sim_require_tools pulumi pulumi-language-python pulumi-language-python-exec pulumi-resource-kubernetes kubectl
 [[ -x "$ROOT/.venv/bin/python" ]] || die "the Python venv is missing (make venv)"
 [[ -f "$STACK" ]] || die "stack file $STACK not found (GPUCLUSTER_STACK=$STACK_NAME, GPUCLUSTER_SIM_STACK)"
 mapfile -t config_file < <(stack_file_args)
 # sim/processes.py (the daemons, their config) reads the same file.
 export GPUCLUSTER_SIM_STACK="$STACK"
 
+# The upstream charts' controllers run only on the real node, from the images built here: a stack that puts them
+# elsewhere, or names another release, is refused before anything is deployed.
+"$(sim_python)" "$ROOT/sim/chart_pods.py" check ||
+  die "the stack's Kueue, JobSet or descheduler pods could not run on the simulated cluster (the reason is above)"
 "$ROOT/sim/up.sh"
-"$ROOT/sim/kueue.sh" certs
 # The stack's storage driver as a real cluster has it registered: the prerequisites check of every preview and up
 # looks for it (no node plugin runs on the simulated nodes; sim/claims.py binds the claims below).
 KUBECONFIG="$KUBECONFIG_FILE" "$(sim_python)" "$ROOT/sim/claims.py" --register-driver ||
@@ -87,27 +83,8 @@ pulumi_up() {
   pulumi up "${up_args[@]}" "$@"
 }
 
-kueue_configmap_exists() {
-  kubectl --kubeconfig "$KUBECONFIG_FILE" get configmap -A -l app.kubernetes.io/name=kueue -o name 2>/dev/null |
-    grep -q -- '-manager-config$'
-}
-
-if (pid_alive "$KUEUE_STATE/kueue.pid" || kueue_configmap_exists) && "$ROOT/sim/kueue.sh" start; then
-  : # the controller serves the webhooks the update will call
-else
-  # A fresh cluster, or one where an earlier update stopped before the chart was complete.
-  step "first update without the Kueue objects (their webhooks need the controller, which needs the chart)"
-  pulumi_up --exclude '**kubernetes:kueue.x-k8s.io/**' --exclude-dependents ||
-    die "pulumi up (without the Kueue objects) failed"
-  "$ROOT/sim/kueue.sh" start
-fi
-
 step "pulumi up --stack $STACK_NAME"
 pulumi_up || die "pulumi up failed twice (the engine's message is above)"
-# The update may have changed Kueue's Configuration: restart the controller if so.
-"$ROOT/sim/kueue.sh" start
-# The chart installed the JobSet CRD and pointed its webhooks at loopback: serve them.
-"$ROOT/sim/jobset.sh" start
 # No CSI driver runs here: give each training claim a volume, or no pod mounting one is ever scheduled.
 "$(sim_python)" "$ROOT/sim/claims.py" || die "the training claims could not be bound (the reason is above)"
 
@@ -132,8 +109,7 @@ alone run: $placed (leave the real node on, or use a stack that does not place t
       "$(sim_python)" "$ROOT/sim/deployed.py" wait-virtual-node --timeout 180 ||
         die "the virtual node did not become Ready (the reason is above)"
     fi
-    # The metrics adapter's custom.metrics.k8s.io answers once the API server reaches its pods (Kueue's visibility
-    # API is not served here: its APIServices stay unavailable, and are not waited for).
+    # The metrics adapter's custom.metrics.k8s.io answers once the API server reaches its pods.
     adapter=(apiservices.apiregistration.k8s.io -l app.kubernetes.io/name=gpucluster-metrics-adapter)
     if [[ -n "$(kubectl get "${adapter[@]}" -o name)" ]]; then
       step "waiting for the metrics adapter's APIService to be Available"

@@ -2,10 +2,7 @@
 
 ``python sim/stack_value.py STACK_FILE NAME`` prints the value, NAME one of:
 
-- ``kueue-namespace``: where the Kueue chart is installed (sim/kueue.sh reads its manager ConfigMap there);
-- ``descheduler-namespace``: where the descheduler chart is installed (sim/descheduler.sh reads its policy there);
-- ``jobset-webhook-port``: the loopback port of ``jobset.localWebhooks.url`` (sim/jobset.sh serves it), empty when
-  the stack has no local JobSet webhooks.
+- ``descheduler-namespace``: where the descheduler chart is installed (sim/descheduler.sh reads its policy there).
 
 A stack file that is not valid is reported with every problem and its key path (exit status 2).
 """
@@ -22,11 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 #: What a script may ask for, and where it lives in the stack's config.
 VALUES: dict[str, Callable[[Any], object]] = {
-    "kueue-namespace": lambda cfg: cfg.kueue.namespace,
     "descheduler-namespace": lambda cfg: cfg.descheduler.namespace,
-    "jobset-webhook-port": lambda cfg: (
-        cfg.jobset.local_webhooks.url.rsplit(":", 1)[1] if cfg.jobset.enabled and cfg.jobset.local_webhooks else ""
-    ),
 }
 
 

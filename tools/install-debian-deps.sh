@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # make debian-deps: the Debian packages `make up` and the tests need: prometheus (the Prometheus the simulated
 # cluster's taint controllers query, promtool for the rule tests, the real Prometheus the exporter tests scrape),
-# prometheus-node-exporter (benchmark baseline), openssl and curl (the local Kueue controller's certificate and
-# readiness probe), and what `make images` builds and checks images with: mmdebstrap (the Debian base), umoci
+# prometheus-node-exporter (benchmark baseline), openssl (the keys of the tests' own API servers) and curl (what
+# the docs' checks use), and what `make images` builds and checks images with: mmdebstrap (the Debian base), umoci
 # (unpacks an image into a runtime bundle), runc (runs it: Debian's crun 1.8 refuses a hybrid cgroup hierarchy),
 # skopeo (inspects and pushes OCI archives); and the simulated cluster's real node (sim/node.py): containerd (with
 # runc), containernetworking-plugins (the pod bridge), iptables (kube-proxy), gcc and libc6-dev (the sandbox's static

@@ -101,6 +101,25 @@ def test_kueue_chart_is_pinned_and_gangs_wait_for_pods_ready(local: Graph, prod:
     assert "nvidia.com/gpu" not in manager["resources"]["excludeResourcePrefixes"]
 
 
+def test_kueue_runs_upstreams_image_at_the_charts_release_with_its_own_certificates(local: Graph, prod: Graph) -> None:
+    """The module's chart names a staging image at a branch tag, pulled Always (``k8s-staging-images/kueue/kueue:
+    release-0.17``): every stack names the release instead, and Kueue's internal certificate management stays on
+    (the API server calls the webhooks through the chart's Service)."""
+    for chart in (local.one(CHART, "sim-queues-kueue"), prod.one(CHART, "prod-queues-kueue")):
+        values = chart.inputs["values"]
+        assert values["controllerManager"]["manager"]["image"] == {
+            "repository": "registry.k8s.io/kueue/kueue",
+            "tag": "v0.17.0",
+            "pullPolicy": "IfNotPresent",
+        }
+        assert "internalCertManagement" not in yaml.safe_load(values["managerConfig"]["controllerManagerConfigYaml"])
+    # Only the simulated cluster places it: on its real node, with the stack's smaller requests deep-merged in.
+    local_values = local.one(CHART, "sim-queues-kueue").inputs["values"]["controllerManager"]
+    assert local_values["nodeSelector"] == {"sim.gpucluster.io/real-node": "true"}
+    assert local_values["manager"]["resources"]["requests"]["cpu"] == "100m"
+    assert "nodeSelector" not in prod.one(CHART, "prod-queues-kueue").inputs["values"]["controllerManager"]
+
+
 def test_wait_for_pods_ready_can_be_switched_off_and_then_is_absent(local_cfg: StackConfig) -> None:
     settings = local_cfg.kueue.model_copy(
         update={"wait_for_pods_ready": local_cfg.kueue.wait_for_pods_ready.model_copy(update={"enable": False})}

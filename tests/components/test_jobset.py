@@ -1,5 +1,5 @@
 """The JobSet controller: its pinned chart (the version Kueue v0.17.0 requires), offline from its Go module, in every
-stack, and the local stack's webhooks served on loopback."""
+stack, from upstream's image at the chart's release (never the staging image the module's chart names)."""
 
 from __future__ import annotations
 
@@ -36,6 +36,28 @@ def test_two_replicas_with_leader_election_and_the_stack_s_extras_merged() -> No
     assert values["prometheus"] == {}
 
 
+def test_the_image_is_upstreams_at_the_charts_release_and_never_pulled_again() -> None:
+    """The module's chart names ``us-central1-docker.pkg.dev/k8s-staging-images/jobset/jobset:main``, pulled Always:
+    a floating staging build. The values always name the release."""
+    assert jobset_chart_values(JobSetSettings())["image"] == {
+        "repository": "registry.k8s.io/jobset/jobset",
+        "tag": "v0.11.1",
+        "pullPolicy": "IfNotPresent",
+    }
+    mirrored = JobSetSettings(image="mirror.example/jobset:v0.11.1@sha256:" + "b" * 64)
+    assert jobset_chart_values(mirrored)["image"]["tag"] == "v0.11.1@sha256:" + "b" * 64
+
+
+def test_the_controller_pods_go_where_the_stack_places_them() -> None:
+    settings = JobSetSettings.model_validate(
+        {"podNodeSelector": {"node-role/system": "true"}, "podTolerations": [{"key": "system", "operator": "Exists"}]}
+    )
+    controller = jobset_chart_values(settings)["controller"]
+    assert controller["nodeSelector"] == {"node-role/system": "true"}
+    assert controller["tolerations"] == [{"key": "system", "operator": "Exists"}]
+    assert "nodeSelector" not in jobset_chart_values(JobSetSettings())["controller"]
+
+
 def test_the_component_installs_the_chart_in_its_namespace() -> None:
     source = GoModuleChart(module="sigs.k8s.io/jobset", version="v0.11.1", path="charts/jobset")
     settings = JobSetSettings(chart=ChartSource(go_module=source))
@@ -56,8 +78,7 @@ def test_a_disabled_controller_is_not_a_component() -> None:
 def test_every_stack_runs_jobset(stack: str) -> None:
     cfg = load_stack_file(ROOT / "stacks" / f"Pulumi.{stack}.yaml")
     assert cfg.jobset.enabled
-    # Only the local stack serves the webhooks from a process outside the cluster.
-    assert (cfg.jobset.local_webhooks is not None) == (stack == "local")
+    assert cfg.jobset.controller_image == f"registry.k8s.io/jobset/jobset:v{cfg.jobset.chart_version}"
 
 
 def test_the_webhook_certificate_secret_is_left_to_the_controller_and_kept_secret() -> None:

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import yaml
 
 from components.config import load_stack_file
 from components.metrics_adapter import APP
@@ -28,6 +29,7 @@ pytestmark = pytest.mark.integration
 
 node = load_sim_module("node")
 processes = load_sim_module("processes")
+upstream_images = load_sim_module("upstream_images")
 CFG = load_stack_file(ROOT / "stacks" / "Pulumi.local.yaml")
 PROMETHEUS = f"http://127.0.0.1:{processes.PROMETHEUS_PORT}"
 #: The controllers the local stack places on the real node (their sections' nodeSelector).
@@ -243,32 +245,166 @@ def test_every_series_the_stack_reads_comes_from_a_target_the_running_prometheus
     assert not left, "targets a rule, panel or query of the stack needs are not up:\n" + "\n".join(left)
 
 
+def _running_pods(local_stack: LocalStack, ns: str, selector: str) -> list[dict[str, Any]]:
+    return [p for p in local_stack.items("pods", "-n", ns, "-l", selector) if "deletionTimestamp" not in p["metadata"]]
+
+
+def _chart_pods_ready(local_stack: LocalStack, ns: str, selector: str) -> list[dict[str, Any]]:
+    """The chart Deployment's pods once it has rolled out: each on the real node, each container Ready."""
+    (deployment,) = local_stack.items("deployment", "-n", ns, "-l", selector)
+    name = deployment["metadata"]["name"]
+    local_stack.kubectl("rollout", "status", "-n", ns, f"deployment/{name}", "--timeout=180s")
+    pods = _running_pods(local_stack, ns, selector)
+    assert len(pods) == deployment["spec"]["replicas"]
+    for pod in pods:
+        assert pod["spec"]["nodeName"] == node.NODE_NAME
+        assert all(s["ready"] for s in pod["status"]["containerStatuses"]), pod["metadata"]["name"]
+    return pods
+
+
+def _runs_the_upstream_image(pod: dict[str, Any], tool: str, configured: str) -> None:
+    """The pod's container is the stack's configured image, which is upstream's release the tools pin, imported
+    from the archive sim/upstream_images.py built from that module."""
+    spec = upstream_images.ALL[tool]
+    (container,) = pod["spec"]["containers"]
+    assert container["image"] == configured == spec.image_name()
+    assert container["imagePullPolicy"] == "IfNotPresent"
+    (status,) = pod["status"]["containerStatuses"]
+    assert status["imageID"].endswith("@" + node.archive_digest(node.Paths().upstream_archives[tool]))
+
+
 def test_the_descheduler_charts_pod_runs_on_the_node_from_the_image_built_from_its_module(
     local_stack: LocalStack,
 ) -> None:
     """The chart's own Deployment, ServiceAccount, policy and HTTPS liveness probe, on the real node, from the image
-    sim/descheduler_image.py builds (the release the tools pin, named as upstream's); it runs its cycles."""
-    descheduler_image = load_sim_module("descheduler_image")
+    sim/upstream_images.py builds (the release the tools pin, named as upstream's); it runs its cycles."""
     ns = CFG.descheduler.namespace
-    (deployment,) = local_stack.items("deployment", "-n", ns, "-l", "app.kubernetes.io/name=descheduler")
-    name = deployment["metadata"]["name"]
-    local_stack.kubectl("rollout", "status", "-n", ns, f"deployment/{name}", "--timeout=120s")
-    pods = [
-        p
-        for p in local_stack.items("pods", "-n", ns, "-l", "app.kubernetes.io/name=descheduler")
-        if "deletionTimestamp" not in p["metadata"]
-    ]
-    (pod,) = pods
-    assert pod["spec"]["nodeName"] == node.NODE_NAME
+    (pod,) = _chart_pods_ready(local_stack, ns, "app.kubernetes.io/name=descheduler")
+    _runs_the_upstream_image(pod, "descheduler", CFG.descheduler.image)
     (container,) = pod["spec"]["containers"]
-    assert container["image"] == CFG.descheduler.image == descheduler_image.image_name()
     assert f"--descheduling-interval={CFG.descheduler.interval}" in container["args"]
-    (status,) = pod["status"]["containerStatuses"]
-    assert status["ready"] is True
-    assert status["imageID"].endswith("@" + node.archive_digest(node.Paths().descheduler_archive))
     # A whole cycle of the policy the chart mounted, with the ServiceAccount the chart made (its interval: 20s).
     wait_for(
         "the descheduler logging a finished cycle",
         lambda: "Number of evictions/requests" in local_stack.kubectl("logs", "-n", ns, pod["metadata"]["name"]),
         timeout=60,
     )
+
+
+#: Kueue's and JobSet's charts: (tool, namespace, the controller pods' selector, the image the stack configures).
+CHART_CONTROLLERS = [
+    (
+        "kueue",
+        CFG.kueue.namespace,
+        "app.kubernetes.io/name=kueue,control-plane=controller-manager",
+        CFG.kueue.controller_image,
+    ),
+    (
+        "jobset",
+        CFG.jobset.namespace,
+        "app.kubernetes.io/name=jobset,app.kubernetes.io/component=controller",
+        CFG.jobset.controller_image,
+    ),
+]
+
+
+@pytest.mark.parametrize("chart", CHART_CONTROLLERS, ids=[c[0] for c in CHART_CONTROLLERS])
+def test_kueue_and_jobset_run_as_their_charts_pods_with_the_configuration_pulumi_deployed(
+    local_stack: LocalStack, chart: tuple[str, str, str, str]
+) -> None:
+    """The chart's Deployment, ServiceAccount and mounted Configuration on the real node, from upstream's image at
+    the pinned release built from its module; its log says it started the controllers the Configuration names."""
+    tool, ns, selector, image = chart
+    pods = _chart_pods_ready(local_stack, ns, selector)
+    for pod in pods:
+        _runs_the_upstream_image(pod, tool, image)
+    logs = "".join(local_stack.kubectl("logs", "-n", ns, p["metadata"]["name"]) for p in pods)
+    assert "Starting workers" in logs, f"no {tool} controller started its workers:\n{logs[-2000:]}"
+
+
+def test_kueue_serves_the_configuration_pulumi_deployed(local_stack: LocalStack) -> None:
+    """The pod reads the chart's ConfigMap as it is: the stack's pods-ready gate, and Kueue's own certificate
+    management (nothing on the simulated cluster turns it off)."""
+    ns = CFG.kueue.namespace
+    (cm,) = [
+        c
+        for c in local_stack.items("configmap", "-n", ns, "-l", "app.kubernetes.io/name=kueue")
+        if c["metadata"]["name"].endswith("-manager-config")
+    ]
+    deployed = yaml.safe_load(cm["data"]["controller_manager_config.yaml"])
+    assert deployed["internalCertManagement"]["enable"] is True
+    assert deployed["waitForPodsReady"]["timeout"] == CFG.kueue.wait_for_pods_ready.timeout
+    (pod,) = _chart_pods_ready(local_stack, ns, "app.kubernetes.io/name=kueue,control-plane=controller-manager")
+    mounted = {v["name"]: v for v in pod["spec"]["volumes"]}
+    assert mounted["manager-config"]["configMap"]["name"] == cm["metadata"]["name"]
+
+
+@pytest.mark.parametrize("group", ["kueue", "jobset"])
+def test_the_api_server_calls_the_charts_webhooks_through_their_services(local_stack: LocalStack, group: str) -> None:
+    """Every webhook names the chart's Service (never a URL) with the CA the controller's own certificate management
+    injected, and the API server reaches it: an object the webhook refuses is refused by it, by name."""
+    hooks = local_stack.items("validatingwebhookconfigurations", "-l", f"app.kubernetes.io/name={group}")
+    hooks += local_stack.items("mutatingwebhookconfigurations", "-l", f"app.kubernetes.io/name={group}")
+    assert hooks, f"no {group} webhook configurations"
+    for cfg in hooks:
+        for hook in cfg["webhooks"]:
+            assert "url" not in hook["clientConfig"], hook["name"]
+            assert hook["clientConfig"]["service"]["name"], hook["name"]
+            assert hook["clientConfig"].get("caBundle"), f"{hook['name']}: no CA injected"
+    refused = WEBHOOK_REFUSALS[group]
+    out = local_stack.run(
+        "kubectl", "apply", "--dry-run=server", "-f", "-", input=json.dumps(refused["object"]), check=False
+    )
+    assert out.returncode != 0, f"{group}'s webhook let {refused['object']['kind']} through"
+    assert f'admission webhook "{refused["webhook"]}" denied the request' in out.stderr, out.stderr
+
+
+#: An object each chart's validating webhook refuses (a server-side dry run: nothing is created).
+WEBHOOK_REFUSALS: dict[str, dict[str, Any]] = {
+    "kueue": {
+        "webhook": "vclusterqueue.kb.io",
+        "object": {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "ClusterQueue",
+            "metadata": {"name": "webhook-probe"},
+            # One flavor in two resource groups: Kueue's webhook refuses it (the schema has no rule for it).
+            "spec": {
+                "resourceGroups": [
+                    {
+                        "coveredResources": [resource],
+                        "flavors": [{"name": "f", "resources": [{"name": resource, "nominalQuota": quota}]}],
+                    }
+                    for resource, quota in (("cpu", "1"), ("memory", "1Gi"))
+                ]
+            },
+        },
+    },
+    "jobset": {
+        "webhook": "validate-jobset-x-k8s-io-v1alpha2-jobset.x-k8s.io",
+        "object": {
+            "apiVersion": "jobset.x-k8s.io/v1alpha2",
+            "kind": "JobSet",
+            "metadata": {"name": "webhook-probe", "namespace": "default"},
+            # A success policy naming a replicated job the JobSet does not have: JobSet's webhook refuses it.
+            "spec": {
+                "successPolicy": {"operator": "All", "targetReplicatedJobs": ["absent"]},
+                "replicatedJobs": [
+                    {
+                        "name": "w",
+                        "replicas": 1,
+                        "template": {
+                            "spec": {
+                                "template": {
+                                    "spec": {
+                                        "restartPolicy": "Never",
+                                        "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}],
+                                    }
+                                }
+                            }
+                        },
+                    }
+                ],
+            },
+        },
+    },
+}

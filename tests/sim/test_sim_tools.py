@@ -1,4 +1,4 @@
-"""The simulated cluster's helpers that need no cluster: fake nodes from a stack, the local Kueue config."""
+"""The simulated cluster's helpers that need no cluster: fake nodes from a stack, the values the scripts read."""
 
 from __future__ import annotations
 
@@ -16,7 +16,6 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 nodes = load_sim_module("nodes")
-kueue_config = load_sim_module("kueue_config")
 
 
 # --- sim/nodes.py -------------------------------------------------------------------------------------------
@@ -113,90 +112,6 @@ def test_status_patch_of_an_unknown_node_is_an_error(capsys: pytest.CaptureFixtu
     assert "no node 'h100-node-9'" in capsys.readouterr().err
 
 
-# --- sim/kueue_config.py ------------------------------------------------------------------------------------
-
-DEPLOYED = {
-    "apiVersion": "config.kueue.x-k8s.io/v1beta2",
-    "kind": "Configuration",
-    "health": {"healthProbeBindAddress": ":8081"},
-    "metrics": {"bindAddress": ":8443"},
-    "webhook": {"port": 9443},
-    "waitForPodsReady": {"timeout": "2m", "blockAdmission": True},
-    "internalCertManagement": {"enable": False},
-}
-
-
-def _configmap(data: dict[str, str]) -> dict[str, Any]:
-    return {"metadata": {"name": "kueue-manager-config"}, "data": data}
-
-
-def test_only_listeners_and_cert_dir_change() -> None:
-    local = kueue_config.local_config(
-        DEPLOYED,
-        webhook_url="https://127.0.0.1:19443",
-        cert_dir=Path("/certs"),
-        health="127.0.0.1:18081",
-        metrics="127.0.0.1:18443",
-    )
-    assert local["webhook"] == {"port": 19443, "host": "127.0.0.1", "certDir": "/certs"}
-    assert local["health"]["healthProbeBindAddress"] == "127.0.0.1:18081"
-    assert local["metrics"]["bindAddress"] == "127.0.0.1:18443"
-    changed = kueue_config.changed_keys(DEPLOYED, local)
-    assert set(changed) <= set(kueue_config.LOCAL_KEYS)
-    assert {"webhook.port", "webhook.certDir", "metrics.bindAddress", "featureGates.VisibilityOnDemand"} <= set(changed)
-    assert local["waitForPodsReady"] == DEPLOYED["waitForPodsReady"]
-    assert DEPLOYED["webhook"] == {"port": 9443}, "the deployed config must not be modified in place"
-
-
-def test_leader_election_is_off_for_the_single_local_process() -> None:
-    kw = {"webhook_url": "https://127.0.0.1:1", "cert_dir": Path("/c"), "health": "h", "metrics": "m"}
-    on = {**DEPLOYED, "leaderElection": {"leaderElect": True, "resourceName": "c1f6bfd2.kueue.x-k8s.io"}}
-    local = kueue_config.local_config(on, **kw)
-    assert local["leaderElection"] == {"leaderElect": False, "resourceName": "c1f6bfd2.kueue.x-k8s.io"}
-    assert kueue_config.changed_keys(on, local) == sorted(kueue_config.changed_keys(on, local))
-    assert "leaderElection.leaderElect" in kueue_config.changed_keys(on, local)
-
-
-def test_configmap_round_trip() -> None:
-    cm = _configmap({kueue_config.CONFIG_KEY: yaml.safe_dump(DEPLOYED)})
-    assert kueue_config.deployed_config(cm) == DEPLOYED
-
-
-@pytest.mark.parametrize(
-    ("data", "message"),
-    [
-        ({}, "no data key"),
-        ({"controller_manager_config.yaml": "a: [b"}, "not YAML"),
-        ({"controller_manager_config.yaml": "kind: Other"}, "not a Kueue Configuration"),
-    ],
-)
-def test_configmap_problems_name_the_configmap(data: dict[str, str], message: str) -> None:
-    with pytest.raises(kueue_config.LocalConfigError, match=f"kueue-manager-config.*{message}"):
-        kueue_config.deployed_config(_configmap(data))
-
-
-@pytest.mark.parametrize("url", ["http://127.0.0.1:9443", "https://127.0.0.1", "127.0.0.1:9443"])
-def test_webhook_url_must_be_https_with_a_port(url: str) -> None:
-    with pytest.raises(kueue_config.LocalConfigError, match=r"localWebhooks\.url"):
-        kueue_config.webhook_listener(url)
-
-
-def test_cli_writes_the_local_config(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    cm = _configmap({kueue_config.CONFIG_KEY: yaml.safe_dump(DEPLOYED)})
-    monkeypatch.setattr("sys.stdin", __import__("io").StringIO(json.dumps(cm)))
-    rc = kueue_config.main(["--stack", str(ROOT / "stacks" / "Pulumi.local.yaml"), "--cert-dir", "/c", "--diff"])
-    out = capsys.readouterr()
-    assert rc == 0
-    assert yaml.safe_load(out.out)["webhook"]["port"] == 19443
-    assert "webhook.port" in out.err
-
-
-def test_cli_refuses_a_stack_without_local_webhooks(capsys: pytest.CaptureFixture[str]) -> None:
-    rc = kueue_config.main(["--stack", str(ROOT / "stacks" / "Pulumi.prod.yaml"), "--cert-dir", "/c"])
-    assert rc == 2
-    assert "kueue.localWebhooks is not set" in capsys.readouterr().err
-
-
 def test_remote_nodes_are_the_second_clusters_inventory() -> None:
     built = nodes.remote_nodes()
     assert [n["metadata"]["name"] for n in built] == ["remote-gpu-0", "remote-gpu-1"]
@@ -260,9 +175,8 @@ stack_value = load_sim_module("stack_value")
 
 def test_stack_values_the_scripts_read(capsys: pytest.CaptureFixture[str]) -> None:
     local = str(ROOT / "stacks" / "Pulumi.local.yaml")
-    assert stack_value.main([local, "kueue-namespace"]) == 0
     assert stack_value.main([local, "descheduler-namespace"]) == 0
-    assert capsys.readouterr().out == "kueue-system\nkube-system\n"
+    assert capsys.readouterr().out == "kube-system\n"
 
 
 def test_a_broken_stack_names_its_key_path(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -270,7 +184,7 @@ def test_a_broken_stack_names_its_key_path(tmp_path: Path, capsys: pytest.Captur
     doc["config"]["gpucluster:flavors"][0]["gpusPerNode"] = 0
     bad = tmp_path / "Pulumi.bad.yaml"
     bad.write_text(yaml.safe_dump(doc))
-    assert stack_value.main([str(bad), "kueue-namespace"]) == 2
+    assert stack_value.main([str(bad), "descheduler-namespace"]) == 2
     err = capsys.readouterr().err
     assert "flavors[0].gpusPerNode" in err
     assert "Traceback" not in err

@@ -29,7 +29,6 @@ ROOT = Path(__file__).resolve().parents[2]
 CFG = load_stack_file(ROOT / "stacks" / "Pulumi.local.yaml")
 KUEUE = "kueue.x-k8s.io"
 TEST_LABEL = "gpucluster.io/integration-test"
-kueue_config = load_sim_module("kueue_config")
 flip = load_sim_module("flip")
 processes = load_sim_module("processes")
 
@@ -201,33 +200,6 @@ def test_every_training_namespace_has_its_claims(local_stack: LocalStack) -> Non
     sc = local_stack.get("storageclass", storage.storage_class_name)
     assert sc["provisioner"] == storage.provisioner
     assert sc["reclaimPolicy"] == "Retain"
-
-
-def test_local_kueue_runs_the_deployed_configuration(local_stack: LocalStack) -> None:
-    ns = CFG.kueue.namespace
-    cm = next(
-        c
-        for c in local_stack.items("configmap", "-n", ns, "-l", "app.kubernetes.io/name=kueue")
-        if c["metadata"]["name"].endswith("-manager-config")
-    )
-    deployed = yaml.safe_load(cm["data"]["controller_manager_config.yaml"])
-    running_cfg = yaml.safe_load((ROOT / ".state" / "kueue" / "config.yaml").read_text())
-    changed = kueue_config.changed_keys(deployed, running_cfg)
-    assert set(changed) <= set(kueue_config.LOCAL_KEYS), f"local Kueue differs from the deployed config: {changed}"
-    assert deployed["internalCertManagement"] == {"enable": False}
-    assert deployed["waitForPodsReady"]["timeout"] == CFG.kueue.wait_for_pods_ready.timeout
-    assert running_cfg["webhook"]["port"] == int(CFG.kueue.local_webhooks.url.rsplit(":", 1)[1])  # type: ignore[union-attr]
-
-
-def test_webhooks_point_at_the_local_controller(local_stack: LocalStack) -> None:
-    url = CFG.kueue.local_webhooks.url  # type: ignore[union-attr]
-    hooks = local_stack.items("mutatingwebhookconfigurations", "-l", "app.kubernetes.io/name=kueue")
-    hooks += local_stack.items("validatingwebhookconfigurations", "-l", "app.kubernetes.io/name=kueue")
-    assert hooks, "no Kueue webhook configurations"
-    for cfg in hooks:
-        for hook in cfg["webhooks"]:
-            assert hook["clientConfig"]["url"].startswith(url + "/"), hook["name"]
-            assert "service" not in hook["clientConfig"]
 
 
 # --- Kueue and the scheduler at work -----------------------------------------------------------------------------

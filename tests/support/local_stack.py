@@ -38,6 +38,7 @@ NEEDED_TOOLS = (
     "kube-scheduler",
     "kubectl",
     "kueue",
+    "jobset",
     "descheduler",
     "pulumi",
     "pulumi-language-python",
@@ -45,9 +46,9 @@ NEEDED_TOOLS = (
     "gpucluster-virtual-node",
     "kube-state-metrics",
 )
-#: What sim/stack-up.sh runs from Debian packages (make debian-deps): the daemons' Prometheus, the local Kueue
-#: controller's certificate and readiness probe.
-DEBIAN_PROGRAMS = ("prometheus", "openssl", "curl")
+#: What sim/stack-up.sh runs from Debian packages (make debian-deps) besides the real node's parts, which
+#: sim/node.py checks itself: the daemons' Prometheus.
+DEBIAN_PROGRAMS = ("prometheus",)
 
 
 @dataclass(frozen=True)
@@ -175,7 +176,22 @@ def _already_up(stack: LocalStack) -> bool:
     if not KUBECONFIG.exists() or not (STATE / "pulumi").is_dir():
         return False
     probe = stack.run("kubectl", "get", "clusterqueues.kueue.x-k8s.io", "-o", "name", check=False, timeout=30)
-    return probe.returncode == 0 and bool(probe.stdout.strip()) and (STATE / "kueue" / "kueue.pid").exists()
+    if probe.returncode != 0 or not probe.stdout.strip():
+        return False
+    # Kueue's controller is the chart's pod on the real node: up once its Deployment has an available replica.
+    kueue = stack.run(
+        "kubectl",
+        "get",
+        "deployments",
+        "-A",
+        "-l",
+        "app.kubernetes.io/name=kueue",
+        "-o",
+        "jsonpath={.items[*].status.availableReplicas}",
+        check=False,
+        timeout=30,
+    )
+    return kueue.returncode == 0 and any(int(n) > 0 for n in kueue.stdout.split() if n.isdigit())
 
 
 def _script(stack: LocalStack, name: str, log: Path) -> None:

@@ -187,27 +187,29 @@ def test_pulumi_yaml_declares_the_same_burst_taint_key_default() -> None:
     assert project_defaults()["burstTaintKey"] == DEFAULT_BURST_TAINT_KEY
 
 
-# --- the local webhook URL's port is in range --------------------------------------------------------------------
+# --- the charts' controller images are ones their charts can compose -------------------------------------------
 
 
 @pytest.mark.parametrize(
-    ("url", "ok"),
+    ("section", "image", "refusal"),
     [
-        ("https://127.0.0.1:19443", True),
-        ("https://[::1]:65535", True),
-        ("https://127.0.0.1:99999", False),
-        ("https://127.0.0.1:0", False),
-        ("https://example.com:443", False),
-        ("http://127.0.0.1:19443", False),
+        ("kueue", "registry.k8s.io/kueue/kueue:v0.17.0", None),
+        ("kueue", "mirror.example/kueue/kueue:v0.17.0@sha256:" + "a" * 64, None),
+        ("kueue", "registry.k8s.io/kueue/kueue", "is not pinned"),
+        # Pinned, but the chart writes repository:tag, so a digest alone makes no reference.
+        ("kueue", "registry.k8s.io/kueue/kueue@sha256:" + "a" * 64, "the chart composes repository:tag: name a tag"),
+        ("jobset", "registry.k8s.io/jobset/jobset:v0.11.1", None),
+        ("jobset", "registry.k8s.io/jobset/jobset@sha256:" + "a" * 64, "the chart composes repository:tag"),
     ],
 )
-def test_local_webhook_url(url: str, ok: bool) -> None:
-    def set_url(raw: dict[str, Any]) -> None:
-        raw["kueue"]["localWebhooks"] = {"url": url, "caBundleFile": ".state/kueue/certs/ca.crt"}
+def test_a_chart_controller_image_needs_a_tag(section: str, image: str, refusal: str | None) -> None:
+    def set_image(raw: dict[str, Any]) -> None:
+        raw.setdefault(section, {})["image"] = image
 
-    if ok:
+    if refusal is None:
         raw = read_stack_file(PROD)
-        set_url(raw)
-        assert parse_stack_config(raw, "test").kueue.local_webhooks is not None
+        set_image(raw)
+        assert getattr(parse_stack_config(raw, "test"), section).controller_image == image
     else:
-        assert any(i.startswith("kueue.localWebhooks.url: ") and "loopback" in i for i in _issues(set_url))
+        issues = _issues(set_image)
+        assert any(i.startswith(f"{section}.image: ") and refusal in i for i in issues), issues
