@@ -11,6 +11,7 @@ import base64
 import json
 import os
 import subprocess
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -19,6 +20,7 @@ from typing import Any
 import pytest
 
 from tests.ansible.harness import SHIMS, filter_plugin
+from tests.support.apiserver import free_port
 
 SAMPLES = Path(__file__).resolve().parents[1] / "fixtures" / "ansible" / "outputs"
 
@@ -268,7 +270,11 @@ def _counters(tmp: Path, values: dict[str, int]) -> dict[str, Any]:
 def _shim_env(knobs: dict[str, Any], tmp: Path, host: str, address: str) -> dict[str, str]:
     (tmp / host).mkdir(exist_ok=True)
     path = tmp / host / "knobs.json"
-    path.write_text(json.dumps(knobs))
+    # Written whole and renamed into place: the HCAs' shims of one host start in parallel threads, and a shim that
+    # read the file while another thread rewrote it in place found it empty and died (a flaky "Couldn't connect").
+    staged = path.with_name(f"knobs.{threading.get_ident()}.json")
+    staged.write_text(json.dumps(knobs))
+    os.replace(staged, path)
     return {
         **os.environ,
         "GPUCLUSTER_SHIM_KNOBS": str(path),
@@ -311,8 +317,11 @@ def _ib(knobs: dict[str, Any], tmp: Path, floor: float = 40.0, after: dict[str, 
     stat = shim("ibstat", knobs=knobs, tmp=tmp)
     hcas = [f"mlx5_{i}" for i in range(8)]
     me = ("node", "127.0.0.1", knobs)
+    # A port of its own for each pair, never the previous call's: a server bound where the last one just stopped
+    # was sometimes refused (Address already in use), and the test saw "Couldn't connect".
+    ports = [free_port() for _ in hcas]
     with ThreadPoolExecutor(len(hcas)) as pool:  # one HCA after another would take -D seconds each
-        bws = list(pool.map(lambda i: write_bw(tmp, hcas[i], me, me, 18515 + i), range(len(hcas))))
+        bws = list(pool.map(lambda i: write_bw(tmp, hcas[i], me, me, ports[i]), range(len(hcas))))
     base = {"mlx5_0 port 1 symbol_error": 0, "mlx5_2 port 1 link_downed": 1}
     verdict: dict[str, Any] = ib.ib_verdict(
         stat, _counters(tmp, base), _counters(tmp, after or base), bws, hcas, 1, 400, floor
@@ -338,7 +347,8 @@ def test_ib_port_down_and_half_rate_are_named(tmp_path: Path) -> None:
 
 
 def test_ib_bandwidth_floor(tmp_path: Path) -> None:
-    assert _ib({"ib_bw_gbps": 320}, tmp_path, floor=40.0)["status"] == "pass"
+    at_floor = _ib({"ib_bw_gbps": 320}, tmp_path, floor=40.0)
+    assert at_floor["status"] == "pass", at_floor["reasons"]
     low = _ib({"ib_bw_gbps": 319}, tmp_path, floor=40.0)
     assert low["reasons"][0] == "ib_write_bw loopback on mlx5_0: 39.88 GB/s, below floor 40 GB/s"
 
