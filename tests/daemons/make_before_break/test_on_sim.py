@@ -138,7 +138,10 @@ def test_serving_moves_first_nothing_is_preempted_and_pulumi_leaves_the_flip_alo
         path=flip.MAKE_BEFORE_BREAK,
         quiet=True,
         out=tmp_path,
-        train_for="45s",
+        # Long enough that no training pod is done before the load step's replicas are scheduled: the gang's pods
+        # start up to 40 s apart on a loaded machine (Kueue ungates them one by one), and a finished pod's GPUs
+        # would take the new replicas in-cluster.
+        train_for="120s",
         during=during,
         load_rate=flip.LOAD_RATE,
         load_step=flip.LoadStep(step, 40),
