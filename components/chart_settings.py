@@ -7,13 +7,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 from pydantic.alias_generators import to_camel
 
 from components.image_refs import tag_of
-from components.model import ConfigModel, Problem
+from components.model import ConfigModel, Image, Problem, QualifiedName, SemVer, Toleration
 
 _SEMVER = r"^v?\d+\.\d+\.\d+(?:[-+][0-9A-Za-z.-]+)?$"
 
@@ -62,12 +62,45 @@ class ChartSource(ConfigModel):
         return "goModule"
 
 
-def image_problems(image: str | None, repository: str, chart_version: str) -> Iterator[Problem]:
-    """A chart controller's ``image`` setting that its chart cannot compose (the charts write ``repository:tag``)."""
-    if image is not None and tag_of(image) is None:
-        yield Problem(
-            ("image",),
-            f"the chart composes repository:tag: name a tag, such as {repository}:v{chart_version.removeprefix('v')} "
-            "(a digest may follow it)",
-            image,
-        )
+class ChartController(ConfigModel):
+    """An upstream chart's controller: its image and where its pods run (Kueue's and JobSet's sections).
+
+    A subclass names the chart's release (``chart_version``) and upstream's repository (``IMAGE_REPOSITORY``)."""
+
+    IMAGE_REPOSITORY: ClassVar[str]
+    chart_version: SemVer
+    #: The controller's image (``repository:tag``, a digest may follow). Unset: upstream's at the chart's release.
+    #: Always set in the chart's values, never left to the chart: the charts inside the Go modules name staging
+    #: images at branch tags, pulled Always.
+    image: Image | None = None
+    #: Where the controller's pods run (the chart's nodeSelector and tolerations), as a rule system nodes.
+    pod_node_selector: dict[QualifiedName, str] = {}
+    pod_tolerations: list[Toleration] = []
+
+    @property
+    def controller_image(self) -> str:
+        return self.image or f"{self.IMAGE_REPOSITORY}:v{self.chart_version.removeprefix('v')}"
+
+    def rule_problems(self) -> Iterator[Problem]:
+        if self.image is not None and tag_of(self.image) is None:
+            yield Problem(
+                ("image",),
+                f"the chart composes repository:tag: name a tag, such as {self.IMAGE_REPOSITORY}:"
+                f"v{self.chart_version.removeprefix('v')} (a digest may follow it)",
+                self.image,
+            )
+
+    def image_values(self) -> dict[str, str]:
+        """The chart's image values: upstream's ``repository`` and ``tag``, pulled only when absent."""
+        image = tag_of(self.controller_image)
+        assert image is not None, f"{type(self).__name__} refuses an image without a tag"
+        return {"repository": image[0], "tag": image[1], "pullPolicy": "IfNotPresent"}
+
+    def placement_values(self) -> dict[str, Any]:
+        """The pod's ``nodeSelector`` and ``tolerations``, each only when the stack sets it."""
+        out: dict[str, Any] = {}
+        if self.pod_node_selector:
+            out["nodeSelector"] = dict(self.pod_node_selector)
+        if self.pod_tolerations:
+            out["tolerations"] = [t.to_k8s() for t in self.pod_tolerations]
+        return out

@@ -15,7 +15,6 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.charts import helm_chart, resolve_chart
-from components.image_refs import tag_of
 from components.jobset_settings import JobSetSettings
 
 
@@ -34,17 +33,8 @@ class JobSetArgs:
 def jobset_chart_values(settings: JobSetSettings) -> dict[str, Any]:
     """Helm values for the JobSet chart: two controller replicas with leader election, the controller's image at the
     chart's release and where it runs, plus the stack's extras."""
-    image = tag_of(settings.controller_image)
-    assert image is not None, "JobSetSettings refuses an image without a tag"
-    controller: dict[str, Any] = {"replicas": 2, "leaderElection": {"enable": True}}
-    if settings.pod_node_selector:
-        controller["nodeSelector"] = dict(settings.pod_node_selector)
-    if settings.pod_tolerations:
-        controller["tolerations"] = [t.to_k8s() for t in settings.pod_tolerations]
-    values: dict[str, Any] = {
-        "image": {"repository": image[0], "tag": image[1], "pullPolicy": "IfNotPresent"},
-        "controller": controller,
-    }
+    controller = {"replicas": 2, "leaderElection": {"enable": True}, **settings.placement_values()}
+    values: dict[str, Any] = {"image": settings.image_values(), "controller": controller}
     for key, value in settings.extra_values.items():
         if isinstance(value, Mapping) and isinstance(values.get(key), dict):
             values[key] = {**values[key], **value}

@@ -29,7 +29,6 @@ from components.constants import (
     TIER_LABEL,
     WORKLOAD_LABEL,
 )
-from components.image_refs import tag_of
 from components.queues_settings import (
     ClusterQueueSpec,
     GpuFlavor,
@@ -157,14 +156,7 @@ def kueue_manager_config(settings: KueueSettings, flavors: Sequence[GpuFlavor] =
 def kueue_chart_values(settings: KueueSettings, flavors: Sequence[GpuFlavor] = ()) -> dict[str, Any]:
     """The chart's values: the Configuration, the controller's image at the chart's release, and where it runs."""
     config = kueue_manager_config(settings, flavors)
-    image = tag_of(settings.controller_image)
-    assert image is not None, "KueueSettings refuses an image without a tag"
-    manager: dict[str, Any] = {"image": {"repository": image[0], "tag": image[1], "pullPolicy": "IfNotPresent"}}
-    controller: dict[str, Any] = {"manager": manager}
-    if settings.pod_node_selector:
-        controller["nodeSelector"] = dict(settings.pod_node_selector)
-    if settings.pod_tolerations:
-        controller["tolerations"] = [t.to_k8s() for t in settings.pod_tolerations]
+    controller = {"manager": {"image": settings.image_values()}, **settings.placement_values()}
     values: dict[str, Any] = {
         "controllerManager": controller,
         "managerConfig": {"controllerManagerConfigYaml": yaml.safe_dump(config, sort_keys=False)},

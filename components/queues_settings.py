@@ -7,22 +7,18 @@ inference, ...) are in ``components/config/rules.py``.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
-from components.chart_settings import ChartSource, image_problems
+from components.chart_settings import ChartController, ChartSource
 from components.constants import ACCEPTED_LABEL, ACCEPTED_VALUE, GPU_RESOURCE, HOSTNAME_LABEL
 from components.fabric_settings import Fabric
 from components.model import (
     ConfigModel,
     DnsLabel,
-    Image,
     LabelKey,
     PositiveDuration,
-    Problem,
-    QualifiedName,
     SemVer,
     Toleration,
     check_labels,
@@ -215,23 +211,10 @@ class WaitForPodsReady(ConfigModel):
     backoff_max_seconds: Annotated[int, Field(ge=1)] = 3600
 
 
-class KueueSettings(ConfigModel):
+class KueueSettings(ChartController):
+    IMAGE_REPOSITORY: ClassVar[str] = KUEUE_IMAGE_REPOSITORY
     chart_version: SemVer = KUEUE_CHART_VERSION
     chart: ChartSource = ChartSource(oci="oci://registry.k8s.io/kueue/charts/kueue")
     namespace: DnsLabel = "kueue-system"
     wait_for_pods_ready: WaitForPodsReady = WaitForPodsReady()
-    #: The controller's image (``repository:tag``, a digest may follow). Unset: upstream's at the chart's release,
-    #: ``registry.k8s.io/kueue/kueue:v<chartVersion>``. Always set in the chart's values, never left to the chart:
-    #: the chart inside Kueue's Go module names a staging image at a branch tag, pulled Always.
-    image: Image | None = None
-    #: Where the controller's pod runs (the chart's nodeSelector and tolerations), as a rule system nodes.
-    pod_node_selector: dict[QualifiedName, str] = {}
-    pod_tolerations: list[Toleration] = []
     extra_values: dict[str, Any] = {}
-
-    @property
-    def controller_image(self) -> str:
-        return self.image or f"{KUEUE_IMAGE_REPOSITORY}:v{self.chart_version.removeprefix('v')}"
-
-    def rule_problems(self) -> Iterator[Problem]:
-        yield from image_problems(self.image, KUEUE_IMAGE_REPOSITORY, self.chart_version)
