@@ -2,8 +2,8 @@
 
 ``.venv/bin/python benchmarks/scale_capacity.py`` (``make bench-scale-capacity``). Not part of ``make bench``: it
 replaces the running cluster. ``make down``, then ``make up`` with ``benchmarks/stacks/Pulumi.capacity96.yaml``
-(its two quota controllers run as local processes, as on the local stack), then, with the ClusterQueues at the
-stack's numbers:
+(its two quota controllers run as their Deployment's pods on the real node, as on the local stack), then, with
+the ClusterQueues at the stack's numbers:
 
 1. 10 nodes deleted in one call: seconds until every ClusterQueue's quota is right (the stack's shares of 688 of
    768 GPUs); the 10 nodes back, seconds until the stack's numbers again;
@@ -33,16 +33,18 @@ ENV = {"GPUCLUSTER_STACK": STACK, "GPUCLUSTER_SIM_STACK": str(STACK_FILE), "GPUC
 LOST = 10
 
 from benchmarks import bench_capacity, scale_flip  # noqa: E402 (the repository first on the path)
+from sim import deployed as sim_deployed  # noqa: E402
 from sim import node_faults  # noqa: E402
 from sim import processes as sim_daemons  # noqa: E402
 
 
 def controller_seconds() -> dict[str, float]:
-    """The leader's decide and cycle durations so far: count and sum of each histogram, summed over replicas."""
+    """The leader's decide and cycle durations so far: count and sum of each histogram, summed over its pods (each
+    read at its pod address)."""
     out: dict[str, float] = {}
-    for port in sim_daemons.controller_ports("quota-controller").values():
+    for url in sim_deployed.controller(sim_daemons.stack_config(), "quota-controller").metrics_urls():
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as reply:
+            with urllib.request.urlopen(url, timeout=5) as reply:
                 text = reply.read().decode()
         except OSError:
             continue

@@ -5,14 +5,15 @@ the running simulated cluster, and takes far longer than the other benchmarks. P
 
 1. ``make down`` (the cluster that runs, the local stack's), then ``make up`` with
    ``GPUCLUSTER_STACK=<scale> GPUCLUSTER_SIM_STACK=benchmarks/stacks/Pulumi.<scale>.yaml``: kwok nodes from the scale
-   stack, the stack deployed by ``pulumi up --config-file``, its daemons as local processes. Timed.
+   stack, the stack deployed by ``pulumi up --config-file``, its daemons as its pods on the real node. Timed.
 2. one ``sim/flip.py`` cycle per path (``--paths``; default make-before-break, then preempt-then-burst): 4
    inference services of 16 x 1-GPU replicas (64) and a gang of whole 8-GPU nodes (64 of 96, 384 of 512), every
    step's timeout multiplied by the scale's factor;
 3. the rows ``bench_flip.py`` prints, one column per path, then the controller's decision time: the pure
-   ``decide()`` call and the whole cycle (lists, decision, writes) as the leader's ``/metrics`` (127.0.0.1:9104,
-   9105) counted them during the cycle (cycles, mean, the bucket the slowest fell in) and, exactly, the slowest
-   cycle that acted, from its log (``decide_seconds`` / ``cycle_seconds`` of its ``cycle`` lines);
+   ``decide()`` call and the whole cycle (lists, decision, writes) as the leader's ``/metrics`` (its pod's address)
+   counted them during the cycle (cycles, mean, the bucket the slowest fell in) and, exactly, the slowest cycle
+   that acted, from its log (``kubectl logs --since-time``: ``decide_seconds`` / ``cycle_seconds`` of its ``cycle``
+   lines);
 4. gangs of several sizes placed one at a time, through Kueue's topology-aware scheduling (preferred at the
    leaf, what a job that names no level gets) and through kube-scheduler alone (``scale_placement.py``): the
    blocks, leaves and nodes each spans, side by side (``--no-placement`` skips it);
@@ -43,21 +44,21 @@ import time
 import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks import scale_placement  # noqa: E402 (run as a script: the repository first on the path)
+from sim import deployed as sim_deployed  # noqa: E402
 from sim import flip, timeline  # noqa: E402
 from sim import processes as sim_daemons  # noqa: E402
 
 STACKS = ROOT / "benchmarks" / "stacks"
 METRIC = "gpucluster_make_before_break"
-#: The make-before-break controllers sim/processes.py runs (their /metrics ports, their logs).
-MBB_NAMES = tuple(sim_daemons.controller_ports("make-before-break"))
-#: Where sim/processes.py writes the daemons' logs.
-LOGS = ROOT / ".state" / "daemons" / "logs"
+#: The controller whose decisions are timed: its Deployment's pods on the real node (their /metrics, their logs).
+MBB_CONTROLLER = "make-before-break"
 
 
 @dataclass(frozen=True)
@@ -244,10 +245,10 @@ class Histogram:
         return next((le for le, n in sorted(self.buckets) if n >= self.count), None) if self.count else None
 
 
-def scrape(port: int) -> tuple[bool, dict[str, Histogram]]:
-    """Whether the replica on ``port`` leads, and its decide_seconds and cycle_seconds histograms."""
+def scrape(url: str) -> tuple[bool, dict[str, Histogram]]:
+    """Whether the replica serving ``url`` leads, and its decide_seconds and cycle_seconds histograms."""
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        with urllib.request.urlopen(url, timeout=5) as r:
             return parse_metrics(r.read().decode())
     except OSError:
         return False, {}
@@ -278,34 +279,55 @@ def parse_metrics(text: str) -> tuple[bool, dict[str, Histogram]]:
     return leader, found
 
 
+def mbb_controller() -> sim_deployed.Deployed:
+    """The make-before-break controller's Deployment of the stack make up deployed."""
+    return sim_deployed.controller(sim_daemons.stack_config(), MBB_CONTROLLER)
+
+
 def scrape_all() -> dict[str, tuple[bool, dict[str, Histogram]]]:
-    return {name: scrape(port) for name, port in sim_daemons.controller_ports("make-before-break").items()}
+    """Each of the controller's pods, by name: whether it leads, and its histograms (read at its pod address)."""
+    d = mbb_controller()
+    out = {}
+    for pod in d.pods():
+        ip = (pod.get("status") or {}).get("podIP")
+        if ip:
+            out[pod["metadata"]["name"]] = scrape(f"http://{ip}:{d.metrics_port}/metrics")
+    return out
 
 
-def log_offsets(logs: Path = LOGS) -> dict[str, int]:
-    return {n: (logs / f"{n}.log").stat().st_size if (logs / f"{n}.log").exists() else 0 for n in MBB_NAMES}
+def now_rfc3339() -> str:
+    """The moment to read the controller's logs from (``kubectl logs --since-time``)."""
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def slowest_logged(offsets: Mapping[str, int], logs: Path = LOGS) -> dict[str, float]:
-    """The largest decide_seconds and cycle_seconds of the leaders' ``cycle`` lines written since ``offsets``."""
-    worst = {"decide_seconds": 0.0, "cycle_seconds": 0.0}
-    for name, offset in offsets.items():
-        path = logs / f"{name}.log"
-        if not path.exists():
+def logs_since(since: str) -> dict[str, str]:
+    """What each of the controller's pods logged since ``since`` (an RFC 3339 moment), by pod name."""
+    d = mbb_controller()
+    out = {}
+    for pod in d.pods():
+        name = pod["metadata"]["name"]
+        try:
+            out[name] = d.logs(pod=name, since_time=since)
+        except sim_daemons.DaemonError:  # a pod gone or restarting: its cycles are in the histograms
             continue
-        with path.open("rb") as f:
-            f.seek(offset if path.stat().st_size >= offset else 0)
-            for raw in f:
-                try:
-                    entry = json.loads(raw)
-                except ValueError:
-                    continue
-                if not isinstance(entry, dict) or entry.get("msg") != "cycle" or not entry.get("leader"):
-                    continue
-                for key, so_far in worst.items():
-                    value = entry.get(key)
-                    if isinstance(value, int | float):
-                        worst[key] = max(so_far, float(value))
+    return out
+
+
+def slowest_logged(logs: Mapping[str, str]) -> dict[str, float]:
+    """The largest decide_seconds and cycle_seconds of the leaders' ``cycle`` lines in ``logs`` (by pod)."""
+    worst = {"decide_seconds": 0.0, "cycle_seconds": 0.0}
+    for text in logs.values():
+        for raw in text.splitlines():
+            try:
+                entry = json.loads(raw)
+            except ValueError:
+                continue
+            if not isinstance(entry, dict) or entry.get("msg") != "cycle" or not entry.get("leader"):
+                continue
+            for key, so_far in worst.items():
+                value = entry.get(key)
+                if isinstance(value, int | float):
+                    worst[key] = max(so_far, float(value))
     return worst
 
 
@@ -347,12 +369,12 @@ class Decisions:
 def decisions_between(
     before: Mapping[str, tuple[bool, dict[str, Histogram]]],
     after: Mapping[str, tuple[bool, dict[str, Histogram]]],
-    offsets: Mapping[str, int],
+    logs: Mapping[str, str],
 ) -> Decisions:
-    leader = next((n for n, (lead, _) in after.items() if lead), MBB_NAMES[0])
+    leader = next((n for n, (lead, _) in after.items() if lead), "")
     now, then = after.get(leader, (False, {}))[1], before.get(leader, (False, {}))[1]
     empty = Histogram()
-    logged = slowest_logged(offsets)
+    logged = slowest_logged(logs)
     return Decisions(
         decide=now.get("decide_seconds", empty).minus(then.get("decide_seconds", empty)),
         cycle=now.get("cycle_seconds", empty).minus(then.get("cycle_seconds", empty)),
@@ -424,7 +446,7 @@ def run_scale(scale: Scale, paths: Sequence[str], train_for: str, out: Path, pla
             os.environ.update(env)  # sim/flip.py and sim/processes.py read the scale stack
             for path in paths:
                 print(f"scale_flip: {scale.name}: one cycle, {path} ...", flush=True)
-                before, offsets = scrape_all(), log_offsets()
+                before, since = scrape_all(), now_rfc3339()
                 opts = flip.Options(
                     path=path,
                     train_for=train_for,
@@ -438,7 +460,7 @@ def run_scale(scale: Scale, paths: Sequence[str], train_for: str, out: Path, pla
                 except (flip.ScenarioError, sim_daemons.DaemonError) as e:
                     result.stopped, result.reason, result.machine = f"the {path} cycle", str(e), machine_now()
                     return result
-                result.decisions.append(decisions_between(before, scrape_all(), offsets))
+                result.decisions.append(decisions_between(before, scrape_all(), logs_since(since)))
                 result.figures.append(figures)
                 flip.write_outputs(tl, figures, out / scale.name, f"One flip at {scale.nodes} nodes: {path}")
             if placement and scale.placement_sizes:

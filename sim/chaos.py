@@ -3,10 +3,9 @@
 Each cycle is one full flip (``sim/flip.py``). While it runs:
 
 - a daemon picked at random (virtual node, provider service, the taint controller's leader, the make-before-break
-  controllers' leader, descheduler) is killed with SIGKILL at a random moment. What the stack runs as pods on the
-  real node (the controllers, the virtual node's two containers, the descheduler chart's pod) is killed through the
-  node's containerd, and the kubelet restarts it with its own back-off; a local process is started again a few
-  seconds later;
+  controllers' leader, descheduler) is killed with SIGKILL at a random moment. Each runs as the stack's pod on the
+  real node (the controllers, the virtual node's two containers, the descheduler chart's pod): it is killed through
+  the node's containerd, and the kubelet restarts it with its own back-off;
 - the fake GPU cloud refuses ``--create-failure-rate`` of creates and kills running instances at
   ``--death-rate`` (expected deaths per instance per minute);
 - with ``--prometheus-outage``, Prometheus is stopped for ``--outage-seconds`` once the replicas run externally,
@@ -42,7 +41,7 @@ sys.path.insert(0, str(ROOT))
 from sim import controllers, deployed, flip, processes  # noqa: E402 (run as a script: the repository first on the path)
 
 #: What may be killed: the daemons the flip depends on. The fake cloud stands for a provider's API, not ours.
-#: Registered controllers (daemons/registry.py) only where the stack runs them, wherever it runs them.
+#: Registered controllers (daemons/registry.py) only where the stack turns them on.
 TARGETS = (
     "virtual-node",
     "provider",
@@ -61,8 +60,7 @@ class Target(Protocol):
 @dataclass(frozen=True)
 class Leader:
     """A registered controller as a chaos target: a kill is SIGKILL to the replica holding its Lease (each replica
-    when none holds it), the one whose loss matters; ``start`` brings every replica back (local processes are
-    started again, pods are restarted by the kubelet and waited for)."""
+    when none holds it), the one whose loss matters; ``start`` waits until the kubelet has restarted every replica."""
 
     controller: controllers.Controller
     lease: str
@@ -74,7 +72,7 @@ class Leader:
             holder = None
         try:
             return bool(self.controller.kill(holder))
-        except processes.DaemonError:  # the holder's pod or process is already gone: the next kill takes another
+        except processes.DaemonError:  # the holder's pod is already gone: the next kill takes another
             return False
 
     def start(self) -> None:
@@ -84,23 +82,25 @@ class Leader:
         return self.controller.running()
 
 
-def targets(registry: dict[str, processes.Daemon], config: Any) -> dict[str, Target]:
+def targets(config: Any) -> dict[str, Target]:
     """The targets of TARGETS that this stack runs, by name."""
     from daemons.registry import CONTROLLERS  # noqa: PLC0415 (needs ROOT on the path)
 
+    # the two containers of the virtual node's pod
+    parts: dict[str, Target] = (
+        {"virtual-node": controllers.burst_part("virtual-node"), "provider": controllers.burst_part("provider")}
+        if config.burst_enabled
+        else {}
+    )
     out: dict[str, Target] = {}
     for name in TARGETS:
-        if name in registry:
-            out[name] = registry[name]
+        if name in ("virtual-node", "provider"):
+            if name in parts:
+                out[name] = parts[name]
             continue
-        if name == "virtual-node" and processes.virtual_node_placed(config):
-            out[name] = controllers.burst_part("virtual-node")  # a container of the virtual node's pod
-            continue
-        if name == "provider" and processes.virtual_node_placed(config):
-            out[name] = controllers.burst_part("provider")
-            continue
-        if name == "descheduler" and processes.descheduler_placed(config):
-            out[name] = controllers.PodContainer(deployed.descheduler(config), deployed.DESCHEDULER_APP)
+        if name == "descheduler":
+            if config.descheduler.enabled:
+                out[name] = controllers.PodContainer(deployed.descheduler(config), deployed.DESCHEDULER_APP)
             continue
         spec = next((s for s in CONTROLLERS if s.name == name), None)
         settings = config.controller_settings(spec.stack_key) if spec else None
@@ -265,7 +265,7 @@ def run(argv: Sequence[str] | None = None) -> int:
         setup = flip.setup_from_stack()
         registry = processes.registry()
         cfg = processes.stack_config()
-        kill_targets = targets(registry, cfg)
+        kill_targets = targets(cfg)
     except (flip.ScenarioError, processes.DaemonError) as e:
         print(f"sim/chaos.py: error: {e}", file=sys.stderr)
         return 1

@@ -185,14 +185,18 @@ class Deployed:
         ips = [(p.get("status") or {}).get("podIP") for p in self.pods()]
         return [f"http://{ip}:{self.metrics_port}/metrics" for ip in ips if ip]
 
-    def logs(self, pod: str | None = None, container: str | None = None, tail: int | None = None) -> str:
-        """``kubectl logs`` of ``pod`` (the oldest when None), of one ``container`` of it when given."""
+    def logs(
+        self, pod: str | None = None, container: str | None = None, tail: int | None = None, since_time: str = ""
+    ) -> str:
+        """``kubectl logs`` of ``pod`` (the oldest when None), of one ``container`` of it when given, from
+        ``since_time`` (RFC 3339) when given."""
         pods = [p["metadata"]["name"] for p in self.pods()]
         target = pod or (pods[0] if pods else None)
         if target is None:
             raise DaemonError(f"deployment {self.namespace}/{self.name} has no pod")
         args = ["-c", container] if container else []
         args += [f"--tail={tail}"] if tail is not None else []
+        args += [f"--since-time={since_time}"] if since_time else []
         return kubectl("logs", "-n", self.namespace, target, *args)
 
 
@@ -421,22 +425,11 @@ def controller(config: Any, spec_name: str) -> Deployed:
 
 
 def on_real_node(config: Any) -> list[str]:
-    """What the stack places on the real node (its sections' nodeSelector): the registered controllers it turns on,
-    the metrics adapter, the virtual node and the upstream charts' pods (Kueue, JobSet, the descheduler), by name."""
-    from daemons.registry import CONTROLLERS  # noqa: PLC0415 (needs the venv: without one this module still answers)
-    from sim.processes import on_real_node as placed  # noqa: PLC0415 (only the script needs it)
+    """What the stack places on the real node, by name: the registered controllers it turns on, the metrics adapter,
+    the virtual node and the upstream charts' pods (Kueue, JobSet, the descheduler); sim/placement.py."""
+    from sim.placement import pods  # noqa: PLC0415 (only the script needs it)
 
-    names = [
-        spec.name
-        for spec in CONTROLLERS
-        if (s := config.controller_settings(spec.stack_key)) is not None and s.enabled and placed(s)
-    ]
-    from sim.chart_pods import chart_pods  # noqa: PLC0415
-
-    adapter = config.metrics_adapter
-    names += ["metrics-adapter"] if adapter.enabled and placed(adapter) else []
-    names += ["virtual-node"] if config.burst_enabled and placed(config.burst.settings.virtual_node) else []
-    return names + [pod.section for pod in chart_pods(config) if pod.placed]
+    return [pod.name for pod in pods(config) if pod.placed]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

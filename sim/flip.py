@@ -413,28 +413,16 @@ class Options:
 
 
 def answer_at_once(on: bool) -> None:
-    """The make-before-break controllers answering the check at once (``on``), or as deployed again.
-
-    Run as the stack's pods, the controller is replaced by a variant of its Deployment with the settings laid over
-    (``sim/deployed.py``); run as local processes, they are restarted with the settings in the environment."""
+    """The make-before-break controller answering the check at once (``on``), or as deployed again: its Deployment
+    is replaced by a variant with the settings laid over (``sim/deployed.py``)."""
     config = sim_daemons.stack_config()
-    if MBB_CONTROLLER not in [spec.name for spec in sim_daemons.process_controllers(config)]:
-        variant = sim_deployed.Variant(
-            sim_deployed.controller(config, MBB_CONTROLLER), "answer-at-once", json.loads(ANSWER_AT_ONCE)
-        )
-        if on:
-            variant.start()
-        else:
-            variant.stop()
-        return
+    variant = sim_deployed.Variant(
+        sim_deployed.controller(config, MBB_CONTROLLER), "answer-at-once", json.loads(ANSWER_AT_ONCE)
+    )
     if on:
-        os.environ[sim_daemons.MAKE_BEFORE_BREAK_ENV] = ANSWER_AT_ONCE
+        variant.start()
     else:
-        os.environ.pop(sim_daemons.MAKE_BEFORE_BREAK_ENV, None)
-    registry = sim_daemons.registry()
-    for name in sim_daemons.controller_ports(MBB_CONTROLLER):
-        registry[name].stop()
-        registry[name].start()
+        variant.stop()
 
 
 def run_cycle(opts: Options) -> tuple[timeline.Timeline, timeline.Figures]:
@@ -449,7 +437,7 @@ def run_cycle(opts: Options) -> tuple[timeline.Timeline, timeline.Figures]:
     if missing:
         raise ScenarioError(f"daemons not running: {missing} (start them: python sim/processes.py start)")
     config = sim_daemons.stack_config()
-    if sim_daemons.virtual_node_placed(config) and not sim_deployed.virtual_node_registered(config):
+    if not sim_deployed.virtual_node_registered(config):
         raise ScenarioError("the virtual node's pod is not running or its Node is not Ready (make up starts it)")
     effect = "NoExecute" if opts.path == NO_EXECUTE else "NoSchedule"
     gang = gang_size(s, opts.gang_nodes)

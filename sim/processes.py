@@ -1,20 +1,19 @@
-"""Local processes standing in for the cluster's own daemons on the simulated cluster.
+"""What stands around the stack on the simulated cluster, as local processes.
 
-On a real cluster the virtual node, the burst provider service, the controllers and the descheduler run as the
-Deployments Pulumi created. On the simulated cluster what the stack places on the real node (``sim/node.py``: the
-local stack places every controller, the metrics adapter and the virtual node's pod there) runs as those pods, and
-is no business of this module. The others' pods land on kwok nodes, where nothing runs, so this module runs the
-same programs as local processes, each with:
+Everything the stack deploys as a pod runs as that pod on the real node (``sim/node.py``; ``sim/placement.py``
+refuses, before ``pulumi up``, a stack that leaves one off it): our controllers, the metrics adapter, the virtual
+node with its provider service, Kueue, JobSet and the descheduler. This module writes no command line, port or
+scrape target for any of them. It runs what the cluster needs around the stack and what stands for the world
+outside it:
 
-- the configuration Pulumi deployed (read back from the cluster's ConfigMaps and Secrets), and
-- a kubeconfig holding a token of the ServiceAccount Pulumi created for it (``kubectl create token``), so the RBAC
-  the stack grants is the RBAC they run with.
-
-It also runs what the simulated cluster needs around them: kube-state-metrics and a Prometheus (Debian) that
-scrapes it and the daemons, the fake GPU cloud the local stack's fake provider points at, and the fake of RunPod's
-API for each runpod provider whose URL is on loopback. Those fakes stand for the world outside the cluster: they
-listen on this machine's loopback, which a pod of the real node reaches at the node's address (the local stack's
-provider URLs name it).
+- kube-state-metrics and a Prometheus (Debian) scraping it, the fake dcgm-exporter (kwok nodes have no GPUs), the
+  Services' request counters (``sim/serving.py``), and the real node's pods as the stack's scrape contract finds
+  them (``sim/scrape_targets.py``);
+- the fake GPU cloud each fake provider points at, and the fake of RunPod's API for each runpod provider whose URL
+  is on loopback: they listen on this machine's loopback, which a pod of the real node reaches at the node's
+  address (the stacks' provider URLs name it);
+- a metrics adapter the stack runs outside the cluster (``externalAddress``), with a token of the ServiceAccount
+  Pulumi created for it.
 
 ``python sim/processes.py start [NAME ...]`` (default: all, in dependency order), ``stop``, ``status``, ``kill NAME``
 (SIGKILL, as a crash), ``restart NAME``. State, logs and pid files live in ``.state/daemons/``. A program that is
@@ -113,41 +112,8 @@ KSM_TELEMETRY_PORT = 18091
 PROMETHEUS_PORT = 9090
 
 
-def controller_ports(name: str) -> dict[str, int]:
-    """The two replicas of the registered controller ``name`` (``daemons/registry.py``) on the simulated cluster:
-    ``<name>-a`` on its spec's metrics port, ``<name>-b`` on the next."""
-    from daemons.registry import by_name  # noqa: PLC0415 (needs the venv: without one this module still answers)
-
-    port = by_name(name).metrics_port
-    return {f"{name}-a": port, f"{name}-b": port + 1}
-
-
-def on_real_node(settings: Any) -> bool:
-    """The stack places this daemon's pods on the real node (sim/node.py): it runs there as the pods its Deployment
-    creates, so it is no process here."""
-    from sim.node import REAL_NODE_KEY  # noqa: PLC0415 (needs the venv: without one this module still answers)
-
-    return bool(settings.node_selector.get(REAL_NODE_KEY) == "true")
-
-
-def process_controllers(config: Any) -> tuple[Any, ...]:
-    """The registered controllers the stack turns on and does not place on the real node, in the registry's order:
-    the ones this module runs as processes."""
-    from daemons.registry import CONTROLLERS  # noqa: PLC0415 (needs the venv: without one this module still answers)
-
-    out = []
-    for spec in CONTROLLERS:
-        settings = config.controller_settings(spec.stack_key)
-        if settings is not None and settings.enabled and not on_real_node(settings):
-            out.append(spec)
-    return tuple(out)
-
-
 #: The fake dcgm-exporter standing for every fake node's (sim/fake_dcgm.py).
 FAKE_DCGM_PORT = 18094
-#: Settings of the make-before-break controllers laid over the deployed ones (a JSON object of camelCase keys):
-#: the bench's baseline columns answer the check at once (``{"maxHold": "1ms", "nodeGrace": "0.5ms"}``).
-MAKE_BEFORE_BREAK_ENV = "GPUCLUSTER_MBB_SETTINGS"
 #: The fake GPU cloud the local stack's fake providers point at (a module of the daemons' package).
 FAKE_CLOUD_MODULE = "daemons.burst_provider.fakes.cloud_server"
 #: The fake cloud's knobs, overridable from the environment (the flip scenario and chaos runs set them).
@@ -222,8 +188,6 @@ FAKE_RUNPOD_MODULE = "daemons.burst_provider.fakes.runpod_server"
 FAKE_RUNPOD_BOOT_SECONDS = FAKE_CLOUD_DEFAULTS["boot-seconds"]
 #: The path the fake serves RunPod's API under (its base URL is http://HOST:PORT/v2).
 FAKE_RUNPOD_PATH = "/v2"
-#: The descheduler chart's objects (its ServiceAccount, its policy ConfigMap) carry this label.
-DESCHEDULER_SELECTOR = "app.kubernetes.io/name=descheduler"
 #: The alert rules' ConfigMap (components/telemetry/resources.py, a stack without the Prometheus operator).
 RULES_CONFIGMAP = "gpucluster-gpu-fabric"
 RULES_KEY = "gpucluster-telemetry.rules.yaml"
@@ -394,28 +358,10 @@ def fake_runpods(s: Stack) -> Iterable[Daemon]:
         yield s.daemon(f"fake-runpod-{p.name}", cmd, ready_url=f"http://{listen}/healthz", fingerprint=key)
 
 
-def provider_metrics_port() -> int:
-    from components.burst_settings import PROVIDER_METRICS_PORT  # noqa: PLC0415 (needs ROOT on the path)
-
-    return PROVIDER_METRICS_PORT
-
-
 def _virtual_node_app() -> tuple[str, str]:
     from components.virtual_node import APP, NODE_TAINT  # noqa: PLC0415 (needs ROOT on the path)
 
     return APP, NODE_TAINT
-
-
-def _provider_config(s: Stack) -> Callable[[], str]:
-    """The provider settings and Secret Pulumi deployed: what the provider service and the node follow."""
-    app, _ = _virtual_node_app()
-    ns = s.burst.virtual_node.namespace
-
-    def config() -> str:
-        secret = secret_data(ns, f"{app}-provider-secrets")
-        return deployed_text(ns, f"{app}-settings", "settings.json") + json.dumps(secret)
-
-    return config
 
 
 def instance_owner(config: Any) -> str:
@@ -426,65 +372,6 @@ def instance_owner(config: Any) -> str:
     deployed = json.loads(deployed_text(ns, f"{app}-settings", "settings.json"))
     vn = deployed["virtualNode"]
     return f"{vn['clusterName']}.{vn['nodeName']}" if vn.get("clusterName") else str(vn["nodeName"])
-
-
-def virtual_node_placed(config: Any) -> bool:
-    """The stack places the virtual node's pod (the node and the provider service) on the real node."""
-    return on_real_node(config.burst.settings.virtual_node)
-
-
-def provider(s: Stack) -> Iterable[Daemon]:
-    """The burst provider service, with the virtual node's ServiceAccount, settings and provider Secret; none where
-    the stack places the virtual node's pod on the real node."""
-    app, _ = _virtual_node_app()
-    vn = s.burst.virtual_node
-    if virtual_node_placed(s.config):
-        return
-
-    def cmd() -> list[str]:
-        d = s.state / "provider"
-        kubeconfig = sa_kubeconfig(vn.namespace, app, d / "kubeconfig")
-        settings = write_deployed(vn.namespace, f"{app}-settings", "settings.json", d / "settings.json")
-        secrets = secret_to_dir(vn.namespace, f"{app}-provider-secrets", d / "secrets")
-        return [
-            s.python,
-            "-m",
-            "daemons.burst_provider",
-            "--settings",
-            str(settings),
-            "--kubeconfig",
-            str(kubeconfig),
-            "--secrets-dir",
-            str(secrets),
-            "--listen",
-            f"127.0.0.1:{vn.port}",
-            # /metrics and /healthz apart from the API, as the stack's Deployment serves them
-            "--listen-metrics",
-            f"127.0.0.1:{provider_metrics_port()}",
-        ]
-
-    yield s.daemon("provider", cmd, ready_url=f"http://127.0.0.1:{vn.port}/healthz", fingerprint=_provider_config(s))
-
-
-def virtual_node(s: Stack) -> Iterable[Daemon]:
-    """The virtual node (Go), ready when its Node is Ready; none where the stack places its pod on the real node."""
-    app, taint = _virtual_node_app()
-    vn = s.burst.virtual_node
-    if virtual_node_placed(s.config):
-        return
-
-    def cmd() -> list[str]:
-        kubeconfig = sa_kubeconfig(vn.namespace, app, s.state / "virtual-node" / "kubeconfig")
-        return [
-            s.tool("gpucluster-virtual-node"),
-            f"--nodename={vn.node_name}",
-            f"--kubeconfig={kubeconfig}",
-            f"--provider-url=http://127.0.0.1:{vn.port}",
-            f"--taint={taint}",
-        ]
-
-    # The node reads its capacity from the provider service once, at start: it follows the provider settings.
-    yield s.daemon("virtual-node", cmd, ready_check=lambda: node_ready(vn.node_name), fingerprint=_provider_config(s))
 
 
 #: The simulated cluster's Services (sim/serving.py): the stack's n-th InferenceService is on 127.0.0.1:BASE+n.
@@ -554,15 +441,6 @@ def kube_state_metrics(s: Stack) -> Iterable[Daemon]:
     yield s.daemon("kube-state-metrics", cmd, ready_url=f"http://127.0.0.1:{KSM_TELEMETRY_PORT}/metrics")
 
 
-def honor_labels_jobs() -> frozenset[str]:
-    """Scrape jobs whose targets' own namespace and job labels win (honor_labels): the registered controllers whose
-    spec says so (``ControllerSpec.honor_labels``, which their Deployments' scrape annotations carry too);
-    dcgm-exporter's (the stack names its job) too."""
-    from daemons.registry import CONTROLLERS  # noqa: PLC0415 (needs the venv: without one this module still answers)
-
-    return frozenset(spec.name for spec in CONTROLLERS if spec.honor_labels)
-
-
 #: Where Prometheus reads the real node's pods from (sim/scrape_targets.py writes them there).
 DISCOVERY_DIR = "discovery"
 #: How often the real node's pods are listed again (the scrape interval's pace).
@@ -608,8 +486,10 @@ def discovered_jobs(directory: Path) -> list[dict[str, Any]]:
 
 
 def prometheus(s: Stack) -> Iterable[Daemon]:
-    """Prometheus (Debian) scraping kube-state-metrics, the controllers and the provider service every 2s, and the
-    real node's pods as sim/scrape_targets.py discovers them."""
+    """Prometheus (Debian) scraping, every 2s, what stands in for the cluster around the stack (kube-state-metrics,
+    the fake dcgm-exporter, the Services' request counters) and every pod of the real node as sim/scrape_targets.py
+    discovers it by the stack's scrape contract: our daemons are scraped as their manifests say, never from a list
+    here."""
     flags = [
         "--storage.tsdb.retention.time=1d",
         "--log.level=warn",
@@ -620,13 +500,8 @@ def prometheus(s: Stack) -> Iterable[Daemon]:
     def targets() -> dict[str | None, list[str]]:
         return {
             "kube-state-metrics": [f"127.0.0.1:{KSM_PORT}"],
-            **{
-                spec.name: [f"127.0.0.1:{p}" for p in controller_ports(spec.name).values()]
-                for spec in process_controllers(s.config)
-            },
             # under the job the stack's quarantine alerts match
             s.config.telemetry.dcgm_scrape_job: [f"127.0.0.1:{FAKE_DCGM_PORT}"],
-            **({} if virtual_node_placed(s.config) else {"burst-provider": [f"127.0.0.1:{provider_metrics_port()}"]}),
             **({"serving": [f"127.0.0.1:{SERVING_METRICS_PORT}"]} if service_ports(s.config) else {}),
         }
 
@@ -638,7 +513,8 @@ def prometheus(s: Stack) -> Iterable[Daemon]:
             {
                 "job_name": job,
                 "static_configs": [{"targets": t}],
-                "honor_labels": job in honor_labels_jobs() or job == s.config.telemetry.dcgm_scrape_job,
+                # dcgm-exporter's pod mapping labels each GPU with the namespace and pod holding it: those win
+                "honor_labels": job == s.config.telemetry.dcgm_scrape_job,
             }
             for job, t in targets().items()
         ]
@@ -680,21 +556,15 @@ def prometheus(s: Stack) -> Iterable[Daemon]:
 
 def metrics_adapter(s: Stack) -> Iterable[Daemon]:
     """The metrics adapter (Go) as its ServiceAccount, with the file the stack deployed, where the stack runs it
-    outside the cluster (``externalAddress``); none while it is off or deployed as pods (the local stack's, on the
-    real node). The API server reaches it through the stack's ExternalName Service and APIService, and it answers
-    once the HPA controller can read a metric through them."""
+    outside the cluster (``externalAddress``: the stack deploys no pod of it, only an ExternalName Service); none
+    while it is off or deployed as pods (sim/placement.py checks those are on the real node). The API server reaches
+    it through the stack's ExternalName Service and APIService, and it answers once the HPA controller can read a
+    metric through them."""
     from components.metrics_adapter import APP, CONFIG_FILE  # noqa: PLC0415 (needs ROOT on the path)
 
     ma = s.config.metrics_adapter
-    if not ma.enabled or on_real_node(ma):
+    if not ma.enabled or ma.external_address is None:
         return
-    if ma.external_address is None:
-        from sim.node import REAL_NODE_KEY  # noqa: PLC0415 (needs the venv: without one this module still answers)
-
-        raise DaemonError(
-            "gpucluster:metricsAdapter sets neither externalAddress (run here as a process) nor the real node's "
-            f"nodeSelector ({REAL_NODE_KEY}: 'true'): its pods would land on a kwok node, where nothing runs"
-        )
     # where the stack's ExternalName Service sends the API server
     port = int(ma.external_address.rpartition(":")[2])
     d = s.state / "metrics-adapter"
@@ -756,151 +626,18 @@ def fake_dcgm(s: Stack) -> Iterable[Daemon]:
     yield s.daemon("fake-dcgm", cmd, ready_url=f"http://127.0.0.1:{FAKE_DCGM_PORT}/metrics", fingerprint=fingerprint)
 
 
-def lease_controllers(
-    s: Stack,
-    module: str,
-    *,
-    service_account: str,
-    namespace: str,
-    ports: Mapping[str, int],
-    document: Callable[[], str],
-) -> Iterable[Daemon]:
-    """One of our Lease-electing controllers per ``ports`` entry (name: port), each running ``python -m module``
-    with the settings ``document()`` returns and a token of ``namespace/service_account``."""
-    for name, port in ports.items():
-
-        def cmd(name: str = name, port: int = port) -> list[str]:
-            d = s.state / name
-            kubeconfig = sa_kubeconfig(namespace, service_account, d / "kubeconfig")
-            settings = d / "settings.json"
-            settings.parent.mkdir(parents=True, exist_ok=True)
-            settings.write_text(document())
-            return [
-                s.python,
-                "-m",
-                module,
-                "--settings",
-                str(settings),
-                "--kubeconfig",
-                str(kubeconfig),
-                "--listen",
-                f"127.0.0.1:{port}",
-                "--identity",
-                name,
-            ]
-
-        yield s.daemon(name, cmd, ready_url=f"http://127.0.0.1:{port}/healthz", fingerprint=document)
-
-
-def mbb_settings(deployed: str, overrides: str) -> str:
-    """The deployed settings document with ``overrides`` (a JSON object, may be empty) laid over it."""
-    if not overrides.strip():
-        return deployed
-    try:
-        extra = json.loads(overrides)
-    except ValueError as e:
-        raise DaemonError(f"{MAKE_BEFORE_BREAK_ENV} is not JSON: {e}") from None
-    if not isinstance(extra, dict):
-        raise DaemonError(f"{MAKE_BEFORE_BREAK_ENV} must be a JSON object of settings keys")
-    document = json.loads(deployed)
-    if not isinstance(document, dict):
-        raise DaemonError("the deployed make-before-break settings are not a JSON object")
-    return json.dumps({**document, **extra}, sort_keys=True)
-
-
-def mbb_overrides(deployed: str) -> str:
-    """``GPUCLUSTER_MBB_SETTINGS`` laid over the make-before-break controllers' deployed settings."""
-    return mbb_settings(deployed, os.environ.get(MAKE_BEFORE_BREAK_ENV, ""))
-
-
-#: What a run on the simulated cluster lays over a controller's deployed settings, by the spec's name.
-OVERRIDES: dict[str, Callable[[str], str]] = {"make-before-break": mbb_overrides}
-
-
-def controllers(s: Stack) -> Iterable[Daemon]:
-    """Two replicas of every registered controller the stack runs (``daemons/registry.py``, in its order, after
-    Prometheus and the virtual node), each electing a leader with the ServiceAccount and settings Pulumi deployed;
-    none of a controller the stack turns off or places on the real node (its Deployment's pods run there: on the
-    local stack every one)."""
-    from daemons.toolkit.spec import SETTINGS_FILE  # noqa: PLC0415 (needs the venv: without one this module still answers)
-
-    for spec in process_controllers(s.config):
-        settings = s.config.controller_settings(spec.stack_key)
-
-        def document(spec: Any = spec, settings: Any = settings) -> str:
-            deployed = deployed_text(settings.namespace, f"{spec.app}-settings", SETTINGS_FILE)
-            override = OVERRIDES.get(spec.name)
-            return override(deployed) if override else deployed
-
-        yield from lease_controllers(
-            s,
-            spec.module,
-            service_account=spec.app,
-            namespace=settings.namespace,
-            ports=controller_ports(spec.name),
-            document=document,
-        )
-
-
-def descheduler_placed(config: Any) -> bool:
-    """The stack places the descheduler chart's pod on the real node (``podNodeSelector``)."""
-    from sim.chart_pods import placed  # noqa: PLC0415 (needs the venv: without one this module still answers)
-
-    return placed(config, "descheduler")
-
-
-def descheduler(s: Stack) -> Iterable[Daemon]:
-    """The pinned descheduler with the policy and ServiceAccount its chart deployed; none where the stack places the
-    chart's pod on the real node (sim/chart_pods.py checks, before ``pulumi up``, that it names the image built
-    there)."""
-    ns = s.config.descheduler.namespace
-    if descheduler_placed(s.config):
-        return
-
-    def cmd() -> list[str]:
-        d = s.state / "descheduler"
-        sa = labelled_name("serviceaccount", ns, DESCHEDULER_SELECTOR)
-        if not sa:
-            raise DaemonError(f"no descheduler ServiceAccount in namespace {ns}: deploy the stack first (make up)")
-        kubeconfig = sa_kubeconfig(ns, sa, d / "kubeconfig")
-        policy = write_deployed(
-            ns, labelled_name("configmap", ns, DESCHEDULER_SELECTOR), "policy.yaml", d / "policy.yaml"
-        )
-        interval = os.environ.get("GPUCLUSTER_DESCHEDULER_INTERVAL", s.config.descheduler.interval)
-        return [
-            s.tool("descheduler"),
-            f"--kubeconfig={kubeconfig}",
-            f"--policy-config-file={policy}",
-            f"--descheduling-interval={interval}",
-            "--secure-port=0",
-            "--disable-metrics",
-            "--v=3",
-        ]
-
-    def config() -> str:
-        items = kubectl_json("get", "configmap", "-n", ns, "-l", DESCHEDULER_SELECTOR).get("items", [])
-        return json.dumps([c.get("data") for c in items], sort_keys=True)
-
-    yield s.daemon("descheduler", cmd, fingerprint=config)
-
-
-#: Every daemon's builder, in start order (stop runs it backwards): the fake cloud and the fake RunPod before the
-#: provider service that rents from them, the provider service before the node that asks it for capacity,
-#: kube-state-metrics and the fake dcgm-exporter before the Prometheus that scrapes them, Prometheus and the virtual
-#: node before our controllers (the registry's order), the descheduler last.
+#: Every daemon's builder, in start order (stop runs it backwards): the fake cloud and the fake RunPod, which the
+#: provider's pod rents from, then what stands in around the cluster, kube-state-metrics and the fake dcgm-exporter
+#: before the Prometheus that scrapes them. Nothing the stack deploys as a pod is here (sim/placement.py).
 BUILDERS: tuple[Callable[[Stack], Iterable[Daemon]], ...] = (
     fake_clouds,
     fake_runpods,
-    provider,
-    virtual_node,
     serving,
     kube_state_metrics,
     fake_dcgm,
     scrape_targets,
     prometheus,
     metrics_adapter,
-    controllers,
-    descheduler,
 )
 
 

@@ -12,13 +12,11 @@
 #                                     the chart, so a fresh cluster converges in this one update
 #   4. sim/claims.py                  a volume for each training claim (no CSI driver runs here)
 #   5. the descheduler dry run
-#   6. sim/processes.py start          the stack's daemons that are not pods of the real node as local processes
-#                                     (for the local stack: kube-state-metrics, the Services' stand-in,
-#                                     Prometheus; a stack that leaves them off the real node also gets its
-#                                     descheduler, provider service, virtual node and controllers here), each with
-#                                     the config and ServiceAccount Pulumi created; then the pods the stack runs on
-#                                     the real node (sim/node.py: the controllers, the metrics adapter, the virtual
-#                                     node, the descheduler, Kueue, JobSet) until Ready, and the virtual node's Node
+#   6. sim/processes.py start          what stands around the stack as local processes (kube-state-metrics, the
+#                                     fake dcgm-exporter, the Services' stand-in, Prometheus), never anything the
+#                                     stack deploys as a pod; then the pods the stack runs on the real node
+#                                     (sim/node.py: the controllers, the metrics adapter, the virtual node, the
+#                                     descheduler, Kueue, JobSet) until Ready, and the virtual node's Node
 #   7. wait for every ClusterQueue to be Active (the make-before-break check is Active once its controller runs)
 #   8. a summary
 #
@@ -41,10 +39,11 @@ mapfile -t config_file < <(stack_file_args)
 # sim/processes.py (the daemons, their config) reads the same file.
 export GPUCLUSTER_SIM_STACK="$STACK"
 
-# The upstream charts' controllers run only on the real node, from the images built here: a stack that puts them
-# elsewhere, or names another release, is refused before anything is deployed.
-"$(sim_python)" "$ROOT/sim/chart_pods.py" check ||
-  die "the stack's Kueue, JobSet or descheduler pods could not run on the simulated cluster (the reason is above)"
+# Every pod the stack deploys (our controllers, the metrics adapter, the virtual node, the charts' controllers) runs
+# only on the real node, the charts' from the images built here: a stack that puts one elsewhere, or names another
+# release, is refused before anything is deployed.
+"$(sim_python)" "$ROOT/sim/placement.py" check ||
+  die "the stack's pods could not run on the simulated cluster (the reason is above)"
 "$ROOT/sim/up.sh"
 # The stack's storage driver as a real cluster has it registered: the prerequisites check of every preview and up
 # looks for it (no node plugin runs on the simulated nodes; sim/claims.py binds the claims below).
@@ -97,8 +96,8 @@ if [[ "${GPUCLUSTER_UP_SKIP_DAEMONS:-0}" != 1 ]]; then
     [[ -z "$placed" ]] || die "GPUCLUSTER_SIM_REAL_NODE=0, but the stack places these on the real node, where they \
 alone run: $placed (leave the real node on, or use a stack that does not place them there)"
   fi
-  step "the stack's daemons as local processes (sim/processes.py; logs in .state/daemons/logs)"
-  "$(sim_python)" "$ROOT/sim/processes.py" start || die "the stack's daemons did not all start (the reason is above)"
+  step "what stands around the stack, as local processes (sim/processes.py; logs in .state/daemons/logs)"
+  "$(sim_python)" "$ROOT/sim/processes.py" start || die "the local processes did not all start (the reason is above)"
   if [[ "${GPUCLUSTER_SIM_REAL_NODE:-1}" != 0 ]]; then
     # A scenario that stopped a controller or ran it with other settings, and was cut short, left it so.
     "$(sim_python)" "$ROOT/sim/deployed.py" restore || die "the stack's controllers could not be put back as deployed"

@@ -12,7 +12,6 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
@@ -37,8 +36,6 @@ def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("GPUCLUSTER_CACHE", str(cache))
     for knob in (*processes.FAKE_CLOUD_ENV.values(), "GPUCLUSTER_FAKE_SEED", "GPUCLUSTER_SIM_STACK"):
         monkeypatch.delenv(knob, raising=False)
-    monkeypatch.delenv("GPUCLUSTER_DESCHEDULER_INTERVAL", raising=False)
-    monkeypatch.delenv(processes.MAKE_BEFORE_BREAK_ENV, raising=False)
     admin = tmp_path / "admin-kubeconfig"
     admin.write_text("{}")
     monkeypatch.setattr(daemon_runtime, "ADMIN_KUBECONFIG", admin)
@@ -65,9 +62,8 @@ def test_daemons_start_in_dependency_order(cluster: Path) -> None:
         "fake-dcgm",
         "scrape-targets",
         "prometheus",
-        # the virtual node with its provider service, the metrics adapter, every registered controller and the
-        # descheduler: the local stack places them on the real node, where their Deployments' pods run (a stack that
-        # does not: test_a_daemon_runs_as_processes_only_where_...)
+        # Nothing the stack deploys as a pod: every controller, the metrics adapter, the virtual node with its
+        # provider service and the charts' pods run on the real node (test_nothing_the_stack_deploys_is_a_process).
     ]
 
 
@@ -93,8 +89,8 @@ def test_a_fake_provider_url_this_machine_cannot_serve_is_refused(cluster: Path,
         processes.registry(stack_file=stack, state=cluster / "daemons")
 
 
-def test_command_lines_are_the_programs_with_what_pulumi_deployed(cluster: Path, tmp_path: Path) -> None:
-    daemons = processes.registry(stack_file=_processes_stack(tmp_path), state=cluster / "daemons")
+def test_command_lines_are_the_programs_with_what_pulumi_deployed(cluster: Path) -> None:
+    daemons = processes.registry(state=cluster / "daemons")
     state, tools = cluster / "daemons", cluster / "cache" / "tools" / "bin"
     cmds = {name: d.prepare() for name, d in daemons.items()}
     # Both fakes' rented addresses are local to this machine before they start (routed, not on loopback).
@@ -114,25 +110,11 @@ def test_command_lines_are_the_programs_with_what_pulumi_deployed(cluster: Path,
         *("--public-ip-pool", "198.19.0.0/24", "--model-load-seconds", "10"),
         *("--capacity", "NVIDIA H100 80GB HBM3=8"),
     ]
-    assert cmds["provider"] == [
-        VENV_PY,
-        *("-m", "daemons.burst_provider", "--settings", f"{state}/provider/settings.json"),
-        *("--kubeconfig", f"{state}/provider/kubeconfig", "--secrets-dir", f"{state}/provider/secrets"),
-        *("--listen", "127.0.0.1:10299"),
-        *("--listen-metrics", "127.0.0.1:10297"),
-    ]
     assert cmds["serving"] == [
         VENV_PY,
         *(str(ROOT / "sim" / "serving.py"), "--kubeconfig", str(cluster / "admin-kubeconfig")),
         *("--node", "gpu-burst", "--rented-network", "198.18.0.0/15", "--metrics-port", "18099"),
         *("--service", "inference/sd-serve=18100"),
-    ]
-    assert cmds["virtual-node"] == [
-        f"{tools}/gpucluster-virtual-node",
-        "--nodename=gpu-burst",
-        f"--kubeconfig={state}/virtual-node/kubeconfig",
-        "--provider-url=http://127.0.0.1:10299",
-        "--taint=virtual-kubelet.io/provider=gpucluster:NoSchedule",
     ]
     assert cmds["kube-state-metrics"] == [
         f"{tools}/kube-state-metrics",
@@ -158,41 +140,10 @@ def test_command_lines_are_the_programs_with_what_pulumi_deployed(cluster: Path,
         *("--listen", "127.0.0.1:18094", "--stack", str(processes.ROOT / "stacks" / "Pulumi.local.yaml")),
         *("--kubeconfig", f"{cluster}/admin-kubeconfig", "--enable-pod-labels"),
     ]
-    assert cmds["descheduler"] == [
-        f"{tools}/descheduler",
-        f"--kubeconfig={state}/descheduler/kubeconfig",
-        f"--policy-config-file={state}/descheduler/policy.yaml",
-        "--descheduling-interval=20s",
-        *("--secure-port=0", "--disable-metrics", "--v=3"),
-    ]
-
-
-def test_processes_read_the_deployed_files_with_their_own_serviceaccounts(cluster: Path, tmp_path: Path) -> None:
-    """A stack that leaves the virtual node and the descheduler off the real node: their processes, and Prometheus
-    scraping the provider service on loopback."""
-    state = cluster / "daemons"
-    for d in processes.registry(stack_file=_processes_stack(tmp_path), state=state).values():
-        d.prepare()
-    settings = json.loads((state / "provider" / "settings.json").read_text())
-    assert settings == {"providers": "as deployed"}
-    secret = state / "provider" / "secrets" / "runpodFakeApiKey"
-    assert secret.read_bytes() == b"not-a-real-key"
-    assert secret.stat().st_mode & 0o777 == 0o600
-    assert (state / "descheduler" / "policy.yaml").read_text() == fake_kubectl.DESCHEDULER_POLICY
-    users = {
-        "provider": "gpucluster-burst-gpucluster-virtual-node",
-        "virtual-node": "gpucluster-burst-gpucluster-virtual-node",
-        "descheduler": "kube-system-descheduler",
+    assert set(cmds) == {*processes.outside_registry(), "serving", "kube-state-metrics", "fake-dcgm"} | {
+        "scrape-targets",
+        "prometheus",
     }
-    for name, user in users.items():
-        kubeconfig = state / name / "kubeconfig"
-        assert kubeconfig.stat().st_mode & 0o777 == 0o600
-        config = json.loads(kubeconfig.read_text())
-        assert config["users"] == [{"name": user, "user": {"token": f"token-of-{user}"}}]
-        assert config["clusters"][0]["cluster"]["server"] == "https://127.0.0.1:6443"
-    prom = json.loads((state / "prometheus" / "prometheus.yml").read_text())
-    jobs = {j["job_name"]: j["static_configs"][0]["targets"] for j in prom["scrape_configs"] if "static_configs" in j}
-    assert jobs["burst-provider"] == ["127.0.0.1:10297"]
 
 
 def test_each_daemon_reads_the_deployed_files_with_its_own_serviceaccount(cluster: Path) -> None:
@@ -203,10 +154,9 @@ def test_each_daemon_reads_the_deployed_files_with_its_own_serviceaccount(cluste
     key = state / "fake-runpod-runpod-fake" / "api-key"
     assert key.read_bytes() == b"not-a-real-key"
     assert key.stat().st_mode & 0o777 == 0o600
-    # The virtual node, its provider service and the descheduler run as the stack's pods on the real node: no
-    # process reads for them.
-    for name in ("provider", "virtual-node", "descheduler"):
-        assert not (state / name).exists(), name
+    # The virtual node, its provider service, the controllers and the descheduler run as the stack's pods on the
+    # real node: no process reads for them.
+    assert sorted(p.name for p in state.iterdir() if p.is_dir()) == ["fake-runpod-runpod-fake", "prometheus"]
     prom = json.loads((state / "prometheus" / "prometheus.yml").read_text())
     jobs = {j["job_name"]: j["static_configs"][0]["targets"] for j in prom["scrape_configs"] if "static_configs" in j}
     assert jobs == {
@@ -242,11 +192,8 @@ def test_each_daemon_reads_the_deployed_files_with_its_own_serviceaccount(cluste
     assert (state / "prometheus" / "rules.yaml").read_text() == fake_kubectl.RULES
 
 
-def test_the_provider_and_the_node_follow_the_deployed_settings_and_secret(cluster: Path, tmp_path: Path) -> None:
-    daemons = processes.registry(stack_file=_processes_stack(tmp_path), state=cluster / "daemons")
-    expected = '{"providers": "as deployed"}' + json.dumps(fake_kubectl.SECRET_DATA)
-    assert daemons["provider"].fingerprint() == expected
-    assert daemons["virtual-node"].fingerprint() == expected
+def test_the_fakes_follow_the_key_the_provider_sends_and_their_code(cluster: Path) -> None:
+    daemons = processes.registry(state=cluster / "daemons")
     # The key it accepts and its code: a changed key, or a fake of older code, restarts it.
     runpod = daemons["fake-runpod-runpod-fake"].fingerprint()
     assert runpod.startswith(fake_kubectl.SECRET_DATA["runpodFakeApiKey"])
@@ -256,65 +203,48 @@ def test_the_provider_and_the_node_follow_the_deployed_settings_and_secret(clust
     assert daemons["kube-state-metrics"].fingerprint is None
 
 
-def test_make_before_break_settings_take_the_overrides_laid_over_them(
-    cluster: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    daemons = processes.registry(stack_file=_processes_stack(tmp_path), state=cluster / "daemons")
-    assert daemons["make-before-break-a"].fingerprint() == '{"maxHold": "60s", "nodeGrace": "20s"}'
-    monkeypatch.setenv(processes.MAKE_BEFORE_BREAK_ENV, '{"maxHold": "1ms", "nodeGrace": "0.5ms"}')
-    daemons["make-before-break-b"].prepare()
-    written = json.loads((cluster / "daemons" / "make-before-break-b" / "settings.json").read_text())
-    assert written == {"maxHold": "1ms", "nodeGrace": "0.5ms"}
-    assert daemons["make-before-break-a"].fingerprint() == json.dumps(written, sort_keys=True)
-
-
-@pytest.mark.parametrize(
-    ("overrides", "message"),
-    [("not json", "is not JSON"), ('["maxHold"]', "must be a JSON object")],
-)
-def test_make_before_break_overrides_that_are_not_an_object_are_refused(overrides: str, message: str) -> None:
-    with pytest.raises(processes.DaemonError, match=message):
-        processes.mbb_settings('{"maxHold": "60s"}', overrides)
-    assert processes.mbb_settings('{"maxHold": "60s"}', "") == '{"maxHold": "60s"}'
-
-
-def _processes_stack(tmp_path: Path, **sections: Any) -> Path:
-    """The local stack with every daemon left off the real node (so run as local processes here: the metrics adapter
-    outside the cluster, on the port its ExternalName Service names), and ``sections`` (config keys without the
-    project prefix) replaced."""
+def _adapter_outside_stack(tmp_path: Path) -> Path:
+    """The local stack with the metrics adapter run outside the cluster, on the port its ExternalName Service names:
+    the stack deploys no pod of it."""
     document = yaml.safe_load((processes.ROOT / "stacks" / "Pulumi.local.yaml").read_text())
-    config = document["config"]
-    burst = config["gpucluster:burst"]
-    for section in (burst["taintController"], burst["virtualNode"], *(config[f"gpucluster:{k}"] for k in PLACED)):
-        section.pop("nodeSelector", None)
-        section.pop("tolerations", None)
-    config["gpucluster:descheduler"].pop("podNodeSelector", None)
-    config["gpucluster:descheduler"].pop("podTolerations", None)
-    config["gpucluster:metricsAdapter"]["externalAddress"] = "localhost:18445"
-    config.update({f"gpucluster:{k}": v for k, v in sections.items()})
-    stack = tmp_path / "Pulumi.processes.yaml"
+    adapter = document["config"]["gpucluster:metricsAdapter"]
+    del adapter["nodeSelector"], adapter["tolerations"]
+    adapter["externalAddress"] = "localhost:18445"
+    stack = tmp_path / "Pulumi.outside.yaml"
     stack.write_text(yaml.safe_dump(document))
     return stack
 
 
-#: The controllers' own sections of the local stack (the taint controller's sits in gpucluster:burst).
-PLACED = ("makeBeforeBreak", "quotaController", "quarantine", "interruptions", "stallDetector", "metricsAdapter")
+@pytest.mark.parametrize(
+    "stack",
+    [
+        "stacks/Pulumi.local.yaml",
+        *(f"benchmarks/stacks/Pulumi.{s}.yaml" for s in ("scale96", "scale512", "capacity96")),
+    ],
+)
+def test_nothing_the_stack_deploys_is_a_process(cluster: Path, stack: str) -> None:
+    """Every pod the stack deploys runs on the real node (sim/placement.py refuses a stack that leaves one off it):
+    no process here runs a controller, the adapter, the virtual node, its provider or a chart's controller, and
+    Prometheus has no target of theirs written here."""
+    placement = load_sim_module("placement")
+    config = processes.stack_config(ROOT / stack)
+    pods = {pod.name for pod in placement.pods(config)}
+    assert {spec.name for spec in CONTROLLERS} <= pods
+    assert {"virtual-node", "kueue", "jobset", "descheduler"} <= pods
+    state = cluster / "daemons"
+    names = set(processes.registry(stack_file=ROOT / stack, state=state))
+    assert not {n for n in names if any(n == p or n.startswith(f"{p}-") for p in pods | {"provider"})}
+    processes.registry(stack_file=ROOT / stack, state=state)["prometheus"].prepare()
+    prom = json.loads((state / "prometheus" / "prometheus.yml").read_text())
+    static = {j["job_name"] for j in prom["scrape_configs"] if "static_configs" in j}
+    assert static <= {"kube-state-metrics", "dcgm-exporter", "serving", "gpucluster-fabric-exporter"}
 
 
-def test_a_stack_with_make_before_break_off_runs_no_controller_for_it(cluster: Path, tmp_path: Path) -> None:
-    stack = _processes_stack(tmp_path, makeBeforeBreak={"enabled": False})
-    names = list(processes.registry(stack_file=stack, state=cluster / "daemons"))
-    assert not [n for n in names if n.startswith("make-before-break")]
-    assert "taint-controller-a" in names
-
-
-def test_a_daemon_runs_as_processes_only_where_the_stack_leaves_it_off_the_real_node(
+def test_an_adapter_the_stack_runs_outside_the_cluster_runs_here_with_its_serviceaccount(
     cluster: Path, tmp_path: Path
 ) -> None:
-    replicas = {f"{spec.name}-{r}" for spec in CONTROLLERS for r in "ab"}
-    assert not (replicas | {"metrics-adapter", "provider", "virtual-node", "descheduler"}) & set(_registry(cluster))
     state = cluster / "daemons"
-    daemons = processes.registry(stack_file=_processes_stack(tmp_path), state=state)
+    daemons = processes.registry(stack_file=_adapter_outside_stack(tmp_path), state=state)
     tools = cluster / "cache" / "tools" / "bin"
     assert daemons["metrics-adapter"].prepare() == [
         f"{tools}/gpucluster-metrics-adapter",
@@ -328,27 +258,9 @@ def test_a_daemon_runs_as_processes_only_where_the_stack_leaves_it_off_the_real_
     adapter = json.loads((state / "metrics-adapter" / "kubeconfig").read_text())
     user = "gpucluster-metrics-gpucluster-metrics-adapter"
     assert adapter["users"] == [{"name": user, "user": {"token": f"token-of-{user}"}}]
-    ports = {
-        "taint-controller": 9102,
-        "make-before-break": 9104,
-        "quota-controller": 9106,
-        "quarantine": 9108,
-        "interruptions": 9112,
-        "stall-detector": 9114,
-    }
-    for spec in CONTROLLERS:
-        for replica, port in (("a", ports[spec.name]), ("b", ports[spec.name] + 1)):
-            name = f"{spec.name}-{replica}"
-            assert daemons[name].prepare() == [
-                VENV_PY,
-                *("-m", spec.module, "--settings", f"{state}/{name}/settings.json"),
-                *("--kubeconfig", f"{state}/{name}/kubeconfig", "--listen", f"127.0.0.1:{port}", "--identity", name),
-            ]
-    assert daemons["taint-controller-a"].fingerprint() == '{"highMark": 8}'
-    assert (state / "make-before-break-a" / "settings.json").read_text() == '{"maxHold": "60s", "nodeGrace": "20s"}'
-    config = json.loads((state / "make-before-break-b" / "kubeconfig").read_text())
-    user = "gpucluster-burst-gpucluster-make-before-break"
-    assert config["users"] == [{"name": user, "user": {"token": f"token-of-{user}"}}]
+    assert adapter["clusters"][0]["cluster"]["server"] == "https://127.0.0.1:6443"
+    assert (state / "metrics-adapter" / "kubeconfig").stat().st_mode & 0o777 == 0o600
+    assert "metrics-adapter" not in processes.registry(state=cluster / "daemons-local")
 
 
 def _stack_with_runpod_url(tmp_path: Path, url: str) -> Path:
@@ -421,7 +333,7 @@ def test_prometheus_on_the_path_is_the_one_started(cluster: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("daemon", "program"), [("kube-state-metrics", "kube-state-metrics"), ("descheduler", "kubectl")]
+    ("daemon", "program"), [("kube-state-metrics", "kube-state-metrics"), ("metrics-adapter", "kubectl")]
 )
 def test_a_pinned_tool_not_built_says_run_make_tools(
     daemon: str,
@@ -431,8 +343,8 @@ def test_a_pinned_tool_not_built_says_run_make_tools(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("GPUCLUSTER_CACHE", str(tmp_path / "empty-cache"))
-    # The descheduler runs as a process only where the stack leaves it off the real node.
-    monkeypatch.setenv("GPUCLUSTER_SIM_STACK", str(_processes_stack(tmp_path)))
+    # The adapter runs as a process only where the stack runs it outside the cluster.
+    monkeypatch.setenv("GPUCLUSTER_SIM_STACK", str(_adapter_outside_stack(tmp_path)))
     rc, err = _start(tmp_path, daemon, capsys, monkeypatch, os.environ["PATH"])
     bin_dir = tmp_path / "empty-cache" / "tools" / "bin"
     assert (rc, err) == (1, f"sim/processes.py: error: {program} not found in {bin_dir}: run make tools\n")
@@ -467,17 +379,6 @@ def test_the_summary_without_kubectl_is_one_line(tmp_path: Path) -> None:
     )
 
 
-def test_a_controller_the_stack_places_on_the_real_node_is_no_process_here(cluster: Path, tmp_path: Path) -> None:
-    """The local stack puts the stall detector on the real node; a stack that does not leaves it a process."""
-    local = processes.stack_config(ROOT / "stacks" / "Pulumi.local.yaml")
-    assert "stall-detector" not in [s.name for s in processes.process_controllers(local)]
-    text = yaml.safe_load((ROOT / "stacks" / "Pulumi.local.yaml").read_text())
-    text["config"]["gpucluster:stallDetector"].pop("nodeSelector")
-    elsewhere = tmp_path / "Pulumi.elsewhere.yaml"
-    elsewhere.write_text(yaml.safe_dump(text))
-    assert "stall-detector" in [s.name for s in processes.process_controllers(processes.stack_config(elsewhere))]
-
-
 def test_start_stops_a_process_the_registry_no_longer_has(tmp_path: Path) -> None:
     """A daemon that moved onto the real node must not go on running beside its pods."""
     state = tmp_path / "daemons"
@@ -492,17 +393,6 @@ def test_start_stops_a_process_the_registry_no_longer_has(tmp_path: Path) -> Non
         assert sorted(p.name for p in state.glob("*.pid")) == []
     finally:
         departed.kill()
-
-
-def test_an_adapter_neither_outside_the_cluster_nor_on_the_real_node_is_refused(cluster: Path, tmp_path: Path) -> None:
-    """Its pods would land on a kwok node, where nothing runs: no custom metric would ever be served."""
-    document = yaml.safe_load((processes.ROOT / "stacks" / "Pulumi.local.yaml").read_text())
-    adapter = document["config"]["gpucluster:metricsAdapter"]
-    del adapter["nodeSelector"], adapter["tolerations"]
-    stack = tmp_path / "Pulumi.nowhere.yaml"
-    stack.write_text(yaml.safe_dump(document))
-    with pytest.raises(processes.DaemonError, match=r"sets neither externalAddress .*\(sim.gpucluster.io/real-node"):
-        processes.registry(stack_file=stack, state=cluster / "daemons")
 
 
 # --- the fake providers start before the stack is deployed -------------------------------------------------------
@@ -548,9 +438,3 @@ def test_a_stack_secret_pulumi_cannot_read_is_a_clear_error_that_shows_no_value(
 def test_start_outside_starts_the_fake_providers_alone(cluster: Path) -> None:
     names = list(processes.outside_registry())
     assert names == ["fake-cloud-fake-a", "fake-runpod-runpod-fake"]
-
-
-def test_a_placed_descheduler_is_no_process(cluster: Path) -> None:
-    """The local stack places the descheduler chart's pod on the real node (sim/chart_pods.py checks its image
-    before ``pulumi up``): nothing here runs it."""
-    assert "descheduler" not in processes.registry(state=cluster / "daemons")

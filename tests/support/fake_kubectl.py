@@ -13,25 +13,15 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-#: What the canned cluster holds: settings ConfigMaps, the provider Secret, the descheduler's chart objects.
-SETTINGS = {
-    ("gpucluster-burst", "gpucluster-virtual-node-settings"): '{"providers": "as deployed"}',
-    ("gpucluster-burst", "gpucluster-taint-controller-settings"): '{"highMark": 8}',
-    ("gpucluster-burst", "gpucluster-make-before-break-settings"): '{"maxHold": "60s", "nodeGrace": "20s"}',
-    ("gpucluster-capacity", "gpucluster-quota-controller-settings"): '{"returnAfter": "20s"}',
-    ("gpucluster-capacity", "gpucluster-quarantine-settings"): '{"interval": "2s"}',
-    ("gpucluster-training", "gpucluster-interruptions-settings"): '{"interval": "1s"}',
-    ("gpucluster-training", "gpucluster-stall-detector-settings"): '{"interval": "2s"}',
-}
+#: What the canned cluster holds: the virtual node's settings ConfigMap, the adapter's file, the provider Secret and
+#: the alert rules.
+SETTINGS = {("gpucluster-burst", "gpucluster-virtual-node-settings"): '{"providers": "as deployed"}'}
 #: The metrics adapter's file (components/metrics_adapter.py: its own key, not settings.json).
 METRICS_ADAPTER = ("gpucluster-metrics", "gpucluster-metrics-adapter", "config.json", '{"metrics": "as deployed"}')
 #: The provider Secret holds the local stack's one provider secret, the key the RunPod fake accepts.
 SECRET_DATA = {"runpodFakeApiKey": base64.b64encode(b"not-a-real-key").decode()}
 #: The alert rules the telemetry component deployed (a ConfigMap: no Prometheus operator).
 RULES = "groups: []\n"
-DESCHEDULER_SA = "descheduler"
-DESCHEDULER_CM = "descheduler"
-DESCHEDULER_POLICY = "apiVersion: descheduler/v1alpha2\nkind: DeschedulerPolicy\n"
 
 
 def _opt(args: Sequence[str], flag: str) -> str | None:
@@ -46,26 +36,17 @@ def _opt(args: Sequence[str], flag: str) -> str | None:
 def answer(args: Sequence[str]) -> str | None:
     """The canned reply to one command line (without ``--kubeconfig FILE``), or None when unknown."""
     ns = _opt(args, "-n")
-    output = _opt(args, "-o")
     if args[:2] == ["create", "token"]:
         return f"token-of-{ns}-{args[2]}\n"
     if args[:2] == ["config", "view"]:
         cluster = {"server": "https://127.0.0.1:6443", "certificate-authority-data": "Y2E="}
         return json.dumps({"clusters": [{"name": "sim", "cluster": cluster}]})
-    if args[:2] == ["get", "configmap"] and "-l" in args:
-        if output == "json":
-            return json.dumps({"items": [{"data": {"policy.yaml": DESCHEDULER_POLICY}}]})
-        return DESCHEDULER_CM
-    if args[:2] == ["get", "serviceaccount"] and "-l" in args:
-        return DESCHEDULER_SA
     if args[:2] == ["get", "configmap"]:
         name = args[2]
         if (ns, name) in SETTINGS:
             return json.dumps({"metadata": {"name": name}, "data": {"settings.json": SETTINGS[(ns or "", name)]}})
         if (ns, name) == METRICS_ADAPTER[:2]:
             return json.dumps({"metadata": {"name": name}, "data": {METRICS_ADAPTER[2]: METRICS_ADAPTER[3]}})
-        if name == DESCHEDULER_CM:
-            return json.dumps({"metadata": {"name": name}, "data": {"policy.yaml": DESCHEDULER_POLICY}})
         if (ns, name) == ("gpu-telemetry", "gpucluster-gpu-fabric"):
             return json.dumps({"metadata": {"name": name}, "data": {"gpucluster-telemetry.rules.yaml": RULES}})
     if args[:2] == ["get", "secret"] and args[2] == "gpucluster-virtual-node-provider-secrets":

@@ -138,9 +138,9 @@ def test_serving_moves_first_nothing_is_preempted_and_pulumi_leaves_the_flip_alo
         path=flip.MAKE_BEFORE_BREAK,
         quiet=True,
         out=tmp_path,
-        # Long enough that no training pod is done before the load step's replicas are scheduled: the gang's pods
-        # start up to 40 s apart on a loaded machine (Kueue ungates them one by one), and a finished pod's GPUs
-        # would take the new replicas in-cluster.
+        # Long enough that no training pod is done before the load step's replicas are scheduled: in the full suite
+        # the gang's pods started up to 47 s apart (1 s on a quiet machine, also beside a pulumi preview), and a
+        # finished pod's GPUs would take the new replicas in-cluster.
         train_for="120s",
         during=during,
         load_rate=flip.LOAD_RATE,
