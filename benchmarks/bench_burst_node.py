@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.sim_cluster import make_up  # noqa: E402 (run as a script: the repository first on the path)
-from sim import controllers, processes  # noqa: E402 (run as a script: the repository first on the path)
+from sim import controllers, outside, processes  # noqa: E402 (run as a script: the repository first on the path)
 from sim.stats import percentile  # noqa: E402
 
 NAME = "bench-burst"
@@ -106,7 +106,7 @@ def main() -> int:
         return 1
     cfg = processes.stack_config()
     burst = cfg.burst.settings
-    ns, owner = burst.virtual_node.inference_namespaces[0], processes.instance_owner(cfg)
+    ns, owner = burst.virtual_node.inference_namespaces[0], outside.instance_owner(cfg)
     cloud = next(p.fake.url for p in burst.providers if p.fake is not None)
     boot = float(http("GET", f"{cloud}/admin/knobs")["bootSeconds"])
     provider, node = controllers.burst_part("provider"), controllers.burst_part("virtual-node")

@@ -39,6 +39,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.sim_cluster import make_up  # noqa: E402 (run as a script: the repository first on the path)
 from sim import flip, timeline  # noqa: E402 (run as a script: the repository first on the path)
+from sim import outside as sim_outside  # noqa: E402
 from sim import processes as sim_daemons  # noqa: E402
 from sim.daemon_runtime import DaemonError  # noqa: E402
 from sim.load import LoadError  # noqa: E402
@@ -73,7 +74,7 @@ def main() -> int:
             return 1
         flip.write_outputs(tl, figures, out, f"One flip: {path}")
         results.append(figures)
-    load = sim_daemons.model_load_seconds(sim_daemons.stack_config())
+    load = sim_outside.model_load_seconds(sim_daemons.stack_config())
     print(
         f"\nflip on the simulated cluster (8 x 1-GPU replicas, fake provider boot {boot:.0f} s, model load {load:g} s "
         f"in the cluster and rented, {flip.LOAD_RATE} requests a second through the Service)"

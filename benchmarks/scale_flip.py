@@ -53,6 +53,7 @@ sys.path.insert(0, str(ROOT))
 from benchmarks import scale_placement  # noqa: E402 (run as a script: the repository first on the path)
 from sim import deployed as sim_deployed  # noqa: E402
 from sim import flip, timeline  # noqa: E402
+from sim import outside as sim_outside  # noqa: E402
 from sim import processes as sim_daemons  # noqa: E402
 
 STACKS = ROOT / "benchmarks" / "stacks"
@@ -433,7 +434,7 @@ def fmt_s(v: float | None) -> str:
 def run_scale(scale: Scale, paths: Sequence[str], train_for: str, out: Path, placement: bool = True) -> ScaleResult:
     result = ScaleResult(scale)
     env = scale.env()
-    boot = float(os.environ.get("GPUCLUSTER_FAKE_BOOT_SECONDS", sim_daemons.FAKE_CLOUD_DEFAULTS["boot-seconds"]))
+    boot = float(os.environ.get("GPUCLUSTER_FAKE_BOOT_SECONDS", sim_outside.FAKE_CLOUD_DEFAULTS["boot-seconds"]))
     saved = {k: os.environ.get(k) for k in env}
     with Monitor() as monitor:
         try:

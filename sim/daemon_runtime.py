@@ -1,9 +1,10 @@
 """What ``sim/processes.py`` runs its daemons with: the simulated cluster's kubectl, what Pulumi deployed read back
-(ConfigMaps, Secrets, a ServiceAccount's token as a kubeconfig), and :class:`Daemon`, one local process with its
-pid file, log, readiness probe and configuration fingerprint.
+(ConfigMaps, Secrets, a ServiceAccount's token as a kubeconfig), :class:`Daemon`, one local process with its pid
+file, log, readiness probe and configuration fingerprint, and :class:`Stack`, what every daemon's builder reads.
 
-``sim/processes.py`` holds the builders (one per daemon of the stack) and the command line; this module holds what
-they share, so that neither grows past what one reads at once.
+``sim/processes.py`` holds the builders of what stands around the stack and the command line, ``sim/outside.py``
+the builders of what stands for the world outside the cluster; this module holds what they share, so that none
+grows past what one reads at once.
 """
 
 from __future__ import annotations
@@ -367,3 +368,38 @@ def wait_for(what: str, check: Callable[[], Any], timeout: float, interval: floa
         if time.monotonic() > deadline:
             raise DaemonError(f"timed out after {timeout:.0f}s waiting for {what}")
         time.sleep(interval)
+
+
+def stack_config(stack_file: Path | None = None) -> Any:
+    sys.path.insert(0, str(ROOT))
+    try:
+        from components.config import StackConfigError, load_stack_file  # noqa: PLC0415 (needs ROOT on the path)
+    except ImportError as e:
+        raise DaemonError(f"{sys.executable} cannot import {e.name}: run make venv") from None
+
+    path = stack_file or Path(os.environ.get("GPUCLUSTER_SIM_STACK", ROOT / "stacks" / "Pulumi.local.yaml"))
+    try:
+        return load_stack_file(path)
+    except StackConfigError as e:
+        raise DaemonError(str(e)) from e
+
+
+@dataclass(frozen=True)
+class Stack:
+    """What every daemon's builder reads: the stack's config, the pinned tools, the interpreter, the state."""
+
+    config: Any
+    bin_dir: Path
+    python: str
+    state: Path
+
+    @property
+    def burst(self) -> Any:
+        """The burst provider service's settings (providers, virtual node)."""
+        return self.config.burst.settings
+
+    def tool(self, name: str) -> str:
+        return str(self.bin_dir / name)
+
+    def daemon(self, name: str, prepare: Callable[[], list[str]], **kwargs: Any) -> Daemon:
+        return Daemon(name, prepare, state=self.state, **kwargs)

@@ -1,9 +1,9 @@
 """One full flip on the simulated cluster: training takes every GPU, inference makes room, and comes back.
 
-The scenario runs on ``make up``'s cluster with the local stack's daemons: the virtual node and its provider
-service bursting to the fake GPU cloud and the descheduler as local processes (``sim/processes.py``), the
+The scenario runs on ``make up``'s cluster with the stack's daemons as its pods on the real node: the virtual node
+and its provider service bursting to the fake GPU cloud (``sim/outside.py``), the descheduler, the
 make-before-break AdmissionCheck controller and the taint controller (reading kube-state-metrics through
-Prometheus) as the stack's pods on the real node. It narrates each step, samples the cluster once a second into a
+Prometheus). It narrates each step, samples the cluster once a second into a
 :class:`timeline.Timeline`, and leaves a CSV, a PNG chart and the figures (JSON) in ``--out``. Three paths:
 
 ``make-before-break`` (the local stack's own):
@@ -59,6 +59,7 @@ from daemons.registry import MAKE_BEFORE_BREAK as MAKE_BEFORE_BREAK_SPEC  # noqa
 from sim import controllers as sim_controllers  # noqa: E402
 from sim import deployed as sim_deployed  # noqa: E402
 from sim import load as sim_load  # noqa: E402
+from sim import outside as sim_outside  # noqa: E402
 from sim import processes as sim_daemons  # noqa: E402 (run as a script: the repository first on the path)
 from sim import timeline  # noqa: E402
 
@@ -66,7 +67,7 @@ from sim import timeline  # noqa: E402
 INFERENCE_POD_SELECTOR = "gpucluster.io/workload=inference"
 
 TRAINING_JOB = "flip-pretrain"
-SIM_ANNOTATION_READY_AFTER = sim_daemons.READY_AFTER_ANNOTATION
+SIM_ANNOTATION_READY_AFTER = sim_outside.READY_AFTER_ANNOTATION
 MAKE_BEFORE_BREAK = "make-before-break"
 PREEMPT = "preempt-then-burst"
 NO_EXECUTE = "NoExecute"
@@ -736,7 +737,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not a.load_rate:
             p.error("--load-step needs --load-rate above 0: the step is added to it")
         step = LoadStep(int(rate), float(seconds))
-    boot = float(os.environ.get("GPUCLUSTER_FAKE_BOOT_SECONDS", sim_daemons.FAKE_CLOUD_DEFAULTS["boot-seconds"]))
+    boot = float(os.environ.get("GPUCLUSTER_FAKE_BOOT_SECONDS", sim_outside.FAKE_CLOUD_DEFAULTS["boot-seconds"]))
     opts = Options(
         path=a.path,
         train_for=a.train_for,

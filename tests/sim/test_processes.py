@@ -22,6 +22,7 @@ from tests.support.sim import load_sim_module, path_without
 
 ROOT = Path(__file__).resolve().parents[2]
 processes = load_sim_module("processes")
+outside = load_sim_module("outside")
 daemon_runtime = load_sim_module("daemon_runtime")
 VENV_PY = processes.python()
 #: The routes the daemons' preparation asked for.
@@ -34,14 +35,14 @@ def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     cache = tmp_path / "cache"
     fake_kubectl.install(cache / "tools" / "bin")
     monkeypatch.setenv("GPUCLUSTER_CACHE", str(cache))
-    for knob in (*processes.FAKE_CLOUD_ENV.values(), "GPUCLUSTER_FAKE_SEED", "GPUCLUSTER_SIM_STACK"):
+    for knob in (*outside.FAKE_CLOUD_ENV.values(), "GPUCLUSTER_FAKE_SEED", "GPUCLUSTER_SIM_STACK"):
         monkeypatch.delenv(knob, raising=False)
     admin = tmp_path / "admin-kubeconfig"
     admin.write_text("{}")
     monkeypatch.setattr(daemon_runtime, "ADMIN_KUBECONFIG", admin)
     monkeypatch.setattr(processes, "ADMIN_KUBECONFIG", admin)
     ROUTED.clear()  # the real one changes this machine's routes: record the calls instead
-    monkeypatch.setattr(processes, "route_rented_network", lambda: ROUTED.append(processes.RENTED_NETWORK))
+    monkeypatch.setattr(outside, "route_rented_network", lambda: ROUTED.append(outside.RENTED_NETWORK))
     return tmp_path
 
 
@@ -412,16 +413,16 @@ def test_before_the_first_update_runpods_fake_takes_its_key_from_the_stacks_conf
     """No provider Secret yet (the fakes start before pulumi up): the key is the stack config's value it is made
     from, as RunPod knows the keys it issued before any cluster is deployed."""
     args = _fake_pulumi(cluster, "printf 'key-from-config\\n'")
-    monkeypatch.setattr(processes, "kubectl", lambda *a, **k: "")  # kubectl get secret --ignore-not-found: none
+    monkeypatch.setattr(outside, "kubectl", lambda *a, **k: "")  # kubectl get secret --ignore-not-found: none
     monkeypatch.setenv("GPUCLUSTER_STACK", "local")
-    key = processes.runpod_key("gpucluster-burst", "gpucluster-virtual-node-provider-secrets", "runpodFakeApiKey")
+    key = outside.runpod_key("gpucluster-burst", "gpucluster-virtual-node-provider-secrets", "runpodFakeApiKey")
     assert key == b"key-from-config"
     assert args.read_text().split() == ["config", "get", "gpucluster:runpodFakeApiKey", "--stack", "local"]
 
 
 def test_once_deployed_runpods_fake_takes_the_key_the_provider_secret_holds(cluster: Path) -> None:
     args = _fake_pulumi(cluster, "exit 1")
-    key = processes.runpod_key("gpucluster-burst", "gpucluster-virtual-node-provider-secrets", "runpodFakeApiKey")
+    key = outside.runpod_key("gpucluster-burst", "gpucluster-virtual-node-provider-secrets", "runpodFakeApiKey")
     assert key == b"not-a-real-key"
     assert not args.exists(), "pulumi is not asked once the Secret exists"
 
@@ -431,7 +432,7 @@ def test_a_stack_secret_pulumi_cannot_read_is_a_clear_error_that_shows_no_value(
     with pytest.raises(
         processes.DaemonError, match=r"pulumi config get gpucluster:runpodFakeApiKey .*no passphrase"
     ) as refused:
-        processes.stack_secret("runpodFakeApiKey")
+        outside.stack_secret("runpodFakeApiKey")
     assert "half-a-secret" not in str(refused.value)
 
 

@@ -43,16 +43,17 @@ FAKE = next(p.fake.url for p in BURST.providers if p.fake is not None)
 PROBE = "burst-probe"
 PROVIDER_TAINT = ("virtual-kubelet.io/provider", "gpucluster")
 processes = load_sim_module("processes")
+outside = load_sim_module("outside")
 controllers = load_sim_module("controllers")
 deployed = load_sim_module("deployed")
 NODE_IP = load_sim_module("node").NODE_IP
-#: The runpod provider at the real node's address (runpod-fake): sim/processes.py runs RunPod's fake on loopback
+#: The runpod provider at the real node's address (runpod-fake): sim/outside.py runs RunPod's fake on loopback
 #: there, with the key Pulumi put in the provider Secret. Its own routes (/healthz, /admin/...) sit beside the API's
 #: /v2.
 RUNPOD = next(p for p in BURST.providers if p.runpod is not None)
 assert RUNPOD.runpod is not None
 RUNPOD_API = RUNPOD.runpod.url.rstrip("/")
-RUNPOD_ROOT = RUNPOD_API.removesuffix(processes.FAKE_RUNPOD_PATH)
+RUNPOD_ROOT = RUNPOD_API.removesuffix(outside.FAKE_RUNPOD_PATH)
 PROVIDER_SECRET = "gpucluster-virtual-node-provider-secrets"
 
 
