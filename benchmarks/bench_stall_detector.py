@@ -29,12 +29,12 @@ if str(ROOT) not in sys.path:
 
 from components.constants import PROGRESS_ANNOTATION_PREFIX  # noqa: E402
 from components.stall_detector_settings import StallDetectorSettings  # noqa: E402
-from daemons.jobsets import parse_time  # noqa: E402
 from daemons.stall_detector import queries  # noqa: E402
 from daemons.stall_detector.controller import Controller  # noqa: E402
 from daemons.stall_detector.decide import Verdict  # noqa: E402
 from daemons.stall_detector.metrics import Metrics  # noqa: E402
 from daemons.toolkit.prometheus import QueryResult, Sample  # noqa: E402
+from daemons.toolkit.times import unix_seconds  # noqa: E402
 from tests.daemons.stall_detector.fakes import START, FakeApi, rfc3339  # noqa: E402
 
 NS = "team-a"
@@ -198,7 +198,7 @@ def main() -> int:
     # 3. A straggler: one node of four at 70 % of its peers' pace from the start of the run.
     straggle = Job("straggles", ["s0", "s1", "s2", "s3"], slow_node="s2")
     _, _, api = run([straggle], 1800)
-    named = [parse_time(e["lastTimestamp"]) or START for e in api.events if e["reason"] == "SuspectNode"]
+    named = [unix_seconds(e["lastTimestamp"]) or START for e in api.events if e["reason"] == "SuspectNode"]
     # 4. Cost: one cycle over 512 nodes x 8 GPUs in 64 gangs of 8 nodes.
     big = [Job(f"g{i:02d}", [f"n{i * 8 + k:03d}" for k in range(8)]) for i in range(64)]
     controller, _, _ = run(big, 11 * 60)  # past the startup grace

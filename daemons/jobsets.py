@@ -9,24 +9,14 @@ value, of its current restart attempt (JobSet's label ``jobset.sigs.k8s.io/resta
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Mapping
 from typing import Any
 
 from components.constants import JOBSET_RESTART_ATTEMPT_LABEL, TRAINING_JOB_LABEL
+from daemons.toolkit.times import unix_seconds
 
 #: The training pod's container (components/training/manifest.py names it).
 TRAINER = "trainer"
-
-
-def parse_time(text: object) -> float | None:
-    """RFC 3339 -> epoch seconds; None when absent or unreadable."""
-    if not isinstance(text, str) or not text:
-        return None
-    try:
-        return dt.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
 
 
 def as_map(obj: Any, key: str) -> Mapping[str, Any]:
@@ -63,10 +53,10 @@ def running_start(pod: Mapping[str, Any]) -> float | None:
     status = as_map(pod, "status")
     for cs in as_list(status, "containerStatuses"):
         if isinstance(cs, Mapping) and cs.get("name") == TRAINER:
-            started = parse_time(as_map(as_map(cs, "state"), "running").get("startedAt"))
+            started = unix_seconds(as_map(as_map(cs, "state"), "running").get("startedAt"))
             if started is not None:
                 return started
-    return parse_time(status.get("startTime"))
+    return unix_seconds(status.get("startTime"))
 
 
 def belongs(pod: Mapping[str, Any], namespace: str, job_label: str) -> bool:

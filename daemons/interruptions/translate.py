@@ -21,12 +21,13 @@ from components.constants import (
 )
 from daemons.interruptions.classify import NodeState, PodFailure
 from daemons.interruptions.model import LEDGER_ANNOTATION, JobView, WorkloadView
-from daemons.jobsets import TRAINER, belongs, gang_size, of_attempt, parse_time, running_start
+from daemons.jobsets import TRAINER, belongs, gang_size, of_attempt, running_start
 from daemons.jobsets import as_int as _int
 from daemons.jobsets import as_list as _list
 from daemons.jobsets import as_map as _map
+from daemons.toolkit.times import unix_seconds
 
-__all__ = ["TRAINER", "job_view", "node_state", "owner_uid", "parse_time", "pod_failure", "workload_view"]
+__all__ = ["TRAINER", "job_view", "node_state", "owner_uid", "pod_failure", "unix_seconds", "workload_view"]
 
 
 def _float(text: object) -> float | None:
@@ -80,10 +81,10 @@ def workload_view(obj: Mapping[str, Any]) -> WorkloadView:
         name=name,
         active=active is not False,
         admitted=is_admitted,
-        admitted_at=parse_time(admitted.get("lastTransitionTime")) if is_admitted else None,
+        admitted_at=unix_seconds(admitted.get("lastTransitionTime")) if is_admitted else None,
         evictions=evictions,
         evicted_reason=str(evicted.get("reason") or "") if evicted.get("status") == "True" else "",
-        evicted_at=parse_time(evicted.get("lastTransitionTime")) if evicted.get("status") == "True" else None,
+        evicted_at=unix_seconds(evicted.get("lastTransitionTime")) if evicted.get("status") == "True" else None,
     )
 
 
@@ -95,7 +96,7 @@ def event_time(obj: Mapping[str, Any]) -> float | None:
         obj.get("eventTime"),
         _map(obj, "metadata").get("creationTimestamp"),
     ):
-        t = parse_time(value)
+        t = unix_seconds(value)
         if t is not None:
             return t
     return None
@@ -170,7 +171,7 @@ def job_view(
         name=name,
         uid=uid,
         team=str(labels.get(TEAM_LABEL, "")),
-        created_at=parse_time(meta.get("creationTimestamp")) or 0.0,
+        created_at=unix_seconds(meta.get("creationTimestamp")) or 0.0,
         restarts=restarts,
         restarts_towards_max=towards,
         max_restarts_per_hour=max_rph if max_rph is not None and max_rph >= 0 else None,
@@ -183,7 +184,7 @@ def job_view(
         failures=tuple(failures),
         workload=workload,
         restart_events=tuple(sorted(restart_events.items(), key=lambda kv: kv[1])),
-        checkpoint_at=parse_time(claim_annotations.get(f"{CHECKPOINT_ANNOTATION_PREFIX}{name}")),
+        checkpoint_at=unix_seconds(claim_annotations.get(f"{CHECKPOINT_ANNOTATION_PREFIX}{name}")),
         suspended=spec.get("suspend") is True,
         stall_restart=stall_restart(annotations.get(STALL_RESTART_ANNOTATION)),
     )

@@ -6,9 +6,10 @@ holds. Timestamps are RFC 3339 on the API and Unix seconds here.
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Mapping
 from typing import Any
+
+from daemons.toolkit.times import unix_seconds
 
 #: The part of a list that names an object: ``kind namespace/name`` and a field path.
 _MAX_SHOWN = 200
@@ -56,16 +57,11 @@ def str_map(obj: Any, path: str, where: str) -> dict[str, str]:
 
 
 def parse_time(text: Any, where: str) -> float:
-    """An RFC 3339 timestamp as Unix seconds."""
-    if not isinstance(text, str):
-        raise TranslationError(f"{where}: not a timestamp")
-    try:
-        value = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        raise TranslationError(f"{where}: not an RFC 3339 timestamp") from None
-    if value.tzinfo is None:
-        raise TranslationError(f"{where}: timestamp without a time zone")
-    return value.timestamp()
+    """An RFC 3339 timestamp as Unix seconds; TranslationError when it is none, or names no instant (no zone)."""
+    value = unix_seconds(text)
+    if value is None:
+        raise TranslationError(f"{where}: not an RFC 3339 timestamp with a time zone")
+    return value
 
 
 def conditions_of(obj: Mapping[str, Any], where: str) -> dict[str, Mapping[str, Any]]:

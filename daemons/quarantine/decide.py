@@ -29,7 +29,6 @@ since its end have passed.
 
 from __future__ import annotations
 
-import datetime as dt
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -44,6 +43,7 @@ from components.constants import (
 from components.quarantine_settings import RELEASED_AT_ANNOTATION, reason_of
 from daemons.toolkit.events import format_time  # noqa: F401 (the decision's times, as its tests name them)
 from daemons.toolkit.taint import Taint
+from daemons.toolkit.times import unix_seconds
 
 #: Which reason names a node when several alerts fire for it: the seed rule (temperature) first.
 REASON_ORDER = ("gpu-temperature", "xid", "nvlink-errors", "infiniband-errors")
@@ -201,17 +201,6 @@ class Plan:
 # --- times ------------------------------------------------------------------------------------------------------
 
 
-def parse_time(text: str | None) -> float | None:
-    """Unix seconds of an RFC 3339 timestamp with a time zone; None when absent or unreadable."""
-    if not text:
-        return None
-    try:
-        value = dt.datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return None if value.tzinfo is None else value.timestamp()
-
-
 # --- the ledger -------------------------------------------------------------------------------------------------
 
 
@@ -240,7 +229,7 @@ def build_ledger(
             continue
         taint = node.quarantine_taint
         if taint is not None:
-            since = parse_time(node.annotations.get(QUARANTINED_AT_ANNOTATION))
+            since = unix_seconds(node.annotations.get(QUARANTINED_AT_ANNOTATION))
             if since is None:
                 since = old.since if old is not None and old.active else now
             out[node.name] = LedgerEntry(
@@ -252,7 +241,7 @@ def build_ledger(
             )
         elif old is not None:
             if old.active:
-                released = parse_time(node.annotations.get(RELEASED_AT_ANNOTATION))
+                released = unix_seconds(node.annotations.get(RELEASED_AT_ANNOTATION))
                 old = replace(old, released=released if released is not None and released >= old.since else now)
             out[node.name] = old
     for name, old in before.items():
@@ -328,7 +317,7 @@ def decide(
         if node.quarantine_taint is not None:
             decisions.append(Decision(name, Outcome.QUARANTINED, "", f"already quarantined; {detail}", flavor))
             continue
-        released = parse_time(node.annotations.get(RELEASED_AT_ANNOTATION))
+        released = unix_seconds(node.annotations.get(RELEASED_AT_ANNOTATION))
         if released is not None and now - released < policy.release_grace_s:
             decisions.append(
                 Decision(

@@ -18,8 +18,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from components.quarantine_settings import FIELD_MANAGER, LEDGER_NAME
-from daemons.quarantine.decide import LedgerEntry, parse_time
+from daemons.quarantine.decide import LedgerEntry
 from daemons.toolkit.events import format_time
+from daemons.toolkit.times import unix_seconds
 
 __all__ = ["FIELD_MANAGER", "LEDGER_NAME", "apply_body", "entries_from", "to_data"]
 
@@ -57,7 +58,7 @@ def entries_from(data: Any) -> tuple[list[LedgerEntry], list[str]]:
         if not isinstance(value, Mapping):
             problems.append(f"{str(key)[:253]}: not a JSON object")
             continue
-        since = parse_time(value.get("since") if isinstance(value.get("since"), str) else None)
+        since = unix_seconds(value.get("since") if isinstance(value.get("since"), str) else None)
         if since is None:
             problems.append(f"{str(key)[:253]}: no readable since")
             continue
@@ -66,7 +67,7 @@ def entries_from(data: Any) -> tuple[list[LedgerEntry], list[str]]:
             problems.append(f"{str(key)[:253]}: flavor, reason and detail must be strings")
             continue
         ends = {k: value.get(k) for k in ("released", "deleted")}
-        parsed = {k: parse_time(v) if isinstance(v, str) else None for k, v in ends.items()}
+        parsed = {k: unix_seconds(v) if isinstance(v, str) else None for k, v in ends.items()}
         if any(v is not None and parsed[k] is None for k, v in ends.items()):
             problems.append(f"{str(key)[:253]}: released or deleted is not a timestamp")
             continue

@@ -7,28 +7,19 @@ capacity, and says so), a ClusterQueue without a readable spec is reported as un
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import datetime
 from typing import Any
 
 from daemons.quota_controller.decide import quantity
 from daemons.quota_controller.model import NodeView, QueueView
 from daemons.toolkit.kube_api import shown
-
-
-def _timestamp(value: object) -> float | None:
-    if not isinstance(value, str):
-        return None
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
+from daemons.toolkit.times import unix_seconds
 
 
 def _ready(status: Mapping[str, Any]) -> tuple[bool | None, float | None]:
     for condition in status.get("conditions") or []:
         if isinstance(condition, Mapping) and condition.get("type") == "Ready":
             state = {"True": True, "False": False}.get(str(condition.get("status")))
-            return state, _timestamp(condition.get("lastTransitionTime"))
+            return state, unix_seconds(condition.get("lastTransitionTime"))
     return None, None
 
 

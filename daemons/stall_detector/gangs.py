@@ -35,10 +35,10 @@ from daemons.jobsets import (
     belongs,
     gang_size,
     of_attempt,
-    parse_time,
     running_start,
 )
 from daemons.stall_detector.decide import QUIET_PHASES, TRAIN_PHASE, Gang, Progress
+from daemons.toolkit.times import unix_seconds
 
 #: Longest progress report or restart record read (an annotation is at most 256 KiB in all; ours are small).
 MAX_RECORD = 4096
@@ -113,10 +113,10 @@ def parse_progress(text: str) -> Progress:
     phase = doc.get("phase", TRAIN_PHASE)
     if phase not in PHASES:
         raise ValueError(f"phase must be one of {', '.join(sorted(PHASES))}")
-    at = parse_time(doc.get("at"))
+    at = unix_seconds(doc.get("at"))
     if at is None:
         raise ValueError("at must be an RFC 3339 time")
-    since = parse_time(doc.get("phaseSince")) if "phaseSince" in doc else at
+    since = unix_seconds(doc.get("phaseSince")) if "phaseSince" in doc else at
     if since is None:
         raise ValueError("phaseSince must be an RFC 3339 time")
     return Progress(step=step, advanced_at=at, phase=str(phase), phase_since=since)

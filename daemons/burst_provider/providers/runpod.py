@@ -82,7 +82,6 @@ import time
 import urllib.parse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from components.burst_settings import RUNPOD_V2_URL
@@ -105,6 +104,7 @@ from daemons.burst_provider.providers.base import (
     prices_from_settings,
 )
 from daemons.burst_provider.replies import ReplyError
+from daemons.toolkit.times import unix_seconds
 
 log = logging.getLogger("burst_provider.runpod")
 
@@ -146,15 +146,6 @@ _STARTS_KEPT = 10_000
 
 
 # --- field helpers -------------------------------------------------------------------------------------------------
-
-
-def _iso_to_unix(value: str) -> float | None:
-    if not value:
-        return None
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
 
 
 def encode_ports(spec: InstanceSpec) -> str:
@@ -588,7 +579,7 @@ class RunPodProvider(Provider):
             address=address,
             ports=ports,
             message=message,
-            started_at=_iso_to_unix(pod.started_at) if running else None,
+            started_at=unix_seconds(pod.started_at) if running else None,
         )
 
     def _state(

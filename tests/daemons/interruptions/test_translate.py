@@ -4,7 +4,8 @@ from typing import Any
 
 from daemons.interruptions.classify import NodeState
 from daemons.interruptions.model import LEDGER_ANNOTATION, WorkloadView
-from daemons.interruptions.translate import job_view, node_state, owner_uid, parse_time, pod_failure, workload_view
+from daemons.interruptions.translate import job_view, node_state, owner_uid, pod_failure, workload_view
+from daemons.toolkit.times import unix_seconds
 
 
 def jobset(**status: Any) -> dict[str, Any]:
@@ -74,9 +75,9 @@ def test_a_job_with_its_gang_running() -> None:
     assert j.max_restarts_per_hour == 4
     assert j.checkpoint_interval_s == 1314.0
     assert j.pods_running == 2
-    assert j.all_running_since == parse_time("2026-01-01T00:11:00Z")
-    assert j.restart_events == (("RestartJobSetFailurePolicyAction", parse_time("2026-01-01T00:09:00Z")),)
-    assert j.checkpoint_at == parse_time("2026-01-01T00:05:00Z")
+    assert j.all_running_since == unix_seconds("2026-01-01T00:11:00Z")
+    assert j.restart_events == (("RestartJobSetFailurePolicyAction", unix_seconds("2026-01-01T00:09:00Z")),)
+    assert j.checkpoint_at == unix_seconds("2026-01-01T00:05:00Z")
     assert j.record_text == '{"uid":"u1"}'
 
 
@@ -170,10 +171,10 @@ def test_workload_view() -> None:
         "w",
         False,
         True,
-        parse_time("2026-01-01T00:01:00Z"),
+        unix_seconds("2026-01-01T00:01:00Z"),
         {"Preempted": 2},
         "Preempted",
-        parse_time("2026-01-01T00:02:00Z"),
+        unix_seconds("2026-01-01T00:02:00Z"),
     )
 
 

@@ -19,8 +19,8 @@ from daemons.quarantine.decide import (
     build_ledger,
     decide,
     format_time,
-    parse_time,
 )
+from daemons.toolkit.times import unix_seconds
 
 NOW = 1_800_000_000.0
 H100 = {"gpu.example/type": "h100"}
@@ -293,10 +293,10 @@ def test_a_quarantined_node_that_leaves_its_flavor_keeps_its_flavor_in_the_ledge
 
 
 def test_times_round_trip_and_bad_ones_read_as_none() -> None:
-    assert parse_time(format_time(NOW)) == NOW
-    assert parse_time("2025-01-01T00:00:00") is None  # no time zone
-    assert parse_time("yesterday") is None
-    assert parse_time(None) is None
+    assert unix_seconds(format_time(NOW)) == NOW
+    assert unix_seconds("2025-01-01T00:00:00") is None  # no time zone
+    assert unix_seconds("yesterday") is None
+    assert unix_seconds(None) is None
 
 
 def test_the_policy_refuses_what_cannot_work() -> None:

@@ -17,7 +17,6 @@ Pure: these functions read API JSON that `api.KubeApi` has already checked for s
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime
 from typing import Any
 
 from components.constants import GPU_RESOURCE
@@ -33,15 +32,7 @@ from daemons.burst_provider.providers.kubernetes.translate import (
     SOURCE_NAMESPACE_LABEL,
     SOURCE_UID_LABEL,
 )
-
-
-def _timestamp(value: object) -> float | None:
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
+from daemons.toolkit.times import unix_seconds
 
 
 def _container_statuses(status: Mapping[str, Any]) -> list[Mapping[str, Any]]:
@@ -118,7 +109,7 @@ def instance_from_pod(provider: str, pod: Mapping[str, Any]) -> Instance | None:
     finished = [
         t
         for cs in _container_statuses(status)
-        if (t := _timestamp(((cs.get("state") or {}).get("terminated") or {}).get("finishedAt"))) is not None
+        if (t := unix_seconds(((cs.get("state") or {}).get("terminated") or {}).get("finishedAt"))) is not None
     ]
     try:
         gpu_count = int(annotations.get(GPU_COUNT_ANNOTATION, pod_gpu_request(pod)))
@@ -135,7 +126,7 @@ def instance_from_pod(provider: str, pod: Mapping[str, Any]) -> Instance | None:
         ports=ports,
         exit_code=exit_code,
         message=message,
-        started_at=_timestamp(status.get("startTime")),
+        started_at=unix_seconds(status.get("startTime")),
         finished_at=max(finished) if finished and state in (InstanceState.EXITED, InstanceState.FAILED) else None,
     )
 
