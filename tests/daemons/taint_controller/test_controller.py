@@ -20,7 +20,8 @@ from daemons.taint_controller.decide import Action
 from daemons.taint_controller.kube import ConflictError, KubeError, Taint
 from daemons.taint_controller.metrics import Metrics
 from daemons.toolkit.prometheus import QueryError
-from tests.daemons.taint_controller.fakes import Clock, FakeEvents, FakeNodes, FakeQuerier
+from tests.daemons.taint_controller.fakes import FakeEvents, FakeNodes, FakeQuerier
+from tests.daemons.toolkit.fakes import Clock
 
 KEY = "gpucluster.io/in-cluster-capacity"
 OURS = Taint(KEY, "NoSchedule", "true")

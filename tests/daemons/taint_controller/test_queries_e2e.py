@@ -33,7 +33,8 @@ from daemons.taint_controller.kube import Taint
 from daemons.taint_controller.metrics import Metrics
 from daemons.toolkit.prometheus import PrometheusClient, QueryError
 from tests.daemons.taint_controller.conftest import ApiServer, free_port, wait_for
-from tests.daemons.taint_controller.fakes import Clock, FakeEvents, FakeNodes
+from tests.daemons.taint_controller.fakes import FakeEvents, FakeNodes
+from tests.daemons.toolkit.fakes import Clock
 from tests.support.apiserver import running_apiserver
 from tests.support.require import missing
 from tests.support.sim import tools_bin

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from daemons.taint_controller.kube import KubeError, LeaderElector, LeaseRecord
-from tests.daemons.taint_controller.fakes import Clock, FakeLeases
+from daemons.toolkit.kube import KubeError
+from daemons.toolkit.lease import LeaderElector, LeaseRecord
+from tests.daemons.toolkit.fakes import Clock, FakeLeases
 
 NS, NAME = "gpucluster-burst", "gpucluster-taint-controller"
 
