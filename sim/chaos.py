@@ -86,17 +86,12 @@ def targets(config: Any) -> dict[str, Target]:
     """The targets of TARGETS that this stack runs, by name."""
     from daemons.registry import CONTROLLERS  # noqa: PLC0415 (needs ROOT on the path)
 
-    # the two containers of the virtual node's pod
-    parts: dict[str, Target] = (
-        {"virtual-node": controllers.burst_part("virtual-node"), "provider": controllers.burst_part("provider")}
-        if config.burst_enabled
-        else {}
-    )
     out: dict[str, Target] = {}
+    if config.burst_enabled:  # the two containers of the virtual node's pod, first in TARGETS
+        out["virtual-node"] = controllers.burst_part("virtual-node")
+        out["provider"] = controllers.burst_part("provider")
     for name in TARGETS:
         if name in ("virtual-node", "provider"):
-            if name in parts:
-                out[name] = parts[name]
             continue
         if name == "descheduler":
             if config.descheduler.enabled:
