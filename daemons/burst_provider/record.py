@@ -4,12 +4,12 @@ PodStatus as docs/burst-provider-api.md defines it."""
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from daemons.burst_provider.probes import ReplicaProbes
-from daemons.burst_provider.providers.base import Port
+from daemons.burst_provider.providers.base import Instance, InstanceState, Port
 
 PENDING, RUNNING, FAILED, SUCCEEDED = "Pending", "Running", "Failed", "Succeeded"
 TERMINAL = frozenset({FAILED, SUCCEEDED})
@@ -136,3 +136,57 @@ class PodRecord:
             **_times(startTime=self.start_time),
             "containers": [self._container_status(c) for c in containers],
         }
+
+
+class Records(dict[str, PodRecord]):
+    """The service's records by pod uid, with the lookups and sweeps that read only records. The service guards it
+    with its lock; nothing here calls a provider."""
+
+    def find(self, namespace: str, name: str, uid: str | None = None) -> PodRecord | None:
+        """The record of the pod by namespace and name (and uid, when given): a live one before one being deleted,
+        the newest first."""
+        matches = [
+            r for r in self.values() if r.namespace == namespace and r.name == name and (not uid or r.uid == uid)
+        ]
+        if not matches:
+            return None
+        return max(matches, key=lambda r: (not r.deleting, r.created_at))
+
+    def rebuild(self, provider: str, instances: Iterable[Instance], owner: str, now: float) -> list[Instance]:
+        """Add a record for each live instance tagged with ``owner`` whose pod is not known (after a restart); the
+        instances added."""
+        added = []
+        for inst in instances:
+            uid = inst.tags.uid
+            if inst.tags.node != owner or uid in self or inst.state is InstanceState.TERMINATED:
+                continue
+            self[uid] = PodRecord(
+                inst.tags.namespace,
+                inst.tags.pod,
+                uid,
+                {},
+                now,
+                provider=provider,
+                instance_id=inst.instance_id,
+                instance_assigned_at=now,
+                gpu_type=inst.gpu_type,
+                gpu_count=inst.gpu_count,
+                message=f"instance {inst.instance_id} on {provider} is {inst.state.value}",
+                rebuilt=True,
+            )
+            added.append(inst)
+        return added
+
+    def drop_stale(self, live_uids: set[str], now: float, older_than: float) -> list[str]:
+        """Drop finished records whose pod is no longer live, whose instance is gone and which ended more than
+        `older_than` seconds ago; their keys."""
+        stale = []
+        for uid, rec in list(self.items()):
+            if uid in live_uids or rec.phase not in TERMINAL or rec.creating:
+                continue
+            if rec.instance_id and not rec.instance_gone:
+                continue
+            if rec.finished_at is not None and now - rec.finished_at > older_than:
+                stale.append(rec.key)
+                del self[uid]
+        return stale

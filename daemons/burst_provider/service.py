@@ -23,24 +23,22 @@ from dataclasses import replace
 from typing import Any
 
 from components.burst_settings import BurstSettings
-from daemons.burst_provider import addresses
+from daemons.burst_provider import addresses, readiness, spill
 from daemons.burst_provider.metrics import Metrics
+from daemons.burst_provider.money import Ledger
 from daemons.burst_provider.pods import (
     PodTranslationError,
     ReferenceResolver,
     pod_identity,
     prestop_sleep_seconds,
-    secret_env_sources,
     translate_pod,
 )
 from daemons.burst_provider.prober import run_probe
-from daemons.burst_provider.probes import Probe, ProbeSpecError, ProbeState, ReplicaProbes, last_ready, pod_probes
+from daemons.burst_provider.probes import Probe, ProbeSpecError
 from daemons.burst_provider.providers.base import (
-    CapacityError,
     Instance,
     InstanceSpec,
     InstanceState,
-    Offer,
     Provider,
 )
 from daemons.burst_provider.record import (
@@ -62,8 +60,9 @@ from daemons.burst_provider.record import (
     TIMEOUT,
     VANISHED,
     PodRecord,
+    Records,
 )
-from daemons.burst_provider.selection import FailureTracker, choose
+from daemons.burst_provider.selection import FailureTracker
 
 log = logging.getLogger("burst_provider.service")
 
@@ -113,10 +112,8 @@ class BurstService:
         self.address_resolver = address_resolver
         self.on_change: Callable[[], None] = lambda: None
         self.on_event: EventSink = lambda *_: None
-        self._accounted: dict[str, float] = {}  # uid -> until when its rented GPUs are in the spend metrics
-        if settings.virtual_node.max_spend_per_hour is not None:
-            self.metrics.spend_ceiling.set(settings.virtual_node.max_spend_per_hour)
-        self._records: dict[str, PodRecord] = {}
+        self.ledger = Ledger(settings, self.metrics)
+        self._records = Records()
         self._lock = threading.RLock()
 
     # ------------------------------------------------------------------------------------------------
@@ -140,19 +137,9 @@ class BurstService:
         self.spawn(lambda: self._create(uid), f"create-{namespace}-{name}")
         return status
 
-    def _find(self, namespace: str, name: str, uid: str | None = None) -> PodRecord | None:
-        matches = [
-            r
-            for r in self._records.values()
-            if r.namespace == namespace and r.name == name and (not uid or r.uid == uid)
-        ]
-        if not matches:
-            return None
-        return max(matches, key=lambda r: (not r.deleting, r.created_at))
-
     def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
         with self._lock:
-            rec = self._find(namespace, name)
+            rec = self._records.find(namespace, name)
             return rec.status() if rec else None
 
     def list_pods(self) -> list[dict[str, Any]]:
@@ -170,7 +157,7 @@ class BurstService:
         the container; without one the instance is deleted at once.
         """
         with self._lock:
-            rec = self._find(namespace, name, uid)
+            rec = self._records.find(namespace, name, uid)
             if rec is None:
                 return None
             already = rec.deleting
@@ -196,7 +183,7 @@ class BurstService:
     def logs(self, namespace: str, name: str, container: str, tail: int | None) -> str | None:
         """The container's logs from its provider; None when the pod is unknown."""
         with self._lock:
-            rec = self._find(namespace, name)
+            rec = self._records.find(namespace, name)
             if rec is None:
                 return None
             provider, instance_id = rec.provider, rec.instance_id
@@ -223,95 +210,25 @@ class BurstService:
 
     def price_per_hour(self, provider: str, gpu_type: str, gpu_count: int) -> float:
         """What ``gpu_count`` GPUs of ``gpu_type`` cost per hour at ``provider``'s configured price (0 for none)."""
-        if gpu_count <= 0:
-            return 0.0
-        for p in self.settings.providers:
-            if p.name == provider:
-                return (p.price(gpu_type) or 0.0) * gpu_count
-        return 0.0
+        return self.ledger.price_per_hour(provider, gpu_type, gpu_count)
 
     def spend_rate(self) -> dict[str, float]:
         """USD per hour of everything rented now (instances that exist or are being created), by provider."""
         with self._lock:
-            rate: dict[str, float] = {}
-            for r in self._records.values():
-                if r.holds_gpus:
-                    rate[r.provider] = rate.get(r.provider, 0.0) + self.price_per_hour(
-                        r.provider, r.gpu_type, r.gpu_count
-                    )
-            return rate
+            return self.ledger.spend_rate(self._records.values())
 
     def account(self) -> None:
         """Add what was rented since the last call to the GPU-second and spend counters; set the rate gauges."""
-        now = self.clock()
         with self._lock:
-            holding = [r for r in self._records.values() if r.holds_gpus]
-            for r in holding:
-                since = self._accounted.get(r.uid, r.instance_assigned_at or r.created_at)
-                seconds = max(0.0, now - since)
-                self._accounted[r.uid] = now
-                if seconds and r.gpu_count:
-                    self.metrics.gpu_seconds.labels(r.provider, r.gpu_type).inc(seconds * r.gpu_count)
-                    cost = self.price_per_hour(r.provider, r.gpu_type, r.gpu_count) * seconds / 3600
-                    self.metrics.spend.labels(r.provider).inc(cost)
-            live = {r.uid for r in holding}
-            for uid in [u for u in self._accounted if u not in live]:
-                del self._accounted[uid]
-            rates = self.spend_rate()
-        for p in self.settings.providers:
-            self.metrics.spend_rate.labels(p.name).set(rates.get(p.name, 0.0))
+            self.ledger.account(self._records.values(), self.clock())
 
     def used_gpus(self) -> dict[str, int]:
         with self._lock:
-            used: dict[str, int] = {}
-            for r in self._records.values():
-                if r.holds_gpus:
-                    used[r.provider] = used.get(r.provider, 0) + r.gpu_count
-            return used
+            return self.ledger.used_gpus(self._records.values())
 
     # ------------------------------------------------------------------------------------------------
     # Creation
     # ------------------------------------------------------------------------------------------------
-
-    def _kept_home(self, pod: Mapping[str, Any]) -> dict[str, str] | None:
-        """With ``confidentialEnvToRentedProviders: refuse``, the providers a pod that reads a Secret into its env
-        may not go to (every one that is not a Kubernetes cluster of ours), each with why; None when none is barred.
-        Held here at run time as well as by the policy at deploy time: a pod the policy never saw (created by hand,
-        or by a controller) is held the same."""
-        if self.settings.virtual_node.confidential_env_to_rented_providers != "refuse":
-            return None
-        sources = secret_env_sources(pod)
-        if not sources:
-            return None
-        shown = ", ".join(sources[:3]) + (f" and {len(sources) - 3} more" if len(sources) > 3 else "")
-        why = (
-            f"{shown} reads a Secret into the env and confidentialEnvToRentedProviders is refuse: it may run only on "
-            "a Kubernetes cluster of ours"
-        )
-        return {p.name: why for p in self.settings.providers if p.kind != "kubernetes"} or None
-
-    def _gather_offers(
-        self, gpu_type: str, gpu_count: int, barred: Mapping[str, str]
-    ) -> dict[str, list[Offer] | Exception]:
-        """Each provider's live offers (or the exception its call raised); one in ``barred`` is not asked and is
-        rejected with its reason."""
-        out: dict[str, list[Offer] | Exception] = {}
-        for p in self.settings.providers:
-            if p.name in barred:
-                out[p.name] = PermissionError(barred[p.name])
-                continue
-            if gpu_count > 0 and gpu_type not in p.gpu_types:
-                continue  # rejected by type anyway: do not spend a call
-            provider = self.providers.get(p.name)
-            if provider is None:
-                out[p.name] = RuntimeError("provider not built")
-                continue
-            try:
-                out[p.name] = list(provider.offers())
-            except Exception as exc:
-                self.metrics.provider_errors.labels(p.name, "offers").inc()
-                out[p.name] = exc
-        return out
 
     def _create(self, uid: str) -> None:
         """The create worker of one pod. Never raises: every outcome is a state of the record."""
@@ -332,73 +249,56 @@ class BurstService:
                 return
             pod = rec.pod
         if rec.namespace not in self.settings.virtual_node.inference_namespaces:
-            with self._lock:
-                rec.creating = False
-                self._fail(
-                    rec, CREATE_FAILED, f"namespace {rec.namespace} is not in inferenceNamespaces", REFUSED_EXIT_CODE
-                )
-            self._forget_if_deleting(uid)
+            self._refuse(rec, CREATE_FAILED, f"namespace {rec.namespace} is not in inferenceNamespaces")
             return
         try:
             spec = translate_pod(pod, self.owner, self.settings, self.resolver)
         except PodTranslationError as exc:
-            with self._lock:
-                rec.creating = False
-                self._fail(rec, CREATE_FAILED, str(exc), REFUSED_EXIT_CODE)
-            self._forget_if_deleting(uid)
+            self._refuse(rec, CREATE_FAILED, str(exc))
             return
-        kept_home = self._kept_home(pod)
+        kept_home = spill.kept_home(self.settings, pod)
         if kept_home is not None and all(p.name in kept_home for p in self.settings.providers):
-            with self._lock:
-                rec.creating = False
-                self._fail(rec, CONFIDENTIAL_ENV, kept_home[self.settings.providers[0].name], REFUSED_EXIT_CODE)
-            self.on_event(rec, "Warning", CONFIDENTIAL_ENV, rec.message)
-            self._forget_if_deleting(uid)
+            self._refuse(rec, CONFIDENTIAL_ENV, kept_home[self.settings.providers[0].name], event=True)
             return
-        offers = self._gather_offers(spec.gpu_type, spec.gpu_count, kept_home or {})
+        offers = spill.gather_offers(
+            self.settings,
+            self.providers,
+            self.metrics,
+            gpu_type=spec.gpu_type,
+            gpu_count=spec.gpu_count,
+            barred=kept_home or {},
+        )
         with self._lock:
             if rec.deleting:
                 rec.creating = False
                 self._forget(uid)
                 return
-            names = [p.name for p in self.settings.providers]
-            rates = self.tracker.rates(names)
-            ceiling = self.settings.virtual_node.max_spend_per_hour
-            spending = sum(self.spend_rate().values())
-            decision = choose(
+            spending = sum(self.ledger.spend_rate(self._records.values()).values())
+            decision = spill.decide(
                 self.settings,
-                spec.gpu_type,
-                spec.gpu_count,
-                offers=offers,
-                used_gpus=self.used_gpus(),
-                failure_rates=rates,
-                spend_room=None if ceiling is None else ceiling - spending,
+                spec,
+                offers,
+                used_gpus=self.ledger.used_gpus(self._records.values()),
+                spending=spending,
+                tracker=self.tracker,
+                metrics=self.metrics,
             )
             log.info("placement decision", extra={"pod": rec.key, **decision.log_fields()})
-            for name, rate in rates.items():
-                self.metrics.failure_rate.labels(name).set(rate)
-            for c in decision.ranked:
-                self.metrics.effective_price.labels(c.provider, spec.gpu_type).set(c.effective_price)
             rec.gpu_type, rec.gpu_count = spec.gpu_type, spec.gpu_count
-            refused_for_spend = decision.chosen is None and any(r.spend for r in decision.rejected)
-            if refused_for_spend:
-                rec.creating = False
-                self.metrics.spend_refusals.inc()
-                message = (
-                    f"renting {spec.gpu_count} x {spec.gpu_type} would pass maxSpendPerHour {ceiling:g} USD/h "
-                    f"({spending:.4g} USD/h rented now); {decision.summary()}"
-                )
-                self._fail(rec, SPEND_CEILING, message, REFUSED_EXIT_CODE)
-            elif decision.chosen is None:
-                rec.creating = False
-                self.metrics.no_capacity.labels(spec.gpu_type).inc()
-                self._fail(rec, NO_CAPACITY, decision.summary(), REFUSED_EXIT_CODE)
-                return
-            else:  # reserve the GPUs (and their spend) against the caps before the lock is let go
+            if decision.chosen is not None:  # reserve the GPUs (and their spend) against the caps before unlocking
                 rec.provider = decision.chosen.provider
-        if refused_for_spend:
-            self.on_event(rec, "Warning", SPEND_CEILING, rec.message)
-            self._forget_if_deleting(uid)
+        if spill.refused_for_spend(decision):
+            self.metrics.spend_refusals.inc()
+            message = (
+                f"renting {spec.gpu_count} x {spec.gpu_type} would pass maxSpendPerHour "
+                f"{self.settings.virtual_node.max_spend_per_hour:g} USD/h ({spending:.4g} USD/h rented now); "
+                f"{decision.summary()}"
+            )
+            self._refuse(rec, SPEND_CEILING, message, event=True)
+            return
+        if decision.chosen is None:
+            self.metrics.no_capacity.labels(spec.gpu_type).inc()
+            self._refuse(rec, NO_CAPACITY, decision.summary())
             return
         candidates = [c.provider for c in decision.ranked]
         inst = self._create_on_first_with_capacity(rec, spec, candidates)
@@ -417,52 +317,46 @@ class BurstService:
         else:
             self.observe(uid, inst)
 
+    def _refuse(self, rec: PodRecord, reason: str, message: str, *, event: bool = False) -> None:
+        """The create worker ends with the pod Failed and no instance made (a Warning Event as well when `event`); a
+        pod deleted meanwhile is forgotten."""
+        with self._lock:
+            rec.creating = False
+            self._fail(rec, reason, message, REFUSED_EXIT_CODE)
+        if event:
+            self.on_event(rec, "Warning", reason, rec.message)
+        self._forget_if_deleting(rec.uid)
+
     def _create_on_first_with_capacity(
         self, rec: PodRecord, spec: InstanceSpec, candidates: list[str]
     ) -> Instance | None:
-        """Create on the first of the ranked providers that has the capacity; None when the pod failed instead.
+        """Create on the first of the ranked providers that has the capacity (``spill``); None when the pod failed or
+        was deleted instead."""
 
-        A capacity refusal (``CapacityError``: nothing was created, nothing bills) spills to the next provider of
-        the same placement at once, counted against the refusing one; any other create error fails the pod, as it
-        may mean a half-made instance or a request no provider will take.
-        """
-        refusals: list[str] = []
-        for chosen in candidates:
+        def reserve(chosen: str, refusals: list[str]) -> bool:
             with self._lock:
                 if rec.deleting:
-                    rec.creating = False
-                    self._forget(rec.uid)
-                    return None
+                    return False
                 rec.provider = chosen  # reserves the GPUs against the cap while the create call runs
                 rec.message = f"creating on {chosen}" + (f" ({'; '.join(refusals)})" if refusals else "")
-            self.metrics.decisions.labels(chosen, spec.gpu_type).inc()
-            try:
-                return self.providers[chosen].create_instance(spec)
-            except CapacityError as exc:
-                self.tracker.record_failure(chosen)
-                self.metrics.provider_errors.labels(chosen, "create_instance").inc()
-                self.metrics.spills.labels(chosen, spec.gpu_type).inc()
-                refusals.append(f"{chosen} refused for capacity: {exc.detail}")
-                log.warning(
-                    "capacity refusal, trying the next provider",
-                    extra={"pod": rec.key, "provider": chosen, "detail": exc.detail},
-                )
-            except Exception as exc:
-                self.tracker.record_failure(chosen)
-                self.metrics.provider_errors.labels(chosen, "create_instance").inc()
-                with self._lock:
-                    rec.creating = False
-                    self._fail(rec, CREATE_FAILED, "; ".join([*refusals, str(exc)]), REFUSED_EXIT_CODE)
-                self._forget_if_deleting(rec.uid)
-                return None
-        with self._lock:
-            rec.creating = False
-            rec.provider = ""
+                return True
+
+        out = spill.create_on_first_with_capacity(
+            self.providers, spec, candidates, reserve, tracker=self.tracker, metrics=self.metrics, pod_key=rec.key
+        )
+        if out.instance is not None:
+            return out.instance
+        if out.abandoned:
+            with self._lock:
+                rec.creating = False
+                self._forget(rec.uid)
+        elif out.error:
+            self._refuse(rec, CREATE_FAILED, out.detail())
+        else:
+            with self._lock:
+                rec.provider = ""
             self.metrics.no_capacity.labels(spec.gpu_type).inc()
-            self._fail(
-                rec, NO_CAPACITY, "every provider refused for capacity: " + "; ".join(refusals), REFUSED_EXIT_CODE
-            )
-        self._forget_if_deleting(rec.uid)
+            self._refuse(rec, NO_CAPACITY, "every provider refused for capacity: " + out.detail())
         return None
 
     # ------------------------------------------------------------------------------------------------
@@ -588,65 +482,31 @@ class BurstService:
 
     def _start_probes(self, rec: PodRecord) -> None:
         """Begin probing a Running record whose pod is known (caller holds the lock)."""
-        if rec.probes is not None or not rec.pod or rec.phase != RUNNING:
-            return
+        now = self.clock()
         try:
-            probes = pod_probes(rec.pod)
+            started = readiness.start_probes(rec, now)
         except ProbeSpecError as exc:  # refused at translation; only a record rebuilt from an older service
             self._fail(rec, PROBE_FAILED, str(exc), KILLED_EXIT_CODE)
             self.spawn(lambda: self._cleanup_instance(rec.uid), f"cleanup-{rec.uid}")
             return
-        names = [str(c.get("name", "")) for c in (rec.pod.get("spec") or {}).get("containers") or []]
-        now = self.clock()
-        if rec.rebuilt:  # it served before the restart: what the cluster last saw holds until the probes say
-            rec.probes = ReplicaProbes.resumed(probes, names, rec.start_time or now, now, last_ready(rec.pod))
-        else:
-            rec.probes = ReplicaProbes.for_pod(probes, names, rec.start_time or now)
-        self._update_ready(rec, now)
+        if started:
+            self._update_ready(rec, now)
 
     def _update_ready(self, rec: PodRecord, now: float) -> None:
-        """Recompute the record's readiness from its probes; a change re-syncs the endpoints (caller holds the
-        lock)."""
-        ready = rec.phase == RUNNING and rec.probes is not None and rec.probes.ready()
-        rec.not_ready_detail = rec.probes.failing() if rec.probes is not None else ""
-        if ready == rec.ready:
-            return
-        rec.ready = ready
-        rec.unready_since = None if ready else now
-        if ready:
-            log.info("pod ready", extra={"pod": rec.key, "provider": rec.provider, "address": rec.address})
-        else:
-            log.warning("pod not ready", extra={"pod": rec.key, "detail": rec.not_ready_detail})
-        self.on_change()
-
-    @staticmethod
-    def _published_port(rec: PodRecord, probe: Probe) -> int:
-        """Where the probe's container port is reachable on the instance: a port the provider published under the
-        container port's name (a port mapping), else the container port itself."""
-        if probe.port_name:
-            for p in rec.ports:
-                if p.name == probe.port_name:
-                    return p.port
-        return probe.port
+        """Recompute the record's readiness; a change re-syncs the endpoints (caller holds the lock)."""
+        if readiness.update_ready(rec, now):
+            self.on_change()
 
     def probe_once(self) -> None:
         """Run every probe that is due, each on its own worker; fail replicas not ready for notReadyTimeout."""
         now = self.clock()
-        limit = self.settings.virtual_node.not_ready_timeout_seconds
-        jobs: list[tuple[str, ReplicaProbes, ProbeState, str, int]] = []
-        expired: list[str] = []
         with self._lock:
             for rec in self._records.values():
-                if rec.phase != RUNNING or rec.deleting:
-                    continue
-                self._start_probes(rec)
-                if not rec.ready and rec.unready_since is not None and now - rec.unready_since > limit:
-                    expired.append(rec.uid)
-                    continue
-                if rec.probes is None or not rec.address:
-                    continue
-                for state in rec.probes.due(now):
-                    jobs.append((rec.uid, rec.probes, state, rec.address, self._published_port(rec, state.probe)))
+                if rec.phase == RUNNING and not rec.deleting:
+                    self._start_probes(rec)
+            jobs, expired = readiness.due(
+                self._records.values(), now, self.settings.virtual_node.not_ready_timeout_seconds
+            )
             for uid in expired:
                 rec = self._records[uid]
                 self.tracker.record_failure(rec.provider)
@@ -661,21 +521,21 @@ class BurstService:
         for uid in expired:
             self.spawn(functools.partial(self._cleanup_instance, uid), f"cleanup-{uid}")
         for job in jobs:
-            self.spawn(functools.partial(self._probe, *job), f"probe-{job[0]}")
+            self.spawn(functools.partial(self._probe, job), f"probe-{job.uid}")
 
-    def _probe(self, uid: str, probes: ReplicaProbes, state: ProbeState, address: str, port: int) -> None:
+    def _probe(self, job: readiness.ProbeJob) -> None:
         try:
-            ok, detail = self.prober(address, port, state.probe)
+            ok, detail = self.prober(job.address, job.port, job.state.probe)
         except Exception as exc:  # a prober bug must not leave the probe in flight forever
             ok, detail = False, f"probe error: {type(exc).__name__}: {exc}"[:300]
-        self.metrics.probe_results.labels(state.probe.kind, "success" if ok else "failure").inc()
+        self.metrics.probe_results.labels(job.state.probe.kind, "success" if ok else "failure").inc()
         cleanup = False
         with self._lock:
-            rec = self._records.get(uid)
-            if rec is None or rec.probes is not probes or rec.phase != RUNNING or rec.deleting:
+            rec = self._records.get(job.uid)
+            if rec is None or rec.probes is not job.probes or rec.phase != RUNNING or rec.deleting:
                 return
             now = self.clock()
-            killed = probes.record(state, ok, detail, now)
+            killed = job.probes.record(job.state, ok, detail, now)
             if killed is not None:
                 self.tracker.record_failure(rec.provider)
                 self._fail(rec, PROBE_FAILED, f"instance {rec.instance_id}: {killed.message()}", KILLED_EXIT_CODE)
@@ -683,7 +543,7 @@ class BurstService:
             else:
                 self._update_ready(rec, now)
         if cleanup:
-            self.spawn(lambda: self._cleanup_instance(uid), f"cleanup-{uid}")
+            self.spawn(lambda: self._cleanup_instance(job.uid), f"cleanup-{job.uid}")
 
     def poll_once(self) -> None:
         """Ask the providers about every pod still in flight, and finish pending deletions."""
@@ -771,33 +631,14 @@ class BurstService:
 
     def rebuild(self, listings: Mapping[str, list[Instance]]) -> int:
         """Records for tagged instances the service does not know (after a restart); returns how many it added."""
-        added = []
         with self._lock:
-            for provider, instances in listings.items():
-                for inst in instances:
-                    uid = inst.tags.uid
-                    if inst.tags.node != self.owner or uid in self._records:
-                        continue
-                    if inst.state is InstanceState.TERMINATED:
-                        continue
-                    rec = PodRecord(
-                        inst.tags.namespace,
-                        inst.tags.pod,
-                        uid,
-                        {},
-                        self.clock(),
-                        provider=provider,
-                        instance_id=inst.instance_id,
-                        instance_assigned_at=self.clock(),
-                        gpu_type=inst.gpu_type,
-                        gpu_count=inst.gpu_count,
-                        message=f"instance {inst.instance_id} on {provider} is {inst.state.value}",
-                        rebuilt=True,
-                    )
-                    self._records[uid] = rec
-                    added.append((uid, inst))
-        for uid, inst in added:
-            self.observe(uid, inst)
+            added = [
+                (p, inst)
+                for p, insts in listings.items()
+                for inst in self._records.rebuild(p, insts, self.owner, self.clock())
+            ]
+        for _, inst in added:
+            self.observe(inst.tags.uid, inst)
         if added:
             log.info("records rebuilt from provider listings", extra={"count": len(added)})
         return len(added)
@@ -830,17 +671,8 @@ class BurstService:
     def forget_stale(self, live_uids: set[str], older_than: float) -> list[str]:
         """Forget finished records whose pod is no longer live, whose instance is gone and which ended more than
         `older_than` seconds ago: left behind when a pod disappeared while the service was down."""
-        now = self.clock()
-        stale = []
         with self._lock:
-            for uid, rec in list(self._records.items()):
-                if uid in live_uids or rec.phase not in TERMINAL or rec.creating:
-                    continue
-                if rec.instance_id and not rec.instance_gone:
-                    continue
-                if rec.finished_at is not None and now - rec.finished_at > older_than:
-                    stale.append(rec.key)
-                    del self._records[uid]
+            stale = self._records.drop_stale(live_uids, self.clock(), older_than)
         for key in stale:
             log.info("stale pod record forgotten", extra={"pod": key})
         return stale
