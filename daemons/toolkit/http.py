@@ -305,7 +305,7 @@ class HttpService:
         methods: Iterable[str] = ("GET", "HEAD"),
         max_body: int = DEFAULT_MAX_BODY,
         max_connections: int = DEFAULT_MAX_CONNECTIONS,
-        poll_interval: float = 0.5,
+        poll_interval: float = 0.1,
         thread_name: str = "http",
     ) -> None:
         handler = make_handler(app, log=log, server_version=server_version, methods=methods, max_body=max_body)
