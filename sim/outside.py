@@ -7,7 +7,7 @@ fake for a ``runpod`` provider. They start before the stack is deployed (``sim/p
 real providers are there before any cluster, and their rented instances answer on the benchmarking range
 (:data:`RENTED_NETWORK`), which one route makes local to this machine.
 
-Each fake is a module of the daemons' package (``daemons/burst_provider/fakes/``), and its docstring says what it
+Each fake is a module of ``sim/fakes/`` (not in the daemon image), and its docstring says what it
 models of the provider and what it does not.
 """
 
@@ -25,8 +25,8 @@ from typing import Any
 
 from sim.daemon_runtime import ROOT, Daemon, DaemonError, Stack, deployed_text, kubectl, secret_value, tools_bin
 
-#: The fake GPU cloud the local stack's fake providers point at (a module of the daemons' package).
-FAKE_CLOUD_MODULE = "daemons.burst_provider.fakes.cloud_server"
+#: The fake GPU cloud the local stack's fake providers point at (``sim/fakes/``).
+FAKE_CLOUD_MODULE = "sim.fakes.cloud_server"
 #: The fake cloud's knobs, overridable from the environment (the flip scenario and chaos runs set them).
 FAKE_CLOUD_ENV = {
     "boot-seconds": "GPUCLUSTER_FAKE_BOOT_SECONDS",
@@ -61,14 +61,14 @@ def model_load_seconds(config: Any) -> float:
 #: API server takes it in an EndpointSlice (it refuses loopback and link-local addresses there).
 RENTED_NETWORK = "198.18.0.0/15"
 #: The model-server stand-in of every replica, rented or in the cluster.
-REPLICA_MODULE = "daemons/burst_provider/fakes/replica.py"
+REPLICA_MODULE = "sim/fakes/replica.py"
 FAKE_CLOUD_ADDRESS_POOL = "198.18.0.0/16"
 #: The fake RunPod's public IPs (one /24, as its pods' hosts number 1 to 253).
 FAKE_RUNPOD_PUBLIC_IPS = "198.19.0.0/24"
 
 
-CLOUD_SERVER_MODULE = "daemons/burst_provider/fakes/cloud_server.py"
-RUNPOD_SERVER_MODULE = "daemons/burst_provider/fakes/runpod_server.py"
+CLOUD_SERVER_MODULE = "sim/fakes/cloud_server.py"
+RUNPOD_SERVER_MODULE = "sim/fakes/runpod_server.py"
 
 
 def _fake_code(module: str) -> Callable[[], str]:
@@ -93,9 +93,9 @@ def route_rented_network() -> None:
         )
 
 
-#: The fake of RunPod's REST API v2 that a runpod provider on loopback points at (a module of the daemons' package):
+#: The fake of RunPod's REST API v2 that a runpod provider on loopback points at (``sim/fakes/``):
 #: it boots pods as long as the fake cloud does; tests set its other knobs through its /admin/knobs.
-FAKE_RUNPOD_MODULE = "daemons.burst_provider.fakes.runpod_server"
+FAKE_RUNPOD_MODULE = "sim.fakes.runpod_server"
 FAKE_RUNPOD_BOOT_SECONDS = FAKE_CLOUD_DEFAULTS["boot-seconds"]
 #: The path the fake serves RunPod's API under (its base URL is http://HOST:PORT/v2).
 FAKE_RUNPOD_PATH = "/v2"

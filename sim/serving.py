@@ -3,7 +3,7 @@
 kwok pods run nothing and their IPs lead nowhere, so on the simulated cluster no request could reach an inference
 replica. This process makes the path real: one TCP listener per InferenceService on loopback (``SERVING_PORT_BASE``
 plus the service's index in the stack) stands for the Service's cluster IP, and every in-cluster replica gets the
-same model-server stand-in the fake cloud gives a rented one (``daemons/burst_provider/fakes/replica.py``) on a
+same model-server stand-in the fake cloud gives a rented one (``sim/fakes/replica.py``) on a
 loopback port of its own. Rented replicas answer on their own addresses (the fakes' routed range).
 
 Routing is kube-proxy's (iptables mode), per connection:
@@ -56,9 +56,9 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from daemons.burst_provider import pods  # noqa: E402
-from daemons.burst_provider.fakes.replica import ReplicaServer  # noqa: E402
 from daemons.toolkit.kube import KubeError, load_kube_config  # noqa: E402
 from daemons.toolkit.kube_api import KubeApi  # noqa: E402
+from sim.fakes.replica import ReplicaServer  # noqa: E402
 
 #: kube-proxy's minSyncPeriod: how late a change of the EndpointSlices reaches traffic, at most.
 SYNC_SECONDS = 1.0

@@ -14,6 +14,8 @@ from __future__ import annotations
 import os
 import shutil
 import socket
+import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -69,6 +71,29 @@ def image_name(cfg: StackConfig, ref: str) -> str:
         if ref.startswith(f"{cfg.images.registry}/{name}:{cfg.images.version}"):
             return name
     raise AssertionError(f"{ref} is none of the images make images builds ({', '.join(IMAGE_NAMES)})")
+
+
+class HostProcess:
+    """A program of the checkout run on this machine beside the containers (started and stopped as a Container)."""
+
+    def __init__(self, argv: list[str]) -> None:
+        self.argv = argv
+        self._proc: subprocess.Popen[str] | None = None
+
+    def start(self) -> None:
+        self._proc = subprocess.Popen(self.argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    def stop(self) -> str:
+        """Stop it (SIGTERM, then SIGKILL after 10 s); what it printed."""
+        if self._proc is None:
+            return ""
+        self._proc.terminate()
+        try:
+            out, _ = self._proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            out, _ = self._proc.communicate()
+        return out
 
 
 def free_port() -> int:
@@ -139,9 +164,13 @@ def test_virtual_node_image_has_no_shell_and_reports_the_project_version(
     assert adapter.stdout.split() == ["gpucluster-metrics-adapter", prod.images.version]
 
 
-def test_every_daemon_module_imports_in_the_image(bundles: Mapping[str, Bundle]) -> None:
+def test_every_daemon_module_imports_in_the_image_and_the_fakes_are_not_there(bundles: Mapping[str, Bundle]) -> None:
     result = Container(bundles["gpucluster-daemons"], ["python", "-m", "daemons.image", "check-imports"]).run()
     assert result.returncode == 0, result.stdout + result.stderr
+    # the fake providers are the simulated cluster's (sim/fakes/), not production's
+    fakes = Container(bundles["gpucluster-daemons"], ["python", "-c", "import sim.fakes.cloud_server"]).run()
+    assert fakes.returncode != 0, fakes.stdout
+    assert "No module named 'sim'" in fakes.stderr, fakes.stderr
 
 
 def _get(url: str, timeout: float = 20) -> str:
@@ -194,12 +223,10 @@ def test_burst_provider_starts_and_its_probe_passes_on_the_pods_address(
     local = load_stack_file(LOCAL)
     assert local.burst is not None
     image = bundles["gpucluster-daemons"]
-    # The fake GPU cloud the provider answers to, from the same image; the local stack's fake providers point at it.
+    # The fake GPU cloud the provider answers to, outside the container as a provider is outside the cluster (the
+    # image does not carry the fakes); the local stack's fake providers point at it.
     cloud_port, port = free_port(), free_port()
-    cloud = Container(
-        image,
-        ["python", "-m", "daemons.burst_provider.fakes.cloud_server", f"--listen=127.0.0.1:{cloud_port}"],
-    )
+    cloud = HostProcess([sys.executable, "-m", "sim.fakes.cloud_server", f"--listen=127.0.0.1:{cloud_port}"])
     fakes = [
         p.model_copy(update={"fake": p.fake.model_copy(update={"url": f"http://127.0.0.1:{cloud_port}"})})
         for p in local.burst.settings.providers

@@ -98,7 +98,7 @@ def test_command_lines_are_the_programs_with_what_pulumi_deployed(cluster: Path)
     assert ROUTED == ["198.18.0.0/15", "198.18.0.0/15"]
     assert cmds["fake-cloud-fake-a"] == [
         VENV_PY,
-        *("-m", "daemons.burst_provider.fakes.cloud_server", "--listen", "127.0.0.1:18080"),
+        *("-m", "sim.fakes.cloud_server", "--listen", "127.0.0.1:18080"),
         *("--address-pool", "198.18.0.0/16"),
         *("--boot-seconds", "5", "--create-failure-rate", "0", "--death-rate", "0", "--model-load-seconds", "10"),
         *("--capacity", "H100=96", "--price", "H100=2.5", "--seed", "1"),
@@ -106,7 +106,7 @@ def test_command_lines_are_the_programs_with_what_pulumi_deployed(cluster: Path)
     ]
     assert cmds["fake-runpod-runpod-fake"] == [
         VENV_PY,
-        *("-m", "daemons.burst_provider.fakes.runpod_server", "--listen", "127.0.0.1:18082"),
+        *("-m", "sim.fakes.runpod_server", "--listen", "127.0.0.1:18082"),
         *("--api-key-file", f"{state}/fake-runpod-runpod-fake/api-key", "--boot-seconds", "5", "--price", "8.0"),
         *("--public-ip-pool", "198.19.0.0/24", "--model-load-seconds", "10"),
         *("--capacity", "NVIDIA H100 80GB HBM3=8"),

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from daemons.burst_provider.fakes.replica import ReplicaServer
+from sim.fakes.replica import ReplicaServer
 from tests.support.sim import load_sim_module
 
 serving = load_sim_module("serving")

@@ -10,9 +10,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from daemons.burst_provider.fakes.replica import ReplicaServer, can_listen
 from daemons.burst_provider.prober import run_probe
 from daemons.burst_provider.probes import Probe
+from sim.fakes.replica import ReplicaServer, can_listen
 from tests.daemons.burst_provider.support import ManualClock
 
 HTTP = Probe("readiness", "server", "http", 0, path="/health")

@@ -16,9 +16,6 @@ from dataclasses import dataclass, field
 import pytest
 
 from components.burst_settings import ProviderSettings
-from daemons.burst_provider.fakes._http import ManualClock
-from daemons.burst_provider.fakes.runpod_contract import schema_errors
-from daemons.burst_provider.fakes.runpod_server import FakeRunpod, FakeRunpodServer
 from daemons.burst_provider.providers.base import (
     AdapterContext,
     CapacityError,
@@ -33,6 +30,9 @@ from daemons.burst_provider.providers.base import (
 from daemons.burst_provider.providers.runpod import RunPodProvider, pod_name
 from daemons.burst_provider.registry import adapter_class
 from daemons.burst_provider.secrets import SecretStore
+from sim.fakes._http import ManualClock
+from sim.fakes.runpod_contract import schema_errors
+from sim.fakes.runpod_server import FakeRunpod, FakeRunpodServer
 
 KEY = "rpa_SECRETKEY0123456789"
 H100_ID = "NVIDIA H100 80GB HBM3"
@@ -525,7 +525,7 @@ def test_built_by_the_registry_from_real_settings(env: Env) -> None:
 
 def test_cli_help_documents_every_flag() -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "daemons.burst_provider.fakes.runpod_server", "--help"],
+        [sys.executable, "-m", "sim.fakes.runpod_server", "--help"],
         capture_output=True,
         text=True,
         check=True,
@@ -545,7 +545,7 @@ def test_cli_help_documents_every_flag() -> None:
 
 def test_cli_serves_with_the_key_from_the_environment() -> None:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "daemons.burst_provider.fakes.runpod_server", "--listen", "127.0.0.1:0",
+        [sys.executable, "-m", "sim.fakes.runpod_server", "--listen", "127.0.0.1:0",
          "--boot-seconds", "0"],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
@@ -568,7 +568,7 @@ def test_cli_serves_with_the_key_from_the_environment() -> None:
 def test_cli_refuses_to_start_without_a_key() -> None:
     env = {k: v for k, v in os.environ.items() if k != "RUNPOD_API_KEY"}
     bad = subprocess.run(
-        [sys.executable, "-m", "daemons.burst_provider.fakes.runpod_server", "--listen", "127.0.0.1:0"],
+        [sys.executable, "-m", "sim.fakes.runpod_server", "--listen", "127.0.0.1:0"],
         capture_output=True, text=True, check=False, env=env,
     )  # fmt: skip
     assert bad.returncode == 2

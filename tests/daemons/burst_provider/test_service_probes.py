@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 
 from daemons.burst_provider.endpoints import EndpointManager
-from daemons.burst_provider.fakes.replica import ReplicaServer
 from daemons.burst_provider.providers.base import InstanceState
 from daemons.burst_provider.reconcile import Reconciler
 from daemons.burst_provider.service import BurstService
+from sim.fakes.replica import ReplicaServer
 from tests.daemons.burst_provider.support import (
     FakeSource,
     ManualClock,

@@ -7,12 +7,12 @@ from collections.abc import Iterator
 import pytest
 
 from components.burst_settings import BurstSettings
-from daemons.burst_provider.fakes.cloud_server import FakeCloud, FakeCloudServer, Knobs
 from daemons.burst_provider.providers.base import AdapterContext
 from daemons.burst_provider.reconcile import Reconciler
 from daemons.burst_provider.registry import build_providers
 from daemons.burst_provider.secrets import SecretStore
 from daemons.burst_provider.service import BurstService
+from sim.fakes.cloud_server import FakeCloud, FakeCloudServer, Knobs
 from tests.daemons.burst_provider.support import (
     FakeSource,
     ManualClock,

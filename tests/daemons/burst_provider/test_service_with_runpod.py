@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
-from daemons.burst_provider.fakes.runpod_server import FakeRunpod, FakeRunpodServer
 from daemons.burst_provider.providers.base import AdapterContext
 from daemons.burst_provider.registry import build_providers
 from daemons.burst_provider.secrets import SecretStore
 from daemons.burst_provider.service import BurstService
+from sim.fakes.runpod_server import FakeRunpod, FakeRunpodServer
 from tests.daemons.burst_provider.support import FakeSource, ManualClock, make_pod, make_settings, provider_entry
 
 KEY = "rpa_SERVICEKEY0123456789"
@@ -109,7 +109,7 @@ def test_a_gpu_type_without_stock_is_not_placed_on_runpod(world: World) -> None:
 def test_runpod_out_of_capacity_spills_to_the_next_provider_in_the_same_placement() -> None:
     """RunPod is the cheaper and answers the create 400 in its words for no capacity: nothing was created there, so
     the same placement goes on to the fake cloud at once, with no Failed pod and nothing billed at RunPod."""
-    from daemons.burst_provider.fakes.cloud_server import FakeCloud, FakeCloudServer, Knobs  # noqa: PLC0415
+    from sim.fakes.cloud_server import FakeCloud, FakeCloudServer, Knobs  # noqa: PLC0415
 
     clock = ManualClock()
     api = FakeRunpod(KEY, boot_seconds=BOOT, clock=clock, capacity={H100_ID: 4})

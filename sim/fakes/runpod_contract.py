@@ -19,14 +19,14 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from daemons.burst_provider.fakes._http import Reply
+from sim.fakes._http import Reply
 
 if TYPE_CHECKING:  # the dev dependencies: imported where a schema is used, so the module imports without them
     import jsonschema
     import referencing
 
 #: RunPod's document, a test fixture of the project (so the fake runs from a checkout).
-OPENAPI = Path(__file__).resolve().parents[3] / "tests" / "fixtures" / "runpod" / "openapi-v2.json"
+OPENAPI = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "runpod" / "openapi-v2.json"
 DOCUMENT_URI = "urn:runpod:openapi-v2"
 PROBLEM = "application/problem+json"
 PORT_RE = re.compile(r"^(\d{1,5})/(http|tcp)$")

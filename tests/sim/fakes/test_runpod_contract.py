@@ -21,10 +21,10 @@ from typing import Any
 import jsonschema
 import pytest
 
-from daemons.burst_provider.fakes._http import ManualClock
-from daemons.burst_provider.fakes.runpod_contract import OPENAPI, document, registry, validator
-from daemons.burst_provider.fakes.runpod_server import FakeRunpod, FakeRunpodServer
 from daemons.burst_provider.providers.base import InstanceSpec, ProviderError
+from sim.fakes._http import ManualClock
+from sim.fakes.runpod_contract import OPENAPI, document, registry, validator
+from sim.fakes.runpod_server import FakeRunpod, FakeRunpodServer
 from tests.daemons.burst_provider.test_runpod_provider import BOOT, H100_ID, KEY, Env, make_provider, spec
 
 OPENAPI_SHA256 = "b8bce61c5a2290d28a7cb2ed53173637166817249986cb18b101b2fd651fd313"

@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from daemons.burst_provider.fakes.runpod_server import FakeRunpod, FakeRunpodServer
 from daemons.burst_provider.providers.base import InstanceState, ProviderError
+from sim.fakes.runpod_server import FakeRunpod, FakeRunpodServer
 from tests.daemons.burst_provider.test_runpod_provider import H100_ID, KEY, make_provider, spec
 
 
@@ -120,7 +120,7 @@ def test_pod_events_from_outside(server: FakeRunpodServer) -> None:
 
 def _serve(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "daemons.burst_provider.fakes.runpod_server", "--listen", "127.0.0.1:0", *args],
+        [sys.executable, "-m", "sim.fakes.runpod_server", "--listen", "127.0.0.1:0", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
@@ -153,7 +153,7 @@ def test_the_cli_refuses_a_key_file_it_cannot_use(tmp_path: Path, content: str |
     if content is not None:
         key_file.write_text(content)
     bad = subprocess.run(
-        [sys.executable, "-m", "daemons.burst_provider.fakes.runpod_server", "--api-key-file", str(key_file)],
+        [sys.executable, "-m", "sim.fakes.runpod_server", "--api-key-file", str(key_file)],
         capture_output=True,
         text=True,
         check=False,
@@ -173,8 +173,8 @@ def test_the_module_imports_without_the_dev_dependencies() -> None:
         "        if name.split('.')[0] in ('jsonschema', 'referencing'):\n"
         "            raise ModuleNotFoundError(name, name=name)\n"
         "sys.meta_path.insert(0, Block())\n"
-        "import daemons.burst_provider.fakes.runpod_server\n"
-        "import daemons.burst_provider.fakes.runpod_contract as m\n"
+        "import sim.fakes.runpod_server\n"
+        "import sim.fakes.runpod_contract as m\n"
         "print(m.contract_problem())\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
@@ -184,7 +184,7 @@ def test_the_module_imports_without_the_dev_dependencies() -> None:
 def test_a_running_pod_on_a_local_public_ip_loads_then_serves_and_closes_when_stopped() -> None:
     """RunPod publishes a container port on a public IP and port of its own; the fake answers there, 503 while the
     model loads, and stops answering when the pod stops (or restarts, or is deleted)."""
-    from daemons.burst_provider.fakes._http import ManualClock  # noqa: PLC0415
+    from sim.fakes._http import ManualClock  # noqa: PLC0415
 
     clock = ManualClock()
     api = FakeRunpod(KEY, boot_seconds=2.0, capacity={H100_ID: 8}, public_ip_pool="127.79.1.0/24", clock=clock)

@@ -2,7 +2,7 @@
 
 The contract is RunPod's own document, kept as ``tests/fixtures/runpod/openapi-v2.json`` (its source, commit and
 sha256 in the README beside it), read with the handler's rules in ``runpod_contract``;
-``tests/daemons/burst_provider/test_runpod_contract.py`` validates every reply this
+``tests/sim/fakes/test_runpod_contract.py`` validates every reply this
 fake sends against the document's response schemas. What the fake serves, under ``/v2``:
 
 - ``POST /pods`` (createPod): the body is validated against ``CreatePodRequest`` itself (422 with ``errors`` when it
@@ -41,7 +41,7 @@ of the next 429s) and ``failAfterCreate`` (statuses of the next creates answered
 empties it); ``POST /admin/pods/{id}/exit`` (:meth:`~FakeRunpod.exit_container`), ``POST /admin/pods/{id}/status``
 ``{"status": "EXITED"}``; ``GET /admin/stats`` (pods, creates, refusals, deletes and what each pod bills).
 
-CLI: ``python -m daemons.burst_provider.fakes.runpod_server --listen 127.0.0.1:18082 --api-key-file KEYFILE``: the
+CLI: ``python -m sim.fakes.runpod_server --listen 127.0.0.1:18082 --api-key-file KEYFILE``: the
 key it accepts is read from a file (as the provider service reads it from its secrets directory) or from the
 environment variable ``--api-key-env`` names, never from a flag. The simulated cluster runs it (``sim/processes.py``)
 for a ``runpod`` provider whose URL is on loopback. It validates creates against the document, so it runs from a
@@ -66,17 +66,17 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from daemons.burst_provider.fakes._http import BackgroundServer, Clock, Reply, serve_until_signal
-from daemons.burst_provider.fakes.replica import ReplicaServer, can_listen
-from daemons.burst_provider.fakes.runpod_contract import (
+from daemons.toolkit.listen import ListenError, parse_listen
+from daemons.toolkit.logs import LEVELS, setup_logging
+from sim.fakes._http import BackgroundServer, Clock, Reply, serve_until_signal
+from sim.fakes.replica import ReplicaServer, can_listen
+from sim.fakes.runpod_contract import (
     CPU_FLAVORS,
     contract_problem,
     create_rule_problem,
     problem,
     schema_errors,
 )
-from daemons.toolkit.listen import ListenError, parse_listen
-from daemons.toolkit.logs import LEVELS, setup_logging
 
 log = logging.getLogger("fakes.runpod")
 
@@ -649,7 +649,7 @@ class FakeRunpodServer(BackgroundServer):
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m daemons.burst_provider.fakes.runpod_server",
+        prog="python -m sim.fakes.runpod_server",
         description=(
             "Serve a fake of RunPod's REST API v2 (pods and the catalogue) under /v2, held to RunPod's OpenAPI "
             "document; admin knobs at /admin/knobs. Prints one JSON ready line on stdout; SIGTERM stops it."

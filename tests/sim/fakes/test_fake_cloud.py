@@ -20,8 +20,6 @@ from typing import Any
 import pytest
 
 from components.burst_settings import ProviderSettings
-from daemons.burst_provider.fakes._http import ManualClock
-from daemons.burst_provider.fakes.cloud_server import FakeCloud, FakeCloudServer, Knobs
 from daemons.burst_provider.providers.base import (
     AdapterContext,
     CapacityError,
@@ -36,6 +34,8 @@ from daemons.burst_provider.providers.base import (
 from daemons.burst_provider.providers.fake import FakeCloudProvider
 from daemons.burst_provider.registry import adapter_class
 from daemons.burst_provider.secrets import SecretStore
+from sim.fakes._http import ManualClock
+from sim.fakes.cloud_server import FakeCloud, FakeCloudServer, Knobs
 
 BOOT = 5.0
 
@@ -330,7 +330,7 @@ def _read_line(proc: subprocess.Popen[str], wait: float = 30.0) -> str:
 
 def test_cli_serves_prints_ready_line_and_stops_on_sigterm(tmp_path: Path) -> None:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "daemons.burst_provider.fakes.cloud_server", "--listen", "127.0.0.1:0",
+        [sys.executable, "-m", "sim.fakes.cloud_server", "--listen", "127.0.0.1:0",
          "--boot-seconds", "0", "--capacity", "H100=4", "--price", "H100=2.5", "--seed", "1",
          "--state-file", str(tmp_path / "s.json")],
         stdout=subprocess.PIPE,
@@ -353,14 +353,14 @@ def test_cli_serves_prints_ready_line_and_stops_on_sigterm(tmp_path: Path) -> No
 
 def test_cli_help_and_bad_flags() -> None:
     help_text = subprocess.run(
-        [sys.executable, "-m", "daemons.burst_provider.fakes.cloud_server", "--help"],
+        [sys.executable, "-m", "sim.fakes.cloud_server", "--help"],
         capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
     for flag in ("--listen", "--boot-seconds", "--create-failure-rate", "--death-rate", "--capacity", "--price",
                  "--seed", "--terminated-ttl-seconds", "--address-pool", "--state-file", "--log-level"):  # fmt: skip
         assert flag in help_text
     bad = subprocess.run(
-        [sys.executable, "-m", "daemons.burst_provider.fakes.cloud_server", "--capacity", "H100"],
+        [sys.executable, "-m", "sim.fakes.cloud_server", "--capacity", "H100"],
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert bad.returncode == 2

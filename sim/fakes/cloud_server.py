@@ -50,10 +50,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from daemons.burst_provider.fakes._http import BackgroundServer, Clock, Reply, serve_until_signal
-from daemons.burst_provider.fakes.replica import ReplicaServer, can_listen
 from daemons.toolkit.listen import parse_listen
 from daemons.toolkit.logs import LEVELS, setup_logging
+from sim.fakes._http import BackgroundServer, Clock, Reply, serve_until_signal
+from sim.fakes.replica import ReplicaServer, can_listen
 
 log = logging.getLogger("fakes.cloud")
 
@@ -578,7 +578,7 @@ def _pairs(items: list[str], flag: str, kind: type) -> dict[str, Any]:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m daemons.burst_provider.fakes.cloud_server",
+        prog="python -m sim.fakes.cloud_server",
         description=(
             "Serve a fake GPU rental cloud (instances that boot, run, die and are deleted; prices and capacity per "
             "GPU type; admin knobs at /admin/knobs). Prints one JSON ready line on stdout; SIGTERM stops it."
