@@ -95,7 +95,7 @@ def route_rented_network() -> None:
 
 #: The fake of RunPod's REST API v2 that a runpod provider on loopback points at (``sim/fakes/``):
 #: it boots pods as long as the fake cloud does; tests set its other knobs through its /admin/knobs.
-FAKE_RUNPOD_MODULE = "sim.fakes.runpod_server"
+FAKE_RUNPOD_MODULE = "sim.fakes.runpod_cli"
 FAKE_RUNPOD_BOOT_SECONDS = FAKE_CLOUD_DEFAULTS["boot-seconds"]
 #: The path the fake serves RunPod's API under (its base URL is http://HOST:PORT/v2).
 FAKE_RUNPOD_PATH = "/v2"

@@ -6,7 +6,7 @@
 its own process (``python -m sim.fakes.cloud_server``) so its instances outlive a killed provider
 service; the ``fake`` provider kind talks to it. ``runpod_server``: RunPod's REST API v2 as its OpenAPI document
 states it, with a knob per refusal, run by the tests in-process and by the simulated cluster as its own process
-(``python -m sim.fakes.runpod_server``) for a ``runpod`` provider on loopback. They are the
+(``python -m sim.fakes.runpod_cli``) for a ``runpod`` provider on loopback. They are the
 simulated cluster's, not production's: they stand outside the cluster as the providers do, started by
 ``sim/outside.py`` before the stack is deployed, and they are not in the daemon image (its wheel holds
 ``components``, ``policies`` and ``daemons`` only). ``runpod_server`` validates

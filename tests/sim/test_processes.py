@@ -106,7 +106,7 @@ def test_command_lines_are_the_programs_with_what_pulumi_deployed(cluster: Path)
     ]
     assert cmds["fake-runpod-runpod-fake"] == [
         VENV_PY,
-        *("-m", "sim.fakes.runpod_server", "--listen", "127.0.0.1:18082"),
+        *("-m", "sim.fakes.runpod_cli", "--listen", "127.0.0.1:18082"),
         *("--api-key-file", f"{state}/fake-runpod-runpod-fake/api-key", "--boot-seconds", "5", "--price", "8.0"),
         *("--public-ip-pool", "198.19.0.0/24", "--model-load-seconds", "10"),
         *("--capacity", "NVIDIA H100 80GB HBM3=8"),

@@ -525,7 +525,7 @@ def test_built_by_the_registry_from_real_settings(env: Env) -> None:
 
 def test_cli_help_documents_every_flag() -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "sim.fakes.runpod_server", "--help"],
+        [sys.executable, "-m", "sim.fakes.runpod_cli", "--help"],
         capture_output=True,
         text=True,
         check=True,
@@ -545,7 +545,7 @@ def test_cli_help_documents_every_flag() -> None:
 
 def test_cli_serves_with_the_key_from_the_environment() -> None:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "sim.fakes.runpod_server", "--listen", "127.0.0.1:0",
+        [sys.executable, "-m", "sim.fakes.runpod_cli", "--listen", "127.0.0.1:0",
          "--boot-seconds", "0"],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
@@ -568,7 +568,7 @@ def test_cli_serves_with_the_key_from_the_environment() -> None:
 def test_cli_refuses_to_start_without_a_key() -> None:
     env = {k: v for k, v in os.environ.items() if k != "RUNPOD_API_KEY"}
     bad = subprocess.run(
-        [sys.executable, "-m", "sim.fakes.runpod_server", "--listen", "127.0.0.1:0"],
+        [sys.executable, "-m", "sim.fakes.runpod_cli", "--listen", "127.0.0.1:0"],
         capture_output=True, text=True, check=False, env=env,
     )  # fmt: skip
     assert bad.returncode == 2

@@ -120,7 +120,7 @@ def test_pod_events_from_outside(server: FakeRunpodServer) -> None:
 
 def _serve(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "sim.fakes.runpod_server", "--listen", "127.0.0.1:0", *args],
+        [sys.executable, "-m", "sim.fakes.runpod_cli", "--listen", "127.0.0.1:0", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
@@ -153,7 +153,7 @@ def test_the_cli_refuses_a_key_file_it_cannot_use(tmp_path: Path, content: str |
     if content is not None:
         key_file.write_text(content)
     bad = subprocess.run(
-        [sys.executable, "-m", "sim.fakes.runpod_server", "--api-key-file", str(key_file)],
+        [sys.executable, "-m", "sim.fakes.runpod_cli", "--api-key-file", str(key_file)],
         capture_output=True,
         text=True,
         check=False,
