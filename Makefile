@@ -8,7 +8,7 @@ PYTHON      ?= python3
 VENV        := .venv
 PY          := $(VENV)/bin/python
 STAMP       := $(VENV)/.installed
-PY_PACKAGES := components policies daemons
+PY_PACKAGES := contract components policies daemons
 
 .PHONY: help venv venv-lock lint lint-python lint-ansible test unit ansible-test integration \
         lint-go go-test check-stacks policy render tools debian-deps images images-lock sim-up sim-down up down bench bench-scale bench-scale-capacity demo chaos daemons-status clean

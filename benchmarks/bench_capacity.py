@@ -34,10 +34,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.sim_cluster import make_up  # noqa: E402 (run as a script: the repository first on the path)
-from components.constants import CLUSTER_EVENTS_NAMESPACE, RELEASED_AT_ANNOTATION  # noqa: E402
-from components.model import parse_duration  # noqa: E402 (run as a script: the repository first on the path)
-from components.quarantine_settings import LEDGER_NAME  # noqa: E402
-from components.quota_controller_settings import resource_groups  # noqa: E402
+from contract.constants import CLUSTER_EVENTS_NAMESPACE, RELEASED_AT_ANNOTATION  # noqa: E402
+from contract.model import parse_duration  # noqa: E402 (run as a script: the repository first on the path)
+from contract.quarantine_settings import LEDGER_NAME  # noqa: E402
+from contract.quota_controller_settings import resource_groups  # noqa: E402
 from daemons.quarantine.controller import REASON_BREAKER  # noqa: E402
 from daemons.quota_controller.apportion import apportion  # noqa: E402
 from daemons.quota_controller.decide import live_quotas  # noqa: E402

@@ -40,7 +40,7 @@ from benchmarks.bench_let_it_crash import (  # noqa: E402
     play,
 )
 from components.config import load_stack_file  # noqa: E402
-from components.storage_settings import checkpoint_interval_seconds  # noqa: E402
+from contract.storage_settings import checkpoint_interval_seconds  # noqa: E402
 
 STACK = ROOT / "stacks" / "Pulumi.local.yaml"
 OUT = ROOT / ".state" / "bench-hangs"

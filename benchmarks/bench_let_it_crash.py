@@ -16,7 +16,7 @@ Time is compressed: the default MTBF of 120 s and write time of 0.25 s keep Krea
 from a failure to the gang running again, the measured ETTR (work done / wall time from the gang's first start to
 the end; a requeued job's waits to run again count) and
 the ETTR the first-order model predicts for that interval, write time, MTBF and the measured recovery
-(``components.storage_settings.predicted_ettr``). Then Krea's figures once: 1 TB in 30 s and an 8 h MTBF.
+(``contract.storage_settings.predicted_ettr``). Then Krea's figures once: 1 TB in 30 s and an 8 h MTBF.
 
 Nothing is asserted: these are measurements. Figures also go to ``.state/bench-let-it-crash/figures.json``.
 """
@@ -38,9 +38,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from components.config import load_stack_file  # noqa: E402 (run as a script: the repository first on the path)
-from components.storage_settings import checkpoint_interval_seconds, predicted_ettr  # noqa: E402
 from components.training.manifest import Interval, job_context, jobset_manifest  # noqa: E402
 from components.training.spec import parse_spec  # noqa: E402
+from contract.storage_settings import checkpoint_interval_seconds, predicted_ettr  # noqa: E402
 from daemons.toolkit.kube import load_kube_config  # noqa: E402
 from sim.fake_dcgm import admin as fake_dcgm_admin  # noqa: E402
 from sim.fake_trainer import (  # noqa: E402

@@ -9,7 +9,7 @@ judged rates: any XID, any NVLink CRC, replay or recovery error, any InfiniBand 
 recovery within the error window pulls the node.
 
 The background is what a healthy fleet shows (deterministic, seed 7):
-- the program's XIDs (13, 31, 43, 45: components/xids.py) on 5 % of the GPUs, at a random minute each;
+- the program's XIDs (13, 31, 43, 45: contract/xids.py) on 5 % of the GPUs, at a random minute each;
 - NVLink CRC flit errors trickling on 10 % of the links, one every ten minutes;
 - InfiniBand symbol errors trickling on 10 % of the ports, one every ten minutes on a 25 GB/s (200 Gb/s) link: a
   bit-error ratio near 1e-14 over the 5-minute window, under the 1e-12 a link is specified to beat.
@@ -47,7 +47,7 @@ from components.telemetry.alerts import (  # noqa: E402
     rule_groups,
 )
 from components.telemetry.settings import TelemetrySettings  # noqa: E402
-from components.xids import PROGRAM_XIDS, new_xid_filter  # noqa: E402
+from contract.xids import PROGRAM_XIDS, new_xid_filter  # noqa: E402
 
 NODES = 128
 GPUS = 8

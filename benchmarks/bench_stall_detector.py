@@ -27,8 +27,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from components.constants import PROGRESS_ANNOTATION_PREFIX  # noqa: E402
-from components.stall_detector_settings import StallDetectorSettings  # noqa: E402
+from contract.constants import PROGRESS_ANNOTATION_PREFIX  # noqa: E402
+from contract.stall_detector_settings import StallDetectorSettings  # noqa: E402
 from daemons.stall_detector import queries  # noqa: E402
 from daemons.stall_detector.controller import Controller  # noqa: E402
 from daemons.stall_detector.decide import Verdict  # noqa: E402

@@ -41,7 +41,6 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from components.config import parse_stack_config, read_stack_file  # noqa: E402
-from components.constants import COMPLETION_INDEX_ANNOTATION, JOBSET_RESTART_ATTEMPT_LABEL  # noqa: E402
 from components.training.checks import check_spec  # noqa: E402
 from components.training.manifest import (  # noqa: E402
     REPLICATED_JOB,
@@ -50,6 +49,7 @@ from components.training.manifest import (  # noqa: E402
     jobset_manifest,
 )
 from components.training.spec import JobSpec, load_spec  # noqa: E402
+from contract.constants import COMPLETION_INDEX_ANNOTATION, JOBSET_RESTART_ATTEMPT_LABEL  # noqa: E402
 from sim.pod_env import PodMeta, container_env  # noqa: E402
 
 TORCH_VERSION = "2.15.0"

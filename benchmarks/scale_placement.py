@@ -32,7 +32,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from components.config import StackConfig
-from components.constants import HOSTNAME_LABEL, PODSET_PREFERRED_TOPOLOGY, PODSET_REQUIRED_TOPOLOGY
+from contract.constants import HOSTNAME_LABEL, PODSET_PREFERRED_TOPOLOGY, PODSET_REQUIRED_TOPOLOGY
 
 NAMESPACE = "bench-placement"
 TOPOLOGY_MODE = "topology"

@@ -1,4 +1,4 @@
-"""How a chart source (``components.chart_settings``) turns into `helm.v4.Chart` arguments.
+"""How a chart source (``contract.chart_settings``) turns into `helm.v4.Chart` arguments.
 
 Every chart the stack installs (Kueue, the descheduler, the DCGM exporter) is pinned and its source is data in
 the stack file, one of:
@@ -25,7 +25,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.chart_settings import ChartSource, GoModuleChart
+from contract.chart_settings import ChartSource, GoModuleChart
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 

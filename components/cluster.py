@@ -11,7 +11,6 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.config import StackConfig
-from components.constants import ENVIRONMENT_LABEL, PROJECT, RELIABILITY_CONFIGMAP, WORKLOAD_LABEL
 from components.controller import Controller, ControllerArgs
 from components.descheduler import Descheduler, DeschedulerArgs
 from components.guardrails import Guardrails, GuardrailsArgs
@@ -19,7 +18,6 @@ from components.guardrails_policies import GuardrailInputs, MakeBeforeBreakMarks
 from components.inference import InferenceService, InferenceServiceArgs
 from components.jobset import JobSet, JobSetArgs
 from components.make_before_break import MakeBeforeBreak
-from components.make_before_break_settings import CHECK_NAME, MakeBeforeBreakSettings
 from components.metrics_adapter import MetricsAdapter, MetricsAdapterArgs
 from components.operators import Operators, OperatorsArgs
 from components.queues import Queues, QueuesArgs
@@ -27,8 +25,10 @@ from components.storage import Storage, StorageArgs
 from components.telemetry import Telemetry, TelemetryArgs
 from components.virtual_node import APP as VIRTUAL_NODE_APP
 from components.virtual_node import VirtualNode, VirtualNodeArgs
-from daemons.make_before_break.spec import DEPLOYMENT_ANNOTATIONS, POD_ANNOTATION, TEMPLATE_ANNOTATIONS
-from daemons.registry import (
+from contract.constants import ENVIRONMENT_LABEL, PROJECT, RELIABILITY_CONFIGMAP, WORKLOAD_LABEL
+from contract.controllers.make_before_break import DEPLOYMENT_ANNOTATIONS, POD_ANNOTATION, TEMPLATE_ANNOTATIONS
+from contract.make_before_break_settings import CHECK_NAME, MakeBeforeBreakSettings
+from contract.registry import (
     CONTROLLERS,
     INTERRUPTIONS,
     MAKE_BEFORE_BREAK,
@@ -37,7 +37,7 @@ from daemons.registry import (
     STALL_DETECTOR,
     TAINT_CONTROLLER,
 )
-from daemons.toolkit.spec import (
+from contract.spec import (
     AFTER_CLUSTER_QUEUES,
     AFTER_JOBSET,
     AFTER_KUEUE,
@@ -149,7 +149,7 @@ class GpuCluster(pulumi.ComponentResource):
         labels = {"app.kubernetes.io/part-of": "gpucluster", ENVIRONMENT_LABEL: cfg.environment}
 
         burst = cfg.burst if cfg.burst_enabled else None
-        #: Each registered controller the stack runs (``daemons/registry.py``), with its settings.
+        #: Each registered controller the stack runs (``contract/registry.py``), with its settings.
         running = [(spec, settings) for spec in CONTROLLERS if (settings := cfg.controller_settings(spec.stack_key))]
         running = [(spec, settings) for spec, settings in running if settings.enabled]
         mbb = cfg.make_before_break if cfg.make_before_break.enabled else None

@@ -1,4 +1,4 @@
-"""Controller: deploys any controller of ours from its spec (``daemons/<name>/spec.py``) and its settings.
+"""Controller: deploys any controller of ours from its spec (``contract/controllers/<name>.py``) and its settings.
 
 One ServiceAccount, one Role or ClusterRole and binding per grant the spec computes from the settings (least
 privilege: each controller its own identity), the settings ConfigMap (the whole model as JSON; the daemon ignores
@@ -16,12 +16,12 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.constants import NAMESPACE_NAME_LABEL, SETTINGS_LABEL
 from components.daemon_deployment import DaemonShape, daemon_deployment, daemon_pod_spec, daemon_service_account
-from components.model import check_dns_label, check_qualified_name
 from components.rbac import grant
-from daemons.toolkit.rbac import Grant
-from daemons.toolkit.spec import SETTINGS_FILE, ControllerSpec
+from contract.constants import NAMESPACE_NAME_LABEL, SETTINGS_LABEL
+from contract.model import check_dns_label, check_qualified_name
+from contract.rbac import Grant
+from contract.spec import SETTINGS_FILE, ControllerSpec
 
 
 def shape(spec: ControllerSpec[Any], settings: Any) -> DaemonShape:

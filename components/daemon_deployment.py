@@ -17,9 +17,9 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.constants import nonroot_pod_security_context, settings_digest
 from components.scraping import scrape_annotations
-from daemons.toolkit.spec import SETTINGS_FILE
+from contract.constants import nonroot_pod_security_context, settings_digest
+from contract.spec import SETTINGS_FILE
 
 #: The env var the downward API fills with the pod's address, which the daemon listens on.
 POD_IP_ENV = "POD_IP"

@@ -16,8 +16,8 @@ from typing import Any
 import pulumi
 
 from components.charts import helm_chart, resolve_chart
-from components.descheduler_settings import DeschedulerSettings
-from components.image_refs import tag_of
+from contract.descheduler_settings import DeschedulerSettings
+from contract.image_refs import tag_of
 
 POLICY_API_VERSION = "descheduler/v1alpha2"
 PROFILE = "gpucluster-burst-return"

@@ -12,7 +12,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.guardrails_policies import GuardrailInputs, manifests, policies, reliability_reader, team_role
-from components.guardrails_settings import GuardrailsSettings
+from contract.guardrails_settings import GuardrailsSettings
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """InferenceService: one production inference app that may burst to the virtual node and comes home gradually.
 
-Stack config: ``gpucluster:inferenceServices``, a list of the entries ``components/inference_settings.py`` models.
+Stack config: ``gpucluster:inferenceServices``, a list of the entries ``contract/inference_settings.py`` models.
 
 The pods tolerate the virtual node's own taint (``virtual-kubelet.io/provider=gpucluster:NoSchedule``), so they
 may run there when the cluster is full, and deliberately do NOT tolerate the burst taint: while the taint
@@ -20,7 +20,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.constants import (
+from contract.constants import (
     GPU_RESOURCE,
     GPU_TYPE_ANNOTATION,
     PODSET_UNCONSTRAINED_TOPOLOGY,
@@ -29,8 +29,8 @@ from components.constants import (
     VIRTUAL_NODE_TAINT_VALUE,
     WORKLOAD_LABEL,
 )
-from components.inference_settings import REQUESTS_METRIC, InferenceServiceSpec
-from components.model import check_qualified_name
+from contract.inference_settings import REQUESTS_METRIC, InferenceServiceSpec
+from contract.model import check_qualified_name
 
 PORT_NAME = "http"
 #: How often a replica's readiness is probed (in the cluster by the kubelet, rented by the burst provider).

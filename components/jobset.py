@@ -15,7 +15,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.charts import helm_chart, resolve_chart
-from components.jobset_settings import JobSetSettings
+from contract.jobset_settings import JobSetSettings
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""MakeBeforeBreak: the controller of ``daemons/make_before_break/spec.py`` deployed by the kit, and the Kueue
+"""MakeBeforeBreak: the controller of ``contract/controllers/make_before_break.py`` deployed by the kit, and the Kueue
 AdmissionCheck it answers for.
 
 Every ClusterQueue lists the check while the controller runs (``components/queues.py``), so Kueue admits a training
@@ -11,9 +11,9 @@ from __future__ import annotations
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.constants import KUEUE_API
 from components.controller import Controller, ControllerArgs
-from components.make_before_break_settings import CHECK_NAME, CONTROLLER_NAME
+from contract.constants import KUEUE_API
+from contract.make_before_break_settings import CHECK_NAME, CONTROLLER_NAME
 
 
 class MakeBeforeBreak(Controller):

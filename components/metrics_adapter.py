@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.constants import nonroot_pod_security_context, settings_digest
-from components.inference_settings import REQUESTS_METRIC
-from components.metrics_adapter_settings import API_GROUP, API_VERSION, SECURE_PORT, MetricsAdapterSettings
 from components.rbac import grant
+from contract.constants import nonroot_pod_security_context, settings_digest
+from contract.inference_settings import REQUESTS_METRIC
+from contract.metrics_adapter_settings import API_GROUP, API_VERSION, SECURE_PORT, MetricsAdapterSettings
 
 APP = "gpucluster-metrics-adapter"
 CONFIG_FILE = "config.json"

@@ -17,9 +17,9 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.charts import helm_chart, resolve_chart
-from components.guardrails_settings import POD_SECURITY_PREFIX
-from components.model import check_qualified_name
-from components.prerequisites_settings import OperatorChart, PrerequisitesSettings
+from contract.guardrails_settings import POD_SECURITY_PREFIX
+from contract.model import check_qualified_name
+from contract.prerequisites_settings import OperatorChart, PrerequisitesSettings
 
 
 @dataclass(frozen=True)

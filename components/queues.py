@@ -20,7 +20,7 @@ import pulumi_kubernetes as k8s
 import yaml
 
 from components.charts import helm_chart, resolve_chart
-from components.constants import (
+from contract.constants import (
     DECLARED_GPUS_ANNOTATION,
     FABRIC_KIND_ANNOTATION,
     KUEUE_API,
@@ -29,7 +29,7 @@ from components.constants import (
     TIER_LABEL,
     WORKLOAD_LABEL,
 )
-from components.queues_settings import (
+from contract.queues_settings import (
     ClusterQueueSpec,
     GpuFlavor,
     KueueSettings,
@@ -37,7 +37,7 @@ from components.queues_settings import (
     Team,
     Topology,
 )
-from components.quota_controller_settings import resource_groups
+from contract.quota_controller_settings import resource_groups
 
 _K8S_PROVIDER_VERSION = importlib.metadata.version("pulumi_kubernetes")
 #: Resources Kueue does not account for: the scheduler handles them; quotas are about GPUs.

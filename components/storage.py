@@ -16,17 +16,17 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.constants import CLAIM_LABEL, STORAGE_DRIVER_LABEL, TRAINER_SERVICE_ACCOUNT
 from components.rbac import grant
-from components.storage_settings import Claim, StorageSettings, checkpoint_interval_seconds
+from contract.constants import CHECKPOINT_CLAIM, CLAIM_LABEL, STORAGE_DRIVER_LABEL, TRAINER_SERVICE_ACCOUNT
+from contract.storage_settings import Claim, StorageSettings, checkpoint_interval_seconds
 
-CLAIMS = ("checkpoints", "datasets")
+CLAIMS = (CHECKPOINT_CLAIM, "datasets")
 #: What a training pod may do with the API: annotate its team's checkpoints claim with the checkpoint report.
 CHECKPOINT_REPORT_RULES = (
     {
         "apiGroups": [""],
         "resources": ["persistentvolumeclaims"],
-        "resourceNames": ["checkpoints"],
+        "resourceNames": [CHECKPOINT_CLAIM],
         "verbs": ["get", "patch"],
     },
 )

@@ -18,24 +18,24 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.burst_settings import (
+from components.daemon_deployment import daemon_service_account
+from components.rbac import grant
+from components.scraping import scrape_annotations
+from contract.burst_settings import (
     PROVIDER_LIVEZ_PATH,
     PROVIDER_METRICS_PORT,
     BurstSettings,
     settings_json,
     with_cluster_name,
 )
-from components.constants import (
+from contract.constants import (
     NONROOT_UID,
     SETTINGS_LABEL,
     VIRTUAL_NODE_TAINT,
     nonroot_pod_security_context,
     settings_digest,
 )
-from components.daemon_deployment import daemon_service_account
-from components.model import check_qualified_name
-from components.rbac import grant
-from components.scraping import scrape_annotations
+from contract.model import check_qualified_name
 
 APP = "gpucluster-virtual-node"
 SETTINGS_DIR = "/etc/gpucluster/burst"

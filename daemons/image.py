@@ -16,7 +16,7 @@ import tomllib
 from collections.abc import Sequence
 from pathlib import Path
 
-from daemons.registry import CONTROLLERS
+from contract.registry import CONTROLLERS
 
 #: The daemons' runtime dependencies, by their names in pyproject.toml.
 RUNTIME_DEPENDENCIES = ("pydantic", "PyYAML", "prometheus-client", "nvidia-ml-py", "kubernetes")

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from components.constants import JOBSET_RESTART_ATTEMPT_LABEL, TRAINING_JOB_LABEL
+from contract.constants import JOBSET_RESTART_ATTEMPT_LABEL, TRAINING_JOB_LABEL
 from daemons.toolkit.times import unix_seconds
 
 #: The training pod's container (components/training/manifest.py names it).

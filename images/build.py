@@ -21,8 +21,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from components.constants import NONROOT_UID
-from components.images_settings import ImagesSettings, project_version
+from contract.constants import NONROOT_UID
+from contract.images_settings import ImagesSettings, project_version
 from daemons.image import pinned_requirements
 from images import oci
 from images.definitions import (

@@ -1,6 +1,6 @@
 """The images the stacks reference, and what goes into each.
 
-Two images, one per language, named by the stack scheme (``components/images_settings.py``):
+Two images, one per language, named by the stack scheme (``contract/images_settings.py``):
 
 ``gpucluster-daemons``
     Every Python daemon of the project (the ``gpucluster-*`` console scripts). Layers: a Debian base built by
@@ -11,14 +11,14 @@ Two images, one per language, named by the stack scheme (``components/images_set
     (``gpucluster-metrics-adapter``, the command its Deployment names). Layers: the accounts, ``/tmp`` and the CA
     bundle of the Debian base, and the binaries. No shell, no package manager, no libc.
 
-Both run as ``components.constants.NONROOT_UID`` (nobody), the user the components' pod security contexts ask for.
+Both run as ``contract.constants.NONROOT_UID`` (nobody), the user the components' pod security contexts ask for.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from components.images_settings import DAEMONS_IMAGE, VIRTUAL_NODE_IMAGE
+from contract.images_settings import DAEMONS_IMAGE, VIRTUAL_NODE_IMAGE
 
 DEBIAN_SUITE = "bookworm"
 #: The base's package sources: the release, its point-release updates and its security updates.

@@ -14,7 +14,7 @@ from pathlib import Path
 import yaml
 
 from components.config import StackConfigError, load_stack_file
-from components.images_settings import IMAGE_NAMES, check_digest, check_image_name
+from contract.images_settings import IMAGE_NAMES, check_digest, check_image_name
 
 SECTION = "gpucluster:images"
 

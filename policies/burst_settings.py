@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 from pulumi_policy import ResourceValidationArgs, ResourceValidationPolicy
 
-from components.constants import CREDENTIAL_KEY_PATTERN, SETTINGS_LABEL
+from contract.constants import CREDENTIAL_KEY_PATTERN, SETTINGS_LABEL
 from policies.common import MANDATORY, Report, config_value, dig, labels_of, object_ref, schema
 
 CONFIG_MAP = "kubernetes:core/v1:ConfigMap"

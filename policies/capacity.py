@@ -15,8 +15,8 @@ from collections.abc import Mapping
 
 from pulumi_policy import EnforcementLevel, StackValidationArgs, StackValidationPolicy
 
-from components.constants import ACCEPTED_LABEL, ACCEPTED_VALUE, SETTINGS_LABEL
-from components.quota_controller_settings import APP
+from contract.constants import ACCEPTED_LABEL, ACCEPTED_VALUE, SETTINGS_LABEL
+from contract.quota_controller_settings import APP
 from policies.common import MANDATORY, Report, dig
 
 DEPLOYMENT = "kubernetes:apps/v1:Deployment"

@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 from pulumi_policy import PolicyResource, StackValidationArgs, StackValidationPolicy
 
-from components.constants import SETTINGS_LABEL, VIRTUAL_NODE_TAINT_KEY
+from contract.constants import SETTINGS_LABEL, VIRTUAL_NODE_TAINT_KEY
 from policies.common import MANDATORY, Report, containers, dig, labels_of, object_ref, pod_spec
 
 CONFIG_MAP = "kubernetes:core/v1:ConfigMap"

@@ -20,8 +20,8 @@ from typing import Any
 
 from pulumi_policy import StackValidationArgs, StackValidationPolicy
 
-from components.constants import FABRIC_KIND_ANNOTATION, RDMA_RESOURCE_ANNOTATION
-from components.fabric_settings import RDMA_CAPABILITY, RDMA_FABRICS, fabric_turned_off
+from contract.constants import FABRIC_KIND_ANNOTATION, RDMA_RESOURCE_ANNOTATION
+from contract.fabric_settings import RDMA_CAPABILITY, RDMA_FABRICS, fabric_turned_off
 from policies.common import MANDATORY, Report, annotations_of, dig, labels_of, object_ref
 
 KUEUE_API = "kubernetes:kueue.x-k8s.io/v1beta2"

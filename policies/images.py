@@ -14,15 +14,15 @@ from __future__ import annotations
 
 from pulumi_policy import ResourceValidationArgs, ResourceValidationPolicy
 
-from components import image_refs as refs
-from components.constants import ENVIRONMENT_LABEL
-from components.issues import shown
+from contract import image_refs as refs
+from contract.constants import ENVIRONMENT_LABEL
+from contract.issues import shown
 from policies.common import MANDATORY, Report, config_value, containers, labels_of, object_ref, pod_spec, schema
 
 
 def image_problem(image: str) -> str | None:
     """Why an image reference may not run (not a reference at all, or not pinned), or None when it may: the one
-    rule of ``components/image_refs.py``, which ``gpucluster submit`` holds job specs to as well."""
+    rule of ``contract/image_refs.py``, which ``gpucluster submit`` holds job specs to as well."""
     problem = refs.image_problem(image)
     return None if problem is None else f"image {shown(image)} {problem}"
 

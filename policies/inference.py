@@ -19,7 +19,7 @@ from pulumi_policy import (
     StackValidationPolicy,
 )
 
-from components.constants import (
+from contract.constants import (
     DEFAULT_BURST_TAINT_KEY,
     GPU_RESOURCE,
     VIRTUAL_NODE_TAINT_KEY,

@@ -21,8 +21,8 @@ from pulumi_policy import (
     StackValidationPolicy,
 )
 
-from components.constants import VIRTUAL_NODE_TAINT_KEY, VIRTUAL_NODE_TAINT_VALUE
-from components.make_before_break_settings import CHECK_NAME, CONTROLLER_NAME
+from contract.constants import VIRTUAL_NODE_TAINT_KEY, VIRTUAL_NODE_TAINT_VALUE
+from contract.make_before_break_settings import CHECK_NAME, CONTROLLER_NAME
 from policies.common import MANDATORY, Report, dig, object_ref, schema
 from policies.inference import _CONFIG, _gpu_inference_deployment, tolerates
 

@@ -6,7 +6,7 @@ import itertools
 
 from pulumi_policy import StackValidationArgs, StackValidationPolicy
 
-from components.constants import TIER_LABEL
+from contract.constants import TIER_LABEL
 from policies.common import MANDATORY, Report, config_value, dig, labels_of, schema
 
 PRIORITY_CLASS = "kubernetes:scheduling.k8s.io/v1:PriorityClass"

@@ -17,7 +17,7 @@ from typing import Any
 
 from pulumi_policy import StackValidationArgs, StackValidationPolicy
 
-from components.constants import QUARANTINE_TAINT_EFFECT, QUARANTINE_TAINT_KEY, WORKLOAD_LABEL
+from contract.constants import QUARANTINE_TAINT_EFFECT, QUARANTINE_TAINT_KEY, WORKLOAD_LABEL
 from policies.common import MANDATORY, Report, config_value, dig, labels_of, object_ref, pod_spec, schema
 
 NAMESPACE = "kubernetes:core/v1:Namespace"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pulumi_policy import StackValidationArgs, StackValidationPolicy
 
-from components.constants import DECLARED_GPUS_ANNOTATION
+from contract.constants import DECLARED_GPUS_ANNOTATION
 from policies.common import MANDATORY, Report, annotations_of, dig
 
 RESOURCE_FLAVOR = "kubernetes:kueue.x-k8s.io/v1beta2:ResourceFlavor"

@@ -9,7 +9,7 @@ from typing import Any
 
 from pulumi_policy import ResourceValidationArgs, ResourceValidationPolicy
 
-from components.guardrails_settings import GPU_VISIBILITY_ENV, confinement_opt_out
+from contract.guardrails_settings import GPU_VISIBILITY_ENV, confinement_opt_out
 from policies.common import (
     _POD_SPEC_PATHS,
     MANDATORY,

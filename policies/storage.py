@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pulumi_policy import StackValidationArgs, StackValidationPolicy
 
-from components.constants import CLAIM_LABEL, STORAGE_DRIVER_LABEL
+from contract.constants import CLAIM_LABEL, STORAGE_DRIVER_LABEL
 from policies.common import MANDATORY, Report, dig, labels_of
 
 STORAGE_CLASS = "kubernetes:storage.k8s.io/v1:StorageClass"

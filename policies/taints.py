@@ -8,7 +8,7 @@ from typing import Any
 import yaml
 from pulumi_policy import ResourceValidationArgs, ResourceValidationPolicy
 
-from components.constants import DEFAULT_BURST_TAINT_KEY
+from contract.constants import DEFAULT_BURST_TAINT_KEY
 from policies.common import MANDATORY, Report, config_value, schema
 
 

@@ -41,7 +41,7 @@ sys.path.insert(0, str(ROOT))
 from sim import controllers, deployed, flip, processes  # noqa: E402 (run as a script: the repository first on the path)
 
 #: What may be killed: the daemons the flip depends on. The fake cloud stands for a provider's API, not ours.
-#: Registered controllers (daemons/registry.py) only where the stack turns them on.
+#: Registered controllers (contract/registry.py) only where the stack turns them on.
 TARGETS = (
     "virtual-node",
     "provider",
@@ -84,7 +84,7 @@ class Leader:
 
 def targets(config: Any) -> dict[str, Target]:
     """The targets of TARGETS that this stack runs, by name."""
-    from daemons.registry import CONTROLLERS  # noqa: PLC0415 (needs ROOT on the path)
+    from contract.registry import CONTROLLERS  # noqa: PLC0415 (needs ROOT on the path)
 
     out: dict[str, Target] = {}
     if config.burst_enabled:  # the two containers of the virtual node's pod, first in TARGETS
@@ -385,7 +385,7 @@ def _left_moved(s: flip.Setup) -> list[str]:
     """Make-before-break leftovers: nodes still reserved, Deployments still carrying a placement epoch."""
     if not s.make_before_break:
         return []
-    from daemons.make_before_break.model import EPOCH_ANNOTATION  # noqa: PLC0415 (needs ROOT on the path)
+    from contract.controllers.make_before_break import EPOCH_ANNOTATION  # noqa: PLC0415 (needs ROOT on the path)
 
     out = []
     reserved = flip.kget("nodes", "-l", s.reservation_key)["items"]

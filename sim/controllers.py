@@ -26,7 +26,7 @@ class Controller(Protocol):
 
 
 def controller(spec_name: str, stack_file: Path | None = None) -> Controller:
-    """The controller ``spec_name`` (daemons/registry.py) of the stack ``make up`` deployed."""
+    """The controller ``spec_name`` (contract/registry.py) of the stack ``make up`` deployed."""
     return deployed_controller(processes.stack_config(stack_file), spec_name)
 
 

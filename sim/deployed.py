@@ -221,8 +221,8 @@ def variant_objects(
     copied with its settings (the live ConfigMap ``settings``) and ``overrides`` laid over them. With ``secrets``
     (file name -> value), also a Secret of the variant's own in place of the one its pods mount as
     ``provider-secrets``."""
-    from components.constants import settings_digest  # noqa: PLC0415 (needs ROOT on the path)
-    from daemons.toolkit.spec import SETTINGS_FILE  # noqa: PLC0415
+    from contract.constants import settings_digest  # noqa: PLC0415 (needs ROOT on the path)
+    from contract.spec import SETTINGS_FILE  # noqa: PLC0415
 
     meta = live["metadata"]
     what = f"deployment {meta['namespace']}/{meta['name']}"
@@ -334,7 +334,7 @@ def remove_variants(namespace: str, selector: str, timeout: float = 120) -> None
 
 def placed_controllers(config: Any) -> list[Deployed]:
     """The registered controllers the stack turns on, and its virtual node, as deployed (wherever their pods run)."""
-    from daemons.registry import CONTROLLERS  # noqa: PLC0415 (needs the venv: without one this module still answers)
+    from contract.registry import CONTROLLERS  # noqa: PLC0415 (needs the venv: without one this module still answers)
 
     out = []
     for spec in CONTROLLERS:
@@ -356,8 +356,8 @@ PROVIDER_SECRETS_VOLUME = "provider-secrets"
 def virtual_node(config: Any) -> Deployed:
     """The virtual node's Deployment as the stack deploys it: one pod, its node and provider containers; the metrics
     port is the provider service's (the node binary's is ``components.virtual_node.NODE_METRICS_PORT``)."""
-    from components.burst_settings import PROVIDER_METRICS_PORT  # noqa: PLC0415 (needs ROOT on the path)
     from components.virtual_node import APP  # noqa: PLC0415
+    from contract.burst_settings import PROVIDER_METRICS_PORT  # noqa: PLC0415 (needs ROOT on the path)
 
     if not config.burst_enabled:
         raise DaemonError("the stack does not burst: it deploys no virtual node")
@@ -415,7 +415,7 @@ def restore(config: Any) -> list[str]:
 
 def controller(config: Any, spec_name: str) -> Deployed:
     """The registered controller ``spec_name`` as the stack deploys it (its namespace, app and replicas)."""
-    from daemons.registry import by_name  # noqa: PLC0415 (needs the venv: without one this module still answers)
+    from contract.registry import by_name  # noqa: PLC0415 (needs the venv: without one this module still answers)
 
     spec = by_name(spec_name)
     settings = config.controller_settings(spec.stack_key)

@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from components.constants import (
+from contract.constants import (
     CHECKPOINT_ANNOTATION_PREFIX,
     JOBSET_RESTART_ATTEMPT_LABEL,
     PROGRESS_ANNOTATION_PREFIX,

@@ -51,7 +51,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from daemons.registry import MAKE_BEFORE_BREAK as MAKE_BEFORE_BREAK_SPEC  # noqa: E402
+from contract.registry import MAKE_BEFORE_BREAK as MAKE_BEFORE_BREAK_SPEC  # noqa: E402
 from sim import controllers as sim_controllers  # noqa: E402
 from sim import deployed as sim_deployed  # noqa: E402
 from sim import load as sim_load  # noqa: E402

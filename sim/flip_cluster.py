@@ -22,7 +22,7 @@ from sim import outside as sim_outside
 from sim import processes as sim_daemons
 from sim import timeline
 
-#: Every InferenceService pod carries it (components/inference.py; components/constants.py WORKLOAD_LABEL).
+#: Every InferenceService pod carries it (components/inference.py; contract/constants.py WORKLOAD_LABEL).
 INFERENCE_POD_SELECTOR = "gpucluster.io/workload=inference"
 
 TRAINING_JOB = "flip-pretrain"

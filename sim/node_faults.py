@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from components.constants import (  # noqa: E402 (run as a script: the repository first on the path)
+from contract.constants import (  # noqa: E402 (run as a script: the repository first on the path)
     ACCEPTED_LABEL,
     ACCEPTED_VALUE,
     QUARANTINE_REASON_ANNOTATION,
@@ -41,7 +41,7 @@ from components.constants import (  # noqa: E402 (run as a script: the repositor
     QUARANTINED_AT_ANNOTATION,
     QUARANTINED_LABEL,
 )
-from components.quarantine_settings import SIGNAL_LABEL, SIGNAL_VALUE  # noqa: E402
+from contract.quarantine_settings import SIGNAL_LABEL, SIGNAL_VALUE  # noqa: E402
 from sim.processes import DaemonError, kubectl, kubectl_json  # noqa: E402
 
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"

@@ -40,7 +40,7 @@ DEFAULT_STACK = ROOT / "stacks" / "Pulumi.local.yaml"
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
 KWOK_ANNOTATION_VALUE = "fake"
 FLAVOR_LABEL = "gpucluster.io/flavor"
-#: As components.constants.ACCEPTED_LABEL (this script runs without the repository on its path).
+#: As contract.constants.ACCEPTED_LABEL (this script runs without the repository on its path).
 ACCEPTED_LABEL = "gpucluster.io/accepted"
 ACCEPTED_VALUE = "true"
 

@@ -44,7 +44,7 @@ READY_AFTER_ANNOTATION = "sim.gpucluster.io/ready-after"
 def model_load_seconds(config: Any) -> float:
     """The longest in-cluster model load of the stack's InferenceServices (their ready-after annotation), 0 if none:
     what the fakes give each rented replica, unless GPUCLUSTER_FAKE_MODEL_LOAD_SECONDS says otherwise."""
-    from components.model import parse_duration  # noqa: PLC0415 (needs ROOT on the path)
+    from contract.model import parse_duration  # noqa: PLC0415 (needs ROOT on the path)
 
     return max(
         (

@@ -86,7 +86,7 @@ def _chart(section: str, tool: str, image: str, settings: Any) -> Pod:
 def pods(config: Any) -> list[Pod]:
     """Every Deployment the stack puts in the cluster that must run: the registered controllers it turns on (in the
     registry's order), the metrics adapter unless it runs outside, the virtual node, and the charts' controllers."""
-    from daemons.registry import CONTROLLERS  # noqa: PLC0415 (needs the venv: without one this module still answers)
+    from contract.registry import CONTROLLERS  # noqa: PLC0415 (needs the venv: without one this module still answers)
 
     out = []
     for spec in CONTROLLERS:

@@ -160,7 +160,7 @@ def port_open(port: int) -> bool:
 
 def kube_state_metrics(s: Stack) -> Iterable[Daemon]:
     """kube-state-metrics for the taint controller's queries (nodes and pods), with the admin kubeconfig."""
-    from components.taint_controller_queries import (  # noqa: PLC0415 (needs ROOT on the path)
+    from contract.taint_controller_queries import (  # noqa: PLC0415 (needs ROOT on the path)
         KSM_ANNOTATIONS_ALLOWLIST,
         KSM_LABELS_ALLOWLIST,
         KSM_OPT_IN_METRICS,
@@ -336,7 +336,7 @@ def metrics_adapter(s: Stack) -> Iterable[Daemon]:
 
 def custom_metrics_served(namespace: str) -> bool:
     """The API server routes custom.metrics.k8s.io to the adapter: its discovery document answers through it."""
-    from components.metrics_adapter_settings import API_GROUP, API_VERSION  # noqa: PLC0415 (needs ROOT on the path)
+    from contract.metrics_adapter_settings import API_GROUP, API_VERSION  # noqa: PLC0415 (needs ROOT on the path)
 
     try:
         kubectl("get", "--raw", f"/apis/{API_GROUP}/{API_VERSION}")

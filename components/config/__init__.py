@@ -23,8 +23,8 @@ from components.config.loader import (
 )
 from components.config.rules import RULES, Rule
 from components.config.stack import BurstConfig, StackConfig, StackConfigError, StackSections
-from components.constants import PROJECT
-from components.issues import ConfigIssue
+from contract.constants import PROJECT
+from contract.issues import ConfigIssue
 
 __all__ = [
     "PROJECT",

@@ -3,7 +3,7 @@
 :func:`parse_stack_config`, which returns a :class:`StackConfig` or raises :class:`StackConfigError` with every
 problem at once.
 
-A stack file is read like any settings document (components/documents.py): a file that is not text, YAML that
+A stack file is read like any settings document (contract/documents.py): a file that is not text, YAML that
 nests too deep, expands through aliases or repeats a key, is refused with the file and a short reason.
 """
 
@@ -19,9 +19,9 @@ from pulumi.runtime import config as runtime_config
 
 from components.config.rules import rule_issues
 from components.config.stack import StackConfig, StackConfigError, parse_sections
-from components.constants import PROJECT
-from components.documents import DocumentError, read_document
-from components.issues import ConfigIssue, key_text
+from contract.constants import PROJECT
+from contract.documents import DocumentError, read_document
+from contract.issues import ConfigIssue, key_text
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 

@@ -12,10 +12,10 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 
 from components.config.stack import BURST_KEY, SECTIONS, StackSections
-from components.constants import PROJECT, VIRTUAL_NODE_TAINT_KEY
-from components.issues import ConfigIssue, shown_names
-from components.model import parse_duration
-from components.storage_settings import DRIVER_PARAMETERS
+from contract.constants import PROJECT, VIRTUAL_NODE_TAINT_KEY
+from contract.issues import ConfigIssue, shown_names
+from contract.model import parse_duration
+from contract.storage_settings import DRIVER_PARAMETERS
 
 Rule = Callable[[StackSections], Iterable[ConfigIssue]]
 

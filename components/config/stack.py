@@ -15,41 +15,41 @@ from typing import Annotated, Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
-from components.burst_settings import BurstSettings, VirtualNodeSettings, settings_issues
-from components.constants import DEFAULT_BURST_TAINT_KEY, PROJECT
-from components.descheduler_settings import DeschedulerSettings
-from components.guardrails_settings import GuardrailsSettings
-from components.images_settings import DAEMONS_IMAGE, VIRTUAL_NODE_IMAGE, ImagesSettings
-from components.inference_settings import InferenceServiceSpec
-from components.interruptions_settings import STACK_KEY as INTERRUPTIONS_KEY
-from components.interruptions_settings import InterruptionsSettings
-from components.issues import ConfigIssue, SettingsError, issues_from_validation_error, key_text, shown
-from components.jobset_settings import JobSetSettings
-from components.make_before_break_settings import FILLED as MAKE_BEFORE_BREAK_FILLED
-from components.make_before_break_settings import STACK_KEY as MAKE_BEFORE_BREAK_KEY
-from components.make_before_break_settings import MakeBeforeBreakSettings
-from components.metrics_adapter_settings import STACK_KEY as METRICS_ADAPTER_KEY
-from components.metrics_adapter_settings import MetricsAdapterSettings
-from components.model import MAX_STRING, ControllerSettings, DnsLabel, TaintKey, parse_duration
-from components.prerequisites_settings import PrerequisitesSettings
-from components.quarantine_settings import FILLED as QUARANTINE_FILLED
-from components.quarantine_settings import STACK_KEY as QUARANTINE_KEY
-from components.quarantine_settings import QuarantineFlavor, QuarantineSettings
-from components.queues_settings import ClusterQueueSpec, GpuFlavor, KueueSettings, Priorities, Team, Topology
-from components.quota_controller_settings import FILLED as QUOTA_CONTROLLER_FILLED
-from components.quota_controller_settings import STACK_KEY as QUOTA_CONTROLLER_KEY
-from components.quota_controller_settings import QuotaControllerSettings, QuotaFlavor, QuotaQueue
-from components.stall_detector_settings import FILLED as STALL_DETECTOR_FILLED
-from components.stall_detector_settings import STACK_KEY as STALL_DETECTOR_KEY
-from components.stall_detector_settings import StallDetectorSettings
-from components.storage_settings import StorageSettings
-from components.taint_controller_queries import gpu_types_in_cluster
-from components.taint_controller_settings import SECTION_KEY as TAINT_CONTROLLER_SECTION
-from components.taint_controller_settings import STACK_KEY as TAINT_CONTROLLER_STACK_KEY
-from components.taint_controller_settings import TaintControllerSettings
 from components.telemetry.settings import FILLED as TELEMETRY_FILLED
 from components.telemetry.settings import TelemetrySettings
 from components.training.settings import TrainingSettings
+from contract.burst_settings import BurstSettings, VirtualNodeSettings, settings_issues
+from contract.constants import DEFAULT_BURST_TAINT_KEY, PROJECT
+from contract.descheduler_settings import DeschedulerSettings
+from contract.guardrails_settings import GuardrailsSettings
+from contract.images_settings import DAEMONS_IMAGE, VIRTUAL_NODE_IMAGE, ImagesSettings
+from contract.inference_settings import InferenceServiceSpec
+from contract.interruptions_settings import STACK_KEY as INTERRUPTIONS_KEY
+from contract.interruptions_settings import InterruptionsSettings
+from contract.issues import ConfigIssue, SettingsError, issues_from_validation_error, key_text, shown
+from contract.jobset_settings import JobSetSettings
+from contract.make_before_break_settings import FILLED as MAKE_BEFORE_BREAK_FILLED
+from contract.make_before_break_settings import STACK_KEY as MAKE_BEFORE_BREAK_KEY
+from contract.make_before_break_settings import MakeBeforeBreakSettings
+from contract.metrics_adapter_settings import STACK_KEY as METRICS_ADAPTER_KEY
+from contract.metrics_adapter_settings import MetricsAdapterSettings
+from contract.model import MAX_STRING, ControllerSettings, DnsLabel, TaintKey, parse_duration
+from contract.prerequisites_settings import PrerequisitesSettings
+from contract.quarantine_settings import FILLED as QUARANTINE_FILLED
+from contract.quarantine_settings import STACK_KEY as QUARANTINE_KEY
+from contract.quarantine_settings import QuarantineFlavor, QuarantineSettings
+from contract.queues_settings import ClusterQueueSpec, GpuFlavor, KueueSettings, Priorities, Team, Topology
+from contract.quota_controller_settings import FILLED as QUOTA_CONTROLLER_FILLED
+from contract.quota_controller_settings import STACK_KEY as QUOTA_CONTROLLER_KEY
+from contract.quota_controller_settings import QuotaControllerSettings, QuotaFlavor, QuotaQueue
+from contract.stall_detector_settings import FILLED as STALL_DETECTOR_FILLED
+from contract.stall_detector_settings import STACK_KEY as STALL_DETECTOR_KEY
+from contract.stall_detector_settings import StallDetectorSettings
+from contract.storage_settings import StorageSettings
+from contract.taint_controller_queries import gpu_types_in_cluster
+from contract.taint_controller_settings import SECTION_KEY as TAINT_CONTROLLER_SECTION
+from contract.taint_controller_settings import STACK_KEY as TAINT_CONTROLLER_STACK_KEY
+from contract.taint_controller_settings import TaintControllerSettings
 
 _M = TypeVar("_M", bound=BaseModel)
 
@@ -139,7 +139,7 @@ class StackConfig:
         return self.burst is not None and self.burst.enabled
 
     def controller_settings(self, stack_key: str) -> Any:
-        """The settings of the controller whose section is ``stack_key`` (a spec's, ``daemons/registry.py``); None
+        """The settings of the controller whose section is ``stack_key`` (a spec's, ``contract/registry.py``); None
         while that section is not deployed at all (the taint controller's, while bursting is off)."""
         sections = {key: getattr(self, section.attribute) for key, section in CONTROLLER_SECTIONS.items()}
         sections[TAINT_CONTROLLER_STACK_KEY] = (

@@ -6,7 +6,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from components.constants import (
+from components.guardrails_policies.model import (
+    JOBSETS,
+    GuardrailInputs,
+    Policy,
+    Validation,
+    cel,
+)
+from contract.constants import (
     INTERRUPTIONS_LEDGER_ANNOTATION,
     KUEUE_GROUP,
     KUEUE_VERSION,
@@ -17,13 +24,6 @@ from components.constants import (
     QUARANTINED_LABEL,
     RELEASED_AT_ANNOTATION,
     STALL_RESTART_ANNOTATION,
-)
-from components.guardrails_policies.model import (
-    JOBSETS,
-    GuardrailInputs,
-    Policy,
-    Validation,
-    cel,
 )
 
 #: What the quarantine controller writes on a Node besides its taint and label (daemons/quarantine/kube.py).

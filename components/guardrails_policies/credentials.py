@@ -19,7 +19,7 @@ from components.guardrails_policies.model import (
     cel,
     is_in,
 )
-from components.guardrails_settings import CREDENTIAL_ENV_NAME, CREDENTIAL_ENV_VALUE
+from contract.guardrails_settings import CREDENTIAL_ENV_NAME, CREDENTIAL_ENV_VALUE
 
 #: CEL: the env entry ``e`` holds a credential as a literal value (the same rule as ``credential_literal``).
 LITERAL = (

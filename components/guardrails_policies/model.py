@@ -12,10 +12,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from components.constants import (
+from contract.constants import (
     NAMESPACE_NAME_LABEL,
 )
-from components.jobset_settings import JOBSET_API
+from contract.jobset_settings import JOBSET_API
 
 ADMISSION_API = "admissionregistration.k8s.io/v1"
 NAME_PREFIX = "gpucluster-"

@@ -21,7 +21,7 @@ from components.guardrails_policies.model import (
     is_in,
     owned_by,
 )
-from components.jobset_settings import JOBSET_API
+from contract.jobset_settings import JOBSET_API
 
 #: The volume sources a team pod may use: its namespace's claims (and ephemeral ones from a StorageClass), its own
 #: config and tokens, scratch space, read-only images. Everything else names storage by address (``nfs``,

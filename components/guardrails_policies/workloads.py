@@ -12,10 +12,6 @@ the team role does not grant it).
 
 from __future__ import annotations
 
-from components.constants import (
-    KUEUE_GROUP,
-    KUEUE_VERSION,
-)
 from components.guardrails_policies.model import (
     JOBS,
     JOBSETS,
@@ -31,13 +27,17 @@ from components.guardrails_policies.model import (
     owned_by,
     unchanged_on_update,
 )
-from components.guardrails_settings import (
+from contract.constants import (
+    KUEUE_GROUP,
+    KUEUE_VERSION,
+)
+from contract.guardrails_settings import (
     BASELINE_CAPABILITIES,
     CONFINEMENT_ANNOTATION_PREFIXES,
     GPU_VISIBILITY_ENV,
     UNCONFINED,
 )
-from components.jobset_settings import JOBSET_API
+from contract.jobset_settings import JOBSET_API
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"

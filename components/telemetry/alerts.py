@@ -35,14 +35,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from components.constants import (
+from components.telemetry.settings import TelemetrySettings
+from contract.constants import (
     GPU_RESOURCE,
     IB_TRANSPORT_ERRORS,
     QUARANTINE_REASON_ANNOTATION,
     VIRTUAL_NODE_TAINT_KEY,
 )
-from components.telemetry.settings import TelemetrySettings
-from components.xids import new_xid_filter, program_xid_filter
+from contract.xids import new_xid_filter, program_xid_filter
 
 #: The label of the alert an Alertmanager route sends to whoever replaces hardware (``GpuNodeQuarantined``).
 REPLACEMENT_LABEL = "gpucluster_action"
@@ -159,7 +159,7 @@ def rule_groups(settings: TelemetrySettings) -> dict[str, Any]:
             "annotations": {
                 "summary": "XID {{ $value }} on GPU {{ $labels.gpu }} of {{ $labels.node }}",
                 "description": "DCGM_FI_DEV_XID_ERRORS changed in the last "
-                f"{window} to a code that is the card's, not the program's (components/xids.py); look it "
+                f"{window} to a code that is the card's, not the program's (contract/xids.py); look it "
                 "up in NVIDIA's Xid catalog.",
             },
         },

@@ -16,8 +16,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from components.constants import TRAINING_JOB_LABEL
 from components.telemetry.settings import TelemetrySettings
+from contract.constants import TRAINING_JOB_LABEL
 
 UID = "gpucluster-gpu-fabric"
 FABRIC = "gpucluster_fabric"

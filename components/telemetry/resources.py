@@ -20,19 +20,19 @@ import pulumi_kubernetes as k8s
 import yaml
 
 from components.charts import helm_chart, offline_without_mirror, resolve_chart
-from components.constants import (
+from components.scraping import scrape_annotations
+from components.telemetry.alerts import rule_groups
+from components.telemetry.counters import counters_csv
+from components.telemetry.dashboard import dashboard
+from components.telemetry.settings import TelemetrySettings
+from contract.constants import (
     ACCEPTANCE_FAILED_TAINT_KEY,
     DCGM_EXPORTER_APP,
     FABRIC_EXPORTER_APP,
     QUARANTINE_TAINT_KEY,
     nonroot_pod_security_context,
 )
-from components.model import check_qualified_name
-from components.scraping import scrape_annotations
-from components.telemetry.alerts import rule_groups
-from components.telemetry.counters import counters_csv
-from components.telemetry.dashboard import dashboard
-from components.telemetry.settings import TelemetrySettings
+from contract.model import check_qualified_name
 
 DCGM_COUNTERS_CONFIGMAP = "dcgm-exporter-counters"
 DCGM_COUNTERS_KEY = "counters.csv"

@@ -27,11 +27,11 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, ValidationError, field_validator
 
-from components.chart_settings import ChartSource
-from components.constants import DCGM_EXPORTER_APP, FABRIC_EXPORTER_APP, GPU_TEMP_CEILING_C
-from components.images_settings import DEFAULT_DAEMONS_IMAGE
-from components.issues import ConfigIssue, SettingsError, issues_from_validation_error, shown
-from components.model import (
+from contract.chart_settings import ChartSource
+from contract.constants import DCGM_EXPORTER_APP, FABRIC_EXPORTER_APP, GPU_TEMP_CEILING_C
+from contract.images_settings import DEFAULT_DAEMONS_IMAGE
+from contract.issues import ConfigIssue, SettingsError, issues_from_validation_error, shown
+from contract.model import (
     ConfigModel,
     DnsSubdomain,
     Image,
@@ -126,7 +126,7 @@ class FabricExporterSettings(ConfigModel):
 
 class AlertSettings(ConfigModel):
     #: GPU core temperature (°C) above which a GPU is reported for quarantine; defaults to the hard ceiling
-    #: ``GPU_TEMP_CEILING_C`` (components/constants.py) and may only be lowered: the quarantine signal must never
+    #: ``GPU_TEMP_CEILING_C`` (contract/constants.py) and may only be lowered: the quarantine signal must never
     #: be configured later than that.
     gpu_temp_limit_c: Annotated[float, Field(gt=0)] = GPU_TEMP_CEILING_C
     #: Minutes the temperature must stay above the limit before the alert fires.

@@ -9,12 +9,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from components.config.stack import StackConfig
-from components.constants import HOSTNAME_LABEL
-from components.fabric_settings import fabric_turned_off
-from components.guardrails_settings import GPU_VISIBILITY_ENV, confinement_opt_out
-from components.issues import ConfigIssue, shown, shown_names
-from components.queues_settings import GpuFlavor, Team, Topology
 from components.training.spec import SPEC_PATH, JobSpec, SpecError
+from contract.constants import HOSTNAME_LABEL
+from contract.fabric_settings import fabric_turned_off
+from contract.guardrails_settings import GPU_VISIBILITY_ENV, confinement_opt_out
+from contract.issues import ConfigIssue, shown, shown_names
+from contract.queues_settings import GpuFlavor, Team, Topology
 
 Check = Callable[[JobSpec, StackConfig], Iterable[ConfigIssue]]
 

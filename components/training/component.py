@@ -16,7 +16,6 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.config.stack import StackConfig
-from components.model import check_qualified_name
 from components.training.checks import check_spec
 from components.training.manifest import (
     JOBSET_API_VERSION,
@@ -27,6 +26,7 @@ from components.training.manifest import (
     jobset_manifest,
 )
 from components.training.spec import JobSpec
+from contract.model import check_qualified_name
 
 TOKEN = "gpucluster:training:TrainingJob"
 

@@ -26,8 +26,11 @@ from datetime import datetime
 from typing import Any, Literal
 
 from components.config.stack import StackConfig
-from components.constants import (
+from components.training.checks import landing_topology, queue_flavors, team_of
+from components.training.spec import SECRET_FILES_DIR, JobSpec
+from contract.constants import (
     CHECKPOINT_ANNOTATION_PREFIX,
+    CHECKPOINT_CLAIM,
     CHECKPOINT_INTERVAL_ANNOTATION,
     CHECKPOINT_WRITE_ANNOTATION,
     COMPLETION_INDEX_ANNOTATION,
@@ -42,11 +45,9 @@ from components.constants import (
     TRAINER_SERVICE_ACCOUNT,
     TRAINING_JOB_LABEL,
 )
-from components.fabric_settings import DEFAULT_SHM_SIZE, RDMA_CAPABILITY, Fabric
-from components.model import parse_duration
-from components.storage_settings import checkpoint_interval_seconds
-from components.training.checks import landing_topology, queue_flavors, team_of
-from components.training.spec import SECRET_FILES_DIR, JobSpec
+from contract.fabric_settings import DEFAULT_SHM_SIZE, RDMA_CAPABILITY, Fabric
+from contract.model import parse_duration
+from contract.storage_settings import checkpoint_interval_seconds
 
 JOBSET_API_VERSION = "jobset.x-k8s.io/v1alpha2"
 JOBSET_KIND = "JobSet"
@@ -55,7 +56,6 @@ PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 #: The one replicated Job; pods are ``<name>-node-0-<index>``, reachable as ``<pod>.<name>``.
 REPLICATED_JOB = "node"
 CONTAINER = "trainer"
-CHECKPOINTS_CLAIM = "checkpoints"
 DATASETS_CLAIM = "datasets"
 CHECKPOINTS_MOUNT = "/checkpoints"
 DATASETS_MOUNT = "/datasets"
@@ -436,7 +436,7 @@ def jobset_manifest(spec: JobSpec, ctx: JobContext) -> dict[str, Any]:
         "env": job_env(spec, ctx),
         "resources": {"requests": dict(devices), "limits": dict(devices)},
         "volumeMounts": [
-            {"name": CHECKPOINTS_CLAIM, "mountPath": CHECKPOINTS_MOUNT},
+            {"name": CHECKPOINT_CLAIM, "mountPath": CHECKPOINTS_MOUNT},
             {"name": DATASETS_CLAIM, "mountPath": DATASETS_MOUNT, "readOnly": True},
             {"name": SHM_VOLUME, "mountPath": SHM_MOUNT},
             *secret_mounts,
@@ -463,7 +463,7 @@ def jobset_manifest(spec: JobSpec, ctx: JobContext) -> dict[str, Any]:
             *([reservation_toleration(ctx.reservation_key)] if ctx.reservation_key else []),
         ],
         "volumes": [
-            {"name": CHECKPOINTS_CLAIM, "persistentVolumeClaim": {"claimName": CHECKPOINTS_CLAIM}},
+            {"name": CHECKPOINT_CLAIM, "persistentVolumeClaim": {"claimName": CHECKPOINT_CLAIM}},
             {"name": DATASETS_CLAIM, "persistentVolumeClaim": {"claimName": DATASETS_CLAIM, "readOnly": True}},
             # NCCL's intra-node transport and DataLoader workers use shared memory; the runtime's default is 64 MiB.
             {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": shm_size}},

@@ -10,8 +10,8 @@ from typing import Annotated
 
 from pydantic import Field
 
-from components.constants import TRAINING_NAMESPACE
-from components.model import ConfigModel, DnsLabel, PositiveDuration
+from contract.constants import TRAINING_NAMESPACE
+from contract.model import ConfigModel, DnsLabel, PositiveDuration
 
 #: A gang restarting more often than once a minute on average is crash-looping, not training.
 MAX_RESTARTS_PER_HOUR_LIMIT = 60

@@ -16,11 +16,11 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, Field, ValidationError, field_validator, model_validator
 
-from components.documents import DocumentError, read_document
-from components.guardrails_settings import credential_literal
-from components.image_refs import image_problem
-from components.issues import ConfigIssue, SettingsError, issues_from_validation_error, shown
-from components.model import ConfigModel, DnsLabel, check_qualified_name, parse_duration
+from contract.documents import DocumentError, read_document
+from contract.guardrails_settings import credential_literal
+from contract.image_refs import image_problem
+from contract.issues import ConfigIssue, SettingsError, issues_from_validation_error, shown
+from contract.model import ConfigModel, DnsLabel, check_qualified_name, parse_duration
 
 #: Every problem of a spec is reported under this prefix: ``spec.nodes: must be at least 1``.
 SPEC_PATH = "spec"

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -22,8 +23,6 @@ from kubernetes import client, config
 
 from components.config.loader import PROJECT_ROOT, load_stack_file
 from components.config.stack import StackConfig, StackConfigError
-from components.constants import RELIABILITY_CONFIGMAP
-from components.issues import REDACTED, SettingsError, is_credential_key, looks_like_credential
 from components.training.checks import check_spec
 from components.training.manifest import (
     JOBSET_API_VERSION,
@@ -36,7 +35,8 @@ from components.training.manifest import (
     parse_reliability,
 )
 from components.training.spec import JobSpec, load_spec
-from daemons.toolkit.kube import load_kube_config
+from contract.constants import RELIABILITY_CONFIGMAP
+from contract.issues import REDACTED, SettingsError, is_credential_key, looks_like_credential
 
 EXIT_OK = 0
 EXIT_REFUSED = 1
@@ -66,12 +66,25 @@ class JobSetExistsError(ClusterError):
     pass
 
 
+def _api_client(kubeconfig: str | None) -> Any:
+    """As kubectl looks: ``kubeconfig``, else $KUBECONFIG or ~/.kube/config; inside a pod with neither, its service
+    account."""
+    loaders: Any = config
+    try:
+        return loaders.new_client_from_config(config_file=kubeconfig)
+    except loaders.ConfigException:
+        if kubeconfig or not os.environ.get("KUBERNETES_SERVICE_HOST"):
+            raise
+    loaders.load_incluster_config()
+    return client.ApiClient()
+
+
 class KubeCluster:
-    """The cluster behind a kubeconfig (else in-cluster, else ~/.kube/config), through the kubernetes client."""
+    """The cluster behind a kubeconfig (else in-cluster), through the kubernetes client."""
 
     def __init__(self, kubeconfig: str | None, timeout_s: float = 10.0) -> None:
         try:
-            api = load_kube_config(kubeconfig)
+            api = _api_client(kubeconfig)
         except (config.ConfigException, OSError) as exc:
             raise ClusterError(f"cannot load a kubeconfig ({kubeconfig or 'default'}): {exc}") from None
         self._core = client.CoreV1Api(api)

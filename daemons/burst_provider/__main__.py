@@ -13,7 +13,7 @@ import sys
 import threading
 from collections.abc import Sequence
 
-from components.burst_settings import PROVIDER_METRICS_PORT, BurstSettings, SettingsError, load_settings
+from contract.burst_settings import PROVIDER_METRICS_PORT, BurstSettings, SettingsError, load_settings
 from daemons.burst_provider.api import serve, serve_metrics
 from daemons.burst_provider.endpoints import EndpointManager
 from daemons.burst_provider.events import pod_event_sink

@@ -12,7 +12,7 @@ import json
 import logging
 from collections.abc import Callable
 
-from components.burst_settings import PROVIDER_LIVEZ_PATH, BurstSettings, node_capacity
+from contract.burst_settings import PROVIDER_LIVEZ_PATH, BurstSettings, node_capacity
 from daemons.burst_provider.pods import PodTranslationError
 from daemons.burst_provider.service import BurstService
 from daemons.toolkit.http import HttpService, Request, Response, Routes

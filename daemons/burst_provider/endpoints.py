@@ -17,7 +17,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from components.burst_settings import BurstSettings
+from contract.burst_settings import BurstSettings
 from daemons.burst_provider.record import RUNNING, PodRecord
 from daemons.burst_provider.source import JsonObject, SourceCluster
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from components.burst_settings import BurstSettings
+from contract.burst_settings import BurstSettings
 from daemons.burst_provider.metrics import Metrics
 from daemons.burst_provider.record import PodRecord
 

@@ -12,10 +12,10 @@ import re
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from components.burst_settings import BurstSettings
-from components.constants import GPU_RESOURCE, GPU_TYPE_ANNOTATION
-from components.model import parse_quantity as _parse_quantity
-from components.model import pod_resource_count
+from contract.burst_settings import BurstSettings
+from contract.constants import GPU_RESOURCE, GPU_TYPE_ANNOTATION
+from contract.model import parse_quantity as _parse_quantity
+from contract.model import pod_resource_count
 from daemons.burst_provider.probes import ProbeSpecError, pod_probes
 from daemons.burst_provider.providers.base import ContainerSpec, InstanceSpec, InstanceTags, Port
 
@@ -59,7 +59,7 @@ def _containers(pod: Mapping[str, Any]) -> list[Mapping[str, Any]]:
 
 
 def gpu_count(pod: Mapping[str, Any]) -> int:
-    """GPUs the pod holds (``components.model.pod_resource_count``: the one rule), to rent as many."""
+    """GPUs the pod holds (``contract.model.pod_resource_count``: the one rule), to rent as many."""
     try:
         return pod_resource_count(pod.get("spec") or {}, GPU_RESOURCE)
     except ValueError as exc:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Mapping
 
-from components.burst_settings import BurstSettings
+from contract.burst_settings import BurstSettings
 from daemons.burst_provider.providers.base import AdapterContext, Provider, ProviderSettingsLike
 
 #: kind -> (module, class)

@@ -14,7 +14,7 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from components.burst_settings import BurstSettings, ProviderSettings
+from contract.burst_settings import BurstSettings, ProviderSettings
 from daemons.burst_provider.providers.base import Offer
 
 

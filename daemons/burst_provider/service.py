@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from components.burst_settings import BurstSettings
+from contract.burst_settings import BurstSettings
 from daemons.burst_provider import addresses, readiness, spill
 from daemons.burst_provider.metrics import Metrics
 from daemons.burst_provider.money import Ledger

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from components.burst_settings import BurstSettings
+from contract.burst_settings import BurstSettings
 from daemons.burst_provider.metrics import Metrics
 from daemons.burst_provider.pods import secret_env_sources
 from daemons.burst_provider.providers.base import CapacityError, Instance, InstanceSpec, Offer, Provider

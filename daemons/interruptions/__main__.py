@@ -9,11 +9,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from components.interruptions_settings import InterruptionsSettings
+from contract.controllers.interruptions import SPEC
+from contract.interruptions_settings import InterruptionsSettings
 from daemons.interruptions.client import KubeApi
 from daemons.interruptions.controller import Controller, CycleResult
 from daemons.interruptions.metrics import Metrics
-from daemons.interruptions.spec import SPEC
 from daemons.toolkit import runner
 from daemons.toolkit.serve import EXIT_BAD_SETTINGS
 

@@ -13,13 +13,11 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
 
-from components.constants import KUEUE_API, TRAINING_JOB_LABEL
-from components.interruptions_settings import FIELD_MANAGER
+from contract.constants import CHECKPOINT_CLAIM, KUEUE_API, TRAINING_JOB_LABEL
+from contract.interruptions_settings import FIELD_MANAGER
 from daemons.interruptions.model import JOBSET_API, LEDGER_ANNOTATION
 from daemons.toolkit.kube_api import MERGE_PATCH, NotFoundError
 from daemons.toolkit.kube_api import KubeApi as BaseKubeApi
-
-CHECKPOINT_CLAIM = "checkpoints"
 
 
 class KubeApi(BaseKubeApi):

@@ -18,8 +18,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from components.constants import TRAINING_JOB_LABEL
-from components.interruptions_settings import FIELD_MANAGER, InterruptionsSettings
+from contract.constants import TRAINING_JOB_LABEL
+from contract.interruptions_settings import FIELD_MANAGER, InterruptionsSettings
 from daemons.interruptions import bound
 from daemons.interruptions.classify import NodeState
 from daemons.interruptions.client import KubeApi

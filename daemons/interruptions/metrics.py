@@ -26,11 +26,10 @@ from prometheus_client import Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from contract.controllers.interruptions import PREFIX, TRAINING
 from daemons.interruptions.classify import Cause
 from daemons.toolkit.metrics import ControllerMetrics
 
-TRAINING = "gpucluster_training"
-PREFIX = "gpucluster_interruptions"
 JOB_LABELS = ("namespace", "job", "team")
 READS = ("jobsets", "pods", "nodes", "workloads", "events", "claims")
 CYCLE_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)

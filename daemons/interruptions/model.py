@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from components.constants import INTERRUPTIONS_LEDGER_ANNOTATION
+from contract.constants import INTERRUPTIONS_LEDGER_ANNOTATION
 from daemons.interruptions.classify import NodeState, PodFailure
 
 JOBSET_API = "jobset.x-k8s.io/v1alpha2"

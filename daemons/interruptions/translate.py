@@ -10,7 +10,7 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from components.constants import (
+from contract.constants import (
     CHECKPOINT_ANNOTATION_PREFIX,
     CHECKPOINT_INTERVAL_ANNOTATION,
     CHECKPOINT_WRITE_ANNOTATION,

@@ -9,11 +9,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from components.make_before_break_settings import MakeBeforeBreakSettings
+from contract.controllers.make_before_break import SPEC
+from contract.make_before_break_settings import MakeBeforeBreakSettings
 from daemons.make_before_break.client import KubeApi
 from daemons.make_before_break.controller import Controller, CycleResult
 from daemons.make_before_break.metrics import Metrics
-from daemons.make_before_break.spec import SPEC
 from daemons.toolkit import runner
 from daemons.toolkit.serve import EXIT_BAD_SETTINGS
 

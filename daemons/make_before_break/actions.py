@@ -11,14 +11,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
-from daemons.make_before_break.model import (
+from contract.controllers.make_before_break import (
     EPOCH_ANNOTATION,
     FLIPS_ANNOTATION,
     NO_EVICTION_ANNOTATION,
     NOTE_ANNOTATION,
     PHASE_ANNOTATION,
-    Phase,
 )
+from daemons.make_before_break.model import Phase
 
 
 class Fallback(StrEnum):

@@ -10,8 +10,8 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
 
-from components.constants import KUEUE_API
-from components.make_before_break_settings import FIELD_MANAGER, MakeBeforeBreakSettings
+from contract.constants import KUEUE_API
+from contract.make_before_break_settings import FIELD_MANAGER, MakeBeforeBreakSettings
 from daemons.make_before_break.observe import RawLists
 from daemons.toolkit.kube import KubeError
 from daemons.toolkit.kube_api import JSON_PATCH, MERGE_PATCH

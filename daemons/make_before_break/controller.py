@@ -19,8 +19,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from components.constants import CLUSTER_EVENTS_NAMESPACE, KUEUE_API
-from components.make_before_break_settings import CONTROLLER_NAME, FIELD_MANAGER, MakeBeforeBreakSettings
+from contract.constants import CLUSTER_EVENTS_NAMESPACE, KUEUE_API
+from contract.make_before_break_settings import CONTROLLER_NAME, FIELD_MANAGER, MakeBeforeBreakSettings
 from daemons.make_before_break.actions import (
     Action,
     Fallback,

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from prometheus_client import Counter, Gauge, Histogram
 
+from contract.controllers.make_before_break import PREFIX
 from daemons.make_before_break.actions import Fallback
 from daemons.toolkit.metrics import ControllerMetrics
 
-PREFIX = "gpucluster_make_before_break"
 #: Action kinds, as label values.
 KINDS = ("reserve-node", "release-node", "set-deletion-cost", "set-placement", "check-pending", "check-ready")
 #: What happened to an action: written, conflict (retried next cycle), error, skipped (dry run, not leader).

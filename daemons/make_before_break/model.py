@@ -15,21 +15,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-# Label and taint of a reserved node: its home is components/constants.py; named here too, beside the other keys.
-from components.constants import RESERVATION_KEY  # noqa: F401
-
-#: Deployment annotation: the uids of the workloads it was moved for, comma-separated.
-FLIPS_ANNOTATION = "gpucluster.io/flips"
-#: Deployment annotation: where its placement stands (a :class:`Phase` value; absent: at home).
-PHASE_ANNOTATION = "gpucluster.io/flip-phase"
-#: Deployment annotation: the same in a sentence for people.
-NOTE_ANNOTATION = "gpucluster.io/flip-note"
-#: Pod-template annotation whose change rolls the Deployment out; pods carry it too.
-EPOCH_ANNOTATION = "gpucluster.io/placement-epoch"
-#: Pod-template annotation that keeps the descheduler (noEvictionPolicy: Mandatory) off a moved replica.
-NO_EVICTION_ANNOTATION = "descheduler.alpha.kubernetes.io/prefer-no-eviction"
-#: Pod annotation ranking which pods a ReplicaSet removes first (lower first).
-DELETION_COST_ANNOTATION = "controller.kubernetes.io/pod-deletion-cost"
+# Label and taint of a reserved node: its home is contract/constants.py; named here too, beside the other keys.
+from contract.constants import RESERVATION_KEY  # noqa: F401
 
 
 class CheckState(StrEnum):

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from components.make_before_break_settings import MakeBeforeBreakSettings
+from contract.make_before_break_settings import MakeBeforeBreakSettings
 from daemons.make_before_break.fields import TranslationError, ref_of, value_at
 from daemons.make_before_break.model import Node, Observation, Pod, VirtualNode
 from daemons.make_before_break.translate import (

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from components.constants import RESERVATION_KEY
-from components.make_before_break_settings import MakeBeforeBreakSettings
+from contract.constants import RESERVATION_KEY
+from contract.make_before_break_settings import MakeBeforeBreakSettings
 
 
 @dataclass(frozen=True)

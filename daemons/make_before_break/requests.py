@@ -4,7 +4,7 @@
   and the reservation taint's own list entry (``spec.taints`` is atomic: a merge patch would replace the list).
 * Pod deletion cost: a JSON merge patch of that one annotation.
 * Deployment placement: server-side apply of our annotation keys only, field manager
-  :data:`~components.make_before_break_settings.FIELD_MANAGER`, force=false (a conflict is reported, not forced).
+  :data:`~contract.make_before_break_settings.FIELD_MANAGER`, force=false (a conflict is reported, not forced).
 * The Workload's check: server-side apply on the status subresource, force, with the resourceVersion read just
   before (optimistic concurrency), holding only our ``admissionChecks`` entry.
 * The AdmissionCheck's ``Active`` condition: server-side apply on its status subresource.
@@ -18,11 +18,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from components.constants import KUEUE_API
-from components.make_before_break_settings import FIELD_MANAGER
+from contract.constants import KUEUE_API
+from contract.controllers.make_before_break import DELETION_COST_ANNOTATION
+from contract.make_before_break_settings import FIELD_MANAGER
 from daemons.make_before_break.actions import SetCheckPending, SetCheckReady, SetPlacement
 from daemons.make_before_break.fields import conditions_of, ref_of, str_map, taints_of, value_at
-from daemons.make_before_break.model import DELETION_COST_ANNOTATION, CheckState
+from daemons.make_before_break.model import CheckState
 from daemons.make_before_break.translate import check_entry
 from daemons.toolkit.events import format_time
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from components.constants import HOSTNAME_LABEL as HOSTNAME_LEVEL
+from contract.constants import HOSTNAME_LABEL as HOSTNAME_LEVEL
 
 
 class AssignmentError(ValueError):

@@ -12,8 +12,15 @@ from collections.abc import Mapping, Sequence
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from components.make_before_break_settings import MakeBeforeBreakSettings
-from components.model import parse_quantity, pod_resource_count
+from contract.controllers.make_before_break import (
+    DELETION_COST_ANNOTATION,
+    EPOCH_ANNOTATION,
+    FLIPS_ANNOTATION,
+    NOTE_ANNOTATION,
+    PHASE_ANNOTATION,
+)
+from contract.make_before_break_settings import MakeBeforeBreakSettings
+from contract.model import parse_quantity, pod_resource_count
 from daemons.make_before_break.fields import (
     TranslationError,
     conditions_of,
@@ -24,11 +31,6 @@ from daemons.make_before_break.fields import (
     value_at,
 )
 from daemons.make_before_break.model import (
-    DELETION_COST_ANNOTATION,
-    EPOCH_ANNOTATION,
-    FLIPS_ANNOTATION,
-    NOTE_ANNOTATION,
-    PHASE_ANNOTATION,
     CheckState,
     Deployment,
     Node,
@@ -61,7 +63,7 @@ def _count(value: Any, where: str) -> int:
 
 
 def pod_gpus(spec: Any, resource: str, where: str) -> int:
-    """GPUs a pod (spec) holds (``components.model.pod_resource_count``: the one rule)."""
+    """GPUs a pod (spec) holds (``contract.model.pod_resource_count``: the one rule)."""
     try:
         return pod_resource_count(spec, resource)
     except ValueError as exc:

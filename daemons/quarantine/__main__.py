@@ -9,11 +9,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from components.quarantine_settings import LEDGER_NAME, QuarantineSettings
+from contract.controllers.quarantine import SPEC
+from contract.quarantine_settings import LEDGER_NAME, QuarantineSettings
 from daemons.quarantine.controller import Controller, CycleResult
 from daemons.quarantine.kube import KubeApi
 from daemons.quarantine.metrics import Metrics
-from daemons.quarantine.spec import SPEC
 from daemons.toolkit import runner
 from daemons.toolkit.prometheus import PrometheusClient
 from daemons.toolkit.serve import EXIT_BAD_SETTINGS

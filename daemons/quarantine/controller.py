@@ -19,8 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from components.constants import CLUSTER_EVENTS_NAMESPACE
-from components.quarantine_settings import LEDGER_NAME, QuarantineSettings
+from contract.constants import CLUSTER_EVENTS_NAMESPACE
+from contract.quarantine_settings import LEDGER_NAME, QuarantineSettings
 from daemons.quarantine.decide import (
     Decision,
     LedgerEntry,

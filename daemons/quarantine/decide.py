@@ -34,13 +34,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
-from components.constants import (
+from contract.constants import (
     QUARANTINE_REASON_ANNOTATION,
     QUARANTINE_TAINT_KEY,
     QUARANTINED_AT_ANNOTATION,
     VIRTUAL_NODE_TAINT_KEY,
 )
-from components.quarantine_settings import RELEASED_AT_ANNOTATION, reason_of
+from contract.quarantine_settings import RELEASED_AT_ANNOTATION, reason_of
 from daemons.toolkit.events import format_time  # noqa: F401 (the decision's times, as its tests name them)
 from daemons.toolkit.taint import Taint
 from daemons.toolkit.times import unix_seconds

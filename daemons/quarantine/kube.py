@@ -16,14 +16,14 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
 
-from components.constants import (
+from contract.constants import (
     QUARANTINE_REASON_ANNOTATION,
     QUARANTINE_TAINT_EFFECT,
     QUARANTINE_TAINT_KEY,
     QUARANTINED_AT_ANNOTATION,
     QUARANTINED_LABEL,
 )
-from components.quarantine_settings import FIELD_MANAGER, LEDGER_NAME, RELEASED_AT_ANNOTATION
+from contract.quarantine_settings import FIELD_MANAGER, LEDGER_NAME, RELEASED_AT_ANNOTATION
 from daemons.quarantine.decide import NodeView
 from daemons.toolkit.events import format_time
 from daemons.toolkit.kube_api import JSON_PATCH, NotFoundError

@@ -17,7 +17,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from components.quarantine_settings import FIELD_MANAGER, LEDGER_NAME
+from contract.quarantine_settings import FIELD_MANAGER, LEDGER_NAME
 from daemons.quarantine.decide import LedgerEntry
 from daemons.toolkit.events import format_time
 from daemons.toolkit.times import unix_seconds

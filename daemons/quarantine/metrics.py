@@ -12,11 +12,11 @@ from collections.abc import Iterable
 
 from prometheus_client import Counter, Gauge
 
+from contract.controllers.quarantine import PREFIX
 from daemons.quarantine.decide import Breaker, LedgerEntry, Outcome
 from daemons.toolkit.metrics import ControllerMetrics
 from daemons.toolkit.prometheus import REASONS
 
-PREFIX = "gpucluster_quarantine"
 #: Why a sample of the signal query was not used.
 SIGNAL_PROBLEMS = ("no-node", "no-alertname")
 OPERATIONS = ("list-nodes", "patch-node", "read-ledger", "apply-ledger")

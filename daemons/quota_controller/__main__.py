@@ -9,11 +9,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from components.quota_controller_settings import QuotaControllerSettings
+from contract.controllers.quota_controller import SPEC
+from contract.quota_controller_settings import QuotaControllerSettings
 from daemons.quota_controller.client import KubeApi
 from daemons.quota_controller.controller import Controller, CycleResult
 from daemons.quota_controller.metrics import Metrics
-from daemons.quota_controller.spec import SPEC
 from daemons.toolkit import runner
 from daemons.toolkit.serve import EXIT_BAD_SETTINGS
 

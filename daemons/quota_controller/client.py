@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
 
-from components.constants import KUEUE_API
-from components.quota_controller_settings import FIELD_MANAGER
+from contract.constants import KUEUE_API
+from contract.quota_controller_settings import FIELD_MANAGER
 from daemons.toolkit.kube_api import KubeApi as BaseKubeApi
 from daemons.toolkit.kube_api import NotFoundError
 

@@ -14,8 +14,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from components.constants import ACCEPTANCE_FAILED_TAINT_KEY, CLUSTER_EVENTS_NAMESPACE, KUEUE_API
-from components.quota_controller_settings import FIELD_MANAGER, QuotaControllerSettings
+from contract.constants import ACCEPTANCE_FAILED_TAINT_KEY, CLUSTER_EVENTS_NAMESPACE, KUEUE_API
+from contract.quota_controller_settings import FIELD_MANAGER, QuotaControllerSettings
 from daemons.quota_controller.capacity import FlavorRule, Rules
 from daemons.quota_controller.client import KubeApi
 from daemons.quota_controller.decide import Decider, Decision, QueueShares, QueueUpdate

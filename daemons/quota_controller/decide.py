@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 
-from components.quota_controller_settings import resource_groups
+from contract.quota_controller_settings import resource_groups
 from daemons.quota_controller.apportion import apportion, scaled_limit
 from daemons.quota_controller.capacity import Capacity, FlavorCount, FlavorRule, Rules
 from daemons.quota_controller.model import NodeView, Observation, QueueView

@@ -7,12 +7,12 @@ from collections.abc import Mapping
 
 from prometheus_client import Counter, Gauge, Histogram
 
+from contract.controllers.quota_controller import PREFIX
 from daemons.quota_controller.capacity import FlavorCount
 from daemons.quota_controller.decide import Quota
 from daemons.quota_controller.model import Out
 from daemons.toolkit.metrics import ControllerMetrics
 
-PREFIX = "gpucluster_quota_controller"
 #: What happened to a queue update: written, conflict, error, skipped (dry run, not leader).
 RESULTS = ("applied", "conflict", "error", "skipped")
 #: The reads a cycle makes.

@@ -9,11 +9,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from components.stall_detector_settings import StallDetectorSettings
+from contract.controllers.stall_detector import SPEC
+from contract.stall_detector_settings import StallDetectorSettings
 from daemons.stall_detector.controller import Controller, summary
 from daemons.stall_detector.kube import KubeApi
 from daemons.stall_detector.metrics import Metrics
-from daemons.stall_detector.spec import SPEC
 from daemons.toolkit import runner
 from daemons.toolkit.prometheus import PrometheusClient
 from daemons.toolkit.serve import EXIT_BAD_SETTINGS

@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from components.stall_detector_settings import StallDetectorSettings
+from contract.stall_detector_settings import StallDetectorSettings
 from daemons.stall_detector import memory, queries
 from daemons.stall_detector.decide import Policy, Readings, Verdict, judge
 from daemons.stall_detector.gangs import GangView, gang_view

@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from components.constants import (
+from contract.constants import (
     GPU_RESOURCE,
     JOBSET_RESTART_ATTEMPT_LABEL,
     PROGRESS_ANNOTATION_PREFIX,

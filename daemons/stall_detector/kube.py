@@ -15,13 +15,12 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
 
-from components.constants import STALL_RESTART_ANNOTATION, TRAINING_JOB_LABEL
-from components.stall_detector_settings import FIELD_MANAGER, SUSPECTS_CONFIGMAP
+from contract.constants import CHECKPOINT_CLAIM, STALL_RESTART_ANNOTATION, TRAINING_JOB_LABEL
+from contract.stall_detector_settings import FIELD_MANAGER, SUSPECTS_CONFIGMAP
 from daemons.toolkit.kube_api import MERGE_PATCH, NotFoundError
 from daemons.toolkit.kube_api import KubeApi as BaseKubeApi
 
 JOBSET_API = "jobset.x-k8s.io/v1alpha2"
-CHECKPOINT_CLAIM = "checkpoints"
 #: The key of the suspects ConfigMap.
 SUSPECTS_KEY = "named.json"
 

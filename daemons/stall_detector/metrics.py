@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from prometheus_client import Counter, Gauge, Histogram
 
+from contract.controllers.stall_detector import PREFIX
 from daemons.stall_detector.decide import Verdict
 from daemons.toolkit.metrics import ControllerMetrics
 from daemons.toolkit.prometheus import REASONS
 
-PREFIX = "gpucluster_stall_detector"
 QUERIES = ("tensor-max", "tensor-mean", "fabric", "transport-errors", "link-errors")
 OPERATIONS = ("list-jobsets", "list-pods", "read-claim", "write-record", "evict", "read-suspects", "write-suspects")
 

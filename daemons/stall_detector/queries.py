@@ -10,7 +10,7 @@ a cycle costs the same few queries at 8 GPUs or 4,096. Series are read only from
 * fabric traffic, per node: the fabric exporter's InfiniBand data counters, both ways, as a rate over the window;
 * evidence, per node: InfiniBand transport retries and timeouts (``hw_counters``) and hard link events (InfiniBand
   link downs and recoveries, NVLink recoveries), over the window; the card's XIDs (not the program's:
-  ``components/xids.py``) that appeared within it (:func:`hardware_xids`); and the share of the window each node's
+  ``contract/xids.py``) that appeared within it (:func:`hardware_xids`); and the share of the window each node's
   most throttled GPU spent slowed for heat or power (:func:`throttled`).
 """
 
@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from components.constants import IB_TRANSPORT_ERRORS
-from components.xids import new_xid_filter, program_xid_filter
+from contract.constants import IB_TRANSPORT_ERRORS
+from contract.xids import new_xid_filter, program_xid_filter
 from daemons.fabric_exporter import METRIC_PREFIX as FABRIC
 
 TENSOR_METRIC = "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"

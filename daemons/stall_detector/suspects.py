@@ -6,7 +6,7 @@ before; no clock of its own.
 A node is *suspect* when its own evidence stands out (reasons in this order):
 
 * ``xid``: a hardware XID on one of its GPUs in the window (the program's XIDs are not evidence:
-  ``components/xids.py``);
+  ``contract/xids.py``);
 * ``link-errors``: NVLink or InfiniBand link errors on it in the window, at least ``linkErrors``;
 * ``transport-errors``: InfiniBand transport retries and timeouts (local ACK timeouts and the rest of
   ``hw_counters``) on its ports, at least ``transportErrors``: the NIC timeouts that hang a collective silently;

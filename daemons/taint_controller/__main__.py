@@ -9,11 +9,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from components.taint_controller_settings import TaintControllerSettings
+from contract.controllers.taint_controller import SPEC
+from contract.taint_controller_settings import TaintControllerSettings
 from daemons.taint_controller.controller import Controller, TickResult
 from daemons.taint_controller.kube import KubeEventSink, KubeNodeApi
 from daemons.taint_controller.metrics import Metrics
-from daemons.taint_controller.spec import SPEC
 from daemons.toolkit import runner
 from daemons.toolkit.prometheus import PrometheusClient
 from daemons.toolkit.serve import EXIT_BAD_SETTINGS

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from components.taint_controller_settings import TAINT_EFFECT, TAINT_VALUE, TaintControllerSettings
+from contract.taint_controller_settings import TAINT_EFFECT, TAINT_VALUE, TaintControllerSettings
 from daemons.taint_controller.decide import ALL, Action, Decider, Decision, Thresholds
 from daemons.taint_controller.kube import (
     EventSink,

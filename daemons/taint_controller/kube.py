@@ -20,7 +20,7 @@ from typing import Any, Protocol
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from components.constants import CLUSTER_EVENTS_NAMESPACE
+from contract.constants import CLUSTER_EVENTS_NAMESPACE
 from daemons.toolkit.events import event_body
 from daemons.toolkit.kube import ConflictError, KubeError, load_kube_config
 from daemons.toolkit.kube import api_error as _api_error

@@ -14,11 +14,10 @@ from collections.abc import Callable, Mapping, Sequence
 
 from prometheus_client import Counter, Gauge
 
+from contract.controllers.taint_controller import PREFIX
 from daemons.taint_controller.decide import Action
 from daemons.toolkit.metrics import ControllerMetrics
 from daemons.toolkit.prometheus import REASONS
-
-PREFIX = "gpucluster_taint_controller"
 
 
 class Metrics(ControllerMetrics):

@@ -18,8 +18,8 @@ from typing import Any, Protocol
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from contract.spec import LeaseSettings
 from daemons.toolkit.kube import ConflictError, KubeError, api_error
-from daemons.toolkit.spec import LeaseSettings
 
 log = logging.getLogger("toolkit.lease")
 

@@ -1,5 +1,5 @@
-"""The one runner of our Lease-electing controllers: a spec (``daemons/<name>/spec.py``) and its runtime hooks in,
-a command line out.
+"""The one runner of our Lease-electing controllers: a spec (``contract/controllers/<name>.py``) and its runtime hooks
+in, a command line out.
 
 ``main_for(SPEC, Runtime(...))`` is a controller's whole ``main``: the flags (``controller_parser``, the port from
 the spec), the settings (exit 2 naming every problem, 0 when disabled), the Kubernetes client and the Lease
@@ -24,11 +24,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
+from contract.spec import ControllerSettingsLike, ControllerSpec
 from daemons.toolkit.http import Routes
 from daemons.toolkit.kube import load_kube_config
 from daemons.toolkit.lease import LeaderElector, elector_for
 from daemons.toolkit.serve import SETTINGS_HELP, Started, controller_parser, serve_behind_lease, start
-from daemons.toolkit.spec import ControllerSettingsLike, ControllerSpec
 
 
 class ControllerMetrics(Protocol):

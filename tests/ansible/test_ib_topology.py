@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import yaml
 
-from components.constants import IB_BLOCK_LABEL, IB_LEAF_LABEL
+from contract.constants import IB_BLOCK_LABEL, IB_LEAF_LABEL
 from tests.ansible.harness import (
     ROLES_DIR,
     SHIMS,

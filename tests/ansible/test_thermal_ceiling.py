@@ -1,4 +1,4 @@
-"""The GPU thermal ceiling has one home, ``components.constants.GPU_TEMP_CEILING_C``; the Ansible role repeats it.
+"""The GPU thermal ceiling has one home, ``contract.constants.GPU_TEMP_CEILING_C``; the Ansible role repeats it.
 
 Ansible cannot import a Python constant, so ``ansible/roles/gpu_thermal_acceptance`` carries the ceiling as literals:
 the default of ``gpu_thermal_acceptance_thermal_limit_c`` (``defaults/main.yml`` and its comment), the option's
@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import yaml
 
-from components.constants import GPU_TEMP_CEILING_C
+from contract.constants import GPU_TEMP_CEILING_C
 
 ROLE = Path(__file__).resolve().parents[2] / "ansible" / "roles" / "gpu_thermal_acceptance"
 LIMIT_VAR = "gpu_thermal_acceptance_thermal_limit_c"

@@ -11,10 +11,10 @@ import yaml
 
 from components.cluster import GpuCluster, GpuClusterArgs
 from components.config import StackConfig, load_stack_file, parse_stack_config, read_stack_file
-from components.constants import ENVIRONMENT_LABEL
 from components.descheduler import DeschedulerArgs
 from components.queues import QueuesArgs, kueue_manager_config
 from components.storage import StorageArgs, checkpoint_cadence_minutes
+from contract.constants import ENVIRONMENT_LABEL
 from policies.common import WORKLOAD_TYPES
 from policies.images import prod_images_by_digest
 from tests.policies.support import check_resource

@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
-from components.constants import SETTINGS_DIGEST_ANNOTATION
 from components.controller import Controller, ControllerArgs
-from components.issues import SettingsError
-from components.stall_detector_settings import StallDetectorSettings
-from daemons.stall_detector.spec import SPEC
-from daemons.toolkit.spec import WORKLOAD_NAMESPACES
+from contract.constants import SETTINGS_DIGEST_ANNOTATION
+from contract.controllers.stall_detector import SPEC
+from contract.issues import SettingsError
+from contract.spec import WORKLOAD_NAMESPACES
+from contract.stall_detector_settings import StallDetectorSettings
 from tests.support.pulumi_harness import Graph, deploy
 
 TEAMS = ["team-a"]

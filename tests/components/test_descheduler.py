@@ -10,8 +10,8 @@ from pydantic import ValidationError
 
 from components.config import load_stack_file
 from components.descheduler import NO_EVICTION_ANNOTATION, NO_EVICTION_POLICY, Descheduler, DeschedulerArgs
-from components.descheduler_settings import DeschedulerSettings
-from daemons.make_before_break.model import NO_EVICTION_ANNOTATION as MOVED_ANNOTATION
+from contract.controllers.make_before_break import NO_EVICTION_ANNOTATION as MOVED_ANNOTATION
+from contract.descheduler_settings import DeschedulerSettings
 from tests.support.pulumi_harness import deploy
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -15,8 +15,8 @@ from components.config import load_stack_file, read_stack_file
 from components.config import rules as rules_module
 from components.config.stack import parse_sections
 from components.guardrails_policies import GuardrailInputs, policies
-from components.guardrails_settings import GuardrailsSettings, confinement_opt_out, pod_security_levels
-from daemons.registry import CONTROLLERS
+from contract.guardrails_settings import GuardrailsSettings, confinement_opt_out, pod_security_levels
+from contract.registry import CONTROLLERS
 from daemons.toolkit.listen import parse_listen
 from tests.support.pulumi_harness import deploy, secrets_of
 

@@ -18,13 +18,6 @@ from typing import Any
 import pytest
 
 from components import virtual_node
-from components.constants import (
-    INTERRUPTIONS_LEDGER_ANNOTATION,
-    QUARANTINE_TAINT_KEY,
-    RELIABILITY_CONFIGMAP,
-    STALL_RESTART_ANNOTATION,
-)
-from components.constants import RELEASED_AT_ANNOTATION as QUARANTINE_RELEASED
 from components.controller import metrics_ingress
 from components.guardrails_policies import (
     GuardrailInputs,
@@ -34,8 +27,15 @@ from components.guardrails_policies import (
     reliability_reader,
     team_role,
 )
-from components.guardrails_settings import GuardrailsSettings
-from components.jobset_settings import JOBSET_API
+from contract.constants import (
+    INTERRUPTIONS_LEDGER_ANNOTATION,
+    QUARANTINE_TAINT_KEY,
+    RELIABILITY_CONFIGMAP,
+    STALL_RESTART_ANNOTATION,
+)
+from contract.constants import RELEASED_AT_ANNOTATION as QUARANTINE_RELEASED
+from contract.guardrails_settings import GuardrailsSettings
+from contract.jobset_settings import JOBSET_API
 from daemons.quarantine.kube import node_from, quarantine_ops
 from tests.support.apiserver import ApiServer, running_apiserver, wait_for
 from tests.support.require import missing

@@ -11,7 +11,7 @@ import pytest
 from components.charts import ChartSource, GoModuleChart, resolve_chart
 from components.config import load_stack_file
 from components.jobset import JobSet, JobSetArgs, jobset_chart_values, webhook_secret_transform
-from components.jobset_settings import JOBSET_CHART_VERSION, JobSetSettings
+from contract.jobset_settings import JOBSET_CHART_VERSION, JobSetSettings
 from tests.support.pulumi_harness import deploy
 
 ROOT = Path(__file__).resolve().parents[2]

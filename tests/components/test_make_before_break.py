@@ -16,9 +16,9 @@ from components.cluster import GpuCluster, GpuClusterArgs
 from components.config import load_stack_file, parse_stack_config, read_stack_file
 from components.controller import ControllerArgs
 from components.make_before_break import MakeBeforeBreak
-from components.make_before_break_settings import MakeBeforeBreakSettings, parse_settings
 from components.queues import cluster_queue_spec
-from daemons.make_before_break.spec import SPEC, WORKLOAD_NAMESPACES
+from contract.controllers.make_before_break import SPEC, WORKLOAD_NAMESPACES
+from contract.make_before_break_settings import MakeBeforeBreakSettings, parse_settings
 from tests.support.pulumi_harness import Graph, deploy, secrets_of
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -15,9 +15,9 @@ from components.cluster import GpuCluster, GpuClusterArgs
 from components.config import load_stack_file, parse_stack_config, read_stack_file
 from components.config import rules as rules_module
 from components.config.stack import StackConfigError, parse_sections
-from components.constants import settings_digest
 from components.metrics_adapter import APP, MetricsAdapter, MetricsAdapterArgs
-from components.metrics_adapter_settings import MetricsAdapterSettings
+from contract.constants import settings_digest
+from contract.metrics_adapter_settings import MetricsAdapterSettings
 from tests.support.pulumi_harness import Graph, deploy, secrets_of
 
 ROOT = Path(__file__).resolve().parents[2]

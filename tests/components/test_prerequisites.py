@@ -16,7 +16,7 @@ from components.cluster import GpuCluster, GpuClusterArgs
 from components.config import StackConfig, StackConfigError, load_stack_file, parse_stack_config, read_stack_file
 from components.preflight import ClusterUnreadableError, api_client, check
 from components.prerequisites import ClusterFacts, facts_from, missing, requirements
-from components.prerequisites_settings import GpuOperatorChart, PrerequisitesSettings
+from contract.prerequisites_settings import GpuOperatorChart, PrerequisitesSettings
 from tests.support.apiserver import ApiServer, running_apiserver
 from tests.support.pulumi_harness import deploy
 

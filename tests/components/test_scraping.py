@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 
-from components.burst_settings import PROVIDER_METRICS_PORT
 from components.config import load_stack_file
 from components.scraping import (
     HONOR_LABELS_ANNOTATION,
@@ -26,7 +25,8 @@ from components.scraping import (
     unreachable,
 )
 from components.virtual_node import APP as VIRTUAL_NODE_APP
-from daemons.registry import STALL_DETECTOR
+from contract.burst_settings import PROVIDER_METRICS_PORT
+from contract.registry import STALL_DETECTOR
 from tests.support.stack_reads import all_reads, rendered
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -11,17 +11,17 @@ from typing import Any
 import pytest
 from pulumi.runtime import config as pulumi_config
 
-from components.burst_settings import BurstSettings, with_cluster_name
 from components.cluster import GpuCluster, GpuClusterArgs
 from components.config import load_stack_file
-from components.constants import SETTINGS_DIGEST_ANNOTATION, settings_digest
-from components.images_settings import DEFAULT_DAEMONS_IMAGE, DEFAULT_VIRTUAL_NODE_IMAGE
 from components.virtual_node import (
     NODE_TAINT,
     SECRETS_DIR,
     VirtualNode,
     VirtualNodeArgs,
 )
+from contract.burst_settings import BurstSettings, with_cluster_name
+from contract.constants import SETTINGS_DIGEST_ANNOTATION, settings_digest
+from contract.images_settings import DEFAULT_DAEMONS_IMAGE, DEFAULT_VIRTUAL_NODE_IMAGE
 from tests.support.pulumi_harness import Graph, Registered, deploy, secrets_of
 
 ROOT = Path(__file__).resolve().parents[2]

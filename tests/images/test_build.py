@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from components.images_settings import IMAGE_NAMES, project_version
+from contract.images_settings import IMAGE_NAMES, project_version
 from images.build import LOCK, ROOT, check_lock, labels, provenance
 from images.definitions import DEFINITIONS
 from images.steps import BuildError, locked_versions

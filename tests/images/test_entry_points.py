@@ -25,13 +25,13 @@ from typing import Any
 
 import pytest
 
-from components.burst_settings import settings_json
 from components.config import StackConfig, load_stack_file
 from components.controller import controller_pod_spec
-from components.images_settings import IMAGE_NAMES
 from components.telemetry.resources import fabric_pod_spec
 from components.virtual_node import SETTINGS_DIR, SETTINGS_FILE, virtual_node_pod_spec
-from daemons.registry import INTERRUPTIONS, MAKE_BEFORE_BREAK, QUARANTINE, QUOTA_CONTROLLER, TAINT_CONTROLLER
+from contract.burst_settings import settings_json
+from contract.images_settings import IMAGE_NAMES
+from contract.registry import INTERRUPTIONS, MAKE_BEFORE_BREAK, QUARANTINE, QUOTA_CONTROLLER, TAINT_CONTROLLER
 from images.build import build_all
 from images.runtime import Bundle, Container, unpack
 from tests.support.require import missing

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from components.config import load_stack_file
-from components.images_settings import DAEMONS_IMAGE, VIRTUAL_NODE_IMAGE
+from contract.images_settings import DAEMONS_IMAGE, VIRTUAL_NODE_IMAGE
 from images.__main__ import main
 from images.pin import PinError, pin_stack, pinned_text
 

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from components.burst_settings import BurstSettings, settings_json
 from components.cluster import GpuCluster, GpuClusterArgs
 from components.config import load_stack_file
-from components.images_settings import DEFAULT_DAEMONS_IMAGE, DEFAULT_VIRTUAL_NODE_IMAGE
+from contract.burst_settings import BurstSettings, settings_json
+from contract.images_settings import DEFAULT_DAEMONS_IMAGE, DEFAULT_VIRTUAL_NODE_IMAGE
 from policies.burst_settings import provider_secrets_not_in_config
 from policies.inference import (
     inference_gpu_deployments_burstable,

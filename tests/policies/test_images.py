@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from components.constants import ENVIRONMENT_LABEL
+from contract.constants import ENVIRONMENT_LABEL
 from policies.images import image_problem, images_pinned, prod_images_by_digest
 from tests.policies.support import (
     CM,

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from components.constants import SETTINGS_DIGEST_ANNOTATION, settings_digest
+from contract.constants import SETTINGS_DIGEST_ANNOTATION, settings_digest
 from sim import deployed
 from sim.daemon_runtime import DaemonError
 from sim.deployed import VARIANT_LABEL, variant_objects

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from components.constants import TRAINING_JOB_LABEL
 from components.telemetry.dashboard import DCGM_JOB_LABEL
+from contract.constants import TRAINING_JOB_LABEL
 from sim.fake_dcgm import FABRIC_BACKGROUND, FABRIC_BYTES_PER_TENSOR, HCAS, Allocator, Fleet, Gpu, sanitize_label_name
 
 

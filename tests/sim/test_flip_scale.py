@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from components.config import load_stack_file
-from components.constants import HOSTNAME_LABEL, IB_BLOCK_LABEL, IB_LEAF_LABEL
+from contract.constants import HOSTNAME_LABEL, IB_BLOCK_LABEL, IB_LEAF_LABEL
 from daemons.make_before_break.metrics import Metrics
 from tests.support.sim import load_sim_module
 

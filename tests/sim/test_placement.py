@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from components.config import load_stack_file
-from daemons.registry import CONTROLLERS
+from contract.registry import CONTROLLERS
 from sim import placement
 
 ROOT = Path(__file__).resolve().parents[2]

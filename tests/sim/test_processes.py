@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from daemons.registry import CONTROLLERS
+from contract.registry import CONTROLLERS
 from tests.support import fake_kubectl
 from tests.support.sim import load_sim_module, path_without
 

@@ -16,11 +16,11 @@ import yaml
 
 from components.config import load_stack_file
 from components.metrics_adapter import APP
-from components.metrics_adapter_settings import API_GROUP, API_VERSION
 from components.scraping import Target, scrape_targets
 from components.virtual_node import APP as VIRTUAL_NODE_APP
 from components.virtual_node import NODE_METRICS_PORT
-from daemons.registry import CONTROLLERS
+from contract.metrics_adapter_settings import API_GROUP, API_VERSION
+from contract.registry import CONTROLLERS
 from tests.support.local_stack import ROOT, LocalStack, wait_for
 from tests.support.sim import load_sim_module
 from tests.support.stack_reads import all_reads, rendered

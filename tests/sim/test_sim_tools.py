@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from components.constants import ACCEPTED_LABEL, ACCEPTED_VALUE, IB_BLOCK_LABEL, IB_LEAF_LABEL
+from contract.constants import ACCEPTED_LABEL, ACCEPTED_VALUE, IB_BLOCK_LABEL, IB_LEAF_LABEL
 from tests.support.sim import load_sim_module
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -17,8 +17,8 @@ import yaml
 
 from components.cluster import guardrail_inputs
 from components.config import load_stack_file
-from components.constants import PODSET_UNCONSTRAINED_TOPOLOGY
-from components.make_before_break_settings import FIELD_MANAGER as MBB_FIELD_MANAGER
+from contract.constants import PODSET_UNCONSTRAINED_TOPOLOGY
+from contract.make_before_break_settings import FIELD_MANAGER as MBB_FIELD_MANAGER
 from daemons.quarantine.kube import node_from, quarantine_ops
 from tests.support.local_stack import LocalStack, condition, delete, gpu_job, wait_for
 from tests.support.sim import load_sim_module

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from components.descheduler_settings import DESCHEDULER_IMAGE
-from components.jobset_settings import JobSetSettings
-from components.queues_settings import KueueSettings
+from contract.descheduler_settings import DESCHEDULER_IMAGE
+from contract.jobset_settings import JobSetSettings
+from contract.queues_settings import KueueSettings
 from sim import upstream_images
 from sim.upstream_images import DESCHEDULER, JOBSET, KUEUE, UpstreamImageError, build
 

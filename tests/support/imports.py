@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("components", "policies", "daemons", "sim", "images")
+PACKAGES = ("contract", "components", "policies", "daemons", "sim", "images")
 
 
 def module_name(path: Path, root: Path = ROOT) -> str:

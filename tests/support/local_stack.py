@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
-from components.constants import RESERVATION_KEY
 from components.training.manifest import reservation_toleration
+from contract.constants import RESERVATION_KEY
 from tests.support.require import debian_tool, missing
 from tests.support.sim import tools_bin
 

@@ -15,13 +15,13 @@ import yaml
 from components.cluster import GpuCluster, GpuClusterArgs
 from components.config import StackConfig
 from components.scraping import Producer, Read, series_read
-from components.stall_detector_settings import StallDetectorSettings
 from components.telemetry.dashboard import panel_queries
+from contract.controllers.interruptions import SPEC as INTERRUPTIONS
+from contract.registry import CONTROLLERS, STALL_DETECTOR
+from contract.stall_detector_settings import StallDetectorSettings
 from daemons.burst_provider.metrics import PREFIX as BURST_PREFIX
 from daemons.fabric_exporter import METRIC_PREFIX as FABRIC_PREFIX
 from daemons.interruptions.metrics import TRAINING as TRAINING_PREFIX
-from daemons.interruptions.spec import SPEC as INTERRUPTIONS
-from daemons.registry import CONTROLLERS, STALL_DETECTOR
 from daemons.stall_detector.queries import cycle_queries
 from tests.support.pulumi_harness import Graph, deploy, secrets_of
 

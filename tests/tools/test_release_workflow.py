@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import yaml
 
-from components.images_settings import IMAGE_NAMES
+from contract.images_settings import IMAGE_NAMES
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKFLOW = ROOT / ".github" / "workflows" / "release.yml"

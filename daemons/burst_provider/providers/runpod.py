@@ -84,7 +84,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from components.burst_settings import RUNPOD_V2_URL
+from contract.burst_settings import RUNPOD_V2_URL
 from daemons.burst_provider import replies
 from daemons.burst_provider.http_client import HttpStatusError, JsonHttpClient, UnreachableError
 from daemons.burst_provider.providers.base import (

@@ -13,8 +13,8 @@ import yaml
 
 from components.config import StackConfigError, load_stack_file, parse_stack_config, project_defaults, read_stack_file
 from components.config.stack import SECTIONS
-from components.constants import DEFAULT_BURST_TAINT_KEY
-from components.issues import REDACTED
+from contract.constants import DEFAULT_BURST_TAINT_KEY
+from contract.issues import REDACTED
 
 ROOT = Path(__file__).resolve().parents[3]
 PROD = ROOT / "stacks" / "Pulumi.prod.yaml"

@@ -15,8 +15,8 @@ import pytest
 import yaml
 
 from components.config import StackConfig, StackConfigError, load_stack_file, parse_stack_config, read_stack_file
-from components.images_settings import DEFAULT_DAEMONS_IMAGE, DEFAULT_VIRTUAL_NODE_IMAGE, project_version
-from components.storage_settings import checkpoint_interval_seconds
+from contract.images_settings import DEFAULT_DAEMONS_IMAGE, DEFAULT_VIRTUAL_NODE_IMAGE, project_version
+from contract.storage_settings import checkpoint_interval_seconds
 
 ROOT = Path(__file__).resolve().parents[3]
 STACKS = sorted((ROOT / "stacks").glob("Pulumi.*.yaml"))

@@ -17,8 +17,6 @@ import pytest
 import yaml
 
 from components.config import load_stack_file
-from components.model import parse_duration
-from components.quarantine_settings import DEFAULT_SIGNAL_QUERY, REASONS, SIGNAL_LABEL, SIGNAL_VALUE
 from components.telemetry.alerts import (
     QUARANTINE_ALERTS,
     QUARANTINE_SIGNAL_LABEL,
@@ -29,6 +27,8 @@ from components.telemetry.alerts import (
     rule_groups,
 )
 from components.telemetry.settings import TelemetrySettings, TelemetrySettingsError, parse_telemetry_settings
+from contract.model import parse_duration
+from contract.quarantine_settings import DEFAULT_SIGNAL_QUERY, REASONS, SIGNAL_LABEL, SIGNAL_VALUE
 from daemons.burst_provider import metrics as burst_metrics
 from daemons.make_before_break import metrics as mbb_metrics
 from daemons.taint_controller import metrics as taint_metrics
@@ -172,7 +172,7 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
         ),
         case([(f"DCGM_FI_DEV_XID_ERRORS{GPU_SEL}", "79x20")], "GpuXidError", "15m", []),
     ),
-    # the program's XIDs (components/xids.py) never quarantine; an unknown code does
+    # the program's XIDs (contract/xids.py) never quarantine; an unknown code does
     "GpuXidError-program-xids-do-not-quarantine": (
         case(
             [(f"DCGM_FI_DEV_XID_ERRORS{GPU_SEL}", "0 0 0 13 13 31 31 200 200")],

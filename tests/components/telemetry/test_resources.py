@@ -9,7 +9,6 @@ import pytest
 import yaml
 
 from components.config import load_stack_file
-from components.images_settings import DEFAULT_DAEMONS_IMAGE
 from components.telemetry import (
     DCGM_COUNTERS_CONFIGMAP,
     DCGM_COUNTERS_KEY,
@@ -21,6 +20,7 @@ from components.telemetry import (
     required_dcgm_fields,
 )
 from components.telemetry.resources import dcgm_values, telemetry_tolerations
+from contract.images_settings import DEFAULT_DAEMONS_IMAGE
 from tests.support.pulumi_harness import Graph, deploy
 from tests.support.sim import ROOT
 

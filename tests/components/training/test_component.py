@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 
 from components.config import StackConfig
-from components.constants import ENVIRONMENT_LABEL
 from components.training.component import TOKEN, TrainingJob, TrainingJobArgs
 from components.training.manifest import checkpoint_interval, job_context, jobset_manifest
 from components.training.spec import SpecError, parse_spec
+from contract.constants import ENVIRONMENT_LABEL
 from tests.components.training.conftest import spec_doc
 from tests.support.pulumi_harness import Graph, deploy
 

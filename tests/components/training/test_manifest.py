@@ -11,16 +11,6 @@ from typing import Any
 import pytest
 
 from components.config import StackConfig, parse_stack_config
-from components.constants import (
-    CHECKPOINT_INTERVAL_ANNOTATION,
-    CHECKPOINT_WRITE_ANNOTATION,
-    MAX_RESTARTS_PER_HOUR_ANNOTATION,
-    QUARANTINE_TAINT_KEY,
-    TEAM_LABEL,
-    TRAINER_SERVICE_ACCOUNT,
-    TRAINING_JOB_LABEL,
-)
-from components.storage_settings import checkpoint_interval_seconds
 from components.training.manifest import (
     MIN_TRUSTED_INTERRUPTIONS,
     JobContext,
@@ -32,6 +22,16 @@ from components.training.manifest import (
     parse_reliability,
 )
 from components.training.spec import JobSpec, SpecError, parse_spec
+from contract.constants import (
+    CHECKPOINT_INTERVAL_ANNOTATION,
+    CHECKPOINT_WRITE_ANNOTATION,
+    MAX_RESTARTS_PER_HOUR_ANNOTATION,
+    QUARANTINE_TAINT_KEY,
+    TEAM_LABEL,
+    TRAINER_SERVICE_ACCOUNT,
+    TRAINING_JOB_LABEL,
+)
+from contract.storage_settings import checkpoint_interval_seconds
 from tests.components.training.conftest import local_raw, spec_doc
 
 UPDATED = "2026-12-01T10:00:00Z"
@@ -391,7 +391,7 @@ def test_a_pod_annotation_key_that_is_not_a_qualified_name_is_refused() -> None:
 
 
 def test_a_jobs_own_stall_after_is_annotated_in_seconds_and_none_is_left_to_the_stack(stack: StackConfig) -> None:
-    from components.constants import STALL_AFTER_ANNOTATION  # noqa: PLC0415
+    from contract.constants import STALL_AFTER_ANNOTATION  # noqa: PLC0415
 
     assert STALL_AFTER_ANNOTATION not in manifest_of(stack)["metadata"]["annotations"]
     assert manifest_of(stack, stallAfter="15m")["metadata"]["annotations"][STALL_AFTER_ANNOTATION] == "900"

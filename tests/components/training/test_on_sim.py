@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from components.config import load_stack_file
-from components.constants import HOSTNAME_LABEL, IB_LEAF_LABEL, PODSET_REQUIRED_TOPOLOGY
+from contract.constants import HOSTNAME_LABEL, IB_LEAF_LABEL, PODSET_REQUIRED_TOPOLOGY
 from daemons.make_before_break.topology_assignment import pods_per_node
 from tests.support.local_stack import ROOT, LocalStack, condition, wait_for
 from tests.support.sim import load_sim_module

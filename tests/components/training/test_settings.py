@@ -8,8 +8,8 @@ import pytest
 from pydantic import ValidationError
 
 from components.config import StackConfigError, parse_stack_config
-from components.constants import TRAINING_NAMESPACE
 from components.training.settings import MAX_RESTARTS_LIMIT, MAX_RESTARTS_PER_HOUR_LIMIT, TrainingSettings
+from contract.constants import TRAINING_NAMESPACE
 from tests.components.training.conftest import local_raw
 
 

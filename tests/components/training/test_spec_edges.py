@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from components.image_refs import image_problem, malformed, unpinned
-from components.issues import ConfigIssue
 from components.training.spec import SpecError, parse_spec
+from contract.image_refs import image_problem, malformed, unpinned
+from contract.issues import ConfigIssue
 from tests.components.training.conftest import spec_doc
 from tests.components.training.test_submit import Run, write_spec
 

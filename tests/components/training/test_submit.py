@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 import yaml
 
-from components.constants import CHECKPOINT_INTERVAL_ANNOTATION, RELIABILITY_CONFIGMAP, TRAINING_NAMESPACE
 from components.training import submit as cli
+from contract.constants import CHECKPOINT_INTERVAL_ANNOTATION, RELIABILITY_CONFIGMAP, TRAINING_NAMESPACE
 from tests.components.training.conftest import EXAMPLE, LOCAL_STACK, ROOT, spec_doc
 
 MEASURED = {

@@ -13,10 +13,10 @@ from components.config import StackConfig, StackConfigError, parse_stack_config
 from components.config import rules as rules_module
 from components.config.stack import parse_sections
 from components.queues import QueuesArgs, flavor_spec
-from components.queues_settings import Topology
 from components.training.checks import check_spec, topology_is_known, topology_level_exists
 from components.training.manifest import checkpoint_interval, job_context, jobset_manifest
 from components.training.spec import SpecError, parse_spec
+from contract.queues_settings import Topology
 from tests.components.training.conftest import local_raw, spec_doc
 from tests.support.pulumi_harness import Graph, deploy, secrets_of
 

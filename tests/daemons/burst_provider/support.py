@@ -8,7 +8,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from components.burst_settings import BurstSettings, parse_settings
+from contract.burst_settings import BurstSettings, parse_settings
 from daemons.burst_provider.providers.base import (
     CapacityError,
     Instance,

@@ -12,7 +12,7 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 
-from components.burst_settings import ProviderSettings
+from contract.burst_settings import ProviderSettings
 from daemons.burst_provider.providers.base import AdapterContext, ProviderError
 from daemons.burst_provider.providers.kubernetes.api import KubernetesApiError
 from daemons.burst_provider.providers.kubernetes.provider import KubernetesClusterProvider

@@ -22,8 +22,8 @@ from typing import Any
 
 import pytest
 
-from components.burst_settings import with_cluster_name
 from components.config import load_stack_file
+from contract.burst_settings import with_cluster_name
 from daemons.burst_provider.providers.base import InstanceTags
 from daemons.burst_provider.providers.runpod import ENV_NAMESPACE, ENV_NODE, ENV_POD, ENV_UID, pod_name
 from tests.support.local_stack import ROOT, LocalStack, Watch, wait_for

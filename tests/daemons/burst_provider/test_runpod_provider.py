@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from components.burst_settings import ProviderSettings
+from contract.burst_settings import ProviderSettings
 from daemons.burst_provider.providers.base import (
     AdapterContext,
     CapacityError,

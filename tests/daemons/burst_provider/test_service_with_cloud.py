@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from components.burst_settings import BurstSettings
+from contract.burst_settings import BurstSettings
 from daemons.burst_provider.providers.base import AdapterContext
 from daemons.burst_provider.reconcile import Reconciler
 from daemons.burst_provider.registry import build_providers

@@ -8,7 +8,7 @@ import json
 from collections.abc import Mapping
 from typing import Any, cast
 
-from components.interruptions_settings import InterruptionsSettings
+from contract.interruptions_settings import InterruptionsSettings
 from daemons.interruptions.client import KubeApi
 from daemons.interruptions.controller import Controller, reliability_data, resume_command
 from daemons.interruptions.ettr import ClusterTime

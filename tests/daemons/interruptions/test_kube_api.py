@@ -1,8 +1,8 @@
-"""The interruption accounting daemon against a real kube-apiserver (RBAC on) with the JobSet v0.11.1 and Kueue
-v0.17.0 CRDs, as the least-privilege ServiceAccount of :mod:`daemons.interruptions.rbac`, running as its own process
+"""The interruption accounting daemon against a real kube-apiserver (RBAC on) with the JobSet v0.11.1 and Kueue v0.17.0
+CRDs, as the least-privilege ServiceAccount of :mod:`contract.controllers.interruptions`, running as its own process
 (``python -m daemons.interruptions``): it is killed with SIGKILL after recording a restart, restarts and evictions
-happen while it is down (their Events gone for one of them), and the next process accounts for every one of them
-from the objects and its record, stops the job at its restart bound and exports the counts.
+happen while it is down (their Events gone for one of them), and the next process accounts for every one of them from
+the objects and its record, stops the job at its restart bound and exports the counts.
 
 Nothing else runs (no JobSet or Kueue controller): the test plays them by writing the objects' status itself.
 Skipped, saying why, when the pinned tools or the module caches are absent.
@@ -26,15 +26,15 @@ import pytest
 import yaml
 from kubernetes import client
 
-from components.constants import KUEUE_API
 from components.guardrails_policies.controllers import (
     interruptions_only_stops_workloads,
     interruptions_writes_only_its_ledger,
 )
-from components.interruptions_settings import InterruptionsSettings
+from contract.constants import KUEUE_API
+from contract.controllers.interruptions import CLUSTER_RULES, namespace_rules
+from contract.interruptions_settings import InterruptionsSettings
 from daemons.interruptions.client import KubeApi
 from daemons.interruptions.model import JOBSET_API, LEDGER_ANNOTATION
-from daemons.interruptions.rbac import CLUSTER_RULES, namespace_rules
 from daemons.toolkit.kube import load_kube_config
 from daemons.toolkit.kube_api import MERGE_PATCH
 from tests.support.admission import controller_inputs, install_rule, patch_as

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from components.constants import RELIABILITY_CONFIGMAP, TRAINING_NAMESPACE
-from components.interruptions_settings import InterruptionsSettings, SettingsError, parse_settings
+from contract.constants import RELIABILITY_CONFIGMAP, TRAINING_NAMESPACE
+from contract.interruptions_settings import InterruptionsSettings, SettingsError, parse_settings
 
 
 def test_defaults_follow_the_contract() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from components.make_before_break_settings import MakeBeforeBreakSettings
+from contract.make_before_break_settings import MakeBeforeBreakSettings
 from daemons.make_before_break.observe import RawLists
 
 S = MakeBeforeBreakSettings()

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from components.make_before_break_settings import CONTROLLER_NAME, MakeBeforeBreakSettings
+from contract.make_before_break_settings import CONTROLLER_NAME, MakeBeforeBreakSettings
 from daemons.make_before_break.actions import SetPlacement
 from daemons.make_before_break.client import KubeApi
 from daemons.make_before_break.controller import Controller

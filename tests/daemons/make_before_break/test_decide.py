@@ -11,6 +11,12 @@ from typing import Any
 
 import pytest
 
+from contract.controllers.make_before_break import (
+    EPOCH_ANNOTATION,
+    FLIPS_ANNOTATION,
+    NO_EVICTION_ANNOTATION,
+    PHASE_ANNOTATION,
+)
 from daemons.make_before_break.actions import (
     Fallback,
     PodSetUpdate,
@@ -26,10 +32,6 @@ from daemons.make_before_break.cycle import MESSAGE_LIMIT
 from daemons.make_before_break.decide import Decision, Policy, decide
 from daemons.make_before_break.left_behind import LeftBehind, left_behind
 from daemons.make_before_break.model import (
-    EPOCH_ANNOTATION,
-    FLIPS_ANNOTATION,
-    NO_EVICTION_ANNOTATION,
-    PHASE_ANNOTATION,
     RESERVATION_KEY,
     CheckState,
     Observation,

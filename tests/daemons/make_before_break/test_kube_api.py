@@ -1,6 +1,6 @@
 """The controller against a real kube-apiserver (RBAC on) with Kueue's v1beta2 CRDs, as the least-privilege
-ServiceAccount of :mod:`daemons.make_before_break.rbac`: one gang, one node to empty, the room made and the check
-Ready with podSetUpdates; and what that account is refused.
+ServiceAccount of :mod:`contract.controllers.make_before_break`: one gang, one node to empty, the room made and the
+check Ready with podSetUpdates; and what that account is refused.
 
 Nothing else runs (no scheduler, no controllers, no Kueue): the test plays the ReplicaSet controller and Kueue
 by writing pods and statuses itself. Skipped, saying why, when the pinned tools or the Kueue module are absent.
@@ -22,7 +22,6 @@ import pytest
 import yaml
 from kubernetes import client
 
-from components.constants import KUEUE_API, KUEUE_GROUP
 from components.guardrails_policies import MakeBeforeBreakMarks
 from components.guardrails_policies.controllers import (
     make_before_break_marks_pods_only_for_removal,
@@ -30,12 +29,19 @@ from components.guardrails_policies.controllers import (
     make_before_break_writes_only_its_check,
     make_before_break_writes_only_its_reservations,
 )
-from components.make_before_break_settings import CONTROLLER_NAME, FIELD_MANAGER, MakeBeforeBreakSettings
+from contract.constants import KUEUE_API, KUEUE_GROUP
+from contract.controllers.make_before_break import (
+    DEPLOYMENT_ANNOTATIONS,
+    POD_ANNOTATION,
+    TEMPLATE_ANNOTATIONS,
+    cluster_rules,
+    inference_rules,
+    lease_rules,
+)
+from contract.make_before_break_settings import CONTROLLER_NAME, FIELD_MANAGER, MakeBeforeBreakSettings
 from daemons.make_before_break.client import KubeApi
 from daemons.make_before_break.controller import Controller
 from daemons.make_before_break.metrics import Metrics
-from daemons.make_before_break.rbac import cluster_rules, inference_rules, lease_rules
-from daemons.make_before_break.spec import DEPLOYMENT_ANNOTATIONS, POD_ANNOTATION, TEMPLATE_ANNOTATIONS
 from daemons.toolkit.kube import load_kube_config
 from daemons.toolkit.lease import KubeLeaseApi, LeaderElector
 from tests.support.admission import controller_inputs, install_rule, patch_as

@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from components.config import load_stack_file
-from daemons.make_before_break.model import EPOCH_ANNOTATION, FLIPS_ANNOTATION
-from daemons.registry import MAKE_BEFORE_BREAK as MAKE_BEFORE_BREAK_SPEC
+from contract.controllers.make_before_break import EPOCH_ANNOTATION, FLIPS_ANNOTATION
+from contract.registry import MAKE_BEFORE_BREAK as MAKE_BEFORE_BREAK_SPEC
 from tests.support.local_stack import ROOT, LocalStack, wait_for
 from tests.support.sim import load_sim_module
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from components.constants import QUARANTINE_REASON_ANNOTATION, QUARANTINED_AT_ANNOTATION, QUARANTINED_LABEL
+from contract.constants import QUARANTINE_REASON_ANNOTATION, QUARANTINED_AT_ANNOTATION, QUARANTINED_LABEL
 from daemons.toolkit.events import format_time
 from daemons.toolkit.kube import ConflictError, KubeError
 from daemons.toolkit.prometheus import QueryError, QueryResult, Sample

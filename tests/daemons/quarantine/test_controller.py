@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from components.constants import QUARANTINED_AT_ANNOTATION
-from components.quarantine_settings import LEDGER_NAME, RELEASED_AT_ANNOTATION, QuarantineSettings
+from contract.constants import QUARANTINED_AT_ANNOTATION
+from contract.quarantine_settings import LEDGER_NAME, RELEASED_AT_ANNOTATION, QuarantineSettings
 from daemons.quarantine.controller import (
     REASON_BREAKER,
     REASON_QUARANTINED,

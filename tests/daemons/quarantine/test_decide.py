@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from components.constants import QUARANTINE_REASON_ANNOTATION, QUARANTINED_AT_ANNOTATION
-from components.quarantine_settings import RELEASED_AT_ANNOTATION, QuarantineSettings
+from contract.constants import QUARANTINE_REASON_ANNOTATION, QUARANTINED_AT_ANNOTATION
+from contract.quarantine_settings import RELEASED_AT_ANNOTATION, QuarantineSettings
 from daemons.quarantine.decide import (
     LedgerEntry,
     NodeView,

@@ -1,7 +1,7 @@
 """The controller against a real kube-apiserver (RBAC on) as the least-privilege ServiceAccount of
-:mod:`daemons.quarantine.rbac`: the one patch is accepted whole, the ledger is created and updated by server-side
-apply, Events land where the API server takes them, a deleted node stays in the ledger; and what that account is
-refused. Prometheus is the in-memory fake (the signals are not what is under test here)."""
+:mod:`contract.controllers.quarantine`: the one patch is accepted whole, the ledger is created and updated by
+server-side apply, Events land where the API server takes them, a deleted node stays in the ledger; and what that
+account is refused. Prometheus is the in-memory fake (the signals are not what is under test here)."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from components.quarantine_settings import LEDGER_NAME, QuarantineSettings
+from contract.controllers.quarantine import CLUSTER_RULES, NODE_EVENT_RULES, namespace_rules
+from contract.quarantine_settings import LEDGER_NAME, QuarantineSettings
 from daemons.quarantine.controller import Controller
 from daemons.quarantine.kube import KubeApi
 from daemons.quarantine.metrics import Metrics
-from daemons.quarantine.rbac import CLUSTER_RULES, NODE_EVENT_RULES, namespace_rules
 from daemons.toolkit.kube import KubeError, load_kube_config
 from tests.daemons.quarantine.fakes import FakeQuerier
 from tests.support.apiserver import ApiServer, running_apiserver

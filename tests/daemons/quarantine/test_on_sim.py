@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from components.config import load_stack_file
-from components.constants import QUARANTINED_LABEL, RELEASED_AT_ANNOTATION
-from components.quarantine_settings import LEDGER_NAME
+from contract.constants import QUARANTINED_LABEL, RELEASED_AT_ANNOTATION
+from contract.quarantine_settings import LEDGER_NAME
 from tests.support.local_stack import ROOT, LocalStack, gpu_job, wait_for
 from tests.support.sim import load_sim_module
 

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from components.constants import ACCEPTANCE_FAILED_TAINT_KEY, ACCEPTED_LABEL, QUARANTINE_TAINT_KEY
+from contract.constants import ACCEPTANCE_FAILED_TAINT_KEY, ACCEPTED_LABEL, QUARANTINE_TAINT_KEY
 from daemons.quota_controller.capacity import Capacity, FlavorRule, Rules
 from daemons.quota_controller.model import NodeView, Out
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from components.constants import ACCEPTED_LABEL, QUARANTINE_TAINT_KEY
-from components.quota_controller_settings import resource_groups
+from contract.constants import ACCEPTED_LABEL, QUARANTINE_TAINT_KEY
+from contract.quota_controller_settings import resource_groups
 from daemons.quota_controller.capacity import FlavorRule, Rules
 from daemons.quota_controller.decide import Decider, QueueShares, Quota, live_quotas
 from daemons.quota_controller.model import NodeView, Observation, Out, QueueView

@@ -1,7 +1,7 @@
 """The quota controller against a real kube-apiserver (RBAC on) with Kueue's v1beta2 CRDs, as the least-privilege
-ServiceAccount of :mod:`daemons.quota_controller.rbac`: the queues follow a cordoned, a quarantined and a deleted
-node and come back; Pulumi's next apply (which leaves the ignored field out) keeps the controller's numbers; what
-that account is refused.
+ServiceAccount of :mod:`contract.controllers.quota_controller`: the queues follow a cordoned, a quarantined and a
+deleted node and come back; Pulumi's next apply (which leaves the ignored field out) keeps the controller's numbers;
+what that account is refused.
 
 Nothing else runs (no scheduler, no Kueue): the test plays Pulumi and the node lifecycle by writing objects itself.
 Skipped, saying why, when the pinned tools or the Kueue module are absent.
@@ -20,14 +20,14 @@ import pytest
 import yaml
 from kubernetes import client
 
-from components.constants import ACCEPTED_LABEL, CLUSTER_EVENTS_NAMESPACE, KUEUE_API, KUEUE_GROUP, QUARANTINE_TAINT_KEY
 from components.guardrails_policies.controllers import quota_controller_writes_only_quotas
-from components.quota_controller_settings import FIELD_MANAGER, QuotaControllerSettings, resource_groups
+from contract.constants import ACCEPTED_LABEL, CLUSTER_EVENTS_NAMESPACE, KUEUE_API, KUEUE_GROUP, QUARANTINE_TAINT_KEY
+from contract.controllers.quota_controller import EVENT_RULES, cluster_rules, lease_rules
+from contract.quota_controller_settings import FIELD_MANAGER, QuotaControllerSettings, resource_groups
 from daemons.quota_controller.client import KubeApi
 from daemons.quota_controller.controller import Controller
 from daemons.quota_controller.decide import Quota, live_quotas
 from daemons.quota_controller.metrics import Metrics
-from daemons.quota_controller.rbac import EVENT_RULES, cluster_rules, lease_rules
 from daemons.quota_controller.translate import queue_view
 from daemons.toolkit.kube import KubeError, load_kube_config
 from daemons.toolkit.lease import KubeLeaseApi, LeaderElector

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from components.constants import STALL_RESTART_ANNOTATION, TRAINING_JOB_LABEL
+from contract.constants import STALL_RESTART_ANNOTATION, TRAINING_JOB_LABEL
 from daemons.stall_detector import queries
 from daemons.toolkit.kube import ConflictError, KubeError
 from daemons.toolkit.prometheus import QueryError, QueryResult, Sample

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from components.constants import PROGRESS_ANNOTATION_PREFIX, STALL_AFTER_ANNOTATION
-from components.stall_detector_settings import StallDetectorSettings
+from contract.constants import PROGRESS_ANNOTATION_PREFIX, STALL_AFTER_ANNOTATION
+from contract.stall_detector_settings import StallDetectorSettings
 from daemons.stall_detector.controller import REASON_STALLED, REASON_SUSPECT, Controller, summary
 from daemons.stall_detector.decide import Verdict
 from daemons.stall_detector.metrics import Metrics

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from components.constants import PROGRESS_ANNOTATION_PREFIX, STALL_AFTER_ANNOTATION, STALL_RESTART_ANNOTATION
+from contract.constants import PROGRESS_ANNOTATION_PREFIX, STALL_AFTER_ANNOTATION, STALL_RESTART_ANNOTATION
 from daemons.stall_detector import memory
 from daemons.stall_detector.gangs import gang_view, parse_progress
 from tests.daemons.stall_detector.fakes import START, FakeApi, rfc3339

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from components.taint_controller_settings import TaintControllerSettings
+from contract.taint_controller_settings import TaintControllerSettings
 from daemons.taint_controller.controller import (
     REASON_ADDED,
     REASON_KUBE_FAILED,

@@ -19,14 +19,14 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from components.constants import GPU_TYPE_ANNOTATION, QUARANTINE_TAINT_EFFECT, QUARANTINE_TAINT_KEY, RESERVATION_KEY
-from components.taint_controller_queries import (
+from contract.constants import GPU_TYPE_ANNOTATION, QUARANTINE_TAINT_EFFECT, QUARANTINE_TAINT_KEY, RESERVATION_KEY
+from contract.taint_controller_queries import (
     KSM_ANNOTATIONS_ALLOWLIST,
     KSM_LABELS_ALLOWLIST,
     KSM_OPT_IN_METRICS,
     fresh,
 )
-from components.taint_controller_settings import TaintControllerSettings
+from contract.taint_controller_settings import TaintControllerSettings
 from daemons.taint_controller.controller import REASON_REMOVED, Controller
 from daemons.taint_controller.decide import Action, Decider, Thresholds
 from daemons.taint_controller.kube import Taint

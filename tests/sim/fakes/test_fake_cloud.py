@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from components.burst_settings import ProviderSettings
+from contract.burst_settings import ProviderSettings
 from daemons.burst_provider.providers.base import (
     AdapterContext,
     CapacityError,

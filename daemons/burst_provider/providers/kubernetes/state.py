@@ -19,8 +19,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from components.constants import GPU_RESOURCE
-from components.model import pod_resource_count
+from contract.constants import GPU_RESOURCE
+from contract.model import pod_resource_count
 from daemons.burst_provider import replies
 from daemons.burst_provider.providers.base import Instance, InstanceState, InstanceTags, Port
 from daemons.burst_provider.providers.kubernetes.translate import (
@@ -140,7 +140,7 @@ def _quantity_int(value: object) -> int:
 
 
 def pod_gpu_request(pod: Mapping[str, Any]) -> int:
-    """GPUs a pod holds (``components.model.pod_resource_count``: the one rule); a pod the API server would not
+    """GPUs a pod holds (``contract.model.pod_resource_count``: the one rule); a pod the API server would not
     have taken counts as none."""
     try:
         return pod_resource_count(pod.get("spec") or {}, GPU_RESOURCE)

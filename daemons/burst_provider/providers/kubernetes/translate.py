@@ -47,7 +47,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from components.guardrails_settings import BASELINE_CAPABILITIES
+from contract.guardrails_settings import BASELINE_CAPABILITIES
 from daemons.burst_provider.providers.base import InstanceTags
 
 LABEL_PREFIX = "burst.gpucluster.io/"

@@ -1,0 +1,97 @@
+"""contract/registry.py: every controller of ours declared once, and what reads the declarations.
+
+The stack model has each registered controller's section, the image has its command, the simulated cluster runs it
+on its spec's port; a spec that breaks the registry's or its own rules is refused, naming what is wrong.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from components.config import load_stack_file
+from contract.rbac import Grant, Rule
+from contract.registry import CONTROLLERS, QUOTA_CONTROLLER, by_name, check_unique
+from contract.spec import ControllerSpec
+from daemons.image import DAEMON_MODULES
+
+ROOT = Path(__file__).resolve().parents[2]
+STACKS = sorted((ROOT / "stacks").glob("Pulumi.*.yaml"))
+
+
+@pytest.mark.parametrize("stack_file", STACKS, ids=lambda p: p.name)
+def test_every_stack_has_each_registered_controllers_section_in_its_model(stack_file: Path) -> None:
+    cfg = load_stack_file(stack_file)
+    for spec in CONTROLLERS:
+        settings = cfg.controller_settings(spec.stack_key)
+        if settings is None:  # only the taint controller's, while the stack does not burst
+            assert spec.stack_key.startswith("burst.")
+            assert not cfg.burst_enabled
+            continue
+        assert isinstance(settings, spec.settings_model), spec.name
+
+
+def test_an_unknown_section_is_refused_by_name() -> None:
+    cfg = load_stack_file(ROOT / "stacks" / "Pulumi.local.yaml")
+    with pytest.raises(KeyError, match="no controller's section is 'nope'"):
+        cfg.controller_settings("nope")
+
+
+def test_each_controller_is_a_command_of_the_project_and_of_the_image() -> None:
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    for spec in CONTROLLERS:
+        assert scripts[spec.app] == f"{spec.module}.__main__:main", spec.name
+        assert f"{spec.module}.__main__" in DAEMON_MODULES
+
+
+def test_the_specs_are_distinct_and_by_name_finds_each() -> None:
+    check_unique(CONTROLLERS)
+    assert [by_name(s.name) for s in CONTROLLERS] == list(CONTROLLERS)
+    with pytest.raises(KeyError, match="no controller named 'nope'"):
+        by_name("nope")
+
+
+@pytest.mark.parametrize("attribute", ["name", "metrics_port", "stack_key", "component_type"])
+def test_two_controllers_sharing_a_name_port_key_or_type_are_refused(attribute: str) -> None:
+    other = next(s for s in CONTROLLERS if s is not QUOTA_CONTROLLER)
+    twin = dataclasses.replace(QUOTA_CONTROLLER, **{attribute: getattr(other, attribute)})
+    with pytest.raises(ValueError, match=f"share a {attribute}"):
+        check_unique(tuple(twin if s is QUOTA_CONTROLLER else s for s in CONTROLLERS))
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"name": "Quota Controller"}, "lower-case DNS label"),
+        ({"metrics_port": 80}, "not in 1024-65535"),
+        ({"namespace_role": "inference"}, "namespace_role 'inference'"),
+        ({"after": ("the-moon",)}, "after names \\['the-moon'\\]"),
+    ],
+)
+def test_a_spec_that_breaks_its_rules_is_refused(change: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        dataclasses.replace(QUOTA_CONTROLLER, **change)
+
+
+def test_a_spec_names_its_command_settings_and_package_from_its_name() -> None:
+    spec: ControllerSpec[Any] = QUOTA_CONTROLLER
+    assert (spec.app, spec.settings_dir, spec.module) == (
+        "gpucluster-quota-controller",
+        "/etc/gpucluster/quota-controller",
+        "daemons.quota_controller",
+    )
+
+
+def test_a_grant_names_its_binding_and_refuses_an_empty_role() -> None:
+    rule = Rule(("",), ("events",), ("create",))
+    grant = Grant("events-role-default", "x-events", (rule,), "default")
+    assert grant.binding_resource == "events-rolebinding-default"
+    assert grant.k8s_rules() == [{"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}]
+    with pytest.raises(ValueError, match="no rules"):
+        Grant("role", "x", ())
+    with pytest.raises(ValueError, match="must name the role"):
+        Grant("binding", "x", (rule,))
