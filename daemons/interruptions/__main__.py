@@ -1,7 +1,8 @@
 """``gpucluster-interruptions``: interruption accounting for training JobSets, and their restart bound.
 
 The kit's command line (``daemons.toolkit.runner``: flags, settings, Lease, ``/metrics`` and ``/healthz``,
-``--once``, graceful stop) on this controller's ``spec.py``; here, what is its own.
+``--once``, graceful stop) on this controller's spec
+(``contract/controllers/interruptions.py``); here, what is its own.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """``gpucluster-make-before-break``: the Kueue AdmissionCheck controller that makes room before a training gang.
 
 The kit's command line (``daemons.toolkit.runner``: flags, settings, Lease, ``/metrics`` and ``/healthz``,
-``--once``, graceful stop) on this controller's ``spec.py``; here, what is its own.
+``--once``, graceful stop) on this controller's spec
+(``contract/controllers/make_before_break.py``); here, what is its own.
 """
 
 from __future__ import annotations

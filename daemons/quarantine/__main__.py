@@ -1,7 +1,8 @@
 """``gpucluster-quarantine``: puts the NoExecute quarantine taint on a GPU node whose quarantine alerts fire.
 
 The kit's command line (``daemons.toolkit.runner``: flags, settings, Lease, ``/metrics`` and ``/healthz``,
-``--once``, graceful stop) on this controller's ``spec.py``; here, what is its own.
+``--once``, graceful stop) on this controller's spec
+(``contract/controllers/quarantine.py``); here, what is its own.
 """
 
 from __future__ import annotations

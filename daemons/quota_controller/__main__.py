@@ -1,7 +1,8 @@
 """``gpucluster-quota-controller``: every ClusterQueue's quota follows the GPUs that are really there.
 
 The kit's command line (``daemons.toolkit.runner``: flags, settings, Lease, ``/metrics`` and ``/healthz``,
-``--once``, graceful stop) on this controller's ``spec.py``; here, what is its own.
+``--once``, graceful stop) on this controller's spec
+(``contract/controllers/quota_controller.py``); here, what is its own.
 """
 
 from __future__ import annotations

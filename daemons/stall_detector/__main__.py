@@ -1,7 +1,8 @@
 """``gpucluster-stall-detector``: restarts a hung training gang in place and names the node to blame.
 
 The kit's command line (``daemons.toolkit.runner``: flags, settings, Lease, ``/metrics`` and ``/healthz``,
-``--once``, graceful stop) on this controller's ``spec.py``; here, what is its own.
+``--once``, graceful stop) on this controller's spec
+(``contract/controllers/stall_detector.py``); here, what is its own.
 """
 
 from __future__ import annotations

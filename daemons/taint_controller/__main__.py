@@ -1,7 +1,8 @@
 """``gpucluster-taint-controller``: puts the NoSchedule burst taint on the virtual node while in-cluster GPUs are free.
 
 The kit's command line (``daemons.toolkit.runner``: flags, settings, Lease, ``/metrics`` and ``/healthz``,
-``--once``, graceful stop) on this controller's ``spec.py``; here, what is its own.
+``--once``, graceful stop) on this controller's spec
+(``contract/controllers/taint_controller.py``); here, what is its own.
 """
 
 from __future__ import annotations

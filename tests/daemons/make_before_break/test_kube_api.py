@@ -206,7 +206,7 @@ def hold_to_its_fields(server: ApiServer, sa: KubeApi) -> None:
 
 
 def service_account_client(server: ApiServer, tmp: Path) -> Any:
-    """A client authenticated as the controller's ServiceAccount, bound to exactly the rules in rbac.py."""
+    """A client authenticated as the controller's ServiceAccount, bound to exactly the rules of its contract module."""
     rbac = "/apis/rbac.authorization.k8s.io/v1"
     sa = {"kind": "ServiceAccount", "name": "mbb", "namespace": SYSTEM}
     raw(server, "POST", f"/api/v1/namespaces/{SYSTEM}/serviceaccounts", {"metadata": {"name": "mbb"}})

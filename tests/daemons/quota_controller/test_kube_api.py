@@ -125,7 +125,7 @@ def quotas(server: ApiServer, name: str) -> dict[str, Quota] | None:
 
 
 def service_account_client(server: ApiServer, tmp: Path) -> Any:
-    """A client authenticated as the controller's ServiceAccount, bound to exactly the rules in rbac.py."""
+    """A client authenticated as the controller's ServiceAccount, bound to exactly the rules of its contract module."""
     rbac = "/apis/rbac.authorization.k8s.io/v1"
     sa = {"kind": "ServiceAccount", "name": "quota", "namespace": SYSTEM}
     raw(server, "POST", f"/api/v1/namespaces/{SYSTEM}/serviceaccounts", {"metadata": {"name": "quota"}})
