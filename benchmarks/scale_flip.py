@@ -51,15 +51,16 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks import scale_placement  # noqa: E402 (run as a script: the repository first on the path)
+from contract.registry import MAKE_BEFORE_BREAK  # noqa: E402
 from sim import deployed as sim_deployed  # noqa: E402
 from sim import flip, timeline  # noqa: E402
 from sim import outside as sim_outside  # noqa: E402
 from sim import processes as sim_daemons  # noqa: E402
 
 STACKS = ROOT / "benchmarks" / "stacks"
-METRIC = "gpucluster_make_before_break"
+METRIC = MAKE_BEFORE_BREAK.metrics_prefix
 #: The controller whose decisions are timed: its Deployment's pods on the real node (their /metrics, their logs).
-MBB_CONTROLLER = "make-before-break"
+MBB_CONTROLLER = MAKE_BEFORE_BREAK.name
 
 
 @dataclass(frozen=True)

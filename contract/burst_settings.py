@@ -432,3 +432,7 @@ __all__ = [
     "settings_issues",
     "settings_json",
 ]
+
+
+#: What every series of the burst provider service begins with (``daemons/burst_provider/metrics.py``).
+METRICS_PREFIX = "gpucluster_burst"

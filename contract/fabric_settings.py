@@ -133,3 +133,7 @@ class Fabric(ConfigModel):
         if self.socket_interface:
             env["NCCL_SOCKET_IFNAME"] = self.socket_interface
         return env | dict(self.nccl_env)
+
+
+#: What every series of the fabric exporter begins with (``daemons/fabric_exporter/``).
+METRICS_PREFIX = "gpucluster_fabric"

@@ -48,8 +48,8 @@ def by_name(name: str) -> ControllerSpec[Any]:
 
 
 def check_unique(specs: tuple[ControllerSpec[Any], ...]) -> None:
-    """ValueError when two specs share a name, a metrics port, a stack key or a component type."""
-    for attribute in ("name", "metrics_port", "stack_key", "component_type"):
+    """ValueError when two specs share a name, a metrics port or prefix, a stack key or a component type."""
+    for attribute in ("name", "metrics_port", "metrics_prefix", "stack_key", "component_type"):
         values = [getattr(s, attribute) for s in specs]
         repeated = sorted({str(v) for v in values if values.count(v) > 1})
         if repeated:

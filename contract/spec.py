@@ -84,6 +84,9 @@ class ControllerSpec(Generic[S]):
     namespace_role: str
     #: ``/metrics`` and ``/healthz``: the container port, the scrape annotation and the command's default.
     metrics_port: int
+    #: What every series it exports begins with (``gpucluster_quota_controller``); its metrics module names them
+    #: with it, and the alerts, dashboards and reachability checks read it here.
+    metrics_prefix: str
     #: The stack key its settings live under (``gpucluster:<stack_key>``).
     stack_key: str
     #: Its ``load`` reads a settings file and raises ``settings_error`` naming every problem.
@@ -110,6 +113,10 @@ class ControllerSpec(Generic[S]):
     def __post_init__(self) -> None:
         if not self.name or self.name != self.name.lower() or " " in self.name:
             raise ValueError(f"ControllerSpec.name: {self.name!r} must be a lower-case DNS label")
+        if not self.metrics_prefix.startswith("gpucluster_"):
+            raise ValueError(
+                f"ControllerSpec {self.name}: metrics_prefix {self.metrics_prefix!r} does not begin gpucluster_"
+            )
         if not 1024 <= self.metrics_port <= 65535:
             raise ValueError(f"ControllerSpec {self.name}: metrics_port {self.metrics_port} is not in 1024-65535")
         if self.namespace_role not in NAMESPACE_ROLES:

@@ -36,12 +36,18 @@ from __future__ import annotations
 from typing import Any
 
 from components.telemetry.settings import TelemetrySettings
+from contract.burst_settings import METRICS_PREFIX as BURST_METRICS_PREFIX
 from contract.constants import (
     GPU_RESOURCE,
     IB_TRANSPORT_ERRORS,
     QUARANTINE_REASON_ANNOTATION,
     VIRTUAL_NODE_TAINT_KEY,
 )
+from contract.controllers.interruptions import TRAINING
+from contract.fabric_settings import METRICS_PREFIX as FABRIC_METRICS_PREFIX
+from contract.registry import MAKE_BEFORE_BREAK as MAKE_BEFORE_BREAK_SPEC
+from contract.registry import STALL_DETECTOR
+from contract.registry import TAINT_CONTROLLER as TAINT_CONTROLLER_SPEC
 from contract.xids import new_xid_filter, program_xid_filter
 
 #: The label of the alert an Alertmanager route sends to whoever replaces hardware (``GpuNodeQuarantined``).
@@ -57,18 +63,17 @@ QUARANTINE_ALERTS = (
     "InfinibandLinkErrorsIncreasing",
     "TrainingNodeRepeatOffender",
 )
-#: The stall detector's metrics (daemons/stall_detector/metrics.py).
-STALL = "gpucluster_stall_detector"
+#: The stall detector's metrics (its spec's prefix).
+STALL = STALL_DETECTOR.metrics_prefix
 _SIGNAL = {QUARANTINE_SIGNAL_LABEL: QUARANTINE_SIGNAL_VALUE}
 
-#: The serving loop's daemons' metrics (daemons/taint_controller/metrics.py, daemons/make_before_break/metrics.py,
-#: daemons/burst_provider/metrics.py; tests/components/telemetry check the names against them).
-TAINT_CONTROLLER = "gpucluster_taint_controller"
-MAKE_BEFORE_BREAK = "gpucluster_make_before_break"
-BURST = "gpucluster_burst"
+#: The serving loop's daemons' metrics, by the prefixes the contract gives them (tests/components/telemetry check
+#: the names against what the daemons export).
+TAINT_CONTROLLER = TAINT_CONTROLLER_SPEC.metrics_prefix
+MAKE_BEFORE_BREAK = MAKE_BEFORE_BREAK_SPEC.metrics_prefix
+BURST = BURST_METRICS_PREFIX
 
-FABRIC = "gpucluster_fabric"
-TRAINING = "gpucluster_training"
+FABRIC = FABRIC_METRICS_PREFIX
 JOB = "namespace, job, team"
 
 

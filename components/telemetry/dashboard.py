@@ -18,11 +18,11 @@ from typing import Any
 
 from components.telemetry.settings import TelemetrySettings
 from contract.constants import TRAINING_JOB_LABEL
+from contract.controllers.interruptions import TRAINING
 
 UID = "gpucluster-gpu-fabric"
 FABRIC = "gpucluster_fabric"
 DS = {"type": "prometheus", "uid": "${datasource}"}
-TRAINING = "gpucluster_training"
 #: The training job label as dcgm-exporter writes it on a GPU's series (pod label names sanitised for Prometheus).
 DCGM_JOB_LABEL = re.sub(r"[^a-zA-Z0-9_]", "_", TRAINING_JOB_LABEL)
 

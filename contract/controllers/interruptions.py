@@ -75,6 +75,7 @@ SPEC: ControllerSpec[InterruptionsSettings] = ControllerSpec(
     part_of="training",
     namespace_role="accounting",
     metrics_port=9112,
+    metrics_prefix=PREFIX,
     stack_key=STACK_KEY,
     settings_model=InterruptionsSettings,
     settings_error=SettingsError,

@@ -137,6 +137,7 @@ SPEC: ControllerSpec[MakeBeforeBreakSettings] = ControllerSpec(
     part_of="burst",
     namespace_role="burst",
     metrics_port=9104,
+    metrics_prefix=PREFIX,
     stack_key=STACK_KEY,
     settings_model=MakeBeforeBreakSettings,
     settings_error=SettingsError,

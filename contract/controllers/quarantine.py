@@ -87,6 +87,7 @@ SPEC: ControllerSpec[QuarantineSettings] = ControllerSpec(
     part_of="capacity",
     namespace_role="capacity",
     metrics_port=9108,
+    metrics_prefix=PREFIX,
     stack_key=STACK_KEY,
     settings_model=QuarantineSettings,
     settings_error=SettingsError,

@@ -65,6 +65,7 @@ SPEC: ControllerSpec[QuotaControllerSettings] = ControllerSpec(
     part_of="capacity",
     namespace_role="capacity",
     metrics_port=9106,
+    metrics_prefix=PREFIX,
     stack_key=STACK_KEY,
     settings_model=QuotaControllerSettings,
     settings_error=SettingsError,

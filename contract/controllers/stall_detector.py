@@ -95,6 +95,7 @@ SPEC: ControllerSpec[StallDetectorSettings] = ControllerSpec(
     part_of="training",
     namespace_role="accounting",
     metrics_port=9114,
+    metrics_prefix=PREFIX,
     stack_key=STACK_KEY,
     settings_model=StallDetectorSettings,
     settings_error=SettingsError,

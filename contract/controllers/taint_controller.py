@@ -73,6 +73,7 @@ SPEC: ControllerSpec[TaintControllerSettings] = ControllerSpec(
     part_of="burst",
     namespace_role="burst",
     metrics_port=9102,
+    metrics_prefix=PREFIX,
     stack_key=STACK_KEY,
     settings_model=TaintControllerSettings,
     settings_error=SettingsError,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-PREFIX = "gpucluster_burst"
+from contract.burst_settings import METRICS_PREFIX as PREFIX
 
 
 class Metrics:

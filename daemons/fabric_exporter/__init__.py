@@ -4,4 +4,6 @@ Every metric is prefixed ``gpucluster_fabric_``. Collectors are independent: one
 ``gpucluster_fabric_collector_success{collector="..."} 0`` and the rest of the scrape is still served.
 """
 
-METRIC_PREFIX = "gpucluster_fabric"
+from contract.fabric_settings import METRICS_PREFIX as METRIC_PREFIX
+
+__all__ = ["METRIC_PREFIX"]

@@ -55,8 +55,8 @@ def test_the_specs_are_distinct_and_by_name_finds_each() -> None:
         by_name("nope")
 
 
-@pytest.mark.parametrize("attribute", ["name", "metrics_port", "stack_key", "component_type"])
-def test_two_controllers_sharing_a_name_port_key_or_type_are_refused(attribute: str) -> None:
+@pytest.mark.parametrize("attribute", ["name", "metrics_port", "metrics_prefix", "stack_key", "component_type"])
+def test_two_controllers_sharing_a_name_port_prefix_key_or_type_are_refused(attribute: str) -> None:
     other = next(s for s in CONTROLLERS if s is not QUOTA_CONTROLLER)
     twin = dataclasses.replace(QUOTA_CONTROLLER, **{attribute: getattr(other, attribute)})
     with pytest.raises(ValueError, match=f"share a {attribute}"):
@@ -68,6 +68,7 @@ def test_two_controllers_sharing_a_name_port_key_or_type_are_refused(attribute: 
     [
         ({"name": "Quota Controller"}, "lower-case DNS label"),
         ({"metrics_port": 80}, "not in 1024-65535"),
+        ({"metrics_prefix": "quota"}, "metrics_prefix 'quota' does not begin gpucluster_"),
         ({"namespace_role": "inference"}, "namespace_role 'inference'"),
         ({"after": ("the-moon",)}, "after names \\['the-moon'\\]"),
     ],

@@ -5,7 +5,6 @@ and the live one on the simulated cluster's Prometheus (tests/sim/test_real_node
 
 from __future__ import annotations
 
-import importlib
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -16,22 +15,19 @@ from components.cluster import GpuCluster, GpuClusterArgs
 from components.config import StackConfig
 from components.scraping import Producer, Read, series_read
 from components.telemetry.dashboard import panel_queries
+from contract.burst_settings import METRICS_PREFIX as BURST_PREFIX
 from contract.controllers.interruptions import SPEC as INTERRUPTIONS
+from contract.controllers.interruptions import TRAINING as TRAINING_PREFIX
+from contract.fabric_settings import METRICS_PREFIX as FABRIC_PREFIX
 from contract.registry import CONTROLLERS, STALL_DETECTOR
 from contract.stall_detector_settings import StallDetectorSettings
-from daemons.burst_provider.metrics import PREFIX as BURST_PREFIX
-from daemons.fabric_exporter import METRIC_PREFIX as FABRIC_PREFIX
-from daemons.interruptions.metrics import TRAINING as TRAINING_PREFIX
 from daemons.stall_detector.queries import cycle_queries
 from tests.support.pulumi_harness import Graph, deploy, secrets_of
 
 
 def producers(records: set[str]) -> list[Producer]:
     """Who exports what: our programs by their metrics modules' prefixes, then what lies outside the manifests."""
-    ours = [
-        Producer(f"{importlib.import_module(f'{spec.module}.metrics').PREFIX}_", spec.name, spec.app)
-        for spec in CONTROLLERS
-    ]
+    ours = [Producer(f"{spec.metrics_prefix}_", spec.name, spec.app) for spec in CONTROLLERS]
     ours += [
         Producer(f"{BURST_PREFIX}_", "the burst provider service", "gpucluster-burst-provider"),
         Producer(f"{FABRIC_PREFIX}_", "the fabric exporter", "gpucluster-fabric-exporter"),
