@@ -30,11 +30,7 @@ from contract.controllers.make_before_break import DEPLOYMENT_ANNOTATIONS, POD_A
 from contract.make_before_break_settings import CHECK_NAME, MakeBeforeBreakSettings
 from contract.registry import (
     CONTROLLERS,
-    INTERRUPTIONS,
     MAKE_BEFORE_BREAK,
-    QUARANTINE,
-    QUOTA_CONTROLLER,
-    STALL_DETECTOR,
     TAINT_CONTROLLER,
 )
 from contract.spec import (
@@ -89,10 +85,7 @@ def guardrail_inputs(cfg: StackConfig, created: Collection[str] | None = None) -
         team_groups={t.namespace: t.subject_group for t in cfg.teams},
         reliability=(reliability, RELIABILITY_CONFIGMAP) if created is None or reliability in created else None,
         gpu_resources=tuple(dict.fromkeys(f.gpu_resource for f in cfg.flavors)),
-        quarantine_user=running_user(cfg, QUARANTINE),
-        quota_user=running_user(cfg, QUOTA_CONTROLLER),
-        interruptions_user=running_user(cfg, INTERRUPTIONS),
-        stall_detector_user=running_user(cfg, STALL_DETECTOR),
+        controller_users={s.name: user for s in CONTROLLERS if (user := running_user(cfg, s)) is not None},
         make_before_break=make_before_break_marks(cfg.make_before_break) if cfg.make_before_break.enabled else None,
         virtual_node=virtual_node_identity(cfg),
         taint_controller=taint_controller_identity(cfg),

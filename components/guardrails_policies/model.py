@@ -75,20 +75,19 @@ class GuardrailInputs:
     reliability: tuple[str, str] | None = None
     #: The GPU resources the flavors' nodes advertise: quarantine marks only a Node whose capacity lists one.
     gpu_resources: tuple[str, ...] = ()
-    #: The quarantine controller's user (``system:serviceaccount:<ns>:<name>``); None: the stack runs none.
-    quarantine_user: str | None = None
-    #: The quota controller's user; None: the stack runs none.
-    quota_user: str | None = None
-    #: The interruption accounting daemon's user; None: the stack runs none.
-    interruptions_user: str | None = None
-    #: The stall detector's user; None: the stack runs none.
-    stall_detector_user: str | None = None
+    #: The user of each controller of the registry the stack runs (``system:serviceaccount:<ns>:<app>``), by its
+    #: spec's name; one the stack does not run is absent.
+    controller_users: Mapping[str, str] = field(default_factory=dict)
     #: What the make-before-break controller writes, and as whom; None: the stack runs none.
     make_before_break: MakeBeforeBreakMarks | None = None
     #: The taint controller's user and its burst taint key (on the virtual node); None: the stack runs none.
     taint_controller: tuple[str, str] | None = None
     #: The virtual node's user and the one Node it may register; None: the stack does not burst.
     virtual_node: tuple[str, str] | None = None
+
+    def user_of(self, controller: str) -> str | None:
+        """The user of the controller named ``controller`` (a spec's name); None while the stack runs none."""
+        return self.controller_users.get(controller)
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,7 @@ from contract.constants import (
 from contract.constants import RELEASED_AT_ANNOTATION as QUARANTINE_RELEASED
 from contract.guardrails_settings import GuardrailsSettings
 from contract.jobset_settings import JOBSET_API
+from contract.registry import INTERRUPTIONS, QUARANTINE, STALL_DETECTOR
 from daemons.quarantine.kube import node_from, quarantine_ops
 from tests.support.apiserver import ApiServer, running_apiserver, wait_for
 from tests.support.require import missing
@@ -80,10 +81,12 @@ INPUTS = GuardrailInputs(
     ipc_lock=True,
     gpu_resources=("nvidia.com/gpu",),
     taint_controller=(TAINT_CONTROLLER_USER, BURST_TAINT_KEY),
-    quarantine_user=QUARANTINE_USER,
+    controller_users={
+        QUARANTINE.name: QUARANTINE_USER,
+        STALL_DETECTOR.name: STALL_USER,
+        INTERRUPTIONS.name: INTERRUPTIONS_USER,
+    },
     virtual_node=("system:serviceaccount:gpucluster-burst:gpucluster-virtual-node", "gpu-burst"),
-    stall_detector_user=STALL_USER,
-    interruptions_user=INTERRUPTIONS_USER,
     make_before_break=MakeBeforeBreakMarks(
         user="system:serviceaccount:gpucluster-burst:gpucluster-make-before-break",
         reservation_key=RESERVATION_KEY,

@@ -19,6 +19,7 @@ from components.cluster import guardrail_inputs
 from components.config import load_stack_file
 from contract.constants import PODSET_UNCONSTRAINED_TOPOLOGY
 from contract.make_before_break_settings import FIELD_MANAGER as MBB_FIELD_MANAGER
+from contract.registry import INTERRUPTIONS, QUARANTINE, QUOTA_CONTROLLER
 from daemons.quarantine.kube import node_from, quarantine_ops
 from tests.support.local_stack import LocalStack, condition, delete, gpu_job, wait_for
 from tests.support.sim import load_sim_module
@@ -495,11 +496,11 @@ def test_hostile_objects_sent_as_the_admin_are_refused_or_never_run(local_stack:
     # A compromised controller: the admin acting as each controller's ServiceAccount (--as) and writing beyond the
     # fields it owns. RBAC lets each of these through; the admission rule bound to that identity does not.
     inputs = guardrail_inputs(CFG)
-    assert inputs.quarantine_user is not None, "the local stack runs quarantine"
-    assert inputs.quota_user is not None, "the local stack runs the quota controller"
+    assert inputs.user_of(QUARANTINE.name) is not None, "the local stack runs quarantine"
+    assert inputs.user_of(QUOTA_CONTROLLER.name) is not None, "the local stack runs the quota controller"
     assert inputs.make_before_break is not None, "the local stack runs make-before-break"
     assert inputs.virtual_node is not None, "the local stack bursts"
-    assert inputs.interruptions_user is not None, "the local stack counts interruptions"
+    assert inputs.user_of(INTERRUPTIONS.name) is not None, "the local stack counts interruptions"
     node = local_stack.items("nodes", "-l", "type!=virtual-kubelet")[0]["metadata"]["name"]
     queue = local_stack.items("clusterqueues")[0]["metadata"]["name"]
     deployment = local_stack.items("deployments", "-n", infer)[0]["metadata"]["name"]
@@ -515,13 +516,13 @@ def test_hostile_objects_sent_as_the_admin_are_refused_or_never_run(local_stack:
     second_node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "intruder"}}
     as_controllers: dict[str, tuple[str, list[str], dict[str, Any] | None, str]] = {
         "quarantine taints a node NoExecute under another key": (
-            inputs.quarantine_user,
+            inputs.controller_users[QUARANTINE.name],
             ["patch", "node", node, "--type=merge", "-p", json.dumps(evict_all)],
             None,
             "gpucluster-quarantine-writes-only-its-marks",
         ),
         "the quota controller moves a queue to another cohort": (
-            inputs.quota_user,
+            inputs.controller_users[QUOTA_CONTROLLER.name],
             ["patch", "clusterqueue", queue, "--type=merge", "-p", '{"spec":{"cohortName":"elsewhere"}}'],
             None,
             "gpucluster-quota-controller-writes-only-quotas",
@@ -533,7 +534,7 @@ def test_hostile_objects_sent_as_the_admin_are_refused_or_never_run(local_stack:
             "gpucluster-make-before-break-moves-only-by-annotations",
         ),
         "the quota controller gives a queue a dangling owner (the garbage collector would delete it)": (
-            inputs.quota_user,
+            inputs.controller_users[QUOTA_CONTROLLER.name],
             ["patch", "clusterqueue", queue, "--type=merge", "-p", json.dumps(DANGLING_OWNER)],
             None,
             "gpucluster-quota-controller-writes-only-quotas",
@@ -566,7 +567,7 @@ def test_hostile_objects_sent_as_the_admin_are_refused_or_never_run(local_stack:
         if op["op"] != "test"
     ]
     as_controllers["quarantine evicts a node without GPUs (the control plane, a system node)"] = (
-        inputs.quarantine_user,
+        inputs.controller_users[QUARANTINE.name],
         ["patch", "node", system, "--type=json", "-p", json.dumps(ops)],
         None,
         "gpucluster-quarantine-writes-only-its-marks",
@@ -595,7 +596,13 @@ def test_hostile_objects_sent_as_the_admin_are_refused_or_never_run(local_stack:
             time.sleep(1)
         # The interruption accounting daemon may only stop a Workload: moving one to another queue is refused.
         move = ["patch", f"workloads.{KUEUE}", wl["metadata"]["name"], "-n", team, "--type=merge"]
-        move += ["-p", '{"spec":{"queueName":"elsewhere"}}', "--dry-run=server", "--as", inputs.interruptions_user]
+        move += [
+            "-p",
+            '{"spec":{"queueName":"elsewhere"}}',
+            "--dry-run=server",
+            "--as",
+            inputs.controller_users[INTERRUPTIONS.name],
+        ]
         proc = local_stack.run("kubectl", *move, check=False)
         assert proc.returncode != 0, "the interruptions daemon moved a Workload"
         assert "gpucluster-interruptions-only-stops-workloads" in proc.stderr, proc.stderr

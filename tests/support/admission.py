@@ -13,8 +13,8 @@ ADMISSION = "/apis/admissionregistration.k8s.io/v1"
 
 
 def controller_inputs(*training_namespaces: str, **controllers: Any) -> GuardrailInputs:
-    """The rules' inputs holding the controllers named (``quota_user=...``, ``make_before_break=...``); the workload
-    rules see ``training_namespaces`` and nothing else of a stack."""
+    """The rules' inputs holding the controllers named (``controller_users={...}``, ``make_before_break=...``); the
+    workload rules see ``training_namespaces`` and nothing else of a stack."""
     return GuardrailInputs(
         training_namespaces=training_namespaces,
         priorities_by_namespace={},

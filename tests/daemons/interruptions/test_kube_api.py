@@ -33,6 +33,7 @@ from components.guardrails_policies.controllers import (
 from contract.constants import KUEUE_API
 from contract.controllers.interruptions import CLUSTER_RULES, namespace_rules
 from contract.interruptions_settings import InterruptionsSettings
+from contract.registry import INTERRUPTIONS
 from daemons.interruptions.client import KubeApi
 from daemons.interruptions.model import JOBSET_API, LEDGER_ANNOTATION
 from daemons.toolkit.kube import load_kube_config
@@ -179,7 +180,7 @@ def hold_to_its_fields(server: ApiServer, sa: KubeApi) -> None:
     """The stack's admission rules for the daemon's ServiceAccount, in force before it runs."""
     inputs = controller_inputs(
         TEAM,
-        interruptions_user=f"system:serviceaccount:{SYSTEM}:interruptions",
+        controller_users={INTERRUPTIONS.name: f"system:serviceaccount:{SYSTEM}:interruptions"},
     )
 
     def post(path: str, body: dict[str, Any]) -> Any:

@@ -24,6 +24,7 @@ from components.guardrails_policies.controllers import quota_controller_writes_o
 from contract.constants import ACCEPTED_LABEL, CLUSTER_EVENTS_NAMESPACE, KUEUE_API, KUEUE_GROUP, QUARANTINE_TAINT_KEY
 from contract.controllers.quota_controller import EVENT_RULES, cluster_rules, lease_rules
 from contract.quota_controller_settings import FIELD_MANAGER, QuotaControllerSettings, resource_groups
+from contract.registry import QUOTA_CONTROLLER
 from daemons.quota_controller.client import KubeApi
 from daemons.quota_controller.controller import Controller
 from daemons.quota_controller.decide import Quota, live_quotas
@@ -163,7 +164,7 @@ QUEUE_PATH = f"/apis/{KUEUE_API}/clusterqueues/pretraining"
 def hold_to_quotas(server: ApiServer, sa: KubeApi) -> None:
     """The stack's admission rule for the quota controller's ServiceAccount, in force before the controller runs."""
     inputs = controller_inputs(
-        quota_user=f"system:serviceaccount:{SYSTEM}:quota",
+        controller_users={QUOTA_CONTROLLER.name: f"system:serviceaccount:{SYSTEM}:quota"},
     )
 
     def probe() -> str | None:
