@@ -32,7 +32,7 @@ import ipaddress
 import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import AfterValidator, Field, ValidationError
 
@@ -51,6 +51,7 @@ from contract.model import (
     Problem,
     QualifiedName,
     Quantity,
+    Seconds,
     Toleration,
     UnprivilegedPort,
     parse_duration,
@@ -298,21 +299,13 @@ class VirtualNodeSettings(ConfigModel):
         cluster name is set, as before it existed)."""
         return f"{self.cluster_name}.{self.node_name}" if self.cluster_name else self.node_name
 
-    @property
-    def creation_timeout_seconds(self) -> float:
-        return parse_duration(self.creation_timeout)
+    creation_timeout_seconds: ClassVar[Seconds] = Seconds("creation_timeout")
 
-    @property
-    def not_ready_timeout_seconds(self) -> float:
-        return parse_duration(self.not_ready_timeout)
+    not_ready_timeout_seconds: ClassVar[Seconds] = Seconds("not_ready_timeout")
 
-    @property
-    def reconcile_interval_seconds(self) -> float:
-        return parse_duration(self.reconcile_interval)
+    reconcile_interval_seconds: ClassVar[Seconds] = Seconds("reconcile_interval")
 
-    @property
-    def failure_window_seconds(self) -> float:
-        return parse_duration(self.failure_window)
+    failure_window_seconds: ClassVar[Seconds] = Seconds("failure_window")
 
 
 class BurstSettings(ConfigModel):

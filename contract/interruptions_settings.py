@@ -20,7 +20,7 @@ Example (camelCase, as in the stack YAML)::
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Annotated
+from typing import Annotated, ClassVar
 
 from pydantic import Field
 
@@ -35,8 +35,8 @@ from contract.model import (
     PollInterval,
     PositiveDuration,
     Problem,
+    Seconds,
     TaintKey,
-    parse_duration,
 )
 
 #: The daemon's Deployment, ServiceAccount and command; the reporting component of its Events.
@@ -77,9 +77,7 @@ class InterruptionsSettings(ControllerSettings):
     def rule_problems(self) -> Iterator[Problem]:
         yield from self.lease_problems()
 
-    @property
-    def request_timeout_seconds(self) -> float:
-        return parse_duration(self.request_timeout)
+    request_timeout_seconds: ClassVar[Seconds] = Seconds("request_timeout")
 
 
 #: Validate already-parsed settings, or read a settings file: SettingsError lists every problem with its key path.

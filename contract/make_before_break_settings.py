@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterator
-from typing import Annotated
+from typing import Annotated, ClassVar
 
 from pydantic import Field, ValidationInfo, field_validator
 
@@ -57,6 +57,7 @@ from contract.model import (
     PositiveDuration,
     Problem,
     QualifiedName,
+    Seconds,
     TaintKey,
     parse_duration,
     shorter,
@@ -218,17 +219,11 @@ class MakeBeforeBreakSettings(ControllerSettings):
         yield from self.lease_problems()
 
     # Seconds, for the daemon.
-    @property
-    def max_hold_seconds(self) -> float:
-        return parse_duration(self.max_hold)
+    max_hold_seconds: ClassVar[Seconds] = Seconds("max_hold")
 
-    @property
-    def node_grace_seconds(self) -> float:
-        return parse_duration(self.node_grace)
+    node_grace_seconds: ClassVar[Seconds] = Seconds("node_grace")
 
-    @property
-    def request_timeout_seconds(self) -> float:
-        return parse_duration(self.request_timeout)
+    request_timeout_seconds: ClassVar[Seconds] = Seconds("request_timeout")
 
 
 #: Validate already-parsed settings, or read a settings file: SettingsError lists every problem with its key path.

@@ -17,7 +17,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Self
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Self, overload
 from urllib.parse import urlsplit
 
 from pydantic import (
@@ -50,6 +50,25 @@ class Problem:
     value: Any = None
 
 
+class Seconds:
+    """A duration field read in seconds, declared once beside it: ``interval_seconds = Seconds("interval")`` gives
+    ``parse_duration(self.interval)`` (the field is validated when the model is, so reading it cannot fail)."""
+
+    def __init__(self, field: str) -> None:
+        self.field = field
+
+    @overload
+    def __get__(self, obj: None, owner: type[Any] | None = None) -> Seconds: ...
+
+    @overload
+    def __get__(self, obj: object, owner: type[Any] | None = None) -> float: ...
+
+    def __get__(self, obj: object | None, owner: type[Any] | None = None) -> Seconds | float:
+        if obj is None:
+            return self
+        return parse_duration(getattr(obj, self.field))
+
+
 class ConfigModel(BaseModel):
     """camelCase keys in YAML/JSON, snake_case in Python; unknown keys are refused, values strict and frozen.
 
@@ -66,6 +85,7 @@ class ConfigModel(BaseModel):
         strict=True,
         allow_inf_nan=False,
         str_max_length=MAX_STRING,
+        ignored_types=(Seconds,),
     )
 
     def rule_problems(self) -> Iterator[Problem]:

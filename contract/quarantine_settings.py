@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Iterator
-from typing import Annotated
+from typing import Annotated, ClassVar
 
 from pydantic import AfterValidator, Field, ValidationInfo, field_validator
 
@@ -42,6 +42,7 @@ from contract.model import (
     PollInterval,
     PositiveDuration,
     Problem,
+    Seconds,
     check_labels,
     parse_duration,
     shorter,
@@ -210,25 +211,15 @@ class QuarantineSettings(ControllerSettings):
 
     # Seconds, for the daemon.
 
-    @property
-    def breaker_window_seconds(self) -> float:
-        return parse_duration(self.breaker_window)
+    breaker_window_seconds: ClassVar[Seconds] = Seconds("breaker_window")
 
-    @property
-    def release_grace_seconds(self) -> float:
-        return parse_duration(self.release_grace)
+    release_grace_seconds: ClassVar[Seconds] = Seconds("release_grace")
 
-    @property
-    def ledger_retention_seconds(self) -> float:
-        return parse_duration(self.ledger_retention)
+    ledger_retention_seconds: ClassVar[Seconds] = Seconds("ledger_retention")
 
-    @property
-    def warning_event_interval_seconds(self) -> float:
-        return parse_duration(self.warning_event_interval)
+    warning_event_interval_seconds: ClassVar[Seconds] = Seconds("warning_event_interval")
 
-    @property
-    def request_timeout_seconds(self) -> float:
-        return parse_duration(self.request_timeout)
+    request_timeout_seconds: ClassVar[Seconds] = Seconds("request_timeout")
 
 
 #: Validate already-parsed settings, or read a settings file: SettingsError lists every problem with its key path.

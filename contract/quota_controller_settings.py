@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Annotated
+from typing import Annotated, ClassVar
 
 from pydantic import Field, field_validator
 
@@ -53,6 +53,7 @@ from contract.model import (
     PositiveDuration,
     Problem,
     QualifiedName,
+    Seconds,
     TaintKey,
     check_labels,
     parse_duration,
@@ -196,17 +197,11 @@ class QuotaControllerSettings(ControllerSettings):
 
     # Seconds, for the daemon.
 
-    @property
-    def not_ready_grace_seconds(self) -> float:
-        return parse_duration(self.not_ready_grace)
+    not_ready_grace_seconds: ClassVar[Seconds] = Seconds("not_ready_grace")
 
-    @property
-    def return_after_seconds(self) -> float:
-        return parse_duration(self.return_after)
+    return_after_seconds: ClassVar[Seconds] = Seconds("return_after")
 
-    @property
-    def request_timeout_seconds(self) -> float:
-        return parse_duration(self.request_timeout)
+    request_timeout_seconds: ClassVar[Seconds] = Seconds("request_timeout")
 
 
 #: Validate already-parsed settings, or read a settings file: SettingsError lists every problem with its key path.

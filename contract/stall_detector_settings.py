@@ -21,7 +21,7 @@ Example (camelCase, as in the stack YAML)::
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Annotated
+from typing import Annotated, ClassVar
 
 from pydantic import Field
 
@@ -38,7 +38,7 @@ from contract.model import (
     PollInterval,
     PositiveDuration,
     Problem,
-    parse_duration,
+    Seconds,
     parse_quantity,
     shorter,
 )
@@ -128,25 +128,15 @@ class StallDetectorSettings(ControllerSettings):
 
     # Seconds and bytes, for the daemon.
 
-    @property
-    def stall_after_seconds(self) -> float:
-        return parse_duration(self.stall_after)
+    stall_after_seconds: ClassVar[Seconds] = Seconds("stall_after")
 
-    @property
-    def startup_grace_seconds(self) -> float:
-        return parse_duration(self.startup_grace)
+    startup_grace_seconds: ClassVar[Seconds] = Seconds("startup_grace")
 
-    @property
-    def quiet_max_seconds(self) -> float:
-        return parse_duration(self.quiet_max)
+    quiet_max_seconds: ClassVar[Seconds] = Seconds("quiet_max")
 
-    @property
-    def repeat_window_seconds(self) -> float:
-        return parse_duration(self.repeat_window)
+    repeat_window_seconds: ClassVar[Seconds] = Seconds("repeat_window")
 
-    @property
-    def request_timeout_seconds(self) -> float:
-        return parse_duration(self.request_timeout)
+    request_timeout_seconds: ClassVar[Seconds] = Seconds("request_timeout")
 
     @property
     def fabric_floor_bytes(self) -> float:

@@ -51,6 +51,7 @@ from contract.model import (
     PositiveDuration,
     Problem,
     QualifiedName,
+    Seconds,
     TaintKey,
     parse_duration,
     shorter,
@@ -246,25 +247,15 @@ class TaintControllerSettings(ControllerSettings):
             yield Problem(("queryTimeout",), query, self.query_timeout)
 
     # Seconds, for the daemon.
-    @property
-    def hold_add_seconds(self) -> float:
-        return parse_duration(self.hold_add)
+    hold_add_seconds: ClassVar[Seconds] = Seconds("hold_add")
 
-    @property
-    def hold_remove_seconds(self) -> float:
-        return parse_duration(self.hold_remove)
+    hold_remove_seconds: ClassVar[Seconds] = Seconds("hold_remove")
 
-    @property
-    def flap_window_seconds(self) -> float:
-        return parse_duration(self.flap_window)
+    flap_window_seconds: ClassVar[Seconds] = Seconds("flap_window")
 
-    @property
-    def warning_event_interval_seconds(self) -> float:
-        return parse_duration(self.warning_event_interval)
+    warning_event_interval_seconds: ClassVar[Seconds] = Seconds("warning_event_interval")
 
-    @property
-    def fresh_within_seconds(self) -> float:
-        return parse_duration(self.fresh_within)
+    fresh_within_seconds: ClassVar[Seconds] = Seconds("fresh_within")
 
     @property
     def query_timeout_seconds(self) -> float:
