@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from contract.registry import CONTROLLERS
 from daemons.image import DAEMON_MODULES, RUNTIME_DEPENDENCIES, ImageError, check_imports, main, pinned_requirements
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -30,9 +31,9 @@ def test_an_unpinned_runtime_dependency_is_refused(tmp_path: Path) -> None:
 
 def test_every_daemon_module_imports() -> None:
     check_imports()
-    assert "daemons.taint_controller.__main__" in DAEMON_MODULES
-    for controller in ("make_before_break", "quota_controller", "quarantine", "interruptions"):
-        assert f"daemons.{controller}.__main__" in DAEMON_MODULES
+    # every controller of the registry, and the two daemons that are not controllers
+    for module in [spec.module for spec in CONTROLLERS] + ["daemons.burst_provider", "daemons.fabric_exporter"]:
+        assert f"{module}.__main__" in DAEMON_MODULES
 
 
 def test_a_module_that_does_not_import_is_named(capsys: pytest.CaptureFixture[str]) -> None:
