@@ -145,7 +145,7 @@ def test_the_layer_checks_catch_a_breach_two_imports_away() -> None:
     breaches = layer_breaches(with_edge("contract.xids", "components.cluster"))
     assert "components.cluster" in breaches["daemons.stall_detector.queries"][0]
     breaches = layer_breaches(with_edge("contract.registry", "daemons.toolkit.serve"))
-    assert breaches["components.cluster"][0].endswith("(through contract.registry)")
+    assert "daemons.toolkit." in breaches["components.cluster"][0]
     # a component importing a daemon module directly
     breaches = layer_breaches(with_edge("components.cluster", "daemons.quota_controller.controller"))
     assert "daemons.quota_controller.controller" in breaches["components.cluster"][0]
