@@ -300,11 +300,8 @@ class VirtualNodeSettings(ConfigModel):
         return f"{self.cluster_name}.{self.node_name}" if self.cluster_name else self.node_name
 
     creation_timeout_seconds: ClassVar[Seconds] = Seconds("creation_timeout")
-
     not_ready_timeout_seconds: ClassVar[Seconds] = Seconds("not_ready_timeout")
-
     reconcile_interval_seconds: ClassVar[Seconds] = Seconds("reconcile_interval")
-
     failure_window_seconds: ClassVar[Seconds] = Seconds("failure_window")
 
 

@@ -33,7 +33,6 @@ every moved Deployment comes home at ``returnBatch``'s pace. When
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterator
 from typing import Annotated, ClassVar
 
@@ -59,6 +58,7 @@ from contract.model import (
     QualifiedName,
     Seconds,
     TaintKey,
+    listed_once,
     parse_duration,
     shorter,
 )
@@ -186,18 +186,12 @@ class MakeBeforeBreakSettings(ControllerSettings):
     @field_validator("inference_namespaces")
     @classmethod
     def _unique_namespaces(cls, v: list[str]) -> list[str]:
-        dupes = sorted(n for n, count in Counter(v).items() if count > 1)
-        if dupes:
-            raise ValueError(f"namespaces listed twice: {', '.join(dupes[:10])}")
-        return v
+        return listed_once(v, "namespaces")
 
     @field_validator("quarantine_taint_keys")
     @classmethod
     def _unique_keys(cls, v: list[str]) -> list[str]:
-        dupes = sorted(n for n, count in Counter(v).items() if count > 1)
-        if dupes:
-            raise ValueError(f"taint keys listed twice: {', '.join(dupes[:10])}")
-        return v
+        return listed_once(v, "taint keys")
 
     # Rules between fields: checked as each field validates, so they report with every other problem, and again
     # on the whole model, for the fields left at their defaults.
@@ -220,9 +214,7 @@ class MakeBeforeBreakSettings(ControllerSettings):
 
     # Seconds, for the daemon.
     max_hold_seconds: ClassVar[Seconds] = Seconds("max_hold")
-
     node_grace_seconds: ClassVar[Seconds] = Seconds("node_grace")
-
     request_timeout_seconds: ClassVar[Seconds] = Seconds("request_timeout")
 
 

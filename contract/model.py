@@ -13,7 +13,8 @@ may be NaN or infinite. Strings are at most :data:`MAX_STRING` characters, which
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
@@ -48,6 +49,20 @@ class Problem:
     loc: tuple[str | int, ...]
     message: str
     value: Any = None
+
+
+def repeated(names: Iterable[str]) -> list[str]:
+    """The names that stand more than once, sorted."""
+    return sorted(n for n, count in Counter(names).items() if count > 1)
+
+
+def listed_once(values: list[Any], what: str, names: Iterable[str] | None = None, how: str = "") -> list[Any]:
+    """``values`` when each is listed once (by ``names``, the values themselves by default); else ValueError naming
+    those listed twice (the first ten), as a field validator raises it: "<what> listed twice<how>: a, b"."""
+    dupes = repeated(values if names is None else names)
+    if dupes:
+        raise ValueError(f"{what} listed twice{how}: {', '.join(dupes[:10])}")
+    return values
 
 
 class Seconds:

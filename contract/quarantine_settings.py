@@ -23,7 +23,6 @@ Example (camelCase, as in the stack YAML or the JSON file)::
 from __future__ import annotations
 
 import re
-from collections import Counter
 from collections.abc import Iterator
 from typing import Annotated, ClassVar
 
@@ -44,6 +43,7 @@ from contract.model import (
     Problem,
     Seconds,
     check_labels,
+    listed_once,
     parse_duration,
     shorter,
 )
@@ -179,10 +179,7 @@ class QuarantineSettings(ControllerSettings):
     @field_validator("flavors")
     @classmethod
     def _unique_flavors(cls, v: list[QuarantineFlavor]) -> list[QuarantineFlavor]:
-        dupes = sorted(n for n, count in Counter(f.name for f in v).items() if count > 1)
-        if dupes:
-            raise ValueError(f"flavors listed twice: {', '.join(dupes[:10])}")
-        return v
+        return listed_once(v, "flavors", (f.name for f in v))
 
     # Rules between fields: checked as each field validates, so they report with every other problem, and again
     # on the whole model, for the fields left at their defaults.
@@ -210,15 +207,10 @@ class QuarantineSettings(ControllerSettings):
         yield from self.lease_problems()
 
     # Seconds, for the daemon.
-
     breaker_window_seconds: ClassVar[Seconds] = Seconds("breaker_window")
-
     release_grace_seconds: ClassVar[Seconds] = Seconds("release_grace")
-
     ledger_retention_seconds: ClassVar[Seconds] = Seconds("ledger_retention")
-
     warning_event_interval_seconds: ClassVar[Seconds] = Seconds("warning_event_interval")
-
     request_timeout_seconds: ClassVar[Seconds] = Seconds("request_timeout")
 
 

@@ -27,7 +27,6 @@ On by default: a stack whose queues follow capacity turns it off only on purpose
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Annotated, ClassVar
 
@@ -56,7 +55,9 @@ from contract.model import (
     Seconds,
     TaintKey,
     check_labels,
+    listed_once,
     parse_duration,
+    repeated,
 )
 
 #: The controller's Deployment, ServiceAccount and command.
@@ -174,17 +175,14 @@ class QuotaControllerSettings(ControllerSettings):
     @field_validator("out_taint_keys")
     @classmethod
     def _unique_keys(cls, v: list[str]) -> list[str]:
-        dupes = sorted(k for k, count in Counter(v).items() if count > 1)
-        if dupes:
-            raise ValueError(f"taint keys listed twice: {', '.join(dupes[:10])}")
-        return v
+        return listed_once(v, "taint keys")
 
     def rule_problems(self) -> Iterator[Problem]:
         names = [f.name for f in self.flavors]
-        for name in sorted(n for n, count in Counter(names).items() if count > 1):
+        for name in repeated(names):
             yield Problem(("flavors",), f"flavor {name} is listed twice", name)
         queues = [q.name for q in self.cluster_queues]
-        for name in sorted(n for n, count in Counter(queues).items() if count > 1):
+        for name in repeated(queues):
             yield Problem(("clusterQueues",), f"ClusterQueue {name} is listed twice", name)
         known = set(names)
         for i, q in enumerate(self.cluster_queues):
@@ -196,11 +194,8 @@ class QuotaControllerSettings(ControllerSettings):
         yield from self.lease_problems()
 
     # Seconds, for the daemon.
-
     not_ready_grace_seconds: ClassVar[Seconds] = Seconds("not_ready_grace")
-
     return_after_seconds: ClassVar[Seconds] = Seconds("return_after")
-
     request_timeout_seconds: ClassVar[Seconds] = Seconds("request_timeout")
 
 

@@ -129,13 +129,9 @@ class StallDetectorSettings(ControllerSettings):
     # Seconds and bytes, for the daemon.
 
     stall_after_seconds: ClassVar[Seconds] = Seconds("stall_after")
-
     startup_grace_seconds: ClassVar[Seconds] = Seconds("startup_grace")
-
     quiet_max_seconds: ClassVar[Seconds] = Seconds("quiet_max")
-
     repeat_window_seconds: ClassVar[Seconds] = Seconds("repeat_window")
-
     request_timeout_seconds: ClassVar[Seconds] = Seconds("request_timeout")
 
     @property

@@ -27,7 +27,6 @@ replica at once, so the model refuses any other value.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterator
 from typing import Annotated, ClassVar, Literal
 
@@ -53,6 +52,7 @@ from contract.model import (
     QualifiedName,
     Seconds,
     TaintKey,
+    listed_once,
     parse_duration,
     shorter,
 )
@@ -205,19 +205,13 @@ class TaintControllerSettings(ControllerSettings):
     @field_validator("inference_namespaces")
     @classmethod
     def _unique_namespaces(cls, v: list[str]) -> list[str]:
-        dupes = sorted(n for n, count in Counter(v).items() if count > 1)
-        if dupes:
-            raise ValueError(f"namespaces listed twice: {', '.join(dupes[:10])}")
-        return v
+        return listed_once(v, "namespaces")
 
     @field_validator("gpu_types")
     @classmethod
     def _unique_gpu_types(cls, v: list[str]) -> list[str]:
         # Case-insensitive: the queries match node label values in any case, so H100 and h100 would be one type.
-        dupes = sorted(n for n, count in Counter(t.lower() for t in v).items() if count > 1)
-        if dupes:
-            raise ValueError(f"GPU types listed twice (in any case): {', '.join(dupes[:10])}")
-        return v
+        return listed_once(v, "GPU types", (t.lower() for t in v), how=" (in any case)")
 
     # Rules between fields: checked as each field validates, so they report with every other problem, and again
     # on the whole model, for the fields left at their defaults (highMark: 1 with lowMark's default 1).
@@ -248,13 +242,9 @@ class TaintControllerSettings(ControllerSettings):
 
     # Seconds, for the daemon.
     hold_add_seconds: ClassVar[Seconds] = Seconds("hold_add")
-
     hold_remove_seconds: ClassVar[Seconds] = Seconds("hold_remove")
-
     flap_window_seconds: ClassVar[Seconds] = Seconds("flap_window")
-
     warning_event_interval_seconds: ClassVar[Seconds] = Seconds("warning_event_interval")
-
     fresh_within_seconds: ClassVar[Seconds] = Seconds("fresh_within")
 
     @property
