@@ -108,10 +108,11 @@ def submit(stack: LocalStack, train_for: str = "40s") -> None:
 def test_serving_moves_first_nothing_is_preempted_and_pulumi_leaves_the_flip_alone(
     settled: LocalStack, tmp_path: Path
 ) -> None:
-    """One make-before-break cycle with requests through the Service the whole time and, once training runs and
-    every replica is rented, a load step: no request fails, the HPA (reading the Service's request rate through
-    the metrics adapter) scales the service out on rented GPUs and back, and pulumi neither sees nor undoes the
-    flip. (One cycle for all of it: each cycle costs minutes of the test budget.)"""
+    """One make-before-break cycle with requests through the Service the whole time: no request fails, the HPA
+    (reading the Service's request rate through the metrics adapter) holds the service at its floor throughout, and
+    pulumi neither sees nor undoes the flip. How the HPA scales out on rented GPUs under a load step mid-flip is the
+    fourth cycle of ``benchmarks/bench_flip.py``: with the training run it needs to outlast the step, it costs
+    minutes of the test budget."""
     stack = settled
     seen: dict[str, Any] = {}
 
@@ -131,20 +132,16 @@ def test_serving_moves_first_nothing_is_preempted_and_pulumi_leaves_the_flip_alo
     hpa = SERVICE.hpa
     assert hpa is not None
     assert hpa.target_requests_per_replica is not None
-    step = 24
-    # 20 requests a second ask for 5 replicas (minReplicas keeps 8); 44 ask for 11
-    wanted = min(hpa.max_replicas, -(-(flip.LOAD_RATE + step) // int(hpa.target_requests_per_replica)))
+    # 20 requests a second ask for 5 replicas: minReplicas keeps 8
+    assert -(-flip.LOAD_RATE // int(hpa.target_requests_per_replica)) < hpa.min_replicas
     opts = flip.Options(
         path=flip.MAKE_BEFORE_BREAK,
         quiet=True,
         out=tmp_path,
-        # Long enough that no training pod is done before the load step's replicas are scheduled: in the full suite
-        # the gang's pods started up to 47 s apart (1 s on a quiet machine, also beside a pulumi preview), and a
-        # finished pod's GPUs would take the new replicas in-cluster.
-        train_for="120s",
+        # Long enough for the pulumi up at flipped_out to finish while every replica is still rented.
+        train_for="45s",
         during=during,
         load_rate=flip.LOAD_RATE,
-        load_step=flip.LoadStep(step, 40),
     )
     tl, f = flip.run_cycle(opts)
     print("\n" + flip.timeline.side_by_side([f]))
@@ -165,15 +162,10 @@ def test_serving_moves_first_nothing_is_preempted_and_pulumi_leaves_the_flip_alo
     # Not one request failed: no replica took traffic before it could serve, none was cut off in flight.
     assert f.requests is not None
     assert f.requests.failed == 0, f.requests
-    # The HPA kept working while every replica was rented: out on the load step, on rented GPUs, and back.
-    h = f.hpa
-    assert h is not None
-    assert h.base == hpa.min_replicas == SERVICE.replicas
-    # the rate is read over 10 s windows: within one replica of what 44 requests a second ask for
-    assert wanted - 1 <= h.max_desired <= hpa.max_replicas
-    assert h.max_ready_external >= h.max_desired  # training held every in-cluster GPU
-    assert h.scale_back_seconds is not None
-    assert tl.samples[-1].desired == hpa.min_replicas
+    # The HPA held its floor the whole cycle, every replica of it rented while training ran.
+    desired = {x.desired for x in tl.samples if x.desired}
+    assert desired == {hpa.min_replicas}, desired
+    assert max(x.ready_external for x in tl.samples) == SERVICE.replicas
     assert not left_over(stack)
     reasons = {e["reason"] for e in events(stack, SERVICE.namespace, "Deployment", SERVICE.name)}
     assert {"MovedForTraining", "PlacementHome"} <= reasons, reasons
