@@ -70,8 +70,11 @@ images: debian-deps venv ## build the daemon and virtual-node images offline (.s
 images-lock: venv ## resolve the daemon image's wheels from pyproject.toml's pins into images/daemons.lock
 	$(PY) -m images lock
 
+# The tests that need no simulated cluster run on two workers (a file's tests that share one directory or build the
+# images once are grouped onto one worker); then the integration tests, one at a time, against the one cluster.
 test: lint debian-deps tools go-test ## the test command: lint, then every test (Go, unit, Ansible, telemetry, integration)
-	$(PY) -m pytest
+	$(PY) -m pytest -n 2 --dist loadgroup -m "not integration"
+	$(PY) -m pytest -m integration
 
 unit: $(STAMP) ## unit tests only (no simulated cluster)
 	$(PY) -m pytest -m "not integration and not molecule and not images"

@@ -36,7 +36,8 @@ from images.build import build_all
 from images.runtime import Bundle, Container, unpack
 from tests.support.require import missing
 
-pytestmark = pytest.mark.images
+# One worker builds the images once for the whole module (make test runs the tests that need no cluster on two).
+pytestmark = [pytest.mark.images, pytest.mark.xdist_group("images")]
 
 ROOT = Path(__file__).resolve().parents[2]
 PROD = ROOT / "stacks" / "Pulumi.prod.yaml"

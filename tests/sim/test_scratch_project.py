@@ -13,6 +13,9 @@ import yaml
 
 from tests.support.sim import load_sim_module
 
+# The tests share the scratch project's directories under .state: one worker runs them, one after another.
+pytestmark = pytest.mark.xdist_group("scratch-project")
+
 ROOT = Path(__file__).resolve().parents[2]
 scratch = load_sim_module("scratch_project")
 STACKS = sorted(p.name.removeprefix("Pulumi.").removesuffix(".yaml") for p in (ROOT / "stacks").glob("Pulumi.*.yaml"))
