@@ -22,6 +22,10 @@ import pytest
 from tests.ansible.harness import SHIMS, filter_plugin
 from tests.support.apiserver import free_port
 
+# The simulated hosts' ib_write_bw servers listen on fixed ports of their addresses: one worker runs the Ansible
+# tests, one after another.
+pytestmark = pytest.mark.xdist_group("ansible")
+
 SAMPLES = Path(__file__).resolve().parents[1] / "fixtures" / "ansible" / "outputs"
 
 

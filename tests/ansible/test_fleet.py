@@ -28,7 +28,9 @@ from tests.ansible.harness import (
 )
 
 # Real ansible-playbook runs against simulated hosts: grouped with the molecule scenarios.
-pytestmark = pytest.mark.molecule
+# The simulated hosts' ib_write_bw servers listen on fixed ports of their addresses: one worker runs the Ansible
+# tests, one after another.
+pytestmark = [pytest.mark.molecule, pytest.mark.xdist_group("ansible")]
 
 # Room for one node per group of seeded faults and two healthy ones; every fault is seeded.
 FLEET_SIZE = len(PAIRED_FAULTS) + 2

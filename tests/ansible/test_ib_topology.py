@@ -32,6 +32,10 @@ from tests.ansible.harness import (
     write_inventory,
 )
 
+# The simulated hosts' ib_write_bw servers listen on fixed ports of their addresses: one worker runs the Ansible
+# tests, one after another.
+pytestmark = pytest.mark.xdist_group("ansible")
+
 SAMPLES = Path(__file__).resolve().parents[1] / "fixtures" / "ansible" / "outputs"
 NDR = "ibnetdiscover_topograph_ndr_example.out"
 ISOLATED = "ibnetdiscover_topograph_isolated_hca.out"

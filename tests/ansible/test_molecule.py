@@ -18,7 +18,9 @@ import yaml
 
 from tests.ansible.harness import FAULTS, ROLES_DIR, SHIMS, VENV_BIN, ansible_env, fault_checks, seed_node
 
-pytestmark = pytest.mark.molecule
+# The simulated hosts' ib_write_bw servers listen on fixed ports of their addresses: one worker runs the Ansible
+# tests, one after another.
+pytestmark = [pytest.mark.molecule, pytest.mark.xdist_group("ansible")]
 
 PASS = {"status": "pass", "reasons": [], "details": {}}
 

@@ -26,10 +26,12 @@ from tests.daemons.burst_provider.support import (
     make_settings,
     provider_entry,
 )
+from tests.support.workers import worker_index
 
 READINESS = {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": 1}
 LIVENESS = {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": 5, "failureThreshold": 2}
-_hosts = itertools.count(1)
+#: Each instance its own loopback address; each xdist worker its own block of them.
+_hosts = itertools.count(1 + 1000 * worker_index())
 
 
 class Rented:
