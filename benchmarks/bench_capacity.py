@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from contract.registry import MAKE_BEFORE_BREAK, QUARANTINE
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
@@ -222,7 +224,13 @@ def cool_down(nodes: Sequence[str]) -> None:
         node_faults.release(n)
         sim_daemons.kubectl("annotate", "node", n, f"{RELEASED_AT_ANNOTATION}-")
     sim_daemons.kubectl(
-        "delete", "configmap", LEDGER_NAME, "-n", cfg.quarantine.namespace, "--ignore-not-found", "--wait=true"
+        "delete",
+        "configmap",
+        LEDGER_NAME,
+        "-n",
+        cfg.controller(QUARANTINE).namespace,
+        "--ignore-not-found",
+        "--wait=true",
     )
     s = flip.setup_from_stack()
     sim_daemons.kubectl("delete", "job", QUARANTINE_JOB, "-n", s.training_ns, "--ignore-not-found", "--wait=true")
@@ -316,13 +324,13 @@ def quarantine_rows(col: Column, nodes: Sequence[str], following: bool) -> None:
         col.rows["inference replicas on a hot node, still Ready"] = f"{len(kept)} of {len(before)} ({state})"
     cool_down(nodes)
 
-    allowed = max(1, int(cfg.quarantine.max_share * len(nodes)))
+    allowed = max(1, int(cfg.controller(QUARANTINE).max_share * len(nodes)))
     burst = list(nodes[: allowed + 1])
     for node in burst:
         fake_dcgm.admin("/admin/gpu", {"node": node, "gpu": 1, "temperature": 90})
     until(lambda: all(node_faults.quarantine_alert_firing(n) for n in burst), fire_timeout, interval=1.0)
     until(lambda: sum(node_faults.quarantined(n) for n in burst) >= allowed, 30.0 if following else 5.0)
-    time.sleep(3 * cfg.quarantine.interval_seconds)
+    time.sleep(3 * cfg.controller(QUARANTINE).interval_seconds)
     taken = [n for n in burst if node_faults.quarantined(n)]
     col.rows[f"{len(burst)} hot nodes at once (breaker: {allowed} of {len(nodes)} per window)"] = (
         f"{len(taken)} quarantined, {len(burst) - len(taken)} left untouched"
@@ -336,7 +344,7 @@ def run(quick: bool) -> list[Column]:
     node = f"{flavor.name}-node-{flavor.node_count - 1}"
     per_node = flavor.gpus_per_node
     # make-before-break's hold, Kueue's pods-ready timeout, and room for the eviction to be written
-    hold = cfg.make_before_break.max_hold_seconds if cfg.make_before_break.enabled else 0.0
+    hold = mbb.max_hold_seconds if (mbb := cfg.running(MAKE_BEFORE_BREAK)) else 0.0
     gang_timeout = hold + parse_duration(cfg.kueue.wait_for_pods_ready.timeout) + 60.0
     columns = []
     for following in (True, False):

@@ -28,6 +28,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from contract.registry import STALL_DETECTOR
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
@@ -113,7 +115,7 @@ def table(out: dict[str, Any], stall_after: str) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_run_arguments(__doc__, "hang", argv)
-    stall_after = load_stack_file(STACK).stall_detector.stall_after
+    stall_after = load_stack_file(STACK).controller(STALL_DETECTOR).stall_after
     out = measure(args)
     print(
         f"One-node jobs of {args.work:.0f} s of work, a hang every {args.mtbf:.0f} s of progress (exponential, seed "

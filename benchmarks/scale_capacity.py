@@ -24,6 +24,8 @@ import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
+from contract.registry import QUOTA_CONTROLLER
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
@@ -86,7 +88,7 @@ def measure() -> list[tuple[str, str]]:
     rows.append((f"{LOST} nodes NotReady at once: every quota right", timed("not ready", lost, 60.0)))
     for node in nodes:
         node_faults.ready(node)
-    grace = cfg.quota_controller.return_after
+    grace = cfg.controller(QUOTA_CONTROLLER).return_after
     rows.append((f"Ready again: the stack's numbers (returnAfter {grace})", timed("ready", full, 180.0)))
 
     after = controller_seconds()

@@ -31,6 +31,8 @@ from contract.make_before_break_settings import CHECK_NAME, MakeBeforeBreakSetti
 from contract.registry import (
     CONTROLLERS,
     MAKE_BEFORE_BREAK,
+    QUARANTINE,
+    QUOTA_CONTROLLER,
     TAINT_CONTROLLER,
 )
 from contract.spec import (
@@ -86,7 +88,7 @@ def guardrail_inputs(cfg: StackConfig, created: Collection[str] | None = None) -
         reliability=(reliability, RELIABILITY_CONFIGMAP) if created is None or reliability in created else None,
         gpu_resources=tuple(dict.fromkeys(f.gpu_resource for f in cfg.flavors)),
         controller_users={s.name: user for s in CONTROLLERS if (user := running_user(cfg, s)) is not None},
-        make_before_break=make_before_break_marks(cfg.make_before_break) if cfg.make_before_break.enabled else None,
+        make_before_break=make_before_break_marks(mbb) if (mbb := cfg.running(MAKE_BEFORE_BREAK)) else None,
         virtual_node=virtual_node_identity(cfg),
         taint_controller=taint_controller_identity(cfg),
     )
@@ -114,8 +116,8 @@ def virtual_node_identity(cfg: StackConfig) -> tuple[str, str] | None:
 
 def running_user(cfg: StackConfig, spec: ControllerSpec[Any]) -> str | None:
     """The user a registered controller's requests carry while the stack runs it; None while it does not."""
-    settings = cfg.controller_settings(spec.stack_key)
-    if settings is None or not settings.enabled:
+    settings = cfg.running(spec)
+    if settings is None:
         return None
     return service_account_user(settings.namespace, spec.app)
 
@@ -123,7 +125,7 @@ def running_user(cfg: StackConfig, spec: ControllerSpec[Any]) -> str | None:
 def taint_controller_identity(cfg: StackConfig) -> tuple[str, str] | None:
     """The taint controller's user and the burst taint key it owns; None while the stack runs none."""
     user = running_user(cfg, TAINT_CONTROLLER)
-    settings = cfg.controller_settings(TAINT_CONTROLLER.stack_key)
+    settings = cfg.running(TAINT_CONTROLLER)
     return None if user is None or settings is None else (user, settings.taint_key)
 
 
@@ -143,10 +145,9 @@ class GpuCluster(pulumi.ComponentResource):
 
         burst = cfg.burst if cfg.burst_enabled else None
         #: Each registered controller the stack runs (``contract/registry.py``), with its settings.
-        running = [(spec, settings) for spec in CONTROLLERS if (settings := cfg.controller_settings(spec.stack_key))]
-        running = [(spec, settings) for spec, settings in running if settings.enabled]
-        mbb = cfg.make_before_break if cfg.make_before_break.enabled else None
-        quota = cfg.quota_controller if cfg.quota_controller.enabled else None
+        running = [(spec, settings) for spec in CONTROLLERS if (settings := cfg.running(spec)) is not None]
+        mbb = cfg.running(MAKE_BEFORE_BREAK)
+        quota = cfg.running(QUOTA_CONTROLLER)
         # The virtual node's namespace and the controllers', each labelled with the first role of NAMESPACE_ROLES
         # that claims it.
         claimed = [(burst.settings.virtual_node.namespace, "burst")] if burst is not None else []
@@ -337,7 +338,7 @@ class GpuCluster(pulumi.ComponentResource):
             ),
             "inferenceServices": sorted(self.inference_services),
             "quotaFollowsCapacity": quota is not None,
-            "quarantine": cfg.quarantine.enabled,
+            "quarantine": cfg.running(QUARANTINE) is not None,
             "metricsAdapter": cfg.metrics_adapter.enabled,
         }
         self.register_outputs(self.outputs)

@@ -28,6 +28,7 @@ def shape(spec: ControllerSpec[Any], settings: Any) -> DaemonShape:
     return DaemonShape(
         app=spec.app,
         image=settings.image,
+        command=spec.command,
         settings_dir=spec.settings_dir,
         metrics_port=spec.metrics_port,
         honor_labels=spec.honor_labels,

@@ -3,9 +3,9 @@ make-before-break): non-root and read-only, its settings file from a ConfigMap, 
 the pod's own address (not every address: nothing on the node's other interfaces reaches it), replicas spread over
 nodes, Prometheus scrape annotations.
 
-The daemon's command is its app name; it reads ``--settings <dir>/settings.json`` and serves ``/healthz`` and
-``/metrics`` on ``--listen``. Only leader election needs its pod's name and namespace (``POD_NAME``,
-``POD_NAMESPACE``).
+The daemon's command is its spec's (``python3 -m daemons.<name>``: no console script to declare); it reads
+``--settings <dir>/settings.json`` and serves ``/healthz`` and ``/metrics`` on ``--listen``. Only leader election
+needs its pod's name and namespace (``POD_NAME``, ``POD_NAMESPACE``).
 """
 
 from __future__ import annotations
@@ -27,9 +27,11 @@ POD_IP_ENV = "POD_IP"
 
 @dataclass(frozen=True)
 class DaemonShape:
-    #: The Deployment, ServiceAccount and command name (``gpucluster-...``).
+    #: The Deployment and ServiceAccount name (``gpucluster-...``).
     app: str
     image: str
+    #: The container's command (``ControllerSpec.command``).
+    command: tuple[str, ...]
     #: Where the settings ConfigMap is mounted.
     settings_dir: str
     metrics_port: int
@@ -69,7 +71,7 @@ def daemon_pod_spec(shape: DaemonShape, config_map: str) -> dict[str, Any]:
             {
                 "name": "controller",
                 "image": shape.image,
-                "command": [app],
+                "command": list(shape.command),
                 "args": [
                     "--settings",
                     f"{shape.settings_dir}/{SETTINGS_FILE}",

@@ -55,7 +55,8 @@ class Target:
     #: ``Deployment gpucluster-burst/gpucluster-virtual-node``.
     workload: str
     container: str
-    #: The container's program: its command's first word, else its image.
+    #: The container's program: the module of ``python3 -m <module>``, else its command's first word, else its
+    #: image.
     program: str
     port: int
     path: str
@@ -101,8 +102,10 @@ def _workload(obj: Mapping[str, Any]) -> str:
 
 
 def _program(container: Mapping[str, Any]) -> str:
-    command = container.get("command") or []
-    return str(command[0]) if command else str(container.get("image", ""))
+    command = [str(w) for w in container.get("command") or []]
+    if len(command) >= 3 and command[0].startswith("python") and command[1] == "-m":
+        return command[2]
+    return command[0] if command else str(container.get("image", ""))
 
 
 def _ports(template: Mapping[str, Any]) -> Iterator[tuple[Mapping[str, Any], Mapping[str, Any]]]:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
 from contract.rbac import Grant
+from contract.stack_facts import StackFacts
 
 #: Every controller's Deployment, ServiceAccount and command are this prefix and the spec's name.
 APP_PREFIX = "gpucluster-"
@@ -33,6 +34,9 @@ AFTER_JOBSET = "jobset-crds"
 AFTER = (AFTER_CLUSTER_QUEUES, AFTER_KUEUE, AFTER_JOBSET)
 #: What the stack adds to every spec's grants and checks (``context``): the team namespaces training runs in.
 WORKLOAD_NAMESPACES = "workload_namespaces"
+#: The interpreter on the daemons' image's PATH: a controller's command is ``python3 -m <its package>``.
+PYTHON = "python3"
+
 #: The ``gpucluster.io/workload`` role of a controller's namespace, by precedence when two share one.
 NAMESPACE_ROLES = ("burst", "capacity", "accounting")
 
@@ -106,6 +110,12 @@ class ControllerSpec(Generic[S]):
     settings_help: str | None = None
     #: What the stack must have deployed before it (AFTER); its namespaces it always waits for.
     after: tuple[str, ...] = ()
+    #: The fields of its settings the stack fills (camelCase key: where the value comes from); a stack section that
+    #: sets one is refused with that origin.
+    filled_by_stack: Mapping[str, str] = field(default_factory=dict)
+    #: Its settings as the stack completes them from the stack's other sections (``contract.stack_facts``); the
+    #: default fills nothing.
+    fill: Callable[[S, StackFacts], S] = field(default=lambda s, _facts: s)
     #: Its series carry their own ``namespace`` and ``job`` labels (a training job's), which must win over the
     #: scrape's: its pods are scraped with ``honor_labels`` (``components.scraping``).
     honor_labels: bool = False
@@ -140,3 +150,14 @@ class ControllerSpec(Generic[S]):
     def module(self) -> str:
         """The package of its runtime (``daemons.quota_controller``); its ``__main__`` is the command."""
         return f"daemons.{self.name.replace('-', '_')}"
+
+    @property
+    def command(self) -> tuple[str, ...]:
+        """The container's command: its package run by the image's interpreter (no console script to declare)."""
+        return (PYTHON, "-m", self.module)
+
+    @property
+    def nested(self) -> bool:
+        """Its settings are part of another section (``burst.taintController``), not a ``gpucluster:`` key of their
+        own: that section's parser reads and fills them."""
+        return "." in self.stack_key

@@ -17,6 +17,7 @@ from pulumi_policy import EnforcementLevel, StackValidationArgs, StackValidation
 
 from contract.constants import ACCEPTED_LABEL, ACCEPTED_VALUE, SETTINGS_LABEL
 from contract.quota_controller_settings import APP
+from contract.registry import QUOTA_CONTROLLER
 from policies.common import MANDATORY, Report, dig
 
 DEPLOYMENT = "kubernetes:apps/v1:Deployment"
@@ -36,7 +37,8 @@ def _name(props: Mapping[str, object], fallback: str) -> str:
 
 def _runs_the_controller(props: Mapping[str, object]) -> bool:
     containers = dig(props, "spec", "template", "spec", "containers") or []
-    return any(isinstance(c, Mapping) and (c.get("command") or [None])[0] == APP for c in containers)
+    command = list(QUOTA_CONTROLLER.command)
+    return any(isinstance(c, Mapping) and c.get("command") == command for c in containers)
 
 
 def _followed_queues(args: StackValidationArgs) -> set[str] | None:

@@ -38,6 +38,7 @@ from typing import Any, Protocol
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from contract.registry import MAKE_BEFORE_BREAK  # noqa: E402
 from sim import controllers, deployed, flip, processes  # noqa: E402 (run as a script: the repository first on the path)
 
 #: What may be killed: the daemons the flip depends on. The fake cloud stands for a provider's API, not ours.
@@ -98,8 +99,8 @@ def targets(config: Any) -> dict[str, Target]:
                 out[name] = controllers.PodContainer(deployed.descheduler(config), deployed.DESCHEDULER_APP)
             continue
         spec = next((s for s in CONTROLLERS if s.name == name), None)
-        settings = config.controller_settings(spec.stack_key) if spec else None
-        if spec is not None and settings is not None and settings.enabled:
+        settings = config.running(spec) if spec else None
+        if spec is not None and settings is not None:
             out[name] = Leader(controllers.controller(name), settings.lease_name)
     return out
 
@@ -283,7 +284,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     )
     names = list(kill_targets)
     plans = plan_kills(a.kills, a.cycles, a.horizon, rng, names)
-    mbb = cfg.make_before_break
+    mbb = cfg.controller(MAKE_BEFORE_BREAK)
     # The longest a gang may wait: maxHold, then a dead leader's Lease running out and the successor's cycle.
     admit_within = mbb.max_hold_seconds + mbb.lease_duration_seconds + 2 * mbb.interval_seconds if mbb.enabled else None
 

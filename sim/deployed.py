@@ -338,8 +338,7 @@ def placed_controllers(config: Any) -> list[Deployed]:
 
     out = []
     for spec in CONTROLLERS:
-        settings = config.controller_settings(spec.stack_key)
-        if settings is not None and settings.enabled:
+        if config.running(spec) is not None:
             out.append(controller(config, spec.name))
     if config.burst_enabled:
         out.append(virtual_node(config))
@@ -418,8 +417,8 @@ def controller(config: Any, spec_name: str) -> Deployed:
     from contract.registry import by_name  # noqa: PLC0415 (needs the venv: without one this module still answers)
 
     spec = by_name(spec_name)
-    settings = config.controller_settings(spec.stack_key)
-    if settings is None or not settings.enabled:
+    settings = config.running(spec)
+    if settings is None:
         raise DaemonError(f"the stack does not run {spec_name}")
     return Deployed(settings.namespace, spec.app, settings.replicas, metrics_port=spec.metrics_port)
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from components.training.manifest import reservation_toleration
+from contract.registry import MAKE_BEFORE_BREAK
 from sim import outside as sim_outside
 from sim import processes as sim_daemons
 from sim import timeline
@@ -111,8 +112,8 @@ def setup_from_stack() -> Setup:
         nodes=flavor.node_count,
         hold_add_seconds=burst.taint_controller.hold_add_seconds,
         fake_cloud_url=fake,
-        make_before_break=cfg.make_before_break.enabled,
-        reservation_key=cfg.make_before_break.reservation_key,
+        make_before_break=cfg.controller(MAKE_BEFORE_BREAK).enabled,
+        reservation_key=cfg.controller(MAKE_BEFORE_BREAK).reservation_key,
         services=services,
         topology=cfg.topology_of(flavor) is not None,
     )

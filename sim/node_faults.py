@@ -42,6 +42,7 @@ from contract.constants import (  # noqa: E402 (run as a script: the repository 
     QUARANTINED_LABEL,
 )
 from contract.quarantine_settings import SIGNAL_LABEL, SIGNAL_VALUE  # noqa: E402
+from contract.registry import QUARANTINE  # noqa: E402
 from sim.processes import DaemonError, kubectl, kubectl_json  # noqa: E402
 
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
@@ -141,7 +142,9 @@ def quarantine_alert_firing(node: str, prometheus: str = "http://127.0.0.1:9090"
 
     from sim.processes import stack_config  # noqa: PLC0415
 
-    url = f"{prometheus}/api/v1/query?" + urllib.parse.urlencode({"query": stack_config().quarantine.signal_query})
+    url = f"{prometheus}/api/v1/query?" + urllib.parse.urlencode(
+        {"query": stack_config().controller(QUARANTINE).signal_query}
+    )
     with urllib.request.urlopen(url, timeout=5) as reply:
         result = json.loads(reply.read())["data"]["result"]
     return any(sample["metric"].get("node") == node for sample in result)

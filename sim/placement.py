@@ -90,8 +90,8 @@ def pods(config: Any) -> list[Pod]:
 
     out = []
     for spec in CONTROLLERS:
-        settings = config.controller_settings(spec.stack_key)
-        if settings is not None and settings.enabled:
+        settings = config.running(spec)
+        if settings is not None:
             out.append(_ours(spec.name, spec.stack_key, settings))
     adapter = config.metrics_adapter
     if adapter.enabled and adapter.external_address is None:

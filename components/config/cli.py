@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 
 from components.config.loader import load_stack_file
 from components.config.stack import StackConfig, StackConfigError
+from contract.registry import MAKE_BEFORE_BREAK
 
 
 def _cmd_check(paths: Sequence[str], out: Callable[[str], None]) -> int:
@@ -36,7 +37,7 @@ def _burst_summary(cfg: StackConfig) -> str:
 
 
 def _make_before_break_summary(cfg: StackConfig) -> str:
-    mbb = cfg.make_before_break
+    mbb = cfg.controller(MAKE_BEFORE_BREAK)
     return f", make-before-break on (maxHold {mbb.max_hold})" if mbb.enabled else ", make-before-break off"
 
 

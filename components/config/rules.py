@@ -15,6 +15,7 @@ from components.config.stack import BURST_KEY, SECTIONS, StackSections
 from contract.constants import PROJECT, VIRTUAL_NODE_TAINT_KEY
 from contract.issues import ConfigIssue, shown_names
 from contract.model import parse_duration
+from contract.registry import MAKE_BEFORE_BREAK
 from contract.storage_settings import DRIVER_PARAMETERS
 
 Rule = Callable[[StackSections], Iterable[ConfigIssue]]
@@ -386,7 +387,7 @@ def inference_gpu_types_offered(s: StackSections) -> Iterator[ConfigIssue]:
 def make_before_break_hold_below_pods_ready_timeout(s: StackSections) -> Iterator[ConfigIssue]:
     """A gang is held for its room for less than Kueue's waitForPodsReady timeout: with blockAdmission a held
     check stalls every admission, so the hold may not stall them longer than a gang that never gets ready would."""
-    mbb, kueue = s.make_before_break, s.kueue
+    mbb, kueue = s.controller(MAKE_BEFORE_BREAK), s.kueue
     if mbb is None or kueue is None or not mbb.enabled or not kueue.wait_for_pods_ready.enable:
         return
     timeout = kueue.wait_for_pods_ready.timeout
@@ -401,7 +402,7 @@ def make_before_break_hold_below_pods_ready_timeout(s: StackSections) -> Iterato
 
 def make_before_break_reservation_apart(s: StackSections) -> Iterator[ConfigIssue]:
     """The reservation taint is neither the burst taint nor the virtual node's: each taint means one thing."""
-    mbb = s.make_before_break
+    mbb = s.controller(MAKE_BEFORE_BREAK)
     if mbb is None or s.burst_taint_key is None:
         return
     if mbb.reservation_key == s.burst_taint_key:
@@ -414,7 +415,7 @@ def make_before_break_reservation_apart(s: StackSections) -> Iterator[ConfigIssu
 
 def make_before_break_in_own_namespace(s: StackSections) -> Iterator[ConfigIssue]:
     """The controller lives apart from team and inference namespaces, and moves only inference Deployments."""
-    mbb = s.make_before_break
+    mbb = s.controller(MAKE_BEFORE_BREAK)
     if mbb is None:
         return
     if mbb.namespace in s.training_namespaces | set(s.inference_namespaces or ()):
@@ -436,7 +437,7 @@ def make_before_break_in_own_namespace(s: StackSections) -> Iterator[ConfigIssue
 def make_before_break_reserved_not_headroom(s: StackSections) -> Iterator[ConfigIssue]:
     """While both run, the taint controller's headroom leaves out reserved nodes: GPUs promised to a waiting gang
     are not room for inference to come home to, or the two paths would move the same replicas both ways."""
-    mbb = s.make_before_break
+    mbb = s.controller(MAKE_BEFORE_BREAK)
     if mbb is None or not mbb.enabled or s.burst is None or not s.burst.enabled:
         return
     tc = s.burst.taint_controller
@@ -454,7 +455,7 @@ def make_before_break_has_somewhere_to_move(s: StackSections) -> Iterator[Config
     """Make-before-break moves serving to the virtual node before a gang takes its GPUs; with bursting off there is
     nowhere to move to. A gang that needs the whole cluster would then be held for maxHold and preempt production
     anyway: the hold only delays training. Both go on together, or make-before-break stays off."""
-    mbb = s.make_before_break
+    mbb = s.controller(MAKE_BEFORE_BREAK)
     if mbb is None or not mbb.enabled or (s.burst.enabled if s.burst is not None else BURST_KEY in s.raw):
         return  # bursting on, or a burst section with problems of its own
     yield ConfigIssue(

@@ -2,7 +2,10 @@
 
 Each ``gpucluster:<key>`` section is validated by the model that lives beside its component (queues, storage,
 descheduler, telemetry, burst, inference), and ``gpucluster:images`` names our own images: every image field of ours
-a stack leaves unset is filled from it (:meth:`StackSections.to_config`). :func:`parse_sections` validates every
+a stack leaves unset is filled from it (:meth:`StackSections.to_config`). A registered controller's section comes
+from its spec (``contract/registry.py``): its key, its model, which fields the stack fills and how. Nothing here
+names a controller but the two the rest of the stack reads (the taint controller, inside ``burst``, and
+make-before-break, whose hold the alerts know). :func:`parse_sections` validates every
 section on its own and keeps what validated as :class:`StackSections`; the rules between sections (``rules.py``) then
 run on what is there, and only a stack without a single problem becomes a :class:`StackConfig`.
 """
@@ -11,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, TypeVar, cast
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
@@ -24,34 +27,23 @@ from contract.descheduler_settings import DeschedulerSettings
 from contract.guardrails_settings import GuardrailsSettings
 from contract.images_settings import DAEMONS_IMAGE, VIRTUAL_NODE_IMAGE, ImagesSettings
 from contract.inference_settings import InferenceServiceSpec
-from contract.interruptions_settings import STACK_KEY as INTERRUPTIONS_KEY
-from contract.interruptions_settings import InterruptionsSettings
 from contract.issues import ConfigIssue, SettingsError, issues_from_validation_error, key_text, shown
 from contract.jobset_settings import JobSetSettings
-from contract.make_before_break_settings import FILLED as MAKE_BEFORE_BREAK_FILLED
-from contract.make_before_break_settings import STACK_KEY as MAKE_BEFORE_BREAK_KEY
-from contract.make_before_break_settings import MakeBeforeBreakSettings
 from contract.metrics_adapter_settings import STACK_KEY as METRICS_ADAPTER_KEY
 from contract.metrics_adapter_settings import MetricsAdapterSettings
 from contract.model import MAX_STRING, ControllerSettings, DnsLabel, TaintKey, parse_duration
 from contract.prerequisites_settings import PrerequisitesSettings
-from contract.quarantine_settings import FILLED as QUARANTINE_FILLED
-from contract.quarantine_settings import STACK_KEY as QUARANTINE_KEY
-from contract.quarantine_settings import QuarantineFlavor, QuarantineSettings
 from contract.queues_settings import ClusterQueueSpec, GpuFlavor, KueueSettings, Priorities, Team, Topology
-from contract.quota_controller_settings import FILLED as QUOTA_CONTROLLER_FILLED
-from contract.quota_controller_settings import STACK_KEY as QUOTA_CONTROLLER_KEY
-from contract.quota_controller_settings import QuotaControllerSettings, QuotaFlavor, QuotaQueue
-from contract.stall_detector_settings import FILLED as STALL_DETECTOR_FILLED
-from contract.stall_detector_settings import STACK_KEY as STALL_DETECTOR_KEY
-from contract.stall_detector_settings import StallDetectorSettings
+from contract.registry import CONTROLLERS, MAKE_BEFORE_BREAK, TAINT_CONTROLLER
+from contract.spec import ControllerSettingsLike, ControllerSpec
+from contract.stack_facts import StackFacts
 from contract.storage_settings import StorageSettings
 from contract.taint_controller_queries import gpu_types_in_cluster
 from contract.taint_controller_settings import SECTION_KEY as TAINT_CONTROLLER_SECTION
-from contract.taint_controller_settings import STACK_KEY as TAINT_CONTROLLER_STACK_KEY
 from contract.taint_controller_settings import TaintControllerSettings
 
 _M = TypeVar("_M", bound=BaseModel)
+_S = TypeVar("_S", bound=ControllerSettingsLike)
 
 #: Where a misspelt key is checked against.
 UNKNOWN_KEY_HINT = "check the spelling against README's config reference"
@@ -108,20 +100,13 @@ class StackConfig:
     telemetry: TelemetrySettings
     #: The JobSet controller: training jobs are JobSets.
     jobset: JobSetSettings
-    #: The make-before-break AdmissionCheck controller; its ``inferenceNamespaces`` filled from the stack's.
-    make_before_break: MakeBeforeBreakSettings
-    #: The quota controller; its flavors and the queues' shares filled from the stack's.
-    quota_controller: QuotaControllerSettings
-    #: The quarantine controller; its flavors filled from the stack's.
-    quarantine: QuarantineSettings
     #: Training jobs' restart bounds and where their measured reliability is read.
     training: TrainingSettings
-    #: The interruption accounting daemon (ETTR, the restart bound, the measured reliability).
-    interruptions: InterruptionsSettings
-    #: The stall detector; its team namespaces and exporters' scrape jobs filled from the stack's.
-    stall_detector: StallDetectorSettings
-    #: Where our own images come from: every image of ours above that the stack did not set is named by it.
+    #: Where our own images come from: every image of ours that the stack did not set is named by it.
     images: ImagesSettings
+    #: Each registered controller with a section of its own, by spec name: its settings complete (what the stack
+    #: fills, filled by its spec). Read them with :meth:`controller`.
+    controllers: Mapping[str, ControllerSettings]
     #: None when the stack has no ``gpucluster:burst`` section.
     burst: BurstConfig | None = None
     #: Network topologies Kueue places gangs by (flavors name them).
@@ -138,16 +123,22 @@ class StackConfig:
     def burst_enabled(self) -> bool:
         return self.burst is not None and self.burst.enabled
 
-    def controller_settings(self, stack_key: str) -> Any:
-        """The settings of the controller whose section is ``stack_key`` (a spec's, ``contract/registry.py``); None
-        while that section is not deployed at all (the taint controller's, while bursting is off)."""
-        sections = {key: getattr(self, section.attribute) for key, section in CONTROLLER_SECTIONS.items()}
-        sections[TAINT_CONTROLLER_STACK_KEY] = (
-            self.burst.taint_controller if self.burst_enabled and self.burst else None
-        )
-        if stack_key not in sections:
-            raise KeyError(f"no controller's section is {stack_key!r}; known: {', '.join(sections)}")
-        return sections[stack_key]
+    def controller(self, spec: ControllerSpec[_S]) -> _S:
+        """The complete settings of ``spec``'s controller (``contract/registry.py``); KeyError for the taint
+        controller of a stack without a burst section."""
+        if spec.nested:
+            if self.burst is None:
+                raise KeyError(f"{spec.name}: the stack has no burst section, where its settings live")
+            return cast(_S, nested_settings(spec, self.burst))
+        return cast(_S, self.controllers[spec.name])
+
+    def running(self, spec: ControllerSpec[_S]) -> _S | None:
+        """The settings of ``spec``'s controller while the stack runs it; None while it is off (or, for one inside
+        ``burst``, while bursting is off)."""
+        if spec.nested and not self.burst_enabled:
+            return None
+        settings = self.controller(spec)
+        return settings if settings.enabled else None
 
     @property
     def provider_secret_names(self) -> tuple[str, ...]:
@@ -187,32 +178,28 @@ _STRICT = ConfigDict(strict=True, str_max_length=MAX_STRING)
 
 @dataclass(frozen=True)
 class _Section:
-    """A ``gpucluster:<key>`` section: the attribute it fills, how it is validated, its default."""
+    """A ``gpucluster:<key>`` section: the attribute it fills (a controller's: its spec), how it is validated, its
+    default."""
 
     attribute: str
     adapter: TypeAdapter[Any]
     default: Any = _MISSING
-    #: What it validates to.
-    tp: Any = None
-
-    @property
-    def controller(self) -> bool:
-        """Whether the section is a controller's settings, whole."""
-        return isinstance(self.tp, type) and issubclass(self.tp, ControllerSettings)
+    spec: ControllerSpec[Any] | None = None
 
 
 def _section(attribute: str, tp: Any, default: Any = _MISSING, *, model: bool = False) -> _Section:
-    return _Section(attribute, TypeAdapter(tp) if model else TypeAdapter(tp, config=_STRICT), default, tp)
+    return _Section(attribute, TypeAdapter(tp) if model else TypeAdapter(tp, config=_STRICT), default)
 
+
+def _controller_section(spec: ControllerSpec[Any]) -> _Section:
+    return _Section(spec.name, TypeAdapter(spec.settings_model), {}, spec)
+
+
+#: The registered controllers whose settings are a ``gpucluster:<key>`` of their own (``contract/registry.py``).
+OWN_SECTION = tuple(spec for spec in CONTROLLERS if not spec.nested)
 
 #: Each section's filled fields (camelCase key: where from): a stack that sets one is refused.
-FILLED_BY_STACK = {
-    MAKE_BEFORE_BREAK_KEY: MAKE_BEFORE_BREAK_FILLED,
-    QUOTA_CONTROLLER_KEY: QUOTA_CONTROLLER_FILLED,
-    QUARANTINE_KEY: QUARANTINE_FILLED,
-    STALL_DETECTOR_KEY: STALL_DETECTOR_FILLED,
-    "telemetry": TELEMETRY_FILLED,
-}
+FILLED_BY_STACK = {"telemetry": TELEMETRY_FILLED, **{spec.stack_key: spec.filled_by_stack for spec in OWN_SECTION}}
 
 SECTIONS: dict[str, _Section] = {
     "environment": _section("environment", DnsLabel),
@@ -230,26 +217,28 @@ SECTIONS: dict[str, _Section] = {
     "descheduler": _section("descheduler", DeschedulerSettings, {}, model=True),
     "storage": _section("storage", StorageSettings, model=True),
     "telemetry": _section("telemetry", TelemetrySettings, {}, model=True),
-    MAKE_BEFORE_BREAK_KEY: _section("make_before_break", MakeBeforeBreakSettings, {}, model=True),
-    QUOTA_CONTROLLER_KEY: _section("quota_controller", QuotaControllerSettings, {}, model=True),
-    QUARANTINE_KEY: _section("quarantine", QuarantineSettings, {}, model=True),
+    **{spec.stack_key: _controller_section(spec) for spec in OWN_SECTION},
     "training": _section("training", TrainingSettings, {}, model=True),
-    INTERRUPTIONS_KEY: _section("interruptions", InterruptionsSettings, {}, model=True),
-    STALL_DETECTOR_KEY: _section("stall_detector", StallDetectorSettings, {}, model=True),
     "images": _section("images", ImagesSettings, {}, model=True),
     "inferenceServices": _section("inference_services", list[InferenceServiceSpec], []),
     METRICS_ADAPTER_KEY: _section("metrics_adapter", MetricsAdapterSettings, {}, model=True),
     "guardrails": _section("guardrails", GuardrailsSettings, {}, model=True),
     "prerequisites": _section("prerequisites", PrerequisitesSettings, {}, model=True),
 }
-#: The sections that are a controller's settings, whole (the taint controller's is inside ``burst``).
-CONTROLLER_SECTIONS = {key: section for key, section in SECTIONS.items() if section.controller}
-#: Validated by :func:`parse_burst`: two daemons' models share the section.
+#: Validated by :func:`parse_burst`: two daemons' models share the section (the taint controller's spec is the one
+#: registered controller whose settings are nested, ``burst.taintController``).
 BURST_KEY = "burst"
 TAINT_CONTROLLER_KEY = TAINT_CONTROLLER_SECTION
-#: Fields of the taint controller's settings the component fills; the stack does not set them.
-TAINT_CONTROLLER_FILLED = {"nodeName": "burst.virtualNode.nodeName", "taintKey": "gpucluster:burstTaintKey"}
 _TAINT_CONTROLLER = TypeAdapter(TaintControllerSettings)
+if [spec for spec in CONTROLLERS if spec.nested] != [TAINT_CONTROLLER]:  # pragma: no cover - a registry change
+    raise ValueError("components.config.stack: only the taint controller's settings may live inside another section")
+
+
+def nested_settings(spec: ControllerSpec[Any], burst: BurstConfig) -> Any:
+    """The settings of a controller whose section lies inside ``burst`` (the taint controller's)."""
+    if spec is not TAINT_CONTROLLER:  # pragma: no cover - guarded at import
+        raise KeyError(f"{spec.name}: its settings are in no section the stack model knows ({spec.stack_key})")
+    return burst.taint_controller
 
 
 @dataclass(frozen=True)
@@ -277,13 +266,10 @@ class StackSections:
     descheduler: DeschedulerSettings | None = None
     storage: StorageSettings | None = None
     telemetry: TelemetrySettings | None = None
-    make_before_break: MakeBeforeBreakSettings | None = None
-    quota_controller: QuotaControllerSettings | None = None
-    quarantine: QuarantineSettings | None = None
     training: TrainingSettings | None = None
-    interruptions: InterruptionsSettings | None = None
-    stall_detector: StallDetectorSettings | None = None
     images: ImagesSettings | None = None
+    #: Each registered controller's own section that validated, by spec name (:meth:`controller`).
+    controllers: Mapping[str, ControllerSettings] = field(default_factory=dict)
     inference_services: tuple[InferenceServiceSpec, ...] | None = None
     metrics_adapter: MetricsAdapterSettings | None = None
     guardrails: GuardrailsSettings | None = None
@@ -297,6 +283,12 @@ class StackSections:
     def training_namespaces(self) -> set[str]:
         return {t.namespace for t in self.teams} if self.teams is not None else set()
 
+    def controller(self, spec: ControllerSpec[_S]) -> _S | None:
+        """``spec``'s settings as its section validated (nothing filled yet); None when absent or invalid."""
+        if spec.nested:
+            return None if self.burst is None else cast(_S, nested_settings(spec, self.burst))
+        return cast(_S | None, self.controllers.get(spec.name))
+
     def is_secret(self, name: str) -> bool:
         """A stack file holds a secret as ``{secure: ...}``; the engine names its secret keys."""
         value = self.raw.get(name)
@@ -306,76 +298,61 @@ class StackSections:
 
     def to_config(self) -> StackConfig:
         """The whole stack, once every section validated and every rule held."""
-        values = {s.attribute: getattr(self, s.attribute) for s in SECTIONS.values()}
-        if any(v is None for v in values.values()):  # pragma: no cover - the caller checks for issues first
-            raise ValueError("a section did not validate")
+        values = {s.attribute: getattr(self, s.attribute) for s in SECTIONS.values() if s.spec is None}
+        controllers: dict[str, Any] = dict(self.controllers)
+        if any(v is None for v in values.values()) or len(controllers) != len(OWN_SECTION):  # pragma: no cover
+            raise ValueError("a section did not validate")  # the caller checks for issues first
         images: ImagesSettings = values["images"]
         daemons = images.ref(DAEMONS_IMAGE)
-        # Every daemon of ours runs the daemons' image by the stack's scheme, unless its section names one.
-        for attribute, value in values.items():
-            if isinstance(value, ControllerSettings):
-                values[attribute] = with_image(value, daemons)
+        burst = self.burst
+        mbb = controllers[MAKE_BEFORE_BREAK.name]
         telemetry: TelemetrySettings = values["telemetry"]
         # The exporters tolerate make-before-break's reservation taint: a running gang's nodes stay watched.
         values["telemetry"] = telemetry.model_copy(
             update={
                 "fabric_exporter": with_image(telemetry.fabric_exporter, daemons),
-                "reservation_taint_key": values["make_before_break"].reservation_key,
+                "reservation_taint_key": mbb.reservation_key,
                 "inference_priority_class": values["priorities"].pod.inference.name,
-                "make_before_break_hold_seconds": (
-                    parse_duration(values["make_before_break"].max_hold)
-                    if values["make_before_break"].enabled
-                    else None
-                ),
-                "bursting": self.burst is not None and self.burst.enabled,
-                "taint_controller_running": (
-                    self.burst is not None and self.burst.enabled and self.burst.taint_controller.enabled
-                ),
+                "make_before_break_hold_seconds": parse_duration(mbb.max_hold) if mbb.enabled else None,
+                "bursting": burst is not None and burst.enabled,
+                "taint_controller_running": burst is not None and burst.enabled and burst.taint_controller.enabled,
             }
         )
-        burst = self.burst
         if burst is not None:
-            burst = BurstConfig(
-                burst.settings.model_copy(
-                    update={"virtual_node": fill_virtual_node_images(burst.settings.virtual_node, images)}
-                ),
-                with_image(burst.taint_controller, daemons),
-            )
-            # The taint controller sets the stack's burst taint key, the one the descheduler acts on, and tells the
-            # GPU types apart that the flavors' product labels name (two or more; one type decides as one pool).
-            tc = burst.taint_controller
-            update: dict[str, Any] = {"taint_key": self.burst_taint_key}
-            if "gpu_types" not in tc.model_fields_set:
-                labels = [f.node_labels.get(tc.gpu_type_node_label, "") for f in values["flavors"]]
-                update["gpu_types"] = gpu_types_in_cluster(labels, burst.settings.gpu_types())
-            burst = BurstConfig(burst.settings, tc.model_copy(update=update))
+            burst = fill_burst(burst, images, self.burst_taint_key or "", values["flavors"])
         values["metrics_adapter"] = with_image(values["metrics_adapter"], images.ref(VIRTUAL_NODE_IMAGE))
-        mbb = values["make_before_break"]
-        # The make-before-break controller acts on the stack's virtual node (none without burst) and burst taint.
-        filled: dict[str, Any] = {
-            "virtual_node_name": burst.settings.virtual_node.node_name if burst is not None and burst.enabled else None,
-            "burst_taint_key": self.burst_taint_key,
-        }
-        if "inference_namespaces" not in mbb.model_fields_set:
-            # It moves Deployments in the stack's inference namespaces unless told fewer.
-            filled["inference_namespaces"] = list(values["inference_namespaces"])
-        values["make_before_break"] = mbb.model_copy(update=filled)
-        values["quota_controller"] = fill_quota_controller(
-            values["quota_controller"], values["flavors"], values["queues"]
+        facts = StackFacts(
+            flavors=values["flavors"],
+            queues=values["queues"],
+            team_namespaces=tuple(dict.fromkeys(t.namespace for t in values["teams"])),
+            inference_namespaces=tuple(values["inference_namespaces"]),
+            burst_taint_key=values["burst_taint_key"],
+            virtual_node_name=burst.settings.virtual_node.node_name if burst is not None and burst.enabled else None,
+            dcgm_scrape_job=values["telemetry"].dcgm_scrape_job,
+            fabric_scrape_job=values["telemetry"].fabric_scrape_job,
         )
-        # Every node of a flavor is a candidate (its own labels, not the acceptance label): a hot node that has not
-        # passed acceptance yet is still taken out, and the breaker's share is of the whole flavor.
-        flavors = [QuarantineFlavor(name=f.name, node_labels=dict(f.node_labels)) for f in values["flavors"]]
-        values["quarantine"] = values["quarantine"].model_copy(update={"flavors": flavors})
-        # The stall detector watches the teams' namespaces and reads the exporters' own scrape jobs only.
-        values["stall_detector"] = values["stall_detector"].model_copy(
-            update={
-                "workload_namespaces": [t.namespace for t in values["teams"]],
-                "dcgm_scrape_job": values["telemetry"].dcgm_scrape_job,
-                "fabric_scrape_job": values["telemetry"].fabric_scrape_job,
-            }
-        )
-        return StackConfig(**values, burst=burst)
+        # Every daemon of ours runs the daemons' image by the stack's scheme, unless its section names one; then its
+        # spec fills what the stack knows.
+        for spec in OWN_SECTION:
+            controllers[spec.name] = spec.fill(with_image(controllers[spec.name], daemons), facts)
+        return StackConfig(**values, controllers=controllers, burst=burst)
+
+
+def fill_burst(
+    burst: BurstConfig, images: ImagesSettings, taint_key: str, flavors: tuple[GpuFlavor, ...]
+) -> BurstConfig:
+    """The burst section with its images from the stack's scheme, and the taint controller's burst taint key (the one
+    the descheduler acts on) and GPU types (those the flavors' product labels name, two or more; one type decides
+    as one pool)."""
+    settings = burst.settings.model_copy(
+        update={"virtual_node": fill_virtual_node_images(burst.settings.virtual_node, images)}
+    )
+    tc = with_image(burst.taint_controller, images.ref(DAEMONS_IMAGE))
+    update: dict[str, Any] = {"taint_key": taint_key}
+    if "gpu_types" not in tc.model_fields_set:
+        labels = [f.node_labels.get(tc.gpu_type_node_label, "") for f in flavors]
+        update["gpu_types"] = gpu_types_in_cluster(labels, settings.gpu_types())
+    return BurstConfig(settings, tc.model_copy(update=update))
 
 
 def with_image(model: _M, ref: str) -> _M:
@@ -392,29 +369,6 @@ def fill_virtual_node_images(vn: VirtualNodeSettings, images: ImagesSettings) ->
     if "provider_image" not in vn.model_fields_set:
         update["provider_image"] = images.ref(DAEMONS_IMAGE)
     return vn.model_copy(update=update)
-
-
-def fill_quota_controller(
-    settings: QuotaControllerSettings, flavors: tuple[GpuFlavor, ...], queues: Mapping[str, ClusterQueueSpec]
-) -> QuotaControllerSettings:
-    """The quota controller's settings with the stack's flavors, and the queues' numbers at full capacity as shares."""
-    filled = {
-        "flavors": [
-            QuotaFlavor(
-                name=f.name,
-                node_labels=dict(f.node_labels),
-                gpu_resource=f.gpu_resource,
-                declared_gpus=f.capacity,
-                require_acceptance=f.require_acceptance,
-            )
-            for f in flavors
-        ],
-        "cluster_queues": [
-            QuotaQueue(name=name, quota=dict(q.quota), borrowing_limit=dict(q.borrowing_limit))
-            for name, q in queues.items()
-        ],
-    }
-    return QuotaControllerSettings.model_validate({**settings.model_dump(), **filled})
 
 
 def parse_burst(raw: Any) -> tuple[BurstConfig | None, list[ConfigIssue]]:
@@ -434,7 +388,7 @@ def parse_burst(raw: Any) -> tuple[BurstConfig | None, list[ConfigIssue]]:
         issues.extend(settings_issues(err, BURST_KEY))
     tc_path = f"{BURST_KEY}.{TAINT_CONTROLLER_KEY}"
     if isinstance(tc_raw, Mapping):
-        for key, origin in TAINT_CONTROLLER_FILLED.items():
+        for key, origin in TAINT_CONTROLLER.filled_by_stack.items():
             if key in tc_raw:
                 issues.append(ConfigIssue(f"{tc_path}.{key}", tc_raw[key], f"is filled from {origin}; do not set it"))
     try:
@@ -455,6 +409,7 @@ def parse_sections(
     """Validate every section of ``raw`` (the ``gpucluster:*`` settings, prefix stripped) on its own."""
     issues: list[ConfigIssue] = []
     values: dict[str, Any] = {}
+    controllers: dict[str, ControllerSettings] = {}
     burst: BurstConfig | None = None
     if raw.get(BURST_KEY) is not None:
         burst, burst_problems = parse_burst(raw[BURST_KEY])
@@ -483,6 +438,11 @@ def parse_sections(
         except ValidationError as err:
             issues.extend(issues_from_validation_error(err, key, unknown_key_hint=UNKNOWN_KEY_HINT))
             continue
-        values[section.attribute] = tuple(value) if isinstance(value, list) else value
-    sections = StackSections(raw=raw, secret_keys=secret_keys, burst=burst, unknown=unknown, **values)
+        if section.spec is not None:
+            controllers[section.spec.name] = value
+        else:
+            values[section.attribute] = tuple(value) if isinstance(value, list) else value
+    sections = StackSections(
+        raw=raw, secret_keys=secret_keys, burst=burst, unknown=unknown, controllers=controllers, **values
+    )
     return sections, issues

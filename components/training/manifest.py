@@ -47,6 +47,7 @@ from contract.constants import (
 )
 from contract.fabric_settings import DEFAULT_SHM_SIZE, RDMA_CAPABILITY, Fabric
 from contract.model import parse_duration
+from contract.registry import MAKE_BEFORE_BREAK
 from contract.storage_settings import checkpoint_interval_seconds
 
 JOBSET_API_VERSION = "jobset.x-k8s.io/v1alpha2"
@@ -239,7 +240,7 @@ def job_context(spec: JobSpec, stack: StackConfig, interval: Interval) -> JobCon
         raise ValueError("spec.flavor: the team's flavors have different fabrics; name one (check the spec first)")
     training = stack.training
     topology = topology_annotation(spec, stack)
-    mbb = stack.make_before_break
+    mbb = stack.controller(MAKE_BEFORE_BREAK)
     return JobContext(
         topology=topology,
         reservation_key=mbb.reservation_key if topology is not None and mbb.enabled else None,

@@ -15,10 +15,17 @@ from typing import Any
 
 from contract.constants import CLUSTER_EVENTS_NAMESPACE, KUEUE_GROUP
 from contract.issues import SettingsError
-from contract.make_before_break_settings import CHECK_NAME, CONTROLLER_NAME, STACK_KEY, MakeBeforeBreakSettings
+from contract.make_before_break_settings import (
+    CHECK_NAME,
+    CONTROLLER_NAME,
+    FILLED,
+    STACK_KEY,
+    MakeBeforeBreakSettings,
+)
 from contract.model import check_dns_label
 from contract.rbac import Grant, Rule, lease_rules
 from contract.spec import AFTER_KUEUE, WORKLOAD_NAMESPACES, ControllerSpec
+from contract.stack_facts import StackFacts
 
 # The controller's least-privilege RBAC rules, as data (the deploying component renders the same lists).
 #
@@ -131,6 +138,15 @@ def outputs(s: MakeBeforeBreakSettings) -> dict[str, object]:
     }
 
 
+def fill(s: MakeBeforeBreakSettings, facts: StackFacts) -> MakeBeforeBreakSettings:
+    """It acts on the stack's virtual node (none without burst) and burst taint, and moves Deployments in the stack's
+    inference namespaces unless told fewer."""
+    filled: dict[str, Any] = {"virtual_node_name": facts.virtual_node_name, "burst_taint_key": facts.burst_taint_key}
+    if "inference_namespaces" not in s.model_fields_set:
+        filled["inference_namespaces"] = list(facts.inference_namespaces)
+    return s.model_copy(update=filled)
+
+
 SPEC: ControllerSpec[MakeBeforeBreakSettings] = ControllerSpec(
     name=NAME,
     component_type="gpucluster:burst:MakeBeforeBreak",
@@ -144,6 +160,8 @@ SPEC: ControllerSpec[MakeBeforeBreakSettings] = ControllerSpec(
     grants=grants,
     outputs=outputs,
     check=check,
+    filled_by_stack=FILLED,
+    fill=fill,
     description=(
         f"The Kueue AdmissionCheck controller for controllerName {CONTROLLER_NAME}: before a training gang is "
         "admitted, reserve the nodes it needs, roll the inference Deployments in the way off them "

@@ -19,9 +19,10 @@ from typing import Any
 
 from contract.constants import CLUSTER_EVENTS_NAMESPACE
 from contract.issues import SettingsError
-from contract.quarantine_settings import LEDGER_NAME, STACK_KEY, QuarantineSettings
+from contract.quarantine_settings import FILLED, LEDGER_NAME, STACK_KEY, QuarantineFlavor, QuarantineSettings
 from contract.rbac import Grant, Rule, lease_rules
 from contract.spec import ControllerSpec
+from contract.stack_facts import StackFacts
 
 # The controller's least-privilege RBAC rules, as data (the deploying component renders the same lists).
 #
@@ -81,6 +82,13 @@ def outputs(s: QuarantineSettings) -> dict[str, object]:
     }
 
 
+def fill(s: QuarantineSettings, facts: StackFacts) -> QuarantineSettings:
+    """Every node of a flavor is a candidate (its own labels, not the acceptance label): a hot node that has not
+    passed acceptance yet is still taken out, and the breaker's share is of the whole flavor."""
+    flavors = [QuarantineFlavor(name=f.name, node_labels=dict(f.node_labels)) for f in facts.flavors]
+    return s.model_copy(update={"flavors": flavors})
+
+
 SPEC: ControllerSpec[QuarantineSettings] = ControllerSpec(
     name=NAME,
     component_type="gpucluster:capacity:Quarantine",
@@ -94,6 +102,8 @@ SPEC: ControllerSpec[QuarantineSettings] = ControllerSpec(
     grants=grants,
     outputs=outputs,
     check=check,
+    filled_by_stack=FILLED,
+    fill=fill,
     description=(
         "Quarantine GPU nodes whose quarantine alerts fire (signalQuery, by default the firing ALERTS labelled "
         "gpucluster_signal=gpu-quarantine): one patch adds the NoExecute taint gpucluster.io/quarantine=<reason>, "

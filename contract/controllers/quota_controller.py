@@ -11,9 +11,10 @@ from typing import Any
 
 from contract.constants import CLUSTER_EVENTS_NAMESPACE, KUEUE_GROUP
 from contract.issues import SettingsError
-from contract.quota_controller_settings import APP, STACK_KEY, QuotaControllerSettings
+from contract.quota_controller_settings import APP, FILLED, STACK_KEY, QuotaControllerSettings, QuotaFlavor, QuotaQueue
 from contract.rbac import Grant, Rule, lease_rules
 from contract.spec import AFTER_CLUSTER_QUEUES, APP_PREFIX, ControllerSpec
+from contract.stack_facts import StackFacts
 
 # The controller's least-privilege RBAC rules, as data (the deploying component renders the same lists).
 #
@@ -59,6 +60,27 @@ def outputs(s: QuotaControllerSettings) -> dict[str, object]:
     }
 
 
+def fill(s: QuotaControllerSettings, facts: StackFacts) -> QuotaControllerSettings:
+    """The stack's flavors, and the queues' numbers at full capacity as shares."""
+    filled = {
+        "flavors": [
+            QuotaFlavor(
+                name=f.name,
+                node_labels=dict(f.node_labels),
+                gpu_resource=f.gpu_resource,
+                declared_gpus=f.capacity,
+                require_acceptance=f.require_acceptance,
+            )
+            for f in facts.flavors
+        ],
+        "cluster_queues": [
+            QuotaQueue(name=name, quota=dict(q.quota), borrowing_limit=dict(q.borrowing_limit))
+            for name, q in facts.queues.items()
+        ],
+    }
+    return QuotaControllerSettings.model_validate({**s.model_dump(), **filled})
+
+
 SPEC: ControllerSpec[QuotaControllerSettings] = ControllerSpec(
     name=NAME,
     component_type="gpucluster:capacity:QuotaController",
@@ -72,6 +94,8 @@ SPEC: ControllerSpec[QuotaControllerSettings] = ControllerSpec(
     grants=grants,
     outputs=outputs,
     check=check,
+    filled_by_stack=FILLED,
+    fill=fill,
     description=(
         "Keep every ClusterQueue's nominalQuota and borrowingLimit in step with the GPUs that are really there: "
         "per flavor, the GPUs of nodes that are Ready, schedulable, accepted and not quarantined, shared among "

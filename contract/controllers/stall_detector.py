@@ -21,7 +21,8 @@ from contract.constants import CHECKPOINT_CLAIM
 from contract.issues import SettingsError
 from contract.rbac import Grant, Rule, lease_rules
 from contract.spec import AFTER_JOBSET, WORKLOAD_NAMESPACES, ControllerSpec
-from contract.stall_detector_settings import STACK_KEY, SUSPECTS_CONFIGMAP, StallDetectorSettings
+from contract.stack_facts import StackFacts
+from contract.stall_detector_settings import FILLED, STACK_KEY, SUSPECTS_CONFIGMAP, StallDetectorSettings
 
 # The stall detector's least-privilege RBAC rules, as data (the deploying component renders the same lists).
 #
@@ -89,6 +90,17 @@ def outputs(s: StallDetectorSettings) -> dict[str, object]:
     }
 
 
+def fill(s: StallDetectorSettings, facts: StackFacts) -> StallDetectorSettings:
+    """It watches the teams' namespaces and reads the exporters' own scrape jobs only."""
+    return s.model_copy(
+        update={
+            "workload_namespaces": list(facts.team_namespaces),
+            "dcgm_scrape_job": facts.dcgm_scrape_job,
+            "fabric_scrape_job": facts.fabric_scrape_job,
+        }
+    )
+
+
 SPEC: ControllerSpec[StallDetectorSettings] = ControllerSpec(
     name=NAME,
     component_type="gpucluster:training:StallDetector",
@@ -102,6 +114,8 @@ SPEC: ControllerSpec[StallDetectorSettings] = ControllerSpec(
     grants=grants,
     outputs=outputs,
     check=check,
+    filled_by_stack=FILLED,
+    fill=fill,
     description=(
         "Restart a hung training gang in place: when, for stallAfter, every GPU of its pods shows tensor activity "
         "below tensorFloor (dcgm-exporter), every one of its nodes moves less than fabricFloor over InfiniBand "

@@ -67,6 +67,11 @@ def outputs(s: TaintControllerSettings) -> dict[str, object]:
     return {"nodeName": s.node_name, "taintKey": s.taint_key}
 
 
+#: What the burst section fills in (its parser, ``components/config/stack.py``), so the provider service, the
+#: descheduler and this controller can never disagree about the node or the taint.
+FILLED = {"nodeName": "burst.virtualNode.nodeName", "taintKey": "gpucluster:burstTaintKey"}
+
+
 SPEC: ControllerSpec[TaintControllerSettings] = ControllerSpec(
     name=NAME,
     component_type="gpucluster:burst:TaintController",
@@ -80,6 +85,7 @@ SPEC: ControllerSpec[TaintControllerSettings] = ControllerSpec(
     grants=grants,
     outputs=outputs,
     check=check,
+    filled_by_stack=FILLED,
     description=(
         "Add the NoSchedule burst taint to the virtual node while in-cluster GPU headroom stays at or above "
         "highMark for holdAdd where the burst replicas would come home; remove it while the headroom of some GPU "

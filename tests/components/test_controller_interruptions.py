@@ -9,7 +9,7 @@ import pytest
 
 from components.controller import Controller, ControllerArgs
 from contract.controllers.interruptions import SPEC
-from contract.interruptions_settings import APP, InterruptionsSettings, parse_settings
+from contract.interruptions_settings import InterruptionsSettings, parse_settings
 from tests.support.pulumi_harness import Graph, deploy
 
 RBAC = "kubernetes:rbac.authorization.k8s.io/v1"
@@ -69,7 +69,7 @@ def test_the_settings_document_is_the_daemons(graph: Graph) -> None:
 def test_the_deployment_runs_the_daemon(graph: Graph) -> None:
     dep = graph.one("kubernetes:apps/v1:Deployment", "interruptions-deployment")
     (container,) = dep.inputs["spec"]["template"]["spec"]["containers"]
-    assert container["command"] == [APP]
+    assert container["command"] == ["python3", "-m", "daemons.interruptions"]
     assert container["args"] == [
         "--settings",
         "/etc/gpucluster/interruptions/settings.json",

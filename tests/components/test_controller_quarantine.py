@@ -88,7 +88,7 @@ def test_the_deployment_runs_the_controller_like_the_other_controllers(graph: Gr
     assert spec["replicas"] == 2
     pod = spec["template"]["spec"]
     (container,) = pod["containers"]
-    assert container["command"] == ["gpucluster-quarantine"]
+    assert container["command"] == ["python3", "-m", "daemons.quarantine"]
     assert container["args"] == ["--settings", "/etc/gpucluster/quarantine/settings.json", "--listen", "$(POD_IP):9108"]
     assert METRICS_PORT == 9108
     assert spec["template"]["metadata"]["annotations"]["prometheus.io/port"] == "9108"

@@ -76,7 +76,7 @@ def test_the_settings_document_is_the_daemons(graph: Graph) -> None:
 def test_the_deployment_runs_the_controller(graph: Graph) -> None:
     dep = graph.one("kubernetes:apps/v1:Deployment", "quota-deployment")
     (container,) = dep.inputs["spec"]["template"]["spec"]["containers"]
-    assert container["command"] == [APP]
+    assert container["command"] == ["python3", "-m", "daemons.quota_controller"]
     assert container["args"] == [
         "--settings",
         "/etc/gpucluster/quota-controller/settings.json",

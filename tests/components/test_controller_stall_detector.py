@@ -69,7 +69,7 @@ def test_the_settings_document_is_the_daemons(graph: Graph) -> None:
 def test_the_deployment_runs_the_controller(graph: Graph) -> None:
     dep = graph.one("kubernetes:apps/v1:Deployment", "sd-deployment")
     (container,) = dep.inputs["spec"]["template"]["spec"]["containers"]
-    assert container["command"] == ["gpucluster-stall-detector"]
+    assert container["command"] == ["python3", "-m", "daemons.stall_detector"]
     assert container["args"][-1] == "$(POD_IP):9114"
 
 

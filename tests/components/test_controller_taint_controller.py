@@ -106,7 +106,7 @@ def test_deployment_replicas_command_and_metrics(graph: Graph) -> None:
     }
     assert template["spec"]["nodeSelector"] == {"sim.gpucluster.io/real-node": "true"}
     (container,) = template["spec"]["containers"]
-    assert container["command"] == ["gpucluster-taint-controller"]
+    assert container["command"] == ["python3", "-m", "daemons.taint_controller"]
     assert container["args"][:2] == ["--settings", "/etc/gpucluster/taint-controller/settings.json"]
     assert container["ports"] == [{"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"}]
     assert {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}} in container["env"]

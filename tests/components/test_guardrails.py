@@ -16,7 +16,7 @@ from components.config import rules as rules_module
 from components.config.stack import parse_sections
 from components.guardrails_policies import GuardrailInputs, policies
 from contract.guardrails_settings import GuardrailsSettings, confinement_opt_out, pod_security_levels
-from contract.registry import CONTROLLERS
+from contract.registry import CONTROLLERS, QUOTA_CONTROLLER
 from daemons.toolkit.listen import parse_listen
 from tests.support.pulumi_harness import deploy, secrets_of
 
@@ -63,7 +63,7 @@ def test_the_local_stack_labels_every_namespace_and_holds_every_rule() -> None:
     assert namespaces["team-foundation"][ENFORCE] == "baseline"  # no flavor of the local stack adds IPC_LOCK
     assert namespaces["inference"][ENFORCE] == "baseline"
     assert namespaces[cfg.telemetry.namespace][ENFORCE] == "privileged"
-    assert namespaces[cfg.quota_controller.namespace][ENFORCE] == "restricted"
+    assert namespaces[cfg.controller(QUOTA_CONTROLLER).namespace][ENFORCE] == "restricted"
     assert namespaces[cfg.kueue.namespace][ENFORCE] == "baseline"
 
     inputs = guardrail_inputs(cfg)
@@ -99,9 +99,7 @@ def test_each_controller_takes_connections_only_from_the_scrapers_and_listens_on
     graph = deploy(lambda: GpuCluster("sim", GpuClusterArgs(config=cfg, secrets=secrets_of(cfg))))
     network_policies = graph.of_type("kubernetes:networking.k8s.io/v1:NetworkPolicy")
     policies_ = {r.inputs["metadata"]["name"]: r for r in network_policies}
-    running = [
-        spec for spec in CONTROLLERS if (settings := cfg.controller_settings(spec.stack_key)) and settings.enabled
-    ]
+    running = [spec for spec in CONTROLLERS if cfg.running(spec) is not None]
     assert running, "the local stack runs controllers of ours"
     assert sorted(policies_) == sorted(spec.app for spec in running)
     for spec in running:

@@ -19,6 +19,7 @@ from components.make_before_break import MakeBeforeBreak
 from components.queues import cluster_queue_spec
 from contract.controllers.make_before_break import SPEC, WORKLOAD_NAMESPACES
 from contract.make_before_break_settings import MakeBeforeBreakSettings, parse_settings
+from contract.registry import MAKE_BEFORE_BREAK
 from tests.support.pulumi_harness import Graph, deploy, secrets_of
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -128,7 +129,7 @@ def test_the_deployment_runs_the_controller_like_the_taint_controller(graph: Gra
     assert spec["replicas"] == 2
     pod = spec["template"]["spec"]
     (container,) = pod["containers"]
-    assert container["command"] == ["gpucluster-make-before-break"]
+    assert container["command"] == ["python3", "-m", "daemons.make_before_break"]
     assert container["args"][:2] == ["--settings", "/etc/gpucluster/make-before-break/settings.json"]
     assert container["args"][2:] == ["--listen", f"$(POD_IP):{METRICS_PORT}"]
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
@@ -194,7 +195,7 @@ def test_prod_lists_the_check_on_every_cluster_queue() -> None:
 
 
 def test_local_runs_it_on_the_virtual_node_with_short_figures() -> None:
-    assert load_stack_file(ROOT / "stacks" / "Pulumi.local.yaml").make_before_break.enabled
+    assert load_stack_file(ROOT / "stacks" / "Pulumi.local.yaml").controller(MAKE_BEFORE_BREAK).enabled
     graph = _cluster("local")
     (check,) = graph.of_type(CHECK)
     assert check.inputs["spec"]["controllerName"] == "gpucluster.io/make-before-break"
@@ -204,7 +205,9 @@ def test_local_runs_it_on_the_virtual_node_with_short_figures() -> None:
 
 
 def test_prod_as_shipped_runs_without_it_the_queues_lack_the_check() -> None:
-    assert not load_stack_file(ROOT / "stacks" / "Pulumi.prod.yaml").make_before_break.enabled  # bursting is off
+    assert (
+        not load_stack_file(ROOT / "stacks" / "Pulumi.prod.yaml").controller(MAKE_BEFORE_BREAK).enabled
+    )  # bursting is off
     graph = _cluster("prod")
     assert graph.of_type(CHECK) == []
     assert all("admissionChecksStrategy" not in cq.inputs["spec"] for cq in graph.of_type(CQ))

@@ -20,6 +20,7 @@ from components.scraping import (
     Target,
     annotated_targets,
     listen_host,
+    scrape_annotations,
     scrape_targets,
     series_read,
     unreachable,
@@ -55,6 +56,45 @@ def test_the_burst_providers_metrics_are_a_reached_target_of_the_local_stack() -
     assert [(t.port, t.job, t.listen_host, t.reached) for t in targets] == [
         (PROVIDER_METRICS_PORT, VIRTUAL_NODE_APP, "$(POD_IP)", True)
     ]
+
+
+def test_a_controllers_program_is_its_module_run_by_python_and_each_is_a_reached_target() -> None:
+    objs = rendered("local", load_stack_file(ROOT / "stacks" / "Pulumi.local.yaml"))
+    programs = {t.program for t in scrape_targets(objs) if t.reached}
+    assert STALL_DETECTOR.module in programs
+    assert "python3" not in programs, "python3 -m <module> counts as the module, not the interpreter"
+
+
+@pytest.mark.parametrize(
+    ("command", "program"),
+    [
+        (["python3", "-m", "daemons.quarantine"], "daemons.quarantine"),
+        (["python3", "serve.py"], "python3"),
+        (["gpucluster-burst-provider"], "gpucluster-burst-provider"),
+        ([], "registry.example/img:1"),
+    ],
+)
+def test_the_program_of_a_container(command: list[str], program: str) -> None:
+    deployment = {
+        "kind": "Deployment",
+        "metadata": {"name": "d", "namespace": "n", "labels": {"app.kubernetes.io/name": "d"}},
+        "spec": {
+            "template": {
+                "metadata": {"annotations": scrape_annotations(9100)},
+                "spec": {
+                    "containers": [
+                        {
+                            "name": "c",
+                            "image": "registry.example/img:1",
+                            "command": command,
+                            "ports": [{"name": "metrics", "containerPort": 9100}],
+                        }
+                    ]
+                },
+            }
+        },
+    }
+    assert [t.program for t in annotated_targets(deployment)] == [program]
 
 
 # ------------------------------------------------------------------------------ the contract, both ways

@@ -20,6 +20,7 @@ from contract.make_before_break_settings import (
     load_settings,
     parse_settings,
 )
+from contract.registry import MAKE_BEFORE_BREAK
 from contract.taint_controller_queries import DEFAULT_RESERVED_QUERY
 from daemons.make_before_break.policy import policy_of
 
@@ -58,7 +59,7 @@ def test_off_until_a_stack_sets_it() -> None:
     assert (s.deletion_cost, s.reservation_key) == (-1000, "gpucluster.io/reservation")
     raw = read_stack_file(ROOT / "stacks" / "Pulumi.prod.yaml")
     del raw["makeBeforeBreak"]
-    assert not parse_stack_config(raw, "test").make_before_break.enabled
+    assert not parse_stack_config(raw, "test").controller(MAKE_BEFORE_BREAK).enabled
 
 
 def test_the_reservation_key_is_the_one_the_daemon_and_the_headroom_query_use() -> None:
@@ -71,15 +72,15 @@ def test_every_stack_sets_it_on_with_bursting_and_off_without() -> None:
     stacks = {
         name: load_stack_file(ROOT / "stacks" / f"Pulumi.{name}.yaml") for name in ("local", "dev", "staging", "prod")
     }
-    enabled = {name: (cfg.make_before_break.enabled, cfg.burst_enabled) for name, cfg in stacks.items()}
+    enabled = {name: (cfg.controller(MAKE_BEFORE_BREAK).enabled, cfg.burst_enabled) for name, cfg in stacks.items()}
     assert enabled == {"local": (True, True), "dev": (False, False), "staging": (False, False), "prod": (False, False)}
 
 
 def test_inference_namespaces_come_from_the_stack() -> None:
     cfg = parse_stack_config(copy.deepcopy(PROD), "test")
-    assert cfg.make_before_break.inference_namespaces == list(cfg.inference_namespaces)
+    assert cfg.controller(MAKE_BEFORE_BREAK).inference_namespaces == list(cfg.inference_namespaces)
     narrowed = parse_stack_config(prod_with(inferenceNamespaces=["inference"]), "test")
-    assert narrowed.make_before_break.inference_namespaces == ["inference"]
+    assert narrowed.controller(MAKE_BEFORE_BREAK).inference_namespaces == ["inference"]
 
 
 # (id, section keys, the key path the message must name, a fragment of the reason)
@@ -183,7 +184,7 @@ def test_parse_settings_refuses_what_is_not_an_object() -> None:
 
 def test_the_document_is_what_the_daemon_reads(tmp_path: Path) -> None:
     """The stack's section, filled, is the daemon's file: written and read back, it is the same model."""
-    s = parse_stack_config(copy.deepcopy(PROD), "test").make_before_break
+    s = parse_stack_config(copy.deepcopy(PROD), "test").controller(MAKE_BEFORE_BREAK)
     path = tmp_path / "settings.json"
     path.write_text(s.to_json())
     daemon = load_settings(path)
@@ -202,17 +203,19 @@ def test_the_document_is_what_the_daemon_reads(tmp_path: Path) -> None:
 
 def test_the_virtual_node_is_the_stacks_while_it_bursts() -> None:
     local = read_stack_file(ROOT / "stacks" / "Pulumi.local.yaml")
-    assert parse_stack_config(copy.deepcopy(local), "test").make_before_break.virtual_node_name == "gpu-burst"
+    assert (
+        parse_stack_config(copy.deepcopy(local), "test").controller(MAKE_BEFORE_BREAK).virtual_node_name == "gpu-burst"
+    )
     local["burst"] = {**local["burst"], "enabled": False}
     del local["runpodFakeApiKey"]  # the provider secret: no enabled section names it any more
     local["makeBeforeBreak"] = {**local["makeBeforeBreak"], "enabled": False}  # on only with bursting
-    assert parse_stack_config(local, "test").make_before_break.virtual_node_name is None
+    assert parse_stack_config(local, "test").controller(MAKE_BEFORE_BREAK).virtual_node_name is None
 
 
 def test_the_burst_taint_key_comes_from_the_stack() -> None:
     raw = copy.deepcopy(PROD)
     raw["burstTaintKey"] = "example.com/burst"
-    assert parse_stack_config(raw, "test").make_before_break.burst_taint_key == "example.com/burst"
+    assert parse_stack_config(raw, "test").controller(MAKE_BEFORE_BREAK).burst_taint_key == "example.com/burst"
 
 
 @pytest.mark.parametrize("key", sorted(FILLED))

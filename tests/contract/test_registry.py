@@ -27,25 +27,25 @@ STACKS = sorted((ROOT / "stacks").glob("Pulumi.*.yaml"))
 def test_every_stack_has_each_registered_controllers_section_in_its_model(stack_file: Path) -> None:
     cfg = load_stack_file(stack_file)
     for spec in CONTROLLERS:
-        settings = cfg.controller_settings(spec.stack_key)
-        if settings is None:  # only the taint controller's, while the stack does not burst
-            assert spec.stack_key.startswith("burst.")
-            assert not cfg.burst_enabled
+        if spec.nested and cfg.burst is None:  # the taint controller's, in a stack without a burst section
+            with pytest.raises(KeyError, match="no burst section"):
+                cfg.controller(spec)
+            assert cfg.running(spec) is None
             continue
+        settings = cfg.controller(spec)
         assert isinstance(settings, spec.settings_model), spec.name
+        assert (cfg.running(spec) is settings) == (settings.enabled and (cfg.burst_enabled or not spec.nested))
 
 
-def test_an_unknown_section_is_refused_by_name() -> None:
-    cfg = load_stack_file(ROOT / "stacks" / "Pulumi.local.yaml")
-    with pytest.raises(KeyError, match="no controller's section is 'nope'"):
-        cfg.controller_settings("nope")
-
-
-def test_each_controller_is_a_command_of_the_project_and_of_the_image() -> None:
+def test_each_controller_is_its_package_run_by_the_images_python_and_no_console_script() -> None:
+    """Adding a controller declares no command: its Deployment runs ``python3 -m daemons.<name>``."""
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
     for spec in CONTROLLERS:
-        assert scripts[spec.app] == f"{spec.module}.__main__:main", spec.name
+        assert spec.command == ("python3", "-m", spec.module), spec.name
+        assert spec.app not in scripts, spec.name
         assert f"{spec.module}.__main__" in DAEMON_MODULES
+        main = (ROOT / spec.module.replace(".", "/") / "__main__.py").read_text()
+        assert 'if __name__ == "__main__":' in main, spec.name
 
 
 def test_the_specs_are_distinct_and_by_name_finds_each() -> None:

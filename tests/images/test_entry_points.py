@@ -52,10 +52,10 @@ def pod_specs(cfg: StackConfig) -> dict[str, dict[str, Any]]:
     assert cfg.burst is not None, "the prod stack has a burst section"
     specs = {
         "taint controller": controller_pod_spec(TAINT_CONTROLLER, cfg.burst.taint_controller, "cm"),
-        "make-before-break": controller_pod_spec(MAKE_BEFORE_BREAK, cfg.make_before_break, "cm"),
-        "quota controller": controller_pod_spec(QUOTA_CONTROLLER, cfg.quota_controller, "cm"),
-        "quarantine": controller_pod_spec(QUARANTINE, cfg.quarantine, "cm"),
-        "interruptions": controller_pod_spec(INTERRUPTIONS, cfg.interruptions, "cm"),
+        "make-before-break": controller_pod_spec(MAKE_BEFORE_BREAK, cfg.controller(MAKE_BEFORE_BREAK), "cm"),
+        "quota controller": controller_pod_spec(QUOTA_CONTROLLER, cfg.controller(QUOTA_CONTROLLER), "cm"),
+        "quarantine": controller_pod_spec(QUARANTINE, cfg.controller(QUARANTINE), "cm"),
+        "interruptions": controller_pod_spec(INTERRUPTIONS, cfg.controller(INTERRUPTIONS), "cm"),
         "virtual node": virtual_node_pod_spec(cfg.burst.settings, "cm", "secret"),
         "fabric exporter": fabric_pod_spec(cfg.telemetry),
     }

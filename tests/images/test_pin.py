@@ -10,6 +10,7 @@ import yaml
 
 from components.config import load_stack_file
 from contract.images_settings import DAEMONS_IMAGE, VIRTUAL_NODE_IMAGE
+from contract.registry import MAKE_BEFORE_BREAK
 from images.__main__ import main
 from images.pin import PinError, pin_stack, pinned_text
 
@@ -77,7 +78,7 @@ def test_pin_prod_stack_validates_and_resolves(tmp_path: Path) -> None:
     pin_stack(stack, {DAEMONS_IMAGE: D1, VIRTUAL_NODE_IMAGE: D2})
     cfg = load_stack_file(stack)
     assert cfg.images.digests == {DAEMONS_IMAGE: D1, VIRTUAL_NODE_IMAGE: D2}
-    assert cfg.make_before_break.image.endswith(f"/{DAEMONS_IMAGE}:{cfg.images.version}@{D1}")
+    assert cfg.controller(MAKE_BEFORE_BREAK).image.endswith(f"/{DAEMONS_IMAGE}:{cfg.images.version}@{D1}")
     assert cfg.burst is not None
     assert cfg.burst.settings.virtual_node.node_image.endswith(f"@{D2}")
 

@@ -21,9 +21,9 @@ def _cq(name: str) -> Any:
     return resource(CQ, {"metadata": {"name": name}, "spec": {"resourceGroups": []}}, name)
 
 
-def _controller(command: str = "gpucluster-quota-controller") -> Any:
-    spec = {"template": {"spec": {"containers": [{"name": "controller", "command": [command]}]}}}
-    return resource(DEPLOYMENT, {"metadata": {"name": command}, "spec": spec}, "controller")
+def _controller(module: str = "daemons.quota_controller") -> Any:
+    spec = {"template": {"spec": {"containers": [{"name": "controller", "command": ["python3", "-m", module]}]}}}
+    return resource(DEPLOYMENT, {"metadata": {"name": "gpucluster-quota-controller"}, "spec": spec}, "controller")
 
 
 def _settings(*queues: str) -> Any:
@@ -48,7 +48,7 @@ def test_queues_followed_by_the_controller_pass() -> None:
 
 
 def test_queues_without_the_controller_are_refused_with_the_cost() -> None:
-    found = check_stack(quota_controller_where_queues_are, [_cq("pretraining"), _controller("something-else")])
+    found = check_stack(quota_controller_where_queues_are, [_cq("pretraining"), _controller("daemons.quarantine")])
     assert isinstance(found, list)
     assert len(found) == 1
     assert "no gpucluster-quota-controller Deployment" in found[0]

@@ -12,6 +12,7 @@ from pulumi_policy import (
 
 from components.cluster import GpuCluster, GpuClusterArgs
 from components.config import load_stack_file
+from contract.registry import MAKE_BEFORE_BREAK
 from policies import ADVISORY, ALL_POLICIES
 from tests.policies.support import (
     NA,
@@ -61,9 +62,9 @@ def test_the_advice_is_given_where_it_applies(advised: bool) -> None:
     stack = "local"
     cfg = load_stack_file(ROOT / "stacks" / f"Pulumi.{stack}.yaml")
     if advised:
-        off = cfg.make_before_break.model_copy(update={"enabled": False})
+        off = cfg.controller(MAKE_BEFORE_BREAK).model_copy(update={"enabled": False})
         unaccepted = tuple(f.model_copy(update={"require_acceptance": False}) for f in cfg.flavors)
-        cfg = dataclasses.replace(cfg, make_before_break=off, flavors=unaccepted)
+        cfg = dataclasses.replace(cfg, controllers={**cfg.controllers, MAKE_BEFORE_BREAK.name: off}, flavors=unaccepted)
     resources = as_policy_resources(
         deploy(lambda: GpuCluster(stack, GpuClusterArgs(config=cfg, secrets=secrets_of(cfg))))
     )

@@ -14,6 +14,7 @@ import yaml
 
 from components.config import load_stack_file
 from contract.constants import HOSTNAME_LABEL, IB_BLOCK_LABEL, IB_LEAF_LABEL
+from contract.registry import QUOTA_CONTROLLER
 from daemons.make_before_break.metrics import Metrics
 from tests.support.sim import load_sim_module
 
@@ -133,7 +134,7 @@ def test_the_capacity_stack_has_four_queues_sharing_the_whole_flavor() -> None:
     assert (flavor.node_count, flavor.capacity) == (96, 768)
     assert len(cfg.queues) == 4
     assert sum(q.quota[flavor.name] for q in cfg.queues.values()) == flavor.capacity
-    assert cfg.quota_controller.enabled
+    assert cfg.controller(QUOTA_CONTROLLER).enabled
     assert {t.cluster_queue for t in cfg.teams} == set(cfg.queues)
 
 

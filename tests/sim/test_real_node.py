@@ -35,11 +35,7 @@ CFG = load_stack_file(ROOT / "stacks" / "Pulumi.local.yaml")
 PROMETHEUS = f"http://127.0.0.1:{processes.PROMETHEUS_PORT}"
 #: The controllers the local stack turns on: every one on the real node (sim/placement.py refuses a stack that
 #: leaves one off it).
-ON_NODE = [
-    (spec, settings)
-    for spec in CONTROLLERS
-    if (settings := CFG.controller_settings(spec.stack_key)) is not None and settings.enabled
-]
+ON_NODE = [(spec, settings) for spec in CONTROLLERS if (settings := CFG.running(spec)) is not None]
 LOOPBACK = "loopback-listener"
 
 

@@ -35,7 +35,7 @@ def pod(
             "containers": [
                 {
                     "name": "controller",
-                    "command": ["gpucluster-stall-detector"],
+                    "command": ["python3", "-m", "daemons.stall_detector"],
                     "args": ["--listen", listen],
                     "ports": [{"name": "metrics", "containerPort": 10299}, {"name": "debug", "containerPort": 6060}],
                 }

@@ -27,12 +27,12 @@ from tests.support.pulumi_harness import Graph, deploy, secrets_of
 
 def producers(records: set[str]) -> list[Producer]:
     """Who exports what: our programs by their metrics modules' prefixes, then what lies outside the manifests."""
-    ours = [Producer(f"{spec.metrics_prefix}_", spec.name, spec.app) for spec in CONTROLLERS]
+    ours = [Producer(f"{spec.metrics_prefix}_", spec.name, spec.module) for spec in CONTROLLERS]
     ours += [
         Producer(f"{BURST_PREFIX}_", "the burst provider service", "gpucluster-burst-provider"),
         Producer(f"{FABRIC_PREFIX}_", "the fabric exporter", "gpucluster-fabric-exporter"),
         # the interruption accounting's figures per training job
-        Producer(f"{TRAINING_PREFIX}_", INTERRUPTIONS.name, INTERRUPTIONS.app),
+        Producer(f"{TRAINING_PREFIX}_", INTERRUPTIONS.name, INTERRUPTIONS.module),
     ]
     outside = [
         Producer("DCGM_FI_", "dcgm-exporter, from its chart"),

@@ -16,6 +16,7 @@ import yaml
 
 from components.config import StackConfig, StackConfigError, load_stack_file, parse_stack_config, read_stack_file
 from contract.images_settings import DEFAULT_DAEMONS_IMAGE, DEFAULT_VIRTUAL_NODE_IMAGE, project_version
+from contract.registry import INTERRUPTIONS, MAKE_BEFORE_BREAK, QUARANTINE, QUOTA_CONTROLLER
 from contract.storage_settings import checkpoint_interval_seconds
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -584,10 +585,10 @@ def our_images(cfg: StackConfig) -> dict[str, str]:
     """Every image field of ours in a resolved stack, by where it sits."""
     assert cfg.burst is not None
     return {
-        "makeBeforeBreak.image": cfg.make_before_break.image,
-        "quotaController.image": cfg.quota_controller.image,
-        "quarantine.image": cfg.quarantine.image,
-        "interruptions.image": cfg.interruptions.image,
+        "makeBeforeBreak.image": cfg.controller(MAKE_BEFORE_BREAK).image,
+        "quotaController.image": cfg.controller(QUOTA_CONTROLLER).image,
+        "quarantine.image": cfg.controller(QUARANTINE).image,
+        "interruptions.image": cfg.controller(INTERRUPTIONS).image,
         "telemetry.fabricExporter.image": cfg.telemetry.fabric_exporter.image,
         "burst.taintController.image": cfg.burst.taint_controller.image,
         "burst.virtualNode.providerImage": cfg.burst.settings.virtual_node.provider_image,

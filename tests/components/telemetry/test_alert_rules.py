@@ -29,6 +29,7 @@ from components.telemetry.alerts import (
 from components.telemetry.settings import TelemetrySettings, TelemetrySettingsError, parse_telemetry_settings
 from contract.model import parse_duration
 from contract.quarantine_settings import DEFAULT_SIGNAL_QUERY, REASONS, SIGNAL_LABEL, SIGNAL_VALUE
+from contract.registry import MAKE_BEFORE_BREAK
 from daemons.burst_provider import metrics as burst_metrics
 from daemons.make_before_break import metrics as mbb_metrics
 from daemons.taint_controller import metrics as taint_metrics
@@ -890,9 +891,11 @@ def test_the_make_before_break_alerts_follow_its_max_hold_and_are_absent_without
 def test_the_stack_fills_the_hold_from_make_before_break() -> None:
     local = load_stack_file(ROOT / "stacks" / "Pulumi.local.yaml")
     prod = load_stack_file(ROOT / "stacks" / "Pulumi.prod.yaml")
-    assert local.make_before_break.enabled
-    assert local.telemetry.make_before_break_hold_seconds == parse_duration(local.make_before_break.max_hold)
-    assert not prod.make_before_break.enabled  # off while bursting is off
+    assert local.controller(MAKE_BEFORE_BREAK).enabled
+    assert local.telemetry.make_before_break_hold_seconds == parse_duration(
+        local.controller(MAKE_BEFORE_BREAK).max_hold
+    )
+    assert not prod.controller(MAKE_BEFORE_BREAK).enabled  # off while bursting is off
     assert prod.telemetry.make_before_break_hold_seconds is None
 
 

@@ -21,6 +21,7 @@ from components.telemetry import (
 )
 from components.telemetry.resources import dcgm_values, telemetry_tolerations
 from contract.images_settings import DEFAULT_DAEMONS_IMAGE
+from contract.registry import MAKE_BEFORE_BREAK
 from tests.support.pulumi_harness import Graph, deploy
 from tests.support.sim import ROOT
 
@@ -193,7 +194,7 @@ def test_the_quarantine_toleration_is_added_once_whatever_the_stack_lists() -> N
 
 def test_the_exporters_tolerate_the_reservation_taint_a_running_gang_holds() -> None:
     cfg = load_stack_file(ROOT / "stacks" / "Pulumi.local.yaml")
-    reservation = {"key": cfg.make_before_break.reservation_key, "operator": "Exists"}
+    reservation = {"key": cfg.controller(MAKE_BEFORE_BREAK).reservation_key, "operator": "Exists"}
     assert cfg.telemetry.reservation_taint_key == "gpucluster.io/reservation"
     assert reservation in telemetry_tolerations(cfg.telemetry)
     assert reservation in dcgm_values(cfg.telemetry)["tolerations"]
