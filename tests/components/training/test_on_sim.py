@@ -19,6 +19,7 @@ import yaml
 
 from components.config import load_stack_file
 from contract.constants import HOSTNAME_LABEL, IB_LEAF_LABEL, PODSET_REQUIRED_TOPOLOGY
+from contract.registry import MAKE_BEFORE_BREAK, STALL_DETECTOR
 from daemons.make_before_break.topology_assignment import pods_per_node
 from tests.support.local_stack import ROOT, LocalStack, condition, wait_for
 from tests.support.sim import load_sim_module
@@ -171,7 +172,7 @@ def test_a_gang_held_to_one_leaf_runs_on_the_nodes_kueue_assigned_and_exactly_th
         assert p["spec"]["nodeSelector"][HOSTNAME_LABEL] == p["spec"]["nodeName"]
         assert p["metadata"]["annotations"][PODSET_REQUIRED_TOPOLOGY] == IB_LEAF_LABEL
     uid = w["metadata"]["uid"]
-    reserved = {name for name, lb in labels.items() if lb.get(CFG.make_before_break.reservation_key) == uid}
+    reserved = {name for name, lb in labels.items() if lb.get(CFG.controller(MAKE_BEFORE_BREAK).reservation_key) == uid}
     assert reserved == set(assigned)
     print(f"\n2-node gang on leaf {labels[next(iter(assigned))][IB_LEAF_LABEL]} ({sorted(assigned)}) in {took:.0f}s")
 
@@ -331,7 +332,7 @@ def test_a_hung_gang_is_restarted_in_place_by_the_stall_detector_and_counted_as_
     processes.registry()["fake-dcgm"].start()  # (re)started if it runs older code
     stack = clean
     # The stall detector runs as the pods of the stack's own Deployment, on the simulated cluster's real node.
-    ns = CFG.stall_detector.namespace
+    ns = CFG.controller(STALL_DETECTOR).namespace
     stack.kubectl("rollout", "status", "-n", ns, "deployment/gpucluster-stall-detector", "--timeout=120s")
     nodes = {
         p["spec"]["nodeName"]
@@ -376,7 +377,9 @@ def test_a_hung_gang_is_restarted_in_place_by_the_stall_detector_and_counted_as_
             return pods or None
 
         wait_for(
-            "the gang running again, restarted in place", restarted, timeout=CFG.stall_detector.stall_after_seconds + 90
+            "the gang running again, restarted in place",
+            restarted,
+            timeout=CFG.controller(STALL_DETECTOR).stall_after_seconds + 90,
         )
         back = time.time() - hung_at
     finally:
@@ -396,9 +399,11 @@ def test_a_hung_gang_is_restarted_in_place_by_the_stall_detector_and_counted_as_
     print(
         f"\ncomputing: tensor {busy[0]}, node traffic {traffic / 1e9:.1f} GB/s; hung: tensor {hung[0]}, "
         f"utilisation {util[0]}; running again {back:.0f}s after the hang (stallAfter "
-        f"{CFG.stall_detector.stall_after}); ledger {ledger}"
+        f"{CFG.controller(STALL_DETECTOR).stall_after}); ledger {ledger}"
     )
-    assert back < CFG.stall_detector.stall_after_seconds + 60 + 30  # stallAfter + 60 s, and the sim's scrape lag
+    assert (
+        back < CFG.controller(STALL_DETECTOR).stall_after_seconds + 60 + 30
+    )  # stallAfter + 60 s, and the sim's scrape lag
 
 
 def _above(query: str, floor: float, play: Any) -> float | None:

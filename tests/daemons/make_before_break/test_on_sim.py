@@ -19,6 +19,7 @@ import pytest
 
 from components.config import load_stack_file
 from contract.controllers.make_before_break import EPOCH_ANNOTATION, FLIPS_ANNOTATION
+from contract.registry import MAKE_BEFORE_BREAK
 from contract.registry import MAKE_BEFORE_BREAK as MAKE_BEFORE_BREAK_SPEC
 from tests.support.local_stack import ROOT, LocalStack, wait_for
 from tests.support.sim import load_sim_module
@@ -26,7 +27,7 @@ from tests.support.sim import load_sim_module
 pytestmark = pytest.mark.integration
 
 CFG = load_stack_file(ROOT / "stacks" / "Pulumi.local.yaml")
-MBB = CFG.make_before_break
+MBB = CFG.controller(MAKE_BEFORE_BREAK)
 SERVICE = CFG.inference_services[0]
 TEAM = CFG.teams[0]
 assert CFG.burst is not None

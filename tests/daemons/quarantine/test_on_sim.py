@@ -20,13 +20,14 @@ import pytest
 from components.config import load_stack_file
 from contract.constants import QUARANTINED_LABEL, RELEASED_AT_ANNOTATION
 from contract.quarantine_settings import LEDGER_NAME
+from contract.registry import QUARANTINE
 from tests.support.local_stack import ROOT, LocalStack, gpu_job, wait_for
 from tests.support.sim import load_sim_module
 
 pytestmark = pytest.mark.integration
 
 CFG = load_stack_file(ROOT / "stacks" / "Pulumi.local.yaml")
-Q = CFG.quarantine
+Q = CFG.controller(QUARANTINE)
 TEAM = CFG.teams[0]
 SERVICE = CFG.inference_services[0]
 FLAVOR = CFG.flavors[0]

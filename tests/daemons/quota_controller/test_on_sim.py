@@ -15,6 +15,7 @@ from collections.abc import Iterator
 import pytest
 
 from components.config import load_stack_file
+from contract.registry import QUOTA_CONTROLLER
 from daemons.quota_controller.decide import live_quotas
 from daemons.quota_controller.translate import queue_view
 from tests.support.local_stack import ROOT, LocalStack, wait_for
@@ -23,7 +24,7 @@ from tests.support.sim import load_sim_module
 pytestmark = pytest.mark.integration
 
 CFG = load_stack_file(ROOT / "stacks" / "Pulumi.local.yaml")
-QC = CFG.quota_controller
+QC = CFG.controller(QUOTA_CONTROLLER)
 FLAVOR = CFG.flavors[0]
 QUEUE, SHARES = next(iter(CFG.queues.items()))
 FULL = SHARES.quota[FLAVOR.name]
