@@ -74,7 +74,9 @@ def debian_base(packages: Sequence[str], cache: Path, *, refresh: bool = False) 
     if out.is_file() and not refresh:
         return out, False
     cache.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".partial")
+    # Each builder its own partial file: two builds at once (two checkouts, two test workers) each finish theirs and
+    # the last rename wins with the same content, instead of one renaming the other's file away.
+    tmp = out.with_name(f"{out.name}.{os.getpid()}.partial")
     argv = [
         "mmdebstrap",
         "--quiet",
