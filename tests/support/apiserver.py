@@ -3,20 +3,24 @@ objects), for integration tests; skipped, saying why, when the tools are not bui
 
 from __future__ import annotations
 
+import functools
 import json
 import socket
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes import client
 
+from contract.rbac import Grant
 from daemons.toolkit.kube import load_kube_config
+from daemons.toolkit.kube_api import KubeApi
 from tests.support.require import missing
 from tests.support.sim import tools_bin
 
@@ -131,3 +135,70 @@ def running_apiserver(
                 proc.kill()
         etcd_log.close()
         api_log.close()
+
+
+def admin_request(
+    server: ApiServer, method: str, path: str, body: Any = None, content_type: str | None = None, **query: str
+) -> Any:
+    """One call as the cluster's admin (the test plays the kubelet, Kueue, JobSet and Pulumi)."""
+    api = KubeApi(server.api_client, 10.0, "test-admin")
+    return api.request(
+        method, path, f"{method} {path}", query=list(query.items()), body=body, content_type=content_type
+    )
+
+
+def install_crds(server: ApiServer, documents: Iterable[Path]) -> None:
+    """Create each CRD (a file from the Go module cache) and wait until the API server serves it (Established)."""
+    ext = client.ApiextensionsV1Api(server.api_client)
+    names = []
+    for path in documents:
+        doc = yaml.safe_load(path.read_text())
+        ext.create_custom_resource_definition(doc)
+        names.append(str(doc["metadata"]["name"]))
+
+    def established(name: str) -> bool:
+        status = ext.read_custom_resource_definition(name).status
+        conditions = (status.conditions if status else None) or []
+        return any(c.type == "Established" and c.status == "True" for c in conditions)
+
+    for name in names:
+        wait_for(f"CRD {name} established", functools.partial(established, name))
+
+
+def create_namespaces(server: ApiServer, *names: str) -> None:
+    core = client.CoreV1Api(server.api_client)
+    for name in names:
+        core.create_namespace(client.V1Namespace.model_validate({"metadata": {"name": name}}))
+
+
+def service_account_kubeconfig(
+    server: ApiServer, namespace: str, name: str, grants: Iterable[Grant], tmp: Path
+) -> Path:
+    """A kubeconfig authenticated as a new ServiceAccount ``namespace/name``, bound to exactly ``grants`` (a
+    controller's rules from its contract module): each a Role in its namespace, or a ClusterRole."""
+    rbac = "/apis/rbac.authorization.k8s.io/v1"
+    admin_request(server, "POST", f"/api/v1/namespaces/{namespace}/serviceaccounts", {"metadata": {"name": name}})
+    subject = {"kind": "ServiceAccount", "name": name, "namespace": namespace}
+    for grant in grants:
+        base = f"{rbac}/namespaces/{grant.namespace}" if grant.namespace else rbac
+        kind = "Role" if grant.namespace else "ClusterRole"
+        admin_request(
+            server, "POST", f"{base}/{kind.lower()}s", {"metadata": {"name": grant.name}, "rules": grant.k8s_rules()}
+        )
+        binding = {
+            "metadata": {"name": grant.name},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": grant.name},
+            "subjects": [subject],
+        }
+        admin_request(server, "POST", f"{base}/{kind.lower()}bindings", binding)
+    token = admin_request(
+        server,
+        "POST",
+        f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token",
+        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 3600}},
+    )["status"]["token"]
+    config = json.loads(server.kubeconfig.read_text())
+    config["users"] = [{"name": "t", "user": {"token": token}}]
+    path = tmp / f"{name}-kubeconfig"
+    path.write_text(json.dumps(config))
+    return path

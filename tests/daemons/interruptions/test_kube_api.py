@@ -11,7 +11,6 @@ Skipped, saying why, when the pinned tools or the module caches are absent.
 from __future__ import annotations
 
 import datetime as dt
-import functools
 import json
 import os
 import signal
@@ -23,15 +22,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
-from kubernetes import client
 
 from components.guardrails_policies.controllers import (
     interruptions_only_stops_workloads,
     interruptions_writes_only_its_ledger,
 )
 from contract.constants import KUEUE_API
-from contract.controllers.interruptions import CLUSTER_RULES, namespace_rules
 from contract.interruptions_settings import InterruptionsSettings
 from contract.registry import INTERRUPTIONS
 from daemons.interruptions.client import KubeApi
@@ -39,7 +35,16 @@ from daemons.interruptions.model import JOBSET_API, LEDGER_ANNOTATION
 from daemons.toolkit.kube import load_kube_config
 from daemons.toolkit.kube_api import MERGE_PATCH
 from tests.support.admission import controller_inputs, install_rule, patch_as
-from tests.support.apiserver import ApiServer, free_port, running_apiserver, wait_for
+from tests.support.apiserver import (
+    ApiServer,
+    admin_request,
+    create_namespaces,
+    free_port,
+    install_crds,
+    running_apiserver,
+    wait_for,
+)
+from tests.support.apiserver import service_account_kubeconfig as support_kubeconfig
 from tests.support.require import missing
 
 pytestmark = [pytest.mark.integration, pytest.mark.filterwarnings("ignore:Unverified HTTPS request")]
@@ -68,58 +73,18 @@ def kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
     if absent:
         missing(f"the JobSet / Kueue CRDs are not in the Go module cache (missing: {', '.join(absent)})")
     with running_apiserver(tmp_path_factory.mktemp("interruptions-apiserver"), authorization_mode="RBAC") as server:
-        ext = client.ApiextensionsV1Api(server.api_client)
-        for path in CRDS.values():
-            ext.create_custom_resource_definition(yaml.safe_load(path.read_text()))
-
-        def established(name: str) -> bool:
-            status = ext.read_custom_resource_definition(name).status
-            conditions = (status.conditions if status else None) or []
-            return any(c.type == "Established" and c.status == "True" for c in conditions)
-
-        for name in CRDS:
-            wait_for(f"CRD {name} established", functools.partial(established, name))
-        core = client.CoreV1Api(server.api_client)
-        for ns in (SYSTEM, TEAM):
-            core.create_namespace(client.V1Namespace.model_validate({"metadata": {"name": ns}}))
+        install_crds(server, CRDS.values())
+        create_namespaces(server, SYSTEM, TEAM)
         yield server
 
 
-def raw(server: ApiServer, method: str, path: str, body: Any = None, content_type: str | None = None) -> Any:
-    return KubeApi(server.api_client).request(method, path, f"{method} {path}", body=body, content_type=content_type)
+raw = admin_request
 
 
 def service_account_kubeconfig(server: ApiServer, tmp: Path) -> Path:
-    rbac = "/apis/rbac.authorization.k8s.io/v1"
-    sa = {"kind": "ServiceAccount", "name": "interruptions", "namespace": SYSTEM}
-    raw(server, "POST", f"/api/v1/namespaces/{SYSTEM}/serviceaccounts", {"metadata": {"name": "interruptions"}})
-
-    def bind(scope: str, name: str, rules: list[dict[str, Any]]) -> None:
-        base = f"{rbac}/namespaces/{scope}" if scope else rbac
-        kind = "Role" if scope else "ClusterRole"
-        raw(server, "POST", f"{base}/{kind.lower()}s", {"metadata": {"name": name}, "rules": rules})
-        ref = {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": name}
-        raw(
-            server,
-            "POST",
-            f"{base}/{kind.lower()}bindings",
-            {"metadata": {"name": name}, "roleRef": ref, "subjects": [sa]},
-        )
-
-    bind("", "interruptions", [r.to_k8s() for r in CLUSTER_RULES])
-    ns_rules = namespace_rules(SETTINGS.reliability_config_map, SETTINGS.lease_name)
-    bind(SYSTEM, "interruptions", [r.to_k8s() for r in ns_rules])
-    token = raw(
-        server,
-        "POST",
-        f"/api/v1/namespaces/{SYSTEM}/serviceaccounts/interruptions/token",
-        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 3600}},
-    )["status"]["token"]
-    config = json.loads(server.kubeconfig.read_text())
-    config["users"] = [{"name": "t", "user": {"token": token}}]
-    path = tmp / "sa-kubeconfig"
-    path.write_text(json.dumps(config))
-    return path
+    """Authenticated as the daemon's ServiceAccount, bound to exactly the grants of its spec."""
+    grants = INTERRUPTIONS.grants(SETTINGS, {})
+    return support_kubeconfig(server, SETTINGS.namespace, "interruptions", grants, tmp)
 
 
 POD = {"spec": {"restartPolicy": "Never", "containers": [{"name": "trainer", "image": "trainer:1"}]}}

@@ -19,8 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
-from kubernetes import client
 
 from components.guardrails_policies import MakeBeforeBreakMarks
 from components.guardrails_policies.controllers import (
@@ -29,7 +27,7 @@ from components.guardrails_policies.controllers import (
     make_before_break_writes_only_its_check,
     make_before_break_writes_only_its_reservations,
 )
-from contract.constants import KUEUE_API, KUEUE_GROUP
+from contract.constants import KUEUE_API
 from contract.controllers.make_before_break import (
     DEPLOYMENT_ANNOTATIONS,
     POD_ANNOTATION,
@@ -39,13 +37,21 @@ from contract.controllers.make_before_break import (
     lease_rules,
 )
 from contract.make_before_break_settings import CONTROLLER_NAME, FIELD_MANAGER, MakeBeforeBreakSettings
+from contract.rbac import Grant
 from daemons.make_before_break.client import KubeApi
 from daemons.make_before_break.controller import Controller
 from daemons.make_before_break.metrics import Metrics
 from daemons.toolkit.kube import load_kube_config
 from daemons.toolkit.lease import KubeLeaseApi, LeaderElector
 from tests.support.admission import controller_inputs, install_rule, patch_as
-from tests.support.apiserver import ApiServer, running_apiserver, wait_for
+from tests.support.apiserver import (
+    ApiServer,
+    admin_request,
+    create_namespaces,
+    install_crds,
+    running_apiserver,
+)
+from tests.support.apiserver import service_account_kubeconfig as support_kubeconfig
 from tests.support.require import missing
 from tests.support.sim import ROOT, tools_bin
 
@@ -70,31 +76,13 @@ def kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
     if absent:
         missing(f"the Kueue v0.17.0 CRDs are not in the Go module cache ({CRDS}; missing: {', '.join(absent)})")
     with running_apiserver(tmp_path_factory.mktemp("mbb-apiserver"), authorization_mode="RBAC") as server:
-        ext = client.ApiextensionsV1Api(server.api_client)
-        for kind in KINDS:
-            ext.create_custom_resource_definition(yaml.safe_load((CRDS / f"kueue.x-k8s.io_{kind}.yaml").read_text()))
-
-        def established(kind: str) -> bool:
-            status = ext.read_custom_resource_definition(f"{kind}.{KUEUE_GROUP}").status
-            conditions = (status.conditions if status else None) or []
-            return any(c.type == "Established" and c.status == "True" for c in conditions)
-
-        for kind in KINDS:
-            wait_for(f"CRD {kind} established", functools.partial(established, kind))
-        core = client.CoreV1Api(server.api_client)
-        for ns in (SYSTEM, INFERENCE, TEAM):
-            core.create_namespace(client.V1Namespace.model_validate({"metadata": {"name": ns}}))
+        install_crds(server, (CRDS / f"kueue.x-k8s.io_{kind}.yaml" for kind in KINDS))
+        create_namespaces(server, SYSTEM, INFERENCE, TEAM)
         yield server
 
 
-def raw(
-    server: ApiServer, method: str, path: str, body: Any = None, content_type: str | None = None, **query: str
-) -> Any:
-    """An admin call: the test plays the kubelet, the ReplicaSet controller, Kueue and Pulumi."""
-    api = KubeApi(server.api_client)
-    return api.request(
-        method, path, f"{method} {path}", query=list(query.items()), body=body, content_type=content_type
-    )
+#: An admin call: the test plays the kubelet, the ReplicaSet controller, Kueue and Pulumi.
+raw = admin_request
 
 
 def node(server: ApiServer, name: str, gpus: int, labels: dict[str, str]) -> None:
@@ -207,35 +195,12 @@ def hold_to_its_fields(server: ApiServer, sa: KubeApi) -> None:
 
 def service_account_client(server: ApiServer, tmp: Path) -> Any:
     """A client authenticated as the controller's ServiceAccount, bound to exactly the rules of its contract module."""
-    rbac = "/apis/rbac.authorization.k8s.io/v1"
-    sa = {"kind": "ServiceAccount", "name": "mbb", "namespace": SYSTEM}
-    raw(server, "POST", f"/api/v1/namespaces/{SYSTEM}/serviceaccounts", {"metadata": {"name": "mbb"}})
-
-    def bind(scope: str, name: str, rules: list[dict[str, Any]]) -> None:
-        base = f"{rbac}/namespaces/{scope}" if scope else rbac
-        role_kind = "Role" if scope else "ClusterRole"
-        raw(server, "POST", f"{base}/{role_kind.lower()}s", {"metadata": {"name": name}, "rules": rules})
-        binding = {
-            "metadata": {"name": name},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": role_kind, "name": name},
-            "subjects": [sa],
-        }
-        raw(server, "POST", f"{base}/{role_kind.lower()}bindings", binding)
-
-    bind("", "mbb", [r.to_k8s() for r in cluster_rules(SETTINGS.admission_check_name)])
-    bind(INFERENCE, "mbb", [r.to_k8s() for r in inference_rules()])
-    bind(SYSTEM, "mbb-lease", [r.to_k8s() for r in lease_rules(SETTINGS.lease_name)])
-    token = raw(
-        server,
-        "POST",
-        f"/api/v1/namespaces/{SYSTEM}/serviceaccounts/mbb/token",
-        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 3600}},
-    )["status"]["token"]
-    config = json.loads(server.kubeconfig.read_text())
-    config["users"] = [{"name": "t", "user": {"token": token}}]
-    path = tmp / "sa-kubeconfig"
-    path.write_text(json.dumps(config))
-    return load_kube_config(str(path))
+    grants = (
+        Grant("clusterrole", "mbb", cluster_rules(SETTINGS.admission_check_name)),
+        Grant("role", "mbb", inference_rules(), INFERENCE),
+        Grant("role", "mbb-lease", lease_rules(SETTINGS.lease_name), SYSTEM),
+    )
+    return load_kube_config(str(support_kubeconfig(server, SYSTEM, "mbb", grants, tmp)))
 
 
 def test_the_room_is_made_and_the_check_goes_ready_as_the_least_privilege_account(

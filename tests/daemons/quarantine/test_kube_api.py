@@ -14,12 +14,14 @@ import pytest
 
 from contract.controllers.quarantine import CLUSTER_RULES, NODE_EVENT_RULES, namespace_rules
 from contract.quarantine_settings import LEDGER_NAME, QuarantineSettings
+from contract.rbac import Grant
 from daemons.quarantine.controller import Controller
 from daemons.quarantine.kube import KubeApi
 from daemons.quarantine.metrics import Metrics
 from daemons.toolkit.kube import KubeError, load_kube_config
 from tests.daemons.quarantine.fakes import FakeQuerier
-from tests.support.apiserver import ApiServer, running_apiserver
+from tests.support.apiserver import ApiServer, admin_request, create_namespaces, running_apiserver
+from tests.support.apiserver import service_account_kubeconfig as support_kubeconfig
 
 pytestmark = [pytest.mark.integration, pytest.mark.filterwarnings("ignore:Unverified HTTPS request")]
 
@@ -31,44 +33,20 @@ SETTINGS = QuarantineSettings.model_validate({"namespace": NS, "flavors": [{"nam
 @pytest.fixture(scope="module")
 def kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
     with running_apiserver(tmp_path_factory.mktemp("quarantine-apiserver"), authorization_mode="RBAC") as server:
-        admin(server, "POST", "/api/v1/namespaces", {"metadata": {"name": NS}})
+        create_namespaces(server, NS)
         yield server
 
 
-def admin(server: ApiServer, method: str, path: str, body: Any = None, content_type: str | None = None) -> Any:
-    return KubeApi(server.api_client).request(method, path, f"{method} {path}", body=body, content_type=content_type)
+admin = admin_request
 
 
 def service_account_client(server: ApiServer, tmp: Path) -> Any:
-    rbac = "/apis/rbac.authorization.k8s.io/v1"
-    admin(server, "POST", f"/api/v1/namespaces/{NS}/serviceaccounts", {"metadata": {"name": "q"}})
-    subject = {"kind": "ServiceAccount", "name": "q", "namespace": NS}
-
-    def bind(scope: str, name: str, rules: list[dict[str, Any]]) -> None:
-        base = f"{rbac}/namespaces/{scope}" if scope else rbac
-        kind = "Role" if scope else "ClusterRole"
-        admin(server, "POST", f"{base}/{kind.lower()}s", {"metadata": {"name": name}, "rules": rules})
-        binding = {
-            "metadata": {"name": name},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": name},
-            "subjects": [subject],
-        }
-        admin(server, "POST", f"{base}/{kind.lower()}bindings", binding)
-
-    bind("", "q", [r.to_k8s() for r in CLUSTER_RULES])
-    bind("default", "q-events", [r.to_k8s() for r in NODE_EVENT_RULES])
-    bind(NS, "q", [r.to_k8s() for r in namespace_rules(SETTINGS.lease_name)])
-    token = admin(
-        server,
-        "POST",
-        f"/api/v1/namespaces/{NS}/serviceaccounts/q/token",
-        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 3600}},
-    )["status"]["token"]
-    config = json.loads(server.kubeconfig.read_text())
-    config["users"] = [{"name": "t", "user": {"token": token}}]
-    path = tmp / "sa-kubeconfig"
-    path.write_text(json.dumps(config))
-    return load_kube_config(str(path))
+    grants = (
+        Grant("clusterrole", "q", CLUSTER_RULES),
+        Grant("role", "q-events", NODE_EVENT_RULES, "default"),
+        Grant("role", "q", namespace_rules(SETTINGS.lease_name), NS),
+    )
+    return load_kube_config(str(support_kubeconfig(server, NS, "q", grants, tmp)))
 
 
 def test_quarantine_ledger_and_events_as_the_least_privilege_account(kube: ApiServer, tmp_path: Path) -> None:

@@ -10,20 +10,18 @@ Skipped, saying why, when the pinned tools or the Kueue module are absent.
 from __future__ import annotations
 
 import datetime as dt
-import functools
 import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
-from kubernetes import client
 
 from components.guardrails_policies.controllers import quota_controller_writes_only_quotas
-from contract.constants import ACCEPTED_LABEL, CLUSTER_EVENTS_NAMESPACE, KUEUE_API, KUEUE_GROUP, QUARANTINE_TAINT_KEY
+from contract.constants import ACCEPTED_LABEL, CLUSTER_EVENTS_NAMESPACE, KUEUE_API, QUARANTINE_TAINT_KEY
 from contract.controllers.quota_controller import EVENT_RULES, cluster_rules, lease_rules
 from contract.quota_controller_settings import FIELD_MANAGER, QuotaControllerSettings, resource_groups
+from contract.rbac import Grant
 from contract.registry import QUOTA_CONTROLLER
 from daemons.quota_controller.client import KubeApi
 from daemons.quota_controller.controller import Controller
@@ -33,7 +31,14 @@ from daemons.quota_controller.translate import queue_view
 from daemons.toolkit.kube import KubeError, load_kube_config
 from daemons.toolkit.lease import KubeLeaseApi, LeaderElector
 from tests.support.admission import controller_inputs, install_rule
-from tests.support.apiserver import ApiServer, running_apiserver, wait_for
+from tests.support.apiserver import (
+    ApiServer,
+    admin_request,
+    create_namespaces,
+    install_crds,
+    running_apiserver,
+)
+from tests.support.apiserver import service_account_kubeconfig as support_kubeconfig
 from tests.support.require import missing
 
 pytestmark = [pytest.mark.integration, pytest.mark.filterwarnings("ignore:Unverified HTTPS request")]
@@ -70,20 +75,8 @@ def kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
     if absent:
         missing(f"the Kueue v0.17.0 CRDs are not in the Go module cache ({CRDS}; missing: {', '.join(absent)})")
     with running_apiserver(tmp_path_factory.mktemp("quota-apiserver"), authorization_mode="RBAC") as server:
-        ext = client.ApiextensionsV1Api(server.api_client)
-        for kind in KINDS:
-            ext.create_custom_resource_definition(yaml.safe_load((CRDS / f"kueue.x-k8s.io_{kind}.yaml").read_text()))
-
-        def established(kind: str) -> bool:
-            status = ext.read_custom_resource_definition(f"{kind}.{KUEUE_GROUP}").status
-            conditions = (status.conditions if status else None) or []
-            return any(c.type == "Established" and c.status == "True" for c in conditions)
-
-        for kind in KINDS:
-            wait_for(f"CRD {kind} established", functools.partial(established, kind))
-        client.CoreV1Api(server.api_client).create_namespace(
-            client.V1Namespace.model_validate({"metadata": {"name": SYSTEM}})
-        )
+        install_crds(server, (CRDS / f"kueue.x-k8s.io_{kind}.yaml" for kind in KINDS))
+        create_namespaces(server, SYSTEM)
         yield server
 
 
@@ -91,8 +84,7 @@ def admin(server: ApiServer) -> KubeApi:
     return KubeApi(server.api_client)
 
 
-def raw(server: ApiServer, method: str, path: str, body: Any = None, content_type: str | None = None) -> Any:
-    return admin(server).request(method, path, f"{method} {path}", body=body, content_type=content_type)
+raw = admin_request
 
 
 def node(server: ApiServer, name: str) -> None:
@@ -127,35 +119,12 @@ def quotas(server: ApiServer, name: str) -> dict[str, Quota] | None:
 
 def service_account_client(server: ApiServer, tmp: Path) -> Any:
     """A client authenticated as the controller's ServiceAccount, bound to exactly the rules of its contract module."""
-    rbac = "/apis/rbac.authorization.k8s.io/v1"
-    sa = {"kind": "ServiceAccount", "name": "quota", "namespace": SYSTEM}
-    raw(server, "POST", f"/api/v1/namespaces/{SYSTEM}/serviceaccounts", {"metadata": {"name": "quota"}})
-
-    def bind(scope: str, name: str, rules: list[dict[str, Any]]) -> None:
-        base = f"{rbac}/namespaces/{scope}" if scope else rbac
-        role_kind = "Role" if scope else "ClusterRole"
-        raw(server, "POST", f"{base}/{role_kind.lower()}s", {"metadata": {"name": name}, "rules": rules})
-        binding = {
-            "metadata": {"name": name},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": role_kind, "name": name},
-            "subjects": [sa],
-        }
-        raw(server, "POST", f"{base}/{role_kind.lower()}bindings", binding)
-
-    bind("", "quota", [r.to_k8s() for r in cluster_rules([q.name for q in SETTINGS.cluster_queues])])
-    bind(CLUSTER_EVENTS_NAMESPACE, "quota-events", [r.to_k8s() for r in EVENT_RULES])
-    bind(SYSTEM, "quota-lease", [r.to_k8s() for r in lease_rules(SETTINGS.lease_name)])
-    token = raw(
-        server,
-        "POST",
-        f"/api/v1/namespaces/{SYSTEM}/serviceaccounts/quota/token",
-        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 3600}},
-    )["status"]["token"]
-    config = json.loads(server.kubeconfig.read_text())
-    config["users"] = [{"name": "t", "user": {"token": token}}]
-    path = tmp / "sa-kubeconfig"
-    path.write_text(json.dumps(config))
-    return load_kube_config(str(path))
+    grants = (
+        Grant("clusterrole", "quota", cluster_rules([q.name for q in SETTINGS.cluster_queues])),
+        Grant("role", "quota-events", EVENT_RULES, CLUSTER_EVENTS_NAMESPACE),
+        Grant("role", "quota-lease", lease_rules(SETTINGS.lease_name), SYSTEM),
+    )
+    return load_kube_config(str(support_kubeconfig(server, SYSTEM, "quota", grants, tmp)))
 
 
 QUEUE_PATH = f"/apis/{KUEUE_API}/clusterqueues/pretraining"
