@@ -7,7 +7,6 @@ The kit's command line (``daemons.toolkit.runner``: flags, settings, Lease, ``/m
 
 from __future__ import annotations
 
-import argparse
 import sys
 
 from contract.controllers.interruptions import SPEC
@@ -16,9 +15,8 @@ from daemons.interruptions.client import KubeApi
 from daemons.interruptions.controller import Controller, CycleResult
 from daemons.interruptions.metrics import Metrics
 from daemons.toolkit import runner
-from daemons.toolkit.serve import EXIT_BAD_SETTINGS
 
-__all__ = ["EXIT_BAD_SETTINGS", "build_parser", "main", "summary"]
+__all__ = ["main", "summary"]
 
 
 def _controller(w: runner.Wiring[InterruptionsSettings, Metrics]) -> Controller:
@@ -60,10 +58,6 @@ RUNTIME: runner.Runtime[InterruptionsSettings, Metrics, Controller] = runner.Run
     metrics=Metrics, controller=_controller, summary=summary
 )
 main = runner.main_for(SPEC, RUNTIME)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    return runner.build_parser(SPEC)
 
 
 if __name__ == "__main__":

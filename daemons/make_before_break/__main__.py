@@ -7,7 +7,6 @@ The kit's command line (``daemons.toolkit.runner``: flags, settings, Lease, ``/m
 
 from __future__ import annotations
 
-import argparse
 import sys
 
 from contract.controllers.make_before_break import SPEC
@@ -16,9 +15,8 @@ from daemons.make_before_break.client import KubeApi
 from daemons.make_before_break.controller import Controller, CycleResult
 from daemons.make_before_break.metrics import Metrics
 from daemons.toolkit import runner
-from daemons.toolkit.serve import EXIT_BAD_SETTINGS
 
-__all__ = ["EXIT_BAD_SETTINGS", "build_parser", "main", "summary"]
+__all__ = ["main", "summary"]
 
 
 def _controller(w: runner.Wiring[MakeBeforeBreakSettings, Metrics]) -> Controller:
@@ -55,10 +53,6 @@ RUNTIME: runner.Runtime[MakeBeforeBreakSettings, Metrics, Controller] = runner.R
     running=lambda s: {"check": s.admission_check_name, "draining": s.draining},
 )
 main = runner.main_for(SPEC, RUNTIME)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    return runner.build_parser(SPEC)
 
 
 if __name__ == "__main__":

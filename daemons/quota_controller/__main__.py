@@ -7,7 +7,6 @@ The kit's command line (``daemons.toolkit.runner``: flags, settings, Lease, ``/m
 
 from __future__ import annotations
 
-import argparse
 import sys
 
 from contract.controllers.quota_controller import SPEC
@@ -16,9 +15,8 @@ from daemons.quota_controller.client import KubeApi
 from daemons.quota_controller.controller import Controller, CycleResult
 from daemons.quota_controller.metrics import Metrics
 from daemons.toolkit import runner
-from daemons.toolkit.serve import EXIT_BAD_SETTINGS
 
-__all__ = ["EXIT_BAD_SETTINGS", "build_parser", "main", "summary"]
+__all__ = ["main", "summary"]
 
 
 def _controller(w: runner.Wiring[QuotaControllerSettings, Metrics]) -> Controller:
@@ -62,10 +60,6 @@ RUNTIME: runner.Runtime[QuotaControllerSettings, Metrics, Controller] = runner.R
     running=lambda s: {"queues": [q.name for q in s.cluster_queues]},
 )
 main = runner.main_for(SPEC, RUNTIME)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    return runner.build_parser(SPEC)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,6 @@ The kit's command line (``daemons.toolkit.runner``: flags, settings, Lease, ``/m
 
 from __future__ import annotations
 
-import argparse
 import sys
 
 from contract.controllers.stall_detector import SPEC
@@ -17,9 +16,8 @@ from daemons.stall_detector.kube import KubeApi
 from daemons.stall_detector.metrics import Metrics
 from daemons.toolkit import runner
 from daemons.toolkit.prometheus import PrometheusClient
-from daemons.toolkit.serve import EXIT_BAD_SETTINGS
 
-__all__ = ["EXIT_BAD_SETTINGS", "build_parser", "main"]
+__all__ = ["main"]
 
 
 def _controller(w: runner.Wiring[StallDetectorSettings, Metrics]) -> Controller:
@@ -43,10 +41,6 @@ RUNTIME: runner.Runtime[StallDetectorSettings, Metrics, Controller] = runner.Run
     dry_run=lambda args, s: bool(args.dry_run or s.dry_run),
 )
 main = runner.main_for(SPEC, RUNTIME)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    return runner.build_parser(SPEC)
 
 
 if __name__ == "__main__":

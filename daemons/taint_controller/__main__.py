@@ -7,7 +7,6 @@ The kit's command line (``daemons.toolkit.runner``: flags, settings, Lease, ``/m
 
 from __future__ import annotations
 
-import argparse
 import sys
 
 from contract.controllers.taint_controller import SPEC
@@ -17,9 +16,8 @@ from daemons.taint_controller.kube import KubeEventSink, KubeNodeApi
 from daemons.taint_controller.metrics import Metrics
 from daemons.toolkit import runner
 from daemons.toolkit.prometheus import PrometheusClient
-from daemons.toolkit.serve import EXIT_BAD_SETTINGS
 
-__all__ = ["EXIT_BAD_SETTINGS", "build_parser", "main", "summary"]
+__all__ = ["main", "summary"]
 
 
 def _controller(w: runner.Wiring[TaintControllerSettings, Metrics]) -> Controller:
@@ -60,10 +58,6 @@ RUNTIME: runner.Runtime[TaintControllerSettings, Metrics, Controller] = runner.R
     cycle=lambda c: c.tick(),
 )
 main = runner.main_for(SPEC, RUNTIME)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    return runner.build_parser(SPEC)
 
 
 if __name__ == "__main__":

@@ -1,43 +1,10 @@
-"""The command line: every flag documented, bad settings and a bad listen address refused with a clear message."""
+"""The command line's own text (the kit's behaviour is held for every controller in tests/daemons/toolkit)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import pytest
-
-from daemons.make_before_break.__main__ import EXIT_BAD_SETTINGS, build_parser, main
+from contract.controllers.make_before_break import SPEC
+from daemons.toolkit import runner
 
 
-def test_help_documents_every_flag() -> None:
-    text = build_parser().format_help()
-    for flag in ("--settings", "--kubeconfig", "--listen", "--identity", "--once", "--dry-run", "--log-level"):
-        assert flag in text
-    assert "AdmissionCheck controller" in " ".join(text.split())
-
-
-def test_bad_settings_exit_2_naming_every_problem(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    settings = tmp_path / "s.yaml"
-    settings.write_text("maxHold: soon\ninferenceNamespaces: []\n")
-    assert main(["--settings", str(settings)]) == EXIT_BAD_SETTINGS
-    err = capsys.readouterr().err
-    assert "maxHold" in err
-    assert "inferenceNamespaces" in err
-    assert "Traceback" not in err
-
-
-def test_a_missing_settings_file_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["--settings", str(tmp_path / "absent.json")]) == EXIT_BAD_SETTINGS
-    assert "absent.json" in capsys.readouterr().err
-
-
-def test_a_bad_listen_address_is_a_usage_error(tmp_path: Path) -> None:
-    with pytest.raises(SystemExit) as info:
-        main(["--settings", str(tmp_path / "s.json"), "--listen", "nowhere"])
-    assert info.value.code == 2
-
-
-def test_disabled_does_nothing(tmp_path: Path) -> None:
-    settings = tmp_path / "s.json"
-    settings.write_text('{"enabled": false}')
-    assert main(["--settings", str(settings)]) == 0
+def test_help_says_what_it_is() -> None:
+    assert "AdmissionCheck controller" in " ".join(runner.build_parser(SPEC).format_help().split())

@@ -1,57 +1,22 @@
-"""The command line and /metrics: help for every flag, exit 2 on bad settings, the exposition text."""
+"""Its listen flag and /metrics: the exposition text and the endpoints (the kit's command line is held for every
+controller in tests/daemons/toolkit)."""
 
 from __future__ import annotations
 
-import json
 import logging
-import subprocess
-import sys
 import urllib.error
 import urllib.request
 from pathlib import Path
 
 import pytest
 
-from daemons.taint_controller.__main__ import build_parser, main
+from daemons.taint_controller.__main__ import main
 from daemons.taint_controller.metrics import Metrics
 from daemons.toolkit.http import HttpService
 from daemons.toolkit.listen import parse_listen
 from daemons.toolkit.runner import routes
 
 ROOT = Path(__file__).resolve().parents[3]
-
-
-def test_help_documents_every_flag(capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit) as info:
-        main(["--help"])
-    assert info.value.code == 0
-    out = capsys.readouterr().out
-    for flag in ("--settings", "--kubeconfig", "--listen", "--identity", "--once", "--dry-run", "--log-level"):
-        assert flag in out
-    for action in build_parser()._actions:
-        assert action.help, f"{action.option_strings} has no help"
-
-
-def test_bad_settings_exit_2_with_one_clear_message(tmp_path: Path) -> None:
-    path = tmp_path / "settings.json"
-    path.write_text(json.dumps({"lowMark": 8, "highMark": 4, "taintEffect": "NoExecute"}))
-    proc = subprocess.run(
-        [sys.executable, "-m", "daemons.taint_controller", "--settings", str(path)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert proc.returncode == 2
-    assert "Traceback" not in proc.stderr
-    assert "lowMark: lowMark (8) must be below highMark (4)" in proc.stderr
-    assert "taintEffect: effect 'NoExecute' is refused" in proc.stderr
-
-
-def test_disabled_exits_0_without_touching_the_cluster(tmp_path: Path) -> None:
-    path = tmp_path / "settings.json"
-    path.write_text(json.dumps({"enabled": False}))
-    assert main(["--settings", str(path), "--kubeconfig", str(tmp_path / "nope")]) == 0
 
 
 @pytest.mark.parametrize(
