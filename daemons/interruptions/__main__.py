@@ -19,17 +19,6 @@ from daemons.toolkit import runner
 __all__ = ["main", "summary"]
 
 
-def _controller(w: runner.Wiring[InterruptionsSettings, Metrics]) -> Controller:
-    return Controller(
-        w.settings,
-        KubeApi(w.api_client, w.settings.request_timeout_seconds),
-        w.metrics,
-        is_leader=w.is_leader,
-        identity=w.identity,
-        dry_run=w.dry_run,
-    )
-
-
 def summary(result: CycleResult) -> dict[str, object]:
     f = result.figures
     return {
@@ -55,7 +44,7 @@ def summary(result: CycleResult) -> dict[str, object]:
 
 
 RUNTIME: runner.Runtime[InterruptionsSettings, Metrics, Controller] = runner.Runtime(
-    metrics=Metrics, controller=_controller, summary=summary
+    metrics=Metrics, controller=runner.on_the_api(Controller, KubeApi), summary=summary
 )
 main = runner.main_for(SPEC, RUNTIME)
 

@@ -175,6 +175,28 @@ def _serve(
     )
 
 
+class TimedSettings(ControllerSettingsLike, Protocol):
+    """Settings that bound each API call (``requestTimeout``)."""
+
+    @property
+    def request_timeout_seconds(self) -> float: ...
+
+
+T = TypeVar("T", bound=TimedSettings)
+
+
+def on_the_api(controller: Callable[..., C], kube_api: Callable[[Any, float], Any]) -> Callable[[Wiring[T, M]], C]:
+    """The ``controller`` hook of a controller that reads and writes through the API only: built on its settings, its
+    client (the replica's connection, each call bounded by ``requestTimeout``) and its metrics, with the replica's
+    leadership, identity and dry run."""
+
+    def build(w: Wiring[T, M]) -> C:
+        api = kube_api(w.api_client, w.settings.request_timeout_seconds)
+        return controller(w.settings, api, w.metrics, is_leader=w.is_leader, identity=w.identity, dry_run=w.dry_run)
+
+    return build
+
+
 def main_for(spec: ControllerSpec[S], runtime: Runtime[S, M, C]) -> Callable[[Sequence[str] | None], int]:
     """A controller's ``main(argv=None)``."""
 
