@@ -123,12 +123,12 @@ def _taints_only_on(who: str, key: str, resources: tuple[str, ...]) -> tuple[Val
 
 def quarantine_writes_only_its_marks(inputs: GuardrailInputs) -> Policy | None:
     """The quarantine controller: its NoExecute taint, its label, its reason and time annotations."""
-    if inputs.user_of(QUARANTINE.name) is None:
+    if (user := inputs.user_of(QUARANTINE.name)) is None:
         return None
     return node_marks(
         "quarantine-writes-only-its-marks",
         "quarantine controller",
-        inputs.controller_users[QUARANTINE.name],
+        user,
         taint=(QUARANTINE_TAINT_KEY, QUARANTINE_TAINT_EFFECT),
         labels=[QUARANTINED_LABEL],
         annotations=QUARANTINE_ANNOTATIONS,
@@ -312,7 +312,7 @@ CLUSTER_QUEUE_SPEC_FIELDS = (
 def quota_controller_writes_only_quotas(inputs: GuardrailInputs) -> Policy | None:
     """The quota controller applies ``spec.resourceGroups`` of its ClusterQueues (RBAC names them); this holds it to
     the quantities there: the groups, their resources and flavors, and everything else stay as they were."""
-    if inputs.user_of(QUOTA_CONTROLLER.name) is None:
+    if (user := inputs.user_of(QUOTA_CONTROLLER.name)) is None:
         return None
     groups = "{o}.spec.resourceGroups"
     shape = (
@@ -330,7 +330,7 @@ def quota_controller_writes_only_quotas(inputs: GuardrailInputs) -> Policy | Non
         name="quota-controller-writes-only-quotas",
         summary="The quota controller changes a ClusterQueue only by the quantities of its resource groups.",
         resource_rules=(CLUSTER_QUEUE_UPDATES,),
-        match_conditions=_is_user("is-quota-controller", inputs.controller_users[QUOTA_CONTROLLER.name]),
+        match_conditions=_is_user("is-quota-controller", user),
         validations=(
             Validation(
                 expression=f"{spec_fields} && {_metadata_unchanged_but()}",
@@ -398,31 +398,31 @@ def jobset_annotation_only(name: str, who: str, user: str, annotation: str) -> P
 
 def interruptions_writes_only_its_ledger(inputs: GuardrailInputs) -> Policy | None:
     """The interruption accounting daemon's record of a job's interruptions."""
-    if inputs.user_of(INTERRUPTIONS.name) is None:
+    if (user := inputs.user_of(INTERRUPTIONS.name)) is None:
         return None
     return jobset_annotation_only(
         "interruptions-writes-only-its-ledger",
         "interruption accounting daemon",
-        inputs.controller_users[INTERRUPTIONS.name],
+        user,
         INTERRUPTIONS_LEDGER_ANNOTATION,
     )
 
 
 def stall_detector_writes_only_its_restart_record(inputs: GuardrailInputs) -> Policy | None:
     """The stall detector's record of the in-place restart it started (it evicts the gang's pods for the rest)."""
-    if inputs.user_of(STALL_DETECTOR.name) is None:
+    if (user := inputs.user_of(STALL_DETECTOR.name)) is None:
         return None
     return jobset_annotation_only(
         "stall-detector-writes-only-its-restart-record",
         "stall detector",
-        inputs.controller_users[STALL_DETECTOR.name],
+        user,
         STALL_RESTART_ANNOTATION,
     )
 
 
 def interruptions_only_stops_workloads(inputs: GuardrailInputs) -> Policy | None:
     """It stops a job at its restart bound by ``spec.active: false``; it may not resume one or change anything else."""
-    if inputs.user_of(INTERRUPTIONS.name) is None:
+    if (user := inputs.user_of(INTERRUPTIONS.name)) is None:
         return None
     spec_fields = " && ".join(field_unchanged(f"object.spec.{f}", f"oldObject.spec.{f}") for f in WORKLOAD_SPEC_FIELDS)
     active = "(!has({o}.spec.active) || {o}.spec.active)"
@@ -430,7 +430,7 @@ def interruptions_only_stops_workloads(inputs: GuardrailInputs) -> Policy | None
         name="interruptions-only-stops-workloads",
         summary="The interruption accounting daemon changes a Workload only by setting spec.active to false.",
         resource_rules=(WORKLOAD_UPDATES,),
-        match_conditions=_is_user("is-interruptions", inputs.controller_users[INTERRUPTIONS.name]),
+        match_conditions=_is_user("is-interruptions", user),
         validations=(
             Validation(
                 expression=f"{spec_fields} && {_metadata_unchanged_but()}"
