@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
+from contract.bounds import Bound
 from contract.rbac import Grant
 from contract.stack_facts import StackFacts
 
@@ -116,6 +117,9 @@ class ControllerSpec(Generic[S]):
     #: Its settings as the stack completes them from the stack's other sections (``contract.stack_facts``); the
     #: default fills nothing.
     fill: Callable[[S, StackFacts], S] = field(default=lambda s, _facts: s)
+    #: The fields of the objects it writes that it may change (``contract.bounds``), each held by an admission
+    #: policy matched to its ServiceAccount.
+    bounds: tuple[Bound, ...] = ()
     #: Its series carry their own ``namespace`` and ``job`` labels (a training job's), which must win over the
     #: scrape's: its pods are scraped with ``honor_labels`` (``components.scraping``).
     honor_labels: bool = False

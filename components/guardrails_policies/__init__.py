@@ -17,15 +17,13 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from components.guardrails_policies.controllers import (
+    declared_bounds,
     interruptions_only_stops_workloads,
-    interruptions_writes_only_its_ledger,
     make_before_break_marks_pods_only_for_removal,
     make_before_break_moves_only_by_annotations,
     make_before_break_writes_only_its_check,
     make_before_break_writes_only_its_reservations,
-    quarantine_writes_only_its_marks,
     quota_controller_writes_only_quotas,
-    stall_detector_writes_only_its_restart_record,
     taint_controller_writes_only_its_taint,
     virtual_node_registers_only_its_node,
 )
@@ -76,11 +74,8 @@ RULES: list[Callable[[GuardrailInputs], Policy | None]] = [
     team_jobs_aim_at_no_node,
     team_pods_carry_no_credentials,
     team_jobsets_carry_no_credentials,
-    quarantine_writes_only_its_marks,
     quota_controller_writes_only_quotas,
-    interruptions_writes_only_its_ledger,
     interruptions_only_stops_workloads,
-    stall_detector_writes_only_its_restart_record,
     make_before_break_writes_only_its_reservations,
     make_before_break_moves_only_by_annotations,
     make_before_break_marks_pods_only_for_removal,
@@ -91,4 +86,5 @@ RULES: list[Callable[[GuardrailInputs], Policy | None]] = [
 
 
 def policies(inputs: GuardrailInputs) -> list[Policy]:
-    return [p for rule in RULES if (p := rule(inputs)) is not None]
+    """Every rule's policy, then the bounds the registered controllers' specs declare."""
+    return [*(p for rule in RULES if (p := rule(inputs)) is not None), *declared_bounds(inputs)]

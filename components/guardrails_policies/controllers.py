@@ -13,22 +13,10 @@ from components.guardrails_policies.model import (
     Validation,
     cel,
 )
-from contract.constants import (
-    INTERRUPTIONS_LEDGER_ANNOTATION,
-    KUEUE_GROUP,
-    KUEUE_VERSION,
-    QUARANTINE_REASON_ANNOTATION,
-    QUARANTINE_TAINT_EFFECT,
-    QUARANTINE_TAINT_KEY,
-    QUARANTINED_AT_ANNOTATION,
-    QUARANTINED_LABEL,
-    RELEASED_AT_ANNOTATION,
-    STALL_RESTART_ANNOTATION,
-)
-from contract.registry import INTERRUPTIONS, QUARANTINE, QUOTA_CONTROLLER, STALL_DETECTOR
+from contract.bounds import Bound, JobSetAnnotationOnly
+from contract.constants import KUEUE_GROUP, KUEUE_VERSION
+from contract.registry import CONTROLLERS, INTERRUPTIONS, QUOTA_CONTROLLER
 
-#: What the quarantine controller writes on a Node besides its taint and label (daemons/quarantine/kube.py).
-QUARANTINE_ANNOTATIONS = (QUARANTINE_REASON_ANNOTATION, QUARANTINED_AT_ANNOTATION, RELEASED_AT_ANNOTATION)
 NODE_UPDATES = {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["nodes"], "operations": ["UPDATE"]}
 #: A Node's spec fields besides its taints (``configSource`` is long deprecated and still a field).
 NODE_SPEC_FIELDS = ("podCIDR", "podCIDRs", "providerID", "unschedulable", "configSource")
@@ -121,19 +109,30 @@ def _taints_only_on(who: str, key: str, resources: tuple[str, ...]) -> tuple[Val
     )
 
 
-def quarantine_writes_only_its_marks(inputs: GuardrailInputs) -> Policy | None:
-    """The quarantine controller: its NoExecute taint, its label, its reason and time annotations."""
-    if (user := inputs.user_of(QUARANTINE.name)) is None:
-        return None
+def bound_policy(bound: Bound, user: str, gpu_resources: tuple[str, ...]) -> Policy:
+    """The admission policy that holds ``user`` (a controller's ServiceAccount) to ``bound``, one of its spec's."""
+    if isinstance(bound, JobSetAnnotationOnly):
+        return jobset_annotation_only(bound.policy, bound.who, user, bound.annotation)
     return node_marks(
-        "quarantine-writes-only-its-marks",
-        "quarantine controller",
+        bound.policy,
+        bound.who,
         user,
-        taint=(QUARANTINE_TAINT_KEY, QUARANTINE_TAINT_EFFECT),
-        labels=[QUARANTINED_LABEL],
-        annotations=QUARANTINE_ANNOTATIONS,
-        only_on=inputs.gpu_resources,
+        taint=(bound.taint_key, bound.taint_effect),
+        labels=bound.labels,
+        annotations=bound.annotations,
+        only_on=gpu_resources,
     )
+
+
+def declared_bounds(inputs: GuardrailInputs) -> list[Policy]:
+    """Every bound a registered controller's spec declares (``contract/bounds.py``), for each controller the stack
+    runs."""
+    return [
+        bound_policy(bound, user, inputs.gpu_resources)
+        for spec in CONTROLLERS
+        if (user := inputs.user_of(spec.name)) is not None
+        for bound in spec.bounds
+    ]
 
 
 def taint_controller_writes_only_its_taint(inputs: GuardrailInputs) -> Policy | None:
@@ -393,30 +392,6 @@ def jobset_annotation_only(name: str, who: str, user: str, annotation: str) -> P
                 message=f"the {who} may change only a JobSet's annotation {annotation}" + KEEPS,
             ),
         ),
-    )
-
-
-def interruptions_writes_only_its_ledger(inputs: GuardrailInputs) -> Policy | None:
-    """The interruption accounting daemon's record of a job's interruptions."""
-    if (user := inputs.user_of(INTERRUPTIONS.name)) is None:
-        return None
-    return jobset_annotation_only(
-        "interruptions-writes-only-its-ledger",
-        "interruption accounting daemon",
-        user,
-        INTERRUPTIONS_LEDGER_ANNOTATION,
-    )
-
-
-def stall_detector_writes_only_its_restart_record(inputs: GuardrailInputs) -> Policy | None:
-    """The stall detector's record of the in-place restart it started (it evicts the gang's pods for the rest)."""
-    if (user := inputs.user_of(STALL_DETECTOR.name)) is None:
-        return None
-    return jobset_annotation_only(
-        "stall-detector-writes-only-its-restart-record",
-        "stall detector",
-        user,
-        STALL_RESTART_ANNOTATION,
     )
 
 

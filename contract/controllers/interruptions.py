@@ -17,7 +17,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from contract.constants import KUEUE_GROUP
+from contract.bounds import JobSetAnnotationOnly
+from contract.constants import INTERRUPTIONS_LEDGER_ANNOTATION, KUEUE_GROUP
 from contract.interruptions_settings import APP, STACK_KEY, InterruptionsSettings
 from contract.issues import SettingsError
 from contract.rbac import Grant, Rule, lease_rules
@@ -95,6 +96,12 @@ SPEC: ControllerSpec[InterruptionsSettings] = ControllerSpec(
     dry_run_help="read, account and log, but write nothing: no annotation, no Workload change, no Event, no "
     "ConfigMap, no Lease",
     after=(AFTER_KUEUE, AFTER_JOBSET),
+    # its record of a job's interruptions (stopping a job at its bound is a rule of its own: a Workload's field)
+    bounds=(
+        JobSetAnnotationOnly(
+            "interruptions-writes-only-its-ledger", "interruption accounting daemon", INTERRUPTIONS_LEDGER_ANNOTATION
+        ),
+    ),
     # its series name the training job's namespace and job
     honor_labels=True,
 )

@@ -17,7 +17,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from contract.constants import CLUSTER_EVENTS_NAMESPACE
+from contract.bounds import NodeMarksOnly
+from contract.constants import (
+    CLUSTER_EVENTS_NAMESPACE,
+    QUARANTINE_REASON_ANNOTATION,
+    QUARANTINE_TAINT_EFFECT,
+    QUARANTINE_TAINT_KEY,
+    QUARANTINED_AT_ANNOTATION,
+    QUARANTINED_LABEL,
+    RELEASED_AT_ANNOTATION,
+)
 from contract.issues import SettingsError
 from contract.quarantine_settings import FILLED, LEDGER_NAME, STACK_KEY, QuarantineFlavor, QuarantineSettings
 from contract.rbac import Grant, Rule, lease_rules
@@ -119,4 +128,15 @@ SPEC: ControllerSpec[QuarantineSettings] = ControllerSpec(
     "Event, no Lease (the replica behaves as leader for its decisions); the settings' dryRun does the same",
     settings_help="settings file: JSON when it ends in .json, YAML otherwise (the QuarantineSettings model, "
     "camelCase keys; see the README)",
+    # its NoExecute taint, its label, its reason and time annotations, on GPU nodes only
+    bounds=(
+        NodeMarksOnly(
+            "quarantine-writes-only-its-marks",
+            "quarantine controller",
+            QUARANTINE_TAINT_KEY,
+            QUARANTINE_TAINT_EFFECT,
+            (QUARANTINED_LABEL,),
+            (QUARANTINE_REASON_ANNOTATION, QUARANTINED_AT_ANNOTATION, RELEASED_AT_ANNOTATION),
+        ),
+    ),
 )

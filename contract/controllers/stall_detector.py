@@ -17,7 +17,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from contract.constants import CHECKPOINT_CLAIM
+from contract.bounds import JobSetAnnotationOnly
+from contract.constants import CHECKPOINT_CLAIM, STALL_RESTART_ANNOTATION
 from contract.issues import SettingsError
 from contract.rbac import Grant, Rule, lease_rules
 from contract.spec import AFTER_JOBSET, WORKLOAD_NAMESPACES, ControllerSpec
@@ -132,6 +133,12 @@ SPEC: ControllerSpec[StallDetectorSettings] = ControllerSpec(
     dry_run_help="read, judge and log, but write nothing: no record, no eviction, no Event, no ConfigMap, no Lease "
     "(the replica behaves as leader for its decisions); the settings' dryRun does the same",
     after=(AFTER_JOBSET,),
+    # its record of the in-place restart it started (it evicts the gang's pods for the rest)
+    bounds=(
+        JobSetAnnotationOnly(
+            "stall-detector-writes-only-its-restart-record", "stall detector", STALL_RESTART_ANNOTATION
+        ),
+    ),
     # its series name the gang's namespace and job
     honor_labels=True,
 )

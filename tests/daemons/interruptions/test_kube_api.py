@@ -24,8 +24,8 @@ from typing import Any
 import pytest
 
 from components.guardrails_policies.controllers import (
+    bound_policy,
     interruptions_only_stops_workloads,
-    interruptions_writes_only_its_ledger,
 )
 from contract.constants import KUEUE_API
 from contract.interruptions_settings import InterruptionsSettings
@@ -143,16 +143,14 @@ STOP_RULE = "gpucluster-interruptions-only-stops-workloads"
 
 def hold_to_its_fields(server: ApiServer, sa: KubeApi) -> None:
     """The stack's admission rules for the daemon's ServiceAccount, in force before it runs."""
-    inputs = controller_inputs(
-        TEAM,
-        controller_users={INTERRUPTIONS.name: f"system:serviceaccount:{SYSTEM}:interruptions"},
-    )
+    user = f"system:serviceaccount:{SYSTEM}:interruptions"
+    inputs = controller_inputs(TEAM, controller_users={INTERRUPTIONS.name: user})
 
     def post(path: str, body: dict[str, Any]) -> Any:
         return raw(server, "POST", path, body)
 
     relabel = {"metadata": {"labels": {"x": "y"}}}
-    install_rule(post, interruptions_writes_only_its_ledger(inputs), lambda: patch_as(sa, JOBSET_PATH, relabel))
+    install_rule(post, bound_policy(INTERRUPTIONS.bounds[0], user, ()), lambda: patch_as(sa, JOBSET_PATH, relabel))
     install_rule(post, interruptions_only_stops_workloads(inputs), lambda: patch_as(sa, WORKLOAD_PATH, relabel))
 
 
