@@ -37,8 +37,9 @@ def _name(props: Mapping[str, object], fallback: str) -> str:
 
 def _runs_the_controller(props: Mapping[str, object]) -> bool:
     containers = dig(props, "spec", "template", "spec", "containers") or []
+    # The engine hands lists over as proxies (pulumi_policy's _ListProxy), which compare equal to no list: read words.
     command = list(QUOTA_CONTROLLER.command)
-    return any(isinstance(c, Mapping) and c.get("command") == command for c in containers)
+    return any(isinstance(c, Mapping) and [str(w) for w in c.get("command") or []] == command for c in containers)
 
 
 def _followed_queues(args: StackValidationArgs) -> set[str] | None:

@@ -4,6 +4,7 @@ do not select accepted nodes are advised against, with the cost."""
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from pulumi_policy import EnforcementLevel
@@ -44,6 +45,27 @@ def _flavor(labels: dict[str, str]) -> Any:
 
 def test_queues_followed_by_the_controller_pass() -> None:
     stack = [_cq("pretraining"), _cq("evaluation"), _controller(), _settings("pretraining", "evaluation")]
+    assert check_stack(quota_controller_where_queues_are, stack) == []
+
+
+class _Words(Sequence[str]):
+    """A list as the engine hands one over: a sequence that is no list (pulumi_policy's proxy)."""
+
+    def __init__(self, words: list[str]) -> None:
+        self._words = words
+
+    def __getitem__(self, i: Any) -> Any:
+        return self._words[i]
+
+    def __len__(self) -> int:
+        return len(self._words)
+
+
+def test_the_controller_is_found_when_the_engine_hands_its_command_over_as_a_proxy() -> None:
+    controller = _controller()
+    container = controller.props["spec"]["template"]["spec"]["containers"][0]
+    container["command"] = _Words(container["command"])
+    stack = [_cq("pretraining"), controller, _settings("pretraining")]
     assert check_stack(quota_controller_where_queues_are, stack) == []
 
 

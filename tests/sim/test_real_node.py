@@ -20,7 +20,7 @@ from components.scraping import Target, scrape_targets
 from components.virtual_node import APP as VIRTUAL_NODE_APP
 from components.virtual_node import NODE_METRICS_PORT
 from contract.metrics_adapter_settings import API_GROUP, API_VERSION
-from contract.registry import CONTROLLERS
+from contract.registry import CONTROLLERS, TAINT_CONTROLLER
 from tests.support.local_stack import ROOT, LocalStack, wait_for
 from tests.support.sim import load_sim_module
 from tests.support.stack_reads import all_reads, rendered
@@ -223,7 +223,7 @@ def test_every_series_the_stack_reads_comes_from_a_target_the_running_prometheus
         for r in wanted
         if (p := next((p for p in producers if r.metric.startswith(p.prefix)), None)) is not None and p.program
     }
-    assert {"gpucluster-burst-provider", "gpucluster-taint-controller"} <= programs, programs
+    assert {"gpucluster-burst-provider", TAINT_CONTROLLER.module} <= programs, programs
     targets = [t for t in scrape_targets(objs) if t.program in programs and t.reached]
     assert {t.program for t in targets} == programs, "a program read has no reached target (see test_scraping)"
 
