@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import subprocess
 import time
 import tomllib
@@ -156,7 +157,7 @@ def _deps_layer(cache: Path, work: Path, tick: Callable[[str], None]) -> tuple[s
     layer.symlink("usr/local/bin/python", "/usr/bin/python3")
     data = layer.tar(BASE_EPOCH)
     cached.parent.mkdir(parents=True, exist_ok=True)
-    tmp = cached.with_name(cached.name + ".partial")
+    tmp = cached.with_name(f"{cached.name}.{os.getpid()}.partial")
     tmp.write_bytes(data)
     tmp.replace(cached)
     tick("install wheels")

@@ -166,7 +166,8 @@ def gzip_layer(tar_bytes: bytes, cache: Path | None = None) -> Blob:
         return Blob(MEDIA_LAYER_GZIP, path.read_bytes())
     blob = gzip_layer(tar_bytes)
     cache.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".partial")
+    # Each writer its own partial file (see images/steps.py debian_base): the last rename wins with the same bytes.
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.partial")
     tmp.write_bytes(blob.data)
     tmp.replace(path)
     return blob
