@@ -319,7 +319,7 @@ class StackSections:
             }
         )
         if burst is not None:
-            burst = fill_burst(burst, images, self.burst_taint_key or "", values["flavors"])
+            burst = fill_burst(burst, images, values["burst_taint_key"], values["flavors"])
         values["metrics_adapter"] = with_image(values["metrics_adapter"], images.ref(VIRTUAL_NODE_IMAGE))
         facts = StackFacts(
             flavors=values["flavors"],
