@@ -1,4 +1,5 @@
-"""Test doubles for the provider service: an in-memory provider, a fake source cluster, a manual clock."""
+"""Test doubles for the provider service: an in-memory provider, a fake source cluster, a manual clock, and the rig
+that puts a service on them."""
 
 from __future__ import annotations
 
@@ -6,9 +7,11 @@ import copy
 import itertools
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from contract.burst_settings import BurstSettings, parse_settings
+from daemons.burst_provider import addresses
 from daemons.burst_provider.providers.base import (
     CapacityError,
     Instance,
@@ -19,6 +22,7 @@ from daemons.burst_provider.providers.base import (
     Provider,
     ProviderError,
 )
+from daemons.burst_provider.service import BurstService
 
 
 class ManualClock:
@@ -291,3 +295,53 @@ def make_settings(*providers: dict[str, Any], **virtual_node: Any) -> BurstSetti
 
 def port(n: int, name: str = "") -> Port:
     return Port(port=n, name=name)
+
+
+@dataclass
+class Rig:
+    """A provider service on the doubles above: its memory providers, its source cluster, a manual clock and
+    background work that runs only when the test says (``spawn.run_all()``)."""
+
+    svc: BurstService
+    clock: ManualClock
+    spawn: QueuedSpawn
+    source: FakeSource
+    providers: dict[str, MemoryProvider]
+
+    @property
+    def provider(self) -> MemoryProvider:
+        """The first provider (most tests rent from one)."""
+        return next(iter(self.providers.values()))
+
+    def submit(self, *pods: dict[str, Any]) -> None:
+        """Each pod posted to the service as the virtual kubelet posts it, then the background work (the providers'
+        creates) run to the end."""
+        for pod in pods:
+            self.svc.create_pod(pod)
+        self.spawn.run_all()
+
+    def status(self, name: str = "web-1", namespace: str = "inference") -> dict[str, Any]:
+        """The pod's status as the service reports it; the pod must be known."""
+        status = self.svc.get_pod(namespace, name)
+        assert status is not None, f"the service does not know {namespace}/{name}"
+        return status
+
+
+def rig(
+    *providers: MemoryProvider,
+    settings: BurstSettings | None = None,
+    source: FakeSource | None = None,
+    address_resolver: addresses.Resolver = addresses.system_resolver,
+    **virtual_node: Any,
+) -> Rig:
+    """A service over ``providers`` (one ``fake-a`` when none is given). Without ``settings``, each provider is
+    configured at its own price, with ``virtual_node`` as the virtualNode section's extra keys."""
+    providers = providers or (MemoryProvider("fake-a"),)
+    if settings is None:
+        settings = make_settings(*(provider_entry(p.name, price=p.price) for p in providers), **virtual_node)
+    elif virtual_node:
+        raise TypeError("rig: pass virtualNode keys or whole settings, not both")
+    clock, spawn, source = ManualClock(), QueuedSpawn(), source if source is not None else FakeSource()
+    by_name = {p.name: p for p in providers}
+    svc = BurstService(settings, by_name, source, clock=clock, spawn=spawn, address_resolver=address_resolver)
+    return Rig(svc, clock, spawn, source, by_name)

@@ -8,16 +8,7 @@ import pytest
 
 from daemons.burst_provider.addresses import Verdict, check, system_resolver
 from daemons.burst_provider.providers.base import InstanceState
-from daemons.burst_provider.service import BurstService
-from tests.daemons.burst_provider.support import (
-    FakeSource,
-    ManualClock,
-    MemoryProvider,
-    QueuedSpawn,
-    make_pod,
-    make_settings,
-    provider_entry,
-)
+from tests.daemons.burst_provider.support import make_pod, make_settings, provider_entry, rig
 
 RANGES = ("198.51.100.0/24",)
 
@@ -93,17 +84,11 @@ def test_the_system_resolver_answers_localhost() -> None:
 def test_a_name_rebound_after_the_check_is_refused_on_the_next_poll_and_never_connected_to() -> None:
     """The replica's address is the IP that was judged; the name is judged again on every poll."""
     answers = {"r1.example.net": ["198.51.100.20"]}
-    provider = MemoryProvider("fake-a")
-    settings = make_settings(provider_entry("fake-a", addressRanges=list(RANGES)))
-    spawn = QueuedSpawn()
-    svc = BurstService(
-        settings,
-        {"fake-a": provider},
-        FakeSource(),
-        clock=ManualClock(),
-        spawn=spawn,
+    r = rig(
+        settings=make_settings(provider_entry("fake-a", addressRanges=list(RANGES))),
         address_resolver=lambda host: answers[host],
     )
+    svc, spawn, provider = r.svc, r.spawn, r.provider
     svc.create_pod(make_pod())
     spawn.run_all()
     (iid,) = provider.created

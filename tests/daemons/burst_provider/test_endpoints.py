@@ -7,15 +7,7 @@ from typing import Any
 from daemons.burst_provider.endpoints import EndpointManager, address_type, slice_name
 from daemons.burst_provider.providers.base import InstanceState
 from daemons.burst_provider.service import BurstService
-from tests.daemons.burst_provider.support import (
-    FakeSource,
-    ManualClock,
-    MemoryProvider,
-    QueuedSpawn,
-    make_pod,
-    make_settings,
-    provider_entry,
-)
+from tests.daemons.burst_provider.support import FakeSource, MemoryProvider, make_pod, rig
 
 
 def service(name: str, selector: dict[str, str], target: Any = "http", ns: str = "inference") -> dict[str, Any]:
@@ -32,25 +24,15 @@ RESOLVED = {"abc-8080.proxy.example.net": ["203.0.113.9"]}
 def running(
     source: FakeSource, *pods: dict[str, Any], address: str = ""
 ) -> tuple[BurstService, EndpointManager, MemoryProvider]:
-    p = MemoryProvider("fake-a")
-    settings = make_settings(provider_entry("fake-a"))
-    spawn = QueuedSpawn()
-    svc = BurstService(
-        settings,
-        {"fake-a": p},
-        source,
-        clock=ManualClock(),
-        spawn=spawn,
-        address_resolver=lambda host: RESOLVED[host],
-    )
+    r = rig(source=source, address_resolver=lambda host: RESOLVED[host])
     for pod in pods:
         source.pods.append(pod)
-        svc.create_pod(pod)
-    spawn.run_all()
-    for iid in p.created:
-        p.set_state(iid, InstanceState.RUNNING, address=address)
-    svc.poll_once()
-    return svc, EndpointManager(source, settings), p
+        r.svc.create_pod(pod)
+    r.spawn.run_all()
+    for iid in r.provider.created:
+        r.provider.set_state(iid, InstanceState.RUNNING, address=address)
+    r.svc.poll_once()
+    return r.svc, EndpointManager(source, r.svc.settings), r.provider
 
 
 def test_slice_for_a_matching_service() -> None:

@@ -4,23 +4,20 @@ from __future__ import annotations
 
 from daemons.burst_provider.providers.base import Instance, InstanceState, InstanceTags
 from daemons.burst_provider.reconcile import Reconciler
-from daemons.burst_provider.service import BurstService
 from tests.daemons.burst_provider.support import (
     FakeSource,
-    ManualClock,
     MemoryProvider,
-    QueuedSpawn,
+    Rig,
     make_pod,
     make_settings,
     provider_entry,
+    rig,
 )
 
 
-def build(provider: MemoryProvider, source: FakeSource) -> tuple[BurstService, Reconciler, ManualClock, QueuedSpawn]:
-    clock = ManualClock()
-    spawn = QueuedSpawn()
-    svc = BurstService(make_settings(), {provider.name: provider}, source, clock=clock, spawn=spawn)
-    return svc, Reconciler(svc, source, timer=clock), clock, spawn
+def reconciled(provider: MemoryProvider, source: FakeSource) -> tuple[Rig, Reconciler]:
+    r = rig(provider, source=source)
+    return r, Reconciler(r.svc, source, timer=r.clock)
 
 
 def tagged(uid: str, state: InstanceState, node: str = "gpu-burst", iid: str = "") -> Instance:
@@ -42,12 +39,12 @@ def test_orphan_instance_is_deleted_and_live_ones_are_kept() -> None:
     p.add(tagged("gone", InstanceState.RUNNING))
     p.add(tagged("other-node", InstanceState.RUNNING, node="another"))
     source.pods.append(make_pod("pod-live", uid="live"))
-    svc, rec, _, _ = build(p, source)
+    r, rec = reconciled(p, source)
     report = rec.run_once()
     assert report.orphans_deleted == ["fake-a/old-gone"]
     assert p.deleted == ["old-gone"]
     assert "old-other-node" in p.instances  # another node's instance is none of our business
-    metric = svc.metrics.registry.get_sample_value("gpucluster_burst_orphans_deleted_total", {"provider": "fake-a"})
+    metric = r.svc.metrics.registry.get_sample_value("gpucluster_burst_orphans_deleted_total", {"provider": "fake-a"})
     assert metric == 1.0
 
 
@@ -56,7 +53,7 @@ def test_nothing_is_deleted_when_the_pods_cannot_be_listed() -> None:
     source = FakeSource()
     source.list_error = "apiserver down"
     p.add(tagged("gone", InstanceState.RUNNING))
-    _, rec, _, _ = build(p, source)
+    _, rec = reconciled(p, source)
     report = rec.run_once()
     assert report.live_pods is None
     assert p.deleted == []
@@ -68,32 +65,32 @@ def test_restart_rebuilds_records_from_listings_before_ready() -> None:
     p.add(tagged("u2", InstanceState.CREATING))
     p.add(tagged("u3", InstanceState.FAILED))
     p.add(tagged("u4", InstanceState.TERMINATED))
-    svc, rec, _, spawn = build(p, FakeSource())
+    r, rec = reconciled(p, FakeSource())
     assert not rec.ready.is_set()
     assert rec.startup()
     # Not listed until their pods are known (the node keeps their statuses and posts them again).
-    assert svc.list_pods() == []
-    by_name = {r.name: r.status() for r in svc.records()}
+    assert r.svc.list_pods() == []
+    by_name = {r.name: r.status() for r in r.svc.records()}
     assert set(by_name) == {"pod-u1", "pod-u2", "pod-u3"}
     assert (by_name["pod-u1"]["phase"], by_name["pod-u1"]["address"]) == ("Running", "198.51.100.9")
     assert by_name["pod-u2"]["phase"] == "Pending"
     assert (by_name["pod-u3"]["phase"], by_name["pod-u3"]["reason"]) == ("Failed", "InstanceDied")
-    assert svc.used_gpus() == {"fake-a": 3}  # the dead instance holds its GPUs until deleted
-    spawn.run_all()
+    assert r.svc.used_gpus() == {"fake-a": 3}  # the dead instance holds its GPUs until deleted
+    r.spawn.run_all()
     assert p.deleted == ["old-u3"]
-    assert svc.used_gpus() == {"fake-a": 2}
+    assert r.svc.used_gpus() == {"fake-a": 2}
     # the node's POST after the restart finds the record and creates nothing
-    status = svc.create_pod(make_pod("pod-u1", uid="u1"))
+    status = r.svc.create_pod(make_pod("pod-u1", uid="u1"))
     assert status["phase"] == "Running"
     assert status["containers"][0]["name"] == "server"
     assert p.created == []
-    assert [s["name"] for s in svc.list_pods()] == ["pod-u1"]
+    assert [s["name"] for s in r.svc.list_pods()] == ["pod-u1"]
 
 
 def test_not_ready_while_a_provider_cannot_list() -> None:
     p = MemoryProvider("fake-a")
     p.list_error = "timeout"
-    _, rec, _, _ = build(p, FakeSource())
+    _, rec = reconciled(p, FakeSource())
     assert not rec.startup()
     rec.run_once()
     assert not rec.ready.is_set()
@@ -105,11 +102,11 @@ def test_not_ready_while_a_provider_cannot_list() -> None:
 def test_ready_after_the_startup_grace_even_if_a_provider_stays_down() -> None:
     p = MemoryProvider("fake-a")
     p.list_error = "timeout"
-    svc, _, clock, _ = build(p, FakeSource())
-    rec = Reconciler(svc, None, timer=clock, startup_grace=60)
+    r = rig(p)
+    rec = Reconciler(r.svc, None, timer=r.clock, startup_grace=60)
     rec.run_once()
     assert not rec.ready.is_set()
-    clock.advance(61)
+    r.clock.advance(61)
     rec.run_once()
     assert rec.ready.is_set()
 
@@ -117,30 +114,28 @@ def test_ready_after_the_startup_grace_even_if_a_provider_stays_down() -> None:
 def test_record_whose_instance_left_the_listing_fails_as_vanished() -> None:
     p = MemoryProvider("fake-a")
     source = FakeSource()
-    svc, rec, clock, spawn = build(p, source)
+    r, rec = reconciled(p, source)
     rec.startup()
     pod = make_pod()
     source.pods.append(pod)
-    svc.create_pod(pod)
-    spawn.run_all()
+    r.submit(pod)
     (iid,) = p.created
-    clock.advance(1)
+    r.clock.advance(1)
     p.vanish(iid)
     report = rec.run_once()
     assert report.vanished == ["inference/web-1/uid-web-1"]
-    status = svc.get_pod("inference", "web-1")
-    assert status is not None
+    status = r.status()
     assert (status["phase"], status["reason"]) == ("Failed", "InstanceVanished")
 
 
 def test_instance_assigned_during_the_listing_is_not_vanished() -> None:
     p = MemoryProvider("fake-a")
     source = FakeSource()
-    svc, rec, _, spawn = build(p, source)
+    r, rec = reconciled(p, source)
     pod = make_pod()
     source.pods.append(pod)
-    svc.create_pod(pod)
-    spawn.run_all()  # the clock did not move: assigned "at" the listing start
+    r.svc.create_pod(pod)
+    r.spawn.run_all()  # the clock did not move: assigned "at" the listing start
     p.vanish(p.created[0])
     assert rec.run_once().vanished == []
 
@@ -150,13 +145,13 @@ def test_metrics_after_a_pass() -> None:
     p.add(tagged("u1", InstanceState.RUNNING))
     source = FakeSource()
     source.pods.append(make_pod("pod-u1", uid="u1"))
-    svc, rec, _, _ = build(p, source)
+    r, rec = reconciled(p, source)
     rec.startup()
-    assert svc.get_pod("inference", "pod-u1")["containers"] == []  # type: ignore[index]
+    assert r.status("pod-u1")["containers"] == []
     rec.run_once()
     # the live pod lends the rebuilt record its containers
-    assert svc.get_pod("inference", "pod-u1")["containers"][0]["state"] == "running"  # type: ignore[index]
-    reg = svc.metrics.registry
+    assert r.status("pod-u1")["containers"][0]["state"] == "running"
+    reg = r.svc.metrics.registry
     assert reg.get_sample_value("gpucluster_burst_instances", {"provider": "fake-a", "state": "running"}) == 1.0
     assert reg.get_sample_value("gpucluster_burst_pods", {"phase": "Running"}) == 1.0
     assert reg.get_sample_value("gpucluster_burst_reconcile_duration_seconds_count") == 1.0
@@ -166,46 +161,44 @@ def test_orphaned_record_fails_without_blaming_the_provider_and_is_forgotten_lat
     p = MemoryProvider("fake-a")
     p.add(tagged("u1", InstanceState.RUNNING))
     source = FakeSource()  # the pod was deleted while the service was down
-    svc, rec, clock, _ = build(p, source)
+    r, rec = reconciled(p, source)
     rec.startup()
-    assert svc.get_pod("inference", "pod-u1")["phase"] == "Running"  # type: ignore[index]
+    assert r.status("pod-u1")["phase"] == "Running"
     rec.run_once()
-    status = svc.get_pod("inference", "pod-u1")
-    assert status is not None
+    status = r.status("pod-u1", "inference")
     assert (status["phase"], status["reason"]) == ("Failed", "InstanceVanished")
-    assert svc.tracker.rate("fake-a") == 0.0
-    clock.advance(3599)
+    assert r.svc.tracker.rate("fake-a") == 0.0
+    r.clock.advance(3599)
     assert rec.run_once().forgotten == []
-    clock.advance(2)
+    r.clock.advance(2)
     assert rec.run_once().forgotten == ["inference/pod-u1/u1"]
-    assert svc.list_pods() == []
+    assert r.svc.list_pods() == []
 
 
 def test_live_pods_records_are_never_forgotten() -> None:
     p = MemoryProvider("fake-a")
     source = FakeSource()
-    svc, rec, clock, spawn = build(p, source)
+    r, rec = reconciled(p, source)
     rec.startup()
     pod = make_pod()
     source.pods.append(pod)
     p.create_error = "refused"
-    svc.create_pod(pod)
-    spawn.run_all()
-    clock.advance(7200)
+    r.submit(pod)
+    r.clock.advance(7200)
     assert rec.run_once().forgotten == []
-    assert svc.get_pod("inference", "web-1")["reason"] == "ProviderCreateFailed"  # type: ignore[index]
+    assert r.status()["reason"] == "ProviderCreateFailed"
 
 
 def test_an_ended_orphan_that_stays_listed_is_deleted_and_counted_once() -> None:
     p = MemoryProvider("fake-a")
     source = FakeSource()
     p.add(tagged("died", InstanceState.FAILED))
-    svc, rec, _, _ = build(p, source)
+    r, rec = reconciled(p, source)
     reports = [rec.run_once() for _ in range(3)]
     assert [r.orphans_deleted for r in reports] == [["fake-a/old-died"], [], []]
     assert "old-died" in p.instances  # still listed, as the provider keeps it for a while
     assert p.deleted == ["old-died"]
-    metric = svc.metrics.registry.get_sample_value("gpucluster_burst_orphans_deleted_total", {"provider": "fake-a"})
+    metric = r.svc.metrics.registry.get_sample_value("gpucluster_burst_orphans_deleted_total", {"provider": "fake-a"})
     assert metric == 1.0
     p.set_state("old-died", InstanceState.RUNNING)  # a provider that brought it back: deleted again
     assert rec.run_once().orphans_deleted == ["fake-a/old-died"]
@@ -221,15 +214,11 @@ def test_two_clusters_sharing_a_provider_account_never_touch_each_others_instanc
     shared = MemoryProvider("fake-a")
     worlds = []
     for cluster in ("east", "west"):
-        settings = make_settings(provider_entry("fake-a"), clusterName=cluster)
-        source = FakeSource()
-        spawn = QueuedSpawn()
-        svc = BurstService(settings, {"fake-a": shared}, source, clock=ManualClock(), spawn=spawn)
+        r = rig(shared, settings=make_settings(provider_entry("fake-a"), clusterName=cluster))
         pod = make_pod(f"web-{cluster}", uid=f"uid-{cluster}")
-        source.pods.append(pod)
-        svc.create_pod(pod)
-        spawn.run_all()
-        worlds.append((svc, source, Reconciler(svc, source, None)))
+        r.source.pods.append(pod)
+        r.submit(pod)
+        worlds.append((r.svc, r.source, Reconciler(r.svc, r.source, None)))
     assert {shared.specs[i].tags.node for i in shared.created} == {"east.gpu-burst", "west.gpu-burst"}
     for svc, _, reconciler in worlds:
         report = reconciler.run_once()

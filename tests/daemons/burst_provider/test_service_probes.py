@@ -17,15 +17,7 @@ from daemons.burst_provider.providers.base import InstanceState
 from daemons.burst_provider.reconcile import Reconciler
 from daemons.burst_provider.service import BurstService
 from sim.fakes.replica import ReplicaServer
-from tests.daemons.burst_provider.support import (
-    FakeSource,
-    ManualClock,
-    MemoryProvider,
-    QueuedSpawn,
-    make_pod,
-    make_settings,
-    provider_entry,
-)
+from tests.daemons.burst_provider.support import make_pod, rig
 from tests.support.workers import worker_index
 
 READINESS = {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": 1}
@@ -38,19 +30,16 @@ class Rented:
     """One burst pod on a memory provider whose instance answers HTTP at a loopback address of its own."""
 
     def __init__(self, **probes: Any) -> None:
-        self.clock = ManualClock()
-        self.spawn = QueuedSpawn()
-        self.provider = MemoryProvider("fake-a")
-        self.source = FakeSource()
+        on = rig(notReadyTimeout="2m")
+        self.clock, self.spawn, self.source = on.clock, on.spawn, on.source
+        self.provider, self.svc = on.provider, on.svc
         self.source.svcs["inference"] = [
             {
                 "metadata": {"name": "web", "namespace": "inference"},
                 "spec": {"selector": {"app": "web"}, "ports": [{"name": "web", "port": 80, "targetPort": "http"}]},
             }
         ]
-        settings = make_settings(provider_entry("fake-a"), notReadyTimeout="2m")
-        self.svc = BurstService(settings, {"fake-a": self.provider}, self.source, clock=self.clock, spawn=self.spawn)
-        self.endpoints = EndpointManager(self.source, settings)
+        self.endpoints = EndpointManager(self.source, self.svc.settings)
         pod = make_pod()
         pod["spec"]["containers"][0].update(probes)
         self.source.pods.append(pod)
@@ -172,18 +161,14 @@ def test_a_pod_without_probes_is_ready_once_running(rented: list[Rented]) -> Non
 
 
 def test_a_pod_with_an_exec_probe_is_refused_for_bursting_before_anything_is_rented() -> None:
-    provider = MemoryProvider("fake-a")
-    spawn = QueuedSpawn()
-    svc = BurstService(make_settings(), {"fake-a": provider}, FakeSource(), clock=ManualClock(), spawn=spawn)
+    r = rig()
     pod = make_pod()
     pod["spec"]["containers"][0]["readinessProbe"] = {"exec": {"command": ["cat", "/tmp/ready"]}}
-    svc.create_pod(pod)
-    spawn.run_all()
-    status = svc.get_pod("inference", "web-1")
-    assert status is not None
+    r.submit(pod)
+    status = r.status()
     assert (status["phase"], status["reason"]) == ("Failed", "ProviderCreateFailed")
     assert "spec.containers[0].readinessProbe.exec" in status["message"]
-    assert provider.created == []
+    assert r.provider.created == []
 
 
 def test_a_deleted_replica_drains_through_its_prestop_sleep_with_its_endpoint_terminating(rented: list[Rented]) -> None:
