@@ -18,11 +18,10 @@ The daemon itself (``gpucluster_interruptions_``): ``is_leader``, ``cycles_total
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from prometheus_client import Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -59,6 +58,38 @@ class Figures:
     node_mtbi_s: float | None = None
 
 
+@dataclass(frozen=True)
+class JobGauge:
+    """A per-job gauge of the figures: ``<TRAINING>_<name>``, one sample per job whose ``value`` is known."""
+
+    name: str
+    documentation: str
+    value: Callable[[JobFigures], float | None]
+
+
+#: The per-job gauges, in the order they are exported.
+JOB_GAUGES = (
+    JobGauge("restarts_last_hour", "In-place restarts within the last hour", lambda j: j.restarts_last_hour),
+    JobGauge("recovery_seconds", "Last interruption to every pod of the gang Running again", lambda j: j.recovery_s),
+    JobGauge("work_lost_seconds", "Work lost since the last checkpoint, summed", lambda j: j.work_lost_s),
+    JobGauge("ettr", "Effective training time ratio since first admitted", lambda j: j.ettr),
+    JobGauge(
+        "checkpoint_interval_seconds", "The checkpoint interval the job was given", lambda j: j.checkpoint_interval_s
+    ),
+    JobGauge("max_restarts_per_hour", "The job's restart bound", lambda j: j.max_restarts_per_hour),
+    JobGauge(
+        "stopped_at_bound",
+        "1 while the restart bound keeps the job stopped (its Workload deactivated)",
+        lambda j: 1 if j.stopped else 0,
+    ),
+    JobGauge(
+        "checkpoint_age_seconds",
+        "Seconds since the last checkpoint the job reported (while every pod runs)",
+        lambda j: j.checkpoint_age_s,
+    ),
+)
+
+
 class FiguresCollector(Collector):
     def __init__(self) -> None:
         self.figures: Figures | None = None
@@ -72,82 +103,38 @@ class FiguresCollector(Collector):
             "Interruptions of a training job by cause (the API server's own counters)",
             labels=[*JOB_LABELS, "cause"],
         )
-        gauges = {
-            "restarts_last_hour": GaugeMetricFamily(
-                f"{TRAINING}_restarts_last_hour", "In-place restarts within the last hour", labels=JOB_LABELS
-            ),
-            "recovery": GaugeMetricFamily(
-                f"{TRAINING}_recovery_seconds",
-                "Last interruption to every pod of the gang Running again",
-                labels=JOB_LABELS,
-            ),
-            "lost": GaugeMetricFamily(
-                f"{TRAINING}_work_lost_seconds", "Work lost since the last checkpoint, summed", labels=JOB_LABELS
-            ),
-            "ettr": GaugeMetricFamily(
-                f"{TRAINING}_ettr", "Effective training time ratio since first admitted", labels=JOB_LABELS
-            ),
-            "interval": GaugeMetricFamily(
-                f"{TRAINING}_checkpoint_interval_seconds",
-                "The checkpoint interval the job was given",
-                labels=JOB_LABELS,
-            ),
-            "bound": GaugeMetricFamily(
-                f"{TRAINING}_max_restarts_per_hour", "The job's restart bound", labels=JOB_LABELS
-            ),
-            "stopped": GaugeMetricFamily(
-                f"{TRAINING}_stopped_at_bound",
-                "1 while the restart bound keeps the job stopped (its Workload deactivated)",
-                labels=JOB_LABELS,
-            ),
-            "age": GaugeMetricFamily(
-                f"{TRAINING}_checkpoint_age_seconds",
-                "Seconds since the last checkpoint the job reported (while every pod runs)",
-                labels=JOB_LABELS,
-            ),
-        }
         for j in f.jobs:
-            key = [j.namespace, j.job, j.team]
             for cause in Cause:
-                interruptions.add_metric([*key, cause.value], j.counts.get(cause, 0))
-            gauges["restarts_last_hour"].add_metric(key, j.restarts_last_hour)
-            gauges["lost"].add_metric(key, j.work_lost_s)
-            if j.recovery_s is not None:
-                gauges["recovery"].add_metric(key, j.recovery_s)
-            if j.ettr is not None:
-                gauges["ettr"].add_metric(key, j.ettr)
-            gauges["bound"].add_metric(key, j.max_restarts_per_hour)
-            gauges["stopped"].add_metric(key, 1 if j.stopped else 0)
-            if j.checkpoint_interval_s is not None:
-                gauges["interval"].add_metric(key, j.checkpoint_interval_s)
-            if j.checkpoint_age_s is not None:
-                gauges["age"].add_metric(key, j.checkpoint_age_s)
+                interruptions.add_metric([j.namespace, j.job, j.team, cause.value], j.counts.get(cause, 0))
         yield interruptions
-        yield from gauges.values()
-        cluster = GaugeMetricFamily(f"{TRAINING}_cluster_ettr", "Effective training time ratio of the cluster")
-        if f.cluster_ettr is not None:
-            cluster.add_metric([], f.cluster_ettr)
-        yield cluster
-        mtbi = GaugeMetricFamily(f"{TRAINING}_node_mtbi_seconds", "Training node-seconds per interruption")
-        if f.node_mtbi_s is not None:
-            mtbi.add_metric([], f.node_mtbi_s)
-        yield mtbi
+        for gauge in JOB_GAUGES:
+            family = GaugeMetricFamily(f"{TRAINING}_{gauge.name}", gauge.documentation, labels=JOB_LABELS)
+            for j in f.jobs:
+                value = gauge.value(j)
+                if value is not None:
+                    family.add_metric([j.namespace, j.job, j.team], value)
+            yield family
+        yield _cluster_gauge("cluster_ettr", "Effective training time ratio of the cluster", f.cluster_ettr)
+        yield _cluster_gauge("node_mtbi_seconds", "Training node-seconds per interruption", f.node_mtbi_s)
+
+
+def _cluster_gauge(name: str, documentation: str, value: float | None) -> GaugeMetricFamily:
+    """``<TRAINING>_<name>`` without labels: one sample while ``value`` is known, none otherwise."""
+    family = GaugeMetricFamily(f"{TRAINING}_{name}", documentation)
+    if value is not None:
+        family.add_metric([], value)
+    return family
 
 
 class Metrics(ControllerMetrics):
     def __init__(self) -> None:
         super().__init__(PREFIX)
-        r = self.registry
         self.figures = FiguresCollector()
-        r.register(self.figures)
-        self.cycles = Counter(f"{PREFIX}_cycles", "Cycles run", registry=r)
-        self.cycle_errors = Counter(
-            f"{PREFIX}_cycle_errors", "Cycles that could not read the API server (figures kept)", ["read"], registry=r
+        self.registry.register(self.figures)
+        self.cycles = self.counter("cycles", "Cycles run")
+        self.cycle_errors = self.counter(
+            "cycle_errors", "Cycles that could not read the API server (figures kept)", ["read"], known=READS
         )
-        self.bound_stops = Counter(f"{PREFIX}_bound_stops", "Jobs stopped at their restart bound", registry=r)
-        self.writes = Counter(f"{PREFIX}_writes", "Writes by what and result", ["what", "result"], registry=r)
-        self.cycle_seconds = Histogram(
-            f"{PREFIX}_cycle_seconds", "Seconds one cycle took", buckets=CYCLE_BUCKETS, registry=r
-        )
-        for read in READS:
-            self.cycle_errors.labels(read)
+        self.bound_stops = self.counter("bound_stops", "Jobs stopped at their restart bound")
+        self.writes = self.counter("writes", "Writes by what and result", ["what", "result"])
+        self.cycle_seconds = self.histogram("cycle_seconds", "Seconds one cycle took", CYCLE_BUCKETS)

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Gauge, Histogram
+import itertools
 
 from contract.controllers.make_before_break import PREFIX
 from daemons.make_before_break.actions import Fallback
@@ -24,53 +24,42 @@ CYCLE_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 6
 class Metrics(ControllerMetrics):
     def __init__(self) -> None:
         super().__init__(PREFIX)
-        r = self.registry
-        self.decisions = Counter(f"{PREFIX}_decisions", "Actions decided, by kind", ["kind"], registry=r)
-        self.actions = Counter(
-            f"{PREFIX}_actions", "Actions applied or not, by kind and result", ["kind", "result"], registry=r
+        self.decisions = self.counter("decisions", "Actions decided, by kind", ["kind"], known=KINDS)
+        self.actions = self.counter(
+            "actions",
+            "Actions applied or not, by kind and result",
+            ["kind", "result"],
+            known=itertools.product(KINDS, RESULTS),
         )
-        self.fallbacks = Counter(
-            f"{PREFIX}_fallbacks", "Checks set Ready before the room was made, by reason", ["reason"], registry=r
+        self.fallbacks = self.counter(
+            "fallbacks",
+            "Checks set Ready before the room was made, by reason",
+            ["reason"],
+            known=[reason.value for reason in Fallback],
         )
-        self.hold_seconds = Gauge(
-            f"{PREFIX}_hold_seconds",
-            "Seconds since QuotaReserved of each workload with our check",
-            ["workload"],
-            registry=r,
+        self.hold_seconds = self.gauge(
+            "hold_seconds", "Seconds since QuotaReserved of each workload with our check", ["workload"]
         )
-        self.reserved_nodes = Gauge(f"{PREFIX}_reserved_nodes", "Nodes carrying the reservation taint", registry=r)
-        self.left_behind = Gauge(
-            f"{PREFIX}_left_behind",
+        self.reserved_nodes = self.gauge("reserved_nodes", "Nodes carrying the reservation taint")
+        self.left_behind = self.gauge(
+            "left_behind",
             "What of make-before-break is on the cluster, by kind (nodes reserved, Deployments moved, pods marked); "
             "all 0 while draining: enabled false leaves nothing behind",
             ["kind"],
-            registry=r,
         )
-        self.draining = Gauge(f"{PREFIX}_draining", "1 while draining: no new room is made", registry=r)
-        self.observe_errors = Counter(
-            f"{PREFIX}_observe_errors", "Lists that failed or held an unreadable object, by list", ["list"], registry=r
+        self.draining = self.gauge("draining", "1 while draining: no new room is made")
+        self.observe_errors = self.counter(
+            "observe_errors", "Lists that failed or held an unreadable object, by list", ["list"], known=LISTS
         )
-        self.cycles = Counter(f"{PREFIX}_cycles", "Cycles run (observe, decide, apply)", registry=r)
-        self.decide_seconds = Histogram(
-            f"{PREFIX}_decide_seconds",
-            "Seconds one decision took (the pure decide() call, no I/O)",
-            buckets=DECIDE_BUCKETS,
-            registry=r,
+        self.cycles = self.counter("cycles", "Cycles run (observe, decide, apply)")
+        self.decide_seconds = self.histogram(
+            "decide_seconds", "Seconds one decision took (the pure decide() call, no I/O)", DECIDE_BUCKETS
         )
-        self.cycle_seconds = Histogram(
-            f"{PREFIX}_cycle_seconds",
+        self.cycle_seconds = self.histogram(
+            "cycle_seconds",
             "Seconds one cycle took: the lists, the decision and, on the leader, the writes",
-            buckets=CYCLE_BUCKETS,
-            registry=r,
+            CYCLE_BUCKETS,
         )
-        for kind in KINDS:
-            self.decisions.labels(kind)
-            for result in RESULTS:
-                self.actions.labels(kind, result)
-        for reason in Fallback:
-            self.fallbacks.labels(reason.value)
-        for name in LISTS:
-            self.observe_errors.labels(name)
 
     def set_holds(self, holds: dict[str, float]) -> None:
         """Replace the per-workload hold gauges (a workload that is gone loses its series)."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from prometheus_client import Counter, Gauge
+from prometheus_client import Gauge
 
 from contract.controllers.quarantine import PREFIX
 from daemons.quarantine.decide import Breaker, LedgerEntry, Outcome
@@ -25,69 +25,47 @@ OPERATIONS = ("list-nodes", "patch-node", "read-ledger", "apply-ledger")
 class Metrics(ControllerMetrics):
     def __init__(self) -> None:
         super().__init__(PREFIX)
-        r = self.registry
-        self.decisions = Counter(
-            f"{PREFIX}_decisions", "Per-node decisions of the signals that fire, by outcome", ["outcome"], registry=r
+        self.decisions = self.counter(
+            "decisions",
+            "Per-node decisions of the signals that fire, by outcome",
+            ["outcome"],
+            known=[outcome.value for outcome in Outcome],
         )
-        self.quarantines = Counter(
-            f"{PREFIX}_quarantines",
-            "Nodes this replica quarantined, by flavor and reason",
-            ["flavor", "reason"],
-            registry=r,
+        self.quarantines = self.counter(
+            "quarantines", "Nodes this replica quarantined, by flavor and reason", ["flavor", "reason"]
         )
-        self.breaker_open = Gauge(
-            f"{PREFIX}_breaker_open",
+        self.breaker_open = self.gauge(
+            "breaker_open",
             "1 while the flavor's circuit breaker refuses a quarantine (maxShare within breakerWindow reached)",
             ["flavor"],
-            registry=r,
         )
-        self.breaker_used = Gauge(
-            f"{PREFIX}_breaker_used_nodes",
-            "Nodes of the flavor quarantined within breakerWindow",
-            ["flavor"],
-            registry=r,
+        self.breaker_used = self.gauge(
+            "breaker_used_nodes", "Nodes of the flavor quarantined within breakerWindow", ["flavor"]
         )
-        self.breaker_limit = Gauge(
-            f"{PREFIX}_breaker_limit_nodes",
-            "Most nodes of the flavor quarantined within breakerWindow",
-            ["flavor"],
-            registry=r,
+        self.breaker_limit = self.gauge(
+            "breaker_limit_nodes", "Most nodes of the flavor quarantined within breakerWindow", ["flavor"]
         )
-        self.quarantined = Gauge(f"{PREFIX}_quarantined_nodes", "Quarantined nodes, by flavor", ["flavor"], registry=r)
-        self.node_info = Gauge(
-            f"{PREFIX}_node_info",
-            "1 for each quarantined node, with its flavor and reason",
-            ["node", "flavor", "reason"],
-            registry=r,
+        self.quarantined = self.gauge("quarantined_nodes", "Quarantined nodes, by flavor", ["flavor"])
+        self.node_info = self.gauge(
+            "node_info", "1 for each quarantined node, with its flavor and reason", ["node", "flavor", "reason"]
         )
+        # Outside the prefix: the name the operator and the hardware provider read.
         self.since = Gauge(
             "gpucluster_quarantined_since_seconds",
             "Unix time each quarantined node was quarantined",
             ["node"],
-            registry=r,
+            registry=self.registry,
         )
-        self.signals = Gauge(f"{PREFIX}_signals_firing", "Samples of the signal query in the last answer", registry=r)
-        self.signal_problems = Counter(
-            f"{PREFIX}_signal_problems", "Signal samples left unused, by why", ["problem"], registry=r
+        self.signals = self.gauge("signals_firing", "Samples of the signal query in the last answer")
+        self.signal_problems = self.counter(
+            "signal_problems", "Signal samples left unused, by why", ["problem"], known=SIGNAL_PROBLEMS
         )
-        self.query_errors = Counter(
-            f"{PREFIX}_query_errors", "Failed or unusable signal queries, by reason", ["reason"], registry=r
+        self.query_errors = self.counter(
+            "query_errors", "Failed or unusable signal queries, by reason", ["reason"], known=REASONS
         )
-        self.kube_errors = Counter(
-            f"{PREFIX}_kube_errors", "Failed Kubernetes API calls, by operation", ["operation"], registry=r
-        )
-        self.ledger_problems = Counter(
-            f"{PREFIX}_ledger_problems", "Ledger entries that could not be read (left out)", registry=r
-        )
-        self.cycles = Counter(f"{PREFIX}_cycles", "Cycles run", registry=r)
-        for outcome in Outcome:
-            self.decisions.labels(outcome.value)
-        for reason in REASONS:
-            self.query_errors.labels(reason)
-        for problem in SIGNAL_PROBLEMS:
-            self.signal_problems.labels(problem)
-        for op in OPERATIONS:
-            self.kube_errors.labels(op)
+        self.kube_errors = self.kube_errors_counter(OPERATIONS)
+        self.ledger_problems = self.counter("ledger_problems", "Ledger entries that could not be read (left out)")
+        self.cycles = self.counter("cycles", "Cycles run")
 
     def set_breakers(self, breakers: Iterable[Breaker]) -> None:
         for b in breakers:

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from prometheus_client import Counter, Gauge, Histogram
-
 from contract.controllers.quota_controller import PREFIX
 from daemons.quota_controller.capacity import FlavorCount
 from daemons.quota_controller.decide import Quota
@@ -17,6 +15,8 @@ from daemons.toolkit.metrics import ControllerMetrics
 RESULTS = ("applied", "conflict", "error", "skipped")
 #: The reads a cycle makes.
 READS = ("nodes", "clusterqueues")
+#: Why a cycle changed nothing (the reasons of fail_static_total).
+FAIL_STATIC_REASONS = ("nodes-unknown", "no-nodes", "queues-unknown")
 DECIDE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
 CYCLE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
@@ -24,55 +24,38 @@ CYCLE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 class Metrics(ControllerMetrics):
     def __init__(self) -> None:
         super().__init__(PREFIX)
-        r = self.registry
-        self.declared_gpus = Gauge(
-            f"{PREFIX}_declared_gpus", "GPUs the stack declares, by flavor", ["flavor"], registry=r
-        )
-        self.healthy_gpus = Gauge(
-            f"{PREFIX}_healthy_gpus",
+        self.declared_gpus = self.gauge("declared_gpus", "GPUs the stack declares, by flavor", ["flavor"])
+        self.healthy_gpus = self.gauge(
+            "healthy_gpus",
             "GPUs of nodes that count (Ready, schedulable, accepted, not quarantined), by flavor",
             ["flavor"],
-            registry=r,
         )
-        self.out_nodes = Gauge(
-            f"{PREFIX}_out_nodes", "Nodes of a flavor that do not count, by reason", ["flavor", "reason"], registry=r
-        )
-        self.nominal_quota = Gauge(
-            f"{PREFIX}_nominal_quota",
+        self.out_nodes = self.gauge("out_nodes", "Nodes of a flavor that do not count, by reason", ["flavor", "reason"])
+        self.nominal_quota = self.gauge(
+            "nominal_quota",
             "The nominalQuota each ClusterQueue should have now, by flavor",
             ["cluster_queue", "flavor"],
-            registry=r,
         )
-        self.updates = Counter(f"{PREFIX}_updates", "ClusterQueue updates, by result", ["result"], registry=r)
-        self.below_admitted = Counter(
-            f"{PREFIX}_below_admitted",
+        self.updates = self.counter("updates", "ClusterQueue updates, by result", ["result"], known=RESULTS)
+        self.below_admitted = self.counter(
+            "below_admitted",
             "Quota updates that left a queue below what its admitted workloads hold",
             ["cluster_queue"],
-            registry=r,
         )
-        self.read_errors = Counter(f"{PREFIX}_read_errors", "Reads that failed, by read", ["read"], registry=r)
-        self.unchanged = Counter(
-            f"{PREFIX}_fail_static",
+        self.read_errors = self.counter("read_errors", "Reads that failed, by read", ["read"], known=READS)
+        self.unchanged = self.counter(
+            "fail_static",
             "Cycles that changed nothing because an input was unknown, by reason",
             ["reason"],
-            registry=r,
+            known=FAIL_STATIC_REASONS,
         )
-        self.cycles = Counter(f"{PREFIX}_cycles", "Cycles run (read, decide, write)", registry=r)
-        self.decide_seconds = Histogram(
-            f"{PREFIX}_decide_seconds", "Seconds one decision took (no I/O)", buckets=DECIDE_BUCKETS, registry=r
-        )
-        self.cycle_seconds = Histogram(
-            f"{PREFIX}_cycle_seconds",
+        self.cycles = self.counter("cycles", "Cycles run (read, decide, write)")
+        self.decide_seconds = self.histogram("decide_seconds", "Seconds one decision took (no I/O)", DECIDE_BUCKETS)
+        self.cycle_seconds = self.histogram(
+            "cycle_seconds",
             "Seconds one cycle took: the reads, the decision and, on the leader, the writes",
-            buckets=CYCLE_BUCKETS,
-            registry=r,
+            CYCLE_BUCKETS,
         )
-        for result in RESULTS:
-            self.updates.labels(result)
-        for read in READS:
-            self.read_errors.labels(read)
-        for reason in ("nodes-unknown", "no-nodes", "queues-unknown"):
-            self.unchanged.labels(reason)
 
     def set_capacity(self, counts: Mapping[str, FlavorCount], wanted: Mapping[str, Mapping[str, Quota]]) -> None:
         for flavor, count in counts.items():

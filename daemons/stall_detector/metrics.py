@@ -8,7 +8,7 @@ a running gang names it, with its reasons) and ``repeat_offender`` (1 for a node
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Gauge, Histogram
+import itertools
 
 from contract.controllers.stall_detector import PREFIX
 from daemons.stall_detector.decide import Verdict
@@ -16,62 +16,45 @@ from daemons.toolkit.metrics import ControllerMetrics
 from daemons.toolkit.prometheus import REASONS
 
 QUERIES = ("tensor-max", "tensor-mean", "fabric", "transport-errors", "link-errors")
+CYCLE_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 OPERATIONS = ("list-jobsets", "list-pods", "read-claim", "write-record", "evict", "read-suspects", "write-suspects")
 
 
 class Metrics(ControllerMetrics):
     def __init__(self) -> None:
         super().__init__(PREFIX)
-        r = self.registry
-        self.verdict = Gauge(
-            f"{PREFIX}_verdict",
-            "1 for each running gang's current verdict",
-            ["namespace", "job", "verdict"],
-            registry=r,
+        self.verdict = self.gauge(
+            "verdict", "1 for each running gang's current verdict", ["namespace", "job", "verdict"]
         )
-        self.gangs = Gauge(
-            f"{PREFIX}_gangs", "Running gangs judged in the last cycle, by verdict", ["verdict"], registry=r
+        self.gangs = self.gauge(
+            "gangs",
+            "Running gangs judged in the last cycle, by verdict",
+            ["verdict"],
+            known=[verdict.value for verdict in Verdict],
         )
-        self.restarts = Counter(
-            f"{PREFIX}_restarts", "Stalled gangs restarted in place by this replica", ["namespace", "job"], registry=r
+        self.restarts = self.counter(
+            "restarts", "Stalled gangs restarted in place by this replica", ["namespace", "job"]
         )
-        self.held = Counter(
-            f"{PREFIX}_restarts_held",
-            "Stalled gangs left alone because maxRestartsPerCycle was reached",
-            registry=r,
+        self.held = self.counter("restarts_held", "Stalled gangs left alone because maxRestartsPerCycle was reached")
+        self.suspect = self.gauge(
+            "suspect", "1 while a judged gang names the node, with its reasons", ["node", "reasons"]
         )
-        self.suspect = Gauge(
-            f"{PREFIX}_suspect",
-            "1 while a judged gang names the node, with its reasons",
-            ["node", "reasons"],
-            registry=r,
-        )
-        self.repeat_offender = Gauge(
-            f"{PREFIX}_repeat_offender",
+        self.repeat_offender = self.gauge(
+            "repeat_offender",
             "1 for a node named repeatCount times within repeatWindow (quarantine reads it)",
             ["node", "reasons"],
-            registry=r,
         )
-        self.query_errors = Counter(
-            f"{PREFIX}_query_errors", "Failed Prometheus queries, by query and reason", ["query", "reason"], registry=r
+        self.query_errors = self.counter(
+            "query_errors",
+            "Failed Prometheus queries, by query and reason",
+            ["query", "reason"],
+            known=itertools.product(QUERIES, REASONS),
         )
-        self.kube_errors = Counter(
-            f"{PREFIX}_kube_errors", "Failed Kubernetes API calls, by operation", ["operation"], registry=r
+        self.kube_errors = self.kube_errors_counter(OPERATIONS)
+        self.report_problems = self.counter(
+            "report_problems", "Progress reports or restart records that could not be read"
         )
-        self.report_problems = Counter(
-            f"{PREFIX}_report_problems", "Progress reports or restart records that could not be read", registry=r
+        self.cycles = self.counter("cycles", "Cycles run")
+        self.cycle_seconds = self.histogram(
+            "cycle_seconds", "How long one cycle took (reads, queries, decisions, writes)", CYCLE_BUCKETS
         )
-        self.cycles = Counter(f"{PREFIX}_cycles", "Cycles run", registry=r)
-        self.cycle_seconds = Histogram(
-            f"{PREFIX}_cycle_seconds",
-            "How long one cycle took (reads, queries, decisions, writes)",
-            buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
-            registry=r,
-        )
-        for query in QUERIES:
-            for reason in REASONS:
-                self.query_errors.labels(query, reason)
-        for op in OPERATIONS:
-            self.kube_errors.labels(op)
-        for verdict in Verdict:
-            self.gangs.labels(verdict.value)

@@ -12,12 +12,15 @@ import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 
-from prometheus_client import Counter, Gauge
+from prometheus_client import Gauge
 
 from contract.controllers.taint_controller import PREFIX
 from daemons.taint_controller.decide import Action
 from daemons.toolkit.metrics import ControllerMetrics
 from daemons.toolkit.prometheus import REASONS
+
+#: The Kubernetes API calls the controller makes.
+KUBE_OPERATIONS = ("read-node", "patch-node")
 
 
 class Metrics(ControllerMetrics):
@@ -25,72 +28,47 @@ class Metrics(ControllerMetrics):
         self._wall = wall_clock
         self._last_change: float | None = None
         super().__init__(PREFIX)
-        r = self.registry
-        self.decisions = Counter(
-            f"{PREFIX}_decisions",
+        # Every label value exists from the start, so rate() works before the first event.
+        self.decisions = self.counter(
+            "decisions",
             "Decisions taken, by action (only the leader's add/remove change the node)",
             ["action"],
-            registry=r,
+            known=[action.value for action in Action],
         )
-        self.headroom = Gauge(
-            f"{PREFIX}_headroom_gpus", "Free in-cluster GPUs from the headroom query (NaN when unknown)", registry=r
-        )
-        self.pending = Gauge(
-            f"{PREFIX}_pending_inference_pods", "Unbound Pending inference pods (NaN when unknown)", registry=r
-        )
-        self.headroom_by_type = Gauge(
-            f"{PREFIX}_headroom_by_type_gpus",
+        self.headroom = self.gauge("headroom_gpus", "Free in-cluster GPUs from the headroom query (NaN when unknown)")
+        self.pending = self.gauge("pending_inference_pods", "Unbound Pending inference pods (NaN when unknown)")
+        self.headroom_by_type = self.gauge(
+            "headroom_by_type_gpus",
             "Free in-cluster GPUs of each configured GPU type (NaN when unknown; the whole cluster is headroom_gpus)",
             ["gpu_type"],
-            registry=r,
         )
-        self.pending_by_type = Gauge(
-            f"{PREFIX}_pending_inference_by_type_pods",
+        self.pending_by_type = self.gauge(
+            "pending_inference_by_type_pods",
             "Unbound Pending inference pods asking for each configured GPU type (NaN when unknown)",
             ["gpu_type"],
-            registry=r,
         )
-        self.burst = Gauge(
-            f"{PREFIX}_burst_inference_pods",
+        self.burst = self.gauge(
+            "burst_inference_pods",
             "Inference pods on the virtual node: the replicas that come home once the taint is on (NaN when unknown)",
-            registry=r,
         )
-        self.burst_by_type = Gauge(
-            f"{PREFIX}_burst_inference_by_type_pods",
+        self.burst_by_type = self.gauge(
+            "burst_inference_by_type_pods",
             "Inference pods on the virtual node asking for each configured GPU type (NaN when unknown)",
             ["gpu_type"],
-            registry=r,
         )
-        self.taint_present = Gauge(
-            f"{PREFIX}_taint_present", "1 when the virtual node carries the burst taint", registry=r
+        self.taint_present = self.gauge("taint_present", "1 when the virtual node carries the burst taint")
+        self.query_errors = self.counter(
+            "query_errors", "Failed or unusable Prometheus queries, by reason", ["reason"], known=REASONS
         )
-        self.query_errors = Counter(
-            f"{PREFIX}_query_errors", "Failed or unusable Prometheus queries, by reason", ["reason"], registry=r
+        self.kube_errors = self.kube_errors_counter(KUBE_OPERATIONS)
+        self.last_transition = self.gauge(
+            "last_transition_timestamp_seconds", "Unix time this replica last added or removed the taint (0: never)"
         )
-        self.kube_errors = Counter(
-            f"{PREFIX}_kube_errors", "Failed Kubernetes API calls, by operation", ["operation"], registry=r
-        )
-        self.last_transition = Gauge(
-            f"{PREFIX}_last_transition_timestamp_seconds",
-            "Unix time this replica last added or removed the taint (0: never)",
-            registry=r,
-        )
-        self.since_change = Gauge(
-            f"{PREFIX}_seconds_since_last_change",
-            "Seconds since this replica last added or removed the taint (NaN: never)",
-            registry=r,
+        self.since_change = self.gauge(
+            "seconds_since_last_change", "Seconds since this replica last added or removed the taint (NaN: never)"
         )
         self.since_change.set_function(self._seconds_since_change)
-        self.flaps = Counter(
-            f"{PREFIX}_flaps", "Transitions that reversed the previous one within flapWindow", registry=r
-        )
-        # Every label value exists from the start, so rate() works before the first event.
-        for action in Action:
-            self.decisions.labels(action.value)
-        for reason in REASONS:
-            self.query_errors.labels(reason)
-        for op in ("read-node", "patch-node"):
-            self.kube_errors.labels(op)
+        self.flaps = self.counter("flaps", "Transitions that reversed the previous one within flapWindow")
         self.headroom.set(math.nan)
         self.pending.set(math.nan)
         self.burst.set(math.nan)
