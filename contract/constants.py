@@ -113,6 +113,8 @@ PODSET_UNCONSTRAINED_TOPOLOGY = "kueue.x-k8s.io/podset-unconstrained-topology"
 FABRIC_EXPORTER_APP = "gpucluster-fabric-exporter"
 #: NVIDIA's dcgm-exporter chart's ``fullnameOverride``: its Service, so its scrape job under the Prometheus operator.
 DCGM_EXPORTER_APP = "dcgm-exporter"
+#: The Prometheus our daemons ask by default (``prometheusUrl``): the operator's ``prometheus-operated`` Service.
+PROMETHEUS_URL = "http://prometheus-operated.monitoring.svc:9090"
 
 #: Field names that would hold a credential itself (an API key, a token, a kubeconfig): the policy pack refuses
 #: them in ConfigMaps, and no settings message ever echoes their values.

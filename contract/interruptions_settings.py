@@ -19,7 +19,6 @@ Example (camelCase, as in the stack YAML)::
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Annotated, ClassVar
 
 from pydantic import Field
@@ -28,13 +27,13 @@ from contract.constants import QUARANTINE_TAINT_KEY, RELIABILITY_CONFIGMAP, TRAI
 from contract.images_settings import DEFAULT_DAEMONS_IMAGE
 from contract.issues import SettingsError
 from contract.model import (
+    ControllerReplicas,
     ControllerSettings,
     DnsLabel,
     DnsSubdomain,
     Image,
     PollInterval,
     PositiveDuration,
-    Problem,
     Seconds,
     TaintKey,
 )
@@ -54,7 +53,7 @@ class InterruptionsSettings(ControllerSettings):
     namespace: DnsLabel = TRAINING_NAMESPACE
     #: Unset in a stack: filled from ``gpucluster:images`` (contract/images_settings.py).
     image: Image = DEFAULT_DAEMONS_IMAGE
-    replicas: Annotated[int, Field(ge=1, le=3)] = 2
+    replicas: ControllerReplicas = 2
     #: How often the daemon reads the training JobSets and what belongs to them (at least a second).
     interval: PollInterval = "5s"
     #: The restart bound of a JobSet that does not carry ``gpucluster.io/max-restarts-per-hour``.
@@ -73,9 +72,6 @@ class InterruptionsSettings(ControllerSettings):
     renew_deadline: PositiveDuration = "10s"
     #: How often the leader renews and the others try to take the Lease (at least a second).
     retry_period: PollInterval = "2s"
-
-    def rule_problems(self) -> Iterator[Problem]:
-        yield from self.lease_problems()
 
     request_timeout_seconds: ClassVar[Seconds] = Seconds("request_timeout")
 

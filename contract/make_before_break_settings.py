@@ -48,6 +48,7 @@ from contract.constants import (
 from contract.images_settings import DEFAULT_DAEMONS_IMAGE
 from contract.issues import SettingsError, shown
 from contract.model import (
+    ControllerReplicas,
     ControllerSettings,
     DnsLabel,
     DnsSubdomain,
@@ -58,9 +59,9 @@ from contract.model import (
     QualifiedName,
     Seconds,
     TaintKey,
-    listed_once,
+    each_once,
     parse_duration,
-    shorter,
+    shorter_rule,
 )
 
 #: The AdmissionCheck's name, listed on the training ClusterQueues.
@@ -96,10 +97,6 @@ _SHORTER = {
 }
 
 
-def _shorter(name: str, value: str | None, limit: str | None) -> str | None:
-    return shorter(_SHORTER, name, value, limit)
-
-
 def _reservation_key_apart(key: str) -> str | None:
     if key == DEFAULT_BURST_TAINT_KEY:
         return f"{shown(key)} is the burst taint key: a reserved node and the virtual node's switch must differ"
@@ -119,7 +116,7 @@ class MakeBeforeBreakSettings(ControllerSettings):
     namespace: DnsLabel = "gpucluster-burst"
     #: Unset in a stack: filled from ``gpucluster:images`` (contract/images_settings.py).
     image: Image = DEFAULT_DAEMONS_IMAGE
-    replicas: Annotated[int, Field(ge=1, le=3)] = 2
+    replicas: ControllerReplicas = 2
     #: How long a gang may wait for its room, from QuotaReserved; then the check goes Ready anyway. Below Kueue's
     #: pods-ready timeout (10m by default), which the stack check holds it to.
     max_hold: PositiveDuration = "5m"
@@ -142,7 +139,9 @@ class MakeBeforeBreakSettings(ControllerSettings):
     retry_period: PollInterval = "2s"
     #: The namespaces whose GPU Deployments it may move; filled from ``gpucluster:inferenceNamespaces`` unless the
     #: section names fewer.
-    inference_namespaces: list[DnsLabel] = Field(default_factory=lambda: ["inference"], min_length=1, max_length=64)
+    inference_namespaces: Annotated[list[DnsLabel], each_once("namespaces")] = Field(
+        default_factory=lambda: ["inference"], min_length=1, max_length=64
+    )
 
     # Filled by the stack (FILLED); the daemon reads them from the file.
     #: The AdmissionCheck object (cluster-scoped) whose Active condition the controller sets.
@@ -152,7 +151,7 @@ class MakeBeforeBreakSettings(ControllerSettings):
     burst_taint_key: TaintKey = DEFAULT_BURST_TAINT_KEY
     gpu_resource: QualifiedName = GPU_RESOURCE
     #: Taint keys that mark a node quarantined (no room is planned on it).
-    quarantine_taint_keys: list[TaintKey] = Field(
+    quarantine_taint_keys: Annotated[list[TaintKey], each_once("taint keys")] = Field(
         default_factory=lambda: list(DEFAULT_QUARANTINE_TAINT_KEYS), max_length=16
     )
 
@@ -183,34 +182,13 @@ class MakeBeforeBreakSettings(ControllerSettings):
             raise ValueError(problem)
         return v
 
-    @field_validator("inference_namespaces")
-    @classmethod
-    def _unique_namespaces(cls, v: list[str]) -> list[str]:
-        return listed_once(v, "namespaces")
-
-    @field_validator("quarantine_taint_keys")
-    @classmethod
-    def _unique_keys(cls, v: list[str]) -> list[str]:
-        return listed_once(v, "taint keys")
-
     # Rules between fields: checked as each field validates, so they report with every other problem, and again
     # on the whole model, for the fields left at their defaults.
-    @field_validator("node_grace")
-    @classmethod
-    def _grace_below_hold(cls, v: str, info: ValidationInfo) -> str:
-        problem = _shorter("nodeGrace", v, info.data.get("max_hold"))
-        if problem:
-            raise ValueError(problem)
-        return v
+    _grace_below_hold = shorter_rule(_SHORTER, "nodeGrace")
 
     def rule_problems(self) -> Iterator[Problem]:
-        checks: list[tuple[str, object, str | None]] = [
-            ("nodeGrace", self.node_grace, _shorter("nodeGrace", self.node_grace, self.max_hold)),
-        ]
-        for loc, value, problem in checks:
-            if problem:
-                yield Problem((loc,), problem, value)
-        yield from self.lease_problems()
+        yield from self.shorter_problems(_SHORTER)
+        yield from super().rule_problems()
 
     # Seconds, for the daemon.
     max_hold_seconds: ClassVar[Seconds] = Seconds("max_hold")

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
@@ -31,7 +31,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic.alias_generators import to_camel
+from pydantic.alias_generators import to_camel, to_snake
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from contract.documents import read_settings_file
@@ -63,6 +63,12 @@ def listed_once(values: list[Any], what: str, names: Iterable[str] | None = None
     if dupes:
         raise ValueError(f"{what} listed twice{how}: {', '.join(dupes[:10])}")
     return values
+
+
+def each_once(what: str, key: Callable[[Any], str] | None = None, how: str = "") -> AfterValidator:
+    """A list field's rule, as its annotation (``Annotated[list[DnsLabel], each_once("namespaces")]``): each entry
+    listed once, by ``key`` (the entries themselves by default); else :func:`listed_once`'s ValueError."""
+    return AfterValidator(lambda values: listed_once(values, what, None if key is None else map(key, values), how))
 
 
 class Seconds:
@@ -106,6 +112,15 @@ class ConfigModel(BaseModel):
     def rule_problems(self) -> Iterator[Problem]:
         """The rules between this model's fields that do not hold (none by default)."""
         return iter(())
+
+    def shorter_problems(self, rules: Mapping[str, tuple[str, str]]) -> Iterator[Problem]:
+        """The rules of :func:`shorter` that do not hold here: each key of ``rules`` whose duration is not shorter
+        than its bound's, in the rules' order."""
+        for key, (bound, _why) in rules.items():
+            value = getattr(self, to_snake(key))
+            problem = shorter(rules, key, value, getattr(self, to_snake(bound)))
+            if problem:
+                yield Problem((key,), problem, value)
 
     @model_validator(mode="after")
     def _rules_hold(self) -> Self:
@@ -189,14 +204,28 @@ def parse_duration(text: str) -> float:
     return sum(float(n) * _UNIT_SECONDS[unit] for n, unit in _DURATION_PART.findall(text))
 
 
+def _check_size(value: str, size: Decimal | float, largest: Decimal | float, not_positive: str, too_large: str) -> str:
+    """``value`` when its ``size`` (already parsed: seconds, a quantity) is above zero and at most ``largest``; else
+    ValueError showing ``value``, then ``not_positive`` or ``too_large``."""
+    if size <= 0:
+        raise ValueError(f"{shown(value)} {not_positive}")
+    if size > largest:
+        raise ValueError(f"{shown(value)} {too_large}")
+    return value
+
+
+def check_duration_within(value: str, longest_seconds: float, longest: str) -> str:
+    """A duration longer than zero and at most ``longest_seconds``, which ``longest`` names (and says why)."""
+    return _check_size(
+        value, parse_duration(value), longest_seconds, "must be longer than zero", f"is longer than {longest}"
+    )
+
+
 def check_positive_duration(value: str) -> str:
     """A duration a daemon waits or looks back: longer than zero, at most a week."""
-    seconds = parse_duration(value)
-    if seconds <= 0:
-        raise ValueError(f"{shown(value)} must be longer than zero")
-    if seconds > MAX_DAEMON_DURATION_SECONDS:
-        raise ValueError(f"{shown(value)} is longer than a week (168h): the daemon would in effect never act")
-    return value
+    return check_duration_within(
+        value, MAX_DAEMON_DURATION_SECONDS, "a week (168h): the daemon would in effect never act"
+    )
 
 
 def check_poll_interval(value: str) -> str:
@@ -221,6 +250,23 @@ def shorter(rules: Mapping[str, tuple[str, str]], name: str, value: str | None, 
         return None
     other, why = rules[name]
     return f"{name} ({value}) must be shorter than {other} ({limit}): {why}"
+
+
+def shorter_rule(rules: Mapping[str, tuple[str, str]], key: str, *, check_fields: bool | None = None) -> Any:
+    """The field validator of the rule ``rules[key]`` (see :func:`shorter`), assigned in a model's body: ``key``'s
+    duration is refused as it validates unless shorter than its bound, when that is declared (so validated) before
+    it, and the rule then reports with every other problem of the document. ``check_fields=False``: the fields are
+    declared by subclasses. :meth:`ConfigModel.shorter_problems` checks the rules again on the whole model, for the
+    fields left at their defaults."""
+    field, bound = to_snake(key), to_snake(rules[key][0])
+
+    def check(cls: type[ConfigModel], value: str | None, info: ValidationInfo) -> str | None:
+        problem = shorter(rules, key, value, info.data.get(bound))
+        if problem:
+            raise ValueError(problem)
+        return value
+
+    return field_validator(field, check_fields=check_fields)(classmethod(check))
 
 
 #: A Lease's timings: each must be shorter than the one before it, and why.
@@ -260,9 +306,9 @@ class LeaseTimings(ConfigModel):
     """The rules of a daemon that stands by behind a Lease: leaseDuration > renewDeadline > retryPeriod.
 
     A subclass declares ``lease_duration``, ``renew_deadline`` and ``retry_period`` among its own fields (so its
-    settings file keeps its key order) and yields :meth:`lease_problems` from its :meth:`rule_problems`. Each rule is
-    checked as its field validates, so it reports with every other problem, and again on the whole model, for the
-    fields left at their defaults.
+    settings file keeps its key order); one with rules of its own yields ``super().rule_problems()`` from its
+    :meth:`rule_problems`. Each rule is checked as its field validates, so it reports with every other problem, and
+    again on the whole model, for the fields left at their defaults.
     """
 
     if TYPE_CHECKING:
@@ -270,31 +316,11 @@ class LeaseTimings(ConfigModel):
         renew_deadline: str
         retry_period: str
 
-    @field_validator("renew_deadline", check_fields=False)
-    @classmethod
-    def _renew_below_lease(cls, v: str, info: ValidationInfo) -> str:
-        problem = shorter(LEASE_SHORTER, "renewDeadline", v, info.data.get("lease_duration"))
-        if problem:
-            raise ValueError(problem)
-        return v
+    _renew_below_lease = shorter_rule(LEASE_SHORTER, "renewDeadline", check_fields=False)
+    _retry_below_renew = shorter_rule(LEASE_SHORTER, "retryPeriod", check_fields=False)
 
-    @field_validator("retry_period", check_fields=False)
-    @classmethod
-    def _retry_below_renew(cls, v: str, info: ValidationInfo) -> str:
-        problem = shorter(LEASE_SHORTER, "retryPeriod", v, info.data.get("renew_deadline"))
-        if problem:
-            raise ValueError(problem)
-        return v
-
-    def lease_problems(self) -> Iterator[Problem]:
-        checks = [
-            ("renewDeadline", self.renew_deadline, self.lease_duration),
-            ("retryPeriod", self.retry_period, self.renew_deadline),
-        ]
-        for loc, value, limit in checks:
-            problem = shorter(LEASE_SHORTER, loc, value, limit)
-            if problem:
-                yield Problem((loc,), problem, value)
+    def rule_problems(self) -> Iterator[Problem]:
+        return self.shorter_problems(LEASE_SHORTER)
 
     # Seconds, for the daemon.
     @property
@@ -308,6 +334,10 @@ class LeaseTimings(ConfigModel):
     @property
     def retry_period_seconds(self) -> float:
         return parse_duration(self.retry_period)
+
+
+#: How many replicas of a controller behind a Lease run: the leader, and at most two standing by.
+ControllerReplicas = Annotated[int, Field(ge=1, le=3)]
 
 
 class ControllerSettings(LeaseTimings):
@@ -450,12 +480,13 @@ def parse_quantity(text: str) -> Decimal:
 
 def check_quantity(value: str) -> str:
     """A positive Kubernetes quantity that fits in 64 bits (CPU: ``500m``, ``2``)."""
-    amount = parse_quantity(value)
-    if amount <= 0:
-        raise ValueError(f"{shown(value)} is not a positive Kubernetes quantity such as 500m, 2 or 8Gi")
-    if amount > MAX_QUANTITY:
-        raise ValueError(f"{shown(value)} is larger than any Kubernetes quantity (2^63-1)")
-    return value
+    return _check_size(
+        value,
+        parse_quantity(value),
+        MAX_QUANTITY,
+        "is not a positive Kubernetes quantity such as 500m, 2 or 8Gi",
+        "is larger than any Kubernetes quantity (2^63-1)",
+    )
 
 
 def check_byte_quantity(value: str) -> str:

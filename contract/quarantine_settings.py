@@ -26,13 +26,14 @@ import re
 from collections.abc import Iterator
 from typing import Annotated, ClassVar
 
-from pydantic import AfterValidator, Field, ValidationInfo, field_validator
+from pydantic import AfterValidator, Field, field_validator
 
-from contract.constants import QUARANTINE_TAINT_KEY, RELEASED_AT_ANNOTATION
+from contract.constants import PROMETHEUS_URL, QUARANTINE_TAINT_KEY, RELEASED_AT_ANNOTATION
 from contract.images_settings import DEFAULT_DAEMONS_IMAGE
-from contract.issues import SettingsError, shown
+from contract.issues import SettingsError
 from contract.model import (
     ConfigModel,
+    ControllerReplicas,
     ControllerSettings,
     DnsLabel,
     DnsSubdomain,
@@ -42,10 +43,10 @@ from contract.model import (
     PositiveDuration,
     Problem,
     Seconds,
+    check_duration_within,
     check_labels,
-    listed_once,
-    parse_duration,
-    shorter,
+    each_once,
+    shorter_rule,
 )
 
 #: Field manager of the ledger's server-side apply and of the node patches' Events.
@@ -101,20 +102,9 @@ def reason_of(alert: str) -> str:
     return word or "alert"
 
 
-def _check_retention(value: str) -> str:
-    seconds = parse_duration(value)
-    if seconds <= 0:
-        raise ValueError(f"{shown(value)} must be longer than zero")
-    if seconds > MAX_RETENTION_SECONDS:
-        raise ValueError(f"{shown(value)} is longer than a year (8784h)")
-    return value
-
-
-RetentionDuration = Annotated[str, AfterValidator(_check_retention)]
-
-
-def _shorter(name: str, value: str | None, limit: str | None) -> str | None:
-    return shorter(_SHORTER, name, value, limit)
+RetentionDuration = Annotated[
+    str, AfterValidator(lambda v: check_duration_within(v, MAX_RETENTION_SECONDS, "a year (8784h)"))
+]
 
 
 class QuarantineFlavor(ConfigModel):
@@ -137,9 +127,9 @@ class QuarantineSettings(ControllerSettings):
     namespace: DnsLabel = "gpucluster-capacity"
     #: Unset in a stack: filled from ``gpucluster:images`` (contract/images_settings.py).
     image: Image = DEFAULT_DAEMONS_IMAGE
-    replicas: Annotated[int, Field(ge=1, le=3)] = 2
+    replicas: ControllerReplicas = 2
     lease_name: DnsSubdomain = "gpucluster-quarantine"
-    prometheus_url: HttpUrl = "http://prometheus-operated.monitoring.svc:9090"
+    prometheus_url: HttpUrl = PROMETHEUS_URL
     #: The firing alerts that quarantine a node; every sample must carry ``node`` and ``alertname``.
     signal_query: str = DEFAULT_SIGNAL_QUERY
     #: How often Prometheus and the nodes are read (at least a second).
@@ -167,7 +157,9 @@ class QuarantineSettings(ControllerSettings):
 
     # Filled by the stack (FILLED).
     #: The GPU flavors; a node of none of them is never quarantined.
-    flavors: list[QuarantineFlavor] = Field(default_factory=list, max_length=64)
+    flavors: Annotated[list[QuarantineFlavor], each_once("flavors", key=lambda f: f.name)] = Field(
+        default_factory=list, max_length=64
+    )
 
     @field_validator("signal_query")
     @classmethod
@@ -176,35 +168,13 @@ class QuarantineSettings(ControllerSettings):
             raise ValueError("the PromQL query is empty")
         return v
 
-    @field_validator("flavors")
-    @classmethod
-    def _unique_flavors(cls, v: list[QuarantineFlavor]) -> list[QuarantineFlavor]:
-        return listed_once(v, "flavors", (f.name for f in v))
-
     # Rules between fields: checked as each field validates, so they report with every other problem, and again
     # on the whole model, for the fields left at their defaults.
-    @field_validator("request_timeout")
-    @classmethod
-    def _timeout_within_interval(cls, v: str, info: ValidationInfo) -> str:
-        problem = _shorter("requestTimeout", v, info.data.get("interval"))
-        if problem:
-            raise ValueError(problem)
-        return v
+    _timeout_within_interval = shorter_rule(_SHORTER, "requestTimeout")
 
     def rule_problems(self) -> Iterator[Problem]:
-        checks: list[tuple[str, str, str | None]] = [
-            ("requestTimeout", self.request_timeout, _shorter("requestTimeout", self.request_timeout, self.interval)),
-            ("releaseGrace", self.release_grace, _shorter("releaseGrace", self.release_grace, self.ledger_retention)),
-            (
-                "breakerWindow",
-                self.breaker_window,
-                _shorter("breakerWindow", self.breaker_window, self.ledger_retention),
-            ),
-        ]
-        for loc, value, problem in checks:
-            if problem:
-                yield Problem((loc,), problem, value)
-        yield from self.lease_problems()
+        yield from self.shorter_problems(_SHORTER)
+        yield from super().rule_problems()
 
     # Seconds, for the daemon.
     breaker_window_seconds: ClassVar[Seconds] = Seconds("breaker_window")

@@ -43,6 +43,7 @@ from contract.images_settings import DEFAULT_DAEMONS_IMAGE
 from contract.issues import SettingsError
 from contract.model import (
     ConfigModel,
+    ControllerReplicas,
     ControllerSettings,
     DnsLabel,
     DnsSubdomain,
@@ -55,7 +56,7 @@ from contract.model import (
     Seconds,
     TaintKey,
     check_labels,
-    listed_once,
+    each_once,
     parse_duration,
     repeated,
 )
@@ -134,7 +135,7 @@ class QuotaControllerSettings(ControllerSettings):
     namespace: DnsLabel = "gpucluster-capacity"
     #: Unset in a stack: filled from ``gpucluster:images`` (contract/images_settings.py).
     image: Image = DEFAULT_DAEMONS_IMAGE
-    replicas: Annotated[int, Field(ge=1, le=3)] = 2
+    replicas: ControllerReplicas = 2
     #: How often the controller lists the nodes and queues (at least a second).
     interval: PollInterval = "1s"
     #: A node NotReady for less than this still counts: a blink changes nothing.
@@ -161,7 +162,9 @@ class QuotaControllerSettings(ControllerSettings):
     flavors: list[QuotaFlavor] = Field(default_factory=list, max_length=256)
     cluster_queues: list[QuotaQueue] = Field(default_factory=list, max_length=1000)
     #: Taints that take a node out of capacity at once.
-    out_taint_keys: list[TaintKey] = Field(default_factory=lambda: list(DEFAULT_OUT_TAINT_KEYS), max_length=16)
+    out_taint_keys: Annotated[list[TaintKey], each_once("taint keys")] = Field(
+        default_factory=lambda: list(DEFAULT_OUT_TAINT_KEYS), max_length=16
+    )
     accepted_label: LabelKey = ACCEPTED_LABEL
     accepted_value: str = ACCEPTED_VALUE
 
@@ -171,11 +174,6 @@ class QuotaControllerSettings(ControllerSettings):
         if parse_duration(v) > MAX_NOT_READY_GRACE_SECONDS:
             raise ValueError(f"{v!r} is longer than 5m: a lost node would keep its quota that long")
         return v
-
-    @field_validator("out_taint_keys")
-    @classmethod
-    def _unique_keys(cls, v: list[str]) -> list[str]:
-        return listed_once(v, "taint keys")
 
     def rule_problems(self) -> Iterator[Problem]:
         names = [f.name for f in self.flavors]
@@ -191,7 +189,7 @@ class QuotaControllerSettings(ControllerSettings):
                     yield Problem(
                         ("clusterQueues", i, field, flavor), f"unknown flavor (known: {sorted(known)})", flavor
                     )
-        yield from self.lease_problems()
+        yield from super().rule_problems()
 
     # Seconds, for the daemon.
     not_ready_grace_seconds: ClassVar[Seconds] = Seconds("not_ready_grace")

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
 from contract.bounds import Bound
+from contract.issues import SettingsError
 from contract.rbac import Grant
 from contract.stack_facts import StackFacts
 
@@ -96,7 +97,6 @@ class ControllerSpec(Generic[S]):
     stack_key: str
     #: Its ``load`` reads a settings file and raises ``settings_error`` naming every problem.
     settings_model: type[S]
-    settings_error: type[Exception]
     #: The Roles and ClusterRoles it needs, from its settings and what the stack adds (``context``).
     grants: Callable[[S, Mapping[str, Any]], tuple[Grant, ...]]
     #: What its component exports beyond the Deployment, namespace and replicas.
@@ -108,6 +108,8 @@ class ControllerSpec(Generic[S]):
     #: Raise ValueError naming the field when settings, though valid alone, cannot be deployed (unfilled by the
     #: stack, or at odds with what the stack adds in ``context``).
     check: Callable[[S, Mapping[str, Any]], None] = field(default=lambda _s, _context: None)
+    #: What its ``load`` raises: every settings model of ours (``contract.model.ControllerSettings``) raises this.
+    settings_error: type[Exception] = SettingsError
     settings_help: str | None = None
     #: What the stack must have deployed before it (AFTER); its namespaces it always waits for.
     after: tuple[str, ...] = ()

@@ -25,11 +25,12 @@ from typing import Annotated, ClassVar
 
 from pydantic import Field
 
-from contract.constants import TRAINING_NAMESPACE
+from contract.constants import PROMETHEUS_URL, TRAINING_NAMESPACE
 from contract.images_settings import DEFAULT_DAEMONS_IMAGE
 from contract.issues import SettingsError
 from contract.model import (
     ByteQuantity,
+    ControllerReplicas,
     ControllerSettings,
     DnsLabel,
     DnsSubdomain,
@@ -40,7 +41,6 @@ from contract.model import (
     Problem,
     Seconds,
     parse_quantity,
-    shorter,
 )
 
 #: Its section of the stack (``gpucluster:stallDetector``), and its spec's ``stack_key``.
@@ -71,9 +71,9 @@ class StallDetectorSettings(ControllerSettings):
     namespace: DnsLabel = TRAINING_NAMESPACE
     #: Unset in a stack: filled from ``gpucluster:images`` (contract/images_settings.py).
     image: Image = DEFAULT_DAEMONS_IMAGE
-    replicas: Annotated[int, Field(ge=1, le=3)] = 2
+    replicas: ControllerReplicas = 2
     lease_name: DnsSubdomain = "gpucluster-stall-detector"
-    prometheus_url: HttpUrl = "http://prometheus-operated.monitoring.svc:9090"
+    prometheus_url: HttpUrl = PROMETHEUS_URL
     #: How often the gangs and Prometheus are read (at least a second).
     interval: PollInterval = "15s"
     #: How long a gang must show no tensor activity, no fabric traffic and no progress to be stalled.
@@ -115,16 +115,8 @@ class StallDetectorSettings(ControllerSettings):
     workload_namespaces: list[DnsLabel] = Field(default_factory=list, max_length=256)
 
     def rule_problems(self) -> Iterator[Problem]:
-        checks = [
-            ("requestTimeout", self.request_timeout, self.interval),
-            ("interval", self.interval, self.stall_after),
-            ("stallAfter", self.stall_after, self.repeat_window),
-        ]
-        for loc, value, limit in checks:
-            problem = shorter(_SHORTER, loc, value, limit)
-            if problem:
-                yield Problem((loc,), problem, value)
-        yield from self.lease_problems()
+        yield from self.shorter_problems(_SHORTER)
+        yield from super().rule_problems()
 
     # Seconds and bytes, for the daemon.
 

@@ -37,10 +37,12 @@ from contract.constants import (
     BURST_TAINT_EFFECT,
     BURST_TAINT_VALUE,
     DEFAULT_BURST_TAINT_KEY,
+    PROMETHEUS_URL,
 )
 from contract.images_settings import DEFAULT_DAEMONS_IMAGE
 from contract.issues import SettingsError, shown
 from contract.model import (
+    ControllerReplicas,
     ControllerSettings,
     DnsLabel,
     DnsSubdomain,
@@ -52,9 +54,9 @@ from contract.model import (
     QualifiedName,
     Seconds,
     TaintKey,
-    listed_once,
+    each_once,
     parse_duration,
-    shorter,
+    shorter_rule,
 )
 from contract.taint_controller_queries import (
     DEFAULT_BURST_QUERY,
@@ -106,10 +108,6 @@ def _low_below_high(low: int, high: int | None) -> str | None:
     return None
 
 
-def _shorter(name: str, value: str | None, limit: str | None) -> str | None:
-    return shorter(_SHORTER, name, value, limit)
-
-
 class TaintControllerSettings(ControllerSettings):
     """Everything the taint controller needs; see the module docstring for the meaning of the marks."""
 
@@ -121,7 +119,7 @@ class TaintControllerSettings(ControllerSettings):
     namespace: DnsLabel = "gpucluster-burst"
     #: Unset in a stack: filled from ``gpucluster:images`` (contract/images_settings.py).
     image: Image = DEFAULT_DAEMONS_IMAGE
-    prometheus_url: HttpUrl = "http://prometheus-operated.monitoring.svc:9090"
+    prometheus_url: HttpUrl = PROMETHEUS_URL
     headroom_query: str = DEFAULT_HEADROOM_QUERY
     pending_query: str = DEFAULT_PENDING_QUERY
     #: Nodes reserved for a waiting gang: while any is, Pending inference removes the taint without holdRemove.
@@ -132,8 +130,11 @@ class TaintControllerSettings(ControllerSettings):
     #: Inference pods on the virtual node, in all and by GPU type: where burst replicas would come home to.
     burst_query: str = DEFAULT_BURST_QUERY
     #: The GPU types decided apart (the names inference services and burst providers use, such as H100, L40S).
-    #: Empty: the whole cluster is one pool, as with one GPU type.
-    gpu_types: list[GpuTypeName] = Field(default_factory=list, max_length=MAX_GPU_TYPES)
+    #: Empty: the whole cluster is one pool, as with one GPU type. Each listed once in any case: the queries match
+    #: node label values in any case, so H100 and h100 would be one type.
+    gpu_types: Annotated[list[GpuTypeName], each_once("GPU types", key=str.lower, how=" (in any case)")] = Field(
+        default_factory=list, max_length=MAX_GPU_TYPES
+    )
     #: The node label whose value names a node's GPU type (``NVIDIA-L40S`` is L40S; see ``gpu_type_of``).
     gpu_type_node_label: QualifiedName = DEFAULT_GPU_TYPE_NODE_LABEL
     #: At or above this many free in-cluster GPUs (held for holdAdd) the burst taint goes on.
@@ -153,8 +154,10 @@ class TaintControllerSettings(ControllerSettings):
     renew_deadline: PositiveDuration = "10s"
     #: How often the leader renews and the others try to take the Lease (at least a second).
     retry_period: PollInterval = "2s"
-    replicas: Annotated[int, Field(ge=1, le=3)] = 2
-    inference_namespaces: list[DnsLabel] = Field(default_factory=lambda: ["inference"], min_length=1)
+    replicas: ControllerReplicas = 2
+    inference_namespaces: Annotated[list[DnsLabel], each_once("namespaces")] = Field(
+        default_factory=lambda: ["inference"], min_length=1
+    )
 
     # Runtime-only: the component fills these from the virtual node and the stack's burstTaintKey.
     node_name: DnsSubdomain = DEFAULT_NODE_NAME
@@ -202,17 +205,6 @@ class TaintControllerSettings(ControllerSettings):
             )
         return v
 
-    @field_validator("inference_namespaces")
-    @classmethod
-    def _unique_namespaces(cls, v: list[str]) -> list[str]:
-        return listed_once(v, "namespaces")
-
-    @field_validator("gpu_types")
-    @classmethod
-    def _unique_gpu_types(cls, v: list[str]) -> list[str]:
-        # Case-insensitive: the queries match node label values in any case, so H100 and h100 would be one type.
-        return listed_once(v, "GPU types", (t.lower() for t in v), how=" (in any case)")
-
     # Rules between fields: checked as each field validates, so they report with every other problem, and again
     # on the whole model, for the fields left at their defaults (highMark: 1 with lowMark's default 1).
     @field_validator("low_mark")
@@ -223,22 +215,14 @@ class TaintControllerSettings(ControllerSettings):
             raise ValueError(problem)
         return v
 
-    @field_validator("query_timeout")
-    @classmethod
-    def _query_within_interval(cls, v: str | None, info: ValidationInfo) -> str | None:
-        problem = _shorter("queryTimeout", v, info.data.get("interval"))
-        if problem:
-            raise ValueError(problem)
-        return v
+    _query_within_interval = shorter_rule(_SHORTER, "queryTimeout")
 
     def rule_problems(self) -> Iterator[Problem]:
         low = _low_below_high(self.low_mark, self.high_mark)
         if low:
             yield Problem(("lowMark",), low, self.low_mark)
-        yield from self.lease_problems()
-        query = _shorter("queryTimeout", self.query_timeout, self.interval)
-        if query:
-            yield Problem(("queryTimeout",), query, self.query_timeout)
+        yield from super().rule_problems()
+        yield from self.shorter_problems(_SHORTER)
 
     # Seconds, for the daemon.
     hold_add_seconds: ClassVar[Seconds] = Seconds("hold_add")

@@ -20,7 +20,6 @@ from typing import Any
 from contract.bounds import JobSetAnnotationOnly
 from contract.constants import INTERRUPTIONS_LEDGER_ANNOTATION, KUEUE_GROUP
 from contract.interruptions_settings import APP, STACK_KEY, InterruptionsSettings
-from contract.issues import SettingsError
 from contract.rbac import Grant, Rule, lease_rules
 from contract.spec import AFTER_JOBSET, AFTER_KUEUE, APP_PREFIX, ControllerSpec
 
@@ -79,7 +78,6 @@ SPEC: ControllerSpec[InterruptionsSettings] = ControllerSpec(
     metrics_prefix=PREFIX,
     stack_key=STACK_KEY,
     settings_model=InterruptionsSettings,
-    settings_error=SettingsError,
     grants=grants,
     outputs=outputs,
     description=(

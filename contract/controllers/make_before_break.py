@@ -14,7 +14,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from contract.constants import CLUSTER_EVENTS_NAMESPACE, KUEUE_GROUP
-from contract.issues import SettingsError
 from contract.make_before_break_settings import (
     CHECK_NAME,
     CONTROLLER_NAME,
@@ -156,7 +155,6 @@ SPEC: ControllerSpec[MakeBeforeBreakSettings] = ControllerSpec(
     metrics_prefix=PREFIX,
     stack_key=STACK_KEY,
     settings_model=MakeBeforeBreakSettings,
-    settings_error=SettingsError,
     grants=grants,
     outputs=outputs,
     check=check,

@@ -27,7 +27,6 @@ from contract.constants import (
     QUARANTINED_LABEL,
     RELEASED_AT_ANNOTATION,
 )
-from contract.issues import SettingsError
 from contract.quarantine_settings import FILLED, LEDGER_NAME, STACK_KEY, QuarantineFlavor, QuarantineSettings
 from contract.rbac import Grant, Rule, lease_rules
 from contract.spec import ControllerSpec
@@ -107,7 +106,6 @@ SPEC: ControllerSpec[QuarantineSettings] = ControllerSpec(
     metrics_prefix=PREFIX,
     stack_key=STACK_KEY,
     settings_model=QuarantineSettings,
-    settings_error=SettingsError,
     grants=grants,
     outputs=outputs,
     check=check,

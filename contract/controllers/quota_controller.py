@@ -10,7 +10,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from contract.constants import CLUSTER_EVENTS_NAMESPACE, KUEUE_GROUP
-from contract.issues import SettingsError
 from contract.quota_controller_settings import APP, FILLED, STACK_KEY, QuotaControllerSettings, QuotaFlavor, QuotaQueue
 from contract.rbac import Grant, Rule, lease_rules
 from contract.spec import AFTER_CLUSTER_QUEUES, APP_PREFIX, ControllerSpec
@@ -90,7 +89,6 @@ SPEC: ControllerSpec[QuotaControllerSettings] = ControllerSpec(
     metrics_prefix=PREFIX,
     stack_key=STACK_KEY,
     settings_model=QuotaControllerSettings,
-    settings_error=SettingsError,
     grants=grants,
     outputs=outputs,
     check=check,

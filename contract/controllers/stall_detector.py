@@ -19,7 +19,6 @@ from typing import Any
 
 from contract.bounds import JobSetAnnotationOnly
 from contract.constants import CHECKPOINT_CLAIM, STALL_RESTART_ANNOTATION
-from contract.issues import SettingsError
 from contract.rbac import Grant, Rule, lease_rules
 from contract.spec import AFTER_JOBSET, WORKLOAD_NAMESPACES, ControllerSpec
 from contract.stack_facts import StackFacts
@@ -111,7 +110,6 @@ SPEC: ControllerSpec[StallDetectorSettings] = ControllerSpec(
     metrics_prefix=PREFIX,
     stack_key=STACK_KEY,
     settings_model=StallDetectorSettings,
-    settings_error=SettingsError,
     grants=grants,
     outputs=outputs,
     check=check,

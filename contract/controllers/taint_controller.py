@@ -12,7 +12,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from contract.constants import CLUSTER_EVENTS_NAMESPACE
-from contract.issues import SettingsError
 from contract.rbac import Grant, Rule
 from contract.spec import ControllerSpec
 from contract.taint_controller_settings import STACK_KEY, TAINT_EFFECT, TaintControllerSettings
@@ -81,7 +80,6 @@ SPEC: ControllerSpec[TaintControllerSettings] = ControllerSpec(
     metrics_prefix=PREFIX,
     stack_key=STACK_KEY,
     settings_model=TaintControllerSettings,
-    settings_error=SettingsError,
     grants=grants,
     outputs=outputs,
     check=check,

@@ -23,6 +23,7 @@ from contract.make_before_break_settings import (
 from contract.registry import MAKE_BEFORE_BREAK
 from contract.taint_controller_queries import DEFAULT_RESERVED_QUERY
 from daemons.make_before_break.policy import policy_of
+from tests.contract.settings_checks import read_back
 
 ROOT = Path(__file__).resolve().parents[2]
 #: prod as it will run once its provider secrets are set: bursting on, and make-before-break with it.
@@ -184,11 +185,7 @@ def test_parse_settings_refuses_what_is_not_an_object() -> None:
 
 def test_the_document_is_what_the_daemon_reads(tmp_path: Path) -> None:
     """The stack's section, filled, is the daemon's file: written and read back, it is the same model."""
-    s = parse_stack_config(copy.deepcopy(PROD), "test").controller(MAKE_BEFORE_BREAK)
-    path = tmp_path / "settings.json"
-    path.write_text(s.to_json())
-    daemon = load_settings(path)
-    assert daemon == s
+    daemon = read_back(parse_stack_config(copy.deepcopy(PROD), "test").controller(MAKE_BEFORE_BREAK), tmp_path)
     assert (daemon.admission_check_name, daemon.return_batch) == ("make-before-break", 2)
     # bursting on: the virtual node is the stack's
     assert (daemon.virtual_node_name, daemon.burst_taint_key) == ("gpu-burst", "gpucluster.io/in-cluster-capacity")

@@ -27,9 +27,11 @@ from contract.model import (
     check_dns_subdomain,
     check_labels,
     check_qualified_name,
+    each_once,
     parse_duration,
     parse_quantity,
     pod_resource_count,
+    shorter_rule,
 )
 
 
@@ -119,6 +121,47 @@ def test_model_rules_are_structured_problems_at_their_paths() -> None:
         (("ranges", 1, "low"), "5 is not below high (2)", 5),
         (("ranges", 1), "the range is empty", None),
     ]
+
+
+_WINDOWS = {
+    "window": ("period", "a window must fit in a period"),
+    "grace": ("window", "the grace must end within the window"),
+}
+
+
+class _Windows(ConfigModel):
+    names: Annotated[list[str], each_once("names", key=str.lower, how=" (in any case)")] = []
+    period: PositiveDuration = "1h"
+    window: PositiveDuration = "10m"
+    grace: PositiveDuration = "1m"
+
+    _window_within_period = shorter_rule(_WINDOWS, "window")
+
+    def rule_problems(self) -> Iterator[Problem]:
+        return self.shorter_problems(_WINDOWS)
+
+
+def test_list_entries_stand_once_by_their_key() -> None:
+    assert _Windows.model_validate({"names": ["a", "b"]}).names == ["a", "b"]
+    with pytest.raises(ValidationError, match=r"names listed twice \(in any case\): a"):
+        _Windows.model_validate({"names": ["A", "b", "a"]})
+
+
+def test_shorter_rules_hold_as_fields_validate_and_on_the_whole_model() -> None:
+    def found(**data: Any) -> list[tuple[object, str]]:
+        with pytest.raises(ValidationError) as err:
+            _Windows.model_validate(data)
+        return [(e["loc"], e["msg"]) for e in err.value.errors()]
+
+    window = "window (10m) must be shorter than period (5m): a window must fit in a period"
+    grace = "grace (10m) must be shorter than window (10m): the grace must end within the window"
+    # as the window validates (its period is validated before it), beside any other problem
+    assert found(period="5m", window="10m", names=["a", "a"]) == [
+        (("names",), "Value error, names listed twice (in any case): a"),
+        (("window",), f"Value error, {window}"),
+    ]
+    # on the whole model, in the rules' order: a window left at its default, a rule no field validator holds
+    assert found(period="5m", grace="10m") == [(("window",), window), (("grace",), grace)]
 
 
 def test_a_message_with_braces_is_kept_as_written() -> None:

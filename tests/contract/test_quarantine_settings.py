@@ -4,6 +4,7 @@ between fields, the file round trip, and the reason words of the alerts."""
 from __future__ import annotations
 
 import json
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -12,19 +13,15 @@ import pytest
 from contract.quarantine_settings import (
     DEFAULT_SIGNAL_QUERY,
     QuarantineSettings,
-    SettingsError,
     load_settings,
     parse_settings,
     reason_of,
 )
+from tests.contract.settings_checks import assert_bound_holds, problems_of, read_back
 
 FLAVORS = [{"name": "h100", "nodeLabels": {"gpu.example/type": "h100"}}]
 
-
-def problems(data: Any) -> str:
-    with pytest.raises(SettingsError) as info:
-        parse_settings(data)
-    return str(info.value)
+problems = partial(problems_of, QuarantineSettings)
 
 
 def test_the_defaults() -> None:
@@ -63,11 +60,7 @@ def test_the_defaults() -> None:
     ],
 )
 def test_each_bound_passes_at_its_limit_and_refuses_beyond(key: str, good: Any, bad: Any, fragment: str) -> None:
-    fit = {"requestTimeout": "100ms"} if key == "interval" else {}
-    assert parse_settings({key: good, **fit}) is not None
-    text = problems({key: bad, **fit})
-    assert key in text
-    assert fragment in text
+    assert_bound_holds(QuarantineSettings, key, good, bad, fragment)
 
 
 def test_the_request_timeout_must_fit_the_interval() -> None:
@@ -105,10 +98,7 @@ def test_unknown_keys_and_a_non_object_are_refused() -> None:
 
 
 def test_the_file_round_trips(tmp_path: Path) -> None:
-    s = parse_settings({"flavors": FLAVORS, "maxShare": 0.25})
-    path = tmp_path / "settings.json"
-    path.write_text(s.to_json())
-    assert load_settings(path) == s
+    s = read_back(parse_settings({"flavors": FLAVORS, "maxShare": 0.25}), tmp_path)
     assert json.loads(s.to_json())["breakerWindow"] == "1h"
     (tmp_path / "s.yaml").write_text("maxShare: 0.2\n")
     assert load_settings(tmp_path / "s.yaml").max_share == 0.2

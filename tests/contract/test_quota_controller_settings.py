@@ -7,12 +7,8 @@ from typing import Any
 
 import pytest
 
-from contract.quota_controller_settings import (
-    QuotaControllerSettings,
-    SettingsError,
-    load_settings,
-    parse_settings,
-)
+from contract.quota_controller_settings import QuotaControllerSettings, SettingsError, parse_settings
+from tests.contract.settings_checks import read_back
 
 FLAVORS = [{"name": "h100", "nodeLabels": {"gpu": "h100"}, "declaredGpus": 32}]
 
@@ -94,7 +90,4 @@ def test_not_an_object_is_refused() -> None:
 
 
 def test_the_document_round_trips(tmp_path: Path) -> None:
-    s = parse_settings({"flavors": FLAVORS, "clusterQueues": [{"name": "a", "quota": {"h100": 24}}]})
-    path = tmp_path / "settings.json"
-    path.write_text(s.to_json())
-    assert load_settings(path) == s
+    read_back(parse_settings({"flavors": FLAVORS, "clusterQueues": [{"name": "a", "quota": {"h100": 24}}]}), tmp_path)

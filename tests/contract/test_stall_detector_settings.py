@@ -3,18 +3,16 @@ rules between fields, and the file round trip."""
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from contract.stall_detector_settings import SettingsError, StallDetectorSettings, load_settings, parse_settings
+from contract.stall_detector_settings import StallDetectorSettings, parse_settings
+from tests.contract.settings_checks import assert_bound_holds, problems_of, read_back
 
-
-def problems(data: Any) -> str:
-    with pytest.raises(SettingsError) as info:
-        parse_settings(data)
-    return str(info.value)
+problems = partial(problems_of, StallDetectorSettings)
 
 
 def test_the_defaults() -> None:
@@ -58,11 +56,7 @@ def test_the_defaults() -> None:
     ],
 )
 def test_each_bound_passes_at_its_limit_and_refuses_beyond(key: str, good: Any, bad: Any, fragment: str) -> None:
-    fit = {"requestTimeout": "100ms"} if key == "interval" else {}
-    assert parse_settings({key: good, **fit}) is not None
-    text = problems({key: bad, **fit})
-    assert key in text
-    assert fragment in text
+    assert_bound_holds(StallDetectorSettings, key, good, bad, fragment)
 
 
 def test_the_interval_must_see_a_stall_within_stall_after_and_the_window_hold_two_stalls() -> None:
@@ -74,7 +68,4 @@ def test_the_interval_must_see_a_stall_within_stall_after_and_the_window_hold_tw
 
 def test_the_file_round_trips(tmp_path: Path) -> None:
     s = parse_settings({"stallAfter": "2m", "workloadNamespaces": ["team-a"], "fabricFloor": "4Mi"})
-    path = tmp_path / "settings.json"
-    path.write_text(s.to_json())
-    assert load_settings(path) == s
-    assert load_settings(path).fabric_floor_bytes == 4 << 20
+    assert read_back(s, tmp_path).fabric_floor_bytes == 4 << 20

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from contract.controllers.make_before_break import cluster_rules, inference_rules, lease_rules
+from contract.controllers.make_before_break import cluster_rules, inference_rules
+from contract.rbac import lease_rules
 
 
 def test_rbac_rules_grant_no_secret_and_no_delete() -> None:
