@@ -12,12 +12,12 @@ from __future__ import annotations
 from components.guardrails_policies.model import (
     JOBSET_CREATES,
     POD_CONTAINERS,
-    PODS,
     GuardrailInputs,
     Policy,
     Validation,
     cel,
     is_in,
+    team_pod_rule,
 )
 from contract.guardrails_settings import CREDENTIAL_ENV_NAME, CREDENTIAL_ENV_VALUE
 
@@ -35,18 +35,15 @@ WHY = (
 
 def team_pods_carry_no_credentials(inputs: GuardrailInputs) -> Policy:
     containers = POD_CONTAINERS.format(spec="object.spec")
-    return Policy(
-        name="team-pods-carry-no-credentials",
-        summary="A pod in a team namespace holds no key or token as a literal env value: it references a Secret.",
-        resource_rules=(PODS,),
-        namespace_selector=is_in(inputs.training_namespaces),
-        validations=(
-            Validation(
-                expression=f"!{containers}.exists(c, {HOLDS})",
-                message=WHY,
-                message_expression=f"{containers}.filter(c, {HOLDS}).map(c, 'container ' + c.name + ' env ' + "
-                f"c.env.filter(e, {LITERAL}).map(e, e.name).join(', ')).join('; ') + ': ' + {cel(WHY)}",
-            ),
+    return team_pod_rule(
+        inputs,
+        "team-pods-carry-no-credentials",
+        "A pod in a team namespace holds no key or token as a literal env value: it references a Secret.",
+        Validation(
+            expression=f"!{containers}.exists(c, {HOLDS})",
+            message=WHY,
+            message_expression=f"{containers}.filter(c, {HOLDS}).map(c, 'container ' + c.name + ' env ' + "
+            f"c.env.filter(e, {LITERAL}).map(e, e.name).join(', ')).join('; ') + ': ' + {cel(WHY)}",
         ),
     )
 

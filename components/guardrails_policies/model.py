@@ -113,6 +113,17 @@ class Policy:
     match_conditions: tuple[Mapping[str, str], ...] = ()
 
 
+def team_pod_rule(inputs: GuardrailInputs, name: str, summary: str, *validations: Validation) -> Policy:
+    """A rule on every pod created in a team namespace (where research jobs run)."""
+    return Policy(
+        name=name,
+        summary=summary,
+        resource_rules=(PODS,),
+        namespace_selector=is_in(inputs.training_namespaces),
+        validations=validations,
+    )
+
+
 def cel(value: object) -> str:
     """A CEL literal of a string, a list of strings or a map of them (JSON's syntax is CEL's for these)."""
     return json.dumps(value, sort_keys=True)

@@ -13,13 +13,13 @@ from __future__ import annotations
 from components.guardrails_policies.model import (
     JOB_CREATES,
     JOBSET_CREATES,
-    PODS,
     GuardrailInputs,
     Policy,
     Validation,
     cel,
     is_in,
     owned_by,
+    team_pod_rule,
 )
 from contract.jobset_settings import JOBSET_API
 
@@ -41,20 +41,17 @@ TEAM_VOLUME_SOURCES = (
 def team_pods_mount_only_claims(inputs: GuardrailInputs) -> Policy:
     allowed = " || ".join(f"has(v.{source})" for source in TEAM_VOLUME_SOURCES)
     volumes = "(has(object.spec.volumes) ? object.spec.volumes : [])"
-    return Policy(
-        name="team-pods-mount-only-claims",
-        summary="A pod in a team namespace mounts storage only through its namespace's claims: no inline nfs, csi, "
+    return team_pod_rule(
+        inputs,
+        "team-pods-mount-only-claims",
+        "A pod in a team namespace mounts storage only through its namespace's claims: no inline nfs, csi, "
         "iscsi or other volume that names storage by address.",
-        resource_rules=(PODS,),
-        namespace_selector=is_in(inputs.training_namespaces),
-        validations=(
-            Validation(
-                expression=f"{volumes}.all(v, {allowed})",
-                message="a team pod may mount only " + ", ".join(TEAM_VOLUME_SOURCES) + " volumes",
-                message_expression=f"'volume ' + {volumes}.filter(v, !({allowed})).map(v, v.name).join(', ') + "
-                "' names storage by address (nfs, csi, iscsi, ...), which would reach other teams\\' data; "
-                "mount your namespace\\'s claims (persistentVolumeClaim) instead'",
-            ),
+        Validation(
+            expression=f"{volumes}.all(v, {allowed})",
+            message="a team pod may mount only " + ", ".join(TEAM_VOLUME_SOURCES) + " volumes",
+            message_expression=f"'volume ' + {volumes}.filter(v, !({allowed})).map(v, v.name).join(', ') + "
+            "' names storage by address (nfs, csi, iscsi, ...), which would reach other teams\\' data; "
+            "mount your namespace\\'s claims (persistentVolumeClaim) instead'",
         ),
     )
 
@@ -80,17 +77,14 @@ def _names_node(spec: str) -> str:
 
 
 def team_pods_name_no_node(inputs: GuardrailInputs) -> Policy:
-    return Policy(
-        name="team-pods-name-no-node",
-        summary="A pod in a team namespace is placed by the scheduler: it names no node (spec.nodeName).",
-        resource_rules=(PODS,),
-        namespace_selector=is_in(inputs.training_namespaces),
-        validations=(
-            Validation(
-                expression=f"!{_names_node('object.spec')}",
-                message="a team pod may not name its node (spec.nodeName): it would skip the scheduler, and with it "
-                "Kueue's placement and every other team's claim on that node",
-            ),
+    return team_pod_rule(
+        inputs,
+        "team-pods-name-no-node",
+        "A pod in a team namespace is placed by the scheduler: it names no node (spec.nodeName).",
+        Validation(
+            expression=f"!{_names_node('object.spec')}",
+            message="a team pod may not name its node (spec.nodeName): it would skip the scheduler, and with it "
+            "Kueue's placement and every other team's claim on that node",
         ),
     )
 

@@ -25,6 +25,7 @@ from components.guardrails_policies.model import (
     label,
     not_in,
     owned_by,
+    team_pod_rule,
     unchanged_on_update,
 )
 from contract.constants import (
@@ -121,18 +122,14 @@ def _why(inputs: GuardrailInputs) -> str:
 
 def team_pods_belong_to_jobs(inputs: GuardrailInputs) -> Policy:
     """Kueue manages every Job in a team namespace; a bare pod there would take GPUs around the queues."""
-    return Policy(
-        name="team-pods-belong-to-jobs",
-        summary="Every pod in a team namespace is a Job's (Kueue manages every Job there): none runs around the "
-        "queues.",
-        resource_rules=(PODS,),
-        namespace_selector=is_in(inputs.training_namespaces),
-        validations=(
-            Validation(
-                expression=owned_by("Job", "batch/v1"),
-                message="a pod in a team namespace that no Job owns would run around the queues; submit a job "
-                "(gpucluster submit)",
-            ),
+    return team_pod_rule(
+        inputs,
+        "team-pods-belong-to-jobs",
+        "Every pod in a team namespace is a Job's (Kueue manages every Job there): none runs around the queues.",
+        Validation(
+            expression=owned_by("Job", "batch/v1"),
+            message="a pod in a team namespace that no Job owns would run around the queues; submit a job "
+            "(gpucluster submit)",
         ),
     )
 
