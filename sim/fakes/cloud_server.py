@@ -285,26 +285,22 @@ class FakeCloud:
             return Reply(200, {"instances": items})
 
     def delete(self, instance_id: str) -> Reply:
-        with self._lock:
-            now = self._advance()
-            inst = self._instances.get(instance_id)
-            if inst is None:
-                return _error(404, f"instance {instance_id} not found")
-            if inst.state in LIVE:
-                self._end(inst, now, "terminated", None, "deleted")
-                self._stats["deletes"] += 1
-                self._save()
-            return Reply(200, self._public(inst))
+        return self._end_live(instance_id, "terminated", None, "deleted", "deletes")
 
     def kill(self, instance_id: str, exit_code: int = 137) -> Reply:
+        return self._end_live(instance_id, "failed", exit_code, "the instance died (killed by admin)", "deaths")
+
+    def _end_live(self, instance_id: str, state: str, exit_code: int | None, message: str, stat: str) -> Reply:
+        """Ends the instance as ``state`` if it is still live (counted under ``stat``); an ended one is left as it
+        is. Either way the reply is the instance as it now stands; 404 if it is unknown."""
         with self._lock:
             now = self._advance()
             inst = self._instances.get(instance_id)
             if inst is None:
                 return _error(404, f"instance {instance_id} not found")
             if inst.state in LIVE:
-                self._end(inst, now, "failed", exit_code, "the instance died (killed by admin)")
-                self._stats["deaths"] += 1
+                self._end(inst, now, state, exit_code, message)
+                self._stats[stat] += 1
                 self._save()
             return Reply(200, self._public(inst))
 
