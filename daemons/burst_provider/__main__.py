@@ -24,8 +24,9 @@ from daemons.burst_provider.registry import ProviderBuildError, build_providers
 from daemons.burst_provider.secrets import SecretStore
 from daemons.burst_provider.service import BurstService
 from daemons.burst_provider.source import SourceCluster
+from daemons.toolkit.cli import add_log_level, daemon_parser
 from daemons.toolkit.listen import parse_listen
-from daemons.toolkit.logs import LEVELS, setup_logging
+from daemons.toolkit.logs import setup_logging
 from daemons.toolkit.shutdown import StopSignal, drain
 
 log = logging.getLogger("burst_provider")
@@ -39,14 +40,11 @@ PROBE_TICK_SECONDS = 0.25
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="gpucluster-burst-provider",
-        description=(
-            "Provider service of the burst virtual node: chooses an external GPU provider for each pod the node "
-            "is given, creates and watches the instance, reports pod status, deletes orphaned instances and keeps "
-            "EndpointSlices for external replicas. API: docs/burst-provider-api.md."
-        ),
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    p = daemon_parser(
+        "gpucluster-burst-provider",
+        "Provider service of the burst virtual node: chooses an external GPU provider for each pod the node is "
+        "given, creates and watches the instance, reports pod status, deletes orphaned instances and keeps "
+        "EndpointSlices for external replicas. API: docs/burst-provider-api.md.",
     )
     p.add_argument(
         "--settings",
@@ -97,13 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=120.0,
         help="seconds after which /healthz answers ok even if a provider could not list its instances yet",
     )
-    p.add_argument(
-        "--log-level",
-        default="info",
-        choices=LEVELS,
-        help="minimum level of the JSON log lines written to stderr",
-    )
-    return p
+    return add_log_level(p)
 
 
 def _listen(value: str | None, settings: BurstSettings) -> tuple[str, int]:

@@ -22,9 +22,10 @@ from daemons.fabric_exporter.collectors import (
     SubCollector,
 )
 from daemons.fabric_exporter.nvml_api import FakeNvml, NvmlApi, PynvmlApi
+from daemons.toolkit.cli import add_log_level, daemon_parser
 from daemons.toolkit.http import HttpService, Request, Response, Routes
 from daemons.toolkit.listen import ListenError, check_port
-from daemons.toolkit.logs import LEVELS, OnceLogger, setup_logging
+from daemons.toolkit.logs import OnceLogger, setup_logging
 from daemons.toolkit.shutdown import StopSignal, drain
 
 log = logging.getLogger("fabric_exporter")
@@ -34,14 +35,11 @@ DRAIN_SECONDS = 20.0
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="gpucluster-fabric-exporter",
-        description=(
-            "Export InfiniBand port counters (from sysfs) and NVLink state/error counters (from NVML) "
-            "for Prometheus. Every metric is prefixed gpucluster_fabric_; "
-            "gpucluster_fabric_collector_success{collector} is 0 when a collector failed."
-        ),
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    p = daemon_parser(
+        "gpucluster-fabric-exporter",
+        "Export InfiniBand port counters (from sysfs) and NVLink state/error counters (from NVML) for Prometheus. "
+        "Every metric is prefixed gpucluster_fabric_; gpucluster_fabric_collector_success{collector} is 0 when a "
+        "collector failed.",
     )
     p.add_argument("--listen-address", default="0.0.0.0", help="address to serve /metrics on")
     p.add_argument("--port", type=int, default=9402, help="TCP port to serve /metrics on (0: pick a free one)")
@@ -83,13 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="serve NVLink data from this JSON description instead of the NVML library "
         "(tests and benchmarks; see daemons/fabric_exporter/nvml_api.py FakeNvml.from_json)",
     )
-    p.add_argument(
-        "--log-level",
-        default="info",
-        choices=LEVELS,
-        help="minimum level of the JSON log lines written to stderr",
-    )
-    return p
+    return add_log_level(p)
 
 
 def http_app(collector: FabricCollector) -> Routes:

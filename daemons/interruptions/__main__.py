@@ -22,7 +22,6 @@ __all__ = ["main", "summary"]
 def summary(result: CycleResult) -> dict[str, object]:
     f = result.figures
     return {
-        "leader": result.leader,
         "failStatic": result.fail_static,
         "problems": dict(result.problems),
         "jobs": [

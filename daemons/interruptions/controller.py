@@ -12,8 +12,6 @@ when it changed.
 from __future__ import annotations
 
 import logging
-import threading
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -28,9 +26,9 @@ from daemons.interruptions.ledger import Record, counts, parse_record, reconcile
 from daemons.interruptions.metrics import Figures, JobFigures, Metrics
 from daemons.interruptions.model import BOUND_REASON, JOBSET_API, JobView, WorkloadView
 from daemons.interruptions.translate import job_view, node_state, owner_uid, workload_view
-from daemons.toolkit.events import event_body, format_time
+from daemons.toolkit.controller import OnTheApi
+from daemons.toolkit.events import format_time
 from daemons.toolkit.kube import ConflictError, KubeError
-from daemons.toolkit.shutdown import every
 
 log = logging.getLogger("interruptions")
 
@@ -89,25 +87,11 @@ def reliability_data(cluster: ClusterTime) -> dict[str, str] | None:
     }
 
 
-class Controller:
-    def __init__(
-        self,
-        settings: InterruptionsSettings,
-        api: KubeApi,
-        metrics: Metrics,
-        *,
-        is_leader: Callable[[], bool],
-        identity: str,
-        dry_run: bool = False,
-        clock: Callable[[], float] = time.time,
-    ) -> None:
-        self.settings = settings
-        self.api = api
-        self.metrics = metrics
-        self.is_leader = is_leader
-        self.identity = identity
-        self.dry_run = dry_run
-        self._clock = clock
+class Controller(OnTheApi[InterruptionsSettings, KubeApi, Metrics]):
+    logger = log
+
+    def __post_init__(self) -> None:
+        self.events = self.recorder(self.api.create_event, FIELD_MANAGER, clock=self.clock)
         self._records: dict[str, Record] = {}
         self._written_reliability: dict[str, str] | None = None
 
@@ -182,20 +166,7 @@ class Controller:
     def _event(self, job: JobView, reason: str, message: str) -> None:
         involved = {"apiVersion": JOBSET_API, "kind": "JobSet", "name": job.name, "namespace": job.namespace}
         involved["uid"] = job.uid
-        body = event_body(
-            involved,
-            job.namespace,
-            event_type="Warning",
-            reason=reason,
-            message=message,
-            now=self._clock(),
-            component=FIELD_MANAGER,
-            identity=self.identity,
-        )
-        try:
-            self.api.create_event(body)
-        except KubeError as exc:
-            log.warning("cannot record an event", extra={"reason": reason, "error": str(exc)})
+        self.events.record(involved, job.namespace, "Warning", reason, message)
 
     def _stop(self, job: JobView, decision: bound.BoundDecision) -> bool:
         wl = job.workload
@@ -240,7 +211,7 @@ class Controller:
             self.api.put_config_map(
                 self.settings.namespace,
                 self.settings.reliability_config_map,
-                {**data, "updatedAt": format_time(self._clock())},
+                {**data, "updatedAt": format_time(self.clock())},
             )
         except KubeError as exc:
             self.metrics.writes.labels("reliability", "error").inc()
@@ -253,14 +224,14 @@ class Controller:
     # ---------------------------------------------------------------- the cycle
 
     def cycle(self) -> CycleResult:
-        started = time.perf_counter()
+        started = self.timer()
         self.metrics.cycles.inc()
         observed = self.observe()
         leader = self.is_leader()
         self.metrics.is_leader.set(1 if leader else 0)
         if observed is None:
             return CycleResult(leader, True, self.metrics.figures.figures)
-        now = self._clock()
+        now = self.clock()
         writing = leader and not self.dry_run
         records: dict[str, Record] = {}
         times: list[JobTime] = []
@@ -335,14 +306,10 @@ class Controller:
         self.metrics.figures.figures = figures
         if writing and self.is_leader() and self._write_reliability(cluster):
             written.append("reliability")
-        self.metrics.cycle_seconds.observe(time.perf_counter() - started)
+        self.metrics.cycle_seconds.observe(self.timer() - started)
         log.log(
             logging.INFO if stopped or written else logging.DEBUG,
             "cycle",
             extra={"leader": leader, "jobs": len(jobs), "stopped": stopped, "written": written, "problems": problems},
         )
         return CycleResult(leader, False, figures, records, tuple(stopped), tuple(written), problems)
-
-    def run(self, stop: threading.Event) -> None:
-        """Cycles every ``interval`` until ``stop`` is set (``daemons.toolkit.shutdown.every``)."""
-        every(self.cycle, self.settings.interval_seconds, stop, log, "cycle")

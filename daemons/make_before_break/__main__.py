@@ -21,7 +21,6 @@ __all__ = ["main", "summary"]
 
 def summary(result: CycleResult) -> dict[str, object]:
     return {
-        "leader": result.leader,
         "unknown": dict(result.observed.problems),
         "active": result.active,
         "actions": [{"kind": type(a).__name__, "reason": a.reason} for a in result.decision.actions],

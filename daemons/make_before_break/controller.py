@@ -13,9 +13,7 @@ controllerName is not ours.
 from __future__ import annotations
 
 import logging
-import threading
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,9 +46,8 @@ from daemons.make_before_break.requests import (
     reserve_ops,
 )
 from daemons.make_before_break.translate import check_entry, controller_name_of
-from daemons.toolkit.events import event_body
+from daemons.toolkit.controller import OnTheApi
 from daemons.toolkit.kube import ConflictError, KubeError
-from daemons.toolkit.shutdown import every
 
 log = logging.getLogger("make_before_break")
 
@@ -106,66 +103,24 @@ class CycleResult:
     left: LeftBehind | None = None
 
 
-class Controller:
-    def __init__(
-        self,
-        settings: MakeBeforeBreakSettings,
-        api: KubeApi,
-        metrics: Metrics,
-        *,
-        is_leader: Callable[[], bool],
-        identity: str,
-        dry_run: bool = False,
-        clock: Callable[[], float] = time.time,
-        timer: Callable[[], float] = time.perf_counter,
-    ) -> None:
-        self.settings = settings
-        self.api = api
-        self.metrics = metrics
-        self.is_leader = is_leader
-        self.identity = identity
-        self.dry_run = dry_run
-        self._clock = clock
-        #: Measures durations (decide_seconds, cycle_seconds); monotonic, unlike the clock decisions are made with.
-        self._timer = timer
-        self.policy = policy_of(settings)
-        self._warned: dict[tuple[str, str], float] = {}
+class Controller(OnTheApi[MakeBeforeBreakSettings, KubeApi, Metrics]):
+    logger = log
+
+    def __post_init__(self) -> None:
+        self.policy = policy_of(self.settings)
+        self.events = self.recorder(
+            self.api.create_event, FIELD_MANAGER, clock=self.clock, warn_every=WARNING_INTERVAL_S
+        )
 
     # ---------------------------------------------------------------- events
 
-    def _event(self, involved: dict[str, Any], namespace: str, event_type: str, reason: str, message: str) -> None:
-        if self.dry_run:
-            return
-        now = self._clock()
-        if event_type == "Warning":
-            key = (reason, f"{involved.get('namespace', '')}/{involved['name']}")
-            last = self._warned.get(key)
-            if last is not None and now - last < WARNING_INTERVAL_S:
-                return
-            self._warned[key] = now
-        try:
-            self.api.create_event(
-                event_body(
-                    involved,
-                    namespace,
-                    event_type=event_type,
-                    reason=reason,
-                    message=message,
-                    now=now,
-                    component=FIELD_MANAGER,
-                    identity=self.identity,
-                )
-            )
-        except KubeError as exc:
-            log.warning("cannot record an event", extra={"reason": reason, "error": str(exc)})
-
     def _node_event(self, name: str, uid: str | None, event_type: str, reason: str, message: str) -> None:
         involved = {"apiVersion": "v1", "kind": "Node", "name": name, "uid": uid}
-        self._event(involved, CLUSTER_EVENTS_NAMESPACE, event_type, reason, message)
+        self.events.record(involved, CLUSTER_EVENTS_NAMESPACE, event_type, reason, message)
 
     def _workload_event(self, ns: str, name: str, uid: str, *, event_type: str, reason: str, message: str) -> None:
         involved = {"apiVersion": KUEUE_API, "kind": "Workload", "name": name, "namespace": ns, "uid": uid}
-        self._event(involved, ns, event_type, reason, message)
+        self.events.record(involved, ns, event_type, reason, message)
 
     def _deployment_event(self, action: SetPlacement, applied: Mapping[str, Any]) -> None:
         """Why the placement changed, on the Deployment, so ``kubectl describe deployment`` tells an operator."""
@@ -179,7 +134,7 @@ class Controller:
             "uid": uid,
         }
         message = action.reason or action.note or "placement changed"
-        self._event(involved, action.namespace, "Normal", REASON_PLACEMENT[action.phase], message)
+        self.events.record(involved, action.namespace, "Normal", REASON_PLACEMENT[action.phase], message)
 
     # ---------------------------------------------------------------- writes
 
@@ -214,7 +169,7 @@ class Controller:
         entry = check_entry(workload, self.settings.admission_check_name)
         if meta.get("uid") != action.uid or entry is None or entry.get("state") != CheckState.PENDING.value:
             raise ConflictError(f"workload {action.namespace}/{action.workload} changed since it was observed")
-        self.api.apply_workload_status(check_body(action, workload, self.settings.admission_check_name, self._clock()))
+        self.api.apply_workload_status(check_body(action, workload, self.settings.admission_check_name, self.clock()))
         if isinstance(action, SetCheckReady):
             if action.fallback is not None:
                 self.metrics.fallbacks.labels(action.fallback.value).inc()
@@ -287,9 +242,9 @@ class Controller:
                 message = f"spec.controllerName is {owner!r}, not {CONTROLLER_NAME}: leaving it alone"
                 log.error("the admission check is not ours", extra={"check": name, "controller": owner})
                 involved = {"apiVersion": KUEUE_API, "kind": "AdmissionCheck", "name": name, "uid": None}
-                self._event(involved, CLUSTER_EVENTS_NAMESPACE, "Warning", REASON_NOT_OURS, message)
+                self.events.record(involved, CLUSTER_EVENTS_NAMESPACE, "Warning", REASON_NOT_OURS, message)
                 return "not ours"
-            body = active_body(check, self._clock())
+            body = active_body(check, self.clock())
             if body is None:
                 return "active"
             if self.dry_run:
@@ -304,16 +259,16 @@ class Controller:
     # ---------------------------------------------------------------- the cycle
 
     def cycle(self) -> CycleResult:
-        started = self._timer()
+        started = self.timer()
         raw = read_lists(self.api, self.settings)
         observed = observe(raw, self.settings)
         for name, problem in observed.problems.items():
             self.metrics.observe_errors.labels(name).inc()
             log.warning("cannot observe; changing nothing", extra={"list": name, "error": problem})
-        now = self._clock()
-        deciding = self._timer()
+        now = self.clock()
+        deciding = self.timer()
         decision = decide(observed.observation, self.policy, now)
-        decide_seconds = self._timer() - deciding
+        decide_seconds = self.timer() - deciding
         self.metrics.decide_seconds.observe(decide_seconds)
         leader = self.is_leader()
         self.metrics.is_leader.set(1 if leader else 0)
@@ -343,7 +298,7 @@ class Controller:
                 outcomes.append(outcome)
         for note in decision.notes:
             log.info(note)
-        cycle_seconds = self._timer() - started
+        cycle_seconds = self.timer() - started
         self.metrics.cycle_seconds.observe(cycle_seconds)
         log.log(
             logging.INFO if decision.actions else logging.DEBUG,
@@ -358,7 +313,3 @@ class Controller:
             },
         )
         return CycleResult(leader, observed, decision, tuple(outcomes), active, decision.notes, left)
-
-    def run(self, stop: threading.Event) -> None:
-        """Cycles every ``interval`` until ``stop`` is set (``daemons.toolkit.shutdown.every``)."""
-        every(self.cycle, self.settings.interval_seconds, stop, log, "cycle")

@@ -15,28 +15,13 @@ from daemons.quarantine.controller import Controller, CycleResult
 from daemons.quarantine.kube import KubeApi
 from daemons.quarantine.metrics import Metrics
 from daemons.toolkit import runner
-from daemons.toolkit.prometheus import PrometheusClient
 
 __all__ = ["main", "summary"]
-
-
-def _controller(w: runner.Wiring[QuarantineSettings, Metrics]) -> Controller:
-    s = w.settings
-    return Controller(
-        s,
-        PrometheusClient(s.prometheus_url, s.request_timeout_seconds),
-        KubeApi(w.api_client, s.request_timeout_seconds),
-        w.metrics,
-        is_leader=w.is_leader,
-        identity=w.identity,
-        dry_run=w.dry_run,
-    )
 
 
 def summary(result: CycleResult) -> dict[str, object]:
     plan = result.plan
     return {
-        "leader": result.leader,
         "unknown": dict(result.unknown),
         "signals": None if result.signals is None else len(result.signals),
         "decisions": [
@@ -54,11 +39,10 @@ def summary(result: CycleResult) -> dict[str, object]:
 
 RUNTIME: runner.Runtime[QuarantineSettings, Metrics, Controller] = runner.Runtime(
     metrics=Metrics,
-    controller=_controller,
+    controller=runner.querying(Controller, KubeApi),
     summary=summary,
     running=lambda s: {"flavors": [f.name for f in s.flavors], "ledger": f"{s.namespace}/{LEDGER_NAME}"},
-    # The settings' dryRun is a dry run too.
-    dry_run=lambda args, s: bool(args.dry_run or s.dry_run),
+    dry_run=runner.flag_or_settings_dry_run,
 )
 main = runner.main_for(SPEC, RUNTIME)
 

@@ -13,10 +13,9 @@ metrics; only the leader writes (node patches, the ledger, Events).
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any, Protocol
 
 from contract.constants import CLUSTER_EVENTS_NAMESPACE
@@ -35,10 +34,9 @@ from daemons.quarantine.decide import (
 from daemons.quarantine.kube import TranslationError, node_from, quarantine_ops
 from daemons.quarantine.ledger import apply_body, entries_from, to_data
 from daemons.quarantine.metrics import Metrics
-from daemons.toolkit.events import event_body
+from daemons.toolkit.controller import Querying, Throttle
 from daemons.toolkit.kube import ConflictError, KubeError
-from daemons.toolkit.prometheus import Querier, QueryError, Sample
-from daemons.toolkit.shutdown import every
+from daemons.toolkit.prometheus import QueryError, Sample
 
 log = logging.getLogger("quarantine")
 
@@ -94,29 +92,20 @@ def signals_from(samples: tuple[Sample, ...]) -> tuple[list[Signal], list[str]]:
     return out, problems
 
 
-class Controller:
-    def __init__(
-        self,
-        settings: QuarantineSettings,
-        querier: Querier,
-        api: Api,
-        metrics: Metrics,
-        *,
-        is_leader: Callable[[], bool],
-        identity: str = COMPONENT,
-        dry_run: bool = False,
-        clock: Callable[[], float] = time.monotonic,
-        wall_clock: Callable[[], float] = time.time,
-    ) -> None:
-        self.settings = settings
-        self.querier = querier
-        self.api = api
-        self.metrics = metrics
-        self.is_leader = is_leader
-        self.identity = identity
-        self.dry_run = dry_run or settings.dry_run
-        self._clock = clock
-        self._wall = wall_clock
+@dataclass(eq=False, repr=False)
+class Controller(Querying[QuarantineSettings, Api, Metrics]):
+    logger = log
+    _: KW_ONLY
+    identity: str = COMPONENT
+    #: Monotonic seconds: how long since a Warning of the same kind.
+    clock: Callable[[], float] = time.monotonic
+    #: Unix seconds: what decisions, the ledger and Events are stamped with.
+    wall_clock: Callable[[], float] = time.time
+
+    def __post_init__(self) -> None:
+        # The settings' dryRun is a dry run too.
+        self.dry_run = self.dry_run or self.settings.dry_run
+        settings = self.settings
         self.policy = Policy(
             max_share=settings.max_share,
             window_s=settings.breaker_window_seconds,
@@ -125,45 +114,23 @@ class Controller:
             flavors=tuple((f.name, dict(f.node_labels)) for f in settings.flavors),
             max_quarantined_share=settings.max_quarantined_share,
         )
-        self._last_warning: dict[str, float] = {}
+        self.events = self.recorder(self.api.create_event, COMPONENT, clock=self.wall_clock)
+        self._warnings = Throttle(settings.warning_event_interval_seconds)
 
     # --- events -----------------------------------------------------------------------------------------------
 
-    def _event(self, involved: dict[str, Any], namespace: str, event_type: str, reason: str, message: str) -> None:
-        if self.dry_run:
-            return
-        body = event_body(
-            involved,
-            namespace,
-            event_type=event_type,
-            reason=reason,
-            message=message,
-            now=self._wall(),
-            component=COMPONENT,
-            identity=self.identity,
-        )
-        try:
-            self.api.create_event(body)
-        except KubeError as exc:
-            log.warning("cannot record an event", extra={"reason": reason, "error": str(exc)[:300]})
-
     def _node_event(self, node: NodeView, event_type: str, reason: str, message: str) -> None:
         involved = {"apiVersion": "v1", "kind": "Node", "name": node.name, "uid": node.uid or None}
-        self._event(involved, CLUSTER_EVENTS_NAMESPACE, event_type, reason, message)
+        self.events.record(involved, CLUSTER_EVENTS_NAMESPACE, event_type, reason, message)
 
     def _ledger_event(self, reason: str, message: str) -> None:
         ns = self.settings.namespace
         involved = {"apiVersion": "v1", "kind": "ConfigMap", "name": LEDGER_NAME, "namespace": ns}
-        self._event(involved, ns, "Warning", reason, message)
+        self.events.record(involved, ns, "Warning", reason, message)
 
     def _due(self, key: str) -> bool:
         """True at most once per warningEventInterval for each kind of problem."""
-        now = self._clock()
-        last = self._last_warning.get(key)
-        if last is not None and now - last < self.settings.warning_event_interval_seconds:
-            return False
-        self._last_warning[key] = now
-        return True
+        return self._warnings.due(key, self.clock())
 
     # --- inputs -----------------------------------------------------------------------------------------------
 
@@ -273,7 +240,7 @@ class Controller:
             log.log(logging.INFO if leader else logging.DEBUG, "cycle", extra={"leader": leader, "unknown": unknown})
             return CycleResult(leader, signals, None, unknown=unknown)
         previous, read = ledger
-        now = self._wall()
+        now = self.wall_clock()
         plan = decide(nodes, signals or (), previous, now, self.policy)
         by_name = {n.name: n for n in nodes}
         applied: dict[str, Decision] = {}
@@ -307,7 +274,3 @@ class Controller:
             },
         )
         return CycleResult(leader, signals, plan, tuple(sorted(applied)), written, unknown)
-
-    def run(self, stop: threading.Event) -> None:
-        """Cycles every ``interval`` until ``stop`` is set (``daemons.toolkit.shutdown.every``)."""
-        every(self.cycle, self.settings.interval_seconds, stop, log, "cycle")

@@ -22,7 +22,6 @@ __all__ = ["main", "summary"]
 def summary(result: CycleResult) -> dict[str, object]:
     d = result.decision
     return {
-        "leader": result.leader,
         "unknown": dict(result.observed.problems),
         "reason": d.reason,
         "capacity": {

@@ -9,9 +9,6 @@ standby that takes over already knows which nodes are returning) and exports met
 from __future__ import annotations
 
 import logging
-import threading
-import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from contract.constants import ACCEPTANCE_FAILED_TAINT_KEY, CLUSTER_EVENTS_NAMESPACE, KUEUE_API
@@ -22,9 +19,8 @@ from daemons.quota_controller.decide import Decider, Decision, QueueShares, Queu
 from daemons.quota_controller.metrics import Metrics
 from daemons.quota_controller.model import NodeView, Observation, Out, QueueView
 from daemons.quota_controller.translate import node_view, queue_view
-from daemons.toolkit.events import event_body
+from daemons.toolkit.controller import OnTheApi
 from daemons.toolkit.kube import ConflictError, KubeError
-from daemons.toolkit.shutdown import every
 
 log = logging.getLogger("quota_controller")
 
@@ -72,29 +68,14 @@ def decider_of(settings: QuotaControllerSettings) -> Decider:
     return Decider(flavors, queues, rules, min_share=settings.min_share, max_shrink_share=settings.max_shrink_share)
 
 
-class Controller:
-    def __init__(
-        self,
-        settings: QuotaControllerSettings,
-        api: KubeApi,
-        metrics: Metrics,
-        *,
-        is_leader: Callable[[], bool],
-        identity: str,
-        dry_run: bool = False,
-        clock: Callable[[], float] = time.time,
-        timer: Callable[[], float] = time.perf_counter,
-    ) -> None:
-        self.settings = settings
-        self.api = api
-        self.metrics = metrics
-        self.is_leader = is_leader
-        self.identity = identity
-        self.dry_run = dry_run
-        self._clock = clock
-        self._timer = timer
-        self.decider = decider_of(settings)
-        self._warned: dict[tuple[str, str], float] = {}
+class Controller(OnTheApi[QuotaControllerSettings, KubeApi, Metrics]):
+    logger = log
+
+    def __post_init__(self) -> None:
+        self.decider = decider_of(self.settings)
+        self.events = self.recorder(
+            self.api.create_event, FIELD_MANAGER, clock=self.clock, warn_every=WARNING_INTERVAL_S
+        )
 
     # ---------------------------------------------------------------- reads
 
@@ -130,30 +111,8 @@ class Controller:
     # ---------------------------------------------------------------- writes
 
     def _event(self, queue: str, event_type: str, reason: str, message: str) -> None:
-        if self.dry_run:
-            return
-        now = self._clock()
-        if event_type == "Warning":
-            key = (reason, queue)
-            last = self._warned.get(key)
-            if last is not None and now - last < WARNING_INTERVAL_S:
-                return
-            self._warned[key] = now
         involved = {"apiVersion": KUEUE_API, "kind": "ClusterQueue", "name": queue}
-        body = event_body(
-            involved,
-            CLUSTER_EVENTS_NAMESPACE,
-            event_type=event_type,
-            reason=reason,
-            message=message,
-            now=now,
-            component=FIELD_MANAGER,
-            identity=self.identity,
-        )
-        try:
-            self.api.create_event(body)
-        except KubeError as exc:
-            log.warning("cannot record an event", extra={"reason": reason, "error": str(exc)})
+        self.events.record(involved, CLUSTER_EVENTS_NAMESPACE, event_type, reason, message)
 
     def _apply(self, update: QueueUpdate, decision: Decision) -> Outcome:
         if self.dry_run:
@@ -196,11 +155,11 @@ class Controller:
     # ---------------------------------------------------------------- the cycle
 
     def cycle(self) -> CycleResult:
-        started = self._timer()
+        started = self.timer()
         observed = self.observe()
-        deciding = self._timer()
-        decision = self.decider.decide(self._clock(), observed)
-        decide_seconds = self._timer() - deciding
+        deciding = self.timer()
+        decision = self.decider.decide(self.clock(), observed)
+        decide_seconds = self.timer() - deciding
         self.metrics.decide_seconds.observe(decide_seconds)
         leader = self.is_leader()
         self.metrics.is_leader.set(1 if leader else 0)
@@ -216,7 +175,7 @@ class Controller:
                 outcome = self._apply(update, decision)
                 self.metrics.updates.labels(outcome.result).inc()
                 outcomes.append(outcome)
-        cycle_seconds = self._timer() - started
+        cycle_seconds = self.timer() - started
         self.metrics.cycle_seconds.observe(cycle_seconds)
         log.log(
             logging.INFO if outcomes else logging.DEBUG,
@@ -231,7 +190,3 @@ class Controller:
             },
         )
         return CycleResult(leader, observed, decision, tuple(outcomes))
-
-    def run(self, stop: threading.Event) -> None:
-        """Cycles every ``interval`` until ``stop`` is set (``daemons.toolkit.shutdown.every``)."""
-        every(self.cycle, self.settings.interval_seconds, stop, log, "cycle")

@@ -15,30 +15,16 @@ from daemons.stall_detector.controller import Controller, summary
 from daemons.stall_detector.kube import KubeApi
 from daemons.stall_detector.metrics import Metrics
 from daemons.toolkit import runner
-from daemons.toolkit.prometheus import PrometheusClient
 
 __all__ = ["main"]
 
 
-def _controller(w: runner.Wiring[StallDetectorSettings, Metrics]) -> Controller:
-    s = w.settings
-    return Controller(
-        s,
-        PrometheusClient(s.prometheus_url, s.request_timeout_seconds),
-        KubeApi(w.api_client, s.request_timeout_seconds),
-        w.metrics,
-        is_leader=w.is_leader,
-        identity=w.identity,
-        dry_run=w.dry_run,
-    )
-
-
 RUNTIME: runner.Runtime[StallDetectorSettings, Metrics, Controller] = runner.Runtime(
     metrics=Metrics,
-    controller=_controller,
+    controller=runner.querying(Controller, KubeApi),
     summary=summary,
     running=lambda s: {"namespaces": list(s.workload_namespaces), "stallAfter": s.stall_after},
-    dry_run=lambda args, s: bool(args.dry_run or s.dry_run),
+    dry_run=runner.flag_or_settings_dry_run,
 )
 main = runner.main_for(SPEC, RUNTIME)
 

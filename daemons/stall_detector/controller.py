@@ -14,10 +14,9 @@ only the leader writes.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any, Protocol
 
 from contract.stall_detector_settings import StallDetectorSettings
@@ -33,10 +32,10 @@ from daemons.stall_detector.suspects import (
     repeat_offenders,
     suspects,
 )
+from daemons.toolkit.controller import Querying
 from daemons.toolkit.events import event_body
 from daemons.toolkit.kube import ConflictError, KubeError
-from daemons.toolkit.prometheus import Querier, QueryError, QueryResult
-from daemons.toolkit.shutdown import every
+from daemons.toolkit.prometheus import QueryError, QueryResult
 
 log = logging.getLogger("stall_detector")
 
@@ -154,30 +153,17 @@ def evidence_for(view: GangView, inputs: Inputs, verdict: Verdict) -> list[NodeE
     return out
 
 
-class Controller:
-    def __init__(
-        self,
-        settings: StallDetectorSettings,
-        querier: Querier,
-        api: Api,
-        metrics: Metrics,
-        *,
-        is_leader: Callable[[], bool],
-        identity: str,
-        dry_run: bool = False,
-        wall: Callable[[], float] = time.time,
-        monotonic: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.settings = settings
-        self.querier = querier
-        self.api = api
-        self.metrics = metrics
-        self.is_leader = is_leader
-        self.identity = identity
-        self.dry_run = dry_run
-        self._wall = wall
-        self._monotonic = monotonic
-        s = settings
+@dataclass(eq=False, repr=False)
+class Controller(Querying[StallDetectorSettings, Api, Metrics]):
+    logger = log
+    _: KW_ONLY
+    #: Unix seconds: what gangs are judged at and Events are stamped with.
+    wall: Callable[[], float] = time.time
+    #: Measures a cycle's duration.
+    monotonic: Callable[[], float] = time.monotonic
+
+    def __post_init__(self) -> None:
+        s = self.settings
         self.policy = Policy(
             stall_after_s=s.stall_after_seconds,
             startup_grace_s=s.startup_grace_seconds,
@@ -248,7 +234,7 @@ class Controller:
     # --- the cycle --------------------------------------------------------------------------------------------
 
     def cycle(self) -> CycleResult:
-        started = self._monotonic()
+        started = self.monotonic()
         leader = self.is_leader()
         self.metrics.is_leader.set(1 if leader else 0)
         self.metrics.cycles.inc()
@@ -257,7 +243,7 @@ class Controller:
         if views is None:
             log.log(logging.INFO if leader else logging.DEBUG, "cycle", extra={"unknown": result.unknown})
             return result
-        now = self._wall()
+        now = self.wall()
         windows = sorted({v.gang.stall_after_s or self.policy.stall_after_s for v in views if self._live(v)})
         inputs = {w: self._inputs(w, result.unknown) for w in windows}
         named = self._read_memory(result.unknown)
@@ -308,7 +294,7 @@ class Controller:
             self.metrics.gangs.labels(verdict.value).set(count)
         if named is not None:
             self._export_offenders(named[0], now, result)
-        result.seconds = self._monotonic() - started
+        result.seconds = self.monotonic() - started
         self.metrics.cycle_seconds.observe(result.seconds)
         return result
 
@@ -435,15 +421,10 @@ class Controller:
             self.metrics.repeat_offender.labels(node, ",".join(reasons)).set(1)
         result.repeat_offenders = offenders
 
-    def run(self, stop: threading.Event) -> None:
-        """Cycles every ``interval`` until ``stop`` is set (``daemons.toolkit.shutdown.every``)."""
-        every(self.cycle, self.settings.interval_seconds, stop, log, "cycle")
-
 
 def summary(result: CycleResult) -> dict[str, object]:
     """One cycle as the JSON ``--once`` prints."""
     return {
-        "leader": result.leader,
         "unknown": dict(result.unknown),
         "gangs": [
             {

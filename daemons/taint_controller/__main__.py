@@ -21,21 +21,12 @@ __all__ = ["main", "summary"]
 
 
 def _controller(w: runner.Wiring[TaintControllerSettings, Metrics]) -> Controller:
-    s = w.settings
-    return Controller(
-        s,
-        PrometheusClient(s.prometheus_url, s.query_timeout_seconds),
-        KubeNodeApi(w.api_client),
-        KubeEventSink(w.api_client, w.identity),
-        w.metrics,
-        is_leader=w.is_leader,
-        dry_run=w.dry_run,
-    )
+    querier = PrometheusClient(w.settings.prometheus_url, w.settings.query_timeout_seconds)
+    return w.build(Controller, querier, KubeNodeApi(w.api_client), KubeEventSink(w.api_client, w.identity))
 
 
 def summary(result: TickResult) -> dict[str, object]:
     return {
-        "leader": result.leader,
         "headroom": result.headroom,
         "pending": result.pending,
         "headroomByType": result.headroom_by_type,
@@ -55,7 +46,6 @@ RUNTIME: runner.Runtime[TaintControllerSettings, Metrics, Controller] = runner.R
     controller=_controller,
     summary=summary,
     running=lambda s: {"node": s.node_name, "taint_key": s.taint_key},
-    cycle=lambda c: c.tick(),
 )
 main = runner.main_for(SPEC, RUNTIME)
 

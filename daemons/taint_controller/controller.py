@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import logging
 import math
-import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 
 from contract.taint_controller_settings import TAINT_EFFECT, TAINT_VALUE, TaintControllerSettings
 from daemons.taint_controller.decide import ALL, Action, Decider, Decision, Thresholds
@@ -29,9 +28,9 @@ from daemons.taint_controller.kube import (
     replace_taint_ops,
 )
 from daemons.taint_controller.metrics import Metrics
+from daemons.toolkit.controller import Replica, Throttle
 from daemons.toolkit.kube import ConflictError, KubeError
 from daemons.toolkit.prometheus import Querier, QueryError
-from daemons.toolkit.shutdown import every
 from daemons.toolkit.taint import Taint
 
 log = logging.getLogger("taint_controller")
@@ -60,29 +59,24 @@ class TickResult:
     burst: dict[str, float] | None = None
 
 
-class Controller:
-    def __init__(
-        self,
-        settings: TaintControllerSettings,
-        querier: Querier,
-        nodes: NodeApi,
-        events: EventSink,
-        metrics: Metrics,
-        *,
-        is_leader: Callable[[], bool],
-        dry_run: bool = False,
-        clock: Callable[[], float] = time.monotonic,
-        wall_clock: Callable[[], float] = time.time,
-    ) -> None:
-        self.settings = settings
-        self.querier = querier
-        self.nodes = nodes
-        self.events = events
-        self.metrics = metrics
-        self.is_leader = is_leader
-        self.dry_run = dry_run
-        self._clock = clock
-        self._wall = wall_clock
+@dataclass(eq=False, repr=False)
+class Controller(Replica[TaintControllerSettings]):
+    logger = log
+    step = "tick"
+    querier: Querier
+    nodes: NodeApi
+    events: EventSink
+    metrics: Metrics
+    _: KW_ONLY
+    #: Its Events carry the identity of the sink they go through.
+    identity: str = ""
+    #: Monotonic seconds: how long a condition has held, how long since a Warning of the same kind.
+    clock: Callable[[], float] = time.monotonic
+    #: Unix seconds: when the taint changed (the flap window, the transition metric).
+    wall_clock: Callable[[], float] = time.time
+
+    def __post_init__(self) -> None:
+        settings = self.settings
         self.decider = Decider(
             Thresholds(
                 high_mark=settings.high_mark,
@@ -106,7 +100,7 @@ class Controller:
             if settings.gpu_types
             else None
         )
-        self._last_warning: dict[str, float] = {}
+        self._warnings = Throttle(settings.warning_event_interval_seconds)
         self._last_transition: tuple[str, float] | None = None
         self._last_taint_present: bool | None = None
 
@@ -167,12 +161,7 @@ class Controller:
 
     def _warn(self, node: NodeState | None, key: str, reason: str, message: str) -> None:
         """A Warning Event, at most once per warningEventInterval for each kind of problem."""
-        now = self._clock()
-        last = self._last_warning.get(key)
-        if last is not None and now - last < self.settings.warning_event_interval_seconds:
-            return
-        self._last_warning[key] = now
-        if not self.dry_run:
+        if self._warnings.due(key, self.clock()) and not self.dry_run:
             self.events.emit(node, self.settings.node_name, "Warning", reason, message)
 
     def _patch(self, node: NodeState, ops: list[dict[str, object]], what: str) -> NodeState | None:
@@ -224,7 +213,7 @@ class Controller:
             return False
         if self._patch(node, ops, action) is None:
             return False
-        wall = self._wall()
+        wall = self.wall_clock()
         if self._last_transition is not None:
             previous, at = self._last_transition
             if previous != action and wall - at < self.settings.flap_window_seconds:
@@ -279,9 +268,7 @@ class Controller:
             self.metrics.taint_present.set(1 if taint_present else 0)
 
         known = taint_present if taint_present is not None else bool(self._last_taint_present)
-        decision = self.decider.decide(
-            self._clock(), headroom_rows, pending_rows, known, reserved=reserved, burst=burst
-        )
+        decision = self.decider.decide(self.clock(), headroom_rows, pending_rows, known, reserved=reserved, burst=burst)
         if node is None and decision.action is not Action.HOLD:
             decision = Decision(Action.HOLD, "node-unreadable", f"cannot read node {self.settings.node_name}")
         problems = [p for p in (headroom_problem, pending_problem) if p] + by_type_problems
@@ -315,6 +302,6 @@ class Controller:
         )
         return TickResult(leader, headroom, pending, taint_present, decision, changed, by_type_h, by_type_p, burst)
 
-    def run(self, stop: threading.Event) -> None:
-        """Ticks every ``interval`` until ``stop`` is set (``daemons.toolkit.shutdown.every``)."""
-        every(self.tick, self.settings.interval_seconds, stop, log, "tick")
+    def cycle(self) -> TickResult:
+        """One tick: what the loop runs every ``interval`` and ``--once`` prints."""
+        return self.tick()

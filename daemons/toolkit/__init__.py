@@ -10,7 +10,10 @@
 - ``events``: Event bodies and the RFC 3339 time they carry; ``taint``: a Node taint; ``rbac``: rules and grants
   as data.
 - ``spec``: a controller declared once (``ControllerSpec``); ``runner``: the one command line that runs any spec;
-  ``serve``: starting behind the Lease and serving until stopped; ``metrics``: the families every controller has.
+  ``serve``: starting behind the Lease and serving until stopped; ``metrics``: the families every controller has;
+  ``controller``: what every controller is (a replica with its loop, on the API or on Prometheus and the API) and
+  how it writes its Events.
+- ``cli``: the parser every daemon's command line starts from, and ``--log-level``.
 
 Standard library, ``prometheus_client`` and the ``kubernetes`` client: nothing here imports a daemon, the settings
 models or Pulumi (``tests/daemons/test_imports.py``).

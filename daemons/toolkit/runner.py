@@ -5,8 +5,8 @@ in, a command line out.
 the spec), the settings (exit 2 naming every problem, 0 when disabled), the Kubernetes client and the Lease
 (none in a dry run), then either ``--once`` (one cycle, its summary as JSON on stdout) or serving ``/metrics`` and
 ``/healthz`` behind the Lease until SIGTERM (``serve_behind_lease``). What differs between controllers is in the
-:class:`Runtime`: how to make its metrics and its controller, what a cycle's summary says and what its ``running``
-log line adds.
+:class:`Runtime`: how to make its metrics and its controller (:func:`on_the_api`, :func:`querying`, or its own hook
+on :meth:`Wiring.build`), what a cycle's summary says and what its ``running`` log line adds.
 
 What every controller's command does: serves ``/metrics`` and ``/healthz``; logs JSON, one object per line, on
 stderr; SIGTERM and SIGINT stop it gracefully (the loop ends, the Lease is released so a standby takes over at once,
@@ -28,6 +28,7 @@ from contract.spec import ControllerSettingsLike, ControllerSpec
 from daemons.toolkit.http import Routes
 from daemons.toolkit.kube import load_kube_config
 from daemons.toolkit.lease import LeaderElector, elector_for
+from daemons.toolkit.prometheus import PrometheusClient
 from daemons.toolkit.serve import SETTINGS_HELP, Started, controller_parser, serve_behind_lease, start
 
 
@@ -38,7 +39,18 @@ class ControllerMetrics(Protocol):
     def render(self) -> bytes: ...
 
 
+class CycleOutcome(Protocol):
+    """What a cycle says whatever the controller: whether this replica led it (only the leader writes)."""
+
+    @property
+    def leader(self) -> bool: ...
+
+
 class Cycling(Protocol):
+    """A controller (:class:`~daemons.toolkit.controller.Replica`): one cycle for ``--once``, the loop to serve."""
+
+    def cycle(self) -> CycleOutcome: ...
+
     def run(self, stop: threading.Event) -> None: ...
 
 
@@ -60,31 +72,37 @@ class Wiring(Generic[S, M]):
     #: Whether this replica leads now (always True in a dry run, which takes no Lease).
     is_leader: Callable[[], bool]
 
+    def build(self, controller: Callable[..., C], *inputs: Any) -> C:
+        """``controller(settings, *inputs, metrics, is_leader=..., identity=..., dry_run=...)``: every controller's
+        constructor (:class:`~daemons.toolkit.controller.Replica`), on what it reads and writes through."""
+        return controller(
+            self.settings, *inputs, self.metrics, is_leader=self.is_leader, identity=self.identity, dry_run=self.dry_run
+        )
+
 
 def _flag_dry_run(args: argparse.Namespace, _settings: Any) -> bool:
     return bool(args.dry_run)
+
+
+def flag_or_settings_dry_run(args: argparse.Namespace, settings: Any) -> bool:
+    """A ``dry_run`` hook: the settings' own ``dryRun`` makes a dry run too, as the flag does."""
+    return bool(args.dry_run or settings.dry_run)
 
 
 def _no_fields(_settings: Any) -> dict[str, object]:
     return {}
 
 
-def _cycle(controller: Any) -> Any:
-    return controller.cycle()
-
-
 @dataclass(frozen=True)
 class Runtime(Generic[S, M, C]):
     metrics: Callable[[], M]
     controller: Callable[[Wiring[S, M]], C]
-    #: One cycle's result as the JSON ``--once`` prints.
+    #: One cycle's result as the JSON ``--once`` prints, after whether this replica led it (``leader``).
     summary: Callable[[Any], dict[str, object]]
     #: Fields of the ``running`` log line beyond identity, Lease, listen address and dry run.
     running: Callable[[S], dict[str, object]] = field(default=_no_fields)
     #: Whether this run writes nothing (the flag; a controller may also read its settings).
     dry_run: Callable[[argparse.Namespace, S], bool] = field(default=_flag_dry_run)
-    #: One cycle, for ``--once`` (``controller.cycle()``).
-    cycle: Callable[[C], Any] = field(default=_cycle)
 
 
 def routes(metrics: ControllerMetrics) -> Routes:
@@ -140,11 +158,11 @@ def _once(started: Started[S, tuple[C, LeaderElector | None, M]], runtime: Runti
     if elector is not None:
         elector.try_acquire_or_renew()
     try:
-        result = runtime.cycle(controller)
+        result = controller.cycle()
     finally:
         if elector is not None:
             elector.release()
-    print(json.dumps(runtime.summary(result)))
+    print(json.dumps({"leader": result.leader, **runtime.summary(result)}))
     return 0
 
 
@@ -186,13 +204,36 @@ T = TypeVar("T", bound=TimedSettings)
 
 
 def on_the_api(controller: Callable[..., C], kube_api: Callable[[Any, float], Any]) -> Callable[[Wiring[T, M]], C]:
-    """The ``controller`` hook of a controller that reads and writes through the API only: built on its settings, its
-    client (the replica's connection, each call bounded by ``requestTimeout``) and its metrics, with the replica's
-    leadership, identity and dry run."""
+    """The ``controller`` hook of a controller that reads and writes through the API only
+    (:class:`~daemons.toolkit.controller.OnTheApi`): built on its client (the replica's connection, each call bounded
+    by ``requestTimeout``)."""
 
     def build(w: Wiring[T, M]) -> C:
-        api = kube_api(w.api_client, w.settings.request_timeout_seconds)
-        return controller(w.settings, api, w.metrics, is_leader=w.is_leader, identity=w.identity, dry_run=w.dry_run)
+        return w.build(controller, kube_api(w.api_client, w.settings.request_timeout_seconds))
+
+    return build
+
+
+class QueryingSettings(TimedSettings, Protocol):
+    """Settings that also name the Prometheus to query."""
+
+    @property
+    def prometheus_url(self) -> str: ...
+
+
+Q = TypeVar("Q", bound=QueryingSettings)
+
+
+def querying(controller: Callable[..., C], kube_api: Callable[[Any, float], Any]) -> Callable[[Wiring[Q, M]], C]:
+    """The ``controller`` hook of a controller that queries Prometheus and acts on the API
+    (:class:`~daemons.toolkit.controller.Querying`): built on a client of ``prometheusUrl`` and one of the API, each
+    call of either bounded by ``requestTimeout``."""
+
+    def build(w: Wiring[Q, M]) -> C:
+        timeout = w.settings.request_timeout_seconds
+        return w.build(
+            controller, PrometheusClient(w.settings.prometheus_url, timeout), kube_api(w.api_client, timeout)
+        )
 
     return build
 

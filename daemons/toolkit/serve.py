@@ -18,10 +18,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
+from daemons.toolkit.cli import add_log_level, daemon_parser
 from daemons.toolkit.http import HttpService, Routes
 from daemons.toolkit.lease import LeaderElector
 from daemons.toolkit.listen import ListenError, parse_listen
-from daemons.toolkit.logs import LEVELS, setup_logging
+from daemons.toolkit.logs import setup_logging
 from daemons.toolkit.shutdown import Step, StopSignal, drain
 
 #: SIGTERM may take one election round (retryPeriod) plus this: the cycle in flight, the Lease release, HTTP.
@@ -43,9 +44,7 @@ def controller_parser(
     """The command line every Lease-electing controller of ours takes: ``--settings``, ``--kubeconfig``,
     ``--listen``, ``--identity``, ``--once``, ``--dry-run``, ``--log-level``; what a cycle and a dry run do is the
     controller's own text."""
-    p = argparse.ArgumentParser(
-        prog=prog, description=description, formatter_class=argparse.ArgumentDefaultsHelpFormatter
-    )
+    p = daemon_parser(prog, description)
     p.add_argument("--settings", required=True, metavar="FILE", help=settings_help)
     p.add_argument(
         "--kubeconfig",
@@ -61,10 +60,7 @@ def controller_parser(
     )
     p.add_argument("--once", action="store_true", help=once_help)
     p.add_argument("--dry-run", action="store_true", help=dry_run_help)
-    p.add_argument(
-        "--log-level", default="info", choices=LEVELS, help="minimum level of the JSON log lines written to stderr"
-    )
-    return p
+    return add_log_level(p)
 
 
 def serve_behind_lease(

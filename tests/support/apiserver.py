@@ -1,14 +1,22 @@
 """A real etcd + kube-apiserver from the pinned tools (no scheduler, no controllers: nothing else touches the
-objects), for integration tests; skipped, saying why, when the tools are not built."""
+objects), for integration tests; skipped, saying why, when the tools are not built.
+
+Beside it, what the tests of our controllers on it share: the CRDs of the pinned Kueue and JobSet (from the Go module
+cache), objects as the test plays the rest of the cluster (a Ready GPU node), a client as a controller's
+least-privilege ServiceAccount, and the controller as its own process (``python -m daemons.<name>``).
+"""
 
 from __future__ import annotations
 
 import functools
 import json
+import os
 import socket
 import subprocess
+import sys
 import time
-from collections.abc import Callable, Iterable, Iterator
+import urllib.request
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,11 +26,33 @@ import pytest
 import yaml
 from kubernetes import client
 
+from contract.constants import GPU_RESOURCE
 from contract.rbac import Grant
+from daemons.toolkit.events import format_time
 from daemons.toolkit.kube import load_kube_config
-from daemons.toolkit.kube_api import KubeApi
+from daemons.toolkit.kube_api import MERGE_PATCH, KubeApi
 from tests.support.require import missing
-from tests.support.sim import tools_bin
+from tests.support.sim import ROOT, tools_bin
+
+#: Where ``make tools`` leaves the Go modules of the versions the stack pins, their CRDs among them.
+GO_MODULES = Path.home() / "go/pkg/mod/sigs.k8s.io"
+KUEUE_CRDS = GO_MODULES / "kueue@v0.17.0/config/components/crd/bases"
+JOBSET_CRDS = GO_MODULES / "jobset@v0.11.1/config/components/crd/bases"
+
+
+def kueue_crds(*kinds: str) -> list[Path]:
+    """The pinned Kueue's CRDs of ``kinds`` (plural: ``workloads``, ``clusterqueues``, ...)."""
+    return [KUEUE_CRDS / f"kueue.x-k8s.io_{kind}.yaml" for kind in kinds]
+
+
+def jobset_crds() -> list[Path]:
+    """The pinned JobSet's CRD."""
+    return [JOBSET_CRDS / "jobset.x-k8s.io_jobsets.yaml"]
+
+
+def stamp(seconds_ago: float = 0.0) -> str:
+    """A time as the API server writes it (RFC 3339, UTC, whole seconds), ``seconds_ago``."""
+    return format_time(time.time() - seconds_ago)
 
 
 def free_port() -> int:
@@ -49,17 +79,37 @@ class ApiServer:
     api_client: Any
 
 
+def stop_processes(*procs: subprocess.Popen[Any], timeout: float) -> None:
+    """SIGTERM each, in order; one still running ``timeout`` seconds later is killed."""
+    for proc in procs:
+        proc.terminate()
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
 @contextmanager
 def running_apiserver(
-    work: Path, *, authorization_mode: str = "AlwaysAllow", allow_privileged: bool = False
+    work: Path,
+    *,
+    authorization_mode: str = "AlwaysAllow",
+    allow_privileged: bool = False,
+    crds: Iterable[Path] = (),
+    namespaces: Iterable[str] = (),
 ) -> Iterator[ApiServer]:
     """Start etcd and kube-apiserver in ``work``; the token ``test-token`` is in system:masters. ``allow_privileged``:
     as a production API server (``--allow-privileged``), so admission, not the API server's flag, refuses a
-    privileged container."""
+    privileged container. ``crds`` (files of the Go module cache; skipped, naming them, when one is absent) are
+    served and ``namespaces`` created before it is handed over."""
     bin_dir = tools_bin()
     absent = [t for t in ("etcd", "kube-apiserver") if not (bin_dir / t).exists()]
     if absent:
         missing(f"pinned tools not built in {bin_dir} (missing: {', '.join(absent)}); run make tools")
+    crds = list(crds)
+    not_cached = [str(path) for path in crds if not path.exists()]
+    if not_cached:
+        missing(f"CRDs not in the Go module cache (missing: {', '.join(not_cached)}); run make tools")
     subprocess.run(["openssl", "genrsa", "-out", str(work / "sa.key"), "2048"], check=True, capture_output=True)
     (work / "tokens.csv").write_text("test-token,admin,admin,system:masters\n")
     client_port, peer_port, secure_port = free_port(), free_port(), free_port()
@@ -125,14 +175,12 @@ def running_apiserver(
             "namespace default",
             lambda: bool(core.read_namespace("default", _request_timeout=2)),
         )
-        yield ApiServer(kubeconfig, api_client)
+        server = ApiServer(kubeconfig, api_client)
+        install_crds(server, crds)
+        create_namespaces(server, *namespaces)
+        yield server
     finally:
-        for proc in (api, etcd):
-            proc.terminate()
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        stop_processes(api, etcd, timeout=30)
         etcd_log.close()
         api_log.close()
 
@@ -202,3 +250,67 @@ def service_account_kubeconfig(
     path = tmp / f"{name}-kubeconfig"
     path.write_text(json.dumps(config))
     return path
+
+
+def service_account_client(server: ApiServer, namespace: str, name: str, grants: Iterable[Grant], tmp: Path) -> Any:
+    """A client authenticated as a new ServiceAccount ``namespace/name`` bound to exactly ``grants``
+    (:func:`service_account_kubeconfig`)."""
+    return load_kube_config(str(service_account_kubeconfig(server, namespace, name, grants, tmp)))
+
+
+def ready_node(server: ApiServer, name: str, gpus: int, labels: Mapping[str, str]) -> None:
+    """A Node as its kubelet reports it: Ready now, ``gpus`` GPUs allocatable."""
+    admin_request(server, "POST", "/api/v1/nodes", {"metadata": {"name": name, "labels": dict(labels)}})
+    resources = {GPU_RESOURCE: str(gpus), "cpu": "96", "pods": "110"}
+    ready = {"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "ok"}
+    status = {
+        "capacity": resources,
+        "allocatable": resources,
+        "conditions": [{**ready, "lastHeartbeatTime": stamp(), "lastTransitionTime": stamp()}],
+    }
+    admin_request(server, "PATCH", f"/api/v1/nodes/{name}/status", {"status": status}, MERGE_PATCH)
+
+
+def _controller_command(module: str, settings: Path, kubeconfig: Path, *flags: str) -> list[str]:
+    """The controller ``daemons.<name>`` as its Deployment runs it (``python -m``), on this API server."""
+    return [sys.executable, "-m", module, "--settings", str(settings), "--kubeconfig", str(kubeconfig), *flags]
+
+
+def _process_env() -> dict[str, str]:
+    """The controller's process's environment: this one's, from the repository, Python's own warnings (urllib3's on
+    the test server's certificate) left out of its log."""
+    return {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONWARNINGS": "ignore"}
+
+
+def start_controller(
+    module: str, settings: Path, kubeconfig: Path, *flags: str, stdout: Any = subprocess.DEVNULL, stderr: Any
+) -> subprocess.Popen[str]:
+    """The controller ``daemons.<name>`` running with ``flags`` (``--listen``, ``--identity``, ...) until stopped;
+    its log goes to ``stderr`` (a file, or ``subprocess.PIPE``)."""
+    return subprocess.Popen(
+        _controller_command(module, settings, kubeconfig, *flags),
+        cwd=ROOT,
+        env=_process_env(),
+        stdout=stdout,
+        stderr=stderr,
+        text=True,
+    )
+
+
+def run_once(module: str, settings: Path, kubeconfig: Path, *flags: str) -> subprocess.CompletedProcess[str]:
+    """``--once`` (and ``flags``) of the controller ``daemons.<name>``: its summary on stdout, its log on stderr."""
+    return subprocess.run(
+        _controller_command(module, settings, kubeconfig, "--once", *flags),
+        cwd=ROOT,
+        env=_process_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def scrape(port: int) -> str:
+    """The ``/metrics`` text a controller serves on ``127.0.0.1:port``."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        return str(r.read().decode())

@@ -10,13 +10,9 @@ Skipped, saying why, when the pinned tools or the module caches are absent.
 
 from __future__ import annotations
 
-import datetime as dt
 import json
-import os
 import signal
 import subprocess
-import sys
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -38,23 +34,19 @@ from tests.support.admission import controller_inputs, install_rule, patch_as
 from tests.support.apiserver import (
     ApiServer,
     admin_request,
-    create_namespaces,
     free_port,
-    install_crds,
+    jobset_crds,
+    kueue_crds,
     running_apiserver,
+    scrape,
+    stamp,
+    start_controller,
     wait_for,
 )
 from tests.support.apiserver import service_account_kubeconfig as support_kubeconfig
-from tests.support.require import missing
 
 pytestmark = [pytest.mark.integration, pytest.mark.filterwarnings("ignore:Unverified HTTPS request")]
 
-MOD = Path.home() / "go/pkg/mod/sigs.k8s.io"
-CRDS = {
-    "jobsets.jobset.x-k8s.io": MOD / "jobset@v0.11.1/config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml",
-    "workloads.kueue.x-k8s.io": MOD / "kueue@v0.17.0/config/components/crd/bases/kueue.x-k8s.io_workloads.yaml",
-}
-ROOT = Path(__file__).resolve().parents[3]
 SYSTEM = "gpucluster-training"
 TEAM = "team-a"
 SETTINGS = InterruptionsSettings.model_validate(
@@ -62,19 +54,11 @@ SETTINGS = InterruptionsSettings.model_validate(
 )
 
 
-def stamp(seconds_ago: float = 0.0) -> str:
-    t = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=seconds_ago)
-    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 @pytest.fixture(scope="module")
 def kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
-    absent = [str(p) for p in CRDS.values() if not p.exists()]
-    if absent:
-        missing(f"the JobSet / Kueue CRDs are not in the Go module cache (missing: {', '.join(absent)})")
-    with running_apiserver(tmp_path_factory.mktemp("interruptions-apiserver"), authorization_mode="RBAC") as server:
-        install_crds(server, CRDS.values())
-        create_namespaces(server, SYSTEM, TEAM)
+    work = tmp_path_factory.mktemp("interruptions-apiserver")
+    crds = [*jobset_crds(), *kueue_crds("workloads")]
+    with running_apiserver(work, authorization_mode="RBAC", crds=crds, namespaces=(SYSTEM, TEAM)) as server:
         yield server
 
 
@@ -184,20 +168,9 @@ def record(server: ApiServer) -> dict[str, Any]:
     return json.loads(text) if text else {}
 
 
-def start_daemon(settings: Path, kubeconfig: Path, port: int, identity: str, log: Path) -> subprocess.Popen[bytes]:
-    flags = ["--settings", str(settings), "--kubeconfig", str(kubeconfig), "--listen", f"127.0.0.1:{port}"]
-    return subprocess.Popen(
-        [sys.executable, "-m", "daemons.interruptions", *flags, "--identity", identity, "--log-level", "debug"],
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=log.open("w"),
-        env={**os.environ, "PYTHONWARNINGS": "ignore"},
-    )
-
-
-def scrape(port: int) -> str:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
-        return str(r.read().decode())
+def start_daemon(settings: Path, kubeconfig: Path, port: int, identity: str, log: Path) -> subprocess.Popen[str]:
+    flags = ("--listen", f"127.0.0.1:{port}", "--identity", identity, "--log-level", "debug")
+    return start_controller("daemons.interruptions", settings, kubeconfig, *flags, stderr=log.open("w"))
 
 
 def test_a_kill_9_loses_no_interruption_and_the_bound_stops_the_job(kube: ApiServer, tmp_path: Path) -> None:
@@ -283,7 +256,7 @@ def test_a_kill_9_loses_no_interruption_and_the_bound_stops_the_job(kube: ApiSer
         assert second.wait(30) == 0
 
     # Its writes went through the admission rules; anything beyond them is refused by name.
-    hostile = {
+    hostile: dict[str, tuple[str, dict[str, Any], str]] = {
         "a JobSet relabelled": (JOBSET_PATH, {"metadata": {"labels": {"gpucluster.io/team": "team-b"}}}, LEDGER_RULE),
         "a JobSet suspended": (JOBSET_PATH, {"spec": {"suspend": True}}, LEDGER_RULE),
         "another annotation": (JOBSET_PATH, {"metadata": {"annotations": {"x": "y"}}}, LEDGER_RULE),

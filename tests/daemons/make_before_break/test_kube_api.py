@@ -9,11 +9,9 @@ by writing pods and statuses itself. Skipped, saying why, when the pinned tools 
 from __future__ import annotations
 
 import copy
-import datetime as dt
 import functools
 import json
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -34,30 +32,28 @@ from contract.controllers.make_before_break import (
     TEMPLATE_ANNOTATIONS,
     cluster_rules,
     inference_rules,
-    lease_rules,
 )
 from contract.make_before_break_settings import CONTROLLER_NAME, FIELD_MANAGER, MakeBeforeBreakSettings
-from contract.rbac import Grant
+from contract.rbac import Grant, lease_rules
 from daemons.make_before_break.client import KubeApi
 from daemons.make_before_break.controller import Controller
 from daemons.make_before_break.metrics import Metrics
-from daemons.toolkit.kube import load_kube_config
 from daemons.toolkit.lease import KubeLeaseApi, LeaderElector
 from tests.support.admission import controller_inputs, install_rule, patch_as
 from tests.support.apiserver import (
     ApiServer,
     admin_request,
-    create_namespaces,
-    install_crds,
+    kueue_crds,
+    ready_node,
+    run_once,
     running_apiserver,
+    service_account_client,
+    stamp,
 )
-from tests.support.apiserver import service_account_kubeconfig as support_kubeconfig
-from tests.support.require import missing
-from tests.support.sim import ROOT, tools_bin
+from tests.support.sim import tools_bin
 
 pytestmark = [pytest.mark.integration, pytest.mark.filterwarnings("ignore:Unverified HTTPS request")]
 
-CRDS = Path.home() / "go/pkg/mod/sigs.k8s.io/kueue@v0.17.0/config/components/crd/bases"
 KINDS = ("workloads", "admissionchecks", "resourceflavors", "clusterqueues", "localqueues")
 SYSTEM, INFERENCE, TEAM = "gpucluster-system", "inference", "team-a"
 KEY = "gpucluster.io/reservation"
@@ -66,44 +62,16 @@ SETTINGS = MakeBeforeBreakSettings(namespace=SYSTEM, inference_namespaces=[INFER
 PULUMI = "pulumi-kubernetes-test"
 
 
-def now_text() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 @pytest.fixture(scope="module")
 def kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
-    absent = [k for k in KINDS if not (CRDS / f"kueue.x-k8s.io_{k}.yaml").exists()]
-    if absent:
-        missing(f"the Kueue v0.17.0 CRDs are not in the Go module cache ({CRDS}; missing: {', '.join(absent)})")
-    with running_apiserver(tmp_path_factory.mktemp("mbb-apiserver"), authorization_mode="RBAC") as server:
-        install_crds(server, (CRDS / f"kueue.x-k8s.io_{kind}.yaml" for kind in KINDS))
-        create_namespaces(server, SYSTEM, INFERENCE, TEAM)
+    work = tmp_path_factory.mktemp("mbb-apiserver")
+    namespaces = (SYSTEM, INFERENCE, TEAM)
+    with running_apiserver(work, authorization_mode="RBAC", crds=kueue_crds(*KINDS), namespaces=namespaces) as server:
         yield server
 
 
 #: An admin call: the test plays the kubelet, the ReplicaSet controller, Kueue and Pulumi.
 raw = admin_request
-
-
-def node(server: ApiServer, name: str, gpus: int, labels: dict[str, str]) -> None:
-    raw(server, "POST", "/api/v1/nodes", {"metadata": {"name": name, "labels": labels}})
-    status = {
-        "status": {
-            "capacity": {GPU: str(gpus), "cpu": "96", "pods": "110"},
-            "allocatable": {GPU: str(gpus), "cpu": "96", "pods": "110"},
-            "conditions": [
-                {
-                    "type": "Ready",
-                    "status": "True",
-                    "reason": "KubeletReady",
-                    "message": "ok",
-                    "lastHeartbeatTime": now_text(),
-                    "lastTransitionTime": now_text(),
-                }
-            ],
-        }
-    }
-    raw(server, "PATCH", f"/api/v1/nodes/{name}/status", status, "application/merge-patch+json")
 
 
 def pod(server: ApiServer, name: str, node_name: str, epoch: str | None = None, hash_: str = "abc12") -> None:
@@ -193,14 +161,12 @@ def hold_to_its_fields(server: ApiServer, sa: KubeApi) -> None:
         install_rule(post, rule(inputs), functools.partial(patch_as, sa, *probe))
 
 
-def service_account_client(server: ApiServer, tmp: Path) -> Any:
-    """A client authenticated as the controller's ServiceAccount, bound to exactly the rules of its contract module."""
-    grants = (
-        Grant("clusterrole", "mbb", cluster_rules(SETTINGS.admission_check_name)),
-        Grant("role", "mbb", inference_rules(), INFERENCE),
-        Grant("role", "mbb-lease", lease_rules(SETTINGS.lease_name), SYSTEM),
-    )
-    return load_kube_config(str(support_kubeconfig(server, SYSTEM, "mbb", grants, tmp)))
+#: The controller's ServiceAccount's rules, from its contract module.
+GRANTS = (
+    Grant("clusterrole", "mbb", cluster_rules(SETTINGS.admission_check_name)),
+    Grant("role", "mbb", inference_rules(), INFERENCE),
+    Grant("role", "mbb-lease", lease_rules(SETTINGS.lease_name), SYSTEM),
+)
 
 
 def test_the_room_is_made_and_the_check_goes_ready_as_the_least_privilege_account(
@@ -231,8 +197,8 @@ def test_the_room_is_made_and_the_check_goes_ready_as_the_least_privilege_accoun
         },
     )
     for name in ("n1", "n2"):
-        node(server, name, 8, {"gpu": "h100"})
-    node(server, "gpu-burst", 64, {"type": "virtual-kubelet"})
+        ready_node(server, name, 8, {"gpu": "h100"})
+    ready_node(server, "gpu-burst", 64, {"type": "virtual-kubelet"})
     # The Deployment as Pulumi applies it: its own manager owns labels, the strategy and the template.
     deployment = {
         "apiVersion": "apps/v1",
@@ -282,7 +248,7 @@ def test_the_room_is_made_and_the_check_goes_ready_as_the_least_privilege_accoun
     }
     created = raw(server, "POST", f"{kueue}/namespaces/{TEAM}/workloads", workload)
     uid = created["metadata"]["uid"]
-    status = {
+    status: dict[str, Any] = {
         "apiVersion": KUEUE_API,
         "kind": "Workload",
         "metadata": {"name": "job-train", "namespace": TEAM},
@@ -293,7 +259,7 @@ def test_the_room_is_made_and_the_check_goes_ready_as_the_least_privilege_accoun
                     "status": "True",
                     "reason": "QuotaReserved",
                     "message": "Quota reserved in ClusterQueue training",
-                    "lastTransitionTime": now_text(),
+                    "lastTransitionTime": stamp(),
                 }
             ],
             "admission": {
@@ -307,7 +273,7 @@ def test_the_room_is_made_and_the_check_goes_ready_as_the_least_privilege_accoun
                     "name": SETTINGS.admission_check_name,
                     "state": "Pending",
                     "message": "",
-                    "lastTransitionTime": now_text(),
+                    "lastTransitionTime": stamp(),
                 }
             ],
         },
@@ -322,7 +288,7 @@ def test_the_room_is_made_and_the_check_goes_ready_as_the_least_privilege_accoun
         force="true",
     )
 
-    sa_client = service_account_client(server, tmp_path)
+    sa_client = service_account_client(server, SYSTEM, "mbb", GRANTS, tmp_path)
     hold_to_its_fields(server, KubeApi(sa_client))
     leases = KubeLeaseApi(sa_client)
     elector = LeaderElector(leases, SYSTEM, SETTINGS.lease_name, "test_1", lease_duration_s=15, renew_deadline_s=10)
@@ -400,14 +366,17 @@ def test_the_room_is_made_and_the_check_goes_ready_as_the_least_privilege_accoun
     with pytest.raises(Exception, match="HTTP 403"):
         sa.list_deployments(TEAM)
     # Its writes above passed the admission rules that hold it to its fields; anything more is refused by name.
-    deployment = f"/apis/apps/v1/namespaces/{INFERENCE}/deployments/server"
-    hostile = {
+    deployment_path = f"/apis/apps/v1/namespaces/{INFERENCE}/deployments/server"
+    hostile: dict[str, tuple[str, dict[str, Any]]] = {
         "another node tainted NoExecute": (NODE_N2, {"spec": {"taints": [{"key": "x", "effect": "NoExecute"}]}}),
         "a node cordoned": (NODE_N2, {"spec": {"unschedulable": True}}),
         "a node relabelled": (NODE_N2, {"metadata": {"labels": {"gpu": "a100"}}}),
-        "a Deployment scaled": (deployment, {"spec": {"replicas": 9}}),
-        "a Deployment's image": (deployment, {"spec": {"template": {"spec": {"containers": [IMAGE]}}}}),
-        "a Deployment's template labelled": (deployment, {"spec": {"template": {"metadata": {"labels": {"x": "y"}}}}}),
+        "a Deployment scaled": (deployment_path, {"spec": {"replicas": 9}}),
+        "a Deployment's image": (deployment_path, {"spec": {"template": {"spec": {"containers": [IMAGE]}}}}),
+        "a Deployment's template labelled": (
+            deployment_path,
+            {"spec": {"template": {"metadata": {"labels": {"x": "y"}}}}},
+        ),
         "a pod relabelled": (POD_PATH, {"metadata": {"labels": {"app": "other"}}}),
         "Kueue's own status": (f"{WORKLOAD_PATH}/status", {"status": {"clusterName": "elsewhere"}}),
     }
@@ -425,13 +394,13 @@ def test_the_room_is_made_and_the_check_goes_ready_as_the_least_privilege_accoun
             "status": "True",
             "reason": "Succeeded",
             "message": "done",
-            "lastTransitionTime": now_text(),
+            "lastTransitionTime": stamp(),
         }
     )
     finished["status"]["admissionChecks"] = [entry]
     path = f"{kueue}/namespaces/{TEAM}/workloads/job-train/status"
     raw(server, "PATCH", path, finished, "application/apply-patch+yaml", fieldManager="kueue-admission", force="true")
-    node(server, "n3", 8, {"gpu": "h100"})  # in-cluster room for the rented replica and its surge
+    ready_node(server, "n3", 8, {"gpu": "h100"})  # in-cluster room for the rented replica and its surge
     burst = {"spec": {"taints": [{"key": SETTINGS.burst_taint_key, "effect": "NoSchedule"}]}}
     raw(server, "PATCH", "/api/v1/nodes/gpu-burst", burst, "application/merge-patch+json")
     draining = SETTINGS.model_copy(update={"enabled": True, "draining": True})
@@ -444,7 +413,7 @@ def test_the_room_is_made_and_the_check_goes_ready_as_the_least_privilege_accoun
     assert undo.left.deployments == 1
     home = drain.cycle()  # room in the cluster and the burst taint on: it starts home, the rented replica marked
     assert {o.kind for o in home.outcomes} == {"set-deletion-cost", "set-placement"}, home.outcomes
-    phase = raw(server, "GET", deployment)["metadata"]["annotations"]["gpucluster.io/flip-phase"]
+    phase = raw(server, "GET", deployment_path)["metadata"]["annotations"]["gpucluster.io/flip-phase"]
     assert phase == "returning"
     # The rollout home, by hand: a replica of the home template in the cluster, the rented one gone.
     pod(server, "server-abc12-c", "n3")
@@ -456,7 +425,7 @@ def test_the_room_is_made_and_the_check_goes_ready_as_the_least_privilege_accoun
     assert last.outcomes == ()
     assert last.left is not None
     assert last.left.nothing, last.left
-    annotations = raw(server, "GET", deployment)["metadata"].get("annotations", {})
+    annotations = raw(server, "GET", deployment_path)["metadata"].get("annotations", {})
     assert not {k for k in annotations if k.startswith("gpucluster.io/flip")}, annotations
     assert elector.release()
 
@@ -486,26 +455,7 @@ def test_the_command_once_as_a_dry_run_reads_everything_and_writes_nothing(kube:
         f"enabled: true\nnamespace: {SYSTEM}\ninferenceNamespaces: [{INFERENCE}]\nleaseName: once-test\n"
     )
     before = written(kube)
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-W",
-            "ignore",
-            "-m",
-            "daemons.make_before_break",
-            "--settings",
-            str(settings),
-            "--kubeconfig",
-            str(kube.kubeconfig),
-            "--once",
-            "--dry-run",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    proc = run_once("daemons.make_before_break", settings, kube.kubeconfig, "--dry-run")
     assert proc.returncode == 0, proc.stderr[-2000:]
     result = json.loads(proc.stdout)
     assert result["unknown"] == {}

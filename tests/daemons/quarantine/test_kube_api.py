@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -18,10 +17,9 @@ from contract.rbac import Grant
 from daemons.quarantine.controller import Controller
 from daemons.quarantine.kube import KubeApi
 from daemons.quarantine.metrics import Metrics
-from daemons.toolkit.kube import KubeError, load_kube_config
+from daemons.toolkit.kube import KubeError
 from tests.daemons.quarantine.fakes import FakeQuerier
-from tests.support.apiserver import ApiServer, admin_request, create_namespaces, running_apiserver
-from tests.support.apiserver import service_account_kubeconfig as support_kubeconfig
+from tests.support.apiserver import ApiServer, admin_request, running_apiserver, service_account_client
 
 pytestmark = [pytest.mark.integration, pytest.mark.filterwarnings("ignore:Unverified HTTPS request")]
 
@@ -32,21 +30,20 @@ SETTINGS = QuarantineSettings.model_validate({"namespace": NS, "flavors": [{"nam
 
 @pytest.fixture(scope="module")
 def kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
-    with running_apiserver(tmp_path_factory.mktemp("quarantine-apiserver"), authorization_mode="RBAC") as server:
-        create_namespaces(server, NS)
+    work = tmp_path_factory.mktemp("quarantine-apiserver")
+    with running_apiserver(work, authorization_mode="RBAC", namespaces=[NS]) as server:
         yield server
 
 
 admin = admin_request
 
 
-def service_account_client(server: ApiServer, tmp: Path) -> Any:
-    grants = (
-        Grant("clusterrole", "q", CLUSTER_RULES),
-        Grant("role", "q-events", NODE_EVENT_RULES, "default"),
-        Grant("role", "q", namespace_rules(SETTINGS.lease_name), NS),
-    )
-    return load_kube_config(str(support_kubeconfig(server, NS, "q", grants, tmp)))
+#: The controller's ServiceAccount's rules, from its contract module.
+GRANTS = (
+    Grant("clusterrole", "q", CLUSTER_RULES),
+    Grant("role", "q-events", NODE_EVENT_RULES, "default"),
+    Grant("role", "q", namespace_rules(SETTINGS.lease_name), NS),
+)
 
 
 def test_quarantine_ledger_and_events_as_the_least_privilege_account(kube: ApiServer, tmp_path: Path) -> None:
@@ -59,7 +56,7 @@ def test_quarantine_ledger_and_events_as_the_least_privilege_account(kube: ApiSe
             {"metadata": {"name": f"gpu-{i}", "labels": H100}, "spec": {"taints": taints}},
         )
     admin(kube, "POST", "/api/v1/nodes", {"metadata": {"name": "cpu-0"}})
-    api = KubeApi(service_account_client(kube, tmp_path))
+    api = KubeApi(service_account_client(kube, NS, "q", GRANTS, tmp_path))
     prom = FakeQuerier()
     prom.fire("gpu-3", gpu="1", UUID="GPU-b")
     prom.fire("gpu-5", alert="GpuXidError")  # one node of ten per hour: refused by the breaker

@@ -9,7 +9,6 @@ Skipped, saying why, when the pinned tools or the Kueue module are absent.
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,31 +18,30 @@ import pytest
 
 from components.guardrails_policies.controllers import quota_controller_writes_only_quotas
 from contract.constants import ACCEPTED_LABEL, CLUSTER_EVENTS_NAMESPACE, KUEUE_API, QUARANTINE_TAINT_KEY
-from contract.controllers.quota_controller import EVENT_RULES, cluster_rules, lease_rules
+from contract.controllers.quota_controller import EVENT_RULES, cluster_rules
 from contract.quota_controller_settings import FIELD_MANAGER, QuotaControllerSettings, resource_groups
-from contract.rbac import Grant
+from contract.rbac import Grant, lease_rules
 from contract.registry import QUOTA_CONTROLLER
 from daemons.quota_controller.client import KubeApi
 from daemons.quota_controller.controller import Controller
 from daemons.quota_controller.decide import Quota, live_quotas
 from daemons.quota_controller.metrics import Metrics
 from daemons.quota_controller.translate import queue_view
-from daemons.toolkit.kube import KubeError, load_kube_config
+from daemons.toolkit.kube import KubeError
 from daemons.toolkit.lease import KubeLeaseApi, LeaderElector
 from tests.support.admission import controller_inputs, install_rule
 from tests.support.apiserver import (
     ApiServer,
     admin_request,
-    create_namespaces,
-    install_crds,
+    kueue_crds,
+    ready_node,
+    run_once,
     running_apiserver,
+    service_account_client,
 )
-from tests.support.apiserver import service_account_kubeconfig as support_kubeconfig
-from tests.support.require import missing
 
 pytestmark = [pytest.mark.integration, pytest.mark.filterwarnings("ignore:Unverified HTTPS request")]
 
-CRDS = Path.home() / "go/pkg/mod/sigs.k8s.io/kueue@v0.17.0/config/components/crd/bases"
 KINDS = ("resourceflavors", "clusterqueues")
 SYSTEM = "gpucluster-capacity"
 GPU = "nvidia.com/gpu"
@@ -65,18 +63,10 @@ SETTINGS = QuotaControllerSettings.model_validate(
 )
 
 
-def now_text() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 @pytest.fixture(scope="module")
 def kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
-    absent = [k for k in KINDS if not (CRDS / f"kueue.x-k8s.io_{k}.yaml").exists()]
-    if absent:
-        missing(f"the Kueue v0.17.0 CRDs are not in the Go module cache ({CRDS}; missing: {', '.join(absent)})")
-    with running_apiserver(tmp_path_factory.mktemp("quota-apiserver"), authorization_mode="RBAC") as server:
-        install_crds(server, (CRDS / f"kueue.x-k8s.io_{kind}.yaml" for kind in KINDS))
-        create_namespaces(server, SYSTEM)
+    work = tmp_path_factory.mktemp("quota-apiserver")
+    with running_apiserver(work, authorization_mode="RBAC", crds=kueue_crds(*KINDS), namespaces=[SYSTEM]) as server:
         yield server
 
 
@@ -88,18 +78,7 @@ raw = admin_request
 
 
 def node(server: ApiServer, name: str) -> None:
-    raw(
-        server, "POST", "/api/v1/nodes", {"metadata": {"name": name, "labels": {"gpu": "h100", ACCEPTED_LABEL: "true"}}}
-    )
-    ready = {"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "ok"}
-    status = {
-        "status": {
-            "capacity": {GPU: "8", "cpu": "96", "pods": "110"},
-            "allocatable": {GPU: "8", "cpu": "96", "pods": "110"},
-            "conditions": [{**ready, "lastHeartbeatTime": now_text(), "lastTransitionTime": now_text()}],
-        }
-    }
-    raw(server, "PATCH", f"/api/v1/nodes/{name}/status", status, "application/merge-patch+json")
+    ready_node(server, name, 8, {"gpu": "h100", ACCEPTED_LABEL: "true"})
 
 
 def pulumi_apply(server: ApiServer, name: str, *, with_groups: bool) -> None:
@@ -117,14 +96,12 @@ def quotas(server: ApiServer, name: str) -> dict[str, Quota] | None:
     return live_quotas(queue_view(raw(server, "GET", f"/apis/{KUEUE_API}/clusterqueues/{name}")))
 
 
-def service_account_client(server: ApiServer, tmp: Path) -> Any:
-    """A client authenticated as the controller's ServiceAccount, bound to exactly the rules of its contract module."""
-    grants = (
-        Grant("clusterrole", "quota", cluster_rules([q.name for q in SETTINGS.cluster_queues])),
-        Grant("role", "quota-events", EVENT_RULES, CLUSTER_EVENTS_NAMESPACE),
-        Grant("role", "quota-lease", lease_rules(SETTINGS.lease_name), SYSTEM),
-    )
-    return load_kube_config(str(support_kubeconfig(server, SYSTEM, "quota", grants, tmp)))
+#: The controller's ServiceAccount's rules, from its contract module.
+GRANTS = (
+    Grant("clusterrole", "quota", cluster_rules([q.name for q in SETTINGS.cluster_queues])),
+    Grant("role", "quota-events", EVENT_RULES, CLUSTER_EVENTS_NAMESPACE),
+    Grant("role", "quota-lease", lease_rules(SETTINGS.lease_name), SYSTEM),
+)
 
 
 QUEUE_PATH = f"/apis/{KUEUE_API}/clusterqueues/pretraining"
@@ -158,7 +135,7 @@ def test_queues_follow_healthy_capacity_as_the_least_privilege_account(kube: Api
         node(server, f"h100-node-{i}")
     for name in SHARES:
         pulumi_apply(server, name, with_groups=True)
-    sa_client = service_account_client(server, tmp_path)
+    sa_client = service_account_client(server, SYSTEM, "quota", GRANTS, tmp_path)
     hold_to_quotas(server, KubeApi(sa_client))
     elector = LeaderElector(
         KubeLeaseApi(sa_client), SYSTEM, SETTINGS.lease_name, "test_1", lease_duration_s=15, renew_deadline_s=10
@@ -272,33 +249,11 @@ def test_queues_follow_healthy_capacity_as_the_least_privilege_account(kube: Api
 
 
 def test_the_command_once_as_a_dry_run_reads_everything_and_writes_nothing(kube: ApiServer, tmp_path: Path) -> None:
-    import subprocess  # noqa: PLC0415
-    import sys  # noqa: PLC0415
-
-    from tests.support.sim import ROOT  # noqa: PLC0415
-
     raw(kube, "PATCH", "/api/v1/nodes/h100-node-0", {"spec": {"unschedulable": True}}, "application/merge-patch+json")
     before = quotas(kube, "evaluation")
     settings = tmp_path / "settings.json"
     settings.write_text(SETTINGS.to_json())
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "daemons.quota_controller",
-            "--settings",
-            str(settings),
-            "--kubeconfig",
-            str(kube.kubeconfig),
-            "--once",
-            "--dry-run",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=60,
-    )
+    proc = run_once("daemons.quota_controller", settings, kube.kubeconfig, "--dry-run")
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert out["capacity"]["h100"]["out"] == {"h100-node-0": "cordoned"}

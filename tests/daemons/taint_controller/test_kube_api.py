@@ -8,12 +8,9 @@ when the pinned tools are not built.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
 import threading
-import urllib.request
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -35,7 +32,8 @@ from daemons.taint_controller.kube import (
     replace_taint_ops,
 )
 from tests.daemons.taint_controller.conftest import NS, ApiServer, free_port, wait_for
-from tests.support.sim import ROOT, tools_bin
+from tests.support.apiserver import run_once, scrape, start_controller
+from tests.support.sim import tools_bin
 
 pytestmark = [
     pytest.mark.integration,
@@ -181,55 +179,28 @@ def prometheus() -> Iterator[str]:
     server.server_close()
 
 
+def settings_file(tmp_path: Path, prometheus: str, lease: str, **more: str) -> Path:
+    """The controller's settings: the fake Prometheus, the test node, its own Lease."""
+    path = tmp_path / "settings.json"
+    path.write_text(
+        json.dumps({"prometheusUrl": prometheus, "namespace": NS, "leaseName": lease, "nodeName": NODE, **more})
+    )
+    return path
+
+
 def test_the_daemon_adds_the_taint_and_releases_its_lease_on_sigterm(
     apiserver: ApiServer, node: KubeNodeApi, prometheus: str, tmp_path: Path
 ) -> None:
-    settings = tmp_path / "settings.json"
-    settings.write_text(
-        json.dumps(
-            {
-                "prometheusUrl": prometheus,
-                "namespace": NS,
-                "leaseName": "daemon-test",
-                "holdAdd": "2s",
-                "interval": "1s",
-                "nodeName": NODE,
-            }
-        )
-    )
+    settings = settings_file(tmp_path, prometheus, "daemon-test", holdAdd="2s", interval="1s")
     port = free_port()
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-W",
-            "ignore",
-            "-m",
-            "daemons.taint_controller",
-            "--settings",
-            str(settings),
-            "--kubeconfig",
-            str(apiserver.kubeconfig),
-            "--listen",
-            f"127.0.0.1:{port}",
-            "--identity",
-            "daemon-1",
-        ],
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    flags = ("--listen", f"127.0.0.1:{port}", "--identity", "daemon-1")
+    proc = start_controller("daemons.taint_controller", settings, apiserver.kubeconfig, *flags, stderr=subprocess.PIPE)
     try:
         wait_for("burst taint added", lambda: OURS in node.get_node(NODE).taints)
-
-        def scrape() -> list[str]:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
-                return r.read().decode().splitlines()
-
         # The taint is written before the tick updates its gauges: the scrape may come in between.
-        wait_for("taint_present gauge", lambda: "gpucluster_taint_controller_taint_present 1.0" in scrape(), 10)
-        text = scrape()
+        present = "gpucluster_taint_controller_taint_present 1.0"
+        wait_for("taint_present gauge", lambda: present in scrape(port).splitlines(), 10)
+        text = scrape(port).splitlines()
         assert "gpucluster_taint_controller_is_leader 1.0" in text
         assert "gpucluster_taint_controller_taint_present 1.0" in text
         assert 'gpucluster_taint_controller_decisions_total{action="add"} 1.0' in text
@@ -249,39 +220,9 @@ def test_the_daemon_adds_the_taint_and_releases_its_lease_on_sigterm(
 def test_once_dry_run_prints_the_decision_and_writes_nothing(
     apiserver: ApiServer, node: KubeNodeApi, prometheus: str, tmp_path: Path
 ) -> None:
-    settings = tmp_path / "settings.json"
-    settings.write_text(
-        json.dumps(
-            {
-                "prometheusUrl": prometheus,
-                "namespace": NS,
-                "leaseName": "once-test",
-                "nodeName": NODE,
-                "holdAdd": "1ms",
-            }
-        )
-    )
+    settings = settings_file(tmp_path, prometheus, "once-test", holdAdd="1ms")
     before = node.get_node(NODE)
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-W",
-            "ignore",
-            "-m",
-            "daemons.taint_controller",
-            "--settings",
-            str(settings),
-            "--kubeconfig",
-            str(apiserver.kubeconfig),
-            "--once",
-            "--dry-run",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    proc = run_once("daemons.taint_controller", settings, apiserver.kubeconfig, "--dry-run")
     assert proc.returncode == 0, proc.stderr[-2000:]
     result = json.loads(proc.stdout)
     assert result["headroom"] == 8

@@ -35,7 +35,7 @@ from daemons.toolkit.prometheus import PrometheusClient, QueryError
 from tests.daemons.taint_controller.conftest import ApiServer, free_port, wait_for
 from tests.daemons.taint_controller.fakes import FakeEvents, FakeNodes
 from tests.daemons.toolkit.fakes import Clock
-from tests.support.apiserver import running_apiserver
+from tests.support.apiserver import create_namespaces, running_apiserver, stop_processes
 from tests.support.require import missing
 from tests.support.sim import tools_bin
 
@@ -105,9 +105,8 @@ def cluster(
     apiserver: ApiServer, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     """Objects in the API server, ksm watching them, Prometheus scraping ksm every second: (Prometheus URL, ksm)."""
+    create_namespaces(apiserver, "inference", "serving", "research")
     core: Any = client.CoreV1Api(apiserver.api_client)
-    for ns in ("inference", "serving", "research"):
-        core.create_namespace(client.V1Namespace.model_validate({"metadata": {"name": ns}}))
     make_node(core, "gpu-a", 8)
     make_node(core, "gpu-b", 8, unschedulable=True)  # cordoned: neither its GPUs nor its pods count
     make_node(core, "gpu-burst", 16)  # the virtual node
@@ -193,12 +192,7 @@ def ksm_and_prometheus(kubeconfig: Path, work: Path) -> Iterator[tuple[str, subp
     try:
         yield f"http://127.0.0.1:{prom_port}", ksm
     finally:
-        for proc in (prom, ksm):
-            proc.terminate()
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        stop_processes(prom, ksm, timeout=20)
         ksm_log.close()
         prom_log.close()
 
@@ -273,10 +267,8 @@ def typed_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[st
     (Prometheus URL, CoreV1Api)."""
     work = tmp_path_factory.mktemp("typed")
     (work / "api").mkdir()
-    with running_apiserver(work / "api") as api:
+    with running_apiserver(work / "api", namespaces=("inference", "research")) as api:
         core: Any = client.CoreV1Api(api.api_client)
-        for ns in ("inference", "research"):
-            core.create_namespace(client.V1Namespace.model_validate({"metadata": {"name": ns}}))
         make_node(core, "h100-a", 8, product=H100)  # idle
         make_node(core, "h100-q", 8, product=H100, taints=[QUARANTINE])  # quarantined: no headroom either side
         make_node(core, "l40s-a", 8, product=L40S)  # full

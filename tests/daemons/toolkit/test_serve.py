@@ -18,7 +18,7 @@ def _serve(port: int, loop: Any) -> int:
     return serve_behind_lease(
         host="127.0.0.1",
         port=port,
-        routes=Routes(metrics=lambda: ""),
+        routes=Routes(metrics=lambda: b""),
         loop=loop,
         elector=None,
         retry_period_s=1.0,
