@@ -97,8 +97,8 @@ class GangView:
     problems: tuple[str, ...] = ()
 
 
-def parse_progress(text: str) -> Progress:
-    """A progress report; ValueError naming what is wrong."""
+def _record(text: str) -> Mapping[str, Any]:
+    """An annotation's JSON object, at most MAX_RECORD characters; ValueError naming what is wrong."""
     if len(text) > MAX_RECORD:
         raise ValueError(f"longer than {MAX_RECORD} characters")
     try:
@@ -107,6 +107,12 @@ def parse_progress(text: str) -> Progress:
         raise ValueError("not JSON") from None
     if not isinstance(doc, Mapping):
         raise ValueError("not a JSON object")
+    return doc
+
+
+def parse_progress(text: str) -> Progress:
+    """A progress report; ValueError naming what is wrong."""
+    doc = _record(text)
     step = doc.get("step")
     if not isinstance(step, int) or isinstance(step, bool) or step < 0:
         raise ValueError("step must be a whole number, 0 or more")
@@ -123,19 +129,16 @@ def parse_progress(text: str) -> Progress:
 
 
 def parse_restart(text: str) -> RestartRecord:
-    if len(text) > MAX_RECORD:
-        raise ValueError(f"longer than {MAX_RECORD} characters")
-    try:
-        doc = json.loads(text)
-    except ValueError:
-        raise ValueError("not JSON") from None
-    attempt = doc.get("attempt") if isinstance(doc, Mapping) else None
-    at = doc.get("at") if isinstance(doc, Mapping) else None
+    """The detector's own restart record; ValueError naming what is wrong."""
+    doc = _record(text)
+    attempt, at = doc.get("attempt"), doc.get("at")
     if not isinstance(attempt, int) or isinstance(attempt, bool) or attempt < 0:
         raise ValueError("attempt must be a whole number, 0 or more")
     if not isinstance(at, int | float) or isinstance(at, bool):
         raise ValueError("at must be a number of seconds")
-    suspects = doc.get("suspects") if isinstance(doc.get("suspects"), Mapping) else {}
+    suspects = doc.get("suspects")
+    if not isinstance(suspects, Mapping):
+        suspects = {}
     return RestartRecord(
         attempt=attempt,
         at=float(at),

@@ -11,7 +11,7 @@ import pytest
 
 from contract.constants import PROGRESS_ANNOTATION_PREFIX, STALL_AFTER_ANNOTATION, STALL_RESTART_ANNOTATION
 from daemons.stall_detector import memory
-from daemons.stall_detector.gangs import gang_view, parse_progress
+from daemons.stall_detector.gangs import gang_view, parse_progress, parse_restart
 from tests.daemons.stall_detector.fakes import START, FakeApi, rfc3339
 
 
@@ -74,6 +74,26 @@ def test_a_bad_progress_report_is_refused_naming_the_field(doc: str, problem: st
     view = gang_view(js, pods, {f"{PROGRESS_ANNOTATION_PREFIX}llm": doc})
     assert view.progress is None
     assert problem.split(maxsplit=1)[0] in view.problems[0]
+
+
+@pytest.mark.parametrize(
+    ("doc", "problem"),
+    [
+        ('{"attempt": 1', "not JSON"),
+        ('"restarted"', "not a JSON object"),
+        ('{"attempt": -1, "at": 1.0}', "attempt must be"),
+        ('{"attempt": 1, "at": "noon"}', "at must be"),
+        ('{"attempt": 1, "at": 1.0, "evidence": "' + "x" * 5000 + '"}', "longer than"),
+    ],
+)
+def test_a_bad_restart_record_is_refused_naming_the_field(doc: str, problem: str) -> None:
+    with pytest.raises(ValueError, match=problem):
+        parse_restart(doc)
+
+
+def test_a_restart_record_reads_back() -> None:
+    record = parse_restart('{"attempt": 2, "at": 1800000000, "evidence": "idle", "suspects": {"n1": ["xid"]}}')
+    assert (record.attempt, record.at, record.evidence, record.suspects) == (2, 1.8e9, "idle", {"n1": ("xid",)})
 
 
 def test_the_restart_record_and_the_jobs_own_stall_after() -> None:
