@@ -105,9 +105,10 @@ KUEUE_API = f"{KUEUE_GROUP}/{KUEUE_VERSION}"
 #: Kueue's pod-set topology annotations (kueue v1beta2 ``topology_types.go``), on a JobSet's pod templates.
 PODSET_REQUIRED_TOPOLOGY = "kueue.x-k8s.io/podset-required-topology"
 PODSET_PREFERRED_TOPOLOGY = "kueue.x-k8s.io/podset-preferred-topology"
-#: On a pod Kueue does not admit (inference), this makes Kueue's topology-aware scheduling leave its usage out
-#: of a node's free capacity: training preempts inference, so GPUs inference holds are free to a training gang,
-#: exactly as they are to its quota; make-before-break moves the replicas off the nodes Kueue assigns.
+#: Topology-aware placement with no level asked for (value ``"true"``). On a pod Kueue does not admit (inference),
+#: this makes Kueue's topology-aware scheduling leave its usage out of a node's free capacity: training preempts
+#: inference, so GPUs inference holds are free to a training gang, exactly as they are to its quota;
+#: make-before-break moves the replicas off the nodes Kueue assigns.
 PODSET_UNCONSTRAINED_TOPOLOGY = "kueue.x-k8s.io/podset-unconstrained-topology"
 #: The fabric exporter's DaemonSet, Service and ServiceMonitor: under the Prometheus operator, its scrape job.
 FABRIC_EXPORTER_APP = "gpucluster-fabric-exporter"

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from components.training.manifest import reservation_toleration
+from contract.constants import PODSET_UNCONSTRAINED_TOPOLOGY
 from contract.registry import MAKE_BEFORE_BREAK
 from sim import outside as sim_outside
 from sim import processes as sim_daemons
@@ -294,7 +295,13 @@ def training_job(s: Setup, run_for: str, gang_nodes: int | None = None) -> dict[
             "suspend": True,
             "backoffLimit": 0,
             "template": {
-                "metadata": {"annotations": {"sim.gpucluster.io/run-for": run_for}},
+                "metadata": {
+                    "annotations": {
+                        "sim.gpucluster.io/run-for": run_for,
+                        # Placed by topology, as a submitted job on the flavor is (any level will do here).
+                        **({PODSET_UNCONSTRAINED_TOPOLOGY: "true"} if s.topology else {}),
+                    }
+                },
                 "spec": {
                     "restartPolicy": "Never",
                     "priorityClassName": s.training_priority_class,

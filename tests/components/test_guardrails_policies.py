@@ -29,6 +29,7 @@ from components.guardrails_policies import (
 )
 from contract.constants import (
     INTERRUPTIONS_LEDGER_ANNOTATION,
+    PODSET_PREFERRED_TOPOLOGY,
     QUARANTINE_TAINT_KEY,
     RELIABILITY_CONFIGMAP,
     STALL_RESTART_ANNOTATION,
@@ -414,12 +415,23 @@ def test_a_team_pod_goes_through_the_scheduler_and_its_jobs_aim_at_no_reserved_n
         hostile = job(TEAM, labels=queued)
         hostile["spec"]["template"]["spec"].update(copy.deepcopy(spec))
         refused(kubectl, hostile, "gpucluster-team-jobs-aim-at-no-node")
-    # What gpucluster submit's jobs carry: the reservation tolerated, not selected. The gang's own pods do select
-    # its reservation (make-before-break's pod set update, through Kueue), so pods are not held to it.
+    # What gpucluster submit's jobs carry when Kueue places them by topology: the reservation tolerated, not
+    # selected. The gang's own pods do select its reservation (make-before-break's pod set update, through Kueue),
+    # so pods are not held to it.
     toleration = {"key": RESERVATION_KEY, "operator": "Exists", "effect": "NoSchedule"}
     submitted = job(TEAM, labels=queued)
+    submitted["spec"]["template"]["metadata"] = {"annotations": {PODSET_PREFERRED_TOPOLOGY: "kubernetes.io/hostname"}}
     submitted["spec"]["template"]["spec"]["tolerations"] = [toleration]
     assert kubectl.refusal(submitted) is None
+    # Not placed by topology, the scheduler would be free to use another gang's reserved nodes: no toleration of the
+    # reservation, by its key or by tolerating every taint.
+    for tolerates in (toleration, {"operator": "Exists"}):
+        unplaced = job(TEAM, labels=queued)
+        unplaced["spec"]["template"]["spec"]["tolerations"] = [tolerates]
+        refused(kubectl, unplaced, "gpucluster-team-jobs-aim-at-no-node", "unless Kueue places it by topology")
+    other_taint = job(TEAM, labels=queued)
+    other_taint["spec"]["template"]["spec"]["tolerations"] = [{"key": "example.com/other", "operator": "Exists"}]
+    assert kubectl.refusal(other_taint) is None
     assert kubectl.refusal(pod(TEAM, **copy.deepcopy(AIMED_AT_RESERVED[0]), tolerations=[toleration])) is None
     # A JobSet's own Job, created again on a restart with the reservation Kueue put into the JobSet's template: the
     # JobSet's, held when it was submitted (refusing it would leave the restarted gang without its Job).
@@ -439,6 +451,13 @@ def test_a_team_pod_carries_no_credential_in_its_env(kubectl: Kubectl) -> None:
     assert token not in said  # named, never echoed
     by_name = pod(TEAM, container={"env": [{"name": "WANDB_API_KEY", "value": "0123456789abcdef" * 2}]})
     refused(kubectl, by_name, "container main env WANDB_API_KEY", "Secret")
+    # The shapes the policy pack knows, anywhere in the value: a password in a URL, a bearer token.
+    for name, value in [
+        ("DATABASE_URL", "postgres://trainer:hunter2hunter2@db:5432/runs"),
+        ("AUTH", "Bearer abc123DEF456"),
+    ]:
+        said = refused(kubectl, pod(TEAM, container={"env": [{"name": name, "value": value}]}), f"env {name}")
+        assert value not in said
     fine = [
         {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}},
         {"name": "TOKENIZERS_PARALLELISM", "value": "false"},

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from components.training.manifest import reservation_toleration
-from contract.constants import RESERVATION_KEY
+from contract.constants import PODSET_UNCONSTRAINED_TOPOLOGY, RESERVATION_KEY
 from tests.support.require import debian_tool, missing
 from tests.support.sim import tools_bin
 
@@ -279,8 +279,11 @@ def gpu_job(
     }
     if pod_priority:
         pod_spec["priorityClassName"] = pod_priority
+    annotations = {"sim.gpucluster.io/run-for": run_for}
     if tolerate_reservations:
         pod_spec["tolerations"] = [reservation_toleration(tolerate_reservations)]
+        # Placed by topology, said as the API server asks of a team's job that tolerates a reservation.
+        annotations[PODSET_UNCONSTRAINED_TOPOLOGY] = "true"
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -290,7 +293,7 @@ def gpu_job(
             "completions": parallelism,
             "completionMode": "Indexed",
             "backoffLimit": 0,
-            "template": {"metadata": {"annotations": {"sim.gpucluster.io/run-for": run_for}}, "spec": pod_spec},
+            "template": {"metadata": {"annotations": annotations}, "spec": pod_spec},
         },
     }
 
