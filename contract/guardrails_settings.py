@@ -42,12 +42,14 @@ UNCONFINED = "unconfined"
 #: name; the same pattern in Python (``gpucluster submit``) and in CEL's RE2 (the API server).
 CREDENTIAL_ENV_NAME = r"(^|_)(TOKEN|KEY|APIKEY|SECRET|PASSWORD|PASSWD|CREDENTIAL|CREDENTIALS)(_|$)"
 #: A value that is a credential whatever its name: the prefixes the common providers give their keys and tokens
-#: (Hugging Face, OpenAI-style, Stripe, GitHub, GitLab, Slack, AWS access keys, JWTs) and PEM blocks. RE2 and
-#: Python alike.
+#: (Hugging Face, OpenAI-style, Stripe, GitHub, GitLab, Slack, RunPod, AWS access keys, JWTs); anywhere in it, a PEM
+#: block, an HTTP bearer token, a URL carrying a password (``postgres://user:pass@host``) or a kubeconfig's client
+#: key (the shapes the policy pack refuses in settings). RE2 and Python alike.
 CREDENTIAL_ENV_VALUE = (
     r"^\s*(hf_[A-Za-z0-9]{20,}|sk-[A-Za-z0-9_-]{20,}|sk_live_[A-Za-z0-9]{10,}|ghp_[A-Za-z0-9]{20,}|"
     r"gho_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}|glpat-[A-Za-z0-9_-]{20,}|xox[abpr]-[A-Za-z0-9-]{10,}|"
-    r"AKIA[0-9A-Z]{16}|eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,})|-----BEGIN [A-Z ]*(PRIVATE KEY|CERTIFICATE)-----"
+    r"rpa_[A-Za-z0-9]{20,}|AKIA[0-9A-Z]{16}|eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,})|"
+    r"-----BEGIN [A-Z ]*(PRIVATE KEY|CERTIFICATE)-----|\bBearer\s+\S{8,}|://[^/@\s:]+:[^/@\s]+@|client-key-data"
 )
 
 
