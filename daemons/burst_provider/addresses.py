@@ -5,7 +5,8 @@ Production traffic (the EndpointSlice) and the provider's probes must never be a
 metadata address or the cluster's own network that way. So the address is judged as a client would connect to it:
 
 - an IP address (IPv4 dotted-quad, IPv6) is judged as it is: inside the provider's ``addressRanges``, or, with none
-  configured, a public (global) address;
+  configured, a public (global) address; an IPv6 address that carries an IPv4 one (IPv4-mapped, 6to4, NAT64's
+  ``64:ff9b::/96``) must pass as that IPv4 address too;
 - any other numeric form a resolver reads as an IPv4 address (``127.1``, ``2130706433``, ``0177.0.0.1``,
   ``0x7f.0.0.1``: ``inet_aton``'s short, decimal, octal and hexadecimal forms) is refused: it would reach an
   address the check never saw;
@@ -52,7 +53,27 @@ def ranges_text(ranges: Sequence[str]) -> str:
     return f"in addressRanges ({', '.join(ranges)})" if ranges else "a public address (addressRanges is empty)"
 
 
+#: NAT64's well-known prefix (RFC 6052): the last 32 bits are the IPv4 address a translator connects to.
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")
+
+
+def _embedded_ipv4(ip: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    """The IPv4 address an IPv6 address carries and leads to (IPv4-mapped, 6to4, NAT64), or None."""
+    if ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped
+    if ip.sixtofour is not None:
+        return ip.sixtofour
+    if ip in _NAT64:
+        return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+    return None
+
+
 def _allowed(ip: ipaddress.IPv4Address | ipaddress.IPv6Address, ranges: Sequence[str]) -> bool:
+    """Inside ``ranges`` (public, with none); an IPv6 address that carries an IPv4 one must pass as that too, or a
+    translator would carry traffic to loopback or the metadata address."""
+    inner = _embedded_ipv4(ip) if isinstance(ip, ipaddress.IPv6Address) else None
+    if inner is not None and not _allowed(inner, ranges):
+        return False
     if not ranges:
         return ip.is_global
     return any(ip in ipaddress.ip_network(r) for r in ranges)

@@ -22,7 +22,8 @@ once it ended. With the default documentation range nothing listens, so a probe 
 replicas live in this process: while it is down they refuse connections, and a restart from ``--state-file`` opens
 them again with their original start times.
 
-Knobs: ``addressForm`` (``dotted``, or ``decimal``: how a hostile account reports an address); ``bootSeconds``;
+Knobs: ``addressForm`` (``dotted``, or ``decimal``, ``short``, ``octal``: how a hostile account reports an
+address); ``bootSeconds``;
 ``modelLoadSeconds`` and ``requestSeconds`` (above);
 ``createFailureRate`` (probability that a create is refused); ``deathRate`` (expected deaths
 per running instance per **minute**: each instance's lifetime is drawn, when it starts running, from an exponential
@@ -72,9 +73,23 @@ _KNOB_KEYS = (
     "requestSeconds",
     "addressForm",
 )
-#: How an instance's address is reported: as it is, or (a compromised or careless provider account) in the decimal
-#: form a resolver still reads as IPv4 (``2130706433`` for 127.0.0.1).
-ADDRESS_FORMS = ("dotted", "decimal")
+#: How an instance's address is reported: as it is, or (a compromised or careless provider account) in a form a
+#: resolver still reads as IPv4 (for 127.0.0.1: decimal ``2130706433``, short ``127.1``, octal ``0177.0.0.01``).
+ADDRESS_FORMS = ("dotted", "decimal", "short", "octal")
+
+
+def reported(address: str, form: str) -> str:
+    """``address`` written in ``form`` (one of ADDRESS_FORMS; the forms other than ``dotted`` are IPv4's)."""
+    if form == "dotted":
+        return address
+    octets = ipaddress.IPv4Address(address).packed
+    if form == "decimal":
+        return str(int.from_bytes(octets, "big"))
+    if form == "short":
+        return f"{octets[0]}.{int.from_bytes(octets[1:], 'big')}"
+    if form == "octal":
+        return ".".join(f"0{o:o}" for o in octets)
+    raise ValueError(f"addressForm must be one of {list(ADDRESS_FORMS)}")
 
 
 @dataclass
@@ -428,8 +443,8 @@ class FakeCloud:
     def _public(self, inst: CloudInstance) -> dict[str, Any]:
         """What the API says of ``inst``, its address in the reported form (``addressForm``)."""
         out = inst.public()
-        if out["address"] and self.knobs.address_form == "decimal":
-            out["address"] = str(int(ipaddress.ip_address(out["address"])))
+        if out["address"]:
+            out["address"] = reported(out["address"], self.knobs.address_form)
         return out
 
     def _free(self, gpu_type: str) -> int:

@@ -46,6 +46,26 @@ def test_literal_addresses_are_judged_as_they_are() -> None:
         assert "not a public address" in check(private, (), no_dns).refusal, private
 
 
+@pytest.mark.parametrize(
+    "address",
+    [
+        "64:ff9b::7f00:1",  # NAT64 of 127.0.0.1
+        "64:ff9b::a9fe:a9fe",  # NAT64 of the metadata address 169.254.169.254
+        "2002:7f00:1::1",  # 6to4 through 127.0.0.1
+        "2002:a00:1::1",  # 6to4 through 10.0.0.1
+    ],
+)
+def test_an_ipv6_address_carrying_a_private_ipv4_one_is_refused(address: str) -> None:
+    assert "not a public address" in check(address, (), no_dns).refusal
+
+
+def test_an_ipv6_address_carrying_a_public_ipv4_one_is_judged_by_both() -> None:
+    assert check("64:ff9b::808:808", (), no_dns).address == "64:ff9b::808:808"  # NAT64 of 8.8.8.8
+    assert check("2606:4700::1111", (), no_dns).address == "2606:4700::1111"  # carries none
+    # Inside the ranges as IPv6, outside them as the IPv4 it leads to: refused.
+    assert check("64:ff9b::7f00:1", ("64:ff9b::/96",), no_dns).refusal
+
+
 def test_a_host_name_passes_only_when_every_address_it_resolves_to_does() -> None:
     answers = {
         "ok.example.net": ["198.51.100.9", "198.51.100.10"],

@@ -266,11 +266,13 @@ def test_a_refused_create_is_a_failed_pod_and_a_replacement_runs(clean: LocalSta
     )
 
 
-def test_an_address_in_a_form_the_check_never_saw_is_refused(clean: LocalStack) -> None:
-    """A provider account that reports its instance's address as a decimal number (which a resolver reads as an
-    IPv4 address: loopback, the metadata address, the cluster's own network) gets no traffic and no probe: the pod
-    fails AddressRefused (a replacement runs as after any failure: the tests above)."""
-    knobs(addressForm="decimal")
+@pytest.mark.parametrize("form", ["decimal", "short", "octal"])
+def test_an_address_in_a_form_the_check_never_saw_is_refused(clean: LocalStack, form: str) -> None:
+    """A provider account that reports its instance's address in a legacy IPv4 form (``2130706433``, ``127.1``,
+    ``0177.0.0.01``, which a resolver reads as an IPv4 address: loopback, the metadata address, the cluster's own
+    network) gets no traffic and no probe: the pod fails AddressRefused (a replacement runs as after any failure:
+    the tests above)."""
+    knobs(addressForm=form)
 
     def failed(watch: Watch) -> list[dict[str, Any]]:
         return [p for p in watch.seen() if p.get("status", {}).get("phase") == "Failed"]

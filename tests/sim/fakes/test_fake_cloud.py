@@ -7,6 +7,7 @@ import json
 import os
 import queue
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -35,7 +36,7 @@ from daemons.burst_provider.providers.fake import FakeCloudProvider
 from daemons.burst_provider.registry import adapter_class
 from daemons.burst_provider.secrets import SecretStore
 from sim.fakes._http import ManualClock
-from sim.fakes.cloud_server import FakeCloud, FakeCloudServer, Knobs
+from sim.fakes.cloud_server import ADDRESS_FORMS, FakeCloud, FakeCloudServer, Knobs, reported
 
 BOOT = 5.0
 
@@ -85,6 +86,21 @@ def spec(node: str = "gpu-burst", uid: str = "uid-1", gpus: int = 1, gpu_type: s
         name="server", image="ghcr.io/example/sd:1", env=(("A", "1"),), ports=(Port(8080, "TCP", "http"),)
     )
     return InstanceSpec(InstanceTags(node, "inference", "sd-serve", uid), gpu_type, gpus, (c,))
+
+
+@pytest.mark.parametrize(
+    ("form", "text"),
+    [("dotted", "127.0.0.5"), ("decimal", "2130706437"), ("short", "127.5"), ("octal", "0177.00.00.05")],
+)
+def test_each_address_form_is_read_back_as_the_same_ipv4_address_by_a_resolver(form: str, text: str) -> None:
+    assert reported("127.0.0.5", form) == text
+    assert socket.inet_aton(text) == socket.inet_aton("127.0.0.5")
+
+
+def test_an_unknown_address_form_is_refused() -> None:
+    assert "hex" not in ADDRESS_FORMS
+    with pytest.raises(ValueError, match="addressForm must be one of"):
+        reported("127.0.0.5", "hex")
 
 
 def test_instance_boots_after_boot_seconds_with_address_and_ports(env: Env) -> None:
