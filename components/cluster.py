@@ -24,7 +24,8 @@ from components.queues import Queues, QueuesArgs
 from components.storage import Storage, StorageArgs
 from components.telemetry import Telemetry, TelemetryArgs
 from components.virtual_node import APP as VIRTUAL_NODE_APP
-from components.virtual_node import VirtualNode, VirtualNodeArgs
+from components.virtual_node import PROVIDER_APP as VIRTUAL_NODE_PROVIDER_APP
+from components.virtual_node import VirtualNode, VirtualNodeArgs, replica_transports
 from contract.constants import ENVIRONMENT_LABEL, PROJECT, RELIABILITY_CONFIGMAP, WORKLOAD_LABEL
 from contract.controllers.make_before_break import DEPLOYMENT_ANNOTATIONS, POD_ANNOTATION, TEMPLATE_ANNOTATIONS
 from contract.make_before_break_settings import CHECK_NAME, MakeBeforeBreakSettings
@@ -90,6 +91,7 @@ def guardrail_inputs(cfg: StackConfig, created: Collection[str] | None = None) -
         controller_users={s.name: user for s in CONTROLLERS if (user := running_user(cfg, s)) is not None},
         make_before_break=make_before_break_marks(mbb) if (mbb := cfg.running(MAKE_BEFORE_BREAK)) else None,
         virtual_node=virtual_node_identity(cfg),
+        burst_provider=burst_provider_identity(cfg),
         taint_controller=taint_controller_identity(cfg),
     )
 
@@ -112,6 +114,13 @@ def virtual_node_identity(cfg: StackConfig) -> tuple[str, str] | None:
         return None
     vn = cfg.burst.settings.virtual_node
     return service_account_user(vn.namespace, VIRTUAL_NODE_APP), vn.node_name
+
+
+def burst_provider_identity(cfg: StackConfig) -> str | None:
+    """The burst provider service's user (the virtual node pod's ``provider`` container); None without burst."""
+    if not cfg.burst_enabled or cfg.burst is None:
+        return None
+    return service_account_user(cfg.burst.settings.virtual_node.namespace, VIRTUAL_NODE_PROVIDER_APP)
 
 
 def running_user(cfg: StackConfig, spec: ControllerSpec[Any]) -> str | None:
@@ -331,6 +340,8 @@ class GpuCluster(pulumi.ComponentResource):
                     "virtualNode": burst.settings.virtual_node.node_name,
                     "capacity": burst.capacity,
                     "providers": [p.name for p in burst.settings.providers],
+                    # Plain or TLS, per provider: what traffic to its rented replicas is (components/virtual_node.py).
+                    "replicaTransport": replica_transports(burst.settings),
                     "taintController": burst.taint_controller.enabled,
                 }
                 if burst is not None

@@ -7,6 +7,14 @@ One pod, two containers talking over loopback (docs/burst-provider-api.md):
 
 Only ``provider`` mounts the provider credentials. The Deployment has one replica and the ``Recreate`` strategy:
 two pods claiming the same Node at once would fight over its status and double-create instances.
+
+Two identities, each with what its own client uses and reaching only its own container. The pod's ServiceAccount
+(``APP``) is the node's: the pod mounts no token by itself (``automountServiceAccountToken: false``), and a projected
+volume of that account's token, the cluster CA and the namespace is mounted only into ``node``. The provider service,
+the container that talks to the internet, is ``PROVIDER_APP``: its token comes from a Secret the token controller
+fills (a pod can project only its own account's token), mounted only into ``provider``. Both land at the path both
+clients read in-cluster (``SERVICE_ACCOUNT_DIR``: client-go's ``rest.InClusterConfig``, the Python client's
+``load_incluster_config``), so neither binary is told where to look.
 """
 
 from __future__ import annotations
@@ -44,6 +52,14 @@ SECRETS_DIR = "/var/run/secrets/gpucluster/providers"
 #: The virtual node's own taint: only pods that tolerate it (InferenceService) are ever scheduled there.
 NODE_TAINT = VIRTUAL_NODE_TAINT
 NODE_LEASE_NAMESPACE = "kube-node-lease"
+#: The provider service's own ServiceAccount (the pod's is ``APP``, the node's), and the Secret its token is kept in.
+PROVIDER_APP = f"{APP}-provider"
+PROVIDER_TOKEN_SECRET = f"{PROVIDER_APP}-token"
+#: Where client-go (``rest.InClusterConfig``) and the Python client (``load_incluster_config``) read the in-cluster
+#: token, ``ca.crt`` and ``namespace``: each container mounts its own identity here.
+SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+#: Lifetime asked of the node's projected token (the kubelet renews it at 80%; client-go re-reads the file).
+NODE_TOKEN_SECONDS = 3600
 #: The node binary's /metrics and /healthz. The provider's API stays on loopback (it has no authentication); its
 #: /metrics and /healthz are served on the pod's address too, on PROVIDER_METRICS_PORT.
 NODE_METRICS_PORT = 10298
@@ -58,7 +74,11 @@ def _rule(groups: list[str], resources: list[str], verbs: list[str], names: list
 
 
 def cluster_rules(node_name: str) -> list[dict[str, Any]]:
-    """Cluster-wide: only what a kubelet-like agent of one Node cannot do namespace by namespace."""
+    """The node's, cluster-wide: only what a kubelet-like agent of one Node cannot do namespace by namespace.
+
+    What it calls: virtual-kubelet v1.14.1's node, lease and pod controllers and its event recorder, and our collector
+    of replaced Failed pods (``virtualnode/internal/provider/gc.go``). Secrets, ConfigMaps and Services never reach the
+    API server (``virtualnode/cmd/gpucluster-virtual-node/client.go``)."""
     return [
         # The node registers its own Node object; create and list/watch cannot be narrowed to a name (the admission
         # rule virtual-node-registers-only-its-node holds create to it).
@@ -69,8 +89,8 @@ def cluster_rules(node_name: str) -> list[dict[str, Any]]:
         # Pods bound to the node can come from any namespace the scheduler allows: the node watches them by
         # spec.nodeName. It writes them only in the inference namespaces (inference_namespace_rules).
         _rule([""], ["pods"], ["get", "list", "watch"]),
-        # Events on the pods it runs (ProviderTimeout, InstanceVanished, ...).
-        _rule(["", "events.k8s.io"], ["events"], ["create", "patch"]),
+        # The library's event recorder (core/v1 Events: created, and patched when repeated).
+        _rule([""], ["events"], ["create", "patch"]),
     ]
 
 
@@ -83,25 +103,40 @@ def lease_rules(node_name: str) -> list[dict[str, Any]]:
 
 
 def inference_namespace_rules() -> list[dict[str, Any]]:
-    """Per inference namespace only, never cluster-wide."""
+    """The node's, per inference namespace only, never cluster-wide. No Secret, ConfigMap, Service or EndpointSlice:
+    those are the provider's (:func:`provider_inference_namespace_rules`)."""
     return [
-        # Env values from ConfigMaps and Secrets are resolved before a pod's containers go to a provider.
-        _rule([""], ["configmaps", "secrets"], ["get", "list", "watch"]),
-        # Service environment variables of the pod, and the Services external replicas join.
-        _rule([""], ["services"], ["get", "list", "watch"]),
-        # The node deletes the Failed pods it created once their replacement exists, and the provider annotates
-        # them with the instance that runs them.
-        _rule([""], ["pods"], ["delete", "patch"]),
+        # The library deletes a pod once the provider has let it go; the collector deletes the Failed pods the node
+        # ran once their replacement exists.
+        _rule([""], ["pods"], ["delete"]),
         # Pod phases and container states copied from the external instance.
         _rule([""], ["pods/status"], ["update", "patch"]),
         # A Failed pod whose ReplicaSet has all the pods it wants (a rollout scaled it to zero) is deleted.
         _rule(["apps"], ["replicasets"], ["get"]),
-        # The provider keeps an EndpointSlice per Service with the external replicas' addresses.
-        _rule(
-            ["discovery.k8s.io"],
-            ["endpointslices"],
-            ["create", "get", "list", "watch", "update", "patch", "delete"],
-        ),
+    ]
+
+
+def provider_cluster_rules() -> list[dict[str, Any]]:
+    """The provider service's, cluster-wide (``daemons/burst_provider/kube.py``): the pods bound to the node, listed by
+    ``spec.nodeName`` across namespaces (reconciliation), and the Events it records on them."""
+    return [
+        _rule([""], ["pods"], ["list"]),
+        _rule([""], ["events"], ["create"]),
+    ]
+
+
+def provider_inference_namespace_rules() -> list[dict[str, Any]]:
+    """The provider service's, per inference namespace only (``daemons/burst_provider/kube.py``)."""
+    return [
+        # Env values from ConfigMaps and Secrets are resolved, by name, before a pod's containers go to a provider.
+        _rule([""], ["configmaps", "secrets"], ["get"]),
+        # The Services external replicas join.
+        _rule([""], ["services"], ["list"]),
+        # Running pods are annotated with the instance that runs them (address, provider, instance id).
+        _rule([""], ["pods"], ["patch"]),
+        # An EndpointSlice per Service and provider with the external replicas' addresses: listed, read, created,
+        # replaced, deleted.
+        _rule(["discovery.k8s.io"], ["endpointslices"], ["create", "get", "list", "update", "delete"]),
     ]
 
 
@@ -121,7 +156,31 @@ def health_probe(port: str, period: int, failures: int) -> dict[str, Any]:
     return {"httpGet": {"path": "/healthz", "port": port}, "periodSeconds": period, "failureThreshold": failures}
 
 
-def virtual_node_pod_spec(settings: BurstSettings, settings_config_map: str, secret_name: str) -> dict[str, Any]:
+_NAMESPACE_FIELD = {"apiVersion": "v1", "fieldPath": "metadata.namespace"}
+
+
+def _node_token_volume() -> dict[str, Any]:
+    """The node's ServiceAccount token, the cluster CA and the namespace: what the kubelet would mount in every
+    container, here for ``node`` alone."""
+    return {
+        "name": "node-token",
+        "projected": {
+            "defaultMode": 0o440,
+            "sources": [
+                {"serviceAccountToken": {"path": "token", "expirationSeconds": NODE_TOKEN_SECONDS}},
+                {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+                {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": dict(_NAMESPACE_FIELD)}]}},
+            ],
+        },
+    }
+
+
+def virtual_node_pod_spec(
+    settings: BurstSettings,
+    settings_config_map: str,
+    secret_name: str,
+    provider_token_secret: str = PROVIDER_TOKEN_SECRET,
+) -> dict[str, Any]:
     vn = settings.virtual_node
     provider_url = f"http://127.0.0.1:{vn.port}"
     placement: dict[str, Any] = {}
@@ -131,7 +190,9 @@ def virtual_node_pod_spec(settings: BurstSettings, settings_config_map: str, sec
         placement["tolerations"] = [t.to_k8s() for t in vn.tolerations]
     return {
         **placement,
+        # The node's identity; no container gets a token unless it mounts one itself (node-token, provider-token).
         "serviceAccountName": APP,
+        "automountServiceAccountToken": False,
         "securityContext": nonroot_pod_security_context(fsGroup=NONROOT_UID),
         "terminationGracePeriodSeconds": 30,
         "containers": [
@@ -154,7 +215,10 @@ def virtual_node_pod_spec(settings: BurstSettings, settings_config_map: str, sec
                 "livenessProbe": {**health_probe("metrics", 20, 3), "initialDelaySeconds": 60},
                 "resources": _resources("50m", "64Mi", "256Mi"),
                 "securityContext": _CONTAINER_SECURITY,
-                "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+                "volumeMounts": [
+                    {"name": "node-token", "mountPath": SERVICE_ACCOUNT_DIR, "readOnly": True},
+                    {"name": "tmp", "mountPath": "/tmp"},
+                ],
             },
             {
                 "name": "provider",
@@ -187,6 +251,7 @@ def virtual_node_pod_spec(settings: BurstSettings, settings_config_map: str, sec
                 "volumeMounts": [
                     {"name": "settings", "mountPath": SETTINGS_DIR, "readOnly": True},
                     {"name": "provider-secrets", "mountPath": SECRETS_DIR, "readOnly": True},
+                    {"name": "provider-token", "mountPath": SERVICE_ACCOUNT_DIR, "readOnly": True},
                     {"name": "tmp", "mountPath": "/tmp"},
                 ],
             },
@@ -197,8 +262,16 @@ def virtual_node_pod_spec(settings: BurstSettings, settings_config_map: str, sec
             {"name": "provider-secrets", "secret": {"secretName": secret_name, "defaultMode": 0o440}},
             # The root filesystems are read-only; scratch space only.
             {"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}},
+            _node_token_volume(),
+            # The provider's own token (with ca.crt and namespace), filled by the token controller.
+            {"name": "provider-token", "secret": {"secretName": provider_token_secret, "defaultMode": 0o440}},
         ],
     }
+
+
+def replica_transports(settings: BurstSettings) -> dict[str, str]:
+    """Each provider's name -> how traffic to its rented replicas travels (``http`` or ``https``), in settings order."""
+    return {p.name: p.replica_transport for p in settings.providers}
 
 
 @dataclass(frozen=True)
@@ -233,7 +306,8 @@ class VirtualNodeArgs:
 
 
 class VirtualNode(pulumi.ComponentResource):
-    """ServiceAccount and least-privilege RBAC, settings ConfigMap, provider Secret, the two-container Deployment."""
+    """Two ServiceAccounts, the node's and the provider's (with its token Secret), each with least-privilege RBAC;
+    settings ConfigMap, provider Secret, the two-container Deployment."""
 
     def __init__(self, name: str, args: VirtualNodeArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("gpucluster:burst:VirtualNode", name, None, opts)
@@ -267,6 +341,56 @@ class VirtualNode(pulumi.ComponentResource):
                 rules=rules,
                 **rbac,
             )
+
+        # The provider service's identity: no pod runs as it, its token reaches the provider container only.
+        provider_role = f"{PROVIDER_APP}-{vn.node_name}"
+        self.provider_service_account = k8s.core.v1.ServiceAccount(
+            f"{name}-provider-sa",
+            metadata={"name": PROVIDER_APP, "namespace": ns, "labels": labels},
+            automount_service_account_token=False,
+            opts=child,
+        )
+        provider_rbac: dict[str, Any] = {
+            "service_account": self.provider_service_account,
+            "subject": [{"kind": "ServiceAccount", "name": PROVIDER_APP, "namespace": ns}],
+            "labels": labels,
+            "depends_on": list(args.depends_on),
+        }
+        self.provider_cluster_role, self.provider_cluster_role_binding = grant(
+            self,
+            (f"{name}-provider-clusterrole", f"{name}-provider-clusterrolebinding"),
+            name=provider_role,
+            rules=provider_cluster_rules(),
+            **provider_rbac,
+        )
+        self.provider_roles: dict[str, k8s.rbac.v1.Role] = {}
+        self.provider_role_bindings: dict[str, k8s.rbac.v1.RoleBinding] = {}
+        for role_ns in vn.inference_namespaces:
+            self.provider_roles[role_ns], self.provider_role_bindings[role_ns] = grant(
+                self,
+                (f"{name}-provider-role-{role_ns}", f"{name}-provider-rolebinding-{role_ns}"),
+                name=provider_role,
+                namespace=role_ns,
+                rules=provider_inference_namespace_rules(),
+                **provider_rbac,
+            )
+        # A token of PROVIDER_APP, which the token controller writes into the Secret (with ca.crt and namespace); it
+        # never expires while the Secret exists. The engine waits for it and keeps it encrypted in state.
+        self.provider_token = k8s.core.v1.Secret(
+            f"{name}-provider-token",
+            metadata={
+                "name": PROVIDER_TOKEN_SECRET,
+                "namespace": ns,
+                "labels": labels,
+                "annotations": {"kubernetes.io/service-account.name": PROVIDER_APP},
+            },
+            type="kubernetes.io/service-account-token",
+            opts=pulumi.ResourceOptions(
+                parent=self,
+                depends_on=[self.provider_service_account, *args.depends_on],
+                additional_secret_outputs=["data"],
+            ),
+        )
 
         config_name = f"{APP}-settings"
         document = settings_json(with_cluster_name(args.settings, pulumi.get_stack()))
@@ -315,6 +439,9 @@ class VirtualNode(pulumi.ComponentResource):
                     self.service_account,
                     self.cluster_role_binding,
                     *self.role_bindings.values(),
+                    self.provider_token,
+                    self.provider_cluster_role_binding,
+                    *self.provider_role_bindings.values(),
                     self.config_map,
                     self.secret,
                     *args.depends_on,
@@ -323,12 +450,16 @@ class VirtualNode(pulumi.ComponentResource):
         )
         self.node_name = vn.node_name
         self.capacity = args.capacity
+        #: Provider name -> how traffic to its replicas travels (``ProviderSettings.replica_transport``).
+        self.replica_transport = replica_transports(args.settings)
         self.register_outputs(
             {
                 "nodeName": vn.node_name,
                 "capacity": self.capacity,
                 "serviceAccount": APP,
+                "providerServiceAccount": PROVIDER_APP,
                 "namespace": ns,
                 "providers": [p.name for p in args.settings.providers],
+                "replicaTransport": self.replica_transport,
             }
         )

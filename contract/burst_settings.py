@@ -75,6 +75,18 @@ PROVIDER_METRICS_PORT = 10297
 #: The provider service's liveness path beside /healthz (its readiness: 503 until it has rebuilt its state).
 PROVIDER_LIVEZ_PATH = "/livez"
 PROVIDER_KINDS = ("fake", "runpod", "kubernetes")
+#: How traffic to a rented replica travels, by provider kind, as the adapters implement it today. The Service's
+#: EndpointSlice carries the address and port the provider reports (an IP: ``addresses.py`` resolves a name and judges
+#: every address), and the provider service's probes go there too; nothing of ours wraps that connection in TLS.
+#:
+#: * ``http``: plain, unless the replica's own server speaks TLS (the stack cannot know; its probes may then say
+#:   ``scheme: HTTPS``, whose certificate is not verified, as the kubelet does not). ``fake``: the simulated cluster's
+#:   fake cloud. ``runpod``: ``<port>/tcp`` ports, reached at their public IP and port (``runtime.ports``), over the
+#:   internet. ``kubernetes``: the target cluster's pod addresses (its pod network in ``addressRanges``), over whatever
+#:   links the two clusters.
+#: * ``https``: an address that terminates TLS for the replica. No kind offers one yet: RunPod's HTTPS proxy serves
+#:   ``<port>/http`` ports under a host name, which an EndpointSlice cannot carry.
+REPLICA_TRANSPORTS: Mapping[str, Literal["http", "https"]] = {"fake": "http", "runpod": "http", "kubernetes": "http"}
 #: No rented instance is running sooner than this: a shorter creationTimeout would fail every pod.
 MIN_CREATION_TIMEOUT_SECONDS = 10.0
 #: A replica gets at least this long to pass its probes: its first probe may wait a period (10 s by default) and a
@@ -211,6 +223,12 @@ class ProviderSettings(ConfigModel):
             yield Problem(
                 (), f"provider {self.name!r}: kind {self.kind} takes no section {', '.join(f'`{k}:`' for k in foreign)}"
             )
+
+    @property
+    def replica_transport(self) -> Literal["http", "https"]:
+        """How traffic to this provider's replicas travels (:data:`REPLICA_TRANSPORTS`): derived from the kind, never
+        configured."""
+        return REPLICA_TRANSPORTS[self.kind]
 
     def secret_names(self) -> tuple[str, ...]:
         """Names of the secrets this provider reads from the secrets directory."""
@@ -404,6 +422,7 @@ def settings_json(settings: BurstSettings) -> str:
 
 __all__ = [
     "PROVIDER_KINDS",
+    "REPLICA_TRANSPORTS",
     "STACK_KEY",
     "BurstSettings",
     "ConfigIssue",

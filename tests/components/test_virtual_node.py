@@ -1,23 +1,36 @@
-"""VirtualNode under Pulumi's mocks: RBAC exactly as intended, the provider Secret only in the provider container,
-one replica with Recreate, the node's taint flag, the settings ConfigMap and the capacity output."""
+"""VirtualNode under Pulumi's mocks: two identities, each with the RBAC its own client uses and its token in its own
+container only, the provider Secret only in the provider container, one replica with Recreate, the node's taint
+flag, the settings ConfigMap, the capacity and replica transport outputs."""
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
+from kubernetes.config import incluster_config
 from pulumi.runtime import config as pulumi_config
 
 from components.cluster import GpuCluster, GpuClusterArgs
 from components.config import load_stack_file
 from components.virtual_node import (
+    APP,
     NODE_TAINT,
+    PROVIDER_APP,
+    PROVIDER_TOKEN_SECRET,
     SECRETS_DIR,
+    SERVICE_ACCOUNT_DIR,
     VirtualNode,
     VirtualNodeArgs,
+    cluster_rules,
+    inference_namespace_rules,
+    lease_rules,
+    provider_cluster_rules,
+    provider_inference_namespace_rules,
 )
 from contract.burst_settings import BurstSettings, with_cluster_name
 from contract.constants import SETTINGS_DIGEST_ANNOTATION, settings_digest
@@ -81,8 +94,11 @@ def test_children_are_parented_and_outputs_registered(graph: Graph) -> None:
         "nodeName": "gpu-burst",
         "capacity": 16 + 8 + 32,
         "serviceAccount": "gpucluster-virtual-node",
+        "providerServiceAccount": "gpucluster-virtual-node-provider",
         "namespace": "gpucluster-burst",
         "providers": ["fake-a", "runpod", "east"],
+        # No adapter puts TLS in front of a replica yet: every provider's traffic is plain.
+        "replicaTransport": {"fake-a": "http", "runpod": "http", "east": "http"},
     }
 
 
@@ -105,7 +121,7 @@ def test_cluster_role_is_exactly_the_node_agent_rules(graph: Graph) -> None:
         },
         # pods are read everywhere, written only in the inference namespaces
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
-        {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
+        {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
     ]
     binding = graph.one(f"{RBAC}:ClusterRoleBinding", "vn-clusterrolebinding")
     assert binding.inputs["roleRef"]["name"] == "gpucluster-virtual-node-gpu-burst"
@@ -114,8 +130,22 @@ def test_cluster_role_is_exactly_the_node_agent_rules(graph: Graph) -> None:
     ]
 
 
-def test_secrets_and_endpointslices_only_in_the_inference_namespaces(graph: Graph) -> None:
-    roles = {r.inputs["metadata"]["namespace"]: r.inputs["rules"] for r in graph.of_type(f"{RBAC}:Role")}
+def _roles(graph: Graph, account: str) -> dict[str, list[dict[str, Any]]]:
+    """Namespace -> rules of the Roles bound to one ServiceAccount."""
+    bound = {
+        (b.inputs["metadata"]["namespace"], b.inputs["roleRef"]["name"])
+        for b in graph.of_type(f"{RBAC}:RoleBinding")
+        if b.inputs["subjects"] == [{"kind": "ServiceAccount", "name": account, "namespace": "gpucluster-burst"}]
+    }
+    return {
+        r.inputs["metadata"]["namespace"]: r.inputs["rules"]
+        for r in graph.of_type(f"{RBAC}:Role")
+        if (r.inputs["metadata"]["namespace"], r.inputs["metadata"]["name"]) in bound
+    }
+
+
+def test_the_nodes_roles_write_pods_in_the_inference_namespaces_and_read_no_secret(graph: Graph) -> None:
+    roles = _roles(graph, APP)
     assert sorted(roles) == ["inference", "inference-canary", "kube-node-lease"]
     assert roles["kube-node-lease"] == [
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
@@ -128,22 +158,160 @@ def test_secrets_and_endpointslices_only_in_the_inference_namespaces(graph: Grap
     ]
     for ns in ("inference", "inference-canary"):
         assert roles[ns] == [
-            {"apiGroups": [""], "resources": ["configmaps", "secrets"], "verbs": ["get", "list", "watch"]},
-            {"apiGroups": [""], "resources": ["services"], "verbs": ["get", "list", "watch"]},
-            {"apiGroups": [""], "resources": ["pods"], "verbs": ["delete", "patch"]},
+            {"apiGroups": [""], "resources": ["pods"], "verbs": ["delete"]},
             {"apiGroups": [""], "resources": ["pods/status"], "verbs": ["update", "patch"]},
             {"apiGroups": ["apps"], "resources": ["replicasets"], "verbs": ["get"]},
-            {
-                "apiGroups": ["discovery.k8s.io"],
-                "resources": ["endpointslices"],
-                "verbs": ["create", "get", "list", "watch", "update", "patch", "delete"],
-            },
         ]
-    bindings = {b.inputs["metadata"]["namespace"] for b in graph.of_type(f"{RBAC}:RoleBinding")}
-    assert bindings == set(roles)
     cluster_resources = {res for rule in graph.one(f"{RBAC}:ClusterRole", "vn-clusterrole").inputs["rules"]
                          for res in rule["resources"]}  # fmt: skip
     assert not cluster_resources & {"secrets", "configmaps", "endpointslices", "services", "replicasets", "pods/status"}
+
+
+def test_the_providers_own_account_and_roles(graph: Graph) -> None:
+    sa = graph.one("kubernetes:core/v1:ServiceAccount", "vn-provider-sa")
+    assert sa.inputs["metadata"]["name"] == PROVIDER_APP == "gpucluster-virtual-node-provider"
+    assert sa.inputs["metadata"]["namespace"] == "gpucluster-burst"
+    assert sa.inputs["automountServiceAccountToken"] is False  # no pod runs as it
+    role = graph.one(f"{RBAC}:ClusterRole", "vn-provider-clusterrole")
+    # Under the virtual node's name: the policy virtual-node-least-privilege reviews it too.
+    assert role.inputs["metadata"]["name"] == "gpucluster-virtual-node-provider-gpu-burst"
+    assert role.inputs["rules"] == [
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
+        {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
+    ]
+    binding = graph.one(f"{RBAC}:ClusterRoleBinding", "vn-provider-clusterrolebinding")
+    assert binding.inputs["roleRef"]["name"] == "gpucluster-virtual-node-provider-gpu-burst"
+    assert binding.inputs["subjects"] == [
+        {"kind": "ServiceAccount", "name": PROVIDER_APP, "namespace": "gpucluster-burst"}
+    ]
+    roles = _roles(graph, PROVIDER_APP)
+    assert sorted(roles) == ["inference", "inference-canary"]  # nothing in kube-node-lease
+    for ns in ("inference", "inference-canary"):
+        assert roles[ns] == [
+            {"apiGroups": [""], "resources": ["configmaps", "secrets"], "verbs": ["get"]},
+            {"apiGroups": [""], "resources": ["services"], "verbs": ["list"]},
+            {"apiGroups": [""], "resources": ["pods"], "verbs": ["patch"]},
+            {
+                "apiGroups": ["discovery.k8s.io"],
+                "resources": ["endpointslices"],
+                "verbs": ["create", "get", "list", "update", "delete"],
+            },
+        ]
+    # Every Role and binding is the component's child (test_children_are_parented_and_outputs_registered), and the
+    # binding comes after its role and its account.
+    # Every binding is to one of the two accounts.
+    assert len(graph.of_type(f"{RBAC}:RoleBinding")) == len(_roles(graph, APP)) + len(roles)
+    for ns in ("inference", "inference-canary"):
+        rb = graph.one(f"{RBAC}:RoleBinding", f"vn-provider-rolebinding-{ns}")
+        assert graph.depends_on(rb, graph.one(f"{RBAC}:Role", f"vn-provider-role-{ns}"))
+        assert graph.depends_on(rb, sa)
+
+
+#: Where a rule's resource lives (everything else: the core group).
+_GROUPS = {"endpointslices": "discovery.k8s.io", "replicasets": "apps", "leases": "coordination.k8s.io"}
+
+
+def _grants(rules: list[dict[str, Any]], verb: str, resource: str) -> bool:
+    group = _GROUPS.get(resource, "")
+    return any(
+        verb in r["verbs"] and resource in r["resources"] and group in r["apiGroups"] and "resourceNames" not in r
+        for r in rules
+    )
+
+
+def _granted(rules: list[dict[str, Any]]) -> set[tuple[str, str]]:
+    return {(verb, res) for r in rules for res in r["resources"] for verb in r["verbs"]}
+
+
+#: The official client's method prefixes as RBAC verbs.
+_VERBS = {"list": "list", "read": "get", "create": "create", "patch": "patch", "replace": "update", "delete": "delete"}
+_CALL = re.compile(r"^(list|read|create|patch|replace|delete)_(?:namespaced_)?([a-z_]+?)(_for_all_namespaces)?$")
+
+
+def _kube_py_calls() -> set[tuple[str, str, bool]]:
+    """(verb, resource, across namespaces) of every call daemons/burst_provider/kube.py makes on the official client,
+    read from its source: a call added there shows up here before any cluster refuses it."""
+    tree = ast.parse((ROOT / "daemons" / "burst_provider" / "kube.py").read_text(encoding="utf-8"))
+    calls = set()
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+            continue
+        owner = node.func.value
+        if isinstance(owner, ast.Attribute) and owner.attr in ("_core", "_discovery"):
+            found = _CALL.match(node.func.attr)
+            assert found, f"kube.py calls {node.func.attr}, which this test cannot map to a verb"
+            verb, kind, everywhere = found.groups()
+            calls.add((_VERBS[verb], kind.replace("_", "") + "s", everywhere is not None))
+    return calls
+
+
+def test_the_providers_rules_are_exactly_what_its_client_calls() -> None:
+    calls = _kube_py_calls()
+    # the scan sees the calls
+    assert ("list", "pods", True) in calls
+    assert ("get", "secrets", False) in calls
+    cluster, namespaced = provider_cluster_rules(), provider_inference_namespace_rules()
+    for verb, resource, everywhere in calls:
+        # A call across namespaces needs the ClusterRole; Events go to the namespace of any pod on the node.
+        where = cluster if everywhere or resource == "events" else namespaced
+        assert _grants(where, verb, resource), (verb, resource)
+    # ... and nothing more, anywhere.
+    assert _granted(cluster) | _granted(namespaced) == {(verb, res) for verb, res, _ in calls}
+
+
+#: What the node binary calls, virtual-kubelet v1.14.1 (node/node.go, node/lease_controller_v1.go, node/pod.go,
+#: node/podcontroller.go, nodeutil/controller.go) and our collector (virtualnode/internal/provider/gc.go).
+_NODE_CLUSTER_CALLS = [
+    ("create", "nodes"),  # registers its Node
+    ("list", "pods"),  # the pod informer, by spec.nodeName, and the collector
+    ("watch", "pods"),
+    ("create", "events"),  # the event recorder
+    ("patch", "events"),
+]
+_NODE_OWN_CALLS = [("get", "nodes"), ("patch", "nodes/status")]  # on its own Node only
+_NODE_LEASE_CALLS = [("create", "leases")]
+_NODE_NAMESPACED_CALLS = [("update", "pods/status"), ("delete", "pods"), ("get", "replicasets")]
+#: The provider's, which the node must not hold: a stolen node token reads no Secret and moves no traffic.
+_PROVIDER_ONLY = [
+    ("get", "secrets"),
+    ("get", "configmaps"),
+    ("list", "services"),
+    ("patch", "pods"),
+    ("create", "endpointslices"),
+    ("update", "endpointslices"),
+]
+
+
+def test_the_nodes_rules_cover_what_it_calls_and_none_of_the_providers() -> None:
+    cluster, namespaced, lease = cluster_rules("gpu-burst"), inference_namespace_rules(), lease_rules("gpu-burst")
+    for verb, resource in _NODE_CLUSTER_CALLS:
+        assert _grants(cluster, verb, resource), (verb, resource)
+    for verb, resource in _NODE_OWN_CALLS:
+        assert any(
+            verb in r["verbs"] and resource in r["resources"] and r.get("resourceNames") == ["gpu-burst"]
+            for r in cluster
+        ), (verb, resource)
+    for verb, resource in _NODE_LEASE_CALLS:
+        assert _grants(lease, verb, resource), (verb, resource)
+    for verb, resource in _NODE_NAMESPACED_CALLS:
+        assert _grants(namespaced, verb, resource), (verb, resource)
+    gc = (ROOT / "virtualnode" / "internal" / "provider" / "gc.go").read_text(encoding="utf-8")
+    assert re.findall(r"(?:CoreV1|AppsV1)\(\)\.(\w+)\([^)]*\)\.(\w+)\(", gc) == [
+        ("Pods", "List"),
+        ("Pods", "List"),
+        ("Pods", "Delete"),
+        ("ReplicaSets", "Get"),
+    ], "the collector calls something new: grant it here and in inference_namespace_rules"
+    for verb, resource in _PROVIDER_ONLY:
+        assert not _grants(cluster + namespaced + lease, verb, resource), (verb, resource)
+        assert _grants(provider_cluster_rules() + provider_inference_namespace_rules(), verb, resource)
+
+
+def test_a_node_rule_that_reads_secrets_is_caught() -> None:
+    # The check above fails for a node that could read the Secrets its pods reference (as before the split).
+    leaky = [*inference_namespace_rules(), {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}]
+    assert _grants(leaky, "get", "secrets")
+    assert not _grants(inference_namespace_rules(), "get", "secrets")
 
 
 def test_one_replica_recreated_never_two_nodes_at_once(graph: Graph) -> None:
@@ -191,7 +359,7 @@ def test_provider_api_on_loopback_and_metrics_and_probes_on_the_pods_address(gra
 def test_the_secret_is_mounted_only_in_the_provider(graph: Graph) -> None:
     spec = _deployment(graph).inputs["spec"]["template"]["spec"]
     secret_volumes = [v["name"] for v in spec["volumes"] if "secret" in v]
-    assert secret_volumes == ["provider-secrets"]
+    assert secret_volumes == ["provider-secrets", "provider-token"]
     assert spec["volumes"][1]["secret"]["secretName"] == "gpucluster-virtual-node-provider-secrets"
     mounts = {name: {m["name"]: m for m in c.get("volumeMounts", [])} for name, c in _containers(graph).items()}
     assert "provider-secrets" not in mounts["node"]
@@ -207,6 +375,58 @@ def test_the_secret_is_mounted_only_in_the_provider(graph: Graph) -> None:
         assert c["resources"]["requests"]
         assert c["resources"]["limits"]["memory"]
     assert spec["securityContext"]["runAsNonRoot"] is True
+
+
+def _mounts(graph: Graph) -> dict[str, dict[str, str]]:
+    """Container -> volume name -> mount path."""
+    return {n: {m["name"]: m["mountPath"] for m in c["volumeMounts"]} for n, c in _containers(graph).items()}
+
+
+def test_the_pod_mounts_no_token_and_each_container_only_its_own(graph: Graph) -> None:
+    spec = _deployment(graph).inputs["spec"]["template"]["spec"]
+    assert spec["serviceAccountName"] == APP  # the pod's identity is the node's
+    assert spec["automountServiceAccountToken"] is False
+    mounts = _mounts(graph)
+    assert mounts["node"]["node-token"] == SERVICE_ACCOUNT_DIR
+    assert mounts["provider"]["provider-token"] == SERVICE_ACCOUNT_DIR
+    assert "provider-token" not in mounts["node"]
+    assert "node-token" not in mounts["provider"]
+    for container in _containers(graph).values():
+        at_token_dir = [m for m in container["volumeMounts"] if m["mountPath"] == SERVICE_ACCOUNT_DIR]
+        assert len(at_token_dir) == 1
+        assert at_token_dir[0]["readOnly"] is True
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    # The node's: the pod's own account's token, projected with the cluster CA and the namespace (what the kubelet
+    # would mount everywhere), short-lived and renewed.
+    sources = volumes["node-token"]["projected"]["sources"]
+    assert sources[0] == {"serviceAccountToken": {"path": "token", "expirationSeconds": 3600}}
+    assert sources[1] == {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}}
+    assert sources[2]["downwardAPI"]["items"][0]["path"] == "namespace"
+    # The provider's: the token Secret of its own account.
+    assert volumes["provider-token"]["secret"] == {"secretName": PROVIDER_TOKEN_SECRET, "defaultMode": 0o440}
+
+
+def test_both_clients_read_their_token_where_their_container_mounts_it() -> None:
+    # The provider: the Python client's in-cluster loader (daemons/burst_provider/kube.py, load_incluster_config).
+    token, ca = incluster_config.SERVICE_TOKEN_FILENAME, incluster_config.SERVICE_CERT_FILENAME
+    assert (token, ca) == (f"{SERVICE_ACCOUNT_DIR}/token", f"{SERVICE_ACCOUNT_DIR}/ca.crt")
+    # The node: client-go's rest.InClusterConfig, which reads the same path, without a kubeconfig.
+    main = (ROOT / "virtualnode" / "cmd" / "gpucluster-virtual-node" / "main.go").read_text(encoding="utf-8")
+    assert "rest.InClusterConfig()" in main
+
+
+def test_the_providers_token_secret(graph: Graph) -> None:
+    token = graph.one("kubernetes:core/v1:Secret", "vn-provider-token")
+    assert token.inputs["type"] == "kubernetes.io/service-account-token"
+    assert token.inputs["metadata"]["name"] == PROVIDER_TOKEN_SECRET
+    assert token.inputs["metadata"]["namespace"] == "gpucluster-burst"
+    assert token.inputs["metadata"]["annotations"] == {"kubernetes.io/service-account.name": PROVIDER_APP}
+    assert not {"data", "stringData"} & set(token.inputs)  # the token controller writes it
+    assert "data" in token.secret_outputs  # and the engine keeps what it read back encrypted
+    assert graph.depends_on(token, graph.one("kubernetes:core/v1:ServiceAccount", "vn-provider-sa"))
+    deployment = _deployment(graph)
+    assert graph.depends_on(deployment, token)
+    assert graph.depends_on(deployment, graph.one(f"{RBAC}:ClusterRoleBinding", "vn-provider-clusterrolebinding"))
 
 
 def test_secret_holds_exactly_the_named_provider_secrets(graph: Graph) -> None:
@@ -311,6 +531,7 @@ def test_local_cluster_bursts_through_the_virtual_node_and_taint_controller() ->
         "virtualNode": "gpu-burst",
         "capacity": 24,
         "providers": ["fake-a", "runpod-fake"],
+        "replicaTransport": {"fake-a": "http", "runpod-fake": "http"},
         "taintController": True,
     }
     # The one secret the local stack names: the key its RunPod fake accepts.

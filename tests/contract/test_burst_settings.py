@@ -10,6 +10,8 @@ import pytest
 import yaml
 
 from contract.burst_settings import (
+    PROVIDER_KINDS,
+    REPLICA_TRANSPORTS,
     SettingsError,
     load_settings,
     node_capacity,
@@ -377,3 +379,15 @@ def test_the_cluster_name_defaults_to_the_stacks_and_tags_every_instance_with_th
     named = parse_settings(with_change("virtualNode.clusterName", "east"), "test")
     assert with_cluster_name(named, "prod").virtual_node.instance_owner == "east.gpu-burst"
     assert base.virtual_node.instance_owner == "gpu-burst"  # none set: the node's name alone, as before
+
+
+def test_each_kind_says_how_its_replicas_are_reached_and_the_stack_cannot_say_otherwise() -> None:
+    # Derived from what the adapters implement: none puts TLS in front of a replica today (EndpointSlices carry the
+    # reported IP and port; RunPod's ports are created as <port>/tcp and reached at their public IP).
+    assert set(REPLICA_TRANSPORTS) == set(PROVIDER_KINDS)
+    s = parse_settings(VALID)
+    assert {p.name: p.replica_transport for p in s.providers} == {"fake-a": "http", "runpod": "http", "east": "http"}
+    # Read-only: not a settings key, so a stack cannot claim TLS it does not have.
+    found = issues(with_change("providers.1.replicaTransport", "https"))
+    assert any(i.startswith("providers[1].replicaTransport:") for i in found), found
+    assert "replicaTransport" not in settings_json(s)

@@ -99,7 +99,7 @@ def test_the_local_stack_exercises_every_burst_policy() -> None:
     assert check_stack(inference_gpu_deployments_have_pdb, resources) == []
     for policy, expected in [
         (inference_gpu_deployments_burstable, 1),  # sd-serve
-        (virtual_node_least_privilege, 2),  # the virtual node's and the taint controller's ClusterRoles
+        (virtual_node_least_privilege, 3),  # the virtual node's, its provider's and the taint controller's ClusterRoles
         (provider_secrets_not_in_config, 1),  # the provider settings
     ]:
         applied = [r for r in resources if check_resource(policy, r.resource_type, r.props) == []]  # passed, not NA

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from components.virtual_node import PROVIDER_APP, provider_cluster_rules
 from components.virtual_node import cluster_rules as virtual_node_cluster_rules
 from policies.rbac import virtual_node_least_privilege
 from tests.policies.support import (
@@ -56,3 +57,15 @@ def test_aggregated_burst_cluster_role_fails() -> None:
     props = {**_cluster_role([]), "aggregationRule": {"clusterRoleSelectors": [{"matchLabels": {"x": "y"}}]}}
     (violation,) = check_resource(virtual_node_least_privilege, CLUSTER_ROLE, props)
     assert "aggregates other roles" in violation
+
+
+def test_the_burst_providers_cluster_role_is_reviewed_too_and_passes() -> None:
+    # Its own identity since the split; named under the virtual node's prefix, so the default patterns cover it.
+    name = f"{PROVIDER_APP}-gpu-burst"
+    role = _cluster_role(provider_cluster_rules(), name)
+    assert check_resource(virtual_node_least_privilege, CLUSTER_ROLE, role) == []
+    leaky = [*provider_cluster_rules(), {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}]
+    found = check_resource(virtual_node_least_privilege, CLUSTER_ROLE, _cluster_role(leaky, name))
+    assert isinstance(found, list)
+    assert len(found) == 1
+    assert f"ClusterRole {name} rules[2] grants Secrets cluster-wide" in found[0]
