@@ -110,6 +110,15 @@ PODSET_PREFERRED_TOPOLOGY = "kueue.x-k8s.io/podset-preferred-topology"
 #: inference, so GPUs inference holds are free to a training gang, exactly as they are to its quota;
 #: make-before-break moves the replicas off the nodes Kueue assigns.
 PODSET_UNCONSTRAINED_TOPOLOGY = "kueue.x-k8s.io/podset-unconstrained-topology"
+#: The burst provider's annotations on a pod it runs on a rented instance (the instance's address, provider and id),
+#: and the ``endpointslice.kubernetes.io/managed-by`` value of the EndpointSlices it keeps for rented replicas.
+BURST_POD_ANNOTATIONS = (
+    "burst.gpucluster.io/address",
+    "burst.gpucluster.io/provider",
+    "burst.gpucluster.io/instance-id",
+)
+BURST_ENDPOINTS_MANAGER = "burst.gpucluster.io"
+ENDPOINT_SLICE_MANAGED_BY_LABEL = "endpointslice.kubernetes.io/managed-by"
 #: The fabric exporter's DaemonSet, Service and ServiceMonitor: under the Prometheus operator, its scrape job.
 FABRIC_EXPORTER_APP = "gpucluster-fabric-exporter"
 #: NVIDIA's dcgm-exporter chart's ``fullnameOverride``: its Service, so its scrape job under the Prometheus operator.

@@ -17,6 +17,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from components.guardrails_policies.controllers import (
+    burst_provider_annotates_pods_only,
+    burst_provider_writes_only_its_endpoint_slices,
     declared_bounds,
     interruptions_only_stops_workloads,
     make_before_break_marks_pods_only_for_removal,
@@ -81,6 +83,8 @@ RULES: list[Callable[[GuardrailInputs], Policy | None]] = [
     make_before_break_marks_pods_only_for_removal,
     make_before_break_writes_only_its_check,
     virtual_node_registers_only_its_node,
+    burst_provider_annotates_pods_only,
+    burst_provider_writes_only_its_endpoint_slices,
     taint_controller_writes_only_its_taint,
 ]
 

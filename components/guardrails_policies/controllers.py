@@ -12,9 +12,16 @@ from components.guardrails_policies.model import (
     Policy,
     Validation,
     cel,
+    label,
 )
 from contract.bounds import Bound, JobSetAnnotationOnly
-from contract.constants import KUEUE_GROUP, KUEUE_VERSION
+from contract.constants import (
+    BURST_ENDPOINTS_MANAGER,
+    BURST_POD_ANNOTATIONS,
+    ENDPOINT_SLICE_MANAGED_BY_LABEL,
+    KUEUE_GROUP,
+    KUEUE_VERSION,
+)
 from contract.registry import CONTROLLERS, INTERRUPTIONS, QUOTA_CONTROLLER
 
 NODE_UPDATES = {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["nodes"], "operations": ["UPDATE"]}
@@ -184,6 +191,12 @@ DEPLOYMENT_SPEC_FIELDS = (
     "progressDeadlineSeconds",
 )
 POD_UPDATES = {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "operations": ["UPDATE"]}
+ENDPOINT_SLICE_WRITES = {
+    "apiGroups": ["discovery.k8s.io"],
+    "apiVersions": ["v1"],
+    "resources": ["endpointslices"],
+    "operations": ["CREATE", "UPDATE", "DELETE"],
+}
 WORKLOAD_STATUS_UPDATES = {
     "apiGroups": [KUEUE_GROUP],
     "apiVersions": [KUEUE_VERSION],
@@ -255,6 +268,52 @@ def make_before_break_marks_pods_only_for_removal(inputs: GuardrailInputs) -> Po
                 expression=f"object.spec == oldObject.spec && {_metadata_unchanged_but([mbb.pod_annotation])}",
                 message=f"the make-before-break controller may change only a pod's annotation {mbb.pod_annotation}"
                 + KEEPS,
+            ),
+        ),
+    )
+
+
+def burst_provider_annotates_pods_only(inputs: GuardrailInputs) -> Policy | None:
+    """The burst provider annotates the pods it runs with their instance; nothing else of a pod (RBAC's patch
+    cannot be narrowed to annotations, and an owner it added would have the garbage collector delete serving
+    pods)."""
+    if inputs.burst_provider is None:
+        return None
+    return Policy(
+        name="burst-provider-annotates-pods-only",
+        summary="The burst provider changes a pod only by its annotations " + ", ".join(BURST_POD_ANNOTATIONS) + ".",
+        resource_rules=(POD_UPDATES,),
+        match_conditions=_is_user("is-burst-provider", inputs.burst_provider),
+        validations=(
+            Validation(
+                expression=f"object.spec == oldObject.spec && {_metadata_unchanged_but(BURST_POD_ANNOTATIONS)}",
+                message="the burst provider may change only a pod's annotations "
+                + ", ".join(BURST_POD_ANNOTATIONS)
+                + KEEPS,
+            ),
+        ),
+    )
+
+
+def burst_provider_writes_only_its_endpoint_slices(inputs: GuardrailInputs) -> Policy | None:
+    """The burst provider creates, replaces and deletes only the EndpointSlices it manages (for rented replicas):
+    never the ones the cluster's own controller keeps for in-cluster pods, which would send a Service's traffic
+    wherever the token's holder wants."""
+    if inputs.burst_provider is None:
+        return None
+    ours = f"== {cel(BURST_ENDPOINTS_MANAGER)}"
+    return Policy(
+        name="burst-provider-writes-only-its-endpoint-slices",
+        summary=f"The burst provider writes only EndpointSlices managed by {BURST_ENDPOINTS_MANAGER}.",
+        resource_rules=(ENDPOINT_SLICE_WRITES,),
+        match_conditions=_is_user("is-burst-provider", inputs.burst_provider),
+        validations=(
+            Validation(
+                expression=f"(request.operation == 'DELETE' || {label('object', ENDPOINT_SLICE_MANAGED_BY_LABEL)} "
+                f"{ours}) && (request.operation == 'CREATE' || "
+                f"{label('oldObject', ENDPOINT_SLICE_MANAGED_BY_LABEL)} {ours})",
+                message=f"the burst provider may write only EndpointSlices labelled "
+                f"{ENDPOINT_SLICE_MANAGED_BY_LABEL}={BURST_ENDPOINTS_MANAGER}, before and after",
             ),
         ),
     )

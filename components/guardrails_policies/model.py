@@ -84,6 +84,8 @@ class GuardrailInputs:
     taint_controller: tuple[str, str] | None = None
     #: The virtual node's user and the one Node it may register; None: the stack does not burst.
     virtual_node: tuple[str, str] | None = None
+    #: The burst provider service's user (the virtual node pod's internet-facing container); None: no burst.
+    burst_provider: str | None = None
 
     def user_of(self, controller: str) -> str | None:
         """The user of the controller named ``controller`` (a spec's name); None while the stack runs none."""

@@ -18,17 +18,16 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from contract.burst_settings import BurstSettings
+from contract.constants import BURST_ENDPOINTS_MANAGER, BURST_POD_ANNOTATIONS, ENDPOINT_SLICE_MANAGED_BY_LABEL
 from daemons.burst_provider.record import RUNNING, PodRecord
 from daemons.burst_provider.source import JsonObject, SourceCluster
 
 log = logging.getLogger("burst_provider.endpoints")
 
-ANNOTATION_ADDRESS = "burst.gpucluster.io/address"
-ANNOTATION_PROVIDER = "burst.gpucluster.io/provider"
-ANNOTATION_INSTANCE = "burst.gpucluster.io/instance-id"
-MANAGED_BY = "burst.gpucluster.io"
+ANNOTATION_ADDRESS, ANNOTATION_PROVIDER, ANNOTATION_INSTANCE = BURST_POD_ANNOTATIONS
+MANAGED_BY = BURST_ENDPOINTS_MANAGER
 LABEL_SERVICE = "kubernetes.io/service-name"
-LABEL_MANAGED_BY = "endpointslice.kubernetes.io/managed-by"
+LABEL_MANAGED_BY = ENDPOINT_SLICE_MANAGED_BY_LABEL
 LABEL_NODE = "burst.gpucluster.io/node"
 LABEL_PROVIDER = "burst.gpucluster.io/provider"
 

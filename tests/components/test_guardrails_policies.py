@@ -88,6 +88,7 @@ INPUTS = GuardrailInputs(
         INTERRUPTIONS.name: INTERRUPTIONS_USER,
     },
     virtual_node=("system:serviceaccount:gpucluster-burst:gpucluster-virtual-node", "gpu-burst"),
+    burst_provider="system:serviceaccount:gpucluster-burst:gpucluster-virtual-node-provider",
     make_before_break=MakeBeforeBreakMarks(
         user="system:serviceaccount:gpucluster-burst:gpucluster-make-before-break",
         reservation_key=RESERVATION_KEY,
@@ -611,6 +612,7 @@ def test_a_team_submits_and_reads_its_own_jobs_and_nothing_else(rbac_kubectl: Ku
 
 
 VIRTUAL_NODE_USER = "system:serviceaccount:gpucluster-burst:gpucluster-virtual-node"
+PROVIDER_USER = "system:serviceaccount:gpucluster-burst:gpucluster-virtual-node-provider"
 DANGLING_OWNER = {
     "metadata": {
         "ownerReferences": [
@@ -674,34 +676,60 @@ def test_the_daemons_that_annotate_jobsets_change_only_their_own_annotation(kube
         assert rule in said, (user, body, said)
 
 
-def test_the_virtual_node_writes_pods_only_in_the_inference_namespaces(rbac_kubectl: Kubectl) -> None:
+def test_the_virtual_node_and_its_provider_each_write_only_what_their_clients_use(rbac_kubectl: Kubectl) -> None:
+    """Two identities in one pod: the node (the virtual kubelet) writes pod statuses and deletes pods; the provider
+    (internet-facing) reads the Secrets and ConfigMaps burst pods reference and annotates pods. Neither holds the
+    other's rights, and neither reaches a team namespace."""
     k = rbac_kubectl
     assert k("create", "namespace", SERVING).returncode == 0
-    subject = [{"kind": "User", "name": VIRTUAL_NODE_USER, "apiGroup": "rbac.authorization.k8s.io"}]
-    grants = [("ClusterRole", "", virtual_node.cluster_rules("gpu-burst"))]
-    grants += [("Role", "kube-node-lease", virtual_node.lease_rules("gpu-burst"))]
-    grants += [("Role", SERVING, virtual_node.inference_namespace_rules())]
-    for kind, namespace, rules in grants:
-        meta = {"name": "virtual-node", **({"namespace": namespace} if namespace else {})}
-        role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": kind, "metadata": meta, "rules": rules}
-        binding = {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": f"{kind}Binding",
-            "metadata": meta,
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": "virtual-node"},
-            "subjects": subject,
-        }
-        for doc in (role, binding):
-            proc = k("create", "-f", "-", doc=doc)
-            assert proc.returncode == 0, proc.stderr
+    identities = {
+        VIRTUAL_NODE_USER: [
+            ("ClusterRole", "", virtual_node.cluster_rules("gpu-burst")),
+            ("Role", "kube-node-lease", virtual_node.lease_rules("gpu-burst")),
+            ("Role", SERVING, virtual_node.inference_namespace_rules()),
+        ],
+        PROVIDER_USER: [
+            ("ClusterRole", "", virtual_node.provider_cluster_rules()),
+            ("Role", SERVING, virtual_node.provider_inference_namespace_rules()),
+        ],
+    }
+    for user, grants in identities.items():
+        name = user.rsplit(":", 1)[-1]
+        subject = [{"kind": "User", "name": user, "apiGroup": "rbac.authorization.k8s.io"}]
+        for kind, namespace, rules in grants:
+            meta = {"name": name, **({"namespace": namespace} if namespace else {})}
+            role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": kind, "metadata": meta, "rules": rules}
+            binding = {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": f"{kind}Binding",
+                "metadata": meta,
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": name},
+                "subjects": subject,
+            }
+            for doc in (role, binding):
+                proc = k("create", "-f", "-", doc=doc)
+                assert proc.returncode == 0, proc.stderr
 
-    def vn(verb: str, resource: str, namespace: str) -> bool:
-        return can(k, "system:serviceaccounts", verb, resource, namespace, user=VIRTUAL_NODE_USER)
+    def may(user: str, verb: str, resource: str, namespace: str) -> bool:
+        return can(k, "system:serviceaccounts", verb, resource, namespace, user=user)
 
-    assert vn("watch", "pods", TEAM)  # it sees the pods bound to it, wherever they come from
-    for verb, resource in [("patch", "pods/status"), ("delete", "pods"), ("patch", "pods"), ("get", "secrets")]:
-        assert vn(verb, resource, SERVING), (verb, resource)
-        assert not vn(verb, resource, TEAM), (verb, resource)  # a training pod is not its to write or read
+    assert may(VIRTUAL_NODE_USER, "watch", "pods", TEAM)  # it sees the pods bound to it, wherever they come from
+    node_writes = [("patch", "pods/status"), ("delete", "pods")]
+    provider_writes = [
+        ("patch", "pods"),
+        ("get", "secrets"),
+        ("get", "configmaps"),
+        ("create", "endpointslices.discovery.k8s.io"),
+    ]
+    for user, own, others in [
+        (VIRTUAL_NODE_USER, node_writes, provider_writes),
+        (PROVIDER_USER, provider_writes, node_writes),
+    ]:
+        for verb, resource in own:
+            assert may(user, verb, resource, SERVING), (user, verb, resource)
+            assert not may(user, verb, resource, TEAM), (user, verb, resource)  # a training pod is not its business
+        for verb, resource in others:
+            assert not may(user, verb, resource, SERVING), (user, verb, resource)
 
 
 def test_the_taint_controller_changes_the_virtual_node_only_by_its_taint(kubectl: Kubectl) -> None:
@@ -745,6 +773,69 @@ def test_the_virtual_node_registers_only_its_own_node(kubectl: Kubectl) -> None:
     assert said is not None, "the virtual node could register another Node"
     assert "gpucluster-virtual-node-registers-only-its-node" in said, said
     assert kubectl.refusal(node("gpu-node-7")) is None  # the admin (and a kubelet) still may
+
+
+def test_the_burst_provider_changes_a_pod_only_by_its_annotations(kubectl: Kubectl) -> None:
+    serving = pod(SERVING) | {"metadata": {"name": "rented", "namespace": SERVING, "labels": {"app": "web"}}}
+    assert kubectl("create", "-f", "-", doc=serving).returncode == 0
+
+    def patched(patch: dict[str, Any]) -> str | None:
+        args = ["patch", "pod", "rented", "-n", SERVING, "--type=merge", "-p", json.dumps(patch), "--dry-run=server"]
+        proc = kubectl(*args, "--as", PROVIDER_USER)
+        return None if proc.returncode == 0 else proc.stderr.strip()
+
+    assert patched({"metadata": {"annotations": {"burst.gpucluster.io/address": "203.0.113.7"}}}) is None
+    for hostile in (
+        DANGLING_OWNER,
+        {"metadata": {"finalizers": ["example.com/forever"]}},
+        {"metadata": {"labels": {"app": "elsewhere"}}},
+        {"metadata": {"annotations": {"controller.kubernetes.io/pod-deletion-cost": "-1000"}}},
+    ):
+        said = patched(hostile)
+        assert said is not None, hostile
+        assert "gpucluster-burst-provider-annotates-pods-only" in said, said
+    # the admin (and any other controller) is not held to it
+    assert kubectl("patch", "pod", "rented", "-n", SERVING, "--type=merge", "--dry-run=server", "-p",
+                   json.dumps({"metadata": {"labels": {"app": "elsewhere"}}})).returncode == 0  # fmt: skip
+
+
+def test_the_burst_provider_writes_only_the_endpoint_slices_it_manages(kubectl: Kubectl) -> None:
+    def endpoint_slice(name: str, manager: str) -> dict[str, Any]:
+        labels = {"kubernetes.io/service-name": "web", "endpointslice.kubernetes.io/managed-by": manager}
+        return {
+            "apiVersion": "discovery.k8s.io/v1",
+            "kind": "EndpointSlice",
+            "metadata": {"name": name, "namespace": SERVING, "labels": labels},
+            "addressType": "IPv4",
+            "endpoints": [{"addresses": ["203.0.113.7"]}],
+            "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
+        }
+
+    kubes = endpoint_slice("web-kube", "endpointslice-controller.k8s.io")
+    assert kubectl("create", "-f", "-", doc=kubes).returncode == 0
+
+    def as_provider(*args: str, doc: dict[str, Any] | None = None) -> str | None:
+        proc = kubectl(*args, "--dry-run=server", "--as", PROVIDER_USER, doc=doc)
+        return None if proc.returncode == 0 else proc.stderr.strip()
+
+    assert as_provider("create", "-f", "-", doc=endpoint_slice("web-burst", "burst.gpucluster.io")) is None
+    for what, said in [
+        ("a slice of the cluster's own", as_provider("create", "-f", "-", doc=endpoint_slice("web-x", "kube"))),
+        ("the cluster's slice deleted", as_provider("delete", "endpointslice", "web-kube", "-n", SERVING)),
+        (
+            "the cluster's slice taken over",
+            as_provider(
+                "apply",
+                "--server-side",
+                "--force-conflicts",
+                "-f",
+                "-",
+                doc=endpoint_slice("web-kube", "burst.gpucluster.io"),
+            ),
+        ),
+    ]:
+        assert said is not None, what
+        assert "gpucluster-burst-provider-writes-only-its-endpoint-slices" in said, (what, said)
 
 
 def test_a_controllers_network_policy_is_one_the_api_server_takes(kubectl: Kubectl) -> None:

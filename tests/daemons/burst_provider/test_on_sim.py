@@ -448,14 +448,21 @@ def _can_i(stack: LocalStack, kubeconfig: Path, *args: str) -> bool:
 def test_the_daemons_run_with_least_privilege(local_stack: LocalStack, tmp_path: Path) -> None:
     vn_ns = BURST.virtual_node.namespace
     vn = processes.sa_kubeconfig(vn_ns, "gpucluster-virtual-node", tmp_path / "vn")
+    provider = processes.sa_kubeconfig(vn_ns, "gpucluster-virtual-node-provider", tmp_path / "provider")
     tc = processes.sa_kubeconfig(CFG.burst.taint_controller.namespace, "gpucluster-taint-controller", tmp_path / "tc")
-    # What they need.
+    # What they need: the node its Node and pod statuses, the provider (internet-facing) its EndpointSlices and the
+    # Secrets burst pods reference.
     assert _can_i(local_stack, vn, "patch", f"nodes/{NODE}")
     assert _can_i(local_stack, vn, "update", "pods", "--subresource=status", "-n", NS)
-    assert _can_i(local_stack, vn, "create", "endpointslices.discovery.k8s.io", "-n", NS)
-    assert _can_i(local_stack, vn, "get", "secrets", "-n", NS)
+    assert _can_i(local_stack, provider, "create", "endpointslices.discovery.k8s.io", "-n", NS)
+    assert _can_i(local_stack, provider, "get", "secrets", "-n", NS)
     assert _can_i(local_stack, tc, "patch", f"nodes/{NODE}")
-    # What they must not do.
+    # What they must not do: neither holds the other's rights.
+    assert not _can_i(local_stack, vn, "get", "secrets", "-n", NS)
+    assert not _can_i(local_stack, vn, "create", "endpointslices.discovery.k8s.io", "-n", NS)
+    assert not _can_i(local_stack, provider, "patch", f"nodes/{NODE}")
+    assert not _can_i(local_stack, provider, "update", "pods", "--subresource=status", "-n", NS)
+    assert not _can_i(local_stack, provider, "get", "secrets", "-n", "kube-system")
     assert not _can_i(local_stack, vn, "get", "secrets", "-n", "kube-system")
     assert not _can_i(local_stack, vn, "patch", "nodes/h100-node-0")
     assert not _can_i(local_stack, vn, "create", "pods", "-n", NS)
