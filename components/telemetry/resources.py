@@ -42,6 +42,11 @@ _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 PART_OF = {"app.kubernetes.io/part-of": "gpucluster", "app.kubernetes.io/component": "telemetry"}
 
 
+#: The NVIDIA container toolkit's device list as volume mounts (``accept-nvidia-visible-devices-as-volume-mounts``):
+#: a container is given the GPUs named by the mounts under it (``all``: every GPU).
+GPU_DEVICE_LIST_DIR = "/var/run/nvidia-container-devices"
+
+
 def _check_namespace(namespace: str, what: str) -> None:
     if len(namespace) > 63 or not _DNS_LABEL.match(namespace):
         raise ValueError(f"{what}.namespace: {namespace!r} is not a Kubernetes namespace name")
@@ -233,10 +238,19 @@ def fabric_pod_spec(settings: TelemetrySettings) -> dict[str, Any]:
                     "readOnlyRootFilesystem": True,
                     "capabilities": {"drop": ["ALL"]},
                 },
-                "volumeMounts": [{"name": "sys", "mountPath": "/host/sys", "readOnly": True}],
+                "volumeMounts": [
+                    {"name": "sys", "mountPath": "/host/sys", "readOnly": True},
+                    # Where the node ignores NVIDIA_VISIBLE_DEVICES in unprivileged containers (the GPU visibility
+                    # lockdown: the GPU Operator's, or the nvidia_container_toolkit role's), the toolkit passes the
+                    # GPUs a container names by a mount here instead, as the device plugin does: every GPU, for NVML.
+                    {"name": "all-gpus", "mountPath": GPU_DEVICE_LIST_DIR + "/all", "readOnly": True},
+                ],
             }
         ],
-        "volumes": [{"name": "sys", "hostPath": {"path": "/sys", "type": "Directory"}}],
+        "volumes": [
+            {"name": "sys", "hostPath": {"path": "/sys", "type": "Directory"}},
+            {"name": "all-gpus", "hostPath": {"path": "/dev/null", "type": "CharDevice"}},
+        ],
         "terminationGracePeriodSeconds": 10,
     }
     if f.runtime_class_name:

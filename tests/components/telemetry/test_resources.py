@@ -129,6 +129,20 @@ def test_fabric_exporter_is_unprivileged_with_sys_read_only(with_operator: Graph
     assert ds.inputs["spec"]["template"]["metadata"]["annotations"] == {}
 
 
+def test_fabric_exporter_sees_the_gpus_on_a_node_that_ignores_the_env_in_unprivileged_containers(
+    with_operator: Graph,
+) -> None:
+    """Under the GPU visibility lockdown the toolkit reads the device list from mounts, not the env: the exporter
+    names every GPU both ways, unprivileged."""
+    pod = with_operator.one("kubernetes:apps/v1:DaemonSet", "tel-fabric-ds").inputs["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    volume = next(v for v in pod["volumes"] if v["name"] == mounts["/var/run/nvidia-container-devices/all"])
+    assert volume["hostPath"] == {"path": "/dev/null", "type": "CharDevice"}
+    assert {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"} in container["env"]
+    assert container["securityContext"]["privileged"] is False
+
+
 def test_scrape_target_follows_the_operator_setting(with_operator: Graph, without_operator: Graph) -> None:
     sm = with_operator.one("kubernetes:monitoring.coreos.com/v1:ServiceMonitor", "tel-fabric-sm")
     assert sm.inputs["spec"]["endpoints"][0]["port"] == "metrics"
