@@ -1,7 +1,8 @@
 """Build simulated GPU nodes (knob files, sysfs trees, mount tables) and run the acceptance playbooks.
 
 Every simulated node is a local-connection host whose PATH starts with the tool shims in
-tests/fixtures/ansible/shims; its condition is the knob file named by GPUCLUSTER_SHIM_KNOBS.
+tests/fixtures/ansible/shims (the container runtime's, ctr and systemctl, among them); its condition
+is the knob file named by GPUCLUSTER_SHIM_KNOBS.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ REPO = Path(__file__).resolve().parents[2]
 ANSIBLE_DIR = REPO / "ansible"
 ROLES_DIR = ANSIBLE_DIR / "roles"
 SHIMS = REPO / "tests" / "fixtures" / "ansible" / "shims"
+#: containerd's ctr (running the NVIDIA container toolkit's runtime) and systemctl, on the same knobs and state.
 VENV_BIN = Path(sys.executable).parent
 MODULE_PYTHON = "/usr/bin/python3" if Path("/usr/bin/python3").exists() else sys.executable
 
@@ -57,7 +59,53 @@ FAULTS: dict[str, tuple[dict[str, Any], str | tuple[str, ...]]] = {
         "gpu_burn_in",
     ),
     "burn_faulty": ({"burn_faulty": [6]}, "gpu_burn_in"),
+    # The toolkit's runtime honours NVIDIA_VISIBLE_DEVICES in unprivileged containers whatever its config says.
+    "gpu_visible": ({"gpu_visibility_leak": True}, "nvidia_container_toolkit"),
 }
+
+#: The NVIDIA container toolkit's config as its package (nvidia-container-toolkit-base, 1.17) ships it on Ubuntu:
+#: the two GPU visibility keys commented out at their defaults, which honour the variable.
+TOOLKIT_CONFIG = """\
+#accept-nvidia-visible-devices-as-volume-mounts = false
+#accept-nvidia-visible-devices-envvar-when-unprivileged = true
+disable-require = false
+supported-driver-capabilities = "compat32,compute,display,graphics,ngx,utility,video"
+#swarm-resource = "DOCKER_RESOURCE_GPU"
+
+[nvidia-container-cli]
+#debug = "/var/log/nvidia-container-toolkit.log"
+environment = []
+#ldcache = "/etc/ld.so.cache"
+ldconfig = "@/sbin/ldconfig.real"
+load-kmods = true
+#no-cgroups = false
+#path = "/usr/bin/nvidia-container-cli"
+#root = "/run/nvidia/driver"
+#user = "root:video"
+
+[nvidia-container-runtime]
+#debug = "/var/log/nvidia-container-runtime.log"
+log-level = "info"
+mode = "auto"
+runtimes = ["runc", "crun"]
+
+[nvidia-container-runtime.modes]
+
+[nvidia-container-runtime.modes.cdi]
+annotation-prefixes = ["cdi.k8s.io/"]
+default-kind = "nvidia.com/gpu"
+spec-dirs = ["/etc/cdi", "/var/run/cdi"]
+
+[nvidia-container-runtime.modes.csv]
+mount-spec-path = "/etc/nvidia-container-runtime/host-files-for-container.d"
+
+[nvidia-container-runtime-hook]
+path = "nvidia-container-runtime-hook"
+skip-mode-detection = false
+
+[nvidia-ctk]
+path = "nvidia-ctk"
+"""
 
 
 #: Hosts per leaf switch in a simulated fleet (its inventory's node_ib_leaf).
@@ -137,6 +185,15 @@ def seed_node(
     burn_dir = node / "gpu-burn"
     burn_dir.mkdir(exist_ok=True)
     (burn_dir / "compare.ptx").write_text("// compare kernel\n")
+    # The toolkit's config as packaged, or the knob's text; None: no file (the toolkit then runs on its defaults).
+    toolkit_config = node / "nvidia-container-runtime" / "config.toml"
+    toolkit_text = knobs.pop("toolkit_config_text", TOOLKIT_CONFIG)
+    if toolkit_config.exists():
+        toolkit_config.unlink()
+    if toolkit_text is not None:
+        toolkit_config.parent.mkdir(exist_ok=True)
+        toolkit_config.write_text(toolkit_text)
+    knobs["toolkit_config"] = str(toolkit_config)
     knobs["sysfs_root"] = str(sysfs)
     knob_file = node / "knobs.json"
     knob_file.write_text(json.dumps(knobs, indent=2))
@@ -175,6 +232,7 @@ def seed_node(
         "gpu_thermal_acceptance_samples": 2,
         "gpu_thermal_acceptance_interval_s": 0,
         "gpu_thermal_acceptance_settle_s": 0,
+        "nvidia_container_toolkit_config_path": str(toolkit_config),
     }
 
 
@@ -226,7 +284,7 @@ PAIRED_FAULTS: tuple[tuple[str, ...], ...] = (
     ("nvlink_replay", "ib_symbol_errors"),
     ("nvlink_down", "diag_fail"),
     ("wrong_fstype", "burn_faulty"),
-    ("ib_down",),
+    ("ib_down", "gpu_visible"),
 )
 
 

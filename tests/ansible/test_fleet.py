@@ -101,6 +101,21 @@ def test_burn_in_playbook_fails_only_the_hot_node_and_names_the_gpu(tmp_path: Pa
     assert re.search(r"gpu-sim-001\s+: ok=\d+\s+changed=\d+\s+unreachable=0\s+failed=1", out), out[-1500:]
 
 
+def test_container_toolkit_playbook_locks_every_node_and_fails_only_the_leaking_one(tmp_path: Path) -> None:
+    inventory, _ = build_fleet(tmp_path, 2, {"gpu-sim-001": "gpu_visible"})
+    res = run_playbook("container_toolkit.yml", inventory, tmp_path)
+    assert res.returncode != 0
+    out = " ".join(res.stdout.split())
+    assert "failed on gpu-sim-001: an unprivileged container that requests no GPU, with NVIDIA_VISIBLE_DEVICES" in out
+    assert re.search(r"gpu-sim-000\s+: ok=\d+\s+changed=\d+\s+unreachable=0\s+failed=0", res.stdout), out[-1500:]
+    assert re.search(r"gpu-sim-001\s+: ok=\d+\s+changed=\d+\s+unreachable=0\s+failed=1", res.stdout), out[-1500:]
+    for host in ("gpu-sim-000", "gpu-sim-001"):
+        config = (tmp_path / "nodes" / host / "nvidia-container-runtime" / "config.toml").read_text()
+        assert "\naccept-nvidia-visible-devices-envvar-when-unprivileged = false\n" in config, host
+        state = json.loads((tmp_path / "nodes" / host / "knobs.json.state.json").read_text())
+        assert state["systemctl"] == [["restart", "containerd"]], host
+
+
 def test_check_mode_changes_nothing_and_runs_no_load(tmp_path: Path) -> None:
     inventory, _ = build_fleet(tmp_path, 1, {})
     log = tmp_path / "nodes/gpu-sim-000/knobs.json.state.json"

@@ -16,7 +16,17 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.ansible.harness import FAULTS, ROLES_DIR, SHIMS, VENV_BIN, ansible_env, fault_checks, seed_node
+from tests.ansible.harness import (
+    FAULTS,
+    ROLES_DIR,
+    SHIMS,
+    TOOLKIT_CONFIG,
+    VENV_BIN,
+    ansible_env,
+    fault_checks,
+    filter_plugin,
+    seed_node,
+)
 
 # The simulated hosts' ib_write_bw servers listen on fixed ports of their addresses: one worker runs the Ansible
 # tests, one after another.
@@ -36,12 +46,14 @@ def _role_vars(role: str, tmp: Path, knobs: dict[str, Any]) -> dict[str, Any]:
             "ib_acceptance_write_bw_duration_s": 1,
         },
         "storage_acceptance": {"storage_acceptance_writers": 64},
+        "nvidia_container_toolkit": {},
         "node_admission": {
             "node_admission_artifacts_dir": str(tmp / "artifacts"),
             "node_admission_run_id": "molecule",
             "node_admission_kubeconfig": str(tmp / "kubeconfig"),
             "node_admission_kubectl_bin": str(SHIMS / "kubectl"),
             "node_admission_node_name": "gpu-sim-instance",
+            "nvidia_container_toolkit_verdict": PASS,
             "gpu_burn_in_verdict": PASS,
             "gpu_thermal_acceptance_verdict": PASS,
             "nvlink_acceptance_verdict": PASS,
@@ -85,6 +97,7 @@ ROLES = [
     "nvlink_acceptance",
     "ib_acceptance",
     "storage_acceptance",
+    "nvidia_container_toolkit",
     "node_admission",
 ]
 
@@ -106,6 +119,8 @@ def test_default_scenario_passes_is_idempotent_and_check_safe(role: str, tmp_pat
         assert len(labels) == 2, calls
         assert labels[0][-2:] == ["gpucluster.io/accepted=true", "--overwrite"], labels
         assert all(c[0] == f"--kubeconfig={tmp_path / 'kubeconfig'}" for c in calls), calls
+    if role == "nvidia_container_toolkit":
+        _assert_locked_once(variables)
 
 
 # (role, fault from harness.FAULTS, reasons the verdict must name)
@@ -116,6 +131,11 @@ FAILING = [
     ("nvlink_acceptance", "nvlink_replay", ["GPU 6 link 3 Replay Errors grew from 0 to 4"]),
     ("ib_acceptance", "ib_down", ["mlx5_3 port 1: State Down", "Physical state Polling"]),
     ("storage_acceptance", "slow_fs", ["direct write", "below the per-node floor 0.521 GB/s"]),
+    (
+        "nvidia_container_toolkit",
+        "gpu_visible",
+        ["requests no GPU, with NVIDIA_VISIBLE_DEVICES=all, sees 8 GPU(s): /dev/nvidia0, /dev/nvidia1,"],
+    ),
 ]
 
 
@@ -229,3 +249,69 @@ def test_node_admission_failing_node_stays_quarantined(tmp_path: Path) -> None:
     calls = [json.loads(line)[1] for line in (tmp_path / "kubectl.log").read_text().splitlines()]
     assert "annotate" not in calls
     assert "get" not in calls
+
+
+# ----------------------------------------------------------------------------------- nvidia_container_toolkit
+ENVVAR_KEY = "accept-nvidia-visible-devices-envvar-when-unprivileged"
+MOUNTS_KEY = "accept-nvidia-visible-devices-as-volume-mounts"
+
+
+def _shim_state(variables: dict[str, Any]) -> dict[str, Any]:
+    state = Path(variables["acceptance_environment"]["GPUCLUSTER_SHIM_KNOBS"] + ".state.json")
+    return json.loads(state.read_text()) if state.exists() else {}
+
+
+def _assert_locked_once(variables: dict[str, Any]) -> None:
+    """After the default scenario: the packaged config gained the two keys and kept every other line, containerd was
+    restarted once (converge; not by idempotence, not by check mode), and every probe ran unprivileged."""
+    config = Path(variables["nvidia_container_toolkit_config_path"])
+    toolkit = filter_plugin("nvidia_container_toolkit")
+    assert config.read_text() == toolkit.lock_config(TOOLKIT_CONFIG, {ENVVAR_KEY: False, MOUNTS_KEY: True})
+    added = [line for line in config.read_text().splitlines() if line not in TOOLKIT_CONFIG.splitlines()]
+    assert added == [f"{MOUNTS_KEY} = true", f"{ENVVAR_KEY} = false"]
+    state = _shim_state(variables)
+    assert state["systemctl"] == [["restart", "containerd"]], state.get("systemctl")
+    runs = state["ctr_runs"]
+    assert len(runs) == 4, runs  # two probes in converge and two in idempotence; check mode runs none
+    assert not [r for r in runs if "--privileged" in r], runs
+    assert state["ctr_images"] == {"gpucluster-acceptance": ["nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04"]}
+
+
+@pytest.mark.parametrize(
+    ("envvar_line", "status", "reasons"),
+    [
+        (f"{ENVVAR_KEY} = false\n{MOUNTS_KEY} = true", "pass", []),
+        (
+            f"{ENVVAR_KEY} = true",
+            "fail",
+            [
+                f"{ENVVAR_KEY} = true, must be false",
+                f"{MOUNTS_KEY} unset (the toolkit's default, false), must be true",
+                "requests no GPU, with NVIDIA_VISIBLE_DEVICES=all, sees 8 GPU(s): /dev/nvidia0, /dev/nvidia1,",
+                "given every GPU by volume mounts: the probe container exited rc=1",
+            ],
+        ),
+    ],
+    ids=["locked", "envvar-true"],
+)
+def test_nvidia_container_toolkit_audit_passes_locked_and_fails_on_the_key(
+    envvar_line: str, status: str, reasons: list[str], tmp_path: Path
+) -> None:
+    """Audit mode (configure false) reads the file and probes the node as it is: a node whose config has the two keys
+    passes; one with the envvar key true fails, naming the key and the GPUs the unrequesting container sees."""
+    text = TOOLKIT_CONFIG.replace(f"#{ENVVAR_KEY} = true", envvar_line)
+    variables = _role_vars("nvidia_container_toolkit", tmp_path, {"toolkit_config_text": text})
+    variables.update(
+        {
+            "nvidia_container_toolkit_configure": False,
+            "nvidia_container_toolkit_defer_failure": True,
+            "acceptance_expect_status": status,
+            "acceptance_expect_reasons": reasons,
+        }
+    )
+    res = _molecule("nvidia_container_toolkit", "failing", tmp_path, variables)
+    assert res.returncode == 0, _explain(res)
+    verdict = json.loads((tmp_path / "verdict.json").read_text())
+    assert verdict["status"] == status, verdict
+    assert Path(variables["nvidia_container_toolkit_config_path"]).read_text() == text, "audit mode wrote the file"
+    assert "systemctl" not in _shim_state(variables)

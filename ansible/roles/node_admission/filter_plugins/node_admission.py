@@ -7,6 +7,7 @@ from typing import Any
 
 # Short names used in the taint value; a taint value is a label value (<= 63 chars, [A-Za-z0-9._-]).
 SHORT = {
+    "nvidia_container_toolkit": "gpu-visibility",
     "gpu_burn_in": "burn-in",
     "gpu_thermal_acceptance": "thermal",
     "nvlink_acceptance": "nvlink",
