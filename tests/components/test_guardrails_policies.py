@@ -646,6 +646,16 @@ def test_the_daemons_that_annotate_jobsets_change_only_their_own_annotation(kube
     ]
     said = refused(kubectl, leaky, "gpucluster-team-jobsets-carry-no-credentials", "replicatedJob node env OPENAI_KEY")
     assert "x1x1x1" not in said
+    # The training PriorityClass only on a JobSet Kueue manages in a team namespace.
+    training = copy.deepcopy(jobset)
+    training["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["priorityClassName"] = TRAINING
+    assert kubectl.refusal(training) is None
+    unqueued = copy.deepcopy(training)
+    del unqueued["metadata"]["labels"]["kueue.x-k8s.io/queue-name"]
+    refused(kubectl, unqueued, "gpucluster-training-priority-jobsets-are-queued")
+    elsewhere = copy.deepcopy(training)
+    elsewhere["metadata"]["namespace"] = SERVING
+    refused(kubectl, elsewhere, "gpucluster-training-priority-jobsets-are-queued")
     aimed = copy.deepcopy(jobset)
     aimed["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"].update(AIMED_AT_RESERVED[0])
     refused(kubectl, aimed, "gpucluster-team-jobs-aim-at-no-node", f"select nodes by {RESERVATION_KEY}")
