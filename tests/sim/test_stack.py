@@ -17,7 +17,8 @@ import yaml
 
 from components.cluster import guardrail_inputs
 from components.config import load_stack_file
-from contract.constants import PODSET_UNCONSTRAINED_TOPOLOGY
+from contract.constants import PODSET_UNCONSTRAINED_TOPOLOGY, RESERVATION_KEY
+from contract.jobset_settings import JOBSET_API
 from contract.make_before_break_settings import FIELD_MANAGER as MBB_FIELD_MANAGER
 from contract.registry import INTERRUPTIONS, QUARANTINE, QUOTA_CONTROLLER
 from daemons.quarantine.kube import node_from, quarantine_ops
@@ -433,6 +434,81 @@ def _pod(namespace: str, **spec: Any) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": {"containers": [container], **spec}}
 
 
+def _jobset(namespace: str, labels: dict[str, str], container: dict[str, Any] | None = None, **pod: Any) -> Any:
+    """A one-pod JobSet as a team member would write it by hand (``gpucluster submit`` bypassed)."""
+    template = {"metadata": pod.pop("metadata", {}), "spec": {"restartPolicy": "Never", **pod}}
+    template["spec"]["containers"] = [{"name": "main", "image": "registry.invalid/t:1", **(container or {})}]
+    return {
+        "apiVersion": JOBSET_API,
+        "kind": "JobSet",
+        "metadata": {"name": "by-hand", "namespace": namespace, "labels": labels},
+        "spec": {"replicatedJobs": [{"name": "node", "replicas": 1, "template": {"spec": {"template": template}}}]},
+    }
+
+
+def test_hostile_objects_sent_as_a_team_member_are_refused(local_stack: LocalStack) -> None:
+    """A researcher of a team (its group, as the stack binds it) writing JobSets by hand, and what RBAC lets them
+    touch at all: each class of the review's findings refused by the rule that owns it, a well-formed JobSet taken."""
+    team = CFG.teams[0]
+    other = next(t for t in CFG.teams if t.namespace != team.namespace)
+    member = ["--as", "researcher@example.org", "--as-group", team.subject_group, "--as-group", "system:authenticated"]
+    default = next(p for p in CFG.priorities.workload if p.teams is None)
+    queued = {"kueue.x-k8s.io/queue-name": team.local_queue, PRIORITY_LABEL: default.name}
+    reservation = {"key": RESERVATION_KEY, "operator": "Exists", "effect": "NoSchedule"}
+    token = "hf_" + "k9" * 15
+    hostile = {
+        "a JobSet that names no research priority (Kueue would rank it by the training PriorityClass)": (
+            _jobset(team.namespace, {"kueue.x-k8s.io/queue-name": team.local_queue}),
+            f"{PRIORITY_LABEL}: no research priority named",
+        ),
+        "a JobSet holding a Hugging Face token in its env": (
+            _jobset(team.namespace, queued, {"env": [{"name": "HF_TOKEN", "value": token}]}),
+            "gpucluster-team-jobsets-carry-no-credentials",
+        ),
+        "a JobSet that names its node": (
+            _jobset(team.namespace, queued, nodeName="anywhere"),
+            "gpucluster-team-jobs-aim-at-no-node",
+        ),
+        "a JobSet tolerating another gang's reservation without Kueue placing it by topology": (
+            _jobset(team.namespace, queued, tolerations=[reservation]),
+            "gpucluster-team-jobs-aim-at-no-node",
+        ),
+    }
+    for what, (doc, words) in hostile.items():
+        proc = local_stack.run(
+            "kubectl", "create", "--dry-run=server", "-o", "name", "-f", "-", *member,
+            input=json.dumps(doc), check=False,
+        )  # fmt: skip
+        assert proc.returncode != 0, f"{what}: the API server would store it"
+        assert words in proc.stderr, (what, proc.stderr)
+        assert token not in proc.stderr
+    placed = _jobset(team.namespace, queued, tolerations=[reservation])
+    placed["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["metadata"] = {
+        "annotations": {PODSET_UNCONSTRAINED_TOPOLOGY: "true"}
+    }
+    for fine in (_jobset(team.namespace, queued), placed):
+        proc = local_stack.run(
+            "kubectl", "create", "--dry-run=server", "-o", "name", "-f", "-", *member,
+            input=json.dumps(fine), check=False,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+    # What RBAC gives a member: JobSets and Secrets in the team's own namespace; no pod, Job or Workload written by
+    # hand, nothing in another team's namespace.
+    for verb, resource, namespace, answer in [
+        ("create", "jobsets.jobset.x-k8s.io", team.namespace, "yes"),
+        ("create", "secrets", team.namespace, "yes"),
+        ("get", "secrets", other.namespace, "no"),
+        ("create", "jobsets.jobset.x-k8s.io", other.namespace, "no"),
+        ("create", "pods", team.namespace, "no"),
+        ("create", "jobs.batch", team.namespace, "no"),
+        ("create", "workloads.kueue.x-k8s.io", team.namespace, "no"),
+        ("patch", "nodes", "", "no"),
+    ]:
+        where = ["-n", namespace] if namespace else []
+        can = local_stack.run("kubectl", "auth", "can-i", verb, resource, *where, *member, check=False)
+        assert can.stdout.strip() == answer, (verb, resource, namespace, can.stdout)
+
+
 def test_hostile_objects_sent_as_the_admin_are_refused_or_never_run(local_stack: LocalStack) -> None:
     """Bypassing ``gpucluster submit`` and Pulumi: each class of the review's findings, straight to the API server."""
     team = CFG.teams[0].namespace
@@ -556,6 +632,20 @@ def test_hostile_objects_sent_as_the_admin_are_refused_or_never_run(local_stack:
             "gpucluster-virtual-node-registers-only-its-node",
         ),
     }
+    forever = {"metadata": {"finalizers": ["example.com/forever"]}}
+    as_controllers["quarantine gives a GPU node a finalizer (it could never be deleted)"] = (
+        inputs.controller_users[QUARANTINE.name],
+        ["patch", "node", node, "--type=merge", "-p", json.dumps(forever)],
+        None,
+        "gpucluster-quarantine-writes-only-its-marks",
+    )
+    assert inputs.taint_controller is not None, "the local stack runs the taint controller"
+    as_controllers["the taint controller gives the virtual node an owner (the Node of every rented GPU)"] = (
+        inputs.taint_controller[0],
+        ["patch", "node", inputs.virtual_node[1], "--type=merge", "-p", json.dumps(DANGLING_OWNER)],
+        None,
+        "gpucluster-taint-controller-writes-only-its-taint",
+    )
     # Quarantine marks only GPU nodes: the real node (no GPU) stands for the control plane and the system nodes.
     no_gpu = [n for n in local_stack.items("nodes") if "nvidia.com/gpu" not in n.get("status", {}).get("capacity", {})]
     assert no_gpu, "the simulated cluster has a node without GPUs (sim/node.py's real node)"
@@ -578,7 +668,8 @@ def test_hostile_objects_sent_as_the_admin_are_refused_or_never_run(local_stack:
         assert proc.returncode != 0, f"{what}: the API server would take it"
         assert rule in proc.stderr, (what, proc.stderr)
     # The virtual node writes pods only in the inference namespaces: in a team namespace RBAC says no.
-    for verb in ("patch pods/status", "delete pods"):
+    # (kubectl reads "pods/status" as the pod named status: the subresource is its own flag)
+    for verb in ("patch pods --subresource=status", "delete pods"):
         for namespace, answer in ((team, "no"), (infer, "yes")):
             can_i = ["auth", "can-i", *verb.split(), "-n", namespace, "--as", inputs.virtual_node[0]]
             can = local_stack.run("kubectl", *can_i, check=False)

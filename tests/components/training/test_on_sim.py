@@ -406,6 +406,40 @@ def test_a_hung_gang_is_restarted_in_place_by_the_stall_detector_and_counted_as_
     )  # stallAfter + 60 s, and the sim's scrape lag
 
 
+def test_one_team_idling_a_rank_cannot_get_a_node_named_a_repeat_offender(local_stack: LocalStack) -> None:
+    """The review's class: a researcher idles one rank across restarts, so the stall detector names a node a
+    straggler at each attempt. Three such namings of one team, written straight into the detector's memory, do not
+    make the node a repeat offender (quarantine reads it); three of three teams on another node do (the control: the
+    detector read that memory). Put back long before the quarantine alert's 15 minutes could pass."""
+    settings = CFG.controller(STALL_DETECTOR)
+    prefix = STALL_DETECTOR.metrics_prefix
+    victim = stack_nodes(local_stack)[0]["metadata"]["name"]
+    control = "gpu-repeat-control"  # no such Node: nothing can act on it
+    now = time.time()
+    one_team = [[now - 300 + i, f"{NS}/idler#{i}", ["straggler"]] for i in range(settings.repeat_count)]
+    teams = [[now - 300 + i, f"team-{i}/llm#1", ["straggler"]] for i in range(settings.repeat_count)]
+    name = "gpucluster-stall-suspects"
+    before = local_stack.run("kubectl", "get", "configmap", name, "-n", settings.namespace, "-o", "json", check=False)
+    memory = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": settings.namespace},
+        "data": {"named.json": json.dumps({victim: one_team, control: teams})},
+    }
+    offender = f'{prefix}_repeat_offender{{node="{control}"}}'
+    local_stack.apply(memory)
+    try:
+        wait_for("the control node named a repeat offender", lambda: prometheus_values(offender), timeout=90)
+        assert prometheus_values(f'{prefix}_repeat_offender{{node="{victim}"}}') == []
+    finally:
+        local_stack.kubectl("delete", "configmap", name, "-n", settings.namespace, "--ignore-not-found")
+        if before.returncode == 0:
+            kept = json.loads(before.stdout)
+            local_stack.apply({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace":
+                               settings.namespace}, "data": kept.get("data", {})})  # fmt: skip
+    wait_for("the control node forgotten", lambda: not prometheus_values(offender), timeout=90)
+
+
 def _above(query: str, floor: float, play: Any) -> float | None:
     play.step()
     values = [float(v) for v in prometheus_values(query)]

@@ -140,7 +140,7 @@ def test_serving_moves_first_nothing_is_preempted_and_pulumi_leaves_the_flip_alo
         quiet=True,
         out=tmp_path,
         # Long enough for the pulumi up at flipped_out to finish while every replica is still rented.
-        train_for="45s",
+        train_for="75s",
         during=during,
         load_rate=flip.LOAD_RATE,
     )
