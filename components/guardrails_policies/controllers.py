@@ -253,23 +253,37 @@ def make_before_break_moves_only_by_annotations(inputs: GuardrailInputs) -> Poli
     )
 
 
+def pod_annotations_only(
+    name: str, match: str, who: str, user: str, *, annotations: Sequence[str], what: str
+) -> Policy:
+    """``user`` (``who``) changes a pod only by ``annotations`` (``what`` names them in the messages): its spec,
+    labels, owners and finalizers as they were."""
+    return Policy(
+        name=name,
+        summary=f"The {who} changes a pod only by {what}.",
+        resource_rules=(POD_UPDATES,),
+        match_conditions=_is_user(match, user),
+        validations=(
+            Validation(
+                expression=f"object.spec == oldObject.spec && {_metadata_unchanged_but(annotations)}",
+                message=f"the {who} may change only a pod's {what.removeprefix('its ')}" + KEEPS,
+            ),
+        ),
+    )
+
+
 def make_before_break_marks_pods_only_for_removal(inputs: GuardrailInputs) -> Policy | None:
     """It marks the replica to remove first by the pod-deletion-cost annotation; nothing else of a pod."""
     if inputs.make_before_break is None:
         return None
     mbb = inputs.make_before_break
-    return Policy(
-        name="make-before-break-marks-pods-only-for-removal",
-        summary=f"The make-before-break controller changes a pod only by its annotation {mbb.pod_annotation}.",
-        resource_rules=(POD_UPDATES,),
-        match_conditions=_is_user("is-make-before-break", mbb.user),
-        validations=(
-            Validation(
-                expression=f"object.spec == oldObject.spec && {_metadata_unchanged_but([mbb.pod_annotation])}",
-                message=f"the make-before-break controller may change only a pod's annotation {mbb.pod_annotation}"
-                + KEEPS,
-            ),
-        ),
+    return pod_annotations_only(
+        "make-before-break-marks-pods-only-for-removal",
+        "is-make-before-break",
+        "make-before-break controller",
+        mbb.user,
+        annotations=[mbb.pod_annotation],
+        what=f"its annotation {mbb.pod_annotation}",
     )
 
 
@@ -279,19 +293,13 @@ def burst_provider_annotates_pods_only(inputs: GuardrailInputs) -> Policy | None
     pods)."""
     if inputs.burst_provider is None:
         return None
-    return Policy(
-        name="burst-provider-annotates-pods-only",
-        summary="The burst provider changes a pod only by its annotations " + ", ".join(BURST_POD_ANNOTATIONS) + ".",
-        resource_rules=(POD_UPDATES,),
-        match_conditions=_is_user("is-burst-provider", inputs.burst_provider),
-        validations=(
-            Validation(
-                expression=f"object.spec == oldObject.spec && {_metadata_unchanged_but(BURST_POD_ANNOTATIONS)}",
-                message="the burst provider may change only a pod's annotations "
-                + ", ".join(BURST_POD_ANNOTATIONS)
-                + KEEPS,
-            ),
-        ),
+    return pod_annotations_only(
+        "burst-provider-annotates-pods-only",
+        "is-burst-provider",
+        "burst provider",
+        inputs.burst_provider,
+        annotations=BURST_POD_ANNOTATIONS,
+        what="its annotations " + ", ".join(BURST_POD_ANNOTATIONS),
     )
 
 
