@@ -17,10 +17,15 @@ import yaml
 
 from components.cluster import guardrail_inputs
 from components.config import load_stack_file
-from contract.constants import PODSET_UNCONSTRAINED_TOPOLOGY, RESERVATION_KEY
+from contract.constants import (
+    BURST_ENDPOINTS_MANAGER,
+    ENDPOINT_SLICE_MANAGED_BY_LABEL,
+    PODSET_UNCONSTRAINED_TOPOLOGY,
+    RESERVATION_KEY,
+)
 from contract.jobset_settings import JOBSET_API
 from contract.make_before_break_settings import FIELD_MANAGER as MBB_FIELD_MANAGER
-from contract.registry import INTERRUPTIONS, QUARANTINE, QUOTA_CONTROLLER
+from contract.registry import INTERRUPTIONS, QUARANTINE, QUOTA_CONTROLLER, STALL_DETECTOR
 from daemons.quarantine.kube import node_from, quarantine_ops
 from tests.support.local_stack import LocalStack, condition, delete, gpu_job, wait_for
 from tests.support.sim import load_sim_module
@@ -506,6 +511,119 @@ def test_hostile_objects_sent_as_a_team_member_are_refused(local_stack: LocalSta
     ]:
         where = ["-n", namespace] if namespace else []
         can = local_stack.run("kubectl", "auth", "can-i", verb, resource, *where, *member, check=False)
+        assert can.stdout.strip() == answer, (verb, resource, namespace, can.stdout)
+
+
+def test_hostile_writes_as_the_burst_provider_and_the_stall_detector_are_refused(local_stack: LocalStack) -> None:
+    """A stolen token of the internet-facing burst provider, and of the stall detector: writes RBAC lets through
+    (RBAC cannot narrow a pod patch to annotations, an EndpointSlice write to ours, a JobSet patch to one
+    annotation), each refused by the rule bound to that identity; what the provider's RBAC gives it at all."""
+    inputs = guardrail_inputs(CFG)
+    provider, stall = inputs.burst_provider, inputs.user_of(STALL_DETECTOR.name)
+    assert provider is not None, "the local stack bursts"
+    assert stall is not None, "the local stack runs the stall detector"
+    infer, team = CFG.inference_namespaces[0], CFG.teams[0]
+    serving = local_stack.items("pods", "-n", infer)
+    assert serving, f"the local stack serves from {infer}"
+    # The provider may patch pods but not read them (kubectl patch reads first): a server-side apply, forced.
+    pod_ref = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": serving[0]["metadata"]["name"], "namespace": infer},
+    }
+    apply = ["apply", "--server-side", "--force-conflicts", "--field-manager=burst-provider", "-f", "-"]
+    kube_slices = local_stack.items(
+        "endpointslices", "-n", infer, "-l", f"{ENDPOINT_SLICE_MANAGED_BY_LABEL}=endpointslice-controller.k8s.io"
+    )
+    assert kube_slices, f"the cluster keeps EndpointSlices for the Services of {infer}"
+    kube_slice = kube_slices[0]["metadata"]["name"]
+    hijack = {
+        "apiVersion": "discovery.k8s.io/v1",
+        "kind": "EndpointSlice",
+        "metadata": {"name": "hijack", "namespace": infer, "labels": {"kubernetes.io/service-name": "anything"}},
+        "addressType": "IPv4",
+        "endpoints": [{"addresses": ["192.0.2.1"]}],
+    }
+    default = next(p for p in CFG.priorities.workload if p.teams is None)
+    queued = {"kueue.x-k8s.io/queue-name": team.local_queue, PRIORITY_LABEL: default.name}
+    jobset = _jobset(team.namespace, queued)
+    jobset["metadata"]["name"] = "stall-target"
+    jobset["spec"]["suspend"] = True
+    writes: dict[str, tuple[str, list[str], dict[str, Any] | None, str]] = {
+        "the burst provider gives a serving pod a dangling owner (the garbage collector would delete it)": (
+            provider,
+            apply,
+            {**pod_ref, "metadata": pod_ref["metadata"] | DANGLING_OWNER["metadata"]},
+            "gpucluster-burst-provider-annotates-pods-only",
+        ),
+        "the burst provider relabels a serving pod out of its Service": (
+            provider,
+            apply,
+            {**pod_ref, "metadata": pod_ref["metadata"] | {"labels": {"app": "elsewhere"}}},
+            "gpucluster-burst-provider-annotates-pods-only",
+        ),
+        "the burst provider deletes the EndpointSlice the cluster keeps for in-cluster replicas": (
+            provider,
+            ["delete", "endpointslice", kube_slice, "-n", infer],
+            None,
+            "gpucluster-burst-provider-writes-only-its-endpoint-slices",
+        ),
+        "the burst provider writes an EndpointSlice that is not labelled as its own": (
+            provider,
+            ["create", "-f", "-"],
+            hijack,
+            "gpucluster-burst-provider-writes-only-its-endpoint-slices",
+        ),
+        "the stall detector gives a JobSet a dangling owner": (
+            stall,
+            ["patch", "jobset", "stall-target", "-n", team.namespace, "--type=merge", "-p", json.dumps(DANGLING_OWNER)],
+            None,
+            "gpucluster-stall-detector-writes-only-its-restart-record",
+        ),
+        "the stall detector gives a JobSet a finalizer (it could never be deleted)": (
+            stall,
+            ["patch", "jobset", "stall-target", "-n", team.namespace, "--type=merge", "-p",
+             json.dumps({"metadata": {"finalizers": ["example.com/forever"]}})],
+            None,
+            "gpucluster-stall-detector-writes-only-its-restart-record",
+        ),
+    }  # fmt: skip
+    local_stack.apply(jobset)
+    try:
+        for what, (user, args, body, rule) in writes.items():
+            sent = None if body is None else json.dumps(body)
+            proc = local_stack.run("kubectl", *args, "--dry-run=server", "--as", user, input=sent, check=False)
+            assert proc.returncode != 0, f"{what}: the API server would take it"
+            assert rule in proc.stderr, (what, proc.stderr)
+        # Its own slice (labelled as ours) is taken: the rule bounds the provider, it does not stop it.
+        ours = hijack | {
+            "metadata": hijack["metadata"]
+            | {
+                "labels": {
+                    "kubernetes.io/service-name": "anything",
+                    ENDPOINT_SLICE_MANAGED_BY_LABEL: BURST_ENDPOINTS_MANAGER,
+                }
+            }
+        }
+        proc = local_stack.run(
+            "kubectl", "create", "-f", "-", "--dry-run=server", "--as", provider, input=json.dumps(ours), check=False
+        )
+        assert proc.returncode == 0, proc.stderr
+    finally:
+        local_stack.kubectl(
+            "delete", "jobset", "stall-target", "-n", team.namespace, "--ignore-not-found", "--wait=true"
+        )
+    # What the provider's RBAC gives it: nothing of nodes, of team namespaces or of pods' lives.
+    for verb, resource, namespace, answer in [
+        ("patch", "pods", infer, "yes"),
+        ("delete", "pods", infer, "no"),
+        ("create", "pods", infer, "no"),
+        ("get", "secrets", team.namespace, "no"),
+        ("patch", "nodes", "", "no"),
+        ("patch", "jobsets.jobset.x-k8s.io", team.namespace, "no"),
+    ]:
+        where = ["-n", namespace] if namespace else []
+        can = local_stack.run("kubectl", "auth", "can-i", verb, resource, *where, "--as", provider, check=False)
         assert can.stdout.strip() == answer, (verb, resource, namespace, can.stdout)
 
 
