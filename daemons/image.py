@@ -26,6 +26,7 @@ DAEMON_MODULES = (
     "daemons.fabric_exporter.__main__",
     "daemons.burst_provider.__main__",
     *(f"{spec.module}.__main__" for spec in CONTROLLERS),
+    "daemons.checkpoint_verifier.check",
     "daemons.burst_provider.providers.fake",
     "daemons.burst_provider.providers.runpod",
     "daemons.burst_provider.providers.kubernetes.provider",

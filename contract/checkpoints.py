@@ -1,0 +1,42 @@
+"""The checkpoint layout contract: what a job writes under its checkpoint directory, and what the verifier reads.
+
+A job writes each checkpoint into a directory of its own under ``GPUCLUSTER_CHECKPOINT_DIR``
+(``/checkpoints/<jobset name>``), named for its step: the step is the directory name's last run of digits
+(``step-1200``, torchtitan's ``step-1200``, Megatron's ``iter_0001200``, Hugging Face's ``checkpoint-1200``). The
+formats, each recognised by the file that says the checkpoint is complete:
+
+- **PyTorch Distributed Checkpoint** (``torch.distributed.checkpoint.save`` with its ``FileSystemWriter``): shard
+  files (``__<rank>_<n>.distcp``) and ``.metadata``, written last, by rank 0, after every rank's shards. The metadata
+  names, for every tensor chunk and byte blob, the file it lies in, its offset and its length: the verifier checks
+  each file exists and is long enough. torchtitan, torchtune and nvidia-resiliency-ext's async checkpointing write
+  this format.
+- Others map by naming the file that commits the checkpoint and the files it lists: Megatron's ``torch_dist``
+  format is DCP (its ``metadata.json`` beside ``.metadata``); Orbax writes ``_CHECKPOINT_METADATA`` after its
+  ``commit_success`` file; a job of its own format writes the manifest below and nothing else is needed.
+
+The **manifest** (optional, any format): ``gpucluster-manifest.json`` in the checkpoint's directory, written after
+every file it names, ``{"step": <int>, "files": [{"path": <relative path>, "size": <bytes>, "sha256": <hex>}]}``.
+With it the verifier also checks every named file's size and SHA-256; without it, DCP's own metadata is all there is
+(sizes, no hashes).
+"""
+
+from __future__ import annotations
+
+import re
+
+#: DCP's metadata file, written last (``torch.distributed.checkpoint.filesystem``'s ``.metadata``).
+DCP_METADATA = ".metadata"
+#: DCP's shard files: ``__<rank>_<n>.distcp``.
+DCP_SHARD_SUFFIX = ".distcp"
+#: The optional manifest a job's save helper writes after every file it names.
+MANIFEST = "gpucluster-manifest.json"
+#: The largest metadata or manifest file the verifier reads (a 512-GPU job's DCP metadata is a few MB).
+MAX_INDEX_BYTES = 256 * 1024 * 1024
+
+_STEP = re.compile(r"(\d+)(?!.*\d)")
+
+
+def step_of(directory: str) -> int | None:
+    """The step a checkpoint directory's name says (its last run of digits); None when it names none."""
+    found = _STEP.search(directory)
+    return int(found.group(1)) if found else None

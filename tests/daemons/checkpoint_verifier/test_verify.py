@@ -1,0 +1,147 @@
+"""The verdict on one checkpoint directory: every corruption class caught on a copy of a real DCP checkpoint
+(torch 2.15.0's, ``tests/fixtures/dcp/``), each with the good checkpoint it was made from taken."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from contract.checkpoints import MANIFEST
+from daemons.checkpoint_verifier.check import main
+from daemons.checkpoint_verifier.files import read_listing
+from daemons.checkpoint_verifier.verify import ManifestError, Problem, judge, read_manifest
+
+CAPTURED = Path(__file__).resolve().parents[2] / "fixtures" / "dcp" / "torch-2.15.0"
+
+
+def copy(tmp: Path, step: str = "step-100") -> Path:
+    return Path(shutil.copytree(CAPTURED / step, tmp / step))
+
+
+def write_manifest(directory: Path, step: int) -> None:
+    """What a job's save helper writes after its files: each file's path, size and SHA-256."""
+    files = [
+        {"path": p.name, "size": p.stat().st_size, "sha256": hashlib.sha256(p.read_bytes()).hexdigest()}
+        for p in sorted(directory.iterdir())
+        if p.name != MANIFEST
+    ]
+    (directory / MANIFEST).write_text(json.dumps({"step": step, "files": files}))
+
+
+@pytest.mark.parametrize("step", ["step-100", "step-200", "step-300"])
+def test_every_real_checkpoint_counts_with_and_without_a_manifest(tmp_path: Path, step: str) -> None:
+    directory = copy(tmp_path, step)
+    bare = judge(read_listing(directory), last_verified=None)
+    assert bare.ok, bare.summary()
+    assert bare.hashed == 0
+    write_manifest(directory, int(step.split("-")[1]))
+    hashed = judge(read_listing(directory), last_verified=int(step.split("-")[1]) - 1)
+    assert hashed.ok, hashed.summary()
+    assert hashed.hashed == len(list(directory.iterdir())) - 1
+
+
+def _remove(name: str) -> Callable[[Path], None]:
+    return lambda d: (d / name).unlink()
+
+
+def _truncate(name: str) -> Callable[[Path], None]:
+    def cut(d: Path) -> None:
+        data = (d / name).read_bytes()
+        (d / name).write_bytes(data[:-1])
+
+    return cut
+
+
+def _flip_byte(d: Path) -> None:
+    """Same size, one byte changed: only a hash sees it."""
+    write_manifest(d, 100)
+    data = bytearray((d / "__1_0.distcp").read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    (d / "__1_0.distcp").write_bytes(bytes(data))
+
+
+def _no_shards(d: Path) -> None:
+    for shard in d.glob("*.distcp"):
+        shard.unlink()
+
+
+def _shard_is_a_link(d: Path) -> None:
+    (d / "__1_0.distcp").rename(d.parent / "elsewhere")
+    (d / "__1_0.distcp").symlink_to(d.parent / "elsewhere")
+
+
+#: Each corruption class (the bench's), made from the good step-100, and the problem it must be caught as.
+CORRUPTIONS: dict[str, tuple[Callable[[Path], None], Problem]] = {
+    "missing shard": (_remove("__1_0.distcp"), Problem.MISSING_SHARD),
+    "truncated shard (one byte short)": (_truncate("__0_0.distcp"), Problem.TRUNCATED_SHARD),
+    "metadata without shards": (_no_shards, Problem.METADATA_WITHOUT_SHARDS),
+    "hash mismatch": (_flip_byte, Problem.HASH_MISMATCH),
+    "partial directory (the save never wrote its metadata)": (_remove(".metadata"), Problem.PARTIAL_DIRECTORY),
+    "unreadable metadata": (_truncate(".metadata"), Problem.UNREADABLE_METADATA),
+    "a shard that is a symbolic link": (_shard_is_a_link, Problem.MISSING_SHARD),
+    "a manifest of another step": (lambda d: write_manifest(d, 90), Problem.STALE_STEP),
+    "an unreadable manifest": (lambda d: (d / MANIFEST).write_text("{"), Problem.UNREADABLE_MANIFEST),
+}
+
+
+@pytest.mark.parametrize("corruption", list(CORRUPTIONS))
+def test_each_corruption_is_caught_as_its_class(tmp_path: Path, corruption: str) -> None:
+    spoil, problem = CORRUPTIONS[corruption]
+    directory = copy(tmp_path)
+    assert judge(read_listing(directory), last_verified=None).ok
+    spoil(directory)
+    verdict = judge(read_listing(directory), last_verified=None)
+    assert not verdict.ok
+    assert problem in {f.problem for f in verdict.findings}, verdict.summary()
+    assert "refused" in verdict.summary()
+
+
+@pytest.mark.parametrize(("last", "ok"), [(None, True), (99, True), (100, False), (150, False)])
+def test_a_step_counts_only_when_newer_than_the_last_verified(tmp_path: Path, last: int | None, ok: bool) -> None:
+    verdict = judge(read_listing(copy(tmp_path)), last_verified=last)
+    assert verdict.ok is ok
+    if not ok:
+        assert [f.problem for f in verdict.findings] == [Problem.STALE_STEP]
+
+
+def test_a_directory_that_names_no_step_is_refused(tmp_path: Path) -> None:
+    directory = Path(shutil.copytree(CAPTURED / "step-100", tmp_path / "latest"))
+    verdict = judge(read_listing(directory), last_verified=None)
+    assert [f.problem for f in verdict.findings] == [Problem.STALE_STEP]
+    assert "'latest' names no step" in verdict.summary()
+
+
+@pytest.mark.parametrize(
+    ("doc", "words"),
+    [
+        ("[]", "is not a JSON object"),
+        ('{"step": -1, "files": [{"path": "a", "size": 1, "sha256": "' + "0" * 64 + '"}]}', "step is -1"),
+        ('{"step": 1, "files": []}', "files is not a list of files"),
+        ('{"step": 1, "files": [{"path": "../a", "size": 1, "sha256": "' + "0" * 64 + '"}]}', r"files\[0\]\.path"),
+        ('{"step": 1, "files": [{"path": "a", "size": true, "sha256": "' + "0" * 64 + '"}]}', r"files\[0\]\.size"),
+        ('{"step": 1, "files": [{"path": "a", "size": 1, "sha256": "XYZ"}]}', r"files\[0\]\.sha256"),
+    ],
+)
+def test_a_manifest_that_does_not_read_is_refused_naming_the_field(doc: str, words: str) -> None:
+    with pytest.raises(ManifestError, match=words):
+        read_manifest(doc.encode())
+
+
+def test_the_command_prints_the_verdict_and_exits_by_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    directory = copy(tmp_path)
+    assert main([str(directory)]) == 0
+    good = json.loads(capsys.readouterr().out)
+    assert good["ok"] is True
+    assert good["step"] == 100
+    assert good["findings"] == []
+    (directory / "__0_0.distcp").unlink()
+    assert main([str(directory), "--last-verified-step", "50"]) == 1
+    bad = json.loads(capsys.readouterr().out)
+    assert bad["findings"] == [{"problem": "missing-shard", "detail": "__0_0.distcp (named by .metadata) is not there"}]
+    assert main([str(tmp_path / "absent")]) == 2
+    assert "is not a directory this pod can read" in capsys.readouterr().err
