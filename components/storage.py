@@ -1,6 +1,7 @@
 """Checkpoints and datasets on the parallel filesystem, and how often to checkpoint.
 
-Driver-agnostic: Lustre, WEKA, VAST, GPFS/Spectrum Scale or NFS, each reached through its CSI driver — either a
+Driver-agnostic: Lustre, WEKA, VAST, GPFS/Spectrum Scale, NFS or CephFS (ceph-csi: its cluster, filesystem and
+Secrets from ``storage.ceph``), each reached through its CSI driver — either a
 StorageClass that provisions volumes (``mode: dynamic``) or pre-created filesets bound as static
 PersistentVolumes (``mode: static``). Every training namespace gets a ``checkpoints`` and a ``datasets`` claim,
 both ReadWriteMany so every rank of a gang mounts the same tree; checkpoints are retained when a claim goes.
@@ -74,7 +75,7 @@ class Storage(pulumi.ComponentResource):
             f"{name}-class",
             metadata={"name": s.storage_class_name, "labels": labels},
             provisioner=s.provisioner,
-            parameters=dict(s.parameters) or None,
+            parameters={**s.parameters, **(s.ceph.storage_class_parameters() if s.ceph else {})} or None,
             mount_options=list(s.mount_options) or None,
             reclaim_policy="Retain",
             volume_binding_mode="Immediate",
@@ -93,6 +94,9 @@ class Storage(pulumi.ComponentResource):
                 volume_name = None
                 if s.mode == "static":
                     volume_name = f"{s.storage_class_name}-{ns}-{claim_name}"
+                    handle = f"{s.volume_handle_prefix}/{ns}/{claim_name}"
+                    attributes = {**s.volume_attributes, **(s.ceph.static_volume_attributes(handle) if s.ceph else {})}
+                    node_secret = s.ceph.node_secret if s.ceph else None
                     self.volumes[key] = k8s.core.v1.PersistentVolume(
                         f"{name}-pv-{ns}-{claim_name}",
                         metadata=k8s.meta.v1.ObjectMetaArgs(name=volume_name, labels=labels),
@@ -105,8 +109,13 @@ class Storage(pulumi.ComponentResource):
                             claim_ref=k8s.core.v1.ObjectReferenceArgs(namespace=ns, name=claim_name),
                             csi=k8s.core.v1.CSIPersistentVolumeSourceArgs(
                                 driver=s.provisioner,
-                                volume_handle=f"{s.volume_handle_prefix}/{ns}/{claim_name}",
-                                volume_attributes=dict(s.volume_attributes) or None,
+                                volume_handle=handle,
+                                volume_attributes=attributes or None,
+                                node_stage_secret_ref=k8s.core.v1.SecretReferenceArgs(
+                                    name=node_secret.name, namespace=node_secret.namespace
+                                )
+                                if node_secret
+                                else None,
                                 read_only=claim.read_only,
                             ),
                         ),

@@ -7,16 +7,72 @@ namespace; and the inputs of the Young/Daly checkpoint interval (:func:`checkpoi
 from __future__ import annotations
 
 import math
+import posixpath
+import re
+from collections.abc import Iterator
 from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import AfterValidator, Field
 
-from contract.model import ByteQuantity, ConfigModel, DnsLabel
+from contract.model import ByteQuantity, ConfigModel, DnsLabel, DnsSubdomain, Problem
 
-StorageDriver = Literal["lustre", "weka", "vast", "gpfs", "nfs"]
+StorageDriver = Literal["lustre", "weka", "vast", "gpfs", "nfs", "cephfs"]
 
 #: Parameters each driver's StorageClass cannot work without (dynamic provisioning).
 DRIVER_PARAMETERS: dict[str, tuple[str, ...]] = {"nfs": ("server", "share")}
+
+
+_CEPH_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+
+def _ceph_name(value: str) -> str:
+    if not _CEPH_NAME.match(value):
+        raise ValueError("letters, digits, '.', '_' and '-', starting with a letter or digit, at most 128")
+    return value
+
+
+CephName = Annotated[str, AfterValidator(_ceph_name)]
+#: ceph-csi's drivers for CephFS: its own deployment's, or Rook's ``<operator namespace>.cephfs.csi.ceph.com``.
+CEPHFS_PROVISIONER = re.compile(r"^([a-z0-9-]+\.)?cephfs\.csi\.ceph\.com$")
+
+
+class SecretRef(ConfigModel):
+    """A Secret the CSI driver reads (ceph-csi: ``userID``/``userKey``, or ``adminID``/``adminKey``)."""
+
+    name: DnsSubdomain
+    namespace: DnsLabel
+
+
+class CephSettings(ConfigModel):
+    """CephFS through ceph-csi: which Ceph cluster and filesystem, and the Secrets holding its Ceph users' keys.
+
+    The StorageClass (dynamic) and each static PersistentVolume get from here what ceph-csi reads: ``clusterID`` and
+    ``fsName``; the provisioner's Secret (creating and expanding subvolumes: an admin or a user with the ``fs
+    subvolume`` caps) and the node's (mounting them). A static volume's ``rootPath`` is its volume handle
+    (``<volumeHandlePrefix>/<namespace>/<claim>``: a directory or subvolume path in the filesystem).
+    """
+
+    #: The key of the cluster in ceph-csi's config map (the cluster's fsid, or Rook's namespace).
+    cluster_id: CephName = Field(alias="clusterID")
+    fs_name: CephName
+    provisioner_secret: SecretRef
+    node_secret: SecretRef
+
+    def storage_class_parameters(self) -> dict[str, str]:
+        prov, node = self.provisioner_secret, self.node_secret
+        return {
+            "clusterID": self.cluster_id,
+            "fsName": self.fs_name,
+            "csi.storage.k8s.io/provisioner-secret-name": prov.name,
+            "csi.storage.k8s.io/provisioner-secret-namespace": prov.namespace,
+            "csi.storage.k8s.io/controller-expand-secret-name": prov.name,
+            "csi.storage.k8s.io/controller-expand-secret-namespace": prov.namespace,
+            "csi.storage.k8s.io/node-stage-secret-name": node.name,
+            "csi.storage.k8s.io/node-stage-secret-namespace": node.namespace,
+        }
+
+    def static_volume_attributes(self, root_path: str) -> dict[str, str]:
+        return {"clusterID": self.cluster_id, "fsName": self.fs_name, "staticVolume": "true", "rootPath": root_path}
 
 
 class Claim(ConfigModel):
@@ -62,6 +118,42 @@ class StorageSettings(ConfigModel):
     checkpoints: Claim = Claim(size="50Ti")
     datasets: Claim = Claim(size="200Ti", read_only=True)
     checkpointing: Checkpointing = Checkpointing()
+    #: driver cephfs: the Ceph cluster, filesystem and Secrets (and only then).
+    ceph: CephSettings | None = None
+
+    def rule_problems(self) -> Iterator[Problem]:
+        if self.driver == "cephfs":
+            yield from self._ceph_problems()
+        elif self.ceph is not None:
+            yield Problem(("ceph",), f"only applies to driver cephfs, not {self.driver}", None)
+        yield from super().rule_problems()
+
+    def _ceph_problems(self) -> Iterator[Problem]:
+        if self.ceph is None:
+            yield Problem(("ceph",), "driver cephfs needs it: clusterID, fsName, provisionerSecret, nodeSecret", None)
+            return
+        if not CEPHFS_PROVISIONER.match(self.provisioner):
+            yield Problem(
+                ("provisioner",),
+                "driver cephfs is ceph-csi's: cephfs.csi.ceph.com, or Rook's <namespace>.cephfs.csi.ceph.com",
+                self.provisioner,
+            )
+        # One home for each: ceph sets them, the free-form maps may not say them again.
+        for key in sorted(set(self.parameters) & set(self.ceph.storage_class_parameters())):
+            yield Problem(("parameters", key), "is set from ceph: say it there", self.parameters[key])
+        for key in sorted(set(self.volume_attributes) & set(self.ceph.static_volume_attributes("/"))):
+            yield Problem(("volumeAttributes", key), "is set from ceph: say it there", self.volume_attributes[key])
+        prefix = self.volume_handle_prefix
+        if (
+            self.mode == "static"
+            and prefix is not None
+            and not (posixpath.isabs(prefix) and ".." not in prefix.split("/"))
+        ):
+            yield Problem(
+                ("volumeHandlePrefix",),
+                "driver cephfs: an absolute path in the filesystem (each claim's rootPath is under it)",
+                prefix,
+            )
 
 
 def checkpoint_interval_seconds(write_seconds: float, mtbf_seconds: float) -> float:

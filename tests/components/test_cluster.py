@@ -13,8 +13,9 @@ from components.cluster import GpuCluster, GpuClusterArgs
 from components.config import StackConfig, load_stack_file, parse_stack_config, read_stack_file
 from components.descheduler import DeschedulerArgs
 from components.queues import QueuesArgs, kueue_manager_config
-from components.storage import StorageArgs, checkpoint_cadence_minutes
+from components.storage import Storage, StorageArgs, checkpoint_cadence_minutes
 from contract.constants import ENVIRONMENT_LABEL
+from contract.storage_settings import StorageSettings
 from policies.common import WORKLOAD_TYPES
 from policies.images import prod_images_by_digest
 from tests.policies.support import check_resource
@@ -244,6 +245,38 @@ def test_static_storage_binds_each_claim_to_its_own_retained_pv(prod: Graph) -> 
     pvc = prod.one("kubernetes:core/v1:PersistentVolumeClaim", "prod-storage-pvc-team-video-checkpoints")
     assert pvc.inputs["spec"]["volumeName"] == pv.inputs["metadata"]["name"]
     assert prod.depends_on(pvc, pv)
+
+
+_CEPH = {
+    "driver": "cephfs",
+    "provisioner": "rook-ceph.cephfs.csi.ceph.com",
+    "ceph": {
+        "clusterID": "rook-ceph",
+        "fsName": "ckpt",
+        "provisionerSecret": {"name": "rook-csi-cephfs-provisioner", "namespace": "rook-ceph"},
+        "nodeSecret": {"name": "rook-csi-cephfs-node", "namespace": "rook-ceph"},
+    },
+}
+
+
+def test_cephfs_storage_class_and_static_volumes_carry_what_ceph_csi_reads() -> None:
+    dynamic = deploy(lambda: Storage("ceph", StorageArgs(StorageSettings.model_validate(_CEPH), ["team-a"])))
+    params = dynamic.one("kubernetes:storage.k8s.io/v1:StorageClass", "ceph-class").inputs["parameters"]
+    assert params["clusterID"] == "rook-ceph"
+    assert params["fsName"] == "ckpt"
+    assert params["csi.storage.k8s.io/node-stage-secret-name"] == "rook-csi-cephfs-node"
+    assert params["csi.storage.k8s.io/controller-expand-secret-name"] == "rook-csi-cephfs-provisioner"
+    static_settings = StorageSettings.model_validate({**_CEPH, "mode": "static", "volumeHandlePrefix": "/volumes/gpu"})
+    static = deploy(lambda: Storage("ceph", StorageArgs(static_settings, ["team-a"])))
+    csi = static.one("kubernetes:core/v1:PersistentVolume", "ceph-pv-team-a-checkpoints").inputs["spec"]["csi"]
+    assert csi["volumeHandle"] == "/volumes/gpu/team-a/checkpoints"
+    assert csi["volumeAttributes"] == {
+        "clusterID": "rook-ceph",
+        "fsName": "ckpt",
+        "staticVolume": "true",
+        "rootPath": "/volumes/gpu/team-a/checkpoints",
+    }
+    assert csi["nodeStageSecretRef"] == {"name": "rook-csi-cephfs-node", "namespace": "rook-ceph"}
 
 
 def test_checkpoint_cadence_is_exported(prod_cfg: StackConfig, local: Graph) -> None:

@@ -7,7 +7,7 @@ import math
 import pytest
 from pydantic import ValidationError
 
-from contract.storage_settings import Checkpointing, checkpoint_interval_seconds, predicted_ettr
+from contract.storage_settings import Checkpointing, StorageSettings, checkpoint_interval_seconds, predicted_ettr
 
 HOUR = 3600.0
 
@@ -62,3 +62,68 @@ def test_a_prior_out_of_range_is_refused_naming_the_field(field: str, value: flo
     with pytest.raises(ValidationError, match=field):
         Checkpointing.model_validate({field: value})
     Checkpointing.model_validate({field: 1})
+
+
+# --- CephFS (ceph-csi) ------------------------------------------------------------------------------------------
+
+CEPH = {
+    "clusterID": "b9127830-b0cc-4e34-aa47-9d1a2e9949a8",
+    "fsName": "ckpt",
+    "provisionerSecret": {"name": "csi-cephfs-provisioner", "namespace": "ceph-csi"},
+    "nodeSecret": {"name": "csi-cephfs-node", "namespace": "ceph-csi"},
+}
+CEPHFS = {"driver": "cephfs", "provisioner": "cephfs.csi.ceph.com", "ceph": CEPH}
+
+
+def test_cephfs_gives_ceph_csi_its_cluster_filesystem_and_secrets() -> None:
+    dynamic = StorageSettings.model_validate(CEPHFS)
+    assert dynamic.ceph is not None
+    assert dynamic.ceph.storage_class_parameters() == {
+        "clusterID": CEPH["clusterID"],
+        "fsName": "ckpt",
+        "csi.storage.k8s.io/provisioner-secret-name": "csi-cephfs-provisioner",
+        "csi.storage.k8s.io/provisioner-secret-namespace": "ceph-csi",
+        "csi.storage.k8s.io/controller-expand-secret-name": "csi-cephfs-provisioner",
+        "csi.storage.k8s.io/controller-expand-secret-namespace": "ceph-csi",
+        "csi.storage.k8s.io/node-stage-secret-name": "csi-cephfs-node",
+        "csi.storage.k8s.io/node-stage-secret-namespace": "ceph-csi",
+    }
+    rook = {**CEPHFS, "provisioner": "rook-ceph.cephfs.csi.ceph.com", "mode": "static", "volumeHandlePrefix": "/gpu"}
+    static = StorageSettings.model_validate(rook)
+    assert static.ceph is not None
+    assert static.ceph.static_volume_attributes("/gpu/team-a/checkpoints") == {
+        "clusterID": CEPH["clusterID"],
+        "fsName": "ckpt",
+        "staticVolume": "true",
+        "rootPath": "/gpu/team-a/checkpoints",
+    }
+
+
+@pytest.mark.parametrize(
+    ("change", "where", "words"),
+    [
+        ({"ceph": None}, "ceph", "driver cephfs needs it"),
+        ({"driver": "lustre", "provisioner": "lustre.csi.example.com"}, "ceph", "only applies to driver cephfs"),
+        ({"provisioner": "nfs.csi.k8s.io"}, "provisioner", "ceph-csi's"),
+        ({"parameters": {"fsName": "other"}}, "parameters.fsName", "is set from ceph"),
+        ({"mode": "static", "volumeHandlePrefix": "gpu/teams"}, "volumeHandlePrefix", "an absolute path"),
+        ({"mode": "static", "volumeHandlePrefix": "/gpu/../etc"}, "volumeHandlePrefix", "an absolute path"),
+        ({"ceph": {**CEPH, "fsName": "ckpt fs"}}, "ceph.fsName", "letters, digits"),
+        ({"ceph": {**CEPH, "clusterID": ""}}, "ceph.clusterID", "letters, digits"),
+        (
+            {"ceph": {**CEPH, "nodeSecret": {"name": "Node_Secret", "namespace": "ceph-csi"}}},
+            "ceph.nodeSecret.name",
+            "",
+        ),
+        ({"ceph": {k: v for k, v in CEPH.items() if k != "provisionerSecret"}}, "ceph.provisionerSecret", "required"),
+    ],
+)
+def test_a_cephfs_setting_that_ceph_csi_could_not_use_is_refused_at_its_key(
+    change: dict[str, object], where: str, words: str
+) -> None:
+    doc = {k: v for k, v in {**CEPHFS, **change}.items() if v is not None}
+    with pytest.raises(ValidationError) as refused:
+        StorageSettings.model_validate(doc)
+    errors = refused.value.errors()
+    assert where in {".".join(str(p) for p in e["loc"]) for e in errors}, errors
+    assert any(words in e["msg"] for e in errors), errors
