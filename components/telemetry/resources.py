@@ -194,7 +194,8 @@ class FabricExporterArgs:
 
 
 def fabric_pod_spec(settings: TelemetrySettings) -> dict[str, Any]:
-    """Pod spec of the exporter: /sys read-only, NVML through the NVIDIA runtime, no API token, no privileges."""
+    """Pod spec of the exporter: /sys and the kubelet's volumes read-only, NVML through the NVIDIA runtime, no API
+    token, no privileges."""
     f = settings.fabric_exporter
     spec: dict[str, Any] = {
         "serviceAccountName": FABRIC_APP,
@@ -212,7 +213,7 @@ def fabric_pod_spec(settings: TelemetrySettings) -> dict[str, Any]:
                     f"--port={f.port}",
                     # The pod's own address only (Kubernetes expands $(POD_IP) from the env below).
                     "--listen-address=$(POD_IP)",
-                    "--collectors=infiniband,nvlink",
+                    "--collectors=infiniband,nvlink,filesystem",
                 ],
                 "env": [
                     {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
@@ -244,12 +245,21 @@ def fabric_pod_spec(settings: TelemetrySettings) -> dict[str, Any]:
                     # lockdown: the GPU Operator's, or the nvidia_container_toolkit role's), the toolkit passes the
                     # GPUs a container names by a mount here instead, as the device plugin does: every GPU, for NVML.
                     {"name": "all-gpus", "mountPath": GPU_DEVICE_LIST_DIR + "/all", "readOnly": True},
+                    # The volumes the kubelet mounts for pods appear in the exporter's own mount table (and so in
+                    # /proc/self/mountstats, with the NFS client's counters) as they come and go.
+                    {
+                        "name": "kubelet",
+                        "mountPath": "/host/kubelet",
+                        "readOnly": True,
+                        "mountPropagation": "HostToContainer",
+                    },
                 ],
             }
         ],
         "volumes": [
             {"name": "sys", "hostPath": {"path": "/sys", "type": "Directory"}},
             {"name": "all-gpus", "hostPath": {"path": "/dev/null", "type": "CharDevice"}},
+            {"name": "kubelet", "hostPath": {"path": "/var/lib/kubelet", "type": "Directory"}},
         ],
         "terminationGracePeriodSeconds": 10,
     }

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 
 from daemons.fabric_exporter.collectors import (
     FabricCollector,
+    FilesystemCollector,
     InfinibandCollector,
     NvlinkCollector,
     SubCollector,
@@ -37,7 +38,8 @@ DRAIN_SECONDS = 20.0
 def build_parser() -> argparse.ArgumentParser:
     p = daemon_parser(
         "gpucluster-fabric-exporter",
-        "Export InfiniBand port counters (from sysfs) and NVLink state/error counters (from NVML) for Prometheus. "
+        "Export InfiniBand port counters (from sysfs), NVLink state/error counters (from NVML) and the filesystem "
+        "clients' reads, writes and RPC errors (NFS mountstats, Lustre llite stats) for Prometheus. "
         "Every metric is prefixed gpucluster_fabric_; gpucluster_fabric_collector_success{collector} is 0 when a "
         "collector failed.",
     )
@@ -51,7 +53,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--collectors",
         default="infiniband,nvlink",
-        help="comma-separated collectors to run: infiniband, nvlink",
+        help="comma-separated collectors to run: infiniband, nvlink, filesystem",
+    )
+    p.add_argument(
+        "--mountstats",
+        default="/proc/self/mountstats",
+        help="the NFS client's per-mount statistics (filesystem collector): the exporter's own, which lists the "
+        "kubelet's volume mounts when the pod mounts the kubelet's directory with HostToContainer propagation",
+    )
+    p.add_argument(
+        "--lustre-llite-dirs",
+        default="/proc/fs/lustre/llite",
+        help="comma-separated directories holding Lustre's llite/<fsname>-<instance>/stats (filesystem collector; "
+        "an absent directory: no Lustre client)",
     )
     p.add_argument(
         "--node-name",
@@ -98,9 +112,9 @@ def build_collectors(
 ) -> tuple[list[SubCollector], NvlinkCollector | None, dict[str, str]]:
     const_labels = {"node": args.node_name} if args.node_name else {}
     wanted = [c.strip() for c in args.collectors.split(",") if c.strip()]
-    unknown = sorted(set(wanted) - {"infiniband", "nvlink"})
+    unknown = sorted(set(wanted) - {"infiniband", "nvlink", "filesystem"})
     if unknown or not wanted:
-        parser.error(f"--collectors: unknown or empty {unknown or wanted}; choose from infiniband, nvlink")
+        parser.error(f"--collectors: unknown or empty {unknown or wanted}; choose from infiniband, nvlink, filesystem")
     subs: list[SubCollector] = []
     nvlink: NvlinkCollector | None = None
     for flag, value in (("--expected-hcas", args.expected_hcas), ("--expected-gpus", args.expected_gpus)):
@@ -119,6 +133,9 @@ def build_collectors(
             api = PynvmlApi()
         nvlink = NvlinkCollector(api, const_labels, expected_devices=args.expected_gpus)
         subs.append(nvlink)
+    if "filesystem" in wanted:
+        llite = [d.strip() for d in args.lustre_llite_dirs.split(",") if d.strip()]
+        subs.append(FilesystemCollector(args.mountstats, llite, const_labels))
     return subs, nvlink, const_labels
 
 

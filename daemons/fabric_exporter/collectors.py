@@ -1,4 +1,5 @@
-"""prometheus_client custom collectors: InfiniBand (sysfs), NVLink (NVML) and the per-collector health.
+"""prometheus_client custom collectors: InfiniBand (sysfs), NVLink (NVML), the filesystems' clients (NFS
+mountstats, Lustre llite) and the per-collector health.
 
 Per collector and scrape: ``collector_success`` (0 when anything failed), ``collector_problems`` (how many),
 ``collector_errors_total{kind}`` (every problem so far, by kind: unreadable, malformed, out_of_range,
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import resource
 import threading
 import time
@@ -24,9 +26,11 @@ from prometheus_client.registry import Collector
 
 from daemons.fabric_exporter import METRIC_PREFIX
 from daemons.fabric_exporter.families import Family, TextRenderer
+from daemons.fabric_exporter.filesystems import NFS_OPS, parse_llite_stats, parse_mountstats
 from daemons.fabric_exporter.infiniband import (
     DEVICES_MISSING,
     FAILED,
+    MALFORMED,
     MAX_COUNTER,
     OUT_OF_RANGE,
     PROBLEM_KINDS,
@@ -42,6 +46,9 @@ from daemons.toolkit.logs import OnceLogger
 
 log = logging.getLogger("fabric_exporter")
 NVL = f"{METRIC_PREFIX}_nvlink"
+FS = f"{METRIC_PREFIX}_filesystem"
+#: The largest mountstats or llite stats file read (a node with thousands of mounts stays well under it).
+MAX_STATS_BYTES = 16 * 1024 * 1024
 
 
 #: Most GPUs one node can report; NVML answering more is not believed.
@@ -233,6 +240,86 @@ class NvlinkCollector:
             supported.add((index, uuid, *extra_values), 1.0 if has_nvlink else 0.0)
         problems += _missing(len(devices), self.expected_devices, "nvml", "GPUs", "--expected-gpus")
         return CollectResult([supported, up, speed, errors], problems, len(devices))
+
+
+def _read_text(path: str) -> str:
+    with open(path, "rb") as f:
+        return f.read(MAX_STATS_BYTES).decode("utf-8", "replace")
+
+
+class FilesystemCollector:
+    """Per NFS export and Lustre client instance: the bytes applications read and wrote, and NFS's per-RPC calls,
+    major timeouts, errors and round-trip time; ``devices`` is the filesystems found (0 on a node without any).
+
+    ``mountstats`` is the exporter's own (``/proc/self/mountstats``): the pod mounts the kubelet's directory with
+    ``HostToContainer`` propagation, so every volume the kubelet mounts for a pod shows here, counters and all.
+    ``llite_dirs`` are searched for ``<fsname>-<instance>/stats`` (an absent directory: no Lustre client).
+    """
+
+    name = "filesystem"
+    expected_devices = 0
+
+    def __init__(self, mountstats: str, llite_dirs: Sequence[str], const_labels: dict[str, str]) -> None:
+        self.mountstats = mountstats
+        self.llite_dirs = list(llite_dirs)
+        self.const_labels = const_labels
+
+    def collect(self) -> CollectResult:
+        extra_names, extra_values = tuple(self.const_labels), tuple(self.const_labels.values())
+        fs_labels = ("fstype", "filesystem", *extra_names)
+        op_labels = ("fstype", "filesystem", "op", *extra_names)
+        read = Family(f"{FS}_read_bytes", "counter", "Bytes applications read from the filesystem.", fs_labels)
+        written = Family(f"{FS}_write_bytes", "counter", "Bytes applications wrote to the filesystem.", fs_labels)
+        calls = Family(f"{FS}_rpc_calls", "counter", "NFS RPCs sent, by operation.", op_labels)
+        timeouts = Family(f"{FS}_rpc_timeouts", "counter", "NFS RPCs that timed out (major timeouts).", op_labels)
+        errors = Family(f"{FS}_rpc_errors", "counter", "NFS RPCs that ended in an error (kernel 5.x).", op_labels)
+        rtt = Family(f"{FS}_rpc_rtt_seconds", "counter", "Total round-trip time of NFS RPCs.", op_labels)
+        problems: list[FileProblem] = []
+        found = 0
+        try:
+            mounts, bad = parse_mountstats(_read_text(self.mountstats))
+        except OSError as e:
+            problems.append(FileProblem(self.mountstats, f"{self.mountstats}: {e.strerror or e}", UNREADABLE))
+            mounts, bad = [], []
+        problems += [FileProblem(p.where, p.reason, MALFORMED) for p in bad]
+        for m in mounts:
+            lv = (m.fstype, label_text(m.export), *extra_values)
+            read.add(lv, float(m.read_bytes + m.direct_read_bytes))
+            written.add(lv, float(m.write_bytes + m.direct_write_bytes))
+            for op in NFS_OPS:
+                stats = m.ops.get(op)
+                if stats is None:
+                    continue
+                ov = (m.fstype, label_text(m.export), op, *extra_values)
+                calls.add(ov, float(stats.calls))
+                timeouts.add(ov, float(stats.major_timeouts))
+                rtt.add(ov, stats.rtt_ms / 1000.0)
+                if stats.errors is not None:
+                    errors.add(ov, float(stats.errors))
+        found += len(mounts)
+        for directory in self.llite_dirs:
+            try:
+                instances = sorted(os.listdir(directory))
+            except FileNotFoundError:
+                continue
+            except OSError as e:
+                problems.append(FileProblem(directory, f"{directory}: {e.strerror or e}", UNREADABLE))
+                continue
+            for instance in instances:
+                path = os.path.join(directory, instance, "stats")
+                try:
+                    stats_l = parse_llite_stats(instance, _read_text(path))
+                except OSError as e:
+                    problems.append(FileProblem(path, f"{path}: {e.strerror or e}", UNREADABLE))
+                    continue
+                except ValueError as e:
+                    problems.append(FileProblem(path, str(e), MALFORMED))
+                    continue
+                lv = ("lustre", label_text(instance), *extra_values)
+                read.add(lv, float(stats_l.read_bytes))
+                written.add(lv, float(stats_l.write_bytes))
+                found += 1
+        return CollectResult([read, written, calls, timeouts, errors, rtt], problems, found)
 
 
 class FabricCollector(Collector):

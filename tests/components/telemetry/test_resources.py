@@ -129,6 +129,25 @@ def test_fabric_exporter_is_unprivileged_with_sys_read_only(with_operator: Graph
     assert ds.inputs["spec"]["template"]["metadata"]["annotations"] == {}
 
 
+def test_fabric_exporter_reads_the_filesystem_clients_of_the_volumes_the_kubelet_mounts(with_operator: Graph) -> None:
+    """The filesystem collector reads the exporter's own mountstats: the kubelet's directory, mounted with
+    HostToContainer propagation and read-only, brings every pod volume's NFS mount (and its counters) into it."""
+    pod = with_operator.one("kubernetes:apps/v1:DaemonSet", "tel-fabric-ds").inputs["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    collectors = next(a for a in container["args"] if a.startswith("--collectors="))
+    assert "filesystem" in collectors.removeprefix("--collectors=").split(",")
+    mount = next(m for m in container["volumeMounts"] if m["name"] == "kubelet")
+    assert mount == {
+        "name": "kubelet",
+        "mountPath": "/host/kubelet",
+        "readOnly": True,
+        "mountPropagation": "HostToContainer",
+    }
+    volume = next(v for v in pod["volumes"] if v["name"] == "kubelet")
+    assert volume["hostPath"] == {"path": "/var/lib/kubelet", "type": "Directory"}
+    assert container["securityContext"]["privileged"] is False  # HostToContainer needs no privilege
+
+
 def test_fabric_exporter_sees_the_gpus_on_a_node_that_ignores_the_env_in_unprivileged_containers(
     with_operator: Graph,
 ) -> None:
