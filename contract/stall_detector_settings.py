@@ -3,7 +3,8 @@ daemon's settings file.
 
 The detector (``gpucluster-stall-detector``, daemons/stall_detector/) restarts a running training gang in place
 when, for ``stallAfter``, every GPU of it shows tensor activity below ``tensorFloor``, its nodes move less than
-``fabricFloor`` over InfiniBand and the job reports no progress; it names the node to blame when one stands out,
+``fabricFloor`` over InfiniBand, they write less than ``storageFloor`` to their filesystems (a checkpoint being
+written is work) and the job reports no progress; it names the node to blame when one stands out,
 and exports the nodes named ``repeatCount`` times within ``repeatWindow`` for quarantine. Pure pydantic (no
 Pulumi): the daemon imports it.
 
@@ -16,6 +17,7 @@ Example (camelCase, as in the stack YAML)::
     quietMax: 30m        # the longest a declared quiet phase (checkpoint, eval, data) excuses idle GPUs
     tensorFloor: 0.05    # tensor pipe activity below which a GPU is idle
     fabricFloor: 1Mi     # bytes per second a node moves over the fabric below which it is silent
+    storageFloor: 1Mi    # bytes per second a node writes to its filesystems at which it is checkpointing
 """
 
 from __future__ import annotations
@@ -86,6 +88,9 @@ class StallDetectorSettings(ControllerSettings):
     tensor_floor: Annotated[float, Field(gt=0, lt=1)] = 0.05
     #: Bytes per second (a quantity: 1Mi) a node moves over InfiniBand, both ways, below which it is silent.
     fabric_floor: ByteQuantity = "1Mi"
+    #: Bytes per second a node of the gang writes to its filesystems (the fabric exporter's filesystem collector:
+    #: NFS and Lustre clients) at or above which the gang is busy, not stalled: a checkpoint being written.
+    storage_floor: ByteQuantity = "1Mi"
     #: A node of a stalled gang below this share of its peers' median tensor activity is a straggler.
     straggler_ratio: Annotated[float, Field(gt=0, lt=1)] = 0.8
     #: InfiniBand transport errors (hw_counters: local ACK timeouts, retries) within stallAfter that make a node
@@ -129,6 +134,10 @@ class StallDetectorSettings(ControllerSettings):
     @property
     def fabric_floor_bytes(self) -> float:
         return float(parse_quantity(self.fabric_floor))
+
+    @property
+    def storage_floor_bytes(self) -> float:
+        return float(parse_quantity(self.storage_floor))
 
 
 #: Validate already-parsed settings, or read a settings file: SettingsError lists every problem with its key path.

@@ -73,6 +73,8 @@ class Inputs:
     #: node -> GPUs with a new hardware XID; node -> share of the window its most throttled GPU was slowed.
     xids: Mapping[str, float] | None = None
     throttled: Mapping[str, float] | None = None
+    #: node -> bytes per second written to its filesystems.
+    storage: Mapping[str, float] | None = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -126,7 +128,12 @@ def readings_for(view: GangView, inputs: Inputs) -> Readings:
     fabric = None
     if inputs.fabric is not None:
         fabric = {n: inputs.fabric[n] for n in view.gang.nodes if n in inputs.fabric}
-    return Readings(tensor_active=tensor, fabric_bytes_per_s=fabric, progress=view.progress)
+    storage = None
+    if inputs.storage is not None:
+        storage = {n: inputs.storage[n] for n in view.gang.nodes if n in inputs.storage}
+    return Readings(
+        tensor_active=tensor, fabric_bytes_per_s=fabric, progress=view.progress, storage_write_bytes_per_s=storage
+    )
 
 
 def evidence_for(view: GangView, inputs: Inputs, verdict: Verdict) -> list[NodeEvidence]:
@@ -170,6 +177,7 @@ class Controller(Querying[StallDetectorSettings, Api, Metrics]):
             quiet_max_s=s.quiet_max_seconds,
             tensor_floor=s.tensor_floor,
             fabric_floor=s.fabric_floor_bytes,
+            storage_floor=s.storage_floor_bytes,
         )
         self.suspect_policy = SuspectPolicy(
             straggler_ratio=s.straggler_ratio,
@@ -218,13 +226,14 @@ class Controller(Querying[StallDetectorSettings, Api, Metrics]):
     def _inputs(self, window_s: float, unknown: dict[str, str]) -> Inputs:
         s = self.settings
         cycle = queries.cycle_queries(s.dcgm_scrape_job, s.fabric_scrape_job, s.workload_namespaces, window_s)
-        tmax, tmean, fabric, transport, link, xids, slowed = (
+        tmax, tmean, fabric, writes, transport, link, xids, slowed = (
             self._query(name, promql, unknown) for name, promql in cycle.items()
         )
         return Inputs(
             tensor_max=None if tmax is None else _by_pod_gpu(tmax),
             tensor_mean=None if tmean is None else _by_pod_gpu(tmean),
             fabric=None if fabric is None else _by_node(fabric),
+            storage=None if writes is None else _by_node(writes),
             transport=None if transport is None else _by_node(transport),
             link=None if link is None else _by_node(link),
             xids=None if xids is None else _by_node(xids),

@@ -10,7 +10,9 @@ A gang is *stalled* when, for ``stallAfter``, all of these hold at once:
    the window) below ``tensorFloor``;
 2. every one of its nodes moved less than ``fabricFloor`` bytes per second over the fabric (InfiniBand transmit and
    receive, the window's average);
-3. the job reported no progress: its step did not advance within the window (a job that never reports is judged
+3. every one of its nodes wrote less than ``storageFloor`` bytes per second to its filesystems (the NFS and Lustre
+   clients' write bytes, the window's average): a checkpoint being written is work, reported or not;
+4. the job reported no progress: its step did not advance within the window (a job that never reports is judged
    on 1 and 2 alone: progress is an optional contract).
 
 It is never stalled (verdicts in this order):
@@ -22,8 +24,8 @@ It is never stalled (verdicts in this order):
 * ``quiet``: the job declared a quiet phase (``checkpoint``, ``eval``, ``data``) that began less than
   ``quietMax`` ago: a checkpoint write or an evaluation keeps the tensor cores idle on purpose.
 * ``progressing``: the step advanced within ``stallAfter``.
-* ``busy``: a GPU above the tensor floor or a node above the fabric floor (a job that does not report progress
-  but computes or communicates).
+* ``busy``: a GPU above the tensor floor, a node above the fabric floor or one writing above the storage floor (a
+  job that does not report progress but computes, communicates or checkpoints).
 
 Otherwise ``stalled``, with the evidence as a sentence for the Event.
 """
@@ -31,7 +33,7 @@ Otherwise ``stalled``, with the evidence as a sentence for the Event.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 #: The phases a job may declare in its progress report during which idle GPUs are expected.
@@ -61,14 +63,18 @@ class Policy:
     tensor_floor: float
     #: Bytes per second a node moves over the fabric below which it is silent.
     fabric_floor: float
+    #: Bytes per second a node writes to its filesystems below which it is not checkpointing.
+    storage_floor: float = 1024.0 * 1024.0
 
     def __post_init__(self) -> None:
         if min(self.stall_after_s, self.startup_grace_s, self.quiet_max_s) <= 0:
             raise ValueError("stall_after_s, startup_grace_s and quiet_max_s must be longer than zero")
         if not 0 < self.tensor_floor < 1:
             raise ValueError(f"tensor_floor {self.tensor_floor} must be in (0, 1)")
-        if self.fabric_floor < 0:
-            raise ValueError(f"fabric_floor {self.fabric_floor} must not be negative")
+        if self.fabric_floor < 0 or self.storage_floor < 0:
+            raise ValueError(
+                f"fabric_floor {self.fabric_floor} and storage_floor {self.storage_floor} must not be negative"
+            )
 
 
 @dataclass(frozen=True)
@@ -108,6 +114,9 @@ class Readings:
     #: node -> the window's average fabric bytes per second (transmit + receive).
     fabric_bytes_per_s: Mapping[str, float] | None
     progress: Progress | None = None
+    #: node -> the window's average bytes per second written to its filesystems; a node absent wrote nothing there
+    #: (no network filesystem mounted, or no collector); None: the query failed.
+    storage_write_bytes_per_s: Mapping[str, float] | None = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -131,7 +140,8 @@ def judge(gang: Gang, readings: Readings, now: float, policy: Policy) -> Judgeme
     tensor, fabric = readings.tensor_active, readings.fabric_bytes_per_s
     if gang.running_since is None:
         return Judgement(Verdict.NOT_RUNNING, "not every pod of the gang runs")
-    if tensor is None or fabric is None:
+    storage = readings.storage_write_bytes_per_s
+    if tensor is None or fabric is None or storage is None:
         return Judgement(Verdict.UNKNOWN, "a Prometheus query failed: nothing is judged")
     if len(tensor) < gang.gpus:
         return Judgement(
@@ -158,6 +168,10 @@ def judge(gang: Gang, readings: Readings, now: float, policy: Policy) -> Judgeme
     top_node, top_bytes = max(fabric.items(), key=lambda kv: (kv[1], kv[0]))
     if top_bytes >= policy.fabric_floor:
         return Judgement(Verdict.BUSY, f"{top_node} moves {rate(top_bytes)} over the fabric")
+    writes = [(storage.get(n, 0.0), n) for n in gang.nodes]
+    top_written, top_writer = max(writes) if writes else (0.0, "")
+    if top_written >= policy.storage_floor:
+        return Judgement(Verdict.BUSY, f"{top_writer} writes {rate(top_written)} to its filesystems (a checkpoint)")
     last = (
         f"its last step ({progress.step}) {now - progress.advanced_at:.0f}s ago"
         if progress is not None
@@ -167,5 +181,5 @@ def judge(gang: Gang, readings: Readings, now: float, policy: Policy) -> Judgeme
         Verdict.STALLED,
         f"stalled for {window:.0f}s: all {gang.gpus} GPUs below tensor activity {policy.tensor_floor:g} (highest "
         f"{top_tensor:.3f}), every node below {rate(policy.fabric_floor)} over the fabric (highest {rate(top_bytes)} "
-        f"on {top_node}), {last}",
+        f"on {top_node}) and below {rate(policy.storage_floor)} written to its filesystems, {last}",
     )

@@ -8,6 +8,8 @@ a cycle costs the same few queries at 8 GPUs or 4,096. Series are read only from
   mapping it attaches (``namespace``, ``pod``, ``gpu``); the window's highest (:func:`tensor_max`: the stall
   verdict) and its average (:func:`tensor_mean`: who straggles);
 * fabric traffic, per node: the fabric exporter's InfiniBand data counters, both ways, as a rate over the window;
+* filesystem writes, per node: the fabric exporter's filesystem collector (NFS and Lustre clients' write bytes), as
+  a rate over the window (a checkpoint being written);
 * evidence, per node: InfiniBand transport retries and timeouts (``hw_counters``) and hard link events (InfiniBand
   link downs and recoveries, NVLink recoveries), over the window; the card's XIDs (not the program's:
   ``contract/xids.py``) that appeared within it (:func:`hardware_xids`); and the share of the window each node's
@@ -29,6 +31,7 @@ FABRIC_DATA = (
     f"{FABRIC}_infiniband_port_transmit_data_bytes_total",
     f"{FABRIC}_infiniband_port_receive_data_bytes_total",
 )
+FS_WRITES = f"{FABRIC}_filesystem_write_bytes_total"
 IB_HW_COUNTERS = f"{FABRIC}_infiniband_hw_counters_total"
 IB_ERRORS = f"{FABRIC}_infiniband_port_errors_total"
 NVLINK_ERRORS = f"{FABRIC}_nvlink_errors_total"
@@ -87,6 +90,11 @@ def fabric_bytes(job: str | None, seconds: float) -> str:
     return " + ".join(f"sum by (node) (rate({_selector(name, _job(job))}[{w}]))" for name in FABRIC_DATA)
 
 
+def storage_writes(job: str | None, seconds: float) -> str:
+    """Bytes per second each node's filesystem clients wrote over the window (every export and instance summed)."""
+    return f"sum by (node) (rate({_selector(FS_WRITES, _job(job))}[{window(seconds)}]))"
+
+
 def transport_errors(job: str | None, seconds: float) -> str:
     series = _selector(IB_HW_COUNTERS, _job(job), 'counter=~"' + "|".join(IB_TRANSPORT_ERRORS) + '"')
     return f"sum by (node) (increase({series}[{window(seconds)}]))"
@@ -124,6 +132,7 @@ def cycle_queries(
         "tensor-max": tensor_max(dcgm_job, namespaces, seconds),
         "tensor-mean": tensor_mean(dcgm_job, namespaces, seconds),
         "fabric": fabric_bytes(fabric_job, seconds),
+        "storage-writes": storage_writes(fabric_job, seconds),
         "transport-errors": transport_errors(fabric_job, seconds),
         "link-errors": link_errors(fabric_job, seconds),
         "hardware-xids": hardware_xids(dcgm_job, seconds),

@@ -41,6 +41,8 @@ def test_the_defaults() -> None:
         ("tensorFloor", 0.001, 0.0, "greater than 0"),
         ("fabricFloor", "1", "0", "positive"),
         ("fabricFloor", "100Mi", "1m", "fraction of a byte"),
+        ("storageFloor", "1", "0", "positive"),
+        ("storageFloor", "100Mi", "1m", "fraction of a byte"),
         ("stragglerRatio", 0.95, 1.0, "less than 1"),
         ("transportErrors", 1, 0, "greater than 0"),
         ("linkErrors", 1, 0, "greater than 0"),

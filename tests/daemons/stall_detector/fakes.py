@@ -178,6 +178,8 @@ class FakeQuerier:
     #: node -> GPUs with a new hardware XID; node -> share of the window throttled.
     xids: dict[str, float] = field(default_factory=dict)
     throttled: dict[str, float] = field(default_factory=dict)
+    #: node -> bytes per second written to its filesystems.
+    writes: dict[str, float] = field(default_factory=dict)
     down: bool = False
     sent: list[str] = field(default_factory=list)
 
@@ -191,6 +193,8 @@ class FakeQuerier:
             return QueryResult("vector", tuple(rows))
         if "data_bytes" in promql:
             by_node = self.fabric
+        elif queries.FS_WRITES in promql:
+            by_node = self.writes
         elif queries.XID_METRIC in promql:
             by_node = self.xids
         elif queries.CLOCK_EVENTS_METRIC in promql:

@@ -332,12 +332,25 @@ def test_the_suspects_memory_unreadable_names_no_one_but_still_restarts() -> Non
     assert REASON_SUSPECT not in rig.api.reasons()
 
 
-def test_one_cycle_sends_seven_queries_whatever_the_number_of_gangs_and_once_prints_them() -> None:
+def test_a_gang_writing_its_checkpoint_is_left_alone_and_one_that_stops_writing_is_restarted() -> None:
+    """The filesystem collector's write bytes, per node, read once a cycle for every gang."""
+    rig = Rig()
+    rig.hung_gang()
+    rig.prom.writes[NODES[0]] = 200.0 * 1024 * 1024
+    (gang,) = rig.controller.cycle().gangs
+    assert (gang.verdict, gang.action) == (Verdict.BUSY, "")
+    assert rig.api.record(NS, "llm") is None
+    rig.prom.writes[NODES[0]] = 0.0
+    (gang,) = rig.controller.cycle().gangs
+    assert (gang.verdict, gang.action) == (Verdict.STALLED, "restarted")
+
+
+def test_one_cycle_sends_eight_queries_whatever_the_number_of_gangs_and_once_prints_them() -> None:
     rig = Rig()
     for i in range(20):
         rig.hung_gang(f"job{i}", [f"n{i}"])
     result = rig.controller.cycle()
-    assert len(rig.prom.sent) == 7
+    assert len(rig.prom.sent) == 8
     assert all('job="dcgm-exporter"' in q or 'job="gpucluster-fabric-exporter"' in q for q in rig.prom.sent)
     out = summary(result)
     assert len(out["gangs"]) == 20  # type: ignore[arg-type]

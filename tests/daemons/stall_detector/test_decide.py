@@ -28,7 +28,8 @@ def test_a_gang_silent_on_every_count_is_stalled_and_the_evidence_says_why() -> 
     assert j == Judgement(
         Verdict.STALLED,
         "stalled for 300s: all 4 GPUs below tensor activity 0.05 (highest 0.010), every node below 976.6 KiB/s over "
-        "the fabric (highest 1000 B/s on n1), its last step (1200) 900s ago",
+        "the fabric (highest 1000 B/s on n1) and below 1.0 MiB/s written to its filesystems, its last step (1200) "
+        "900s ago",
     )
 
 
@@ -43,6 +44,17 @@ def test_one_gpu_at_the_tensor_floor_is_busy_and_one_below_is_not() -> None:
 def test_one_node_at_the_fabric_floor_is_busy_and_one_below_is_not() -> None:
     assert verdict(replace(readings(), fabric_bytes_per_s={"n0": 1e3, "n1": 1e6})) is Verdict.BUSY
     assert verdict(replace(readings(), fabric_bytes_per_s={"n0": 1e3, "n1": 999_999})) is Verdict.STALLED
+
+
+def test_a_node_writing_a_checkpoint_at_the_storage_floor_is_busy_and_one_below_is_not() -> None:
+    """A job that reports only its checkpoints, writing one for longer than stallAfter (GPUs idle, fabric quiet):
+    its filesystem writes are work. A write crawling below the floor (a hung client) is still a stall."""
+    writing = judge(GANG, replace(readings(), storage_write_bytes_per_s={"n1": 1024.0 * 1024.0}), NOW, POLICY)
+    assert writing == Judgement(Verdict.BUSY, "n1 writes 1.0 MiB/s to its filesystems (a checkpoint)")
+    crawling = replace(readings(), storage_write_bytes_per_s={"n0": 4096.0, "n1": 1024.0 * 1024.0 - 1})
+    assert verdict(crawling) is Verdict.STALLED
+    # A node outside the gang writing is another job's checkpoint.
+    assert verdict(replace(readings(), storage_write_bytes_per_s={"n9": 1e9})) is Verdict.STALLED
 
 
 def test_a_step_within_stall_after_is_progress_and_one_just_outside_is_not() -> None:
@@ -83,6 +95,7 @@ def test_missing_inputs_are_fail_static() -> None:
     r = readings()
     assert verdict(replace(r, tensor_active=None)) is Verdict.UNKNOWN
     assert verdict(replace(r, fabric_bytes_per_s=None)) is Verdict.UNKNOWN
+    assert verdict(replace(r, storage_write_bytes_per_s=None)) is Verdict.UNKNOWN  # the query failed
     one_gpu_short = dict.fromkeys(GPUS[:3], 0.01)
     j = judge(GANG, replace(r, tensor_active=one_gpu_short), NOW, POLICY)
     assert j == Judgement(Verdict.UNKNOWN, "tensor activity for 3 of the gang's 4 GPUs: nothing is judged")
@@ -99,6 +112,7 @@ def test_missing_inputs_are_fail_static() -> None:
         {"tensor_floor": 0},
         {"tensor_floor": 1},
         {"fabric_floor": -1},
+        {"storage_floor": -1},
     ],
 )
 def test_a_policy_out_of_range_is_refused(change: dict[str, float]) -> None:
