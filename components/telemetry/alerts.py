@@ -236,6 +236,24 @@ def rule_groups(settings: TelemetrySettings) -> dict[str, Any]:
             },
         },
         {
+            "alert": "FilesystemClientTimeouts",
+            # each counter's increase kept apart (``kind``) until summed: without its name the two would collide
+            "expr": "sum by (node, fstype, filesystem) ("
+            + " or ".join(
+                f'label_replace(increase({FABRIC}_filesystem_rpc_{kind}_total{{{fabric_job}}}[{window}]), "kind", '
+                f'"{kind}", "", "")'
+                for kind in ("timeouts", "errors")
+            )
+            + ") > 0",
+            "labels": {"severity": "warning"},
+            "annotations": {
+                "summary": "{{ $labels.fstype }} client of {{ $labels.filesystem }} on {{ $labels.node }} times out",
+                "description": "{{ $value }} RPCs to the filesystem timed out or failed in the last " + window + ". "
+                "A checkpoint written now may take far longer than planned or end short (the verifier catches the "
+                "latter); the client, its network path or the server is at fault.",
+            },
+        },
+        {
             "alert": "InfinibandPortCongested",
             "expr": (
                 f"sum by (node, device, port) (rate({FABRIC}_infiniband_port_transmit_wait_total[{window}]))"

@@ -43,6 +43,8 @@ LOOKALIKE_GPU_SEL = '{Hostname="gpu-node-1",gpu="0",UUID="GPU-a",job="kubernetes
 GPU_OUT = {"node": "gpu-node-1", "gpu": "0", "UUID": "GPU-a"}
 IB_SEL = 'device="mlx5_0",port="1",node="gpu-node-1",job="gpucluster-fabric-exporter"'
 IB_OUT = {"node": "gpu-node-1", "device": "mlx5_0", "port": "1"}
+FS_SEL = 'fstype="nfs4",filesystem="10.0.0.9:/ckpt",node="gpu-node-1",job="gpucluster-fabric-exporter"'
+FS_OUT = {"node": "gpu-node-1", "fstype": "nfs4", "filesystem": "10.0.0.9:/ckpt"}
 NVLINK = (
     'gpucluster_fabric_nvlink_errors_total{{node="gpu-node-1",gpu="0",uuid="GPU-a",link="3",type="{type}",'
     'job="gpucluster-fabric-exporter"}}'
@@ -271,6 +273,28 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
             ],
             "InfinibandTransportErrorsIncreasing",
             "8m",
+            [],
+        ),
+    ),
+    "FilesystemClientTimeouts": (
+        case(
+            [
+                (f'gpucluster_fabric_filesystem_rpc_timeouts_total{{{FS_SEL},op="WRITE"}}', "0+0x5 1+1x5"),
+                (f'gpucluster_fabric_filesystem_rpc_timeouts_total{{{FS_SEL},op="READ"}}', "0x10"),
+            ],
+            "FilesystemClientTimeouts",
+            "9m",
+            [{**FS_OUT, "severity": "warning"}],
+        ),
+        case(
+            [
+                # calls and round trips rise with every write; only timeouts and errors count
+                (f'gpucluster_fabric_filesystem_rpc_calls_total{{{FS_SEL},op="WRITE"}}', "0+500x10"),
+                (f'gpucluster_fabric_filesystem_rpc_errors_total{{{FS_SEL},op="WRITE"}}', "3x10"),
+                (f'gpucluster_fabric_filesystem_rpc_timeouts_total{{{FS_SEL},op="WRITE"}}', "7x10"),
+            ],
+            "FilesystemClientTimeouts",
+            "9m",
             [],
         ),
     ),
