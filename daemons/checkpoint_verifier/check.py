@@ -43,11 +43,24 @@ def _step(text: str) -> int:
     return value
 
 
+def _workers(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of workers") from None
+    if not 1 <= value <= 256:
+        raise argparse.ArgumentTypeError(f"{value} workers: 1 to 256")
+    return value
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = daemon_parser("checkpoint-verifier-check", __doc__.splitlines()[0] if __doc__ else "")
     parser.add_argument("directory", type=Path, help="the checkpoint's directory (step-<N> under the job's own)")
     parser.add_argument(
         "--last-verified-step", type=_step, default=None, help="the job's last verified step: this one must be newer"
+    )
+    parser.add_argument(
+        "--workers", type=_workers, default=1, help="files the manifest names hashed at once (one core each)"
     )
     args = parser.parse_args(argv)
     root: Path = args.directory
@@ -56,7 +69,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     started = time.monotonic()
     try:
-        listing = read_listing(root)
+        listing = read_listing(root, workers=args.workers)
     except OSError as e:
         print(f"checkpoint-verifier-check: cannot read {root}: {e.strerror or e}", file=sys.stderr)
         return 2

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 from collections.abc import Callable
@@ -15,22 +14,13 @@ from contract.checkpoints import MANIFEST
 from daemons.checkpoint_verifier.check import main
 from daemons.checkpoint_verifier.files import read_listing
 from daemons.checkpoint_verifier.verify import ManifestError, Problem, judge, read_manifest
+from sim.checkpoint_faults import CORRUPTIONS, write_manifest
 
 CAPTURED = Path(__file__).resolve().parents[2] / "fixtures" / "dcp" / "torch-2.15.0"
 
 
 def copy(tmp: Path, step: str = "step-100") -> Path:
     return Path(shutil.copytree(CAPTURED / step, tmp / step))
-
-
-def write_manifest(directory: Path, step: int) -> None:
-    """What a job's save helper writes after its files: each file's path, size and SHA-256."""
-    files = [
-        {"path": p.name, "size": p.stat().st_size, "sha256": hashlib.sha256(p.read_bytes()).hexdigest()}
-        for p in sorted(directory.iterdir())
-        if p.name != MANIFEST
-    ]
-    (directory / MANIFEST).write_text(json.dumps({"step": step, "files": files}))
 
 
 @pytest.mark.parametrize("step", ["step-100", "step-200", "step-300"])
@@ -45,59 +35,28 @@ def test_every_real_checkpoint_counts_with_and_without_a_manifest(tmp_path: Path
     assert hashed.hashed == len(list(directory.iterdir())) - 1
 
 
-def _remove(name: str) -> Callable[[Path], None]:
-    return lambda d: (d / name).unlink()
-
-
-def _truncate(name: str) -> Callable[[Path], None]:
-    def cut(d: Path) -> None:
-        data = (d / name).read_bytes()
-        (d / name).write_bytes(data[:-1])
-
-    return cut
-
-
-def _flip_byte(d: Path) -> None:
-    """Same size, one byte changed: only a hash sees it."""
-    write_manifest(d, 100)
-    data = bytearray((d / "__1_0.distcp").read_bytes())
-    data[len(data) // 2] ^= 0xFF
-    (d / "__1_0.distcp").write_bytes(bytes(data))
-
-
-def _no_shards(d: Path) -> None:
-    for shard in d.glob("*.distcp"):
-        shard.unlink()
-
-
 def _shard_is_a_link(d: Path) -> None:
     (d / "__1_0.distcp").rename(d.parent / "elsewhere")
     (d / "__1_0.distcp").symlink_to(d.parent / "elsewhere")
 
 
-#: Each corruption class (the bench's), made from the good step-100, and the problem it must be caught as.
-CORRUPTIONS: dict[str, tuple[Callable[[Path], None], Problem]] = {
-    "missing shard": (_remove("__1_0.distcp"), Problem.MISSING_SHARD),
-    "truncated shard (one byte short)": (_truncate("__0_0.distcp"), Problem.TRUNCATED_SHARD),
-    "metadata without shards": (_no_shards, Problem.METADATA_WITHOUT_SHARDS),
-    "hash mismatch": (_flip_byte, Problem.HASH_MISMATCH),
-    "partial directory (the save never wrote its metadata)": (_remove(".metadata"), Problem.PARTIAL_DIRECTORY),
-    "unreadable metadata": (_truncate(".metadata"), Problem.UNREADABLE_METADATA),
-    "a shard that is a symbolic link": (_shard_is_a_link, Problem.MISSING_SHARD),
-    "a manifest of another step": (lambda d: write_manifest(d, 90), Problem.STALE_STEP),
-    "an unreadable manifest": (lambda d: (d / MANIFEST).write_text("{"), Problem.UNREADABLE_MANIFEST),
+#: Every class ``make bench`` injects (``sim/checkpoint_faults.py``), and two more of the reader's and manifest's.
+CLASSES: dict[str, tuple[Callable[[Path], None], str]] = {
+    **CORRUPTIONS,
+    "a shard that is a symbolic link": (_shard_is_a_link, "missing-shard"),
+    "an unreadable manifest": (lambda d: (d / MANIFEST).write_text("{"), "unreadable-manifest"),
 }
 
 
-@pytest.mark.parametrize("corruption", list(CORRUPTIONS))
+@pytest.mark.parametrize("corruption", list(CLASSES))
 def test_each_corruption_is_caught_as_its_class(tmp_path: Path, corruption: str) -> None:
-    spoil, problem = CORRUPTIONS[corruption]
+    spoil, problem = CLASSES[corruption]
     directory = copy(tmp_path)
     assert judge(read_listing(directory), last_verified=None).ok
     spoil(directory)
     verdict = judge(read_listing(directory), last_verified=None)
     assert not verdict.ok
-    assert problem in {f.problem for f in verdict.findings}, verdict.summary()
+    assert problem in {str(f.problem) for f in verdict.findings}, verdict.summary()
     assert "refused" in verdict.summary()
 
 
@@ -145,3 +104,14 @@ def test_the_command_prints_the_verdict_and_exits_by_it(tmp_path: Path, capsys: 
     assert bad["findings"] == [{"problem": "missing-shard", "detail": "__0_0.distcp (named by .metadata) is not there"}]
     assert main([str(tmp_path / "absent")]) == 2
     assert "is not a directory this pod can read" in capsys.readouterr().err
+
+
+def test_hashing_on_several_workers_gives_the_same_hashes(tmp_path: Path) -> None:
+    directory = copy(tmp_path)
+    write_manifest(directory, 100)
+    one, four = read_listing(directory), read_listing(directory, workers=4)
+    assert one.hashes == four.hashes
+    assert sorted(one.hashes) == [".metadata", "__0_0.distcp", "__1_0.distcp"]
+    with pytest.raises(SystemExit) as refused:
+        main([str(directory), "--workers", "0"])
+    assert refused.value.code == 2

@@ -1,0 +1,99 @@
+"""What goes wrong with a checkpoint directory, done to a real one: each corruption class the verifier must catch.
+
+Each fault changes a complete checkpoint directory (``contract/checkpoints.py``'s layout: DCP's shards and
+``.metadata``, and the manifest where there is one) the way a failed or careless save leaves it, and names the
+problem class the verifier must report (``daemons/checkpoint_verifier/verify.py``'s ``Problem``). The tests apply them
+to a copy of a real checkpoint torch wrote; ``make bench`` to checkpoints of every size it writes.
+
+Not modelled: a shard whose length is right and whose bytes are wrong without a manifest (only a hash sees it, and
+DCP writes none), a checkpoint that changes while it is read (the verifier reads a directory the job has finished).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+from contract.checkpoints import DCP_METADATA, DCP_SHARD_SUFFIX, MANIFEST
+
+
+def write_manifest(directory: Path, step: int) -> None:
+    """What a job's save helper writes after its files: each file's path, size and SHA-256."""
+    files = []
+    for path in sorted(p for p in directory.iterdir() if p.name != MANIFEST):
+        digest = hashlib.sha256()
+        with path.open("rb") as f:
+            while chunk := f.read(1 << 20):
+                digest.update(chunk)
+        files.append({"path": path.name, "size": path.stat().st_size, "sha256": digest.hexdigest()})
+    (directory / MANIFEST).write_text(json.dumps({"step": step, "files": files}))
+
+
+def _shards(directory: Path) -> list[Path]:
+    return sorted(directory.glob(f"*{DCP_SHARD_SUFFIX}"))
+
+
+def missing_shard(directory: Path) -> None:
+    """One rank's shard never written (the rank died before its write, the others' saves went on)."""
+    _shards(directory)[-1].unlink()
+
+
+def truncated_shard(directory: Path) -> None:
+    """A shard one byte short (a write cut off by a full quota or a killed client)."""
+    shard = _shards(directory)[0]
+    with shard.open("r+b") as f:
+        f.truncate(shard.stat().st_size - 1)
+
+
+def metadata_without_shards(directory: Path) -> None:
+    """The metadata there, no shard (written first, or the shards went to another directory)."""
+    for shard in _shards(directory):
+        shard.unlink()
+
+
+def hash_mismatch(directory: Path) -> None:
+    """Same sizes, one byte changed after the manifest was written (bit rot, a torn rewrite)."""
+    if not (directory / MANIFEST).exists():
+        write_manifest(directory, step=_step(directory))
+    shard = _shards(directory)[-1]
+    with shard.open("r+b") as f:
+        f.seek(shard.stat().st_size // 2)
+        byte = f.read(1)
+        f.seek(-1, 1)
+        f.write(bytes([byte[0] ^ 0xFF]))
+
+
+def partial_directory(directory: Path) -> None:
+    """The save never finished: no metadata, no manifest, shards only."""
+    (directory / DCP_METADATA).unlink()
+    (directory / MANIFEST).unlink(missing_ok=True)
+
+
+def unreadable_metadata(directory: Path) -> None:
+    """The metadata cut short (its write interrupted, or a rename that lost its tail)."""
+    data = (directory / DCP_METADATA).read_bytes()
+    (directory / DCP_METADATA).write_bytes(data[: len(data) // 2])
+
+
+def stale_step(directory: Path) -> None:
+    """A manifest left from an older step in a reused directory."""
+    write_manifest(directory, step=max(0, _step(directory) - 10))
+
+
+def _step(directory: Path) -> int:
+    digits = "".join(c if c.isdigit() else " " for c in directory.name).split()
+    return int(digits[-1]) if digits else 0
+
+
+#: Each class, as the bench's table names it: the fault and the problem the verifier must report.
+CORRUPTIONS: dict[str, tuple[Callable[[Path], None], str]] = {
+    "missing shard": (missing_shard, "missing-shard"),
+    "truncated shard": (truncated_shard, "truncated-shard"),
+    "metadata without shards": (metadata_without_shards, "metadata-without-shards"),
+    "hash mismatch": (hash_mismatch, "hash-mismatch"),
+    "partial directory": (partial_directory, "partial-directory"),
+    "stale step": (stale_step, "stale-step"),
+    "unreadable metadata": (unreadable_metadata, "unreadable-metadata"),
+}
