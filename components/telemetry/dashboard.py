@@ -210,8 +210,46 @@ def dashboard(settings: TelemetrySettings) -> dict[str, Any]:
             [(f"min by (node, collector) ({FABRIC}_collector_success{node_sel})", "{{node}} {{collector}}")],
             (12, 32, 12, 8),
         ),
+        _panel(
+            18,
+            "Filesystem writes and reads per node (checkpoints)",
+            [
+                (
+                    f"sum by (node, filesystem) (rate({FABRIC}_filesystem_write_bytes_total{node_sel}[{ri}]))",
+                    "{{node}} {{filesystem}} write",
+                ),
+                (
+                    f"sum by (node, filesystem) (rate({FABRIC}_filesystem_read_bytes_total{node_sel}[{ri}]))",
+                    "{{node}} {{filesystem}} read",
+                ),
+            ],
+            (0, 40, 12, 8),
+            unit="Bps",
+            description="What each node's NFS and Lustre clients wrote and read (the fabric exporter's filesystem "
+            "collector). A checkpoint is a burst of writes on every node of its gang: its width is the write time, "
+            "its height the throughput. The stall detector counts writes at or above storageFloor as work.",
+        ),
+        _panel(
+            19,
+            "Filesystem RPC timeouts and round trip",
+            [
+                (
+                    f"sum by (node, filesystem, op) (increase({FABRIC}_filesystem_rpc_timeouts_total{node_sel}[{ri}]))",
+                    "{{node}} {{filesystem}} {{op}} timeouts",
+                ),
+                (
+                    f"sum by (node, filesystem, op) (rate({FABRIC}_filesystem_rpc_rtt_seconds_total{node_sel}[{ri}]))"
+                    f" / sum by (node, filesystem, op) (rate({FABRIC}_filesystem_rpc_calls_total{node_sel}[{ri}]))",
+                    "{{node}} {{filesystem}} {{op}} seconds per call",
+                ),
+            ],
+            (12, 40, 12, 8),
+            description="NFS RPCs that timed out (alert FilesystemClientTimeouts, which also counts the errors "
+            "kernels 5.x report per op), and the average round trip of a call: a slow client stretches every "
+            "checkpoint written through it.",
+        ),
     ]
-    panels += training_panels(settings, y=40)
+    panels += training_panels(settings, y=48)
     return {
         "uid": UID,
         "title": "GPU and fabric",

@@ -19,8 +19,14 @@ from pathlib import Path
 
 import pytest
 
+from components.charts import go_module_dir
+
 ROOT = Path(__file__).resolve().parents[2]
 SYSFS_FIXTURE = ROOT / "tests" / "fixtures" / "sysfs"
+#: Real Lustre client llite stats files (their source is in the directory's README).
+LUSTRE_FIXTURE = ROOT / "tests" / "fixtures" / "filesystems" / "lustre_exporter"
+#: The procfs release whose captured mountstats is read from the Go module cache.
+PROCFS_MODULE = ("github.com/prometheus/procfs", "v0.19.2")
 NVML_FIXTURE = ROOT / "tests" / "fixtures" / "telemetry_nvml" / "hgx-2gpu.json"
 GOLDEN = ROOT / "tests" / "daemons" / "fabric_exporter" / "golden"
 
@@ -98,3 +104,26 @@ def exporter_factory() -> Iterator[list[ExporterProcess]]:
     yield started
     for e in started:
         e.stop()
+
+
+def ttar_file(archive: Path, path: str) -> str:
+    """One file of a ttar archive (procfs's fixture format): ``Path: <p>``, ``Lines: <n>``, then the n lines."""
+    lines = archive.read_text(encoding="utf-8", errors="replace").splitlines()
+    start = lines.index(f"Path: {path}")
+    count = int(lines[start + 1].removeprefix("Lines: "))
+    return "\n".join(lines[start + 2 : start + 2 + count]) + "\n"
+
+
+def procfs_mountstats() -> str:
+    """procfs's captured ``/proc/<pid>/mountstats`` (an NFSv4 mount among local ones), from the Go module cache."""
+    archive = go_module_dir(*PROCFS_MODULE) / "testdata" / "fixtures.ttar"
+    return ttar_file(archive, "fixtures/proc/26231/mountstats")
+
+
+def llite_dirs(root: Path) -> Path:
+    """``root/llite/<instance>/stats`` for each captured Lustre stats file; returns the llite directory."""
+    llite = root / "llite"
+    for stats in sorted(LUSTRE_FIXTURE.glob("*.stats")):
+        (llite / stats.stem).mkdir(parents=True, exist_ok=True)
+        shutil.copy(stats, llite / stats.stem / "stats")
+    return llite

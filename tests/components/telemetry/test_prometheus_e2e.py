@@ -39,6 +39,8 @@ from tests.support.telemetry import (
     SYSFS_FIXTURE,
     ExporterProcess,
     free_port,
+    llite_dirs,
+    procfs_mountstats,
     start_exporter,
 )
 
@@ -189,8 +191,15 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     pacer = CounterPacer({port_dir / "port_xmit_wait": 1000.0, port_dir / "port_xmit_data": 1_000_000.0})
     pacer.start()
 
+    # the filesystem collector on the captured NFS mountstats and Lustre llite stats, as the DaemonSet runs it
+    (tmp / "mountstats").write_text(procfs_mountstats())
     exporter: ExporterProcess = start_exporter(
-        f"--sysfs-root={sysfs}", f"--nvml-fixture={NVML_FIXTURE}", f"--node-name={NODE}"
+        f"--sysfs-root={sysfs}",
+        f"--nvml-fixture={NVML_FIXTURE}",
+        f"--node-name={NODE}",
+        "--collectors=infiniband,nvlink,filesystem",
+        f"--mountstats={tmp / 'mountstats'}",
+        f"--lustre-llite-dirs={llite_dirs(tmp)}",
     )
     dcgm = ThreadingHTTPServer(("127.0.0.1", 0), FakeDcgm)
     threading.Thread(target=dcgm.serve_forever, daemon=True).start()

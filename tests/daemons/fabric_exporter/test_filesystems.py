@@ -9,27 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from components.charts import go_module_dir
 from daemons.fabric_exporter.collectors import FilesystemCollector
 from daemons.fabric_exporter.filesystems import parse_llite_stats, parse_mountstats
-from tests.support.telemetry import start_exporter
+from tests.support.telemetry import LUSTRE_FIXTURE, llite_dirs, procfs_mountstats, start_exporter
 
-LUSTRE = Path(__file__).resolve().parents[2] / "fixtures" / "filesystems" / "lustre_exporter"
-#: The procfs release whose fixture is read (a dependency of the kubelet and Kueue builds, already in the cache).
-PROCFS = ("github.com/prometheus/procfs", "v0.19.2")
-
-
-def ttar_file(archive: Path, path: str) -> str:
-    """One file of a ttar archive (procfs's fixture format): ``Path: <p>``, ``Lines: <n>``, then the n lines."""
-    lines = archive.read_text(encoding="utf-8", errors="replace").splitlines()
-    start = lines.index(f"Path: {path}")
-    count = int(lines[start + 1].removeprefix("Lines: "))
-    return "\n".join(lines[start + 2 : start + 2 + count]) + "\n"
+LUSTRE = LUSTRE_FIXTURE
 
 
 @pytest.fixture(scope="module")
 def mountstats() -> str:
-    return ttar_file(go_module_dir(*PROCFS) / "testdata" / "fixtures.ttar", "fixtures/proc/26231/mountstats")
+    return procfs_mountstats()
 
 
 def test_procfs_mountstats_gives_the_nfs_export_its_bytes_and_rpcs(mountstats: str) -> None:
@@ -106,10 +95,7 @@ def _families(result: object) -> dict[str, dict[tuple[str, ...], float]]:
 
 def test_the_collector_serves_nfs_and_lustre_per_filesystem(tmp_path: Path, mountstats: str) -> None:
     (tmp_path / "mountstats").write_text(mountstats)
-    llite = tmp_path / "llite"
-    for stats in LUSTRE.glob("*.stats"):
-        (llite / stats.stem).mkdir(parents=True)
-        shutil.copy(stats, llite / stats.stem / "stats")
+    llite = llite_dirs(tmp_path)
     collector = FilesystemCollector(
         str(tmp_path / "mountstats"), [str(llite), str(tmp_path / "absent")], {"node": "n0"}
     )
