@@ -447,8 +447,49 @@ def rule_groups(settings: TelemetrySettings) -> dict[str, Any]:
             {"name": "gpucluster-quarantine", "rules": quarantine_rules},
             {"name": "training", "rules": training_rules},
             {"name": "gpucluster-serving", "rules": serving_rules(settings)},
+            *([{"name": "gpucluster-storage", "rules": storage}] if (storage := ceph_rules(settings)) else []),
         ]
     }
+
+
+#: Ceph's health checks (``ceph_health_detail{name}``, the manager's prometheus module) that take CephFS away from a
+#: checkpoint: the names Ceph's own alerts (monitoring/ceph-mixin) read, and what each means here.
+CEPHFS_CHECKS = {
+    "MDS_ALL_DOWN": ("CephFilesystemOffline", "every MDS rank is down: no checkpoint can be written or read"),
+    "MDS_DAMAGE": ("CephFilesystemDamaged", "the filesystem's metadata is damaged: checkpoints may not read back"),
+    "FS_DEGRADED": ("CephFilesystemDegraded", "an MDS rank is failed or damaged: writes to its subtree stall"),
+}
+
+
+def ceph_rules(settings: TelemetrySettings) -> list[dict[str, Any]]:
+    """The filesystem's own health, as the Ceph manager's prometheus module reports it; none without its job."""
+    if settings.ceph_scrape_job is None:
+        return []
+    job = _job(settings.ceph_scrape_job, "the Ceph manager")
+    rules: list[dict[str, Any]] = [
+        {
+            "alert": "CephHealthError",
+            "expr": f"max by (job) (ceph_health_status{{{job}}}) == 2",
+            "for": "5m",
+            "labels": {"severity": "critical"},
+            "annotations": {
+                "summary": "Ceph reports HEALTH_ERR",
+                "description": "The Ceph cluster behind the checkpoints is in HEALTH_ERR (`ceph health detail` says "
+                "why): checkpoints written now may fail, and restores may not read back.",
+            },
+        }
+    ]
+    for check, (alert, why) in CEPHFS_CHECKS.items():
+        rules.append(
+            {
+                "alert": alert,
+                "expr": f'max by (job) (ceph_health_detail{{{job},name="{check}"}}) > 0',
+                "for": "1m",
+                "labels": {"severity": "critical"},
+                "annotations": {"summary": f"CephFS health check {check}", "description": f"Ceph reports {why}."},
+            }
+        )
+    return rules
 
 
 def serving_rules(settings: TelemetrySettings) -> list[dict[str, Any]]:

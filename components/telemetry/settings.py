@@ -189,6 +189,10 @@ class TelemetrySettings(ConfigModel):
     dcgm_exporter: DcgmExporterSettings = DcgmExporterSettings()
     fabric_exporter: FabricExporterSettings = FabricExporterSettings()
     alerts: AlertSettings = AlertSettings()
+    #: The ``job`` label your Prometheus gives the Ceph manager's prometheus module (Rook's ServiceMonitor:
+    #: ``rook-ceph-mgr``). Set, the Ceph health alerts are deployed (the cluster and CephFS health as Ceph reports
+    #: it); unset, none (an alert on series nothing scrapes can never fire).
+    ceph_scrape_job: ScrapeJob | None = None
 
     # Filled by the stack (FILLED).
     #: Make-before-break's reservation taint, on a running gang's nodes for the whole run: the exporters tolerate

@@ -18,6 +18,7 @@ import yaml
 
 from components.config import load_stack_file
 from components.telemetry.alerts import (
+    CEPHFS_CHECKS,
     QUARANTINE_ALERTS,
     QUARANTINE_SIGNAL_LABEL,
     QUARANTINE_SIGNAL_VALUE,
@@ -945,3 +946,53 @@ def test_an_alert_on_a_daemon_the_stack_does_not_run_is_not_deployed() -> None:
     no_taint_controller = local.telemetry.model_copy(update={"taint_controller_running": False})
     assert "BurstTaintFlapping" not in alert_names(no_taint_controller)
     assert "BurstProviderFailing" in alert_names(no_taint_controller)
+
+
+# --- the filesystem's own health (Ceph) -----------------------------------------------------------------------
+
+CEPH = TelemetrySettings(ceph_scrape_job="rook-ceph-mgr")
+CEPH_JOB = 'job="rook-ceph-mgr"'
+
+
+def _ceph_check(name: str, values: str) -> tuple[str, str]:
+    return (f'ceph_health_detail{{{CEPH_JOB},name="{name}",severity="HEALTH_ERR"}}', values)
+
+
+CEPH_CASES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
+    "CephHealthError": (
+        case(
+            [(f"ceph_health_status{{{CEPH_JOB}}}", "0 0 2x10")],
+            "CephHealthError",
+            "9m",
+            [{"job": "rook-ceph-mgr", "severity": "critical"}],
+        ),
+        # a warning stays quiet, and so does another cluster's error under another job
+        case(
+            [(f"ceph_health_status{{{CEPH_JOB}}}", "1x10"), ('ceph_health_status{job="other-ceph"}', "2x10")],
+            "CephHealthError",
+            "9m",
+            [],
+        ),
+    ),
+    **{
+        alert: (
+            case([_ceph_check(check, "0 0 1x5")], alert, "5m", [{"job": "rook-ceph-mgr", "severity": "critical"}]),
+            case([_ceph_check(check, "0x6"), _ceph_check("OSD_DOWN", "1x6")], alert, "5m", []),
+        )
+        for check, (alert, _) in CEPHFS_CHECKS.items()
+    },
+}
+
+
+def test_the_ceph_alerts_are_deployed_only_where_the_stack_names_the_managers_job() -> None:
+    assert not {n for n in alert_names(TelemetrySettings()) if n.startswith("Ceph")}
+    assert {n for n in alert_names(CEPH) if n.startswith("Ceph")} == set(CEPH_CASES)
+
+
+def test_the_ceph_cases_pass_under_promtool_and_their_quiet_inputs_do_not_fire(tmp_path: Path) -> None:
+    proc = promtool_test(tmp_path, rule_groups(CEPH), [c for pair in CEPH_CASES.values() for c in pair])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for name, (fires, quiet) in CEPH_CASES.items():
+        flipped = copy.deepcopy(quiet)
+        flipped["alert_rule_test"][0]["exp_alerts"] = fires["alert_rule_test"][0]["exp_alerts"]
+        assert promtool_test(tmp_path, rule_groups(CEPH), [flipped]).returncode != 0, f"{name}: the quiet input fires"
