@@ -40,6 +40,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.torch_env import DEFAULT_VENV, TORCH_VERSION, torch_python  # noqa: E402
 from components.config import parse_stack_config, read_stack_file  # noqa: E402
 from components.training.checks import check_spec  # noqa: E402
 from components.training.manifest import (  # noqa: E402
@@ -52,28 +53,11 @@ from components.training.spec import JobSpec, load_spec  # noqa: E402
 from contract.constants import COMPLETION_INDEX_ANNOTATION, JOBSET_RESTART_ATTEMPT_LABEL  # noqa: E402
 from sim.pod_env import PodMeta, container_env  # noqa: E402
 
-TORCH_VERSION = "2.15.0"
 EXAMPLE = ROOT / "examples" / "training" / "job.yaml"
 STACK = ROOT / "stacks" / "Pulumi.local.yaml"
 WORKER = ROOT / "benchmarks" / "rendezvous" / "train.py"
 #: What the example's arguments were before the launcher's environment.
 BEFORE_ARGS = ["--nnodes=2", "--nproc-per-node=8"]
-
-
-def torch_python(venv: Path, version: str) -> Path:
-    """The venv's python with ``torch==version``, installing it from PyPI when missing (about 5 GB)."""
-    python = venv / "bin" / "python"
-    probe = [str(python), "-c", "import torch; print(torch.__version__)"]
-    if python.exists():
-        seen = subprocess.run(probe, capture_output=True, text=True, check=False).stdout.strip()
-        if seen.split("+")[0] == version:
-            return python
-    print(f"installing torch=={version} into {venv} (first run; about 5 GB from PyPI) ...", flush=True)
-    started = time.monotonic()
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    subprocess.run([str(python), "-m", "pip", "install", "--quiet", f"torch=={version}"], check=True)
-    print(f"installed in {time.monotonic() - started:.0f} s", flush=True)
-    return python
 
 
 def rendered_pods(spec: JobSpec) -> tuple[dict[str, Any], list[PodMeta]]:
@@ -207,7 +191,7 @@ def run_group(
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--torch-version", default=TORCH_VERSION)
-    parser.add_argument("--venv", type=Path, default=Path.home() / ".cache" / "gpucluster" / f"torch-{TORCH_VERSION}")
+    parser.add_argument("--venv", type=Path, default=DEFAULT_VENV)
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds the formed group may take")
     parser.add_argument("--baseline-timeout", type=float, default=45.0, help="seconds given to the former env")
     args = parser.parse_args(argv)
