@@ -1,6 +1,7 @@
 """Write one real PyTorch Distributed Checkpoint as a job does: ``ranks`` processes (gloo, on the CPU) each save
-their shard of a model of ``megabytes`` with ``dcp.save``, then rank 0 writes the manifest
-(``contract/checkpoints.py``) when asked. Run with the benchmarks' torch (``benchmarks/torch_env.py``)::
+their shard of a model of ``megabytes`` with ``dcp.save``, then the manifest (``contract/checkpoints.py``, as
+``sim/checkpoint_faults.write_manifest`` writes it) when asked. Run with the benchmarks' torch
+(``benchmarks/torch_env.py``)::
 
     python write_dcp.py OUT --ranks 4 --megabytes 256 --step 100 [--manifest]
 
@@ -10,7 +11,6 @@ Prints one JSON line: ``{"seconds": <dcp.save, slowest rank>, "bytes": <on disk>
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import socket
@@ -23,6 +23,10 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 import torch.multiprocessing as mp
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from sim.checkpoint_faults import write_manifest
 
 #: One weight's size: 4 MiB of float32.
 _CHUNK = 1 << 20
@@ -51,17 +55,6 @@ def _rank(rank: int, plan: dict[str, Any]) -> None:
     timings[rank] = time.monotonic() - started
     dist.barrier()
     dist.destroy_process_group()
-
-
-def write_manifest(directory: Path, step: int) -> None:
-    files = []
-    for path in sorted(directory.iterdir()):
-        digest = hashlib.sha256()
-        with path.open("rb") as f:
-            while chunk := f.read(1 << 20):
-                digest.update(chunk)
-        files.append({"path": path.name, "size": path.stat().st_size, "sha256": digest.hexdigest()})
-    (directory / "gpucluster-manifest.json").write_text(json.dumps({"step": step, "files": files}))
 
 
 def main() -> int:
