@@ -139,12 +139,19 @@ class Interval:
     mtbf_seconds: float
     #: One line for a person: where the MTBF came from.
     reason: str
+    #: Where the write time came from: typed in the job's spec or the stack (no write has been measured).
+    write_reason: str = ""
 
 
-def write_seconds_of(spec: JobSpec, stack: StackConfig) -> float:
+def write_time_of(spec: JobSpec, stack: StackConfig) -> tuple[float, str]:
+    """The time one complete checkpoint takes to write, and where that figure came from."""
     if spec.checkpoint_write_seconds is not None:
-        return spec.checkpoint_write_seconds
-    return stack.storage.checkpointing.write_seconds
+        return spec.checkpoint_write_seconds, "typed in the job's checkpointWriteSeconds, not measured"
+    c = stack.storage.checkpointing
+    return c.write_seconds, (
+        f"typed in the stack's storage.checkpointing.writeSeconds, not measured: {c.size_tb:g} TB in "
+        f"{c.write_seconds:g} s is {c.size_tb * 1000 / c.write_seconds:.1f} GB/s from the filesystem"
+    )
 
 
 def checkpoint_interval(spec: JobSpec, stack: StackConfig, reliability: Reliability | None) -> Interval:
@@ -155,7 +162,7 @@ def checkpoint_interval(spec: JobSpec, stack: StackConfig, reliability: Reliabil
     (``mtbfHours`` for a job of ``mtbfJobNodes`` nodes, so ``mtbfHours x mtbfJobNodes`` per node). A measurement
     that agrees with the prior therefore leaves the interval where it was.
     """
-    write = write_seconds_of(spec, stack)
+    write, write_reason = write_time_of(spec, stack)
     if reliability is not None and reliability.trusted and reliability.node_mtbi_seconds > 0:
         mtbf = reliability.node_mtbi_seconds / spec.nodes
         source: IntervalSource = "measured"
@@ -178,7 +185,7 @@ def checkpoint_interval(spec: JobSpec, stack: StackConfig, reliability: Reliabil
             f"/ {spec.nodes} nodes ({why})"
         )
     seconds = max(1, round(checkpoint_interval_seconds(write, mtbf)))
-    return Interval(seconds, source, write, mtbf, reason)
+    return Interval(seconds, source, write, mtbf, reason, write_reason)
 
 
 # --- the JobSet -----------------------------------------------------------------------------------------------

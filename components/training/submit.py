@@ -197,7 +197,7 @@ def _reliability(cluster: Cluster, namespace: str, err: Callable[[str], None]) -
 def _interval_line(interval: Interval) -> str:
     return (
         f"checkpoint interval: {interval.seconds} s ({interval.seconds / 60:.1f} min), source {interval.source}: "
-        f"{interval.reason}; write time {interval.write_seconds:g} s"
+        f"{interval.reason}; write time {interval.write_seconds:g} s, {interval.write_reason}"
     )
 
 

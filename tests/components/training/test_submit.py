@@ -82,6 +82,16 @@ def test_the_example_dry_runs_without_a_cluster() -> None:
     assert manifest["metadata"]["namespace"] == "team-foundation"
     assert manifest["metadata"]["annotations"][CHECKPOINT_INTERVAL_ANNOTATION] == "930"
     assert "# checkpoint interval: 930 s (15.5 min), source stack" in text
+    assert "write time 30 s, typed in the job's checkpointWriteSeconds, not measured" in text
+
+
+def test_the_dry_run_says_the_write_time_is_typed_and_what_it_assumes_of_the_filesystem(tmp_path: Path) -> None:
+    run = Run()
+    assert run(write_spec(tmp_path), dry_run=True) == cli.EXIT_OK
+    assert (
+        "write time 30 s, typed in the stack's storage.checkpointing.writeSeconds, not measured: 1 TB in 30 s is "
+        "33.3 GB/s from the filesystem" in "\n".join(run.out)
+    )
 
 
 def test_the_console_script_dry_runs_the_example() -> None:
