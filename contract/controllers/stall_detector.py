@@ -118,7 +118,8 @@ SPEC: ControllerSpec[StallDetectorSettings] = ControllerSpec(
     description=(
         "Restart a hung training gang in place: when, for stallAfter, every GPU of its pods shows tensor activity "
         "below tensorFloor (dcgm-exporter), every one of its nodes moves less than fabricFloor over InfiniBand "
-        "and writes less than storageFloor to its filesystems (the fabric exporter) and its progress report (progress.gpucluster.io/<job> on the team's checkpoints "
+        "and writes less than storageFloor to its filesystems (the fabric exporter) and its progress report "
+        "(progress.gpucluster.io/<job> on the team's checkpoints "
         "claim) did not advance, outside the startup grace and a declared quiet phase: record the restart on the "
         "JobSet (gpucluster.io/stall-restart), evict one pod of the attempt (JobSet recreates the gang in place) and "
         "say why in a GangStalled Event. Name the node to blame (NIC timeouts, link errors, a straggler) in a "
