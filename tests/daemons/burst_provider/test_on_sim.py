@@ -189,7 +189,12 @@ def test_a_tolerating_pod_runs_on_the_fake_cloud_and_is_reachable(clean: LocalSt
                 ),
             )
         except AssertionError as e:  # only the provider's reconcile loop writes it: say what the loop was doing
-            raise AssertionError(f"{e}\nthe provider's log, last lines:\n{_provider_log_tail()}") from None
+            now = stack.get("pod", pod["metadata"]["name"], "-n", NS, "--show-managed-fields")["metadata"]
+            writers = [(f.get("manager"), f.get("operation"), f.get("time")) for f in now.get("managedFields") or []]
+            raise AssertionError(
+                f"{e}\nthe pod's annotations now: {now.get('annotations')}\nwho wrote the pod: {writers}"
+                f"\nthe provider's log, last lines:\n{_provider_log_tail()}"
+            ) from None
         assert address == inst["address"]
         slices = wait_for(
             "an EndpointSlice for the external replica",
