@@ -98,10 +98,23 @@ class EndpointManager:
         self._annotated: dict[str, tuple[str, str, str]] = {}  # uid -> what we last wrote
         self.slices = 0
 
-    def _annotate(self, running: Mapping[str, tuple[PodRecord, JsonObject]]) -> None:
+    def _annotate(self, running: Mapping[str, tuple[PodRecord, JsonObject]], live: Mapping[str, JsonObject]) -> None:
+        """Each running replica's annotations, written when the pod as listed lacks them (or, not listed, when they
+        were not written yet). The listed pod decides: the virtual kubelet writes a pod's status with the object
+        it was given at creation, annotations included, which can take back ones written since; read from the
+        pod, they are written again on the next pass."""
         for uid, (rec, _) in running.items():
             want = (rec.address, rec.provider, rec.instance_id)
-            if self._annotated.get(uid) == want:
+            if uid in live:
+                shown = (live[uid].get("metadata") or {}).get("annotations") or {}
+                if (
+                    shown.get(ANNOTATION_ADDRESS),
+                    shown.get(ANNOTATION_PROVIDER),
+                    shown.get(ANNOTATION_INSTANCE),
+                ) == want:
+                    self._annotated[uid] = want
+                    continue
+            elif self._annotated.get(uid) == want:
                 continue
             self.source.annotate_pod(
                 rec.namespace,
@@ -200,7 +213,7 @@ class EndpointManager:
                 log.info("endpoint sync skipped: a rebuilt replica's pod is not known yet", extra={"pod": rec.key})
                 return self.slices
             running[rec.uid] = (rec, pod)
-        self._annotate(running)
+        self._annotate(running, pods_by_uid)
         desired = self.desired_slices(running)
         total = len(desired)
         selector = {LABEL_MANAGED_BY: MANAGED_BY, LABEL_NODE: self.node}

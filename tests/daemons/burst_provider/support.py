@@ -177,6 +177,7 @@ class FakeSource:
         self.svcs: dict[str, list[dict[str, Any]]] = {}
         self.slices: dict[tuple[str, str], dict[str, Any]] = {}
         self.annotations: dict[tuple[str, str], dict[str, str]] = {}
+        self.annotate_calls = 0
         self.applied = 0
         self.events: list[dict[str, Any]] = []
         self.list_error: str | None = None
@@ -199,12 +200,20 @@ class FakeSource:
         return self.svcs.get(namespace, [])
 
     def annotate_pod(self, namespace: str, name: str, annotations: dict[str, str | None]) -> None:
+        """A merge patch of the pod's annotations, kept apart (``annotations``) and on the pod itself, as listed."""
+        self.annotate_calls += 1
         current = self.annotations.setdefault((namespace, name), {})
-        for k, v in annotations.items():
-            if v is None:
-                current.pop(k, None)
-            else:
-                current[k] = v
+        on_pods = [
+            p["metadata"].setdefault("annotations", {})
+            for p in self.pods
+            if p["metadata"].get("namespace") == namespace and p["metadata"].get("name") == name
+        ]
+        for target in [current, *on_pods]:
+            for k, v in annotations.items():
+                if v is None:
+                    target.pop(k, None)
+                else:
+                    target[k] = v
 
     def endpoint_slices(self, namespace: str, labels: dict[str, str]) -> list[dict[str, Any]]:
         return [

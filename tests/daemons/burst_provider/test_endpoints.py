@@ -67,6 +67,25 @@ def test_second_sync_writes_nothing() -> None:
     assert source.applied == 1
 
 
+def test_annotations_taken_back_are_written_again_and_ones_in_place_are_not() -> None:
+    """The virtual kubelet writes a pod's status with the object it was given at creation: that write can take back
+    the annotations written since. The pod as listed decides, so the next sync writes them again."""
+    source = FakeSource()
+    source.svcs["inference"] = [service("web", {"app": "web"})]
+    svc, em, _ = running(source, make_pod("web-1"))
+    em.sync(svc.records(), source.pods)
+    assert source.annotate_calls == 1
+    em.sync(svc.records(), source.pods)
+    assert source.annotate_calls == 1  # in place: nothing written
+    source.pods[0]["metadata"]["annotations"] = {}  # the status write with the creation-time object
+    em.sync(svc.records(), source.pods)
+    assert source.annotate_calls == 2
+    assert source.pods[0]["metadata"]["annotations"]["burst.gpucluster.io/address"] == "203.0.113.1"
+    # without the listing (it failed), what was written is trusted: nothing is written blind every pass
+    em.sync(svc.records(), None)
+    assert source.annotate_calls == 2
+
+
 def test_endpoint_removed_when_the_pod_stops_running() -> None:
     source = FakeSource()
     source.svcs["inference"] = [service("web", {"app": "web"})]
