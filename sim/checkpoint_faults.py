@@ -16,7 +16,7 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-from contract.checkpoints import DCP_METADATA, DCP_SHARD_SUFFIX, MANIFEST
+from contract.checkpoints import DCP_METADATA, DCP_SHARD_SUFFIX, MANIFEST, step_of
 
 
 def write_manifest(directory: Path, step: int) -> None:
@@ -83,8 +83,7 @@ def stale_step(directory: Path) -> None:
 
 
 def _step(directory: Path) -> int:
-    digits = "".join(c if c.isdigit() else " " for c in directory.name).split()
-    return int(digits[-1]) if digits else 0
+    return step_of(directory.name) or 0
 
 
 #: Each class, as the bench's table names it: the fault and the problem the verifier must report.
