@@ -29,12 +29,12 @@ if str(ROOT) not in sys.path:
 
 from contract.constants import PROGRESS_ANNOTATION_PREFIX  # noqa: E402
 from contract.stall_detector_settings import StallDetectorSettings  # noqa: E402
+from contract.times import unix_seconds  # noqa: E402
 from daemons.stall_detector import queries  # noqa: E402
 from daemons.stall_detector.controller import Controller  # noqa: E402
 from daemons.stall_detector.decide import Verdict  # noqa: E402
 from daemons.stall_detector.metrics import Metrics  # noqa: E402
 from daemons.toolkit.prometheus import QueryResult, Sample  # noqa: E402
-from daemons.toolkit.times import unix_seconds  # noqa: E402
 from tests.daemons.stall_detector.fakes import START, FakeApi, rfc3339  # noqa: E402
 
 NS = "team-a"

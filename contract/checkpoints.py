@@ -24,6 +24,16 @@ from __future__ import annotations
 
 import re
 
+#: Where a training pod mounts its team's ``checkpoints`` claim; a job's checkpoints are under ``<this>/<jobset name>``
+#: (its ``GPUCLUSTER_CHECKPOINT_DIR``), and the verifier's pod mounts the same claim, read-only, at the same place.
+CHECKPOINTS_MOUNT = "/checkpoints"
+
+
+def job_directory(job: str) -> str:
+    """The directory a job writes its checkpoints under (its ``GPUCLUSTER_CHECKPOINT_DIR``)."""
+    return f"{CHECKPOINTS_MOUNT}/{job}"
+
+
 #: DCP's metadata file, written last (``torch.distributed.checkpoint.filesystem``'s ``.metadata``).
 DCP_METADATA = ".metadata"
 #: DCP's shard files: ``__<rank>_<n>.distcp``.

@@ -134,6 +134,9 @@ CREDENTIAL_KEY_PATTERN = (
 
 # --- training jobs (let it crash) ---------------------------------------------------------------------------
 
+#: Kueue's labels on a job: the LocalQueue it is submitted to, and the WorkloadPriorityClass it names.
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 #: JobSet's label (and annotation) on each Job and pod: the restart attempt the gang is on (its ``status.restarts``).
 JOBSET_RESTART_ATTEMPT_LABEL = "jobset.sigs.k8s.io/restart-attempt"
 #: An Indexed Job's pod index (the Job controller sets it on every pod): a training pod's node rank.

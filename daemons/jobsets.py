@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from contract.constants import JOBSET_RESTART_ATTEMPT_LABEL, TRAINING_JOB_LABEL
-from daemons.toolkit.times import unix_seconds
+from contract.times import unix_seconds
 
 #: The training pod's container (components/training/manifest.py names it).
 TRAINER = "trainer"

@@ -28,10 +28,7 @@ from components.guardrails_policies.model import (
     team_pod_rule,
     unchanged_on_update,
 )
-from contract.constants import (
-    KUEUE_GROUP,
-    KUEUE_VERSION,
-)
+from contract.constants import KUEUE_GROUP, KUEUE_VERSION, PRIORITY_LABEL, QUEUE_LABEL
 from contract.guardrails_settings import (
     BASELINE_CAPABILITIES,
     CONFINEMENT_ANNOTATION_PREFIXES,
@@ -40,8 +37,6 @@ from contract.guardrails_settings import (
 )
 from contract.jobset_settings import JOBSET_API
 
-QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 #: The capability a pod on an RDMA fabric adds beyond baseline's (``fabric_settings.RDMA_CAPABILITY``).
 IPC_LOCK = "IPC_LOCK"
 

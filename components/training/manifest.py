@@ -28,6 +28,7 @@ from typing import Any, Literal
 from components.config.stack import StackConfig
 from components.training.checks import landing_topology, queue_flavors, team_of
 from components.training.spec import SECRET_FILES_DIR, JobSpec
+from contract.checkpoints import CHECKPOINTS_MOUNT, job_directory
 from contract.constants import (
     CHECKPOINT_ANNOTATION_PREFIX,
     CHECKPOINT_CLAIM,
@@ -39,7 +40,9 @@ from contract.constants import (
     MAX_RESTARTS_PER_HOUR_ANNOTATION,
     PODSET_PREFERRED_TOPOLOGY,
     PODSET_REQUIRED_TOPOLOGY,
+    PRIORITY_LABEL,
     PROGRESS_ANNOTATION_PREFIX,
+    QUEUE_LABEL,
     STALL_AFTER_ANNOTATION,
     TEAM_LABEL,
     TRAINER_SERVICE_ACCOUNT,
@@ -52,13 +55,10 @@ from contract.storage_settings import checkpoint_interval_seconds
 
 JOBSET_API_VERSION = "jobset.x-k8s.io/v1alpha2"
 JOBSET_KIND = "JobSet"
-QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 #: The one replicated Job; pods are ``<name>-node-0-<index>``, reachable as ``<pod>.<name>``.
 REPLICATED_JOB = "node"
 CONTAINER = "trainer"
 DATASETS_CLAIM = "datasets"
-CHECKPOINTS_MOUNT = "/checkpoints"
 DATASETS_MOUNT = "/datasets"
 MASTER_PORT = 29500
 SHM_VOLUME = "dshm"
@@ -315,7 +315,7 @@ def job_env(spec: JobSpec, ctx: JobContext) -> list[dict[str, Any]]:
     name = spec.name
     ours = {
         "GPUCLUSTER_JOB_NAME": name,
-        "GPUCLUSTER_CHECKPOINT_DIR": f"{CHECKPOINTS_MOUNT}/{name}",
+        "GPUCLUSTER_CHECKPOINT_DIR": job_directory(name),
         "GPUCLUSTER_DATASETS_DIR": DATASETS_MOUNT,
         "GPUCLUSTER_CHECKPOINT_INTERVAL_SECONDS": str(ctx.checkpoint_interval_seconds),
         "GPUCLUSTER_CHECKPOINT_ANNOTATION": f"{CHECKPOINT_ANNOTATION_PREFIX}{name}",

@@ -3,11 +3,11 @@ PodStatus as docs/burst-provider-api.md defines it."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from contract.times import rfc3339
 from daemons.burst_provider.probes import ReplicaProbes
 from daemons.burst_provider.providers.base import Instance, InstanceState, Port
 
@@ -30,12 +30,6 @@ NOT_READY = "NotReadyTimeout"
 KILLED_EXIT_CODE = 137
 #: Exit code reported when the instance was never created.
 REFUSED_EXIT_CODE = 1
-
-
-def rfc3339(ts: float | None) -> str:
-    if ts is None:
-        return ""
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
 
 
 def _times(**stamps: float | None) -> dict[str, str]:

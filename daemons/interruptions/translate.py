@@ -19,13 +19,13 @@ from contract.constants import (
     TEAM_LABEL,
     TRAINING_JOB_LABEL,
 )
+from contract.times import unix_seconds
 from daemons.interruptions.classify import NodeState, PodFailure
 from daemons.interruptions.model import LEDGER_ANNOTATION, JobView, WorkloadView
 from daemons.jobsets import TRAINER, belongs, gang_size, of_attempt, running_start
 from daemons.jobsets import as_int as _int
 from daemons.jobsets import as_list as _list
 from daemons.jobsets import as_map as _map
-from daemons.toolkit.times import unix_seconds
 
 __all__ = ["TRAINER", "job_view", "node_state", "owner_uid", "pod_failure", "unix_seconds", "workload_view"]
 

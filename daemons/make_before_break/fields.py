@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from daemons.toolkit.times import unix_seconds
+from contract.times import unix_seconds
 
 #: The part of a list that names an object: ``kind namespace/name`` and a field path.
 _MAX_SHOWN = 200

@@ -41,9 +41,9 @@ from contract.constants import (
     VIRTUAL_NODE_TAINT_KEY,
 )
 from contract.quarantine_settings import RELEASED_AT_ANNOTATION, reason_of
+from contract.times import unix_seconds
 from daemons.toolkit.events import format_time  # noqa: F401 (the decision's times, as its tests name them)
 from daemons.toolkit.taint import Taint
-from daemons.toolkit.times import unix_seconds
 
 #: Which reason names a node when several alerts fire for it: the seed rule (temperature) first.
 REASON_ORDER = ("gpu-temperature", "xid", "nvlink-errors", "infiniband-errors")

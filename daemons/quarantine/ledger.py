@@ -18,9 +18,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from contract.quarantine_settings import FIELD_MANAGER, LEDGER_NAME
+from contract.times import unix_seconds
 from daemons.quarantine.decide import LedgerEntry
 from daemons.toolkit.events import format_time
-from daemons.toolkit.times import unix_seconds
 
 __all__ = ["FIELD_MANAGER", "LEDGER_NAME", "apply_body", "entries_from", "to_data"]
 

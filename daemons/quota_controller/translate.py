@@ -9,10 +9,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from contract.times import unix_seconds
 from daemons.quota_controller.decide import quantity
 from daemons.quota_controller.model import NodeView, QueueView
 from daemons.toolkit.kube_api import shown
-from daemons.toolkit.times import unix_seconds
 
 
 def _ready(status: Mapping[str, Any]) -> tuple[bool | None, float | None]:

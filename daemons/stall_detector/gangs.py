@@ -28,6 +28,7 @@ from contract.constants import (
     STALL_RESTART_ANNOTATION,
     TRAINING_JOB_LABEL,
 )
+from contract.times import unix_seconds
 from daemons.jobsets import (
     as_int,
     as_list,
@@ -38,7 +39,6 @@ from daemons.jobsets import (
     running_start,
 )
 from daemons.stall_detector.decide import QUIET_PHASES, TRAIN_PHASE, Gang, Progress
-from daemons.toolkit.times import unix_seconds
 
 #: Longest progress report or restart record read (an annotation is at most 256 KiB in all; ours are small).
 MAX_RECORD = 4096

@@ -85,6 +85,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from contract.burst_settings import RUNPOD_V2_URL
+from contract.times import unix_seconds
 from daemons.burst_provider import replies
 from daemons.burst_provider.http_client import HttpStatusError, JsonHttpClient, UnreachableError
 from daemons.burst_provider.providers.base import (
@@ -104,7 +105,6 @@ from daemons.burst_provider.providers.base import (
     prices_from_settings,
 )
 from daemons.burst_provider.replies import ReplyError
-from daemons.toolkit.times import unix_seconds
 
 log = logging.getLogger("burst_provider.runpod")
 

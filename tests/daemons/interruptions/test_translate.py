@@ -2,10 +2,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from contract.times import unix_seconds
 from daemons.interruptions.classify import NodeState
 from daemons.interruptions.model import LEDGER_ANNOTATION, WorkloadView
 from daemons.interruptions.translate import job_view, node_state, owner_uid, pod_failure, workload_view
-from daemons.toolkit.times import unix_seconds
 
 
 def jobset(**status: Any) -> dict[str, Any]:

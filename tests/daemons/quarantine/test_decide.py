@@ -9,6 +9,7 @@ import pytest
 
 from contract.constants import QUARANTINE_REASON_ANNOTATION, QUARANTINED_AT_ANNOTATION
 from contract.quarantine_settings import RELEASED_AT_ANNOTATION, QuarantineSettings
+from contract.times import unix_seconds
 from daemons.quarantine.decide import (
     LedgerEntry,
     NodeView,
@@ -20,7 +21,6 @@ from daemons.quarantine.decide import (
     decide,
     format_time,
 )
-from daemons.toolkit.times import unix_seconds
 
 NOW = 1_800_000_000.0
 H100 = {"gpu.example/type": "h100"}

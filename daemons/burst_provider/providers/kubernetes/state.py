@@ -21,6 +21,7 @@ from typing import Any
 
 from contract.constants import GPU_RESOURCE
 from contract.model import pod_resource_count
+from contract.times import unix_seconds
 from daemons.burst_provider import replies
 from daemons.burst_provider.providers.base import Instance, InstanceState, InstanceTags, Port
 from daemons.burst_provider.providers.kubernetes.translate import (
@@ -32,7 +33,6 @@ from daemons.burst_provider.providers.kubernetes.translate import (
     SOURCE_NAMESPACE_LABEL,
     SOURCE_UID_LABEL,
 )
-from daemons.toolkit.times import unix_seconds
 
 
 def _container_statuses(status: Mapping[str, Any]) -> list[Mapping[str, Any]]:

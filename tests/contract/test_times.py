@@ -1,10 +1,10 @@
-"""daemons/toolkit/times.py: the one reader of RFC 3339 times for every daemon."""
+"""contract/times.py: the one reader (and writer) of RFC 3339 times for every daemon and the contract."""
 
 from __future__ import annotations
 
 import pytest
 
-from daemons.toolkit.times import unix_seconds
+from contract.times import unix_seconds
 
 
 @pytest.mark.parametrize(

@@ -19,3 +19,10 @@ def unix_seconds(text: object) -> float | None:
     except ValueError:
         return None
     return None if value.tzinfo is None else value.timestamp()
+
+
+def rfc3339(ts: float | None) -> str:
+    """Unix seconds as the API server writes a time (``metav1.Time``: whole seconds, ``Z``); "" for None."""
+    if ts is None:
+        return ""
+    return dt.datetime.fromtimestamp(int(ts), tz=dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
