@@ -1,4 +1,9 @@
-"""What goes wrong with a checkpoint directory, done to a real one: each corruption class the verifier must catch.
+"""What a save leaves in a checkpoint directory, and what goes wrong with one: each corruption class the verifier
+must catch, done to a real checkpoint.
+
+:func:`save_checkpoint` is a job's save on the simulated cluster: a real checkpoint torch 2.15.0's ``dcp.save`` wrote
+(two ranks, ``tests/fixtures/dcp/``, captured by the script beside it) copied to ``step-<N>`` under the job's
+directory, its manifest written last, the oldest beyond ``keep`` removed (as torchtitan's ``keep_latest_k``).
 
 Each fault changes a complete checkpoint directory (``contract/checkpoints.py``'s layout: DCP's shards and
 ``.metadata``, and the manifest where there is one) the way a failed or careless save leaves it, and names the
@@ -13,10 +18,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
 from contract.checkpoints import DCP_METADATA, DCP_SHARD_SUFFIX, MANIFEST, step_of
+
+#: A real checkpoint of two ranks, as torch 2.15.0's ``dcp.save`` wrote it.
+CAPTURED = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "dcp" / "torch-2.15.0"
+REAL_CHECKPOINT = CAPTURED / "step-100"
 
 
 def write_manifest(directory: Path, step: int) -> None:
@@ -96,3 +106,33 @@ CORRUPTIONS: dict[str, tuple[Callable[[Path], None], str]] = {
     "stale step": (stale_step, "stale-step"),
     "unreadable metadata": (unreadable_metadata, "unreadable-metadata"),
 }
+
+
+def save_checkpoint(job_directory: Path, step: int, *, corruption: str | None = None, keep: int = 3) -> Path:
+    """Write ``step-<step>`` under ``job_directory`` as a job's save does (shards, metadata, then the manifest), spoilt
+    by ``corruption`` (one of :data:`CORRUPTIONS`) if named; remove the oldest beyond ``keep``. Idempotent for one
+    step: a directory already there is written again."""
+    target = job_directory / f"step-{step}"
+    if target.exists():
+        shutil.rmtree(target)
+    job_directory.mkdir(parents=True, exist_ok=True)
+    staging = job_directory / ".saving"
+    if staging.exists():
+        shutil.rmtree(staging)
+    shutil.copytree(REAL_CHECKPOINT, staging)
+    staging.rename(target)
+    write_manifest(target, step)
+    if corruption is not None:
+        spoil, _problem = CORRUPTIONS[corruption]
+        spoil(target)
+    saved = sorted(
+        (
+            d
+            for d in job_directory.iterdir()
+            if d.is_dir() and step_of(d.name) is not None and not d.name.startswith(".")
+        ),
+        key=lambda d: step_of(d.name) or 0,
+    )
+    for old in saved[:-keep] if keep > 0 else []:
+        shutil.rmtree(old)
+    return target

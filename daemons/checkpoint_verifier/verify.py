@@ -33,6 +33,7 @@ _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 
 class Problem(StrEnum):
+    NO_CHECKPOINT = "no-checkpoint"
     STALE_STEP = "stale-step"
     PARTIAL_DIRECTORY = "partial-directory"
     UNREADABLE_METADATA = "unreadable-metadata"

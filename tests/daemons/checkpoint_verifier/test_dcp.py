@@ -12,8 +12,7 @@ from typing import Any
 import pytest
 
 from daemons.checkpoint_verifier.dcp import MetadataError, read_metadata
-
-CAPTURED = Path(__file__).resolve().parents[2] / "fixtures" / "dcp" / "torch-2.15.0"
+from sim.checkpoint_faults import CAPTURED
 
 
 @pytest.mark.parametrize(

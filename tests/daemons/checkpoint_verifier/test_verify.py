@@ -11,12 +11,10 @@ from pathlib import Path
 import pytest
 
 from contract.checkpoints import MANIFEST
-from daemons.checkpoint_verifier.check import main
+from daemons.checkpoint_verifier.check import TERMINATION_MESSAGE_BYTES, main, termination_message
 from daemons.checkpoint_verifier.files import read_listing
 from daemons.checkpoint_verifier.verify import ManifestError, Problem, judge, read_manifest
-from sim.checkpoint_faults import CORRUPTIONS, write_manifest
-
-CAPTURED = Path(__file__).resolve().parents[2] / "fixtures" / "dcp" / "torch-2.15.0"
+from sim.checkpoint_faults import CAPTURED, CORRUPTIONS, write_manifest
 
 
 def copy(tmp: Path, step: str = "step-100") -> Path:
@@ -115,3 +113,52 @@ def test_hashing_on_several_workers_gives_the_same_hashes(tmp_path: Path) -> Non
     with pytest.raises(SystemExit) as refused:
         main([str(directory), "--workers", "0"])
     assert refused.value.code == 2
+
+
+def test_newest_under_checks_the_highest_step_and_writes_a_short_verdict(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    job = tmp_path / "job"
+    job.mkdir()
+    for step in ("step-100", "step-200", "step-300"):
+        copy(job, step)
+    (job / "latest").mkdir()  # names no step: never the newest
+    (job / "step-900.tmp-notes").write_text("a file, not a directory")
+    log = tmp_path / "termination-log"
+    assert main(["--newest-under", str(job), "--last-verified-step", "200", "--termination-log", str(log)]) == 0
+    assert json.loads(capsys.readouterr().out)["step"] == 300
+    short = json.loads(log.read_text())
+    assert (short["ok"], short["step"], short["directory"], short["problems"]) == (True, 300, "step-300", [])
+    # the same checkpoint is stale once it is the last verified one
+    assert main(["--newest-under", str(job), "--last-verified-step", "300", "--termination-log", str(log)]) == 1
+    assert json.loads(log.read_text())["problems"] == ["stale-step"]
+
+
+def test_newest_under_an_empty_job_directory_is_a_verdict_not_an_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    log = tmp_path / "termination-log"
+    assert main(["--newest-under", str(tmp_path), "--termination-log", str(log)]) == 1
+    assert json.loads(log.read_text())["problems"] == ["no-checkpoint"]
+    assert "no directory under" in json.loads(capsys.readouterr().out)["summary"]
+
+
+def test_the_termination_message_stays_under_the_kubelets_limit(tmp_path: Path) -> None:
+    directory = copy(tmp_path)
+    for shard in directory.glob("*.distcp"):
+        shard.unlink()
+    write_manifest(directory, 100)
+    many = json.loads((directory / MANIFEST).read_text())
+    many["files"] = [{"path": f"{'x' * 1000}-{i}", "size": 1, "sha256": "0" * 64} for i in range(200)]
+    (directory / MANIFEST).write_text(json.dumps(many))
+    verdict = judge(read_listing(directory), last_verified=None)
+    assert len(verdict.summary()) > TERMINATION_MESSAGE_BYTES
+    assert len(termination_message(verdict, 1.0).encode()) < TERMINATION_MESSAGE_BYTES
+
+
+def test_a_check_that_cannot_write_its_termination_log_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    directory = copy(tmp_path)
+    assert main([str(directory), "--termination-log", str(tmp_path / "absent" / "log")]) == 2
+    assert "cannot write" in capsys.readouterr().err
