@@ -30,6 +30,7 @@ from contract.constants import ENVIRONMENT_LABEL, PROJECT, RELIABILITY_CONFIGMAP
 from contract.controllers.make_before_break import DEPLOYMENT_ANNOTATIONS, POD_ANNOTATION, TEMPLATE_ANNOTATIONS
 from contract.make_before_break_settings import CHECK_NAME, MakeBeforeBreakSettings
 from contract.registry import (
+    CHECKPOINT_VERIFIER,
     CONTROLLERS,
     MAKE_BEFORE_BREAK,
     QUARANTINE,
@@ -93,6 +94,7 @@ def guardrail_inputs(cfg: StackConfig, created: Collection[str] | None = None) -
         virtual_node=virtual_node_identity(cfg),
         burst_provider=burst_provider_identity(cfg),
         taint_controller=taint_controller_identity(cfg),
+        checkpoint_verifier_image=verifier.image if (verifier := cfg.running(CHECKPOINT_VERIFIER)) else None,
     )
 
 

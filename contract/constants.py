@@ -152,6 +152,11 @@ CHECKPOINT_WRITE_ANNOTATION = "gpucluster.io/checkpoint-write-seconds"
 #: The checkpoint report: a job annotates its team's ``checkpoints`` claim with
 #: ``checkpoint.gpucluster.io/<jobset name>: <RFC 3339 time its last complete checkpoint finished>``.
 CHECKPOINT_ANNOTATION_PREFIX = "checkpoint.gpucluster.io/"
+#: The verifier's record beside the report, on the same claim:
+#: ``verified.checkpoint.gpucluster.io/<jobset name>: {"verified": {...} | null, "last": {...}}`` (written by the
+#: checkpoint verifier only: ``contract/checkpoint_record.py`` is its format). Only a checkpoint in
+#: ``verified`` counts: the restart path, the interruption accounting and ``TrainingCheckpointStale`` read it.
+VERIFIED_ANNOTATION_PREFIX = "verified.checkpoint.gpucluster.io/"
 #: The measured reliability the next submission's checkpoint interval follows (written by the interruption
 #: accounting daemon in its namespace): training node-seconds per interruption.
 RELIABILITY_CONFIGMAP = "gpucluster-training-reliability"

@@ -43,6 +43,8 @@ from contract.model import (
 STACK_KEY = "interruptions"
 APP = "gpucluster-interruptions"
 FIELD_MANAGER = "gpucluster-interruptions"
+#: The fields the stack fills (camelCase key: where from); a stack section that sets one is refused.
+FILLED = {"verifiedCheckpointsOnly": "gpucluster:checkpointVerifier (enabled)"}
 
 
 class InterruptionsSettings(ControllerSettings):
@@ -73,6 +75,12 @@ class InterruptionsSettings(ControllerSettings):
     #: How often the leader renews and the others try to take the Lease (at least a second).
     retry_period: PollInterval = "2s"
 
+    # Filled by the stack (FILLED).
+    #: Count only verified checkpoints (``verified.checkpoint.gpucluster.io/<job>``, the checkpoint verifier's
+    #: record) for the work lost and the checkpoint's age; false: the job's own report
+    #: (``checkpoint.gpucluster.io/<job>``), in a stack that runs no verifier.
+    verified_checkpoints_only: bool = False
+
     request_timeout_seconds: ClassVar[Seconds] = Seconds("request_timeout")
 
 
@@ -84,6 +92,7 @@ load_settings = InterruptionsSettings.load
 __all__ = [
     "APP",
     "FIELD_MANAGER",
+    "FILLED",
     "STACK_KEY",
     "InterruptionsSettings",
     "SettingsError",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from contract.controllers.checkpoint_verifier import SPEC as CHECKPOINT_VERIFIER
 from contract.controllers.interruptions import SPEC as INTERRUPTIONS
 from contract.controllers.make_before_break import SPEC as MAKE_BEFORE_BREAK
 from contract.controllers.quarantine import SPEC as QUARANTINE
@@ -19,6 +20,7 @@ from contract.controllers.taint_controller import SPEC as TAINT_CONTROLLER
 from contract.spec import ControllerSpec
 
 __all__ = [
+    "CHECKPOINT_VERIFIER",
     "CONTROLLERS",
     "INTERRUPTIONS",
     "MAKE_BEFORE_BREAK",
@@ -37,6 +39,7 @@ CONTROLLERS: tuple[ControllerSpec[Any], ...] = (
     QUARANTINE,
     INTERRUPTIONS,
     STALL_DETECTOR,
+    CHECKPOINT_VERIFIER,
 )
 
 

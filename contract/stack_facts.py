@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from contract.queues_settings import ClusterQueueSpec, GpuFlavor
+from contract.queues_settings import ClusterQueueSpec, GpuFlavor, Priorities, Team
 
 
 @dataclass(frozen=True)
@@ -31,6 +31,13 @@ class StackFacts:
     burst_taint_key: str
     #: The virtual node's Node name; None while the stack does not burst.
     virtual_node_name: str | None
+    #: ``gpucluster:teams`` and ``gpucluster:priorities``: each team's LocalQueue and the research priorities it may
+    #: name.
+    teams: tuple[Team, ...]
+    priorities: Priorities
+    #: Whether the stack runs the checkpoint verifier (``gpucluster:checkpointVerifier``): only verified
+    #: checkpoints count.
+    checkpoints_verified: bool
     #: The scrape jobs of dcgm-exporter and of the fabric exporter (``gpucluster:telemetry``).
     dcgm_scrape_job: str
     fabric_scrape_job: str

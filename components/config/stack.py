@@ -34,7 +34,7 @@ from contract.metrics_adapter_settings import MetricsAdapterSettings
 from contract.model import MAX_STRING, ControllerSettings, DnsLabel, TaintKey, parse_duration
 from contract.prerequisites_settings import PrerequisitesSettings
 from contract.queues_settings import ClusterQueueSpec, GpuFlavor, KueueSettings, Priorities, Team, Topology
-from contract.registry import CONTROLLERS, MAKE_BEFORE_BREAK, TAINT_CONTROLLER
+from contract.registry import CHECKPOINT_VERIFIER, CONTROLLERS, MAKE_BEFORE_BREAK, TAINT_CONTROLLER
 from contract.spec import ControllerSettingsLike, ControllerSpec
 from contract.stack_facts import StackFacts
 from contract.storage_settings import StorageSettings
@@ -316,6 +316,7 @@ class StackSections:
                 "make_before_break_hold_seconds": parse_duration(mbb.max_hold) if mbb.enabled else None,
                 "bursting": burst is not None and burst.enabled,
                 "taint_controller_running": burst is not None and burst.enabled and burst.taint_controller.enabled,
+                "checkpoint_verifier_running": controllers[CHECKPOINT_VERIFIER.name].enabled,
             }
         )
         if burst is not None:
@@ -326,6 +327,9 @@ class StackSections:
             queues=values["queues"],
             team_namespaces=tuple(dict.fromkeys(t.namespace for t in values["teams"])),
             inference_namespaces=tuple(values["inference_namespaces"]),
+            teams=tuple(values["teams"]),
+            priorities=values["priorities"],
+            checkpoints_verified=controllers[CHECKPOINT_VERIFIER.name].enabled,
             burst_taint_key=values["burst_taint_key"],
             virtual_node_name=burst.settings.virtual_node.node_name if burst is not None and burst.enabled else None,
             dcgm_scrape_job=values["telemetry"].dcgm_scrape_job,

@@ -8,7 +8,7 @@ kube-apiserver and send it what each rule refuses and what it lets through.
 One concern per module: ``model`` (the inputs, a rule as data, CEL helpers, rendering), ``workloads`` (what a
 workload may be, whoever sends it), ``placement`` (what a team's pod may mount and where it may run),
 ``credentials`` (no key or token in a spec), ``controllers`` (the fields each controller of ours may write),
-``teams`` (a team's Role).
+``checkpoints`` (the verifier's records, which only it writes, and its check Jobs), ``teams`` (a team's Role).
 The list of rules is here, in one place.
 """
 
@@ -16,6 +16,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from components.guardrails_policies.checkpoints import (
+    checkpoint_verifier_changes_claims_only_by_its_records,
+    checkpoint_verifier_creates_only_check_jobs,
+    verified_records_are_the_verifiers,
+)
 from components.guardrails_policies.controllers import (
     burst_provider_annotates_pods_only,
     burst_provider_writes_only_its_endpoint_slices,
@@ -78,6 +83,9 @@ RULES: list[Callable[[GuardrailInputs], Policy | None]] = [
     team_jobsets_carry_no_credentials,
     quota_controller_writes_only_quotas,
     interruptions_only_stops_workloads,
+    verified_records_are_the_verifiers,
+    checkpoint_verifier_changes_claims_only_by_its_records,
+    checkpoint_verifier_creates_only_check_jobs,
     make_before_break_writes_only_its_reservations,
     make_before_break_moves_only_by_annotations,
     make_before_break_marks_pods_only_for_removal,

@@ -86,6 +86,8 @@ class GuardrailInputs:
     virtual_node: tuple[str, str] | None = None
     #: The burst provider service's user (the virtual node pod's internet-facing container); None: no burst.
     burst_provider: str | None = None
+    #: The image of the checkpoint verifier's check Jobs (the only one its token may run); None: it does not run.
+    checkpoint_verifier_image: str | None = None
 
     def user_of(self, controller: str) -> str | None:
         """The user of the controller named ``controller`` (a spec's name); None while the stack runs none."""

@@ -19,7 +19,9 @@ the same figures (hence ``max by`` / ``min by``): ``TrainingEttrLow`` (a job's E
 bound, or the bound keeps it stopped), ``TrainingCheckpointStale`` (while every pod runs, the last checkpoint is older
 than twice the job's interval: the trainer stopped reporting or writing) and ``TrainingRecoverySlow`` (the last
 interruption took longer than ``recoverySlowSeconds`` to get the gang Running again); from the stall detector,
-``TrainingGangStalled``, ``TrainingNodeRepeatOffender`` (a quarantine signal) and ``StallDetectorBlind``.
+``TrainingGangStalled``, ``TrainingNodeRepeatOffender`` (a quarantine signal) and ``StallDetectorBlind``; from the
+checkpoint verifier, ``CheckpointVerificationFailed`` (a job's last checked checkpoint was refused: only while the
+stack runs the verifier).
 
 The ``gpucluster-serving`` group watches the loop that keeps production serving while training takes the GPUs:
 ``BurstTaintFlapping`` (the taint controller reversed itself within its flap window: serving moved out and back for
@@ -45,8 +47,8 @@ from contract.constants import (
 )
 from contract.controllers.interruptions import TRAINING
 from contract.fabric_settings import METRICS_PREFIX as FABRIC_METRICS_PREFIX
+from contract.registry import CHECKPOINT_VERIFIER, STALL_DETECTOR
 from contract.registry import MAKE_BEFORE_BREAK as MAKE_BEFORE_BREAK_SPEC
-from contract.registry import STALL_DETECTOR
 from contract.registry import TAINT_CONTROLLER as TAINT_CONTROLLER_SPEC
 from contract.xids import new_xid_filter, program_xid_filter
 
@@ -63,8 +65,9 @@ QUARANTINE_ALERTS = (
     "InfinibandLinkErrorsIncreasing",
     "TrainingNodeRepeatOffender",
 )
-#: The stall detector's metrics (its spec's prefix).
+#: The stall detector's and the checkpoint verifier's metrics (their specs' prefixes).
 STALL = STALL_DETECTOR.metrics_prefix
+VERIFIER = CHECKPOINT_VERIFIER.metrics_prefix
 _SIGNAL = {QUARANTINE_SIGNAL_LABEL: QUARANTINE_SIGNAL_VALUE}
 
 #: The serving loop's daemons' metrics, by the prefixes the contract gives them (tests/components/telemetry check
@@ -390,9 +393,10 @@ def rule_groups(settings: TelemetrySettings) -> dict[str, Any]:
             "annotations": {
                 "summary": "Training job {{ $labels.namespace }}/{{ $labels.job }} has not checkpointed for two "
                 "intervals",
-                "description": "Every pod runs, but the last checkpoint reported on the team's checkpoints claim "
-                "(annotation checkpoint.gpucluster.io/<job>) is older than twice the job's checkpoint interval: "
-                "the next interruption loses that much work.",
+                "description": "Every pod runs, but the last checkpoint that counts is older than twice the job's "
+                "checkpoint interval: the last verified one (annotation verified.checkpoint.gpucluster.io/<job> on "
+                "the team's checkpoints claim) where the stack runs the checkpoint verifier, else the last reported "
+                "one (checkpoint.gpucluster.io/<job>). The next interruption loses that much work.",
             },
         },
         {
@@ -440,6 +444,25 @@ def rule_groups(settings: TelemetrySettings) -> dict[str, Any]:
             },
         },
     ]
+    if settings.checkpoint_verifier_running:
+        training_rules.append(
+            {
+                "alert": "CheckpointVerificationFailed",
+                # its value is the refused step
+                "expr": f"max by (namespace, job) ({VERIFIER}_last_check_step)"
+                f" and on (namespace, job) (max by (namespace, job) ({VERIFIER}_last_check_ok) == 0)",
+                "labels": {"severity": "warning"},
+                "annotations": {
+                    "summary": "The last checkpoint of training job {{ $labels.namespace }}/{{ $labels.job }} "
+                    "failed its check",
+                    "description": "The checkpoint verifier refused the job's last reported checkpoint (step "
+                    "{{ $value }}; -1: no step directory at all): a restart resumes from the last verified one. "
+                    "kubectl describe pvc checkpoints -n {{ $labels.namespace }} says "
+                    "what is wrong (Event CheckpointRejected); the record is annotation "
+                    "verified.checkpoint.gpucluster.io/{{ $labels.job }}.",
+                },
+            }
+        )
     return {
         "groups": [
             {"name": "gpucluster-gpu", "rules": gpu_rules},

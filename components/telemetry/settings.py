@@ -52,6 +52,7 @@ FILLED = {
     "makeBeforeBreakHoldSeconds": "gpucluster:makeBeforeBreak.maxHold (none while it is off)",
     "bursting": "gpucluster:burst.enabled",
     "taintControllerRunning": "gpucluster:burst.enabled and gpucluster:burst.taintController.enabled",
+    "checkpointVerifierRunning": "gpucluster:checkpointVerifier.enabled",
 }
 #: NVIDIA's chart is versioned as the exporter it ships; its image tags are ``<DCGM>-<exporter>-<base image>``.
 DEFAULT_DCGM_CHART_VERSION = "4.2.0"
@@ -208,6 +209,8 @@ class TelemetrySettings(ConfigModel):
     bursting: bool = True
     #: The stack runs the taint controller: its flapping alert is deployed only then.
     taint_controller_running: bool = True
+    #: The stack runs the checkpoint verifier: its alert is deployed only then.
+    checkpoint_verifier_running: bool = True
 
     @field_validator("namespace", "grafana_dashboard_namespace")
     @classmethod

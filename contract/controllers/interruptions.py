@@ -19,9 +19,10 @@ from typing import Any
 
 from contract.bounds import JobSetAnnotationOnly
 from contract.constants import INTERRUPTIONS_LEDGER_ANNOTATION, KUEUE_GROUP
-from contract.interruptions_settings import APP, STACK_KEY, InterruptionsSettings
+from contract.interruptions_settings import APP, FILLED, STACK_KEY, InterruptionsSettings
 from contract.rbac import Grant, Rule, lease_rules
 from contract.spec import AFTER_JOBSET, AFTER_KUEUE, APP_PREFIX, ControllerSpec
+from contract.stack_facts import StackFacts
 
 # The daemon's least-privilege RBAC rules, as data (the deploying component renders the same lists).
 #
@@ -69,6 +70,11 @@ def outputs(s: InterruptionsSettings) -> dict[str, object]:
     }
 
 
+def fill(s: InterruptionsSettings, facts: StackFacts) -> InterruptionsSettings:
+    """Only verified checkpoints count where the stack runs the checkpoint verifier."""
+    return s.model_copy(update={"verified_checkpoints_only": facts.checkpoints_verified})
+
+
 SPEC: ControllerSpec[InterruptionsSettings] = ControllerSpec(
     name=NAME,
     component_type="gpucluster:interruptions:Interruptions",
@@ -94,6 +100,8 @@ SPEC: ControllerSpec[InterruptionsSettings] = ControllerSpec(
     dry_run_help="read, account and log, but write nothing: no annotation, no Workload change, no Event, no "
     "ConfigMap, no Lease",
     after=(AFTER_KUEUE, AFTER_JOBSET),
+    filled_by_stack=FILLED,
+    fill=fill,
     # its record of a job's interruptions (stopping a job at its bound is a rule of its own: a Workload's field)
     bounds=(
         JobSetAnnotationOnly(

@@ -154,6 +154,7 @@ class Controller(OnTheApi[InterruptionsSettings, KubeApi, Metrics]):
                     workload=workloads.get(str(meta.get("uid", ""))),
                     events=[e for e in got["events"] if (e.get("metadata") or {}).get("namespace") == ns],
                     claim_annotations=claims.get(ns, {}),
+                    verified_only=self.settings.verified_checkpoints_only,
                 )
             except ValueError as exc:
                 problems[f"{ns}/{meta.get('name', '?')}"] = str(exc)

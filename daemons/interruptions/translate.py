@@ -10,6 +10,7 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from contract.checkpoint_record import read_record
 from contract.constants import (
     CHECKPOINT_ANNOTATION_PREFIX,
     CHECKPOINT_INTERVAL_ANNOTATION,
@@ -18,6 +19,7 @@ from contract.constants import (
     STALL_RESTART_ANNOTATION,
     TEAM_LABEL,
     TRAINING_JOB_LABEL,
+    VERIFIED_ANNOTATION_PREFIX,
 )
 from contract.times import unix_seconds
 from daemons.interruptions.classify import NodeState, PodFailure
@@ -122,6 +124,16 @@ def pod_failure(pod: Mapping[str, Any]) -> PodFailure | None:
     )
 
 
+def checkpoint_at(claim_annotations: Mapping[str, str], job: str, *, verified_only: bool) -> float | None:
+    """When the job's last checkpoint that counts was complete: the verifier's last verified one
+    (``verified.checkpoint.gpucluster.io/<job>``, its ``reported`` time) or, with no verifier, the job's own report;
+    None when there is none (or it does not read)."""
+    if not verified_only:
+        return unix_seconds(claim_annotations.get(f"{CHECKPOINT_ANNOTATION_PREFIX}{job}"))
+    record = read_record(claim_annotations.get(f"{VERIFIED_ANNOTATION_PREFIX}{job}", ""))
+    return None if record is None or record.verified is None else unix_seconds(record.verified.reported)
+
+
 def job_view(
     jobset: Mapping[str, Any],
     *,
@@ -130,6 +142,7 @@ def job_view(
     workload: WorkloadView | None,
     events: Sequence[Mapping[str, Any]],
     claim_annotations: Mapping[str, str],
+    verified_only: bool = False,
 ) -> JobView:
     meta = _map(jobset, "metadata")
     name, ns, uid = meta.get("name"), meta.get("namespace"), meta.get("uid")
@@ -184,7 +197,7 @@ def job_view(
         failures=tuple(failures),
         workload=workload,
         restart_events=tuple(sorted(restart_events.items(), key=lambda kv: kv[1])),
-        checkpoint_at=unix_seconds(claim_annotations.get(f"{CHECKPOINT_ANNOTATION_PREFIX}{name}")),
+        checkpoint_at=checkpoint_at(claim_annotations, name, verified_only=verified_only),
         suspended=spec.get("suspend") is True,
         stall_restart=stall_restart(annotations.get(STALL_RESTART_ANNOTATION)),
     )

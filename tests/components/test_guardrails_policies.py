@@ -27,17 +27,21 @@ from components.guardrails_policies import (
     reliability_reader,
     team_role,
 )
+from contract.checkpoint_verifier_settings import CheckpointVerifierSettings, TeamQueue
 from contract.constants import (
+    CHECKPOINT_ANNOTATION_PREFIX,
     INTERRUPTIONS_LEDGER_ANNOTATION,
     PODSET_PREFERRED_TOPOLOGY,
     QUARANTINE_TAINT_KEY,
     RELIABILITY_CONFIGMAP,
     STALL_RESTART_ANNOTATION,
+    VERIFIED_ANNOTATION_PREFIX,
 )
 from contract.constants import RELEASED_AT_ANNOTATION as QUARANTINE_RELEASED
 from contract.guardrails_settings import GuardrailsSettings
 from contract.jobset_settings import JOBSET_API
-from contract.registry import INTERRUPTIONS, QUARANTINE, STALL_DETECTOR
+from contract.registry import CHECKPOINT_VERIFIER, INTERRUPTIONS, QUARANTINE, STALL_DETECTOR
+from daemons.checkpoint_verifier.job import check_job
 from daemons.quarantine.kube import node_from, quarantine_ops
 from tests.support.apiserver import ApiServer, running_apiserver, wait_for
 from tests.support.require import missing
@@ -56,6 +60,8 @@ TRAINING = "gpucluster-training"
 QUARANTINE_USER = f"system:serviceaccount:{CONTROLLERS}:gpucluster-quarantine"
 STALL_USER = "system:serviceaccount:gpucluster-training:gpucluster-stall-detector"
 INTERRUPTIONS_USER = "system:serviceaccount:gpucluster-training:gpucluster-interruptions"
+VERIFIER_USER = "system:serviceaccount:gpucluster-training:gpucluster-checkpoint-verifier"
+VERIFIER_IMAGE = "registry.invalid/gpucluster-daemons:1"
 RESERVATION_KEY = "gpucluster.io/reservation"
 TAINT_CONTROLLER_USER = "system:serviceaccount:gpucluster-burst:gpucluster-taint-controller"
 BURST_TAINT_KEY = "gpucluster.io/in-cluster-capacity"
@@ -86,7 +92,9 @@ INPUTS = GuardrailInputs(
         QUARANTINE.name: QUARANTINE_USER,
         STALL_DETECTOR.name: STALL_USER,
         INTERRUPTIONS.name: INTERRUPTIONS_USER,
+        CHECKPOINT_VERIFIER.name: VERIFIER_USER,
     },
+    checkpoint_verifier_image=VERIFIER_IMAGE,
     virtual_node=("system:serviceaccount:gpucluster-burst:gpucluster-virtual-node", "gpu-burst"),
     burst_provider="system:serviceaccount:gpucluster-burst:gpucluster-virtual-node-provider",
     make_before_break=MakeBeforeBreakMarks(
@@ -862,3 +870,78 @@ def test_a_controllers_network_policy_is_one_the_api_server_takes(kubectl: Kubec
     broken = policy(("monitoring",))
     broken["spec"]["ingress"][0]["ports"][0]["port"] = 70000
     refused(kubectl, broken, "spec.ingress[0].ports[0].port")
+
+
+def test_only_the_verifier_writes_checkpoint_records_and_it_writes_only_records_and_check_jobs(
+    kubectl: Kubectl,
+) -> None:
+    claim = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": "checkpoints", "namespace": TEAM},
+        "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "1Gi"}}},
+    }
+    vouched = copy.deepcopy(claim)
+    vouched["metadata"]["annotations"] = {f"{VERIFIED_ANNOTATION_PREFIX}llm": "{}"}
+    refused(kubectl, vouched, "verified-checkpoint-records-are-the-verifiers", "does not vouch")
+    proc = kubectl("create", "-f", "-", doc=claim)
+    assert proc.returncode == 0, proc.stderr
+    trainer = f"system:serviceaccount:{TEAM}:gpucluster-trainer"
+
+    def patched_as(user: str, wanted: dict[str, Any], **meta: Any) -> str | None:
+        body = {"metadata": {"annotations": wanted, **meta}}
+        args = ["patch", "pvc", "checkpoints", "-n", TEAM, "--type=merge", "-p", json.dumps(body), "--dry-run=server"]
+        proc = kubectl(*args, "--as", user)
+        return None if proc.returncode == 0 else proc.stderr.strip()
+
+    report, record = f"{CHECKPOINT_ANNOTATION_PREFIX}llm", f"{VERIFIED_ANNOTATION_PREFIX}llm"
+    assert patched_as(trainer, {report: "2027-01-15T08:00:00Z"}) is None
+    said = patched_as(trainer, {record: '{"verified": {"step": 1}}'})
+    assert said is not None
+    assert "verified-checkpoint-records-are-the-verifiers" in said
+    assert patched_as(VERIFIER_USER, {record: "{}"}) is None
+    for wanted, meta in [
+        ({report: "2099-01-01T00:00:00Z"}, {}),
+        ({}, {"labels": {"x": "y"}}),
+        ({}, DANGLING_OWNER["metadata"]),
+    ]:
+        said = patched_as(VERIFIER_USER, wanted, **meta)
+        assert said is not None, (wanted, meta)
+        assert "checkpoint-verifier-changes-claims-only-by-its-records" in said, said
+    # its check Job, as the controller builds it, is taken; anything else its token sends is refused
+    settings = CheckpointVerifierSettings(image=VERIFIER_IMAGE)
+    team = TeamQueue(namespace=TEAM, local_queue="training", priority="research-default")
+    good = check_job(
+        settings, team, name="checkpoint-check-x-0", job="llm", report="2027-01-15T08:00:00Z", last_verified_step=100
+    )
+
+    def created_as_verifier(doc: dict[str, Any]) -> str | None:
+        proc = kubectl("create", "--dry-run=server", "-o", "name", "-f", "-", "--as", VERIFIER_USER, doc=doc)
+        return None if proc.returncode == 0 else proc.stderr.strip()
+
+    assert created_as_verifier(good) is None
+    spec = ["spec", "template", "spec"]
+
+    def changed(path: list[str | int], value: Any) -> dict[str, Any]:
+        doc = copy.deepcopy(good)
+        at: Any = doc
+        for key in path[:-1]:
+            at = at[key]
+        at[path[-1]] = value
+        return doc
+
+    container: list[str | int] = [*spec, "containers", 0]
+    for bad, words in [
+        (changed([*container, "image"], "registry.invalid/miner:1"), "may create only its check Jobs"),
+        (changed([*container, "command"], ["sh", "-c", "curl evil"]), "may create only its check Jobs"),
+        (changed([*container, "args"], ["--oops"]), "may create only its check Jobs"),
+        (changed([*container, "resources", "limits", "nvidia.com/gpu"], "8"), "takes no GPU"),
+        (changed([*spec, "volumes", 0, "persistentVolumeClaim", "readOnly"], False), "read-only"),
+        (changed([*spec, "volumes", 0, "persistentVolumeClaim", "claimName"], "datasets"), "read-only"),
+        (changed([*spec, "automountServiceAccountToken"], True), "no service-account token"),
+        (changed([*spec, "hostNetwork"], True), "nothing of its node"),
+    ]:
+        said = created_as_verifier(bad)
+        assert said is not None, bad
+        assert "checkpoint-verifier-creates-only-check-jobs" in said, said
+        assert words in said, said

@@ -82,6 +82,7 @@ def gpu_node(node: str, ready: int = 1, taint: str = "") -> list[tuple[str, str]
 
 
 JOB_SEL = 'namespace="team-a",job="llm",team="a"'
+VERIFIER_SEL = 'namespace="team-a",job="llm"'
 HOLD = "gpucluster_make_before_break_hold_seconds"
 CYCLES = "gpucluster_make_before_break_cycles_total"
 INFERENCE_POD = 'namespace="inference",pod="sd-serve-7d9f-x2"'
@@ -643,6 +644,26 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
             [('gpucluster_stall_detector_gangs{verdict="unknown"}', "0x20")],
             "StallDetectorBlind",
             "16m",
+            [],
+        ),
+    ),
+    "CheckpointVerificationFailed": (
+        case(
+            [
+                (f"gpucluster_checkpoint_verifier_last_check_ok{{{VERIFIER_SEL}}}", "1 1 0 0"),
+                (f"gpucluster_checkpoint_verifier_last_check_step{{{VERIFIER_SEL}}}", "300 300 400 400"),
+            ],
+            "CheckpointVerificationFailed",
+            "3m",
+            [{"namespace": "team-a", "job": "llm", "severity": "warning"}],
+        ),
+        case(
+            [
+                (f"gpucluster_checkpoint_verifier_last_check_ok{{{VERIFIER_SEL}}}", "0 0 1 1"),
+                (f"gpucluster_checkpoint_verifier_last_check_step{{{VERIFIER_SEL}}}", "400 400 500 500"),
+            ],
+            "CheckpointVerificationFailed",
+            "3m",
             [],
         ),
     ),

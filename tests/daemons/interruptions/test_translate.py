@@ -2,10 +2,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from contract.checkpoint_record import CheckVerdict, next_record, render_record
 from contract.times import unix_seconds
 from daemons.interruptions.classify import NodeState
 from daemons.interruptions.model import LEDGER_ANNOTATION, WorkloadView
-from daemons.interruptions.translate import job_view, node_state, owner_uid, pod_failure, workload_view
+from daemons.interruptions.translate import checkpoint_at, job_view, node_state, owner_uid, pod_failure, workload_view
 
 
 def jobset(**status: Any) -> dict[str, Any]:
@@ -194,3 +195,29 @@ def test_the_stall_detectors_record_is_read_and_a_bad_one_ignored() -> None:
     assert stall_restart('{"attempt": 3, "at": 12.5, "evidence": "idle"}') == (3, 12.5)
     for bad in (None, "", "{", '{"attempt": -1, "at": 1}', '{"attempt": true, "at": 1}', '{"attempt": 1}', "[]"):
         assert stall_restart(bad) is None
+
+
+def test_with_a_verifier_only_the_last_verified_checkpoint_counts() -> None:
+    report = {"checkpoint.gpucluster.io/llm": "2026-01-01T00:30:00Z"}
+    verdict = CheckVerdict(ok=True, step=300, directory="step-300", problems=(), summary="")
+    verified = next_record(None, verdict, "2026-01-01T00:05:00Z", 0.0)
+    refused = next_record(
+        verified, CheckVerdict(False, 400, "step-400", ("truncated-shard",), "refused"), "2026-01-01T00:30:00Z", 0.0
+    )
+    record = {"verified.checkpoint.gpucluster.io/llm": render_record(refused)}
+    # the job's newest report (00:30) failed its check: the work since the verified one (00:05) is what is at risk
+    assert checkpoint_at(report | record, "llm", verified_only=False) == unix_seconds("2026-01-01T00:30:00Z")
+    assert checkpoint_at(report | record, "llm", verified_only=True) == unix_seconds("2026-01-01T00:05:00Z")
+    # reported, never verified (or a record the verifier did not write): nothing counts
+    assert checkpoint_at(report, "llm", verified_only=True) is None
+    rejected_only = next_record(
+        None, CheckVerdict(False, 400, "step-400", ("truncated-shard",), "refused"), "2026-01-01T00:30:00Z", 0.0
+    )
+    assert (
+        checkpoint_at(
+            report | {"verified.checkpoint.gpucluster.io/llm": render_record(rejected_only)}, "llm", verified_only=True
+        )
+        is None
+    )
+    forged = {"verified.checkpoint.gpucluster.io/llm": '{"verified": {"step": 1}}'}
+    assert checkpoint_at(report | forged, "llm", verified_only=True) is None

@@ -1,0 +1,127 @@
+"""The checkpoint verifier, declared for the kit: the controller by which a checkpoint counts only once an
+independent check has read it.
+
+The controller (``gpucluster-checkpoint-verifier``) reads each team namespace's ``checkpoints`` claim. For a job's
+checkpoint report (``checkpoint.gpucluster.io/<job>``) newer than the last it checked, it creates a check Job in the
+team's namespace: CPU only, the team's LocalQueue and lowest research priority, the claim mounted read-only, the
+daemons' image running ``python -m daemons.checkpoint_verifier.check`` on the job's newest ``step-<N>`` directory. It
+reads the verdict from the pod's termination message and records it on the claim
+(``verified.checkpoint.gpucluster.io/<job>``), in an Event (``CheckpointVerified`` or ``CheckpointRejected``) and in
+its metrics (the ``CheckpointVerificationFailed`` alert). Extra replicas stand by behind a Lease; only the leader
+writes.
+
+Least privilege (the rules below): in each team namespace the checkpoints claim (get, patch), Jobs (read, create),
+pods (read: the termination message) and Events (create); in its own namespace its Lease. Two admission rules hold
+the rest (``components/guardrails_policies/checkpoints.py``): it changes the claim only by its records, and every Job
+it creates is a check Job (its image, its command, the claim read-only, no GPU); nobody else writes its records.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from contract.checkpoint_verifier_settings import FILLED, STACK_KEY, CheckpointVerifierSettings, TeamQueue
+from contract.constants import CHECKPOINT_CLAIM, VERIFIED_ANNOTATION_PREFIX
+from contract.rbac import Grant, Rule, lease_rules
+from contract.spec import WORKLOAD_NAMESPACES, ControllerSpec
+from contract.stack_facts import StackFacts
+
+READ = ("get", "list", "watch")
+
+
+def team_rules() -> tuple[Rule, ...]:
+    """A Role in each team namespace: no delete anywhere (a finished check Job goes by its TTL), no Secret."""
+    return (
+        Rule(("",), ("persistentvolumeclaims",), ("get", "patch"), (CHECKPOINT_CLAIM,)),
+        Rule(("batch",), ("jobs",), (*READ, "create")),
+        Rule(("",), ("pods",), READ),
+        Rule(("",), ("events",), ("create",)),
+    )
+
+
+#: The prefix of every series the controller exports (its metrics module names them with it).
+PREFIX = "gpucluster_checkpoint_verifier"
+
+NAME = "checkpoint-verifier"
+APP = f"gpucluster-{NAME}"
+#: On every check Job and its pods: the training job whose checkpoint it checks (what the controller lists by).
+CHECK_OF_LABEL = "checkpoint.gpucluster.io/check-of"
+#: On every check Job: the report it checks (the report's RFC 3339 time) and the last verified step it must beat.
+CHECK_REPORT_ANNOTATION = "checkpoint.gpucluster.io/report"
+CHECK_LAST_VERIFIED_ANNOTATION = "checkpoint.gpucluster.io/last-verified-step"
+#: The check's container, and the module its command runs.
+CHECK_CONTAINER = "check"
+CHECK_MODULE = "daemons.checkpoint_verifier.check"
+#: Where the check writes its verdict for the controller to read (the kubelet's termination message).
+TERMINATION_LOG = "/dev/termination-log"
+
+
+def grants(s: CheckpointVerifierSettings, _context: Mapping[str, Any]) -> tuple[Grant, ...]:
+    return (
+        Grant("role", APP, lease_rules(s.lease_name), s.namespace),
+        *(Grant(f"role-{ns}", APP, team_rules(), ns) for ns in s.workload_namespaces),
+    )
+
+
+def check(s: CheckpointVerifierSettings, context: Mapping[str, Any]) -> None:
+    where = f"ControllerArgs({NAME})"
+    if not s.teams:
+        raise ValueError(f"{where}.settings.teams: no team namespace to watch (the stack fills it)")
+    teams = set(context.get(WORKLOAD_NAMESPACES, s.workload_namespaces))
+    if set(s.workload_namespaces) != teams:
+        raise ValueError(
+            f"{where}.settings.teams: {sorted(s.workload_namespaces)} are not the stack's team namespaces "
+            f"{sorted(teams)}"
+        )
+
+
+def outputs(s: CheckpointVerifierSettings) -> dict[str, object]:
+    return {"namespaces": s.workload_namespaces, "checkDeadline": s.check_deadline, "maxRunning": s.max_running}
+
+
+def fill(s: CheckpointVerifierSettings, facts: StackFacts) -> CheckpointVerifierSettings:
+    """Each team's check Jobs queue in its LocalQueue at the lowest research priority it may name."""
+    value = {p.name: p.value for p in facts.priorities.workload}
+    teams: dict[str, TeamQueue] = {}
+    for team in facts.teams:
+        allowed = facts.priorities.allowed_for(team.name)
+        if not allowed or team.namespace in teams:
+            continue
+        lowest = min(allowed, key=lambda name: value[name])
+        teams[team.namespace] = TeamQueue(namespace=team.namespace, local_queue=team.local_queue, priority=lowest)
+    return s.model_copy(update={"teams": list(teams.values())})
+
+
+SPEC: ControllerSpec[CheckpointVerifierSettings] = ControllerSpec(
+    name=NAME,
+    component_type="gpucluster:training:CheckpointVerifier",
+    part_of="training",
+    namespace_role="accounting",
+    metrics_port=9115,
+    metrics_prefix=PREFIX,
+    stack_key=STACK_KEY,
+    settings_model=CheckpointVerifierSettings,
+    grants=grants,
+    outputs=outputs,
+    check=check,
+    filled_by_stack=FILLED,
+    fill=fill,
+    description=(
+        "Count a checkpoint only once it is verified: for each checkpoint report "
+        "(checkpoint.gpucluster.io/<job> on a team's checkpoints claim) newer than the last it checked, run a "
+        "CPU-only check Job in the team's namespace (its LocalQueue, its lowest research priority) that mounts the "
+        "claim read-only and checks the job's newest step directory (every shard DCP's metadata names is there and "
+        "long enough; the manifest's sizes and hashes match; the step is newer than the last verified), read the "
+        "verdict from the pod's termination message and record it beside the report "
+        f"({VERIFIED_ANNOTATION_PREFIX}<job>), in a CheckpointVerified or CheckpointRejected Event and in its "
+        f"metrics. At most maxRunning checks at once. Only the holder of the Lease writes. Metrics are prefixed "
+        f"{PREFIX}_."
+    ),
+    once_help="run one cycle (taking the Lease if it is free, releasing it after), print each job's state and "
+    "action as JSON on stdout and exit; no HTTP server",
+    dry_run_help="read, decide and log, but write nothing: no check Job, no record, no Event, no Lease; the "
+    "settings' dryRun does the same",
+    # its series name the checked job's namespace and job
+    honor_labels=True,
+)

@@ -1,0 +1,250 @@
+"""One cycle of the checkpoint verifier, and the loop that runs a cycle every ``interval``.
+
+A cycle: read each team namespace's ``checkpoints`` claim, its check Jobs and their pods (``translate.py``); decide
+for every reported job (``decide.decide``); then, on the leader only, not in a dry run, checking leadership again
+before each write: record each verdict on the claim (``record.next_record``) with a ``CheckpointVerified`` or
+``CheckpointRejected`` Event, and create the check Jobs the decision starts (``job.check_job``).
+
+Fail-static: a namespace whose claim or Jobs cannot be read is skipped whole (its checks do not count toward
+``maxRunning`` that cycle, so a start elsewhere may exceed it by that namespace's running checks); a record that
+cannot be written (a conflict: the claim changed) is written next cycle from what is read then. Every replica reads,
+decides and exports the records; only the leader writes.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import KW_ONLY, dataclass, field
+from typing import Any, Protocol
+
+from contract.checkpoint_record import Record, next_record, render_record
+from contract.checkpoint_verifier_settings import CheckpointVerifierSettings, TeamQueue
+from contract.constants import CHECKPOINT_CLAIM, VERIFIED_ANNOTATION_PREFIX
+from contract.times import unix_seconds
+from daemons.checkpoint_verifier.decide import Check, Decision, Report, State, decide
+from daemons.checkpoint_verifier.job import check_job
+from daemons.checkpoint_verifier.metrics import Metrics
+from daemons.checkpoint_verifier.translate import ClaimView, checks, claim_view
+from daemons.toolkit.controller import OnTheApi
+from daemons.toolkit.kube import ConflictError, KubeError
+
+log = logging.getLogger("checkpoint_verifier")
+
+COMPONENT = "gpucluster-checkpoint-verifier"
+# Event reasons (``kubectl describe pvc checkpoints``).
+REASON_VERIFIED = "CheckpointVerified"
+REASON_REJECTED = "CheckpointRejected"
+REASON_CHECK_FAILED = "CheckpointCheckFailed"
+
+
+class Api(Protocol):
+    def claim(self, namespace: str) -> Mapping[str, Any] | None: ...
+    def list_checks(self, namespace: str) -> list[Mapping[str, Any]]: ...
+    def list_check_pods(self, namespace: str) -> list[Mapping[str, Any]]: ...
+    def create_check(self, body: dict[str, Any]) -> None: ...
+    def write_record(self, namespace: str, annotation: str, value: str, resource_version: str) -> None: ...
+    def create_event(self, body: dict[str, Any]) -> None: ...
+
+
+@dataclass(frozen=True)
+class JobResult:
+    namespace: str
+    job: str
+    state: State
+    #: ``started``, ``recorded``, ``would-start``, ``would-record``, ``failed``, or empty.
+    action: str = ""
+    check: str | None = None
+
+
+@dataclass
+class CycleResult:
+    leader: bool
+    #: The namespaces that could not be read, and why.
+    unknown: dict[str, str] = field(default_factory=dict)
+    jobs: list[JobResult] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+@dataclass
+class _Read:
+    claims: dict[str, ClaimView] = field(default_factory=dict)
+    claim_objects: dict[str, Mapping[str, Any]] = field(default_factory=dict)
+    checks: list[Check] = field(default_factory=list)
+
+
+@dataclass(eq=False, repr=False)
+class Controller(OnTheApi[CheckpointVerifierSettings, Api, Metrics]):
+    logger = log
+    _: KW_ONLY
+    #: Measures a cycle's duration.
+    monotonic: Callable[[], float] = time.monotonic
+
+    def __post_init__(self) -> None:
+        self.teams: dict[str, TeamQueue] = {t.namespace: t for t in self.settings.teams}
+        self.events = self.recorder(self.api.create_event, COMPONENT, clock=self.clock)
+        #: The check Jobs already counted as ended with no verdict (those still listed).
+        self.incomplete: set[str] = set()
+
+    # --- reads ------------------------------------------------------------------------------------------------
+
+    def _read(self, result: CycleResult) -> _Read:
+        read = _Read()
+        for ns in self.teams:
+            op = "read-claim"
+            try:
+                claim = self.api.claim(ns)
+                if claim is None:
+                    continue
+                op = "list-checks"
+                jobs = self.api.list_checks(ns)
+                op = "list-pods"
+                pods = self.api.list_check_pods(ns) if jobs else []
+            except KubeError as exc:
+                self.metrics.kube_errors.labels(op).inc()
+                result.unknown[ns] = str(exc)
+                continue
+            view = claim_view(ns, claim)
+            read.claims[ns] = view
+            read.claim_objects[ns] = claim
+            read.checks += checks(ns, jobs, pods, result.problems)
+            result.problems += view.problems
+        for problem in result.problems:
+            self.metrics.record_problems.inc()
+            log.info("left alone", extra={"problem": problem})
+        return read
+
+    # --- the cycle --------------------------------------------------------------------------------------------
+
+    def cycle(self) -> CycleResult:
+        started = self.monotonic()
+        leader = self.is_leader()
+        self.metrics.is_leader.set(1 if leader else 0)
+        self.metrics.cycles.inc()
+        result = CycleResult(leader)
+        read = self._read(result)
+        reports: list[Report] = [r for view in read.claims.values() for r in view.reports]
+        records = {key: record for view in read.claims.values() for key, record in view.records.items()}
+        now = self.clock()
+        decisions = decide(
+            reports,
+            records,
+            read.checks,
+            now=now,
+            max_running=self.settings.max_running,
+            retry_after=self.settings.retry_after_seconds,
+        )
+        self._count_incomplete(read.checks)
+        self.metrics.state.clear()
+        for d in decisions:
+            self.metrics.state.labels(d.namespace, d.job, d.state.value).set(1)
+            action = ""
+            if d.state is State.RECORD:
+                action = self._record(d, read, records, now) if self._writes() else "would-record"
+            elif d.state is State.START:
+                action = self._start(d) if self._writes() else "would-start"
+            if action:
+                log.info(action, extra={"job": f"{d.namespace}/{d.job}", "check": d.check, "state": d.state.value})
+            result.jobs.append(JobResult(d.namespace, d.job, d.state, action, d.check))
+        self._export(records)
+        result.seconds = self.monotonic() - started
+        self.metrics.cycle_seconds.observe(result.seconds)
+        return result
+
+    def _writes(self) -> bool:
+        return not self.dry_run and self.is_leader()
+
+    def _count_incomplete(self, listed: list[Check]) -> None:
+        ended = {f"{c.namespace}/{c.name}" for c in listed if not c.running and c.verdict is None}
+        for name in sorted(ended - self.incomplete):
+            self.metrics.incomplete.inc()
+            log.warning("check ended with no verdict", extra={"check": name})
+        self.incomplete = ended
+
+    # --- writes -----------------------------------------------------------------------------------------------
+
+    def _record(self, d: Decision, read: _Read, records: dict[tuple[str, str], Record], now: float) -> str:
+        assert d.verdict is not None
+        assert d.report is not None
+        key = (d.namespace, d.job)
+        record = next_record(records.get(key), d.verdict, d.report, now)
+        view = read.claims[d.namespace]
+        try:
+            self.api.write_record(
+                d.namespace, f"{VERIFIED_ANNOTATION_PREFIX}{d.job}", render_record(record), view.resource_version
+            )
+        except ConflictError:
+            return ""  # the claim changed since it was read (a new report): recorded next cycle
+        except KubeError as exc:
+            self.metrics.kube_errors.labels("write-record").inc()
+            log.warning("cannot record a verdict", extra={"job": f"{d.namespace}/{d.job}", "error": str(exc)})
+            return "failed"
+        records[key] = record
+        outcome = "verified" if d.verdict.ok else "rejected"
+        self.metrics.recorded.labels(outcome).inc()
+        claim = read.claim_objects[d.namespace]
+        involved = {
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "name": CHECKPOINT_CLAIM,
+            "namespace": d.namespace,
+            "uid": str((claim.get("metadata") or {}).get("uid", "")),
+        }
+        if d.verdict.ok:
+            self.events.record(involved, d.namespace, "Normal", REASON_VERIFIED, f"{d.job}: {d.verdict.summary}")
+        else:
+            message = f"{d.job}: {d.verdict.summary}; a restart resumes from " + (
+                f"step {record.verified.step}" if record.verified is not None else "no verified checkpoint"
+            )
+            self.events.record(involved, d.namespace, "Warning", REASON_REJECTED, message)
+        return "recorded"
+
+    def _start(self, d: Decision) -> str:
+        assert d.check is not None
+        assert d.report is not None
+        body = check_job(
+            self.settings,
+            self.teams[d.namespace],
+            name=d.check,
+            job=d.job,
+            report=d.report,
+            last_verified_step=d.last_verified_step,
+        )
+        try:
+            self.api.create_check(body)
+        except ConflictError:
+            return ""  # already there: another replica, or this one before a restart, created it
+        except KubeError as exc:
+            self.metrics.kube_errors.labels("create-check").inc()
+            log.warning("cannot create a check job", extra={"check": f"{d.namespace}/{d.check}", "error": str(exc)})
+            return "failed"
+        self.metrics.started.inc()
+        return "started"
+
+    # --- metrics ----------------------------------------------------------------------------------------------
+
+    def _export(self, records: Mapping[tuple[str, str], Record]) -> None:
+        for family in (self.metrics.verified_step, self.metrics.verified_report, self.metrics.last_ok):
+            family.clear()
+        self.metrics.last_step.clear()
+        for (ns, job), record in records.items():
+            if record.verified is not None:
+                self.metrics.verified_step.labels(ns, job).set(record.verified.step)
+                self.metrics.verified_report.labels(ns, job).set(unix_seconds(record.verified.reported) or 0.0)
+            self.metrics.last_ok.labels(ns, job).set(1 if record.last.ok else 0)
+            self.metrics.last_step.labels(ns, job).set(-1 if record.last.step is None else record.last.step)
+
+
+def summary(result: CycleResult) -> dict[str, object]:
+    """What ``--once`` prints after ``leader``."""
+    return {
+        "unknown": result.unknown,
+        "jobs": [
+            {"namespace": j.namespace, "job": j.job, "state": j.state.value, "action": j.action, "check": j.check}
+            for j in result.jobs
+        ],
+        "problems": result.problems,
+        "seconds": round(result.seconds, 3),
+    }

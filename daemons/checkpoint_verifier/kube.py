@@ -1,0 +1,54 @@
+"""The checkpoint verifier's API calls, on the toolkit's client (``daemons/toolkit/kube_api.py``: raw JSON on the
+official client's connection, every failure a KubeError, a conflict a ConflictError, a missing object a
+NotFoundError).
+
+Reads, per team namespace (it holds Roles there, nothing cluster-wide): the ``checkpoints`` claim, its check Jobs
+and their pods (label ``checkpoint.gpucluster.io/check-of``). Writes: a check Job (create only: a second replica's
+create of the same name is refused as already there), its record on the claim (a merge patch carrying the
+resourceVersion read, so a replica that read a stale claim gets a conflict, not a lost record), and Events.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import quote
+
+from contract.checkpoint_verifier_settings import FIELD_MANAGER
+from contract.constants import CHECKPOINT_CLAIM
+from contract.controllers.checkpoint_verifier import CHECK_OF_LABEL
+from daemons.toolkit.kube_api import MERGE_PATCH, NotFoundError
+from daemons.toolkit.kube_api import KubeApi as BaseKubeApi
+
+
+class KubeApi(BaseKubeApi):
+    def __init__(self, api_client: Any, timeout_s: float = 10.0) -> None:
+        super().__init__(api_client, timeout_s, FIELD_MANAGER)
+
+    def claim(self, namespace: str) -> Mapping[str, Any] | None:
+        """The team's ``checkpoints`` claim; None when it has none."""
+        path = f"/api/v1/namespaces/{quote(namespace)}/persistentvolumeclaims/{CHECKPOINT_CLAIM}"
+        try:
+            found = self.request("GET", path, f"get {namespace}/{CHECKPOINT_CLAIM}")
+        except NotFoundError:
+            return None
+        return found if isinstance(found, Mapping) else None
+
+    def list_checks(self, namespace: str) -> list[Mapping[str, Any]]:
+        path = f"/apis/batch/v1/namespaces/{quote(namespace)}/jobs"
+        return self.list_all(path, f"list check jobs in {namespace}", [("labelSelector", CHECK_OF_LABEL)])
+
+    def list_check_pods(self, namespace: str) -> list[Mapping[str, Any]]:
+        path = f"/api/v1/namespaces/{quote(namespace)}/pods"
+        return self.list_all(path, f"list check pods in {namespace}", [("labelSelector", CHECK_OF_LABEL)])
+
+    def create_check(self, body: dict[str, Any]) -> None:
+        ns = body["metadata"]["namespace"]
+        path = f"/apis/batch/v1/namespaces/{quote(ns)}/jobs"
+        self.request("POST", path, f"create check job {ns}/{body['metadata']['name']}", body=body)
+
+    def write_record(self, namespace: str, annotation: str, value: str, resource_version: str) -> None:
+        body = {"metadata": {"resourceVersion": resource_version, "annotations": {annotation: value}}}
+        path = f"/api/v1/namespaces/{quote(namespace)}/persistentvolumeclaims/{CHECKPOINT_CLAIM}"
+        what = f"record on {namespace}/{CHECKPOINT_CLAIM}"
+        self.request("PATCH", path, what, body=body, content_type=MERGE_PATCH)

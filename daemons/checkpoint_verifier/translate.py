@@ -1,0 +1,121 @@
+"""What the verifier reads, from the API's objects into the decision's values (pure).
+
+:func:`claim_view` reads a ``checkpoints`` claim's reports and records; :func:`checks` reads our check Jobs and the
+termination messages of their pods. Whatever does not read (a report's time, a record, a verdict) is named in
+``problems`` and left alone, never taken for a pass.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from contract.checkpoint_record import Record, read_record, read_verdict
+from contract.constants import CHECKPOINT_ANNOTATION_PREFIX, VERIFIED_ANNOTATION_PREFIX
+from contract.controllers.checkpoint_verifier import CHECK_CONTAINER, CHECK_OF_LABEL, CHECK_REPORT_ANNOTATION
+from contract.times import unix_seconds
+from daemons.checkpoint_verifier.decide import Check, Report
+
+#: The label the Job controller puts on a Job's pods: the Job's name.
+JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
+
+
+@dataclass
+class ClaimView:
+    namespace: str
+    resource_version: str
+    reports: list[Report] = field(default_factory=list)
+    records: dict[tuple[str, str], Record] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+
+
+def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    meta = obj.get("metadata")
+    return meta if isinstance(meta, Mapping) else {}
+
+
+def _strings(value: Any) -> dict[str, str]:
+    return {str(k): v for k, v in value.items() if isinstance(v, str)} if isinstance(value, Mapping) else {}
+
+
+def claim_view(namespace: str, claim: Mapping[str, Any]) -> ClaimView:
+    meta = _meta(claim)
+    view = ClaimView(namespace, str(meta.get("resourceVersion", "")))
+    for key, value in sorted(_strings(meta.get("annotations")).items()):
+        if key.startswith(CHECKPOINT_ANNOTATION_PREFIX):
+            job = key.removeprefix(CHECKPOINT_ANNOTATION_PREFIX)
+            at = unix_seconds(value)
+            if at is None:
+                view.problems.append(f"{key}: {value[:64]!r} is no RFC 3339 time")
+            view.reports.append(Report(namespace, job, value, at))
+        elif key.startswith(VERIFIED_ANNOTATION_PREFIX):
+            job = key.removeprefix(VERIFIED_ANNOTATION_PREFIX)
+            record = read_record(value)
+            if record is None:
+                view.problems.append(f"{key}: not a record the verifier writes")
+            else:
+                view.records[(namespace, job)] = record
+    return view
+
+
+def _finished_at(job: Mapping[str, Any]) -> float | None:
+    status = job.get("status")
+    conditions = status.get("conditions") if isinstance(status, Mapping) else None
+    for c in conditions if isinstance(conditions, list) else []:
+        if isinstance(c, Mapping) and c.get("type") in ("Complete", "Failed") and c.get("status") == "True":
+            return unix_seconds(c.get("lastTransitionTime")) or 0.0
+    return None
+
+
+def _messages(pods: Iterable[Mapping[str, Any]]) -> dict[str, str]:
+    """Each Job's name -> its check container's termination message (the last pod's that has one)."""
+    out: dict[str, str] = {}
+    for pod in pods:
+        job = _strings(_meta(pod).get("labels")).get(JOB_NAME_LABEL)
+        status = pod.get("status")
+        statuses = status.get("containerStatuses") if isinstance(status, Mapping) else None
+        for s in statuses if isinstance(statuses, list) else []:
+            if not isinstance(s, Mapping) or s.get("name") != CHECK_CONTAINER:
+                continue
+            state = s.get("state")
+            terminated = state.get("terminated") if isinstance(state, Mapping) else None
+            message = terminated.get("message") if isinstance(terminated, Mapping) else None
+            if job and isinstance(message, str) and message:
+                out[job] = message
+    return out
+
+
+def checks(
+    namespace: str, jobs: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]], problems: list[str]
+) -> list[Check]:
+    messages = _messages(pods)
+    out: list[Check] = []
+    for job in jobs:
+        meta = _meta(job)
+        name = str(meta.get("name", ""))
+        of = _strings(meta.get("labels")).get(CHECK_OF_LABEL)
+        report = _strings(meta.get("annotations")).get(CHECK_REPORT_ANNOTATION)
+        suffix = name.rsplit("-", 1)[-1]
+        if not name or not of or report is None or not suffix.isdigit():
+            problems.append(f"job {namespace}/{name}: not a check job of the verifier")
+            continue
+        finished = _finished_at(job)
+        verdict = None
+        if finished is not None and name in messages:
+            verdict = read_verdict(messages[name])
+            if verdict is None:
+                problems.append(f"job {namespace}/{name}: its termination message is no verdict")
+        out.append(
+            Check(
+                name=name,
+                namespace=namespace,
+                job=of,
+                report=report,
+                attempt=int(suffix),
+                running=finished is None,
+                verdict=verdict,
+                finished_at=finished,
+            )
+        )
+    return out
