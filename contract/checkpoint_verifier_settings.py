@@ -16,7 +16,8 @@ Example (camelCase, as in the stack YAML)::
     checkDeadline: 30m    # a check that runs longer is stopped (activeDeadlineSeconds) and run again
     retryAfter: 5m        # a check that ended with no verdict is run again after this
     maxRunning: 4         # checks running at once, cluster-wide
-    workers: 4            # files hashed at once by one check (its CPU request)
+    workers: 4            # files hashed at once by one check
+    checkCpu: "4"         # its CPU request and limit
     checkMemory: 512Mi
     checkNodeSelector: {}  # where the check pods run (CPU nodes)
     checkTolerations: []
@@ -43,6 +44,7 @@ from contract.model import (
     PollInterval,
     PositiveDuration,
     Problem,
+    Quantity,
     Seconds,
     Toleration,
     check_labels,
@@ -95,8 +97,10 @@ class CheckpointVerifierSettings(ControllerSettings):
     keep_finished: PositiveDuration = "1h"
     #: Checks running at once, cluster-wide: a burst of reports never floods the CPU nodes or the filesystem.
     max_running: Annotated[int, Field(ge=1, le=256)] = 4
-    #: Files a check hashes at once (its CPU request and limit).
+    #: Files a check hashes at once (one core each at most).
     workers: Annotated[int, Field(ge=1, le=64)] = 4
+    #: A check's CPU request and limit (hashing is CPU-bound: as many cores as workers to hash at full speed).
+    check_cpu: Quantity = "4"
     #: A check's memory request and limit (it streams files; DCP's metadata of a 512-GPU job is a few MB).
     check_memory: ByteQuantity = "512Mi"
     #: Where the check pods run: CPU nodes (they need the claim's filesystem, never a GPU).

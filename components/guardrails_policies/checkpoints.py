@@ -31,15 +31,19 @@ IS_RECORD = f"k.startsWith({cel(VERIFIED_ANNOTATION_PREFIX)})"
 def _kept(pick: str) -> str:
     """CEL: every annotation whose key ``k`` meets ``pick`` is as it was (none added, changed or removed)."""
     obj, old = ANNOTATIONS, OLD_ANNOTATIONS
-    return (
-        f"(!has({obj}) || {obj}.all(k, !({pick}) || (has({old}) && k in {old} && {old}[k] == {obj}[k])))"
-        f" && (!has({old}) || {old}.all(k, !({pick}) || (has({obj}) && k in {obj})))"
-    )
+    return f"{_none_new(pick)} && (!has({old}) || {old}.all(k, !({pick}) || (has({obj}) && k in {obj})))"
+
+
+def _none_new(pick: str) -> str:
+    """CEL: no annotation whose key ``k`` meets ``pick`` is added or changed (one may be removed)."""
+    obj, old = ANNOTATIONS, OLD_ANNOTATIONS
+    return f"(!has({obj}) || {obj}.all(k, !({pick}) || (has({old}) && k in {old} && {old}[k] == {obj}[k])))"
 
 
 def verified_records_are_the_verifiers(inputs: GuardrailInputs) -> Policy | None:
-    """Nobody but the verifier adds, changes or removes a ``verified.checkpoint.gpucluster.io/`` annotation on a
-    team's claim: a job reports its checkpoints, it never vouches for them."""
+    """Nobody but the verifier adds or changes a ``verified.checkpoint.gpucluster.io/`` annotation on a team's claim:
+    a job reports its checkpoints, it never vouches for them. Removing one is allowed (an operator starting a job
+    afresh): without its record nothing of the job counts as verified, which vouches for nothing."""
     user = inputs.user_of(NAME)
     if user is None or not inputs.training_namespaces:
         return None
@@ -53,7 +57,7 @@ def verified_records_are_the_verifiers(inputs: GuardrailInputs) -> Policy | None
         match_conditions=({"name": "not-the-verifier", "expression": f"request.userInfo.username != {cel(user)}"},),
         validations=(
             Validation(
-                expression=f"request.operation == 'CREATE' ? {created} : ({_kept(IS_RECORD)})",
+                expression=f"request.operation == 'CREATE' ? {created} : {_none_new(IS_RECORD)}",
                 message=f"only the checkpoint verifier writes {VERIFIED_ANNOTATION_PREFIX}<job>: a job reports its "
                 f"checkpoints (checkpoint.gpucluster.io/<job>), it does not vouch for them",
             ),

@@ -47,6 +47,7 @@ from contract.constants import (
     TEAM_LABEL,
     TRAINER_SERVICE_ACCOUNT,
     TRAINING_JOB_LABEL,
+    VERIFIED_ANNOTATION_PREFIX,
 )
 from contract.fabric_settings import DEFAULT_SHM_SIZE, RDMA_CAPABILITY, Fabric
 from contract.model import parse_duration
@@ -319,6 +320,7 @@ def job_env(spec: JobSpec, ctx: JobContext) -> list[dict[str, Any]]:
         "GPUCLUSTER_DATASETS_DIR": DATASETS_MOUNT,
         "GPUCLUSTER_CHECKPOINT_INTERVAL_SECONDS": str(ctx.checkpoint_interval_seconds),
         "GPUCLUSTER_CHECKPOINT_ANNOTATION": f"{CHECKPOINT_ANNOTATION_PREFIX}{name}",
+        "GPUCLUSTER_VERIFIED_ANNOTATION": f"{VERIFIED_ANNOTATION_PREFIX}{name}",
         "GPUCLUSTER_PROGRESS_ANNOTATION": f"{PROGRESS_ANNOTATION_PREFIX}{name}",
         "GPUCLUSTER_NODES": str(spec.nodes),
         "GPUCLUSTER_GPUS_PER_NODE": str(spec.gpus_per_node),

@@ -57,7 +57,7 @@ def check_job(
     ]
     if last_verified_step is not None:
         command += ["--last-verified-step", str(last_verified_step)]
-    resources = {"cpu": str(settings.workers), "memory": settings.check_memory}
+    resources = {"cpu": settings.check_cpu, "memory": settings.check_memory}
     labels = {CHECK_OF_LABEL: job, MANAGED_BY: APP}
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",

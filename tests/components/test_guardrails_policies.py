@@ -900,6 +900,13 @@ def test_only_the_verifier_writes_checkpoint_records_and_it_writes_only_records_
     assert said is not None
     assert "verified-checkpoint-records-are-the-verifiers" in said
     assert patched_as(VERIFIER_USER, {record: "{}"}) is None
+    # an operator may take a record away (nothing then counts as verified), never write one
+    proc = kubectl("annotate", "pvc", "checkpoints", "-n", TEAM, f"{record}={{}}", "--as", VERIFIER_USER)
+    assert proc.returncode == 0, proc.stderr
+    assert patched_as(trainer, {record: None}) is None
+    said = patched_as(trainer, {record: '{"verified": {"step": 2}}'})
+    assert said is not None
+    assert "verified-checkpoint-records-are-the-verifiers" in said
     for wanted, meta in [
         ({report: "2099-01-01T00:00:00Z"}, {}),
         ({}, {"labels": {"x": "y"}}),

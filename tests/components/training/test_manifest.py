@@ -237,6 +237,7 @@ def test_the_job_env_names_its_checkpoints_and_its_master(stack: StackConfig) ->
         {"name": "GPUCLUSTER_DATASETS_DIR", "value": "/datasets"},
         {"name": "GPUCLUSTER_CHECKPOINT_INTERVAL_SECONDS", "value": "930"},
         {"name": "GPUCLUSTER_CHECKPOINT_ANNOTATION", "value": "checkpoint.gpucluster.io/llm-pretrain"},
+        {"name": "GPUCLUSTER_VERIFIED_ANNOTATION", "value": "verified.checkpoint.gpucluster.io/llm-pretrain"},
         {"name": "GPUCLUSTER_PROGRESS_ANNOTATION", "value": "progress.gpucluster.io/llm-pretrain"},
         {"name": "GPUCLUSTER_NODES", "value": "2"},
         {"name": "GPUCLUSTER_GPUS_PER_NODE", "value": "8"},
