@@ -8,9 +8,13 @@ The local stack's claims are dynamically provisioned through a CSI driver that t
 so they would stay Pending, and the scheduler never places a pod that mounts an unbound claim: no training pod
 would ever start. ``python sim/claims.py`` (run by ``make up`` after the stack is deployed) creates, for each
 Pending ``checkpoints`` and ``datasets`` claim in the stack's team namespaces, a PersistentVolume of the claim's
-StorageClass, size and access mode, pre-bound to it (``claimRef``); the PV controller then binds them. kwok runs no
-volume plugin, so the volume's source is never mounted: a ``hostPath`` under ``/nonexistent`` says so. Idempotent:
-a claim that is bound is left alone.
+StorageClass, size and access mode, pre-bound to it (``claimRef``); the PV controller then binds them. Its source is
+a directory of this machine (``.state/sim/volumes/<namespace>/<claim>``, a ``hostPath``; it goes with the cluster):
+kwok's nodes mount nothing, and the real node's kubelet mounts it into the pods scheduled there (the checkpoint
+verifier's check pods), while the fake trainer writes its checkpoints into it as a job's ranks write theirs into
+the shared filesystem (:func:`host_directory` finds it from the claim). What it does not model: a network
+filesystem's latency, bandwidth or failures (the fabric exporter's filesystem collector is held to real captured
+files instead). Idempotent: a claim that is bound is left alone.
 """
 
 from __future__ import annotations
@@ -28,6 +32,23 @@ sys.path.insert(0, str(ROOT))
 from components.storage import CLAIMS  # noqa: E402 (run as a script: the repository first on the path)
 from sim.processes import DaemonError, kubectl, kubectl_json, stack_config  # noqa: E402
 
+#: Where the volumes' directories are: under the cluster's own state, so they go with it (make sim-down).
+VOLUMES = ROOT / ".state" / "sim" / "volumes"
+
+
+def volume_directory(namespace: str, claim: str) -> Path:
+    return VOLUMES / namespace / claim
+
+
+def host_directory(volume: dict[str, Any]) -> Path | None:
+    """The directory of this machine behind a PersistentVolume this module made; None for any other volume (one
+    bound before its source was a real directory, or a driver's)."""
+    path = ((volume.get("spec") or {}).get("hostPath") or {}).get("path")
+    if not isinstance(path, str):
+        return None
+    found = Path(path)
+    return found if found.is_relative_to(VOLUMES) and found.is_dir() else None
+
 
 def volume_for(claim: dict[str, Any]) -> dict[str, Any]:
     """A PersistentVolume pre-bound to ``claim``, of its class, size and access modes."""
@@ -43,7 +64,7 @@ def volume_for(claim: dict[str, Any]) -> dict[str, Any]:
             "storageClassName": spec.get("storageClassName") or "",
             "persistentVolumeReclaimPolicy": "Retain",
             "claimRef": {"namespace": ns, "name": name},
-            "hostPath": {"path": f"/nonexistent/{ns}/{name}"},
+            "hostPath": {"path": str(volume_directory(ns, name)), "type": "Directory"},
         },
     }
 
@@ -89,6 +110,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         namespaces = stack_config(args.stack).training_namespaces
         claims = pending_claims(namespaces)
         for claim in claims:
+            directory = volume_directory(claim["metadata"]["namespace"], claim["metadata"]["name"])
+            directory.mkdir(parents=True, exist_ok=True)
+            directory.chmod(0o755)
             kubectl("apply", "-f", "-", input=json.dumps(volume_for(claim)))
     except DaemonError as e:
         print(f"sim/claims.py: error: {e}", file=sys.stderr)

@@ -5,8 +5,12 @@ While every pod of the gang's current attempt is Running it makes progress (one 
 to write a checkpoint every ``GPUCLUSTER_CHECKPOINT_INTERVAL_SECONDS`` of work (for the write time in the pod
 annotation ``sim.gpucluster.io/checkpoint-write-seconds``), and after each complete checkpoint writes the
 checkpoint report the contract names (``checkpoint.gpucluster.io/<jobset>: <RFC 3339>`` on the team's
-``checkpoints`` claim). An interruption (a new restart attempt, a pod gone, a JobSet resubmitted) loses the work
-since the last complete checkpoint; the next attempt resumes from it. Once the work in
+``checkpoints`` claim). Where the claim's volume is a directory of this machine (``sim/claims.py``), the checkpoint
+itself is written first, as the job's ranks would: a real DCP checkpoint under ``<volume>/<jobset>/step-<N>``, the
+step being the seconds of work it holds (``sim/checkpoint_faults.save_checkpoint``; :meth:`FakeTrainer.corrupt_next`
+spoils the next one), for the checkpoint verifier to read. An interruption (a new restart attempt, a pod gone, a
+JobSet resubmitted) loses the work since the last complete checkpoint; the next attempt resumes from it (from the
+last one written, verified or not: what a job that trusts its own last save does). Once the work in
 ``sim.gpucluster.io/work-seconds`` is done it ends every pod Succeeded, and the JobSet completes.
 
 What the program puts on its GPUs follows what it does (:meth:`Progress.activity`): computing, the tensor cores
@@ -31,6 +35,7 @@ import datetime as dt
 import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from contract.constants import (
@@ -39,6 +44,8 @@ from contract.constants import (
     PROGRESS_ANNOTATION_PREFIX,
     TRAINING_JOB_LABEL,
 )
+from sim.checkpoint_faults import CORRUPTIONS, save_checkpoint
+from sim.claims import host_directory
 
 WORK_ANNOTATION = "sim.gpucluster.io/work-seconds"
 WRITE_ANNOTATION = "sim.gpucluster.io/checkpoint-write-seconds"
@@ -213,6 +220,9 @@ class FakeTrainer:
         self.progress_every = progress_every
         self.jobs: dict[str, Progress] = {}
         self._reported: dict[str, int] = {}
+        #: logical job -> the corruption its next checkpoint gets (``checkpoint_faults.CORRUPTIONS``).
+        self._corrupt: dict[str, str] = {}
+        self._volume: Path | None = None
         #: logical job -> (step, phase, when) of the last progress report written.
         self._progress: dict[str, tuple[int, str, float]] = {}
 
@@ -272,11 +282,32 @@ class FakeTrainer:
         if self.load is not None:
             self.load(loads)
 
+    def corrupt_next(self, logical: str, corruption: str) -> None:
+        """The next checkpoint of ``logical`` is written spoilt by ``corruption`` (a save that went wrong)."""
+        if corruption not in CORRUPTIONS:
+            raise ValueError(f"{corruption!r} is no corruption; known: {', '.join(CORRUPTIONS)}")
+        self._corrupt[logical] = corruption
+
+    def volume(self) -> Path | None:
+        """The directory of this machine behind the team's ``checkpoints`` claim; None when it has none."""
+        if self._volume is None:
+            claim = self._core().read_namespaced_persistent_volume_claim("checkpoints", self.namespace)
+            name = claim.spec.volume_name
+            if name:
+                pv = self.api.sanitize_for_serialization(self._core().read_persistent_volume(name))
+                self._volume = host_directory(pv)
+        return self._volume
+
     def _report(self, jobset: Mapping[str, Any], logical: str, progress: Progress) -> None:
-        """The checkpoint report on the team's claim, once per new complete checkpoint."""
+        """The checkpoint itself (where the volume is here), then its report on the team's claim, once per new
+        complete checkpoint."""
         if len(progress.checkpoints) == self._reported.get(logical, 0):
             return
         self._reported[logical] = len(progress.checkpoints)
+        volume = self.volume()
+        if volume is not None:
+            corruption = self._corrupt.pop(logical, None)
+            save_checkpoint(volume / jobset["metadata"]["name"], int(progress.saved), corruption=corruption)
         key = f"{CHECKPOINT_ANNOTATION_PREFIX}{jobset['metadata']['name']}"
         body = {"metadata": {"annotations": {key: rfc3339(progress.checkpoints[-1])}}}
         self._core().patch_namespaced_persistent_volume_claim("checkpoints", self.namespace, body)

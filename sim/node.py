@@ -175,6 +175,10 @@ def cni_config(p: Paths) -> dict[str, object]:
 
 
 def kubelet_config(p: Paths) -> dict[str, object]:
+    """The real node's kubelet. ``syncFrequency`` 10s, not the default minute: a Secret a pod mounts is refreshed
+    within 10 s of a change. Kueue's controller reports Ready only once the webhook certificate it issues itself
+    appears in its mounted Secret (its cert-controller's ``ensureCertsMounted``), so with the default a ``make up``
+    could wait up to a minute more for that alone; no figure the tests or benchmarks report rests on that refresh."""
     return {
         "apiVersion": "kubelet.config.k8s.io/v1beta1",
         "kind": "KubeletConfiguration",
@@ -200,6 +204,7 @@ def kubelet_config(p: Paths) -> dict[str, object]:
         },
         "imageGCHighThresholdPercent": 100,
         "serializeImagePulls": False,
+        "syncFrequency": "10s",
         "registerNode": True,
         "registerWithTaints": [{"key": REAL_NODE_KEY, "value": "true", "effect": "NoSchedule"}],
         "resolvConf": "/etc/resolv.conf",
@@ -526,12 +531,23 @@ def down(p: Paths | None = None, say: object = print) -> list[str]:
     return done
 
 
+def _serves(pod: dict[str, Any]) -> bool:
+    """A pod that runs until stopped (a Deployment's, a DaemonSet's), not one that runs to completion (a Job's: the
+    checkpoint verifier's checks), which is never Ready for long and is no part of the stack being up."""
+    owners = pod.get("metadata", {}).get("ownerReferences") or []
+    return not any(o.get("kind") == "Job" for o in owners) and pod.get("status", {}).get("phase") not in (
+        "Succeeded",
+        "Failed",
+    )
+
+
 def wait_ready(timeout: float) -> list[str]:
-    """Wait until every pod on the node is Ready; the pods, ``namespace/name``. NodeError naming those that are not."""
+    """Wait until every pod on the node that serves is Ready (:func:`_serves`); the pods, ``namespace/name``.
+    NodeError naming those that are not."""
 
     def unready() -> tuple[list[str], list[str]]:
         listed = kubectl("get", "pods", "-A", "--field-selector", f"spec.nodeName={NODE_NAME}", "-o", "json")
-        pods = json.loads(listed).get("items", [])
+        pods = [q for q in json.loads(listed).get("items", []) if _serves(q)]
         names = [f"{q['metadata']['namespace']}/{q['metadata']['name']}" for q in pods]
         ready = {
             n
