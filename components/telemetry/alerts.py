@@ -396,7 +396,9 @@ def rule_groups(settings: TelemetrySettings) -> dict[str, Any]:
                 "description": "Every pod runs, but the last checkpoint that counts is older than twice the job's "
                 "checkpoint interval: the last verified one (annotation verified.checkpoint.gpucluster.io/<job> on "
                 "the team's checkpoints claim) where the stack runs the checkpoint verifier, else the last reported "
-                "one (checkpoint.gpucluster.io/<job>). The next interruption loses that much work.",
+                "one (checkpoint.gpucluster.io/<job>); with none that counts, the gang has run that long without "
+                "one (a job that never reports, or whose checks never pass or never run: kubectl get jobs -l "
+                "checkpoint.gpucluster.io/check-of=<job>). The next interruption loses that much work.",
             },
         },
         {

@@ -73,6 +73,15 @@ def choose(annotation: Record, memory: Record | None) -> Record:
     )
 
 
+def checkpoint_age(job: JobView, now: float) -> float | None:
+    """While every pod runs: seconds since the last checkpoint that counts, or, while none does (none reported, or
+    none verified where the verifier runs), since the gang began running: a job that never checkpoints, or whose
+    checks never pass, is as stale as one that stopped. None while not every pod runs."""
+    if job.all_running_since is None:
+        return None
+    return now - (job.checkpoint_at if job.checkpoint_at is not None else job.all_running_since)
+
+
 def reliability_data(cluster: ClusterTime) -> dict[str, str] | None:
     """The reliability ConfigMap's data, less ``updatedAt`` (the contract of issue 15); ``nodeMtbiSeconds`` is 0
     before the first interruption. None while interruptions have happened but no training time yet (an MTBI of 0
@@ -292,9 +301,7 @@ class Controller(OnTheApi[InterruptionsSettings, KubeApi, Metrics]):
                     last.recovery_s if last is not None else None,
                     sum(i.work_lost_s for i in record.items),
                     t.ettr,
-                    now - job.checkpoint_at
-                    if job.checkpoint_at is not None and job.all_running_since is not None
-                    else None,
+                    checkpoint_age(job, now),
                     job.checkpoint_interval_s,
                     limit,
                     record.stopped_at is not None,

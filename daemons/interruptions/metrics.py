@@ -84,7 +84,8 @@ JOB_GAUGES = (
     ),
     JobGauge(
         "checkpoint_age_seconds",
-        "Seconds since the last checkpoint the job reported (while every pod runs)",
+        "Seconds since the last checkpoint that counts (the last verified where the verifier runs, else the last "
+        "reported; none: since the gang began running), while every pod runs",
         lambda j: j.checkpoint_age_s,
     ),
 )

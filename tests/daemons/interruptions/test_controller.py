@@ -8,6 +8,7 @@ import json
 from collections.abc import Mapping
 from typing import Any, cast
 
+from contract.checkpoint_record import CheckVerdict, next_record, render_record
 from contract.interruptions_settings import InterruptionsSettings
 from daemons.interruptions.client import KubeApi
 from daemons.interruptions.controller import Controller, reliability_data, resume_command
@@ -52,6 +53,7 @@ class FakeApi:
         self.events: list[dict[str, Any]] = []
         self.created_events: list[dict[str, Any]] = []
         self.config_maps: list[Mapping[str, str]] = []
+        self.claim_annotations: dict[str, str] = {}
 
     def _read(self, what: str, items: list[Any]) -> list[Any]:
         if self.broken == what:
@@ -74,7 +76,8 @@ class FakeApi:
         return self._read("events", self.events)
 
     def list_checkpoint_claims(self) -> list[Any]:
-        return self._read("claims", [])
+        claim = {"metadata": {"name": "checkpoints", "namespace": "team-a", "annotations": self.claim_annotations}}
+        return self._read("claims", [claim])
 
     def write_record(self, namespace: str, name: str, text: str, resource_version: str) -> None:
         self.jobset["metadata"]["annotations"][LEDGER_ANNOTATION] = text
@@ -89,11 +92,13 @@ class FakeApi:
         self.created_events.append(body)
 
 
-def controller(api: FakeApi, *, leader: bool = True, clock: list[float] | None = None) -> tuple[Controller, Metrics]:
+def controller(
+    api: FakeApi, *, leader: bool = True, clock: list[float] | None = None, verified_only: bool = False
+) -> tuple[Controller, Metrics]:
     metrics = Metrics()
     now = clock if clock is not None else [NOW]
     c = Controller(
-        InterruptionsSettings(),
+        InterruptionsSettings(verified_checkpoints_only=verified_only),
         cast(KubeApi, api),
         metrics,
         is_leader=lambda: leader,
@@ -229,3 +234,26 @@ def test_reliability_data_before_and_without_training_time() -> None:
         "interruptions": "3",
         "nodeSeconds": "7200.0",
     }
+
+
+def test_the_checkpoint_age_counts_what_counts_and_a_job_with_none_ages_from_its_start() -> None:
+    def seen(api: FakeApi, verified_only: bool) -> float | None:
+        c, metrics = controller(api, verified_only=verified_only)
+        c.cycle()
+        value: float | None = metrics.registry.get_sample_value(
+            "gpucluster_training_checkpoint_age_seconds", {"job": "llm", "namespace": "team-a", "team": "a"}
+        )
+        return value
+
+    api = FakeApi()
+    api.pods = [running_pod(0, NOW - 600)]
+    assert seen(api, verified_only=False) == 600  # nothing reported: as old as the running gang
+    api.claim_annotations["checkpoint.gpucluster.io/llm"] = ts(NOW - 100)
+    assert seen(api, verified_only=False) == 100
+    assert seen(api, verified_only=True) == 600  # reported, never verified: nothing counts
+    verdict = CheckVerdict(ok=True, step=10, directory="step-10", problems=(), summary="")
+    record = next_record(None, verdict, ts(NOW - 400), NOW - 300)
+    api.claim_annotations["verified.checkpoint.gpucluster.io/llm"] = render_record(record)
+    assert seen(api, verified_only=True) == 400
+    api.pods = []
+    assert seen(api, verified_only=True) is None  # not every pod runs: no age
