@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # make debian-deps: the Debian packages `make up` and the tests need: prometheus (the Prometheus the simulated
 # cluster's taint controllers query, promtool for the rule tests, the real Prometheus the exporter tests scrape),
-# prometheus-node-exporter (benchmark baseline), openssl (the keys of the tests' own API servers) and curl (what
-# the docs' checks use), and what `make images` builds and checks images with: mmdebstrap (the Debian base), umoci
+# prometheus-node-exporter (benchmark baseline), openssl (the keys of the tests' own API servers), curl (what
+# the docs' checks use) and fio (storage acceptance's aggregate run, for real, in its client/server mode), and
+# what `make images` builds and checks images with: mmdebstrap (the Debian base), umoci
 # (unpacks an image into a runtime bundle), runc (runs it: Debian's crun 1.8 refuses a hybrid cgroup hierarchy),
 # skopeo (inspects and pushes OCI archives); and the simulated cluster's real node (sim/node.py): containerd (with
 # runc), containernetworking-plugins (the pod bridge), iptables (kube-proxy), gcc and libc6-dev (the sandbox's static
@@ -11,10 +12,10 @@
 # sudo) only when something is missing. On a system without dpkg the programs must already be on PATH.
 set -euo pipefail
 
-wanted=(prometheus prometheus-node-exporter openssl curl mmdebstrap umoci runc skopeo containerd containernetworking-plugins
+wanted=(prometheus prometheus-node-exporter openssl curl fio mmdebstrap umoci runc skopeo containerd containernetworking-plugins
   iptables gcc libc6-dev)
 # The programs those packages give, for a system that is not Debian.
-programs=(prometheus promtool prometheus-node-exporter openssl curl mmdebstrap umoci runc skopeo containerd ctr iptables cc)
+programs=(prometheus promtool prometheus-node-exporter openssl curl fio mmdebstrap umoci runc skopeo containerd ctr iptables cc)
 
 if ! command -v dpkg-query >/dev/null 2>&1; then
   absent=()

@@ -706,6 +706,59 @@ def test_fio_refuses_output_it_cannot_judge() -> None:
         storage.fio_bandwidth('{"jobs": [{"jobname": "j", "error": 5}]}', "write")
 
 
+# Two fio servers on this machine (127.0.0.2 and 127.0.0.3), written to by one `fio --client=... --client=...` with
+# the aggregate job's options: real fio 3.33 output (SOURCES.md).
+ADDRESSES = {"gpu-a": "127.0.0.2", "gpu-b": "127.0.0.3"}
+
+
+def _aggregate(stdout: str, target_s: float = 30.0, **client: Any) -> dict[str, Any]:
+    verdict: dict[str, Any] = storage.aggregate_verdict(
+        {"rc": 0, "stdout": stdout, **client}, ADDRESSES, 1e12, target_s, 43200.0
+    )
+    return verdict
+
+
+def test_the_aggregate_of_every_host_writing_at_once_from_real_client_server_output() -> None:
+    captured = (SAMPLES / "fio_3.33_client_server_2hosts_write.json").read_text()
+    hosts, total = storage.fio_client_bandwidths(captured)
+    assert hosts == {"127.0.0.2": 1036430332.0, "127.0.0.3": 962134250.0}
+    assert total == 1924268501.0  # fio's "All clients": both hosts' bytes over the longest run, not the sum
+    passed = _aggregate(captured, target_s=600.0)
+    assert passed["status"] == "pass", passed
+    details = passed["details"]
+    assert (details["aggregate_write_gbs"], details["slowest_host"], details["slowest_gbs"]) == (1.924, "gpu-b", 0.962)
+    assert details["checkpoint_write_s"] == 519.68  # 1 TB at 1.924 GB/s
+    assert details["per_host_gbs"] == {"gpu-a": 1.036, "gpu-b": 0.962}
+    slow = _aggregate(captured)
+    assert slow["reasons"] == [
+        "2 hosts writing at once: 1.924 GB/s, so 1 TB would take 520 s, above the 30 s target "
+        "(slowest: gpu-b, 0.962 GB/s)"
+    ]
+
+
+def test_an_aggregate_run_missing_a_host_or_refused_names_it() -> None:
+    captured = json.loads((SAMPLES / "fio_3.33_client_server_2hosts_write.json").read_text())
+    one = {**captured, "client_stats": [s for s in captured["client_stats"] if s["hostname"] == "127.0.0.2"][:1]}
+    lone = _aggregate(json.dumps(one), target_s=1200.0)
+    assert lone["reasons"] == ["no write reported by gpu-b"]
+    assert lone["details"]["aggregate_write_gbs"] == 1.036  # one host: its own figure
+    refused = storage.aggregate_verdict(
+        {"rc": 1, "stderr": "fio: connect: Connection refused\nfio: failed to connect to 127.0.0.3:8765\n"},
+        ADDRESSES,
+        1e12,
+        30.0,
+        43200.0,
+    )
+    assert refused["reasons"] == [
+        "fio client exited rc=1: fio: connect: Connection refused fio: failed to connect to 127.0.0.3:8765"
+    ]
+    with pytest.raises(ValueError, match="no client_stats"):
+        storage.fio_client_bandwidths((SAMPLES / "fio_3.33_direct_write.json").read_text())
+    with pytest.raises(ValueError, match="names no hostname"):
+        storage.fio_client_bandwidths('{"client_stats": [{"jobname": "j", "write": {"bw_bytes": 1}}]}')
+    assert storage.aggregate_verdict({"skipped": True}, ADDRESSES, 1e12, 30.0, 43200.0)["status"] == "skipped"
+
+
 # ----------------------------------------------------------------------------------------------- admission
 def test_admission_report_taint_and_summary() -> None:
     ok = {"status": "pass", "reasons": [], "details": {}}

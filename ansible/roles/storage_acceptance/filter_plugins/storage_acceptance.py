@@ -1,9 +1,12 @@
-"""Parsers and verdict for the storage_acceptance role.
+"""Parsers and verdicts for the storage_acceptance role.
 
 The mount comes from /proc/mounts (``device mountpoint fstype options dump pass``, with space, tab,
 newline and backslash in a field written as the octal escapes ``\\040 \\011 \\012 \\134``, proc(5)); throughput
 from ``fio --output-format=json`` direct-I/O jobs: ``jobs[].<dir>.bw_bytes`` in B/s where fio writes it (3.x),
-else ``jobs[].<dir>.bw`` in KiB/s (the only figure fio 2.x gives).
+else ``jobs[].<dir>.bw`` in KiB/s (the only figure fio 2.x gives). Every host writing at once comes from fio's
+client/server mode (``fio --client=<host>,<port> ... --output-format=json``): ``client_stats[]``, one entry per job
+of each host (``hostname`` is the server's address) and, with more than one host, fio's own ``All clients`` entry
+(the bytes of every host over the longest run).
 """
 
 from __future__ import annotations
@@ -167,8 +170,100 @@ def storage_verdict(
     return {"status": "fail" if reasons else "pass", "reasons": reasons, "details": details}
 
 
+ALL_CLIENTS = "All clients"
+
+
+def fio_client_bandwidths(stdout: str) -> tuple[dict[str, float], float]:
+    """Each host's write bandwidth (B/s, its jobs summed, by the address its server answered on) and the aggregate:
+    fio's ``All clients`` figure where it printed one (two hosts or more), else the one host's."""
+    text = stdout or ""
+    start = text.find("{")
+    if start < 0:
+        raise ValueError("fio printed no JSON document")
+    try:
+        doc = json.loads(text[start:])
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"fio output is not valid JSON: {exc}") from exc
+    stats = doc.get("client_stats") if isinstance(doc, dict) else None
+    if not stats or not isinstance(stats, list):
+        raise ValueError("fio JSON has no client_stats (was it run with --client?)")
+    hosts: dict[str, float] = {}
+    aggregate: float | None = None
+    for index, entry in enumerate(stats):
+        where = f"client_stats[{index}]"
+        if not isinstance(entry, dict):
+            raise ValueError(f"{where} is {type(entry).__name__}, not an object")
+        if entry.get("error", 0):
+            job, host = entry.get("jobname"), entry.get("hostname")
+            raise ValueError(f"fio job {job} on {host} reported error {entry['error']}")
+        bandwidth = _job_bandwidth(entry, "write", where)
+        if entry.get("jobname") == ALL_CLIENTS:
+            aggregate = bandwidth
+            continue
+        host = entry.get("hostname")
+        if not isinstance(host, str) or not host:
+            raise ValueError(f"{where} names no hostname")
+        hosts[host] = hosts.get(host, 0.0) + bandwidth
+    if not hosts:
+        raise ValueError("fio reported no host's write")
+    total = aggregate if aggregate is not None else sum(hosts.values())
+    if total <= 0:
+        raise ValueError("fio reported no write bandwidth")
+    return hosts, total
+
+
+def aggregate_verdict(
+    client: dict[str, Any],
+    addresses: dict[str, str],
+    checkpoint_bytes: float,
+    checkpoint_target_s: float,
+    mtbf_s: float,
+) -> dict[str, Any]:
+    """Every host writing at once (``addresses``: inventory host -> the address its fio server listens on): the
+    aggregate must write ``checkpoint_bytes`` within ``checkpoint_target_s``; every host must have written. Names the
+    slowest host and what a checkpoint takes at the measured aggregate."""
+    details: dict[str, Any] = {
+        "hosts": len(addresses),
+        "checkpoint_bytes": checkpoint_bytes,
+        "checkpoint_target_s": checkpoint_target_s,
+    }
+    if client.get("skipped"):
+        return {"status": "skipped", "reasons": ["not run (check mode)"], "details": details}
+    reasons: list[str] = []
+    if client.get("rc", 0) != 0:
+        err = " ".join((client.get("stderr") or client.get("msg") or "").split())[:500]
+        return {"status": "fail", "reasons": [f"fio client exited rc={client.get('rc')}: {err}"], "details": details}
+    try:
+        by_address, total = fio_client_bandwidths(client.get("stdout", ""))
+    except ValueError as exc:
+        return {"status": "fail", "reasons": [f"fio client: {exc}"], "details": details}
+    per_host = {host: by_address[address] for host, address in addresses.items() if address in by_address}
+    absent = sorted(set(addresses) - set(per_host))
+    if absent:
+        reasons.append(f"no write reported by {', '.join(absent)}")
+    slowest = min(per_host, key=lambda h: per_host[h]) if per_host else None
+    write_s = checkpoint_bytes / total
+    details.update(
+        {
+            "aggregate_write_gbs": round(total / 1e9, 3),
+            "per_host_gbs": {h: round(v / 1e9, 3) for h, v in sorted(per_host.items())},
+            "slowest_host": slowest,
+            "slowest_gbs": round(per_host[slowest] / 1e9, 3) if slowest else None,
+            "checkpoint_write_s": round(write_s, 2),
+            "recommended_interval_s": round(math.sqrt(2.0 * write_s * mtbf_s), 1),
+        }
+    )
+    if write_s > checkpoint_target_s:
+        reasons.append(
+            f"{len(per_host)} hosts writing at once: {total / 1e9:.3f} GB/s, so {checkpoint_bytes / 1e12:g} TB would "
+            f"take {write_s:.0f} s, above the {checkpoint_target_s:g} s target (slowest: {slowest}, "
+            f"{details['slowest_gbs']} GB/s)"
+        )
+    return {"status": "fail" if reasons else "pass", "reasons": reasons, "details": details}
+
+
 class FilterModule:
     """storage_acceptance filters."""
 
     def filters(self) -> dict[str, Any]:
-        return {"storage_verdict": storage_verdict}
+        return {"storage_verdict": storage_verdict, "storage_aggregate_verdict": aggregate_verdict}
