@@ -160,6 +160,10 @@ VERIFIED_ANNOTATION_PREFIX = "verified.checkpoint.gpucluster.io/"
 #: The measured reliability the next submission's checkpoint interval follows (written by the interruption
 #: accounting daemon in its namespace): training node-seconds per interruption.
 RELIABILITY_CONFIGMAP = "gpucluster-training-reliability"
+#: The file system's measured write rate with every GPU node writing at once (written beside the reliability by
+#: ``ansible/playbooks/storage_aggregate.yml``): data ``aggregateWriteBytesPerSecond``, ``hosts``, ``slowestHost``,
+#: ``slowestWriteBytesPerSecond``, ``measuredAt``. ``gpucluster submit`` sizes a checkpoint's write time from it.
+STORAGE_MEASURED_CONFIGMAP = "gpucluster-storage-measured"
 TRAINING_NAMESPACE = "gpucluster-training"
 #: The ServiceAccount a training job's pods run as in its team namespace: it may annotate the team's
 #: ``checkpoints`` claim with the checkpoint report and nothing else.

@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from contract.constants import STORAGE_MEASURED_CONFIGMAP
+
 #: A team's Role in its namespace: submit JobSets and delete its own, read what follows from them. No pod, Job or
 #: Workload is written by hand, no exec, no other namespace; Secrets only in its own.
 TEAM_RULES: tuple[dict[str, Any], ...] = (
@@ -43,10 +45,12 @@ def team_role(namespace: str, group: str) -> tuple[dict[str, Any], dict[str, Any
 
 
 def reliability_reader(namespace: str, configmap: str, groups: Sequence[str]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Every team reads the one ConfigMap ``gpucluster submit`` sizes the checkpoint interval from, nothing else."""
+    """Every team reads the ConfigMaps ``gpucluster submit`` sizes the checkpoint interval from (the measured
+    reliability, and the file system's measured write rate beside it), nothing else."""
+    names = [configmap, STORAGE_MEASURED_CONFIGMAP]
     role = {
         "metadata": {"name": RELIABILITY_READER, "namespace": namespace},
-        "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"], "resourceNames": [configmap]}],
+        "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"], "resourceNames": names}],
     }
     binding = {
         "metadata": {"name": RELIABILITY_READER, "namespace": namespace},

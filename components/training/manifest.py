@@ -131,6 +131,33 @@ def parse_reliability(data: Mapping[str, str]) -> Reliability:
 
 
 @dataclass(frozen=True)
+class MeasuredWrite:
+    """The file system's write rate with every GPU node writing at once (ConfigMap ``gpucluster-storage-measured``,
+    written by ``ansible/playbooks/storage_aggregate.yml``)."""
+
+    bytes_per_second: float
+    hosts: int
+    slowest_host: str
+    measured_at: str
+
+
+def parse_measured_write(data: Mapping[str, str]) -> MeasuredWrite:
+    """The ConfigMap's ``data``: ``aggregateWriteBytesPerSecond``, ``hosts``, ``slowestHost``, ``measuredAt``."""
+    measured = str(data.get("measuredAt", ""))
+    try:
+        datetime.fromisoformat(measured.replace("Z", "+00:00"))
+    except ValueError:
+        raise ReliabilityError(f"measuredAt: {measured[:40]!r} is not an RFC 3339 time") from None
+    rate = _number(data, "aggregateWriteBytesPerSecond", float)
+    if rate <= 0:
+        raise ReliabilityError("aggregateWriteBytesPerSecond: must be positive")
+    hosts = _number(data, "hosts", int)
+    if hosts < 1:
+        raise ReliabilityError("hosts: must be at least 1")
+    return MeasuredWrite(rate, hosts, str(data.get("slowestHost", ""))[:253], measured)
+
+
+@dataclass(frozen=True)
 class Interval:
     """The checkpoint interval a job gets, and what it was computed from."""
 
@@ -144,18 +171,28 @@ class Interval:
     write_reason: str = ""
 
 
-def write_time_of(spec: JobSpec, stack: StackConfig) -> tuple[float, str]:
-    """The time one complete checkpoint takes to write, and where that figure came from."""
+def write_time_of(spec: JobSpec, stack: StackConfig, measured: MeasuredWrite | None = None) -> tuple[float, str]:
+    """The time one complete checkpoint takes to write, and where that figure came from: the job's own figure, else
+    the stack's checkpoint size at the rate measured with every node writing at once, else the stack's typed one."""
     if spec.checkpoint_write_seconds is not None:
         return spec.checkpoint_write_seconds, "typed in the job's checkpointWriteSeconds, not measured"
     c = stack.storage.checkpointing
+    if measured is not None:
+        seconds = c.size_tb * 1e12 / measured.bytes_per_second
+        return seconds, (
+            f"measured: {measured.bytes_per_second / 1e9:.2f} GB/s with {measured.hosts} nodes writing at once "
+            f"(storage acceptance, {measured.measured_at}; slowest {measured.slowest_host}), so {c.size_tb:g} TB "
+            f"would take {seconds:.0f} s"
+        )
     return c.write_seconds, (
         f"typed in the stack's storage.checkpointing.writeSeconds, not measured: {c.size_tb:g} TB in "
         f"{c.write_seconds:g} s is {c.size_tb * 1000 / c.write_seconds:.1f} GB/s from the filesystem"
     )
 
 
-def checkpoint_interval(spec: JobSpec, stack: StackConfig, reliability: Reliability | None) -> Interval:
+def checkpoint_interval(
+    spec: JobSpec, stack: StackConfig, reliability: Reliability | None, measured: MeasuredWrite | None = None
+) -> Interval:
     """Young/Daly: sqrt(2 x write time x the job's MTBF).
 
     The job's MTBF is a per-node figure over the job's nodes, whichever the source: the measured node-seconds per
@@ -163,7 +200,7 @@ def checkpoint_interval(spec: JobSpec, stack: StackConfig, reliability: Reliabil
     (``mtbfHours`` for a job of ``mtbfJobNodes`` nodes, so ``mtbfHours x mtbfJobNodes`` per node). A measurement
     that agrees with the prior therefore leaves the interval where it was.
     """
-    write, write_reason = write_time_of(spec, stack)
+    write, write_reason = write_time_of(spec, stack, measured)
     if reliability is not None and reliability.trusted and reliability.node_mtbi_seconds > 0:
         mtbf = reliability.node_mtbi_seconds / spec.nodes
         source: IntervalSource = "measured"

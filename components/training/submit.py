@@ -27,15 +27,17 @@ from components.training.checks import check_spec
 from components.training.manifest import (
     JOBSET_API_VERSION,
     Interval,
+    MeasuredWrite,
     Reliability,
     ReliabilityError,
     checkpoint_interval,
     job_context,
     jobset_manifest,
+    parse_measured_write,
     parse_reliability,
 )
 from components.training.spec import JobSpec, load_spec
-from contract.constants import RELIABILITY_CONFIGMAP
+from contract.constants import RELIABILITY_CONFIGMAP, STORAGE_MEASURED_CONFIGMAP
 from contract.issues import REDACTED, SettingsError, is_credential_key, looks_like_credential
 
 EXIT_OK = 0
@@ -55,6 +57,9 @@ class Cluster(Protocol):
 
     def reliability(self, namespace: str) -> Mapping[str, str] | None:
         """The reliability ConfigMap's data, None when there is none."""
+
+    def storage_measured(self, namespace: str) -> Mapping[str, str] | None:
+        """The measured write rate's ConfigMap's data, None when there is none."""
 
     def jobset_exists(self, namespace: str, name: str) -> bool: ...
 
@@ -100,19 +105,23 @@ class KubeCluster:
         except Exception as exc:  # connection refused, TLS, DNS: the cluster is not reachable
             raise ClusterError(f"{what}: the cluster is not reachable ({type(exc).__name__})") from None
 
-    def reliability(self, namespace: str) -> Mapping[str, str] | None:
+    def _config_map(self, namespace: str, name: str) -> Mapping[str, str] | None:
         try:
             cm = self._call(
-                "reading the reliability ConfigMap",
-                lambda: self._core.read_namespaced_config_map(
-                    RELIABILITY_CONFIGMAP, namespace, _request_timeout=self._timeout
-                ),
+                f"reading ConfigMap {namespace}/{name}",
+                lambda: self._core.read_namespaced_config_map(name, namespace, _request_timeout=self._timeout),
             )
         except self._api_exception as exc:
             if exc.status in (403, 404):
                 return None
-            raise ClusterError(f"reading {namespace}/{RELIABILITY_CONFIGMAP}: HTTP {exc.status} {exc.reason}") from None
+            raise ClusterError(f"reading {namespace}/{name}: HTTP {exc.status} {exc.reason}") from None
         return dict(cm.data or {})
+
+    def reliability(self, namespace: str) -> Mapping[str, str] | None:
+        return self._config_map(namespace, RELIABILITY_CONFIGMAP)
+
+    def storage_measured(self, namespace: str) -> Mapping[str, str] | None:
+        return self._config_map(namespace, STORAGE_MEASURED_CONFIGMAP)
 
     def jobset_exists(self, namespace: str, name: str) -> bool:
         try:
@@ -194,6 +203,17 @@ def _reliability(cluster: Cluster, namespace: str, err: Callable[[str], None]) -
         return None
 
 
+def _measured(cluster: Cluster, namespace: str, err: Callable[[str], None]) -> MeasuredWrite | None:
+    data = cluster.storage_measured(namespace)
+    if data is None:
+        return None
+    try:
+        return parse_measured_write(data)
+    except ReliabilityError as exc:
+        err(f"warning: {namespace}/{STORAGE_MEASURED_CONFIGMAP} is unreadable ({exc}); using the stack's write time")
+        return None
+
+
 def _interval_line(interval: Interval) -> str:
     return (
         f"checkpoint interval: {interval.seconds} s ({interval.seconds / 60:.1f} min), source {interval.source}: "
@@ -232,18 +252,23 @@ def submit(
         err(str(exc))
         return EXIT_REFUSED
     reliability: Reliability | None = None
+    measured: MeasuredWrite | None = None
     cluster: Cluster | None = None
     try:
         if not dry_run:
             cluster = cluster_factory()
             reliability = _reliability(cluster, stack.training.reliability_namespace, err)
-        interval = checkpoint_interval(spec, stack, reliability)
+            measured = _measured(cluster, stack.training.reliability_namespace, err)
+        interval = checkpoint_interval(spec, stack, reliability, measured)
         ctx = job_context(spec, stack, interval)
         manifest = jobset_manifest(spec, ctx)
         if cluster is None:
             out(yaml.safe_dump(printable(manifest), sort_keys=False).rstrip())
             out(f"# {_interval_line(interval)}")
-            out("# dry run: no cluster was read (its measured reliability neither) and nothing was created")
+            out(
+                "# dry run: no cluster was read (its measured reliability and write rate neither) and nothing was "
+                "created"
+            )
             return EXIT_OK
         if cluster.jobset_exists(ctx.namespace, spec.name):
             err(f"refused: JobSet {ctx.namespace}/{spec.name} already exists; nothing was changed")

@@ -14,11 +14,25 @@ from typing import Any
 import pytest
 import yaml
 
+from components.config import load_stack_file
+from components.training.manifest import parse_measured_write, write_time_of
+from components.training.spec import JobSpec
+from components.training.submit import KubeCluster
+from contract.constants import STORAGE_MEASURED_CONFIGMAP, TRAINING_NAMESPACE
 from tests.ansible.harness import MODULE_PYTHON, host_address, host_names, run_playbook, write_inventory
+from tests.components.training.conftest import spec_doc
+from tests.support.apiserver import running_apiserver
 from tests.support.require import debian_tool
+from tests.support.sim import tools_bin
+
+ROOT = Path(__file__).resolve().parents[2]
 
 # Real ansible-playbook runs against simulated hosts: grouped with the molecule scenarios.
-pytestmark = [pytest.mark.molecule, pytest.mark.xdist_group("ansible")]
+pytestmark = [
+    pytest.mark.molecule,
+    pytest.mark.xdist_group("ansible"),
+    pytest.mark.filterwarnings("ignore:Unverified HTTPS request"),
+]
 
 HOSTS = 3
 #: A checkpoint target any disk meets (1 GB in 10 min), and one none does (1 PB in a second).
@@ -60,13 +74,32 @@ def fleet(tmp: Path, **group: Any) -> tuple[Path, Path]:
 
 
 def test_every_host_writes_at_once_and_the_aggregate_is_judged_against_the_checkpoint_target(tmp_path: Path) -> None:
-    inventory, shared = fleet(tmp_path, **MET)
-    passed = run_playbook("storage_aggregate.yml", inventory, tmp_path, "-v", timeout=300)
-    assert passed.returncode == 0, passed.stdout[-3000:] + passed.stderr[-2000:]
-    assert f"GB/s from {HOSTS} hosts" in passed.stdout
-    assert "storage_acceptance aggregate pass" in passed.stdout
-    assert list(shared.iterdir()) == []  # every test file deleted (unlink)
-    assert not [p.name for p in tmp_path.glob("*.pid") if _alive(p)]  # every server stopped
+    work = tmp_path / "apiserver"
+    work.mkdir()
+    with running_apiserver(work, namespaces=[TRAINING_NAMESPACE]) as server:
+        inventory, shared = fleet(
+            tmp_path,
+            **MET,
+            storage_acceptance_kubeconfig=str(server.kubeconfig),
+            storage_acceptance_kubectl_bin=str(tools_bin() / "kubectl"),
+        )
+        passed = run_playbook("storage_aggregate.yml", inventory, tmp_path, "-v", timeout=300)
+        assert passed.returncode == 0, passed.stdout[-3000:] + passed.stderr[-2000:]
+        assert f"GB/s from {HOSTS} hosts" in passed.stdout
+        assert "storage_acceptance aggregate pass" in passed.stdout
+        assert list(shared.iterdir()) == []  # every test file deleted (unlink)
+        assert not [p.name for p in tmp_path.glob("*.pid") if _alive(p)]  # every server stopped
+        # what gpucluster submit reads, through the client it reads with: the write time of the stack's checkpoint
+        data = KubeCluster(str(server.kubeconfig)).storage_measured(TRAINING_NAMESPACE)
+        assert data is not None
+        measured = parse_measured_write(data)
+        assert measured.hosts == HOSTS
+        assert measured.slowest_host in host_names(HOSTS)
+        stack = load_stack_file(ROOT / "stacks" / "Pulumi.local.yaml")
+        spec = JobSpec.model_validate(spec_doc())
+        seconds, why = write_time_of(spec, stack, measured)
+        assert seconds == stack.storage.checkpointing.size_tb * 1e12 / measured.bytes_per_second
+        assert f"with {HOSTS} nodes writing at once" in why
     # The same hosts against a target no disk meets: the run fails, saying the rate, the time and the slowest host.
     inventory, _ = fleet(tmp_path, **UNMET)
     failed = run_playbook("storage_aggregate.yml", inventory, tmp_path, timeout=300)
@@ -102,3 +135,10 @@ def _alive(pidfile: Path) -> bool:
     except (OSError, ValueError):
         return False
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def test_the_role_publishes_where_submit_reads() -> None:
+    """Ansible cannot import the contract: the role's defaults repeat the ConfigMap's name and namespace."""
+    defaults = yaml.safe_load((ROOT / "ansible" / "roles" / "storage_acceptance" / "defaults" / "main.yml").read_text())
+    assert defaults["storage_acceptance_measured_configmap"] == STORAGE_MEASURED_CONFIGMAP
+    assert defaults["storage_acceptance_measured_namespace"] == TRAINING_NAMESPACE

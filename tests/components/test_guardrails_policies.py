@@ -35,6 +35,7 @@ from contract.constants import (
     QUARANTINE_TAINT_KEY,
     RELIABILITY_CONFIGMAP,
     STALL_RESTART_ANNOTATION,
+    STORAGE_MEASURED_CONFIGMAP,
     VERIFIED_ANNOTATION_PREFIX,
 )
 from contract.constants import RELEASED_AT_ANNOTATION as QUARANTINE_RELEASED
@@ -604,6 +605,7 @@ def test_a_team_submits_and_reads_its_own_jobs_and_nothing_else(rbac_kubectl: Ku
     ]:
         assert can(k, "ml-foundation", verb, resource, TEAM), (verb, resource)
     assert can(k, "ml-foundation", "get", f"configmaps/{RELIABILITY_CONFIGMAP}", "gpucluster-training")
+    assert can(k, "ml-foundation", "get", f"configmaps/{STORAGE_MEASURED_CONFIGMAP}", "gpucluster-training")
     for verb, resource, namespace in [
         ("create", "jobsets.jobset.x-k8s.io", OTHER_TEAM),  # another team's namespace
         ("create", "pods", TEAM),  # around Kueue

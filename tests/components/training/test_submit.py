@@ -27,8 +27,14 @@ MEASURED = {
 
 
 class FakeCluster:
-    def __init__(self, reliability: Mapping[str, str] | None = None, existing: set[str] | None = None) -> None:
+    def __init__(
+        self,
+        reliability: Mapping[str, str] | None = None,
+        existing: set[str] | None = None,
+        measured: Mapping[str, str] | None = None,
+    ) -> None:
         self.data = reliability
+        self.measured = measured
         self.existing = existing or set()
         self.created: list[tuple[str, Mapping[str, Any]]] = []
         self.read_from: list[str] = []
@@ -36,6 +42,9 @@ class FakeCluster:
     def reliability(self, namespace: str) -> Mapping[str, str] | None:
         self.read_from.append(namespace)
         return self.data
+
+    def storage_measured(self, namespace: str) -> Mapping[str, str] | None:
+        return self.measured
 
     def jobset_exists(self, namespace: str, name: str) -> bool:
         return f"{namespace}/{name}" in self.existing
@@ -184,6 +193,42 @@ def test_an_unreadable_configmap_warns_and_keeps_the_prior() -> None:
     assert run(EXAMPLE, cluster=cluster) == cli.EXIT_OK
     assert f"{TRAINING_NAMESPACE}/{RELIABILITY_CONFIGMAP} is unreadable (interruptions:" in "\n".join(run.err)
     assert cluster.created[0][1]["metadata"]["annotations"][CHECKPOINT_INTERVAL_ANNOTATION] == "930"
+
+
+#: The storage_aggregate play's ConfigMap: 64 nodes wrote at 25 GB/s together.
+WRITE_RATE = {
+    "aggregateWriteBytesPerSecond": "25000000000",
+    "hosts": "64",
+    "slowestHost": "gpu-h100-017",
+    "slowestWriteBytesPerSecond": "310000000",
+    "measuredAt": "2026-12-07T10:00:00Z",
+}
+
+
+def test_the_measured_write_rate_sets_the_write_time_and_says_so(tmp_path: Path) -> None:
+    spec = write_spec(tmp_path)  # no checkpointWriteSeconds of its own
+    assert "checkpointWriteSeconds" not in spec.read_text()
+    run = Run()
+    cluster = FakeCluster(measured=WRITE_RATE)
+    assert run(spec, cluster=cluster) == cli.EXIT_OK
+    annotations = cluster.created[0][1]["metadata"]["annotations"]
+    # the local stack's 1 TB at 25 GB/s: 40 s, not the typed 30 s; sqrt(2 x 40 x 14400) = 1073 s with the prior
+    assert annotations["gpucluster.io/checkpoint-write-seconds"] == "40"
+    text = "\n".join(run.out)
+    assert "measured: 25.00 GB/s with 64 nodes writing at once" in text
+    assert "so 1 TB would take 40 s" in text
+    # a job that types its own write time keeps it (it knows its checkpoint's size); an unreadable measurement
+    # warns and leaves the stack's typed figure, labelled as typed
+    run = Run()
+    assert run(EXAMPLE, cluster=FakeCluster(measured=WRITE_RATE)) == cli.EXIT_OK
+    assert "typed in the job's checkpointWriteSeconds" in "\n".join(run.out)
+    run = Run()
+    cluster = FakeCluster(measured={**WRITE_RATE, "aggregateWriteBytesPerSecond": "0"})
+    assert run(spec, cluster=cluster) == cli.EXIT_OK
+    assert "gpucluster-storage-measured is unreadable (aggregateWriteBytesPerSecond: must be positive)" in "\n".join(
+        run.err
+    )
+    assert "typed in the stack's storage.checkpointing.writeSeconds, not measured" in "\n".join(run.out)
 
 
 def test_an_existing_jobset_is_refused_and_nothing_is_created() -> None:

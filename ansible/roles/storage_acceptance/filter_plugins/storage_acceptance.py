@@ -246,9 +246,11 @@ def aggregate_verdict(
     details.update(
         {
             "aggregate_write_gbs": round(total / 1e9, 3),
+            "aggregate_write_bytes_per_s": int(total),
             "per_host_gbs": {h: round(v / 1e9, 3) for h, v in sorted(per_host.items())},
             "slowest_host": slowest,
             "slowest_gbs": round(per_host[slowest] / 1e9, 3) if slowest else None,
+            "slowest_write_bytes_per_s": int(per_host[slowest]) if slowest else None,
             "checkpoint_write_s": round(write_s, 2),
             "recommended_interval_s": round(math.sqrt(2.0 * write_s * mtbf_s), 1),
         }
