@@ -39,6 +39,19 @@ WORKLOAD_NAMESPACES = "workload_namespaces"
 #: The interpreter on the daemons' image's PATH: a controller's command is ``python3 -m <its package>``.
 PYTHON = "python3"
 
+
+def check_team_namespaces(where: str, key: str, namespaces: list[str], context: Mapping[str, Any]) -> None:
+    """A controller that watches the team namespaces (the stack fills them): ValueError at ``<where>.settings.<key>``
+    when none is listed, or they are not the stack's (``context[WORKLOAD_NAMESPACES]``)."""
+    if not namespaces:
+        raise ValueError(f"{where}.settings.{key}: no team namespace to watch (the stack fills it)")
+    teams = set(context.get(WORKLOAD_NAMESPACES, namespaces))
+    if set(namespaces) != teams:
+        raise ValueError(
+            f"{where}.settings.{key}: {sorted(namespaces)} are not the stack's team namespaces {sorted(teams)}"
+        )
+
+
 #: The ``gpucluster.io/workload`` role of a controller's namespace, by precedence when two share one.
 NAMESPACE_ROLES = ("burst", "capacity", "accounting")
 

@@ -24,7 +24,7 @@ from typing import Any
 from contract.checkpoint_verifier_settings import FILLED, STACK_KEY, CheckpointVerifierSettings, TeamQueue
 from contract.constants import CHECKPOINT_CLAIM, VERIFIED_ANNOTATION_PREFIX
 from contract.rbac import Grant, Rule, lease_rules
-from contract.spec import WORKLOAD_NAMESPACES, ControllerSpec
+from contract.spec import ControllerSpec, check_team_namespaces
 from contract.stack_facts import StackFacts
 
 READ = ("get", "list", "watch")
@@ -65,15 +65,7 @@ def grants(s: CheckpointVerifierSettings, _context: Mapping[str, Any]) -> tuple[
 
 
 def check(s: CheckpointVerifierSettings, context: Mapping[str, Any]) -> None:
-    where = f"ControllerArgs({NAME})"
-    if not s.teams:
-        raise ValueError(f"{where}.settings.teams: no team namespace to watch (the stack fills it)")
-    teams = set(context.get(WORKLOAD_NAMESPACES, s.workload_namespaces))
-    if set(s.workload_namespaces) != teams:
-        raise ValueError(
-            f"{where}.settings.teams: {sorted(s.workload_namespaces)} are not the stack's team namespaces "
-            f"{sorted(teams)}"
-        )
+    check_team_namespaces(f"ControllerArgs({NAME})", "teams", s.workload_namespaces, context)
 
 
 def outputs(s: CheckpointVerifierSettings) -> dict[str, object]:

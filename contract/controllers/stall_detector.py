@@ -20,7 +20,7 @@ from typing import Any
 from contract.bounds import JobSetAnnotationOnly
 from contract.constants import CHECKPOINT_CLAIM, STALL_RESTART_ANNOTATION
 from contract.rbac import Grant, Rule, lease_rules
-from contract.spec import AFTER_JOBSET, WORKLOAD_NAMESPACES, ControllerSpec
+from contract.spec import AFTER_JOBSET, ControllerSpec, check_team_namespaces
 from contract.stack_facts import StackFacts
 from contract.stall_detector_settings import FILLED, STACK_KEY, SUSPECTS_CONFIGMAP, StallDetectorSettings
 
@@ -71,15 +71,7 @@ def grants(s: StallDetectorSettings, _context: Mapping[str, Any]) -> tuple[Grant
 
 
 def check(s: StallDetectorSettings, context: Mapping[str, Any]) -> None:
-    where = f"ControllerArgs({NAME})"
-    if not s.workload_namespaces:
-        raise ValueError(f"{where}.settings.workload_namespaces: no team namespace to watch (the stack fills it)")
-    teams = set(context.get(WORKLOAD_NAMESPACES, s.workload_namespaces))
-    if set(s.workload_namespaces) != teams:
-        raise ValueError(
-            f"{where}.settings.workload_namespaces: {sorted(s.workload_namespaces)} are not the stack's team "
-            f"namespaces {sorted(teams)}"
-        )
+    check_team_namespaces(f"ControllerArgs({NAME})", "workload_namespaces", s.workload_namespaces, context)
 
 
 def outputs(s: StallDetectorSettings) -> dict[str, object]:

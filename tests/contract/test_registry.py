@@ -96,3 +96,21 @@ def test_a_grant_names_its_binding_and_refuses_an_empty_role() -> None:
         Grant("role", "x", ())
     with pytest.raises(ValueError, match="must name the role"):
         Grant("binding", "x", (rule,))
+
+
+def test_a_controller_of_the_team_namespaces_is_refused_without_them_or_with_others() -> None:
+    from contract.registry import CHECKPOINT_VERIFIER, STALL_DETECTOR  # noqa: PLC0415
+    from contract.spec import WORKLOAD_NAMESPACES  # noqa: PLC0415
+
+    context = {WORKLOAD_NAMESPACES: ["team-a", "team-b"]}
+    stall = STALL_DETECTOR.settings_model()
+    with pytest.raises(ValueError, match=r"settings\.workload_namespaces: no team namespace to watch"):
+        STALL_DETECTOR.check(stall, context)
+    with pytest.raises(ValueError, match=r"\['team-a'\] are not the stack's team namespaces \['team-a', 'team-b'\]"):
+        STALL_DETECTOR.check(stall.model_copy(update={"workload_namespaces": ["team-a"]}), context)
+    STALL_DETECTOR.check(stall.model_copy(update={"workload_namespaces": ["team-b", "team-a"]}), context)
+    verifier = CHECKPOINT_VERIFIER.settings_model()
+    with pytest.raises(ValueError, match=r"ControllerArgs\(checkpoint-verifier\)\.settings\.teams: no team namespace"):
+        CHECKPOINT_VERIFIER.check(verifier, context)
+    teams = [{"namespace": ns, "localQueue": "training", "priority": "research-low"} for ns in ("team-a", "team-b")]
+    CHECKPOINT_VERIFIER.check(CHECKPOINT_VERIFIER.settings_model.parse({"teams": teams}), context)

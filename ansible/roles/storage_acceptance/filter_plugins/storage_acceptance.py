@@ -60,19 +60,21 @@ def _job_bandwidth(job: dict[str, Any], direction: str, where: str) -> float:
     return 0.0
 
 
-def fio_bandwidth(stdout: str, direction: str) -> float:
-    """Sum over all jobs of the ``direction`` ("read"/"write") bandwidth, in bytes/s.
-
-    fio may print notes before its JSON document; parsing starts at the first brace.
-    """
+def _fio_document(stdout: str) -> Any:
+    """fio's JSON document; fio may print notes before it, so parsing starts at the first brace."""
     text = stdout or ""
     start = text.find("{")
     if start < 0:
         raise ValueError("fio printed no JSON document")
     try:
-        doc = json.loads(text[start:])
+        return json.loads(text[start:])
     except json.JSONDecodeError as exc:
         raise ValueError(f"fio output is not valid JSON: {exc}") from exc
+
+
+def fio_bandwidth(stdout: str, direction: str) -> float:
+    """Sum over all jobs of the ``direction`` ("read"/"write") bandwidth, in bytes/s."""
+    doc = _fio_document(stdout)
     jobs = doc.get("jobs") if isinstance(doc, dict) else None
     if not jobs or not isinstance(jobs, list):
         raise ValueError("fio JSON has no jobs")
@@ -176,14 +178,7 @@ ALL_CLIENTS = "All clients"
 def fio_client_bandwidths(stdout: str) -> tuple[dict[str, float], float]:
     """Each host's write bandwidth (B/s, its jobs summed, by the address its server answered on) and the aggregate:
     fio's ``All clients`` figure where it printed one (two hosts or more), else the one host's."""
-    text = stdout or ""
-    start = text.find("{")
-    if start < 0:
-        raise ValueError("fio printed no JSON document")
-    try:
-        doc = json.loads(text[start:])
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"fio output is not valid JSON: {exc}") from exc
+    doc = _fio_document(stdout)
     stats = doc.get("client_stats") if isinstance(doc, dict) else None
     if not stats or not isinstance(stats, list):
         raise ValueError("fio JSON has no client_stats (was it run with --client?)")
