@@ -6,7 +6,9 @@ StorageClass that provisions volumes (``mode: dynamic``) or pre-created filesets
 PersistentVolumes (``mode: static``). Every training namespace gets a ``checkpoints`` and a ``datasets`` claim,
 both ReadWriteMany so every rank of a gang mounts the same tree; checkpoints are retained when a claim goes.
 Training pods run as the namespace's ``gpucluster-trainer`` ServiceAccount, which may read and annotate the
-``checkpoints`` claim (the checkpoint report, ``checkpoint.gpucluster.io/<job>``) and nothing else.
+``checkpoints`` claim (the checkpoint report, ``checkpoint.gpucluster.io/<job>``) and nothing else. Each namespace
+also gets the ``checkpoint-resume`` ConfigMap, created empty: the checkpoint verifier writes each job's latest
+verified checkpoint into it and the job's pods mount their entry (Pulumi never takes its data back).
 """
 
 from __future__ import annotations
@@ -18,7 +20,13 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.rbac import grant
-from contract.constants import CHECKPOINT_CLAIM, CLAIM_LABEL, STORAGE_DRIVER_LABEL, TRAINER_SERVICE_ACCOUNT
+from contract.constants import (
+    CHECKPOINT_CLAIM,
+    CLAIM_LABEL,
+    RESUME_CONFIGMAP,
+    STORAGE_DRIVER_LABEL,
+    TRAINER_SERVICE_ACCOUNT,
+)
 from contract.storage_settings import Claim, StorageSettings, checkpoint_interval_seconds
 
 CLAIMS = (CHECKPOINT_CLAIM, "datasets")
@@ -140,8 +148,15 @@ class Storage(pulumi.ComponentResource):
                     opts=pulumi.ResourceOptions(parent=self, depends_on=deps),
                 )
         self.trainer_accounts: dict[str, k8s.core.v1.ServiceAccount] = {}
+        self.resume: dict[str, k8s.core.v1.ConfigMap] = {}
         for ns in args.namespaces:
             deps = [args.namespace_resources[ns]] if ns in args.namespace_resources else []
+            self.resume[ns] = k8s.core.v1.ConfigMap(
+                f"{name}-resume-{ns}",
+                metadata={"name": RESUME_CONFIGMAP, "namespace": ns, "labels": dict(args.labels)},
+                # The checkpoint verifier writes its entries; an update of the stack leaves them.
+                opts=pulumi.ResourceOptions(parent=self, depends_on=deps, ignore_changes=["data"]),
+            )
             account = k8s.core.v1.ServiceAccount(
                 f"{name}-trainer-{ns}",
                 metadata={"name": TRAINER_SERVICE_ACCOUNT, "namespace": ns, "labels": dict(args.labels)},

@@ -21,6 +21,14 @@ Example (camelCase, as in the stack YAML)::
     checkMemory: 512Mi
     checkNodeSelector: {}  # where the check pods run (CPU nodes)
     checkTolerations: []
+    restoreDrill:         # a drill restores each job's verified checkpoint whole, on a schedule
+      enabled: true
+      every: 24h          # per job: the claim annotation restore-drill.checkpoint.gpucluster.io/<job>: 6h
+      staleAfter: 48h     # CheckpointRestoreDrillStale fires when a job's last good drill is older
+      deadline: 2h        # a drill that runs longer is stopped and run again after retryAfter
+      maxRunning: 1       # drills running at once, cluster-wide (each reads a whole checkpoint)
+      cpu: "1"
+      memory: 256Mi
 """
 
 from __future__ import annotations
@@ -76,6 +84,40 @@ class TeamQueue(ConfigModel):
     priority: DnsSubdomain
 
 
+_DRILL_SHORTER = {
+    "every": ("staleAfter", "the stale-drill alert would fire between two drills on schedule"),
+    "deadline": ("every", "a drill could still run when the next is due"),
+}
+
+
+class RestoreDrillSettings(ConfigModel):
+    """Restore drills: on a schedule, a CPU-only Job of the verifier reads each job's latest verified checkpoint
+    whole, as a restart would (``python -m daemons.checkpoint_verifier.drill``), and the verifier records what it
+    found beside the check (the record's ``drill``)."""
+
+    enabled: bool = True
+    #: How often each job's verified checkpoint is drilled; a job may set its own on the claim
+    #: (``restore-drill.checkpoint.gpucluster.io/<job>``: a duration no longer than staleAfter).
+    every: PositiveDuration = "24h"
+    #: A job whose last good drill is older fires CheckpointRestoreDrillStale. Jobs that have not reported a
+    #: checkpoint for this long are done: they are not drilled and their drills are not exported.
+    stale_after: PositiveDuration = "48h"
+    #: The longest one drill may run (its Job's activeDeadlineSeconds).
+    deadline: PositiveDuration = "2h"
+    #: Drills running at once, cluster-wide: each reads a whole checkpoint from the filesystem training writes to.
+    max_running: Annotated[int, Field(ge=1, le=64)] = 1
+    #: A drill's CPU and memory request and limit (it streams each record a block at a time).
+    cpu: Quantity = "1"
+    memory: ByteQuantity = "256Mi"
+
+    def rule_problems(self) -> Iterator[Problem]:
+        yield from self.shorter_problems(_DRILL_SHORTER)
+
+    every_seconds: ClassVar[Seconds] = Seconds("every")
+    stale_after_seconds: ClassVar[Seconds] = Seconds("stale_after")
+    deadline_seconds: ClassVar[Seconds] = Seconds("deadline")
+
+
 class CheckpointVerifierSettings(ControllerSettings):
     """Everything the checkpoint verifier needs; see the module docstring."""
 
@@ -106,6 +148,8 @@ class CheckpointVerifierSettings(ControllerSettings):
     #: Where the check pods run: CPU nodes (they need the claim's filesystem, never a GPU).
     check_node_selector: Annotated[dict[str, str], Field(max_length=64), AfterValidator(check_labels)] = {}
     check_tolerations: Annotated[list[Toleration], Field(max_length=64)] = []
+    #: Restore drills of each job's verified checkpoint.
+    restore_drill: RestoreDrillSettings = RestoreDrillSettings()
     #: How long one API call may take.
     request_timeout: PositiveDuration = "5s"
     lease_duration: PositiveDuration = "15s"
@@ -147,6 +191,7 @@ __all__ = [
     "FILLED",
     "STACK_KEY",
     "CheckpointVerifierSettings",
+    "RestoreDrillSettings",
     "SettingsError",
     "TeamQueue",
     "load_settings",

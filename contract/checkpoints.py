@@ -18,6 +18,11 @@ The **manifest** (optional, any format): ``gpucluster-manifest.json`` in the che
 every file it names, ``{"step": <int>, "files": [{"path": <relative path>, "size": <bytes>, "sha256": <hex>}]}``.
 With it the verifier also checks every named file's size and SHA-256; without it, DCP's own metadata is all there is
 (sizes, no hashes).
+
+**Where to resume**: a training pod finds its job's latest verified checkpoint in ``RESUME_FILE``
+(``GPUCLUSTER_RESUME_FILE``), ``{"job", "step", "directory": "/checkpoints/<job>/step-<N>", "reported",
+"checked"}``, kept by the verifier and mounted read-only from the team's ``checkpoint-resume`` ConfigMap; no file:
+nothing of the job is verified yet (start afresh).
 """
 
 from __future__ import annotations
@@ -27,6 +32,10 @@ import re
 #: Where a training pod mounts its team's ``checkpoints`` claim; a job's checkpoints are under ``<this>/<jobset name>``
 #: (its ``GPUCLUSTER_CHECKPOINT_DIR``), and the verifier's pod mounts the same claim, read-only, at the same place.
 CHECKPOINTS_MOUNT = "/checkpoints"
+#: Where a training pod reads the checkpoint to resume from (its ``GPUCLUSTER_RESUME_FILE``), and the directory it is
+#: mounted in (read-only, the job's entry of the ``checkpoint-resume`` ConfigMap).
+RESUME_DIR = "/run/gpucluster"
+RESUME_FILE = f"{RESUME_DIR}/resume.json"
 
 
 def job_directory(job: str) -> str:

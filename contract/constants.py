@@ -215,3 +215,8 @@ def nonroot_pod_security_context(**extra: object) -> dict[str, object]:
 
 #: The PersistentVolumeClaim of a team where its jobs write checkpoints and report them (an annotation on it).
 CHECKPOINT_CLAIM = "checkpoints"
+#: In each team namespace: the ConfigMap the checkpoint verifier keeps each job's latest verified checkpoint in (key
+#: ``<job>.json``, ``contract.checkpoint_record.resume_entry``), which the job's pods mount read-only as their
+#: ``GPUCLUSTER_RESUME_FILE`` (``contract.checkpoints.RESUME_FILE``). Pulumi creates it empty; only the verifier
+#: writes its data.
+RESUME_CONFIGMAP = "checkpoint-resume"

@@ -10,15 +10,19 @@ Each fault changes a complete checkpoint directory (``contract/checkpoints.py``'
 problem class the verifier must report (``daemons/checkpoint_verifier/verify.py``'s ``Problem``). The tests apply them
 to a copy of a real checkpoint torch wrote; ``make bench`` to checkpoints of every size it writes.
 
-Not modelled: a shard whose length is right and whose bytes are wrong without a manifest (only a hash sees it, and
-DCP writes none), a checkpoint that changes while it is read (the verifier reads a directory the job has finished).
+:data:`SILENT` holds what the check cannot see and a restore drill must: a byte of a tensor's storage flipped in a
+checkpoint with no manifest (its sizes are right; only the ZIP record's CRC-32 that ``torch.save`` wrote sees it).
+Not modelled: a checkpoint that changes while it is read (the verifier reads a directory the job has finished).
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import shutil
+import struct
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -92,6 +96,27 @@ def stale_step(directory: Path) -> None:
     write_manifest(directory, step=max(0, _step(directory) - 10))
 
 
+def bit_rot(directory: Path) -> None:
+    """One byte of a tensor's storage in the last shard flipped (the first record found whose archive holds one),
+    sizes unchanged, no manifest: the check passes it (DCP writes no hash), a restore reads its record's CRC-32 and
+    refuses it."""
+    (directory / MANIFEST).unlink(missing_ok=True)
+    shard = _shards(directory)[-1]
+    data = bytearray(shard.read_bytes())
+    start = 0
+    while (start := data.find(b"PK\x03\x04", start)) >= 0:
+        with zipfile.ZipFile(io.BytesIO(bytes(data[start:]))) as record:
+            stored = [i for i in record.infolist() if "/data/" in i.filename and i.file_size]
+        if stored:
+            header = start + stored[0].header_offset
+            name_length, extra_length = struct.unpack("<HH", data[header + 26 : header + 30])
+            data[header + 30 + name_length + extra_length] ^= 0xFF
+            shard.write_bytes(bytes(data))
+            return
+        start += 4
+    raise ValueError(f"{shard} holds no tensor storage")
+
+
 def _step(directory: Path) -> int:
     return step_of(directory.name) or 0
 
@@ -106,6 +131,8 @@ CORRUPTIONS: dict[str, tuple[Callable[[Path], None], str]] = {
     "stale step": (stale_step, "stale-step"),
     "unreadable metadata": (unreadable_metadata, "unreadable-metadata"),
 }
+#: What the check passes and only a restore drill catches, with the drill's problem class (``restore.Problem``).
+SILENT: dict[str, tuple[Callable[[Path], None], str]] = {"bit rot without a manifest": (bit_rot, "corrupt-item")}
 
 
 def save_checkpoint(job_directory: Path, step: int, *, corruption: str | None = None, keep: int = 3) -> Path:

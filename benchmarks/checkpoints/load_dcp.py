@@ -7,7 +7,8 @@ no-dist load), and say whether it loaded and what it holds. Run with the benchma
 The state to load into is shaped by the checkpoint's own metadata (every tensor's size and dtype), as a trainer's
 model and optimizer would be. Prints one JSON line per directory: ``{"directory", "loaded": bool, "error": <the
 exception's type and first line, when it did not>, "digest": <SHA-256 of every loaded tensor's bytes and every
-object, in key order: two loads hold the same values exactly when their digests match>}``.
+object, in key order: two loads hold the same values exactly when their digests match>, "seconds": <the load's own
+time, the template and dcp.load>}``.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import hashlib
 import io
 import json
 import sys
+import time
 import warnings
 from typing import Any
 
@@ -50,6 +52,7 @@ def _digest(state: dict[str, Any]) -> str:
 
 
 def load(directory: str) -> dict[str, object]:
+    started = time.monotonic()
     try:
         state = _template(directory)
         dcp.load(state, checkpoint_id=directory)
@@ -58,7 +61,8 @@ def load(directory: str) -> dict[str, object]:
     except BaseException as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else ""
         return {"directory": directory, "loaded": False, "error": f"{type(e).__name__}: {first[:200]}"}
-    return {"directory": directory, "loaded": True, "digest": _digest(state)}
+    seconds = time.monotonic() - started
+    return {"directory": directory, "loaded": True, "digest": _digest(state), "seconds": round(seconds, 3)}
 
 
 def main() -> int:

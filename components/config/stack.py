@@ -306,6 +306,7 @@ class StackSections:
         daemons = images.ref(DAEMONS_IMAGE)
         burst = self.burst
         mbb = controllers[MAKE_BEFORE_BREAK.name]
+        verifier = controllers[CHECKPOINT_VERIFIER.name]
         telemetry: TelemetrySettings = values["telemetry"]
         # The exporters tolerate make-before-break's reservation taint: a running gang's nodes stay watched.
         values["telemetry"] = telemetry.model_copy(
@@ -316,7 +317,10 @@ class StackSections:
                 "make_before_break_hold_seconds": parse_duration(mbb.max_hold) if mbb.enabled else None,
                 "bursting": burst is not None and burst.enabled,
                 "taint_controller_running": burst is not None and burst.enabled and burst.taint_controller.enabled,
-                "checkpoint_verifier_running": controllers[CHECKPOINT_VERIFIER.name].enabled,
+                "checkpoint_verifier_running": verifier.enabled,
+                "restore_drill_stale_seconds": verifier.restore_drill.stale_after_seconds
+                if verifier.enabled and verifier.restore_drill.enabled
+                else None,
             }
         )
         if burst is not None:

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from components.guardrails_policies.checkpoints import (
     checkpoint_verifier_changes_claims_only_by_its_records,
     checkpoint_verifier_creates_only_check_jobs,
+    resume_entries_are_the_verifiers,
     verified_records_are_the_verifiers,
 )
 from components.guardrails_policies.controllers import (
@@ -84,6 +85,7 @@ RULES: list[Callable[[GuardrailInputs], Policy | None]] = [
     quota_controller_writes_only_quotas,
     interruptions_only_stops_workloads,
     verified_records_are_the_verifiers,
+    resume_entries_are_the_verifiers,
     checkpoint_verifier_changes_claims_only_by_its_records,
     checkpoint_verifier_creates_only_check_jobs,
     make_before_break_writes_only_its_reservations,

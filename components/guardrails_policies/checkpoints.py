@@ -10,8 +10,8 @@ from __future__ import annotations
 from components.guardrails_policies.controllers import KEEPS, field_unchanged, map_unchanged_but
 from components.guardrails_policies.model import JOB_CREATES, GuardrailInputs, Policy, Validation, cel, is_in
 from contract.checkpoints import CHECKPOINTS_MOUNT
-from contract.constants import CHECKPOINT_CLAIM, VERIFIED_ANNOTATION_PREFIX
-from contract.controllers.checkpoint_verifier import CHECK_MODULE, CHECK_OF_LABEL, NAME
+from contract.constants import CHECKPOINT_CLAIM, RESUME_CONFIGMAP, VERIFIED_ANNOTATION_PREFIX
+from contract.controllers.checkpoint_verifier import CHECK_MODULE, CHECK_OF_LABEL, DRILL_MODULE, NAME
 from contract.spec import PYTHON
 
 CLAIM_WRITES = {
@@ -21,6 +21,12 @@ CLAIM_WRITES = {
     "operations": ["CREATE", "UPDATE"],
 }
 CLAIM_UPDATES = {**CLAIM_WRITES, "operations": ["UPDATE"]}
+CONFIGMAP_WRITES = {
+    "apiGroups": [""],
+    "apiVersions": ["v1"],
+    "resources": ["configmaps"],
+    "operations": ["CREATE", "UPDATE"],
+}
 
 
 ANNOTATIONS, OLD_ANNOTATIONS = "object.metadata.annotations", "oldObject.metadata.annotations"
@@ -65,6 +71,38 @@ def verified_records_are_the_verifiers(inputs: GuardrailInputs) -> Policy | None
     )
 
 
+def resume_entries_are_the_verifiers(inputs: GuardrailInputs) -> Policy | None:
+    """Nobody but the verifier writes the entries of a team's ``checkpoint-resume`` ConfigMap, which a restart resumes
+    from: it is created empty (by the stack) and only the verifier's token changes what it holds. A team's account
+    that could write it would point a restart at a checkpoint nobody verified."""
+    user = inputs.user_of(NAME)
+    if user is None or not inputs.training_namespaces:
+        return None
+    data, old = "object.data", "oldObject.data"
+    empty = f"(!has({data}) || size({data}) == 0) && !has(object.binaryData)"
+    unchanged = (
+        f"((!has({data}) && !has({old})) || (has({data}) && has({old}) && {data} == {old}))"
+        " && (!has(object.binaryData) || (has(oldObject.binaryData) && object.binaryData == oldObject.binaryData))"
+    )
+    return Policy(
+        name="checkpoint-resume-entries-are-the-verifiers",
+        summary=f"Only the checkpoint verifier writes the entries of a team's {RESUME_CONFIGMAP} ConfigMap.",
+        resource_rules=(CONFIGMAP_WRITES,),
+        namespace_selector=is_in(list(inputs.training_namespaces)),
+        match_conditions=(
+            {"name": "the-resume-configmap", "expression": f"object.metadata.name == {cel(RESUME_CONFIGMAP)}"},
+            {"name": "not-the-verifier", "expression": f"request.userInfo.username != {cel(user)}"},
+        ),
+        validations=(
+            Validation(
+                expression=f"request.operation == 'CREATE' ? {empty} : {unchanged}",
+                message=f"only the checkpoint verifier writes the entries of {RESUME_CONFIGMAP}: a restart resumes "
+                "from the checkpoint it names, and only a verified one may be named",
+            ),
+        ),
+    )
+
+
 def checkpoint_verifier_changes_claims_only_by_its_records(inputs: GuardrailInputs) -> Policy | None:
     """The verifier's token changes a claim only by its record annotations: not the job's reports, not the claim's
     spec, labels, owners or finalizers."""
@@ -91,14 +129,17 @@ def checkpoint_verifier_changes_claims_only_by_its_records(inputs: GuardrailInpu
 
 
 def checkpoint_verifier_creates_only_check_jobs(inputs: GuardrailInputs) -> Policy | None:
-    """Every Job the verifier's token creates is a check: its image (the stack's), its command, one container, the
-    ``checkpoints`` claim read-only and nothing else mounted, no GPU, no service-account token, labelled as a check."""
+    """Every Job the verifier's token creates is a check or a restore drill: its image (the stack's), its command
+    (the check of a job's directory, or the drill of one checkpoint under it), one container, the ``checkpoints``
+    claim read-only and nothing else mounted, no GPU, no service-account token, labelled as the verifier's."""
     user = inputs.user_of(NAME)
     if user is None or inputs.checkpoint_verifier_image is None:
         return None
     pod = "object.spec.template.spec"
     container = f"{pod}.containers[0]"
     command = cel([PYTHON, "-m", CHECK_MODULE, "--newest-under"])
+    drill = cel([PYTHON, "-m", DRILL_MODULE])
+    under = cel(CHECKPOINTS_MOUNT + "/")
     resources = f"{container}.resources"
     no_gpu = "(!has({r}) || !has({r}.{k}) || {r}.{k}.all(x, !(x in {gpu})))"
     gpu = cel(list(inputs.gpu_resources))
@@ -116,12 +157,14 @@ def checkpoint_verifier_creates_only_check_jobs(inputs: GuardrailInputs) -> Poli
                 f" && !has({pod}.ephemeralContainers)"
                 f" && {container}.image == {cel(inputs.checkpoint_verifier_image)}"
                 f" && has({container}.command) && size({container}.command) >= 5"
-                f" && {container}.command.slice(0, 4) == {command}"
-                f" && {container}.command[4].startsWith({cel(CHECKPOINTS_MOUNT + '/')})"
+                f" && (({container}.command.slice(0, 4) == {command}"
+                f" && {container}.command[4].startsWith({under}))"
+                f" || ({container}.command.slice(0, 3) == {drill}"
+                f" && {container}.command[3].startsWith({under}) && !{container}.command[3].contains('..')))"
                 f" && !has({container}.args)",
-                message=f"the checkpoint verifier may create only its check Jobs ({CHECK_OF_LABEL}): one container of "
-                f"{inputs.checkpoint_verifier_image} running {PYTHON} -m {CHECK_MODULE} --newest-under "
-                f"{CHECKPOINTS_MOUNT}/<job>",
+                message=f"the checkpoint verifier may create only its check and drill Jobs ({CHECK_OF_LABEL}): one "
+                f"container of {inputs.checkpoint_verifier_image} running {PYTHON} -m {CHECK_MODULE} --newest-under "
+                f"{CHECKPOINTS_MOUNT}/<job> or {PYTHON} -m {DRILL_MODULE} {CHECKPOINTS_MOUNT}/<job>/<step>",
             ),
             Validation(
                 expression=f"has({pod}.volumes) && size({pod}.volumes) == 1"

@@ -21,7 +21,9 @@ than twice the job's interval: the trainer stopped reporting or writing) and ``T
 interruption took longer than ``recoverySlowSeconds`` to get the gang Running again); from the stall detector,
 ``TrainingGangStalled``, ``TrainingNodeRepeatOffender`` (a quarantine signal) and ``StallDetectorBlind``; from the
 checkpoint verifier, ``CheckpointVerificationFailed`` (a job's last checked checkpoint was refused: only while the
-stack runs the verifier).
+stack runs the verifier), ``CheckpointRestoreDrillFailed`` (a job's last restore drill could not read its verified
+checkpoint whole) and ``CheckpointRestoreDrillStale`` (no good drill of a job still checkpointing for
+``restoreDrill.staleAfter``): only while the verifier's drills run.
 
 The ``gpucluster-serving`` group watches the loop that keeps production serving while training takes the GPUs:
 ``BurstTaintFlapping`` (the taint controller reversed itself within its flap window: serving moved out and back for
@@ -465,6 +467,8 @@ def rule_groups(settings: TelemetrySettings) -> dict[str, Any]:
                 },
             }
         )
+    if settings.checkpoint_verifier_running and settings.restore_drill_stale_seconds is not None:
+        training_rules += drill_rules(settings.restore_drill_stale_seconds)
     return {
         "groups": [
             {"name": "gpucluster-gpu", "rules": gpu_rules},
@@ -475,6 +479,41 @@ def rule_groups(settings: TelemetrySettings) -> dict[str, Any]:
             *([{"name": "gpucluster-storage", "rules": storage}] if (storage := ceph_rules(settings)) else []),
         ]
     }
+
+
+def drill_rules(stale_seconds: float) -> list[dict[str, Any]]:
+    """The restore drills' alerts: a drill that failed (its value the step), a job not drilled for too long (its
+    value the age of its last good drill, or of its verified checkpoint until one has passed)."""
+    by_job = "max by (namespace, job)"
+    return [
+        {
+            "alert": "CheckpointRestoreDrillFailed",
+            "expr": f"{by_job} ({VERIFIER}_restore_drill_step)"
+            f" and on (namespace, job) ({by_job} ({VERIFIER}_restore_drill_last_ok) == 0)",
+            "labels": {"severity": "warning"},
+            "annotations": {
+                "summary": "The verified checkpoint of training job {{ $labels.namespace }}/{{ $labels.job }} does "
+                "not restore",
+                "description": "The last restore drill could not read step {{ $value }} whole as a restart would "
+                "(a record's CRC-32, a tensor unlike the metadata, a shard gone since it was verified): a restart "
+                "from it would fail. kubectl describe pvc checkpoints -n {{ $labels.namespace }} says what is wrong "
+                "(Event CheckpointRestoreFailed); the record's drill is in annotation "
+                "verified.checkpoint.gpucluster.io/{{ $labels.job }}.",
+            },
+        },
+        {
+            "alert": "CheckpointRestoreDrillStale",
+            "expr": f"time() - {by_job} ({VERIFIER}_restore_drill_last_good_timestamp_seconds) > {_num(stale_seconds)}",
+            "labels": {"severity": "warning"},
+            "annotations": {
+                "summary": "No good restore drill of training job {{ $labels.namespace }}/{{ $labels.job }} for "
+                "{{ $value | humanizeDuration }}",
+                "description": f"No drill has read the job's verified checkpoint whole for over {_num(stale_seconds)} "
+                "s (restoreDrill.staleAfter): its drills fail, wait in the queue (they run at the team's lowest "
+                "priority) or do not start (the verifier's log says which).",
+            },
+        },
+    ]
 
 
 #: Ceph's health checks (``ceph_health_detail{name}``, the manager's prometheus module) that take CephFS away from a

@@ -53,6 +53,8 @@ FILLED = {
     "bursting": "gpucluster:burst.enabled",
     "taintControllerRunning": "gpucluster:burst.enabled and gpucluster:burst.taintController.enabled",
     "checkpointVerifierRunning": "gpucluster:checkpointVerifier.enabled",
+    "restoreDrillStaleSeconds": "gpucluster:checkpointVerifier.restoreDrill.staleAfter (none while the verifier or "
+    "its drills are off)",
 }
 #: NVIDIA's chart is versioned as the exporter it ships; its image tags are ``<DCGM>-<exporter>-<base image>``.
 DEFAULT_DCGM_CHART_VERSION = "4.2.0"
@@ -211,6 +213,8 @@ class TelemetrySettings(ConfigModel):
     taint_controller_running: bool = True
     #: The stack runs the checkpoint verifier: its alert is deployed only then.
     checkpoint_verifier_running: bool = True
+    #: The verifier's restore drills run: their alerts are deployed only then, the stale one past this age.
+    restore_drill_stale_seconds: Annotated[float, Field(gt=0, le=7 * 86400)] | None = 172800.0
 
     @field_validator("namespace", "grafana_dashboard_namespace")
     @classmethod

@@ -28,7 +28,8 @@ from typing import Any, Literal
 from components.config.stack import StackConfig
 from components.training.checks import landing_topology, queue_flavors, team_of
 from components.training.spec import SECRET_FILES_DIR, JobSpec
-from contract.checkpoints import CHECKPOINTS_MOUNT, job_directory
+from contract.checkpoint_record import resume_key
+from contract.checkpoints import CHECKPOINTS_MOUNT, RESUME_DIR, RESUME_FILE, job_directory
 from contract.constants import (
     CHECKPOINT_ANNOTATION_PREFIX,
     CHECKPOINT_CLAIM,
@@ -43,6 +44,7 @@ from contract.constants import (
     PRIORITY_LABEL,
     PROGRESS_ANNOTATION_PREFIX,
     QUEUE_LABEL,
+    RESUME_CONFIGMAP,
     STALL_AFTER_ANNOTATION,
     TEAM_LABEL,
     TRAINER_SERVICE_ACCOUNT,
@@ -64,6 +66,8 @@ DATASETS_MOUNT = "/datasets"
 MASTER_PORT = 29500
 SHM_VOLUME = "dshm"
 SHM_MOUNT = "/dev/shm"
+#: The job's entry of the team's checkpoint-resume ConfigMap, mounted read-only at RESUME_DIR as resume.json.
+RESUME_VOLUME = "gpucluster-resume"
 #: What the Job controller writes when a pod with ``DisruptionTarget`` matches the first podFailurePolicy rule
 #: ("Pod %s/%s has condition %v matching %v rule at index %d"); the JobSet rule for a node's fault matches it.
 NODE_FAULT_MESSAGE = "has condition DisruptionTarget"
@@ -358,6 +362,7 @@ def job_env(spec: JobSpec, ctx: JobContext) -> list[dict[str, Any]]:
         "GPUCLUSTER_CHECKPOINT_INTERVAL_SECONDS": str(ctx.checkpoint_interval_seconds),
         "GPUCLUSTER_CHECKPOINT_ANNOTATION": f"{CHECKPOINT_ANNOTATION_PREFIX}{name}",
         "GPUCLUSTER_VERIFIED_ANNOTATION": f"{VERIFIED_ANNOTATION_PREFIX}{name}",
+        "GPUCLUSTER_RESUME_FILE": RESUME_FILE,
         "GPUCLUSTER_PROGRESS_ANNOTATION": f"{PROGRESS_ANNOTATION_PREFIX}{name}",
         "GPUCLUSTER_NODES": str(spec.nodes),
         "GPUCLUSTER_GPUS_PER_NODE": str(spec.gpus_per_node),
@@ -486,6 +491,7 @@ def jobset_manifest(spec: JobSpec, ctx: JobContext) -> dict[str, Any]:
             {"name": CHECKPOINT_CLAIM, "mountPath": CHECKPOINTS_MOUNT},
             {"name": DATASETS_CLAIM, "mountPath": DATASETS_MOUNT, "readOnly": True},
             {"name": SHM_VOLUME, "mountPath": SHM_MOUNT},
+            {"name": RESUME_VOLUME, "mountPath": RESUME_DIR, "readOnly": True},
             *secret_mounts,
         ],
     }
@@ -514,6 +520,16 @@ def jobset_manifest(spec: JobSpec, ctx: JobContext) -> dict[str, Any]:
             {"name": DATASETS_CLAIM, "persistentVolumeClaim": {"claimName": DATASETS_CLAIM, "readOnly": True}},
             # NCCL's intra-node transport and DataLoader workers use shared memory; the runtime's default is 64 MiB.
             {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": shm_size}},
+            # Where a restart resumes: the job's latest verified checkpoint, kept by the checkpoint verifier; no
+            # file until one is (optional: the pod starts without it).
+            {
+                "name": RESUME_VOLUME,
+                "configMap": {
+                    "name": RESUME_CONFIGMAP,
+                    "optional": True,
+                    "items": [{"key": resume_key(name), "path": RESUME_FILE.rsplit("/", 1)[1]}],
+                },
+            },
             *secret_volumes,
         ],
     }

@@ -10,8 +10,12 @@ reads the verdict from the pod's termination message and records it on the claim
 its metrics (the ``CheckpointVerificationFailed`` alert). Extra replicas stand by behind a Lease; only the leader
 writes.
 
-Least privilege (the rules below): in each team namespace the checkpoints claim (get, patch), Jobs (read, create),
-pods (read: the termination message) and Events (create); in its own namespace its Lease. Two admission rules hold
+Each job's latest verified checkpoint is also its entry in the team's ``checkpoint-resume`` ConfigMap, which the
+job's pods mount as ``GPUCLUSTER_RESUME_FILE``: a restart is told where to resume.
+
+Least privilege (the rules below): in each team namespace the checkpoints claim and the checkpoint-resume ConfigMap
+(get, patch), Jobs (read, create), pods (read: the termination message) and Events (create); in its own namespace its
+Lease. Two admission rules hold
 the rest (``components/guardrails_policies/checkpoints.py``): it changes the claim only by its records, and every Job
 it creates is a check Job (its image, its command, the claim read-only, no GPU); nobody else writes its records.
 """
@@ -22,7 +26,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from contract.checkpoint_verifier_settings import FILLED, STACK_KEY, CheckpointVerifierSettings, TeamQueue
-from contract.constants import CHECKPOINT_CLAIM, VERIFIED_ANNOTATION_PREFIX
+from contract.constants import CHECKPOINT_CLAIM, RESUME_CONFIGMAP, VERIFIED_ANNOTATION_PREFIX
 from contract.rbac import Grant, Rule, lease_rules
 from contract.spec import ControllerSpec, check_team_namespaces
 from contract.stack_facts import StackFacts
@@ -34,6 +38,7 @@ def team_rules() -> tuple[Rule, ...]:
     """A Role in each team namespace: no delete anywhere (a finished check Job goes by its TTL), no Secret."""
     return (
         Rule(("",), ("persistentvolumeclaims",), ("get", "patch"), (CHECKPOINT_CLAIM,)),
+        Rule(("",), ("configmaps",), ("get", "patch"), (RESUME_CONFIGMAP,)),
         Rule(("batch",), ("jobs",), (*READ, "create")),
         Rule(("",), ("pods",), READ),
         Rule(("",), ("events",), ("create",)),
@@ -55,6 +60,17 @@ CHECK_CONTAINER = "check"
 CHECK_MODULE = "daemons.checkpoint_verifier.check"
 #: Where the check writes its verdict for the controller to read (the kubelet's termination message).
 TERMINATION_LOG = "/dev/termination-log"
+#: On every restore drill Job (beside ``CHECK_OF_LABEL``): what kind of Job of the verifier it is.
+KIND_LABEL = "checkpoint.gpucluster.io/kind"
+DRILL_KIND = "restore-drill"
+#: On every drill Job: the drill it follows (the record's ``drill.finished``, or ``none``): the drills of one turn.
+DRILL_AFTER_ANNOTATION = "checkpoint.gpucluster.io/drill-after"
+#: The drill's container, and the module its command runs.
+DRILL_CONTAINER = "drill"
+DRILL_MODULE = "daemons.checkpoint_verifier.drill"
+#: On a team's claim: a job's own drill interval (``restore-drill.checkpoint.gpucluster.io/<job>: 6h``), which the
+#: team may write.
+DRILL_EVERY_ANNOTATION_PREFIX = "restore-drill.checkpoint.gpucluster.io/"
 
 
 def grants(s: CheckpointVerifierSettings, _context: Mapping[str, Any]) -> tuple[Grant, ...]:

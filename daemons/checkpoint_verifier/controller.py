@@ -3,7 +3,11 @@
 A cycle: read each team namespace's ``checkpoints`` claim, its check Jobs and their pods (``translate.py``); decide
 for every reported job (``decide.decide``); then, on the leader only, not in a dry run, checking leadership again
 before each write: record each verdict on the claim (``record.next_record``) with a ``CheckpointVerified`` or
-``CheckpointRejected`` Event, and create the check Jobs the decision starts (``job.check_job``).
+``CheckpointRejected`` Event, and create the check Jobs the decision starts (``job.check_job``). Then the same for
+restore drills (``drills.decide_drills``): record each drill's verdict (``record.after_drill``) with a
+``CheckpointRestoreDrilled`` or ``CheckpointRestoreFailed`` Event, and create the drill Jobs due
+(``job.drill_job``). Last, bring each team's ``checkpoint-resume`` ConfigMap to the records (``resume.resume_changes``):
+what a restart of each job resumes from.
 
 Fail-static: a namespace whose claim or Jobs cannot be read is skipped whole (its checks do not count toward
 ``maxRunning`` that cycle, so a start elsewhere may exceed it by that namespace's running checks); a record that
@@ -19,14 +23,16 @@ from collections.abc import Callable, Mapping
 from dataclasses import KW_ONLY, dataclass, field
 from typing import Any, Protocol
 
-from contract.checkpoint_record import Record, next_record, render_record
+from contract.checkpoint_record import Record, after_drill, next_record, render_record
 from contract.checkpoint_verifier_settings import CheckpointVerifierSettings, TeamQueue
 from contract.constants import CHECKPOINT_CLAIM, VERIFIED_ANNOTATION_PREFIX
 from contract.times import unix_seconds
 from daemons.checkpoint_verifier.decide import Check, Decision, Report, State, decide
-from daemons.checkpoint_verifier.job import check_job
+from daemons.checkpoint_verifier.drills import DrillDecision, DrillJob, DrillState, decide_drills
+from daemons.checkpoint_verifier.job import check_job, drill_job
 from daemons.checkpoint_verifier.metrics import Metrics
-from daemons.checkpoint_verifier.translate import ClaimView, checks, claim_view
+from daemons.checkpoint_verifier.resume import resume_changes
+from daemons.checkpoint_verifier.translate import ClaimView, checks, claim_view, drill_jobs
 from daemons.toolkit.controller import OnTheApi
 from daemons.toolkit.kube import ConflictError, KubeError
 
@@ -37,6 +43,8 @@ COMPONENT = "gpucluster-checkpoint-verifier"
 REASON_VERIFIED = "CheckpointVerified"
 REASON_REJECTED = "CheckpointRejected"
 REASON_CHECK_FAILED = "CheckpointCheckFailed"
+REASON_DRILLED = "CheckpointRestoreDrilled"
+REASON_DRILL_FAILED = "CheckpointRestoreFailed"
 
 
 class Api(Protocol):
@@ -45,6 +53,8 @@ class Api(Protocol):
     def list_check_pods(self, namespace: str) -> list[Mapping[str, Any]]: ...
     def create_check(self, body: dict[str, Any]) -> None: ...
     def write_record(self, namespace: str, annotation: str, value: str, resource_version: str) -> None: ...
+    def resume_configmap(self, namespace: str) -> Mapping[str, Any] | None: ...
+    def write_resume(self, namespace: str, data: Mapping[str, str | None]) -> None: ...
     def create_event(self, body: dict[str, Any]) -> None: ...
 
 
@@ -52,7 +62,7 @@ class Api(Protocol):
 class JobResult:
     namespace: str
     job: str
-    state: State
+    state: State | DrillState
     #: ``started``, ``recorded``, ``would-start``, ``would-record``, ``failed``, or empty.
     action: str = ""
     check: str | None = None
@@ -64,6 +74,7 @@ class CycleResult:
     #: The namespaces that could not be read, and why.
     unknown: dict[str, str] = field(default_factory=dict)
     jobs: list[JobResult] = field(default_factory=list)
+    drills: list[JobResult] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -73,6 +84,9 @@ class _Read:
     claims: dict[str, ClaimView] = field(default_factory=dict)
     claim_objects: dict[str, Mapping[str, Any]] = field(default_factory=dict)
     checks: list[Check] = field(default_factory=list)
+    drills: list[DrillJob] = field(default_factory=list)
+    #: Each namespace's checkpoint-resume entries, as read; absent where there is no such ConfigMap or it failed.
+    resume: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
 @dataclass(eq=False, repr=False)
@@ -106,10 +120,24 @@ class Controller(OnTheApi[CheckpointVerifierSettings, Api, Metrics]):
                 self.metrics.kube_errors.labels(op).inc()
                 result.unknown[ns] = str(exc)
                 continue
-            view = claim_view(ns, claim)
+            try:
+                configmap = self.api.resume_configmap(ns)
+            except KubeError as exc:
+                self.metrics.kube_errors.labels("read-resume").inc()
+                result.problems.append(f"{ns}: cannot read its checkpoint-resume ConfigMap ({exc})")
+            else:
+                if configmap is None:
+                    result.problems.append(
+                        f"{ns}: no checkpoint-resume ConfigMap: a restart is not told where to resume"
+                    )
+                else:
+                    data = configmap.get("data")
+                    read.resume[ns] = {str(k): v for k, v in (data or {}).items() if isinstance(v, str)}
+            view = claim_view(ns, claim, self.settings.restore_drill.stale_after_seconds)
             read.claims[ns] = view
             read.claim_objects[ns] = claim
             read.checks += checks(ns, jobs, pods, result.problems)
+            read.drills += drill_jobs(ns, jobs, pods, result.problems)
             result.problems += view.problems
         for problem in result.problems:
             self.metrics.record_problems.inc()
@@ -148,7 +176,11 @@ class Controller(OnTheApi[CheckpointVerifierSettings, Api, Metrics]):
             if action:
                 log.info(action, extra={"job": f"{d.namespace}/{d.job}", "check": d.check, "state": d.state.value})
             result.jobs.append(JobResult(d.namespace, d.job, d.state, action, d.check))
-        self._export(records)
+        if self.settings.restore_drill.enabled:
+            self._drills(read, reports, records, now, result)
+        if self._writes():
+            self._resume(read, records)
+        self._export(records, reports, now)
         result.seconds = self.monotonic() - started
         self.metrics.cycle_seconds.observe(result.seconds)
         return result
@@ -163,35 +195,79 @@ class Controller(OnTheApi[CheckpointVerifierSettings, Api, Metrics]):
             log.warning("check ended with no verdict", extra={"check": name})
         self.incomplete = ended
 
+    def _drills(
+        self,
+        read: _Read,
+        reports: list[Report],
+        records: dict[tuple[str, str], Record],
+        now: float,
+        result: CycleResult,
+    ) -> None:
+        drill = self.settings.restore_drill
+        decisions = decide_drills(
+            reports,
+            records,
+            read.drills,
+            {key: every for view in read.claims.values() for key, every in view.every.items()},
+            now=now,
+            default_every=drill.every_seconds,
+            stale_after=drill.stale_after_seconds,
+            max_running=drill.max_running,
+            retry_after=self.settings.retry_after_seconds,
+        )
+        self.metrics.drill_state.clear()
+        for d in decisions:
+            self.metrics.drill_state.labels(d.namespace, d.job, d.state.value).set(1)
+            action = ""
+            if d.state is DrillState.RECORD:
+                action = self._record_drill(d, read, records, now) if self._writes() else "would-record"
+            elif d.state is DrillState.START:
+                action = self._start_drill(d) if self._writes() else "would-start"
+            if action:
+                log.info(action, extra={"job": f"{d.namespace}/{d.job}", "drill": d.drill, "state": d.state.value})
+            result.drills.append(JobResult(d.namespace, d.job, d.state, action, d.drill))
+
     # --- writes -----------------------------------------------------------------------------------------------
+
+    def _write(self, namespace: str, job: str, record: Record, read: _Read) -> str:
+        """Write ``record`` as ``job``'s: empty when written, ``conflict`` or ``failed`` when not."""
+        try:
+            self.api.write_record(
+                namespace,
+                f"{VERIFIED_ANNOTATION_PREFIX}{job}",
+                render_record(record),
+                read.claims[namespace].resource_version,
+            )
+        except ConflictError:
+            return "conflict"  # the claim changed since it was read (a new report): recorded next cycle
+        except KubeError as exc:
+            self.metrics.kube_errors.labels("write-record").inc()
+            log.warning("cannot write a record", extra={"job": f"{namespace}/{job}", "error": str(exc)})
+            return "failed"
+        return ""
+
+    def _involved(self, namespace: str, read: _Read) -> dict[str, str]:
+        claim = read.claim_objects[namespace]
+        return {
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "name": CHECKPOINT_CLAIM,
+            "namespace": namespace,
+            "uid": str((claim.get("metadata") or {}).get("uid", "")),
+        }
 
     def _record(self, d: Decision, read: _Read, records: dict[tuple[str, str], Record], now: float) -> str:
         assert d.verdict is not None
         assert d.report is not None
         key = (d.namespace, d.job)
         record = next_record(records.get(key), d.verdict, d.report, now)
-        view = read.claims[d.namespace]
-        try:
-            self.api.write_record(
-                d.namespace, f"{VERIFIED_ANNOTATION_PREFIX}{d.job}", render_record(record), view.resource_version
-            )
-        except ConflictError:
-            return ""  # the claim changed since it was read (a new report): recorded next cycle
-        except KubeError as exc:
-            self.metrics.kube_errors.labels("write-record").inc()
-            log.warning("cannot record a verdict", extra={"job": f"{d.namespace}/{d.job}", "error": str(exc)})
-            return "failed"
+        failed = self._write(d.namespace, d.job, record, read)
+        if failed:
+            return "" if failed == "conflict" else failed
         records[key] = record
         outcome = "verified" if d.verdict.ok else "rejected"
         self.metrics.recorded.labels(outcome).inc()
-        claim = read.claim_objects[d.namespace]
-        involved = {
-            "apiVersion": "v1",
-            "kind": "PersistentVolumeClaim",
-            "name": CHECKPOINT_CLAIM,
-            "namespace": d.namespace,
-            "uid": str((claim.get("metadata") or {}).get("uid", "")),
-        }
+        involved = self._involved(d.namespace, read)
         if d.verdict.ok:
             self.events.record(involved, d.namespace, "Normal", REASON_VERIFIED, f"{d.job}: {d.verdict.summary}")
         else:
@@ -223,18 +299,96 @@ class Controller(OnTheApi[CheckpointVerifierSettings, Api, Metrics]):
         self.metrics.started.inc()
         return "started"
 
+    def _resume(self, read: _Read, records: Mapping[tuple[str, str], Record]) -> None:
+        for ns, data in read.resume.items():
+            mine = {job: r for (n, job), r in records.items() if n == ns}
+            changes = resume_changes(mine, read.claims[ns].unreadable, data)
+            if not changes:
+                continue
+            try:
+                self.api.write_resume(ns, changes)
+            except KubeError as exc:
+                self.metrics.kube_errors.labels("write-resume").inc()
+                log.warning("cannot write where to resume", extra={"namespace": ns, "error": str(exc)})
+                continue
+            self.metrics.resume_writes.inc()
+            log.info("resume entries written", extra={"namespace": ns, "keys": sorted(changes)})
+
+    def _record_drill(self, d: DrillDecision, read: _Read, records: dict[tuple[str, str], Record], now: float) -> str:
+        assert d.verdict is not None
+        assert d.drill is not None
+        key = (d.namespace, d.job)
+        previous = records[key]
+        record = after_drill(previous, d.verdict, d.drill, now)
+        failed = self._write(d.namespace, d.job, record, read)
+        if failed:
+            return "" if failed == "conflict" else failed
+        records[key] = record
+        self.metrics.drills_recorded.labels("restored" if d.verdict.ok else "failed").inc()
+        involved = self._involved(d.namespace, read)
+        v = d.verdict
+        if v.ok:
+            message = f"{d.job}: {v.directory} restored whole: {v.bytes_read} bytes in {v.seconds:.1f}s"
+            self.events.record(involved, d.namespace, "Normal", REASON_DRILLED, message)
+        else:
+            message = f"{d.job}: {v.directory} does not restore: {v.summary}"
+            self.events.record(involved, d.namespace, "Warning", REASON_DRILL_FAILED, message)
+        return "recorded"
+
+    def _start_drill(self, d: DrillDecision) -> str:
+        assert d.drill is not None
+        assert d.directory is not None
+        assert d.after is not None
+        body = drill_job(
+            self.settings, self.teams[d.namespace], name=d.drill, job=d.job, directory=d.directory, after=d.after
+        )
+        try:
+            self.api.create_check(body)
+        except ConflictError:
+            return ""
+        except KubeError as exc:
+            self.metrics.kube_errors.labels("create-drill").inc()
+            log.warning("cannot create a drill job", extra={"drill": f"{d.namespace}/{d.drill}", "error": str(exc)})
+            return "failed"
+        self.metrics.drills_started.inc()
+        return "started"
+
     # --- metrics ----------------------------------------------------------------------------------------------
 
-    def _export(self, records: Mapping[tuple[str, str], Record]) -> None:
+    def _export(self, records: Mapping[tuple[str, str], Record], reports: list[Report], now: float) -> None:
         for family in (self.metrics.verified_step, self.metrics.verified_report, self.metrics.last_ok):
             family.clear()
         self.metrics.last_step.clear()
+        self._export_drills(records, reports, now)
         for (ns, job), record in records.items():
             if record.verified is not None:
                 self.metrics.verified_step.labels(ns, job).set(record.verified.step)
                 self.metrics.verified_report.labels(ns, job).set(unix_seconds(record.verified.reported) or 0.0)
             self.metrics.last_ok.labels(ns, job).set(1 if record.last.ok else 0)
             self.metrics.last_step.labels(ns, job).set(-1 if record.last.step is None else record.last.step)
+
+    def _export_drills(self, records: Mapping[tuple[str, str], Record], reports: list[Report], now: float) -> None:
+        """The drills of the jobs still checkpointing (a report within staleAfter) that have a verified checkpoint:
+        the last good drill's time, or, until one has passed, when the verified checkpoint was checked."""
+        m = self.metrics
+        for family in (m.drill_last_ok, m.drill_last_good, m.drill_seconds, m.drill_bytes, m.drill_step):
+            family.clear()
+        if not self.settings.restore_drill.enabled:
+            return
+        stale = self.settings.restore_drill.stale_after_seconds
+        active = {(r.namespace, r.job) for r in reports if r.at is not None and now - r.at <= stale}
+        for (ns, job), record in records.items():
+            if (ns, job) not in active or record.verified is None:
+                continue
+            drill = record.drill
+            good = drill.last_good if drill is not None and drill.last_good is not None else record.verified.checked
+            m.drill_last_good.labels(ns, job).set(unix_seconds(good) or 0.0)
+            if drill is None:
+                continue
+            m.drill_last_ok.labels(ns, job).set(1 if drill.ok else 0)
+            m.drill_seconds.labels(ns, job).set(drill.seconds)
+            m.drill_bytes.labels(ns, job).set(drill.bytes_read)
+            m.drill_step.labels(ns, job).set(-1 if drill.step is None else drill.step)
 
 
 def summary(result: CycleResult) -> dict[str, object]:
@@ -244,6 +398,10 @@ def summary(result: CycleResult) -> dict[str, object]:
         "jobs": [
             {"namespace": j.namespace, "job": j.job, "state": j.state.value, "action": j.action, "check": j.check}
             for j in result.jobs
+        ],
+        "drills": [
+            {"namespace": j.namespace, "job": j.job, "state": j.state.value, "action": j.action, "drill": j.check}
+            for j in result.drills
         ],
         "problems": result.problems,
         "seconds": round(result.seconds, 3),

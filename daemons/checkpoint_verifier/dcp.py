@@ -109,6 +109,9 @@ class Chunk:
     path: str
     offset: int
     length: int
+    #: A tensor's chunk: its dtype (``float32``) and the sizes the metadata gives it; None for a byte blob.
+    dtype: str | None = None
+    sizes: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -144,6 +147,21 @@ def _relative(path: Any, fqn: str) -> str:
     return normal
 
 
+def _tensor_chunk(item: Any, offsets: Any) -> tuple[str | None, tuple[int, ...] | None]:
+    """A tensor item's dtype and the sizes of its chunk at ``offsets`` (the storage index's); (None, None) for a byte
+    blob, or when the metadata does not say (the restore then checks the record's own consistency only)."""
+    if type(item).__name__ != "TensorStorageMetadata" or not isinstance(item, _Record):
+        return None, None
+    properties = item.field("properties")
+    dtype = properties.field("dtype") if isinstance(properties, _Record) else None
+    for chunk in item.field("chunks") or ():
+        if isinstance(chunk, _Record) and tuple(chunk.field("offsets") or ()) == tuple(offsets or ()):
+            sizes = chunk.field("sizes")
+            if isinstance(sizes, tuple) and all(isinstance(n, int) and n >= 0 for n in sizes):
+                return (dtype if isinstance(dtype, str) else None), sizes
+    return (dtype if isinstance(dtype, str) else None), None
+
+
 def read_metadata(data: bytes) -> DcpMetadata:
     """The chunks a DCP ``.metadata`` names; MetadataError naming what is wrong when it cannot be read as one."""
     try:
@@ -167,12 +185,15 @@ def read_metadata(data: bytes) -> DcpMetadata:
         fqn = index.field("fqn") if isinstance(index, _Record) else None
         if not isinstance(fqn, str) or not isinstance(info, _Record):
             raise MetadataError("has a storage_data entry that is not a MetadataIndex and its _StorageInfo")
+        dtype, sizes = _tensor_chunk(items.get(fqn), index.field("offset"))
         chunks.append(
             Chunk(
                 fqn=fqn,
                 path=_relative(info.field("relative_path"), fqn),
                 offset=_int(info.field("offset"), f"the offset of {fqn!r}"),
                 length=_int(info.field("length"), f"the length of {fqn!r}"),
+                dtype=dtype,
+                sizes=sizes,
             )
         )
     unstored = sorted(set(items) - {c.fqn for c in chunks})

@@ -11,6 +11,11 @@ What it is, and what the admission rule ``checkpoint-verifier-creates-only-check
 - the daemons' image running ``python3 -m daemons.checkpoint_verifier.check --newest-under /checkpoints/<job>``, as
   nobody, read-only root, no capability, no service-account token; the team's ``checkpoints`` claim mounted
   read-only at the same place a training pod mounts it; the verdict in the termination message.
+
+A restore drill Job (:func:`drill_job`) is the same but for its command (``python3 -m
+daemons.checkpoint_verifier.drill /checkpoints/<job>/<directory>``: the job's verified checkpoint), its container's
+name, its resources and deadline (``restoreDrill``), and its labels (``checkpoint.gpucluster.io/kind:
+restore-drill``) and annotation (the turn it belongs to).
 """
 
 from __future__ import annotations
@@ -27,6 +32,11 @@ from contract.controllers.checkpoint_verifier import (
     CHECK_MODULE,
     CHECK_OF_LABEL,
     CHECK_REPORT_ANNOTATION,
+    DRILL_AFTER_ANNOTATION,
+    DRILL_CONTAINER,
+    DRILL_KIND,
+    DRILL_MODULE,
+    KIND_LABEL,
     TERMINATION_LOG,
 )
 from contract.spec import PYTHON
@@ -57,8 +67,53 @@ def check_job(
     ]
     if last_verified_step is not None:
         command += ["--last-verified-step", str(last_verified_step)]
-    resources = {"cpu": settings.check_cpu, "memory": settings.check_memory}
-    labels = {CHECK_OF_LABEL: job, MANAGED_BY: APP}
+    annotations = {CHECK_REPORT_ANNOTATION: report}
+    if last_verified_step is not None:
+        annotations[CHECK_LAST_VERIFIED_ANNOTATION] = str(last_verified_step)
+    return _job(
+        settings,
+        team,
+        name=name,
+        labels={CHECK_OF_LABEL: job, MANAGED_BY: APP},
+        annotations=annotations,
+        container=CHECK_CONTAINER,
+        command=command,
+        resources={"cpu": settings.check_cpu, "memory": settings.check_memory},
+        deadline=settings.check_deadline_seconds,
+    )
+
+
+def drill_job(
+    settings: CheckpointVerifierSettings, team: TeamQueue, *, name: str, job: str, directory: str, after: str
+) -> dict[str, Any]:
+    """The restore drill Job ``name`` of ``job``'s verified checkpoint ``directory``, in the turn ``after``."""
+    drill = settings.restore_drill
+    command = [PYTHON, "-m", DRILL_MODULE, f"{job_directory(job)}/{directory}", "--termination-log", TERMINATION_LOG]
+    return _job(
+        settings,
+        team,
+        name=name,
+        labels={CHECK_OF_LABEL: job, KIND_LABEL: DRILL_KIND, MANAGED_BY: APP},
+        annotations={DRILL_AFTER_ANNOTATION: after},
+        container=DRILL_CONTAINER,
+        command=command,
+        resources={"cpu": drill.cpu, "memory": drill.memory},
+        deadline=drill.deadline_seconds,
+    )
+
+
+def _job(
+    settings: CheckpointVerifierSettings,
+    team: TeamQueue,
+    *,
+    name: str,
+    labels: dict[str, str],
+    annotations: dict[str, str],
+    container: str,
+    command: list[str],
+    resources: dict[str, str],
+    deadline: float,
+) -> dict[str, Any]:
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
         "automountServiceAccountToken": False,
@@ -66,7 +121,7 @@ def check_job(
         "securityContext": nonroot_pod_security_context(),
         "containers": [
             {
-                "name": CHECK_CONTAINER,
+                "name": container,
                 "image": settings.image,
                 "command": command,
                 "resources": {"requests": resources, "limits": resources},
@@ -95,14 +150,11 @@ def check_job(
             "name": name,
             "namespace": team.namespace,
             "labels": {**labels, QUEUE_LABEL: team.local_queue, PRIORITY_LABEL: team.priority},
-            "annotations": {
-                CHECK_REPORT_ANNOTATION: report,
-                **({CHECK_LAST_VERIFIED_ANNOTATION: str(last_verified_step)} if last_verified_step is not None else {}),
-            },
+            "annotations": annotations,
         },
         "spec": {
             "backoffLimit": 0,
-            "activeDeadlineSeconds": int(settings.check_deadline_seconds),
+            "activeDeadlineSeconds": int(deadline),
             "ttlSecondsAfterFinished": int(settings.keep_finished_seconds),
             "template": {"metadata": {"labels": labels}, "spec": pod_spec},
         },

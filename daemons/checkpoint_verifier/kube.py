@@ -2,10 +2,11 @@
 official client's connection, every failure a KubeError, a conflict a ConflictError, a missing object a
 NotFoundError).
 
-Reads, per team namespace (it holds Roles there, nothing cluster-wide): the ``checkpoints`` claim, its check Jobs
-and their pods (label ``checkpoint.gpucluster.io/check-of``). Writes: a check Job (create only: a second replica's
-create of the same name is refused as already there), its record on the claim (a merge patch carrying the
-resourceVersion read, so a replica that read a stale claim gets a conflict, not a lost record), and Events.
+Reads, per team namespace (it holds Roles there, nothing cluster-wide): the ``checkpoints`` claim, its check and
+drill Jobs and their pods (label ``checkpoint.gpucluster.io/check-of``), the ``checkpoint-resume`` ConfigMap.
+Writes: a check or drill Job (create only: a second replica's create of the same name is refused as already there),
+its record on the claim (a merge patch carrying the resourceVersion read, so a replica that read a stale claim gets a
+conflict, not a lost record), the jobs' entries in the ConfigMap (a merge patch of those keys), and Events.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 from urllib.parse import quote
 
 from contract.checkpoint_verifier_settings import FIELD_MANAGER
-from contract.constants import CHECKPOINT_CLAIM
+from contract.constants import CHECKPOINT_CLAIM, RESUME_CONFIGMAP
 from contract.controllers.checkpoint_verifier import CHECK_OF_LABEL
 from daemons.toolkit.kube_api import MERGE_PATCH, NotFoundError
 from daemons.toolkit.kube_api import KubeApi as BaseKubeApi
@@ -52,3 +53,18 @@ class KubeApi(BaseKubeApi):
         path = f"/api/v1/namespaces/{quote(namespace)}/persistentvolumeclaims/{CHECKPOINT_CLAIM}"
         what = f"record on {namespace}/{CHECKPOINT_CLAIM}"
         self.request("PATCH", path, what, body=body, content_type=MERGE_PATCH)
+
+    def resume_configmap(self, namespace: str) -> Mapping[str, Any] | None:
+        """The team's ``checkpoint-resume`` ConfigMap; None when it has none."""
+        path = f"/api/v1/namespaces/{quote(namespace)}/configmaps/{RESUME_CONFIGMAP}"
+        try:
+            found = self.request("GET", path, f"get {namespace}/{RESUME_CONFIGMAP}")
+        except NotFoundError:
+            return None
+        return found if isinstance(found, Mapping) else None
+
+    def write_resume(self, namespace: str, data: Mapping[str, str | None]) -> None:
+        """Merge ``data`` into the ConfigMap's (None removes a key)."""
+        path = f"/api/v1/namespaces/{quote(namespace)}/configmaps/{RESUME_CONFIGMAP}"
+        what = f"entries of {namespace}/{RESUME_CONFIGMAP}"
+        self.request("PATCH", path, what, body={"data": dict(data)}, content_type=MERGE_PATCH)

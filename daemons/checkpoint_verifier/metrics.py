@@ -3,8 +3,11 @@
 
 Per job (``namespace``, ``job``): ``verified_step`` and ``verified_report_timestamp_seconds`` (the newest verified
 checkpoint: what ``TrainingCheckpointStale`` reads), ``last_check_ok`` (1 or 0; the ``CheckpointVerificationFailed``
-alert fires on 0) with ``last_check_step``, ``state`` (1 for the job's current state). Every replica reads the
-records and exports them; only the leader's counters count checks it started and verdicts it recorded.
+alert fires on 0) with ``last_check_step``, ``state`` (1 for the job's current state). Restore drills, per job still
+checkpointing: ``restore_drill_last_good_timestamp_seconds`` (``CheckpointRestoreDrillStale`` ages it),
+``restore_drill_last_ok`` (``CheckpointRestoreDrillFailed`` fires on 0), the last drill's ``_seconds``, ``_bytes``
+and ``_step``, and ``drill_state``. Every replica reads the records and exports them; only the leader's counters
+count checks and drills it started and verdicts it recorded.
 """
 
 from __future__ import annotations
@@ -13,8 +16,18 @@ from contract.controllers.checkpoint_verifier import PREFIX
 from daemons.toolkit.metrics import ControllerMetrics
 
 CYCLE_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
-OPERATIONS = ("read-claim", "list-checks", "list-pods", "create-check", "write-record")
+OPERATIONS = (
+    "read-claim",
+    "list-checks",
+    "list-pods",
+    "read-resume",
+    "create-check",
+    "create-drill",
+    "write-record",
+    "write-resume",
+)
 OUTCOMES = ("verified", "rejected")
+DRILL_OUTCOMES = ("restored", "failed")
 
 
 class Metrics(ControllerMetrics):
@@ -43,6 +56,28 @@ class Metrics(ControllerMetrics):
         )
         self.record_problems = self.counter(
             "record_problems", "Reports, records or verdicts that could not be read (each is left alone)"
+        )
+        self.drill_last_good = self.gauge(
+            "restore_drill_last_good_timestamp_seconds",
+            "When the job's last restore drill that read its checkpoint whole was recorded (Unix seconds); until one "
+            "has, when its verified checkpoint was checked",
+            job,
+        )
+        self.drill_last_ok = self.gauge(
+            "restore_drill_last_ok", "1 when the job's last restore drill read its checkpoint whole, 0 when not", job
+        )
+        self.drill_seconds = self.gauge("restore_drill_seconds", "How long the job's last restore drill took", job)
+        self.drill_bytes = self.gauge("restore_drill_bytes", "Bytes the job's last restore drill read", job)
+        self.drill_step = self.gauge(
+            "restore_drill_step", "The step of the checkpoint the job's last restore drill read (-1: none named)", job
+        )
+        self.drill_state = self.gauge("drill_state", "1 for each verified job's current drill state", [*job, "state"])
+        self.drills_started = self.counter("drills_started", "Restore drill Jobs this replica created")
+        self.drills_recorded = self.counter(
+            "drills_recorded", "Restore drills this replica recorded, by outcome", ["outcome"], known=DRILL_OUTCOMES
+        )
+        self.resume_writes = self.counter(
+            "resume_writes", "Writes of the jobs' entries in a team's checkpoint-resume ConfigMap by this replica"
         )
         self.kube_errors = self.kube_errors_counter(OPERATIONS)
         self.cycles = self.counter("cycles", "Cycles run")

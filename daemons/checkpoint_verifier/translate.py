@@ -1,8 +1,9 @@
 """What the verifier reads, from the API's objects into the decision's values (pure).
 
-:func:`claim_view` reads a ``checkpoints`` claim's reports and records; :func:`checks` reads our check Jobs and the
-termination messages of their pods. Whatever does not read (a report's time, a record, a verdict) is named in
-``problems`` and left alone, never taken for a pass.
+:func:`claim_view` reads a ``checkpoints`` claim's reports, records and the jobs' own drill intervals;
+:func:`checks` reads our check Jobs and :func:`drill_jobs` our restore drill Jobs, each with the termination messages
+of their pods. Whatever does not read (a report's time, a record, a verdict, an interval) is named in ``problems``
+and left alone, never taken for a pass.
 """
 
 from __future__ import annotations
@@ -11,11 +12,22 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from contract.checkpoint_record import Record, read_record, read_verdict
+from contract.checkpoint_record import Record, read_drill_verdict, read_record, read_verdict
 from contract.constants import CHECKPOINT_ANNOTATION_PREFIX, VERIFIED_ANNOTATION_PREFIX
-from contract.controllers.checkpoint_verifier import CHECK_CONTAINER, CHECK_OF_LABEL, CHECK_REPORT_ANNOTATION
+from contract.controllers.checkpoint_verifier import (
+    CHECK_CONTAINER,
+    CHECK_OF_LABEL,
+    CHECK_REPORT_ANNOTATION,
+    DRILL_AFTER_ANNOTATION,
+    DRILL_CONTAINER,
+    DRILL_EVERY_ANNOTATION_PREFIX,
+    DRILL_KIND,
+    KIND_LABEL,
+)
+from contract.model import parse_duration
 from contract.times import unix_seconds
 from daemons.checkpoint_verifier.decide import Check, Report
+from daemons.checkpoint_verifier.drills import DrillJob
 
 #: The label the Job controller puts on a Job's pods: the Job's name.
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
@@ -27,6 +39,10 @@ class ClaimView:
     resource_version: str
     reports: list[Report] = field(default_factory=list)
     records: dict[tuple[str, str], Record] = field(default_factory=dict)
+    #: The jobs' own drill intervals (seconds).
+    every: dict[tuple[str, str], float] = field(default_factory=dict)
+    #: The jobs whose record is there but does not read.
+    unreadable: set[str] = field(default_factory=set)
     problems: list[str] = field(default_factory=list)
 
 
@@ -39,7 +55,16 @@ def _strings(value: Any) -> dict[str, str]:
     return {str(k): v for k, v in value.items() if isinstance(v, str)} if isinstance(value, Mapping) else {}
 
 
-def claim_view(namespace: str, claim: Mapping[str, Any]) -> ClaimView:
+def _every(text: str, longest: float) -> float | None:
+    """A job's own drill interval: a duration of at least a minute and at most ``longest`` (staleAfter)."""
+    try:
+        seconds = parse_duration(text)
+    except ValueError:
+        return None
+    return seconds if 60 <= seconds <= longest else None
+
+
+def claim_view(namespace: str, claim: Mapping[str, Any], longest_every: float = float("inf")) -> ClaimView:
     meta = _meta(claim)
     view = ClaimView(namespace, str(meta.get("resourceVersion", "")))
     for key, value in sorted(_strings(meta.get("annotations")).items()):
@@ -53,9 +78,19 @@ def claim_view(namespace: str, claim: Mapping[str, Any]) -> ClaimView:
             job = key.removeprefix(VERIFIED_ANNOTATION_PREFIX)
             record = read_record(value)
             if record is None:
+                view.unreadable.add(job)
                 view.problems.append(f"{key}: not a record the verifier writes")
             else:
                 view.records[(namespace, job)] = record
+        elif key.startswith(DRILL_EVERY_ANNOTATION_PREFIX):
+            job = key.removeprefix(DRILL_EVERY_ANNOTATION_PREFIX)
+            every = _every(value, longest_every)
+            if every is None:
+                view.problems.append(
+                    f"{key}: {value[:64]!r} is no duration from 1m to staleAfter; the stack's interval holds"
+                )
+            else:
+                view.every[(namespace, job)] = every
     return view
 
 
@@ -68,15 +103,15 @@ def _finished_at(job: Mapping[str, Any]) -> float | None:
     return None
 
 
-def _messages(pods: Iterable[Mapping[str, Any]]) -> dict[str, str]:
-    """Each Job's name -> its check container's termination message (the last pod's that has one)."""
+def _messages(pods: Iterable[Mapping[str, Any]], container: str) -> dict[str, str]:
+    """Each Job's name -> its ``container``'s termination message (the last pod's that has one)."""
     out: dict[str, str] = {}
     for pod in pods:
         job = _strings(_meta(pod).get("labels")).get(JOB_NAME_LABEL)
         status = pod.get("status")
         statuses = status.get("containerStatuses") if isinstance(status, Mapping) else None
         for s in statuses if isinstance(statuses, list) else []:
-            if not isinstance(s, Mapping) or s.get("name") != CHECK_CONTAINER:
+            if not isinstance(s, Mapping) or s.get("name") != container:
                 continue
             state = s.get("state")
             terminated = state.get("terminated") if isinstance(state, Mapping) else None
@@ -89,11 +124,13 @@ def _messages(pods: Iterable[Mapping[str, Any]]) -> dict[str, str]:
 def checks(
     namespace: str, jobs: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]], problems: list[str]
 ) -> list[Check]:
-    messages = _messages(pods)
+    messages = _messages(pods, CHECK_CONTAINER)
     out: list[Check] = []
     for job in jobs:
         meta = _meta(job)
         name = str(meta.get("name", ""))
+        if _strings(meta.get("labels")).get(KIND_LABEL) == DRILL_KIND:
+            continue
         of = _strings(meta.get("labels")).get(CHECK_OF_LABEL)
         report = _strings(meta.get("annotations")).get(CHECK_REPORT_ANNOTATION)
         suffix = name.rsplit("-", 1)[-1]
@@ -118,4 +155,32 @@ def checks(
                 finished_at=finished,
             )
         )
+    return out
+
+
+def drill_jobs(
+    namespace: str, jobs: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]], problems: list[str]
+) -> list[DrillJob]:
+    """Our restore drill Jobs (``checkpoint.gpucluster.io/kind: restore-drill``) with their verdicts."""
+    messages = _messages(pods, DRILL_CONTAINER)
+    out: list[DrillJob] = []
+    for job in jobs:
+        meta = _meta(job)
+        labels = _strings(meta.get("labels"))
+        if labels.get(KIND_LABEL) != DRILL_KIND:
+            continue
+        name = str(meta.get("name", ""))
+        of = labels.get(CHECK_OF_LABEL)
+        after = _strings(meta.get("annotations")).get(DRILL_AFTER_ANNOTATION)
+        suffix = name.rsplit("-", 1)[-1]
+        if not name or not of or after is None or not suffix.isdigit():
+            problems.append(f"job {namespace}/{name}: not a drill job of the verifier")
+            continue
+        finished = _finished_at(job)
+        verdict = None
+        if finished is not None and name in messages:
+            verdict = read_drill_verdict(messages[name])
+            if verdict is None:
+                problems.append(f"job {namespace}/{name}: its termination message is no drill verdict")
+        out.append(DrillJob(name, namespace, of, after, int(suffix), finished is None, verdict, finished))
     return out

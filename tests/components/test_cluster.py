@@ -230,6 +230,14 @@ def test_training_pods_may_write_the_checkpoint_report_on_their_claim_only(local
         assert binding.inputs["subjects"] == [{"kind": "ServiceAccount", "name": "gpucluster-trainer", "namespace": ns}]
 
 
+def test_each_team_gets_an_empty_resume_configmap_whose_entries_pulumi_leaves_to_the_verifier(local: Graph) -> None:
+    for ns in ("team-foundation", "team-vision"):
+        resume = local.one("kubernetes:core/v1:ConfigMap", f"sim-storage-resume-{ns}")
+        assert (resume.inputs["metadata"]["name"], resume.inputs["metadata"]["namespace"]) == ("checkpoint-resume", ns)
+        assert "data" not in resume.inputs
+        assert resume.ignore_changes == ["data"]  # an update of the stack never takes the verifier's entries back
+
+
 def test_static_storage_binds_each_claim_to_its_own_retained_pv(prod: Graph) -> None:
     pvs = prod.of_type("kubernetes:core/v1:PersistentVolume")
     assert len(pvs) == 4 * 2

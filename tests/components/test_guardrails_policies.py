@@ -42,7 +42,7 @@ from contract.constants import RELEASED_AT_ANNOTATION as QUARANTINE_RELEASED
 from contract.guardrails_settings import GuardrailsSettings
 from contract.jobset_settings import JOBSET_API
 from contract.registry import CHECKPOINT_VERIFIER, INTERRUPTIONS, QUARANTINE, STALL_DETECTOR
-from daemons.checkpoint_verifier.job import check_job
+from daemons.checkpoint_verifier.job import check_job, drill_job
 from daemons.quarantine.kube import node_from, quarantine_ops
 from tests.support.apiserver import ApiServer, running_apiserver, wait_for
 from tests.support.require import missing
@@ -941,9 +941,9 @@ def test_only_the_verifier_writes_checkpoint_records_and_it_writes_only_records_
 
     container: list[str | int] = [*spec, "containers", 0]
     for bad, words in [
-        (changed([*container, "image"], "registry.invalid/miner:1"), "may create only its check Jobs"),
-        (changed([*container, "command"], ["sh", "-c", "curl evil"]), "may create only its check Jobs"),
-        (changed([*container, "args"], ["--oops"]), "may create only its check Jobs"),
+        (changed([*container, "image"], "registry.invalid/miner:1"), "may create only its check and drill Jobs"),
+        (changed([*container, "command"], ["sh", "-c", "curl evil"]), "may create only its check and drill Jobs"),
+        (changed([*container, "args"], ["--oops"]), "may create only its check and drill Jobs"),
         (changed([*container, "resources", "limits", "nvidia.com/gpu"], "8"), "takes no GPU"),
         (changed([*spec, "volumes", 0, "persistentVolumeClaim", "readOnly"], False), "read-only"),
         (changed([*spec, "volumes", 0, "persistentVolumeClaim", "claimName"], "datasets"), "read-only"),
@@ -954,3 +954,28 @@ def test_only_the_verifier_writes_checkpoint_records_and_it_writes_only_records_
         assert said is not None, bad
         assert "checkpoint-verifier-creates-only-check-jobs" in said, said
         assert words in said, said
+    # the entries a restart resumes from are the verifier's alone: created empty, changed by nobody else
+    resume = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "checkpoint-resume", "namespace": TEAM}}
+    refused(kubectl, {**resume, "data": {"llm.json": '{"step": 1}'}}, "checkpoint-resume-entries-are-the-verifiers")
+    proc = kubectl("create", "-f", "-", doc=resume)
+    assert proc.returncode == 0, proc.stderr
+    entry = json.dumps({"data": {"llm.json": '{"step": 900}'}})
+    as_admin = kubectl("patch", "configmap", "checkpoint-resume", "-n", TEAM, "--type=merge", "-p", entry)
+    assert as_admin.returncode != 0
+    assert "checkpoint-resume-entries-are-the-verifiers" in as_admin.stderr, as_admin.stderr
+    as_verifier = kubectl(
+        "patch", "configmap", "checkpoint-resume", "-n", TEAM, "--type=merge", "-p", entry, "--as", VERIFIER_USER
+    )
+    assert as_verifier.returncode == 0, as_verifier.stderr
+    labelled = kubectl("label", "configmap", "checkpoint-resume", "-n", TEAM, "team=a")
+    assert labelled.returncode == 0, labelled.stderr  # anything but its entries is anyone's to change
+    # its restore drill Job is taken too, but not one reading outside the checkpoints volume
+    drill = drill_job(settings, team, name="restore-drill-x-0", job="llm", directory="step-100", after="none")
+    assert created_as_verifier(drill) is None
+    drill_command = drill["spec"]["template"]["spec"]["containers"][0]["command"]
+    for path in ("/etc/shadow", "/checkpoints/../etc"):
+        stray = copy.deepcopy(drill)
+        stray["spec"]["template"]["spec"]["containers"][0]["command"] = [*drill_command[:3], path, *drill_command[4:]]
+        said = created_as_verifier(stray)
+        assert said is not None, path
+        assert "may create only its check and drill Jobs" in said, said

@@ -83,6 +83,7 @@ def gpu_node(node: str, ready: int = 1, taint: str = "") -> list[tuple[str, str]
 
 JOB_SEL = 'namespace="team-a",job="llm",team="a"'
 VERIFIER_SEL = 'namespace="team-a",job="llm"'
+DRILL_GOOD = f"gpucluster_checkpoint_verifier_restore_drill_last_good_timestamp_seconds{{{VERIFIER_SEL}}}"
 HOLD = "gpucluster_make_before_break_hold_seconds"
 CYCLES = "gpucluster_make_before_break_cycles_total"
 INFERENCE_POD = 'namespace="inference",pod="sd-serve-7d9f-x2"'
@@ -667,6 +668,41 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
             [],
         ),
     ),
+    "CheckpointRestoreDrillFailed": (
+        case(
+            [
+                (f"gpucluster_checkpoint_verifier_restore_drill_last_ok{{{VERIFIER_SEL}}}", "1 1 0 0"),
+                (f"gpucluster_checkpoint_verifier_restore_drill_step{{{VERIFIER_SEL}}}", "300 300 400 400"),
+            ],
+            "CheckpointRestoreDrillFailed",
+            "3m",
+            [{"namespace": "team-a", "job": "llm", "severity": "warning"}],
+        ),
+        case(
+            [
+                (f"gpucluster_checkpoint_verifier_restore_drill_last_ok{{{VERIFIER_SEL}}}", "0 0 1 1"),
+                (f"gpucluster_checkpoint_verifier_restore_drill_step{{{VERIFIER_SEL}}}", "400 400 500 500"),
+            ],
+            "CheckpointRestoreDrillFailed",
+            "3m",
+            [],
+        ),
+    ),
+    # the last good drill recorded an hour in (3600 s), none since: staleAfter (48h) after it, it fires
+    "CheckpointRestoreDrillStale": (
+        case(
+            [(DRILL_GOOD, "3600x3000")],
+            "CheckpointRestoreDrillStale",
+            "49h5m",
+            [{"namespace": "team-a", "job": "llm", "severity": "warning"}],
+        ),
+        case(
+            [(DRILL_GOOD, "3600x3000")],
+            "CheckpointRestoreDrillStale",
+            "48h55m",
+            [],
+        ),
+    ),
     "TrainingRecoverySlow": (
         case(
             [(f"gpucluster_training_recovery_seconds{{{JOB_SEL}}}", "601x3")],
@@ -964,6 +1000,11 @@ def test_an_alert_on_a_daemon_the_stack_does_not_run_is_not_deployed() -> None:
     assert not prod.telemetry.taint_controller_running
     assert not set(SERVING_LOOP_ALERTS) & set(alert_names(prod.telemetry))
     assert "InferencePending" in alert_names(prod.telemetry)
+    # the drills' alerts follow the verifier's drills, their stale age the stack's staleAfter
+    assert local.telemetry.restore_drill_stale_seconds == parse_duration("1h")
+    assert {"CheckpointRestoreDrillFailed", "CheckpointRestoreDrillStale"} <= set(alert_names(local.telemetry))
+    no_drills = local.telemetry.model_copy(update={"restore_drill_stale_seconds": None})
+    assert not {"CheckpointRestoreDrillFailed", "CheckpointRestoreDrillStale"} & set(alert_names(no_drills))
     no_taint_controller = local.telemetry.model_copy(update={"taint_controller_running": False})
     assert "BurstTaintFlapping" not in alert_names(no_taint_controller)
     assert "BurstProviderFailing" in alert_names(no_taint_controller)

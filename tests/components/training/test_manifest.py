@@ -145,6 +145,16 @@ def test_the_pod_runs_at_training_priority_with_the_claims_and_gpus(stack: Stack
         {"name": "checkpoints", "persistentVolumeClaim": {"claimName": "checkpoints"}},
         {"name": "datasets", "persistentVolumeClaim": {"claimName": "datasets", "readOnly": True}},
         {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "64Gi"}},
+        # its entry of the team's checkpoint-resume ConfigMap, kept by the checkpoint verifier: where a restart
+        # resumes (optional: no entry until a checkpoint is verified)
+        {
+            "name": "gpucluster-resume",
+            "configMap": {
+                "name": "checkpoint-resume",
+                "optional": True,
+                "items": [{"key": "llm-pretrain.json", "path": "resume.json"}],
+            },
+        },
     ]
     trainer = pod["spec"]["containers"][0]
     assert trainer["name"] == "trainer"
@@ -153,6 +163,7 @@ def test_the_pod_runs_at_training_priority_with_the_claims_and_gpus(stack: Stack
         {"name": "checkpoints", "mountPath": "/checkpoints"},
         {"name": "datasets", "mountPath": "/datasets", "readOnly": True},
         {"name": "dshm", "mountPath": "/dev/shm"},
+        {"name": "gpucluster-resume", "mountPath": "/run/gpucluster", "readOnly": True},
     ]
     # no fabric on the local stack's flavor: no RDMA device and no capability beyond the default
     assert "securityContext" not in trainer
@@ -238,6 +249,7 @@ def test_the_job_env_names_its_checkpoints_and_its_master(stack: StackConfig) ->
         {"name": "GPUCLUSTER_CHECKPOINT_INTERVAL_SECONDS", "value": "930"},
         {"name": "GPUCLUSTER_CHECKPOINT_ANNOTATION", "value": "checkpoint.gpucluster.io/llm-pretrain"},
         {"name": "GPUCLUSTER_VERIFIED_ANNOTATION", "value": "verified.checkpoint.gpucluster.io/llm-pretrain"},
+        {"name": "GPUCLUSTER_RESUME_FILE", "value": "/run/gpucluster/resume.json"},
         {"name": "GPUCLUSTER_PROGRESS_ANNOTATION", "value": "progress.gpucluster.io/llm-pretrain"},
         {"name": "GPUCLUSTER_NODES", "value": "2"},
         {"name": "GPUCLUSTER_GPUS_PER_NODE", "value": "8"},

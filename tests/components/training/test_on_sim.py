@@ -19,8 +19,14 @@ import pytest
 import yaml
 
 from components.config import load_stack_file
-from contract.constants import HOSTNAME_LABEL, IB_LEAF_LABEL, PODSET_REQUIRED_TOPOLOGY, VERIFIED_ANNOTATION_PREFIX
-from contract.controllers.checkpoint_verifier import CHECK_OF_LABEL
+from contract.constants import (
+    HOSTNAME_LABEL,
+    IB_LEAF_LABEL,
+    PODSET_REQUIRED_TOPOLOGY,
+    RESUME_CONFIGMAP,
+    VERIFIED_ANNOTATION_PREFIX,
+)
+from contract.controllers.checkpoint_verifier import CHECK_OF_LABEL, KIND_LABEL
 from contract.registry import CHECKPOINT_VERIFIER, MAKE_BEFORE_BREAK, STALL_DETECTOR
 from contract.times import unix_seconds
 from daemons.make_before_break.topology_assignment import pods_per_node
@@ -390,12 +396,22 @@ def test_a_checkpoint_counts_once_the_verifier_read_it_and_a_corrupt_one_never_d
     first = checked(stack, "verified", good)
     assert first["last"]["ok"], first
     assert (first["verified"]["step"], first["verified"]["reported"]) == (100, good)
-    checks = stack.items("pods", "-n", NS, "-l", f"{CHECK_OF_LABEL}=verified")
+    checks = stack.items("pods", "-n", NS, "-l", f"{CHECK_OF_LABEL}=verified,!{KIND_LABEL}")
     assert {p["spec"]["nodeName"] for p in checks} == {REAL_NODE}
     assert all(v["persistentVolumeClaim"]["readOnly"] for p in checks for v in p["spec"]["volumes"])
-    (check_job,) = stack.items("jobs", "-n", NS, "-l", f"{CHECK_OF_LABEL}=verified")
+    (check_job,) = stack.items("jobs", "-n", NS, "-l", f"{CHECK_OF_LABEL}=verified,!{KIND_LABEL}")  # not its drill
     assert check_job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "training"
     assert events(stack, "checkpoints", "CheckpointVerified")
+    # its first verified checkpoint is drilled at once: read whole by a drill pod on the real node
+    drill = wait_for(
+        "the verified checkpoint drilled",
+        lambda: (r or {}).get("drill") if (r := verifier_record(stack, "verified")) else None,
+        timeout=120,
+        interval=1.0,
+    )
+    assert (drill["ok"], drill["step"], drill["problems"]) == (True, 100, []), drill
+    assert drill["bytes"] > 10_000
+    assert events(stack, "checkpoints", "CheckpointRestoreDrilled")
 
     bad = report(stack, "verified", 200, corruption="truncated shard")
     second = checked(stack, "verified", bad)
@@ -406,6 +422,9 @@ def test_a_checkpoint_counts_once_the_verifier_read_it_and_a_corrupt_one_never_d
     assert "resumes from step 100" in rejected["message"]
     firing = 'ALERTS{alertname="CheckpointVerificationFailed",alertstate="firing",job="verified"}'
     wait_for("CheckpointVerificationFailed firing", lambda: prometheus_values(firing) or None, timeout=60)
+    # what a restart is told (its pods' GPUCLUSTER_RESUME_FILE): the good one, never the refused one
+    entry = json.loads(stack.get("configmap", "-n", NS, RESUME_CONFIGMAP)["data"]["verified.json"])
+    assert (entry["step"], entry["directory"]) == (100, "/checkpoints/verified/step-100"), entry
 
     crashed = time.time()
     fail_program(stack, pod)

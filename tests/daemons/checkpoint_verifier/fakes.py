@@ -3,10 +3,11 @@
 :class:`FakeApi` keeps each team's ``checkpoints`` claim (annotations, a resourceVersion that moves on each write, a
 record patch conditional on it), the check Jobs created (a second create of a name is a conflict, as the API server
 refuses it) and their pods, and Events. :meth:`FakeApi.run_checks` plays the Job controller and the kubelet: it runs
-each pending Job's own command (``python3 -m daemons.checkpoint_verifier.check ...``, as the Job says it) in this
-process against ``volume`` (the directory standing for the claim, mounted at ``/checkpoints``), and writes what the
-check left in its termination log into the pod's status, with the Job's Complete or Failed condition. What it does
-not model: Kueue's admission (a Job runs when ``run_checks`` is called), the deadline, pods that never start.
+each pending Job's own command (``python3 -m daemons.checkpoint_verifier.check ...`` or ``...drill ...``, as the
+Job says it) in this process against ``volume`` (the directory standing for the claim, mounted at
+``/checkpoints``), and writes what the check left in its termination log into the pod's status, with the Job's
+Complete or Failed condition. What it does not model: Kueue's admission (a Job runs when ``run_checks`` is
+called), the deadline, pods that never start.
 """
 
 from __future__ import annotations
@@ -21,9 +22,9 @@ from typing import Any
 
 from contract.checkpoints import CHECKPOINTS_MOUNT
 from contract.constants import CHECKPOINT_ANNOTATION_PREFIX, CHECKPOINT_CLAIM
-from contract.controllers.checkpoint_verifier import CHECK_CONTAINER, CHECK_MODULE, TERMINATION_LOG
+from contract.controllers.checkpoint_verifier import CHECK_MODULE, DRILL_MODULE, TERMINATION_LOG
 from contract.times import rfc3339
-from daemons.checkpoint_verifier import check
+from daemons.checkpoint_verifier import check, drill
 from daemons.checkpoint_verifier.translate import JOB_NAME_LABEL
 from daemons.toolkit.kube import ConflictError, KubeError
 
@@ -38,6 +39,8 @@ class FakeApi:
     jobs: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     pods: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     events: list[dict[str, Any]] = field(default_factory=list)
+    #: Each namespace's checkpoint-resume ConfigMap data (Pulumi creates it empty; drop a namespace for none).
+    resume: dict[str, dict[str, str]] = field(default_factory=dict)
     #: Raise KubeError on every call of these.
     failing: set[str] = field(default_factory=set)
     version: int = 100
@@ -45,6 +48,7 @@ class FakeApi:
 
     def __post_init__(self) -> None:
         for ns in self.namespaces:
+            self.resume[ns] = {}
             self.claims[ns] = {
                 "metadata": {
                     "name": CHECKPOINT_CLAIM,
@@ -84,12 +88,14 @@ class FakeApi:
                 continue
             container = job["spec"]["template"]["spec"]["containers"][0]
             command = container["command"]
-            assert command[:3] == ["python3", "-m", CHECK_MODULE], command
+            modules = {CHECK_MODULE: check.main, DRILL_MODULE: drill.main}
+            assert command[:2] == ["python3", "-m"], command
+            assert command[2] in modules, command
             log = self.volume.parent / f"termination-{name}"
             args = [a.replace(CHECKPOINTS_MOUNT, str(self.volume), 1) for a in command[3:]]
             args = [str(log) if a == TERMINATION_LOG else a for a in args]
             with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-                code = check.main(args)
+                code = modules[command[2]](args)
             text = log.read_text() if log.exists() and message else ""
             kind = "Complete" if code == 0 else "Failed"
             job["status"] = {
@@ -100,7 +106,7 @@ class FakeApi:
                 terminated["message"] = text
             self.pods[(ns, f"{name}-pod")] = {
                 "metadata": {"name": f"{name}-pod", "namespace": ns, "labels": {JOB_NAME_LABEL: name}},
-                "status": {"containerStatuses": [{"name": CHECK_CONTAINER, "state": {"terminated": terminated}}]},
+                "status": {"containerStatuses": [{"name": container["name"], "state": {"terminated": terminated}}]},
             }
             ran.append(name)
         return ran
@@ -133,6 +139,20 @@ class FakeApi:
             raise ConflictError("record: conflict (the object has been modified)")
         meta["annotations"][annotation] = value
         meta["resourceVersion"] = self._bump()
+
+    def resume_configmap(self, namespace: str) -> dict[str, Any] | None:
+        self._call("resume_configmap")
+        if namespace not in self.resume:
+            return None
+        return {"metadata": {"name": "checkpoint-resume", "namespace": namespace}, "data": dict(self.resume[namespace])}
+
+    def write_resume(self, namespace: str, data: Mapping[str, str | None]) -> None:
+        self._call("write_resume")
+        for key, value in data.items():
+            if value is None:
+                self.resume[namespace].pop(key, None)
+            else:
+                self.resume[namespace][key] = value
 
     def create_event(self, body: dict[str, Any]) -> None:
         self._call("create_event")

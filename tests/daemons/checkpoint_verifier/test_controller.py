@@ -29,17 +29,12 @@ NS, JOB = "team-a", "sd-pretrain"
 
 
 def settings(**changes: object) -> CheckpointVerifierSettings:
+    """The checks' tests' settings: restore drills off unless asked for (``test_drills.py`` has theirs)."""
     team = TeamQueue(namespace=NS, local_queue="training", priority="research-scavenger")
-    return CheckpointVerifierSettings.parse(
-        {"interval": "2s", "requestTimeout": "1s", "retryAfter": "20s", "maxRunning": 4, **changes}
-    ).model_copy(update={"teams": [team]})
-
-
-@pytest.fixture
-def api(tmp_path: Path) -> FakeApi:
-    volume = tmp_path / "volume"
-    volume.mkdir()
-    return FakeApi(volume)
+    base = {"interval": "2s", "requestTimeout": "1s", "retryAfter": "20s", "maxRunning": 4}
+    return CheckpointVerifierSettings.parse({**base, "restoreDrill": {"enabled": False}, **changes}).model_copy(
+        update={"teams": [team]}
+    )
 
 
 def controller(api: FakeApi, *, leader: bool = True, dry_run: bool = False, **changes: object) -> Controller:
@@ -258,3 +253,45 @@ def test_a_record_write_that_loses_a_race_is_written_next_cycle(api: FakeApi) ->
     api.write_record = racing  # type: ignore[method-assign]
     assert [j.action for j in c.cycle().jobs] == [""]
     assert [j.action for j in c.cycle().jobs] == ["recorded"]
+
+
+def test_a_restart_is_told_the_latest_verified_checkpoint_and_never_a_refused_one(api: FakeApi) -> None:
+    """The job's entry in the team's checkpoint-resume ConfigMap (what its pods mount as GPUCLUSTER_RESUME_FILE)
+    follows the record: the verified checkpoint, not a newer refused one; gone when an operator removes the record;
+    kept when the record does not read."""
+    c = controller(api)
+    save(api, "step-100")
+    api.report(NS, JOB, START)
+    c.cycle()
+    assert api.resume[NS] == {}  # nothing verified: no file, the job starts afresh
+    api.run_checks()
+    c.cycle()
+    entry = json.loads(api.resume[NS][f"{JOB}.json"])
+    assert (entry["step"], entry["directory"]) == (100, f"/checkpoints/{JOB}/step-100")
+    truncated = save(api, "step-200")
+    CORRUPTIONS["truncated shard"][0](truncated)
+    api.clock += 1800
+    api.report(NS, JOB, api.clock)
+    c.cycle()
+    api.run_checks()
+    c.cycle()
+    assert json.loads(api.resume[NS][f"{JOB}.json"])["step"] == 100  # the refused step-200 is never named
+    annotations = api.claims[NS]["metadata"]["annotations"]
+    annotations[f"{VERIFIED_ANNOTATION_PREFIX}{JOB}"] = "{not a record"
+    c.cycle()
+    assert f"{JOB}.json" in api.resume[NS]  # a record that does not read takes nothing away
+    del annotations[f"{VERIFIED_ANNOTATION_PREFIX}{JOB}"]
+    c.cycle()
+    assert api.resume[NS] == {}  # the operator started the job afresh
+
+
+def test_without_its_configmap_the_verifier_still_verifies_and_names_what_is_missing(api: FakeApi) -> None:
+    del api.resume[NS]
+    c = controller(api)
+    save(api, "step-100")
+    api.report(NS, JOB, START)
+    c.cycle()
+    api.run_checks()
+    result = c.cycle()
+    assert record(api)["verified"] is not None
+    assert any("no checkpoint-resume ConfigMap" in p for p in result.problems), result.problems

@@ -1,0 +1,90 @@
+"""``python -m daemons.checkpoint_verifier.drill DIR``: a restore drill of one checkpoint, as the drill's pod runs it.
+
+Reads the checkpoint in ``DIR`` whole as a restart would (``restore.restore``: every record of every shard, every
+CRC-32, every tensor's pickle against the metadata), read-only, and prints one JSON object on stdout (``ok``,
+``step``, ``records``, ``read``, ``bytes``, ``seconds``, ``findings``, ``summary``). Exits 0 when it restored
+whole, 1 when it did not, 2 when ``DIR`` cannot be read at all (named on stderr, no trace). ``--termination-log PATH``
+also writes the short form the controller reads from the pod's status (``contract.checkpoint_record
+.read_drill_verdict``), under the kubelet's 4096 bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from daemons.checkpoint_verifier.restore import Restored, restore
+from daemons.toolkit.cli import daemon_parser
+
+#: The summary's share of the 4096 bytes the kubelet keeps of a termination message (the directory's name takes at
+#: most 1012, the rest under 200).
+_SUMMARY_BYTES = 2048
+
+
+def drill_json(restored: Restored, seconds: float) -> dict[str, object]:
+    return {
+        "directory": restored.directory,
+        "ok": restored.ok,
+        "step": restored.step,
+        "records": restored.records,
+        "read": restored.read,
+        "bytes": restored.bytes_read,
+        "findings": [{"problem": str(f.problem), "detail": f.detail} for f in restored.findings],
+        "summary": restored.summary(),
+        "seconds": round(seconds, 3),
+    }
+
+
+def termination_message(restored: Restored, seconds: float) -> str:
+    """The drill's verdict in under the 4096 bytes the kubelet keeps (the full one is in the pod's log)."""
+    summary = restored.summary()
+    if len(summary.encode()) > _SUMMARY_BYTES:
+        summary = summary.encode()[: _SUMMARY_BYTES - 3].decode(errors="ignore") + "…"
+    return json.dumps(
+        {
+            "ok": restored.ok,
+            "step": restored.step,
+            "directory": restored.directory.rstrip("/").rsplit("/", 1)[-1][:253],
+            "bytes": restored.bytes_read,
+            "seconds": round(seconds, 3),
+            "problems": sorted({str(f.problem) for f in restored.findings}),
+            "summary": summary,
+        },
+        ensure_ascii=False,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = daemon_parser("checkpoint-verifier-drill", __doc__.splitlines()[0] if __doc__ else "")
+    parser.add_argument("directory", type=Path, help="the checkpoint's directory (step-<N> under the job's own)")
+    parser.add_argument(
+        "--termination-log", type=Path, default=None, help="also write a short verdict here (the pod's termination log)"
+    )
+    args = parser.parse_args(argv)
+    started = time.monotonic()
+    root: Path = args.directory
+    if not root.is_dir():
+        print(f"checkpoint-verifier-drill: {root} is not a directory this pod can read", file=sys.stderr)
+        return 2
+    try:
+        restored = restore(root)
+    except OSError as e:
+        print(f"checkpoint-verifier-drill: cannot read {root}: {e.strerror or e}", file=sys.stderr)
+        return 2
+    seconds = time.monotonic() - started
+    json.dump(drill_json(restored, seconds), sys.stdout)
+    sys.stdout.write("\n")
+    if args.termination_log is not None:
+        try:
+            args.termination_log.write_text(termination_message(restored, seconds), encoding="utf-8")
+        except OSError as e:
+            print(f"checkpoint-verifier-drill: cannot write {args.termination_log}: {e.strerror or e}", file=sys.stderr)
+            return 2
+    return 0 if restored.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
