@@ -129,15 +129,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"checkpoint-verifier-check: cannot read {root}: {e.strerror or e}", file=sys.stderr)
         return 2
     seconds = time.monotonic() - started
-    json.dump(verdict_json(verdict, seconds), sys.stdout)
+    return report(
+        "checkpoint-verifier-check",
+        verdict_json(verdict, seconds),
+        termination_message(verdict, seconds),
+        args.termination_log,
+        ok=verdict.ok,
+    )
+
+
+def report(prog: str, full: dict[str, object], short: str, termination_log: Path | None, *, ok: bool) -> int:
+    """Print the full verdict on stdout, write the short one to the termination log when asked; the exit code: 0
+    when ``ok``, 1 when not, 2 when the log cannot be written (named on stderr)."""
+    json.dump(full, sys.stdout)
     sys.stdout.write("\n")
-    if args.termination_log is not None:
+    if termination_log is not None:
         try:
-            args.termination_log.write_text(termination_message(verdict, seconds), encoding="utf-8")
+            termination_log.write_text(short, encoding="utf-8")
         except OSError as e:
-            print(f"checkpoint-verifier-check: cannot write {args.termination_log}: {e.strerror or e}", file=sys.stderr)
+            print(f"{prog}: cannot write {termination_log}: {e.strerror or e}", file=sys.stderr)
             return 2
-    return 0 if verdict.ok else 1
+    return 0 if ok else 1
 
 
 def _verdict(root: Path, args: argparse.Namespace) -> Verdict:

@@ -288,15 +288,20 @@ class Controller(OnTheApi[CheckpointVerifierSettings, Api, Metrics]):
             report=d.report,
             last_verified_step=d.last_verified_step,
         )
+        return self._create(body, "check", self.metrics.started)
+
+    def _create(self, body: dict[str, Any], kind: str, started: Any) -> str:
+        """Create the ``kind`` Job ``body``: ``started``, ``failed``, or empty when it is already there."""
         try:
             self.api.create_check(body)
         except ConflictError:
             return ""  # already there: another replica, or this one before a restart, created it
         except KubeError as exc:
-            self.metrics.kube_errors.labels("create-check").inc()
-            log.warning("cannot create a check job", extra={"check": f"{d.namespace}/{d.check}", "error": str(exc)})
+            self.metrics.kube_errors.labels(f"create-{kind}").inc()
+            name = f"{body['metadata']['namespace']}/{body['metadata']['name']}"
+            log.warning(f"cannot create a {kind} job", extra={"job": name, "error": str(exc)})
             return "failed"
-        self.metrics.started.inc()
+        started.inc()
         return "started"
 
     def _resume(self, read: _Read, records: Mapping[tuple[str, str], Record]) -> None:
@@ -342,16 +347,7 @@ class Controller(OnTheApi[CheckpointVerifierSettings, Api, Metrics]):
         body = drill_job(
             self.settings, self.teams[d.namespace], name=d.drill, job=d.job, directory=d.directory, after=d.after
         )
-        try:
-            self.api.create_check(body)
-        except ConflictError:
-            return ""
-        except KubeError as exc:
-            self.metrics.kube_errors.labels("create-drill").inc()
-            log.warning("cannot create a drill job", extra={"drill": f"{d.namespace}/{d.drill}", "error": str(exc)})
-            return "failed"
-        self.metrics.drills_started.inc()
-        return "started"
+        return self._create(body, "drill", self.metrics.drills_started)
 
     # --- metrics ----------------------------------------------------------------------------------------------
 

@@ -16,12 +16,14 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from daemons.checkpoint_verifier.check import report
 from daemons.checkpoint_verifier.restore import Restored, restore
 from daemons.toolkit.cli import daemon_parser
 
 #: The summary's share of the 4096 bytes the kubelet keeps of a termination message (the directory's name takes at
 #: most 1012, the rest under 200).
 _SUMMARY_BYTES = 2048
+PROG = "checkpoint-verifier-drill"
 
 
 def drill_json(restored: Restored, seconds: float) -> dict[str, object]:
@@ -58,7 +60,7 @@ def termination_message(restored: Restored, seconds: float) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = daemon_parser("checkpoint-verifier-drill", __doc__.splitlines()[0] if __doc__ else "")
+    parser = daemon_parser(PROG, __doc__.splitlines()[0] if __doc__ else "")
     parser.add_argument("directory", type=Path, help="the checkpoint's directory (step-<N> under the job's own)")
     parser.add_argument(
         "--termination-log", type=Path, default=None, help="also write a short verdict here (the pod's termination log)"
@@ -67,23 +69,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.monotonic()
     root: Path = args.directory
     if not root.is_dir():
-        print(f"checkpoint-verifier-drill: {root} is not a directory this pod can read", file=sys.stderr)
+        print(f"{PROG}: {root} is not a directory this pod can read", file=sys.stderr)
         return 2
     try:
         restored = restore(root)
     except OSError as e:
-        print(f"checkpoint-verifier-drill: cannot read {root}: {e.strerror or e}", file=sys.stderr)
+        print(f"{PROG}: cannot read {root}: {e.strerror or e}", file=sys.stderr)
         return 2
     seconds = time.monotonic() - started
-    json.dump(drill_json(restored, seconds), sys.stdout)
-    sys.stdout.write("\n")
-    if args.termination_log is not None:
-        try:
-            args.termination_log.write_text(termination_message(restored, seconds), encoding="utf-8")
-        except OSError as e:
-            print(f"checkpoint-verifier-drill: cannot write {args.termination_log}: {e.strerror or e}", file=sys.stderr)
-            return 2
-    return 0 if restored.ok else 1
+    return report(
+        PROG,
+        drill_json(restored, seconds),
+        termination_message(restored, seconds),
+        args.termination_log,
+        ok=restored.ok,
+    )
 
 
 if __name__ == "__main__":

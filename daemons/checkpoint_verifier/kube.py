@@ -26,14 +26,17 @@ class KubeApi(BaseKubeApi):
     def __init__(self, api_client: Any, timeout_s: float = 10.0) -> None:
         super().__init__(api_client, timeout_s, FIELD_MANAGER)
 
-    def claim(self, namespace: str) -> Mapping[str, Any] | None:
-        """The team's ``checkpoints`` claim; None when it has none."""
-        path = f"/api/v1/namespaces/{quote(namespace)}/persistentvolumeclaims/{CHECKPOINT_CLAIM}"
+    def _get(self, namespace: str, resource: str, name: str) -> Mapping[str, Any] | None:
+        path = f"/api/v1/namespaces/{quote(namespace)}/{resource}/{name}"
         try:
-            found = self.request("GET", path, f"get {namespace}/{CHECKPOINT_CLAIM}")
+            found = self.request("GET", path, f"get {namespace}/{name}")
         except NotFoundError:
             return None
         return found if isinstance(found, Mapping) else None
+
+    def claim(self, namespace: str) -> Mapping[str, Any] | None:
+        """The team's ``checkpoints`` claim; None when it has none."""
+        return self._get(namespace, "persistentvolumeclaims", CHECKPOINT_CLAIM)
 
     def list_checks(self, namespace: str) -> list[Mapping[str, Any]]:
         path = f"/apis/batch/v1/namespaces/{quote(namespace)}/jobs"
@@ -56,12 +59,7 @@ class KubeApi(BaseKubeApi):
 
     def resume_configmap(self, namespace: str) -> Mapping[str, Any] | None:
         """The team's ``checkpoint-resume`` ConfigMap; None when it has none."""
-        path = f"/api/v1/namespaces/{quote(namespace)}/configmaps/{RESUME_CONFIGMAP}"
-        try:
-            found = self.request("GET", path, f"get {namespace}/{RESUME_CONFIGMAP}")
-        except NotFoundError:
-            return None
-        return found if isinstance(found, Mapping) else None
+        return self._get(namespace, "configmaps", RESUME_CONFIGMAP)
 
     def write_resume(self, namespace: str, data: Mapping[str, str | None]) -> None:
         """Merge ``data`` into the ConfigMap's (None removes a key)."""

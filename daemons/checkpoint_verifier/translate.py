@@ -8,9 +8,9 @@ and left alone, never taken for a pass.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from contract.checkpoint_record import Record, read_drill_verdict, read_record, read_verdict
 from contract.constants import CHECKPOINT_ANNOTATION_PREFIX, VERIFIED_ANNOTATION_PREFIX
@@ -121,40 +121,59 @@ def _messages(pods: Iterable[Mapping[str, Any]], container: str) -> dict[str, st
     return out
 
 
+_V = TypeVar("_V")
+
+
+@dataclass(frozen=True)
+class _Ours:
+    name: str
+    job: str
+    #: The Job's annotation that says which report or turn it is of.
+    of: str
+    attempt: int
+    finished_at: float | None
+
+
+def _ours(namespace: str, job: Mapping[str, Any], annotation: str, what: str, problems: list[str]) -> _Ours | None:
+    """A Job of the verifier's: its name, training job, annotation and try; None (named in ``problems``) when not."""
+    meta = _meta(job)
+    name = str(meta.get("name", ""))
+    training_job = _strings(meta.get("labels")).get(CHECK_OF_LABEL)
+    of = _strings(meta.get("annotations")).get(annotation)
+    suffix = name.rsplit("-", 1)[-1]
+    if not name or not training_job or of is None or not suffix.isdigit():
+        problems.append(f"job {namespace}/{name}: not a {what} job of the verifier")
+        return None
+    return _Ours(name, training_job, of, int(suffix), _finished_at(job))
+
+
+def _verdict(
+    namespace: str, ours: _Ours, messages: Mapping[str, str], read: Callable[[str], _V | None], problems: list[str]
+) -> _V | None:
+    """The verdict of a finished Job (its pod's termination message); None while it runs or when it left none."""
+    if ours.finished_at is None or ours.name not in messages:
+        return None
+    verdict = read(messages[ours.name])
+    if verdict is None:
+        problems.append(f"job {namespace}/{ours.name}: its termination message is no verdict")
+    return verdict
+
+
 def checks(
     namespace: str, jobs: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]], problems: list[str]
 ) -> list[Check]:
+    """Our check Jobs with their verdicts."""
     messages = _messages(pods, CHECK_CONTAINER)
     out: list[Check] = []
     for job in jobs:
-        meta = _meta(job)
-        name = str(meta.get("name", ""))
-        if _strings(meta.get("labels")).get(KIND_LABEL) == DRILL_KIND:
+        if _strings(_meta(job).get("labels")).get(KIND_LABEL) == DRILL_KIND:
             continue
-        of = _strings(meta.get("labels")).get(CHECK_OF_LABEL)
-        report = _strings(meta.get("annotations")).get(CHECK_REPORT_ANNOTATION)
-        suffix = name.rsplit("-", 1)[-1]
-        if not name or not of or report is None or not suffix.isdigit():
-            problems.append(f"job {namespace}/{name}: not a check job of the verifier")
+        ours = _ours(namespace, job, CHECK_REPORT_ANNOTATION, "check", problems)
+        if ours is None:
             continue
-        finished = _finished_at(job)
-        verdict = None
-        if finished is not None and name in messages:
-            verdict = read_verdict(messages[name])
-            if verdict is None:
-                problems.append(f"job {namespace}/{name}: its termination message is no verdict")
-        out.append(
-            Check(
-                name=name,
-                namespace=namespace,
-                job=of,
-                report=report,
-                attempt=int(suffix),
-                running=finished is None,
-                verdict=verdict,
-                finished_at=finished,
-            )
-        )
+        verdict = _verdict(namespace, ours, messages, read_verdict, problems)
+        running = ours.finished_at is None
+        out.append(Check(ours.name, namespace, ours.job, ours.of, ours.attempt, running, verdict, ours.finished_at))
     return out
 
 
@@ -165,22 +184,12 @@ def drill_jobs(
     messages = _messages(pods, DRILL_CONTAINER)
     out: list[DrillJob] = []
     for job in jobs:
-        meta = _meta(job)
-        labels = _strings(meta.get("labels"))
-        if labels.get(KIND_LABEL) != DRILL_KIND:
+        if _strings(_meta(job).get("labels")).get(KIND_LABEL) != DRILL_KIND:
             continue
-        name = str(meta.get("name", ""))
-        of = labels.get(CHECK_OF_LABEL)
-        after = _strings(meta.get("annotations")).get(DRILL_AFTER_ANNOTATION)
-        suffix = name.rsplit("-", 1)[-1]
-        if not name or not of or after is None or not suffix.isdigit():
-            problems.append(f"job {namespace}/{name}: not a drill job of the verifier")
+        ours = _ours(namespace, job, DRILL_AFTER_ANNOTATION, "drill", problems)
+        if ours is None:
             continue
-        finished = _finished_at(job)
-        verdict = None
-        if finished is not None and name in messages:
-            verdict = read_drill_verdict(messages[name])
-            if verdict is None:
-                problems.append(f"job {namespace}/{name}: its termination message is no drill verdict")
-        out.append(DrillJob(name, namespace, of, after, int(suffix), finished is None, verdict, finished))
+        verdict = _verdict(namespace, ours, messages, read_drill_verdict, problems)
+        running = ours.finished_at is None
+        out.append(DrillJob(ours.name, namespace, ours.job, ours.of, ours.attempt, running, verdict, ours.finished_at))
     return out
