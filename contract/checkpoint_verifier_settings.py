@@ -27,6 +27,7 @@ Example (camelCase, as in the stack YAML)::
       staleAfter: 48h     # CheckpointRestoreDrillStale fires when a job's last good drill is older
       deadline: 2h        # a drill that runs longer is stopped and run again after retryAfter
       maxRunning: 1       # drills running at once, cluster-wide (each reads a whole checkpoint)
+      maxReadMBps: 500    # a drill reads no faster than this on average (null: as fast as it can)
       cpu: "1"
       memory: 256Mi
 """
@@ -106,6 +107,9 @@ class RestoreDrillSettings(ConfigModel):
     deadline: PositiveDuration = "2h"
     #: Drills running at once, cluster-wide: each reads a whole checkpoint from the filesystem training writes to.
     max_running: Annotated[int, Field(ge=1, le=64)] = 1
+    #: A drill reads no faster than this many MB/s on average, so it leaves the filesystem's bandwidth to training
+    #: (1 TB at 500 MB/s: 2000 s); None: as fast as it can.
+    max_read_mbps: Annotated[int, Field(ge=1, le=1_000_000)] | None = 500
     #: A drill's CPU and memory request and limit (it streams each record a block at a time).
     cpu: Quantity = "1"
     memory: ByteQuantity = "256Mi"

@@ -2,14 +2,16 @@
 
 Reads the checkpoint in ``DIR`` whole as a restart would (``restore.restore``: every record of every shard, every
 CRC-32, every tensor's pickle against the metadata), read-only, and prints one JSON object on stdout (``ok``,
-``step``, ``records``, ``read``, ``bytes``, ``seconds``, ``findings``, ``summary``). Exits 0 when it restored
-whole, 1 when it did not, 2 when ``DIR`` cannot be read at all (named on stderr, no trace). ``--termination-log PATH``
-also writes the short form the controller reads from the pod's status (``contract.checkpoint_record
-.read_drill_verdict``), under the kubelet's 4096 bytes.
+``step``, ``records``, ``read``, ``bytes``, ``seconds``, ``paced``, ``findings``, ``summary``).
+``--max-read-mbps N`` reads no faster than N MB/s on average (``paced``: the seconds it waited for that). Exits 0
+when it restored whole, 1 when it did not, 2 when ``DIR`` cannot be read at all (named on stderr, no trace).
+``--termination-log PATH`` also writes the short form the controller reads from the pod's status
+(``contract.checkpoint_record.read_drill_verdict``), under the kubelet's 4096 bytes.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import time
@@ -17,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from daemons.checkpoint_verifier.check import report
-from daemons.checkpoint_verifier.restore import Restored, restore
+from daemons.checkpoint_verifier.restore import Reads, Restored, restore
 from daemons.toolkit.cli import daemon_parser
 
 #: The summary's share of the 4096 bytes the kubelet keeps of a termination message (the directory's name takes at
@@ -26,8 +28,9 @@ _SUMMARY_BYTES = 2048
 PROG = "checkpoint-verifier-drill"
 
 
-def drill_json(restored: Restored, seconds: float) -> dict[str, object]:
+def drill_json(restored: Restored, seconds: float, paced: float = 0.0) -> dict[str, object]:
     return {
+        "paced": round(paced, 3),
         "directory": restored.directory,
         "ok": restored.ok,
         "step": restored.step,
@@ -59,11 +62,24 @@ def termination_message(restored: Restored, seconds: float) -> str:
     )
 
 
+def _rate(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of MB/s") from None
+    if not 1 <= value <= 1_000_000:
+        raise argparse.ArgumentTypeError(f"{value} MB/s: 1 to 1000000")
+    return value
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = daemon_parser(PROG, __doc__.splitlines()[0] if __doc__ else "")
     parser.add_argument("directory", type=Path, help="the checkpoint's directory (step-<N> under the job's own)")
     parser.add_argument(
         "--termination-log", type=Path, default=None, help="also write a short verdict here (the pod's termination log)"
+    )
+    parser.add_argument(
+        "--max-read-mbps", type=_rate, default=None, help="read no faster than this many MB/s on average"
     )
     args = parser.parse_args(argv)
     started = time.monotonic()
@@ -72,7 +88,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{PROG}: {root} is not a directory this pod can read", file=sys.stderr)
         return 2
     try:
-        restored = restore(root)
+        reads = Reads(None if args.max_read_mbps is None else args.max_read_mbps * 1e6)
+        restored = restore(root, reads)
     except OSError as e:
         print(f"{PROG}: cannot read {root}: {e.strerror or e}", file=sys.stderr)
         return 2

@@ -89,6 +89,8 @@ def drill_job(
     """The restore drill Job ``name`` of ``job``'s verified checkpoint ``directory``, in the turn ``after``."""
     drill = settings.restore_drill
     command = [PYTHON, "-m", DRILL_MODULE, f"{job_directory(job)}/{directory}", "--termination-log", TERMINATION_LOG]
+    if drill.max_read_mbps is not None:
+        command += ["--max-read-mbps", str(drill.max_read_mbps)]
     return _job(
         settings,
         team,

@@ -18,7 +18,9 @@ This module does the same reading without torch and without running anything a p
 What it does not do: build tensors, check that values are finite, or read formats other than DCP's file system
 layout with ``torch.save`` records (the default ``SerializationFormat.TORCH_SAVE``; a safetensors-serialized DCP
 checkpoint is refused as unreadable). The bench (``benchmarks/bench_checkpoint_verify.py``) holds it against torch's
-own ``dcp.load`` on the same corrupt checkpoints. Memory stays bounded: files are streamed a block at a time.
+own ``dcp.load`` on the same corrupt checkpoints. Memory stays bounded: files are streamed a block at a time. A
+:class:`Reads` with a rate reads no faster than that on average, so a drill leaves the filesystem's bandwidth to the
+training that writes to it.
 """
 
 from __future__ import annotations
@@ -28,10 +30,11 @@ import math
 import pickle
 import pickletools
 import posixpath
+import time
 import zipfile
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -102,11 +105,37 @@ class Restored:
         return f"{self.directory}: {len(self.findings)} problem(s): {first}{more}"
 
 
+@dataclass
+class Reads:
+    """The bytes a restore read, and, with ``bytes_per_second``, a limit on how fast: after each read it sleeps until
+    the average rate since the first read is at most the limit (the clock and the sleep are passed in for tests)."""
+
+    bytes_per_second: float | None = None
+    clock: Callable[[], float] = time.monotonic
+    sleep: Callable[[float], None] = time.sleep
+    total: int = 0
+    #: Seconds slept to keep to the limit.
+    slept: float = 0.0
+    _started: float | None = field(default=None, repr=False)
+
+    def took(self, n: int) -> None:
+        now = self.clock()
+        if self._started is None:
+            self._started = now
+        self.total += n
+        if self.bytes_per_second is None:
+            return
+        ahead = self.total / self.bytes_per_second - (now - self._started)
+        if ahead > 0:
+            self.sleep(ahead)
+            self.slept += ahead
+
+
 class _Window(io.RawIOBase):
     """``length`` bytes of ``file`` from ``start``, as a file of their own (what ``zipfile`` opens)."""
 
-    def __init__(self, file: io.BufferedIOBase, start: int, length: int, counter: list[int]) -> None:
-        self.file, self.start, self.length, self.pos, self.counter = file, start, length, 0, counter
+    def __init__(self, file: io.BufferedIOBase, start: int, length: int, reads: Reads) -> None:
+        self.file, self.start, self.length, self.pos, self.reads = file, start, length, 0, reads
 
     def readable(self) -> bool:
         return True
@@ -130,7 +159,7 @@ class _Window(io.RawIOBase):
         self.file.seek(self.start + self.pos)
         got = self.file.readinto(view[:want]) or 0
         self.pos += got
-        self.counter[0] += got
+        self.reads.took(got)
         return got
 
 
@@ -237,10 +266,10 @@ def _tensor_problem(tensor: _Tensor, chunk: Chunk, stored: dict[str, int]) -> st
     return None
 
 
-def _read_record(file: io.BufferedIOBase, chunk: Chunk, counter: list[int]) -> None:
+def _read_record(file: io.BufferedIOBase, chunk: Chunk, reads: Reads) -> None:
     """Read one record whole; _RecordError naming what is wrong."""
     try:
-        with zipfile.ZipFile(_Window(file, chunk.offset, chunk.length, counter)) as archive:
+        with zipfile.ZipFile(_Window(file, chunk.offset, chunk.length, reads)) as archive:
             entries = archive.infolist()
             prefix = entries[0].filename.split("/", 1)[0] + "/" if entries else ""
             pickles = [i for i in entries if i.filename == f"{prefix}data.pkl"]
@@ -284,7 +313,7 @@ def _read_record(file: io.BufferedIOBase, chunk: Chunk, counter: list[int]) -> N
         raise _RecordError(Problem.WRONG_TENSOR, problem)
 
 
-def _records(directory: Path, chunks: tuple[Chunk, ...], counter: list[int]) -> Iterator[Finding | None]:
+def _records(directory: Path, chunks: tuple[Chunk, ...], reads: Reads) -> Iterator[Finding | None]:
     """Each record read: None when it read whole, else what is wrong (file by file, in the order of their bytes)."""
     by_file: dict[str, list[Chunk]] = {}
     for c in chunks:
@@ -305,15 +334,17 @@ def _records(directory: Path, chunks: tuple[Chunk, ...], counter: list[int]) -> 
                     )
                     continue
                 try:
-                    _read_record(file, c, counter)
+                    _read_record(file, c, reads)
                 except _RecordError as e:
                     yield Finding(e.problem, f"{c.fqn!r} in {path} at {c.offset}: {e}")
                 else:
                     yield None
 
 
-def restore(directory: Path) -> Restored:
-    """Read the checkpoint in ``directory`` as a restart would; OSError when the directory cannot be read at all."""
+def restore(directory: Path, reads: Reads | None = None) -> Restored:
+    """Read the checkpoint in ``directory`` as a restart would, counting (and, with a rate, pacing) its reads in
+    ``reads``; OSError when the directory cannot be read at all."""
+    reads = reads if reads is not None else Reads()
     name = posixpath.basename(str(directory).rstrip("/"))
     step = step_of(name)
     try:
@@ -326,12 +357,12 @@ def restore(directory: Path) -> Restored:
     except MetadataError as e:
         finding = Finding(Problem.UNREADABLE_METADATA, f"{DCP_METADATA} {e}")
         return Restored(str(directory), step, 0, 0, len(raw), (finding,))
-    counter = [len(raw)]
+    reads.took(len(raw))
     findings: list[Finding] = []
     read = 0
-    for outcome in _records(directory, metadata.chunks, counter):
+    for outcome in _records(directory, metadata.chunks, reads):
         if outcome is None:
             read += 1
         else:
             findings.append(outcome)
-    return Restored(str(directory), step, read, len(metadata.chunks), counter[0], tuple(findings))
+    return Restored(str(directory), step, read, len(metadata.chunks), reads.total, tuple(findings))

@@ -67,6 +67,7 @@ def test_a_verified_checkpoint_is_drilled_at_once_then_every_interval(api: FakeA
     assert (meta["labels"][QUEUE_LABEL], meta["labels"][PRIORITY_LABEL]) == ("training", "research-scavenger")
     (container,) = pod["containers"]
     assert container["command"][2:4] == ["daemons.checkpoint_verifier.drill", f"/checkpoints/{JOB}/step-100"]
+    assert container["command"][-2:] == ["--max-read-mbps", "500"]  # it leaves the filesystem to training
     assert container["volumeMounts"] == [{"name": CHECKPOINT_CLAIM, "mountPath": "/checkpoints", "readOnly": True}]
     assert "nvidia.com/gpu" not in container["resources"]["limits"]
     assert pod["automountServiceAccountToken"] is False

@@ -18,7 +18,7 @@ import pytest
 from contract.checkpoint_record import read_drill_verdict
 from daemons.checkpoint_verifier import drill
 from daemons.checkpoint_verifier.check import main as check_main
-from daemons.checkpoint_verifier.restore import Problem, restore
+from daemons.checkpoint_verifier.restore import Problem, Reads, restore
 from sim.checkpoint_faults import CAPTURED, CORRUPTIONS, SILENT
 
 #: Every tensor and object each captured checkpoint holds (``capture.py``).
@@ -148,3 +148,37 @@ def test_a_directory_that_cannot_be_read_is_exit_2_with_no_trace(
     err = capsys.readouterr().err
     assert "is not a directory this pod can read" in err
     assert "Traceback" not in err
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def test_a_paced_restore_reads_no_faster_than_its_rate_and_an_unpaced_one_never_waits() -> None:
+    clock = _Clock()
+    paced = Reads(bytes_per_second=1000.0, clock=clock, sleep=clock.sleep)
+    restored = restore(CAPTURED / "step-100", paced)
+    assert restored.ok
+    assert paced.total == restored.bytes_read
+    # every read is read instantly on this clock: the waits alone bring the average down to the rate
+    assert clock.now == pytest.approx(restored.bytes_read / 1000.0)
+    assert paced.slept == pytest.approx(clock.now)
+    fast = _Clock()
+    unpaced = Reads(clock=fast, sleep=fast.sleep)
+    assert restore(CAPTURED / "step-100", unpaced).ok
+    assert (fast.now, unpaced.slept) == (0.0, 0.0)
+
+
+@pytest.mark.parametrize("rate", ["0", "fast", "-5"])
+def test_a_rate_that_is_no_rate_is_refused_by_name(rate: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        drill.main([str(CAPTURED / "step-100"), "--max-read-mbps", rate])
+    assert exit_.value.code == 2
+    assert "--max-read-mbps" in capsys.readouterr().err
