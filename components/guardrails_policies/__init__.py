@@ -19,6 +19,7 @@ from collections.abc import Callable
 from components.guardrails_policies.checkpoints import (
     checkpoint_verifier_changes_claims_only_by_its_records,
     checkpoint_verifier_creates_only_check_jobs,
+    checkpoint_verifier_deletes_only_its_jobs,
     resume_entries_are_the_verifiers,
     verified_records_are_the_verifiers,
 )
@@ -88,6 +89,7 @@ RULES: list[Callable[[GuardrailInputs], Policy | None]] = [
     resume_entries_are_the_verifiers,
     checkpoint_verifier_changes_claims_only_by_its_records,
     checkpoint_verifier_creates_only_check_jobs,
+    checkpoint_verifier_deletes_only_its_jobs,
     make_before_break_writes_only_its_reservations,
     make_before_break_moves_only_by_annotations,
     make_before_break_marks_pods_only_for_removal,

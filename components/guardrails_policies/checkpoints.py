@@ -8,10 +8,17 @@ the claim (its reports): without a rule it could write its own record and call a
 from __future__ import annotations
 
 from components.guardrails_policies.controllers import KEEPS, field_unchanged, map_unchanged_but
-from components.guardrails_policies.model import JOB_CREATES, GuardrailInputs, Policy, Validation, cel, is_in
+from components.guardrails_policies.model import JOB_CREATES, JOBS, GuardrailInputs, Policy, Validation, cel, is_in
 from contract.checkpoints import CHECKPOINTS_MOUNT
 from contract.constants import CHECKPOINT_CLAIM, RESUME_CONFIGMAP, VERIFIED_ANNOTATION_PREFIX
-from contract.controllers.checkpoint_verifier import CHECK_MODULE, CHECK_OF_LABEL, DRILL_MODULE, NAME
+from contract.controllers.checkpoint_verifier import (
+    APP,
+    CHECK_MODULE,
+    CHECK_OF_LABEL,
+    DRILL_MODULE,
+    MANAGED_BY_LABEL,
+    NAME,
+)
 from contract.spec import PYTHON
 
 CLAIM_WRITES = {
@@ -98,6 +105,29 @@ def resume_entries_are_the_verifiers(inputs: GuardrailInputs) -> Policy | None:
                 expression=f"request.operation == 'CREATE' ? {empty} : {unchanged}",
                 message=f"only the checkpoint verifier writes the entries of {RESUME_CONFIGMAP}: a restart resumes "
                 "from the checkpoint it names, and only a verified one may be named",
+            ),
+        ),
+    )
+
+
+def checkpoint_verifier_deletes_only_its_jobs(inputs: GuardrailInputs) -> Policy | None:
+    """The verifier's token deletes a Job only when it is one of its own (a check or drill Job Kueue never admitted):
+    never a team's training."""
+    user = inputs.user_of(NAME)
+    if user is None:
+        return None
+    labels = "oldObject.metadata.labels"
+    return Policy(
+        name="checkpoint-verifier-deletes-only-its-jobs",
+        summary="The checkpoint verifier deletes only its own check and drill Jobs.",
+        resource_rules=({**JOBS, "operations": ["DELETE"]},),
+        match_conditions=({"name": "is-the-verifier", "expression": f"request.userInfo.username == {cel(user)}"},),
+        validations=(
+            Validation(
+                expression=f"has({labels}) && {cel(CHECK_OF_LABEL)} in {labels}"
+                f" && {cel(MANAGED_BY_LABEL)} in {labels} && {labels}[{cel(MANAGED_BY_LABEL)}] == {cel(APP)}",
+                message=f"the checkpoint verifier may delete only its own Jobs ({CHECK_OF_LABEL}, "
+                f"{MANAGED_BY_LABEL}: {APP})",
             ),
         ),
     )

@@ -14,8 +14,8 @@ Each job's latest verified checkpoint is also its entry in the team's ``checkpoi
 job's pods mount as ``GPUCLUSTER_RESUME_FILE``: a restart is told where to resume.
 
 Least privilege (the rules below): in each team namespace the checkpoints claim and the checkpoint-resume ConfigMap
-(get, patch), Jobs (read, create), pods (read: the termination message) and Events (create); in its own namespace its
-Lease. Two admission rules hold
+(get, patch), Jobs (read, create, delete: one Kueue never admitted), pods (read: the termination message) and Events
+(create); in its own namespace its Lease. Two admission rules hold
 the rest (``components/guardrails_policies/checkpoints.py``): it changes the claim only by its records, and every Job
 it creates is a check Job (its image, its command, the claim read-only, no GPU); nobody else writes its records.
 """
@@ -35,11 +35,12 @@ READ = ("get", "list", "watch")
 
 
 def team_rules() -> tuple[Rule, ...]:
-    """A Role in each team namespace: no delete anywhere (a finished check Job goes by its TTL), no Secret."""
+    """A Role in each team namespace: no Secret; delete only for Jobs (a finished one goes by its TTL; the verifier
+    deletes one Kueue never admitted within its deadline, and an admission rule holds it to its own)."""
     return (
         Rule(("",), ("persistentvolumeclaims",), ("get", "patch"), (CHECKPOINT_CLAIM,)),
         Rule(("",), ("configmaps",), ("get", "patch"), (RESUME_CONFIGMAP,)),
-        Rule(("batch",), ("jobs",), (*READ, "create")),
+        Rule(("batch",), ("jobs",), (*READ, "create", "delete")),
         Rule(("",), ("pods",), READ),
         Rule(("",), ("events",), ("create",)),
     )
@@ -50,6 +51,8 @@ PREFIX = "gpucluster_checkpoint_verifier"
 
 NAME = "checkpoint-verifier"
 APP = f"gpucluster-{NAME}"
+#: On every check and drill Job and its pods: that the verifier made it (what it may delete by).
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 #: On every check Job and its pods: the training job whose checkpoint it checks (what the controller lists by).
 CHECK_OF_LABEL = "checkpoint.gpucluster.io/check-of"
 #: On every check Job: the report it checks (the report's RFC 3339 time) and the last verified step it must beat.

@@ -27,6 +27,7 @@ from contract.checkpoint_record import Record, after_drill, next_record, render_
 from contract.checkpoint_verifier_settings import CheckpointVerifierSettings, TeamQueue
 from contract.constants import CHECKPOINT_CLAIM, VERIFIED_ANNOTATION_PREFIX
 from contract.times import unix_seconds
+from daemons.checkpoint_verifier.abandon import Waiting, given_up
 from daemons.checkpoint_verifier.decide import Check, Decision, Report, State, decide
 from daemons.checkpoint_verifier.drills import DrillDecision, DrillJob, DrillState, decide_drills
 from daemons.checkpoint_verifier.job import check_job, drill_job
@@ -43,6 +44,7 @@ COMPONENT = "gpucluster-checkpoint-verifier"
 REASON_VERIFIED = "CheckpointVerified"
 REASON_REJECTED = "CheckpointRejected"
 REASON_CHECK_FAILED = "CheckpointCheckFailed"
+REASON_NOT_ADMITTED = "CheckpointJobNotAdmitted"
 REASON_DRILLED = "CheckpointRestoreDrilled"
 REASON_DRILL_FAILED = "CheckpointRestoreFailed"
 
@@ -52,6 +54,7 @@ class Api(Protocol):
     def list_checks(self, namespace: str) -> list[Mapping[str, Any]]: ...
     def list_check_pods(self, namespace: str) -> list[Mapping[str, Any]]: ...
     def create_check(self, body: dict[str, Any]) -> None: ...
+    def delete_job(self, namespace: str, name: str) -> None: ...
     def write_record(self, namespace: str, annotation: str, value: str, resource_version: str) -> None: ...
     def resume_configmap(self, namespace: str) -> Mapping[str, Any] | None: ...
     def write_resume(self, namespace: str, data: Mapping[str, str | None]) -> None: ...
@@ -75,6 +78,8 @@ class CycleResult:
     unknown: dict[str, str] = field(default_factory=dict)
     jobs: list[JobResult] = field(default_factory=list)
     drills: list[JobResult] = field(default_factory=list)
+    #: Our Jobs deleted (or, standing by or in a dry run, that would be) for Kueue never admitting them.
+    given_up: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -85,6 +90,8 @@ class _Read:
     claim_objects: dict[str, Mapping[str, Any]] = field(default_factory=dict)
     checks: list[Check] = field(default_factory=list)
     drills: list[DrillJob] = field(default_factory=list)
+    #: Our Jobs still suspended (Kueue has not admitted them), with when they were created.
+    waiting: list[Waiting] = field(default_factory=list)
     #: Each namespace's checkpoint-resume entries, as read; absent where there is no such ConfigMap or it failed.
     resume: dict[str, dict[str, str]] = field(default_factory=dict)
 
@@ -136,8 +143,8 @@ class Controller(OnTheApi[CheckpointVerifierSettings, Api, Metrics]):
             view = claim_view(ns, claim, self.settings.restore_drill.stale_after_seconds)
             read.claims[ns] = view
             read.claim_objects[ns] = claim
-            read.checks += checks(ns, jobs, pods, result.problems)
-            read.drills += drill_jobs(ns, jobs, pods, result.problems)
+            read.checks += checks(ns, jobs, pods, result.problems, read.waiting)
+            read.drills += drill_jobs(ns, jobs, pods, result.problems, read.waiting)
             result.problems += view.problems
         for problem in result.problems:
             self.metrics.record_problems.inc()
@@ -156,6 +163,7 @@ class Controller(OnTheApi[CheckpointVerifierSettings, Api, Metrics]):
         reports: list[Report] = [r for view in read.claims.values() for r in view.reports]
         records = {key: record for view in read.claims.values() for key, record in view.records.items()}
         now = self.clock()
+        self._give_up(read, now, result)
         decisions = decide(
             reports,
             records,
@@ -184,6 +192,38 @@ class Controller(OnTheApi[CheckpointVerifierSettings, Api, Metrics]):
         result.seconds = self.monotonic() - started
         self.metrics.cycle_seconds.observe(result.seconds)
         return result
+
+    def _give_up(self, read: _Read, now: float, result: CycleResult) -> None:
+        """Delete our Jobs Kueue never admitted within their deadline; the decisions then go on without them."""
+        deadlines = {
+            "check": self.settings.check_deadline_seconds,
+            "drill": self.settings.restore_drill.deadline_seconds,
+        }
+        gone: set[tuple[str, str]] = set()
+        for w in given_up(read.waiting, now=now, deadlines=deadlines):
+            if not self._writes():
+                result.given_up.append(f"would delete {w.namespace}/{w.name}")
+                continue
+            try:
+                self.api.delete_job(w.namespace, w.name)
+            except KubeError as exc:
+                self.metrics.kube_errors.labels("delete-job").inc()
+                log.warning(
+                    "cannot delete a job never admitted", extra={"job": f"{w.namespace}/{w.name}", "error": str(exc)}
+                )
+                continue
+            gone.add((w.namespace, w.name))
+            result.given_up.append(f"{w.namespace}/{w.name}")
+            self.metrics.given_up.labels(w.kind).inc()
+            waited = now - (w.suspended_since or now)
+            message = (
+                f"{w.job}: {w.kind} job {w.name} was not admitted by Kueue in {waited:.0f}s (its queue stopped, or no "
+                "CPU quota left for it?); deleted, it is run again"
+            )
+            self.events.record(self._involved(w.namespace, read), w.namespace, "Warning", REASON_NOT_ADMITTED, message)
+        if gone:
+            read.checks = [c for c in read.checks if (c.namespace, c.name) not in gone]
+            read.drills = [d for d in read.drills if (d.namespace, d.name) not in gone]
 
     def _writes(self) -> bool:
         return not self.dry_run and self.is_leader()
@@ -399,6 +439,7 @@ def summary(result: CycleResult) -> dict[str, object]:
             {"namespace": j.namespace, "job": j.job, "state": j.state.value, "action": j.action, "drill": j.check}
             for j in result.drills
         ],
+        "givenUp": result.given_up,
         "problems": result.problems,
         "seconds": round(result.seconds, 3),
     }

@@ -37,11 +37,10 @@ from contract.controllers.checkpoint_verifier import (
     DRILL_KIND,
     DRILL_MODULE,
     KIND_LABEL,
+    MANAGED_BY_LABEL,
     TERMINATION_LOG,
 )
 from contract.spec import PYTHON
-
-MANAGED_BY = "app.kubernetes.io/managed-by"
 
 
 def check_job(
@@ -74,7 +73,7 @@ def check_job(
         settings,
         team,
         name=name,
-        labels={CHECK_OF_LABEL: job, MANAGED_BY: APP},
+        labels={CHECK_OF_LABEL: job, MANAGED_BY_LABEL: APP},
         annotations=annotations,
         container=CHECK_CONTAINER,
         command=command,
@@ -95,7 +94,7 @@ def drill_job(
         settings,
         team,
         name=name,
-        labels={CHECK_OF_LABEL: job, KIND_LABEL: DRILL_KIND, MANAGED_BY: APP},
+        labels={CHECK_OF_LABEL: job, KIND_LABEL: DRILL_KIND, MANAGED_BY_LABEL: APP},
         annotations={DRILL_AFTER_ANNOTATION: after},
         container=DRILL_CONTAINER,
         command=command,

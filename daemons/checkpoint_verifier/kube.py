@@ -4,7 +4,8 @@ NotFoundError).
 
 Reads, per team namespace (it holds Roles there, nothing cluster-wide): the ``checkpoints`` claim, its check and
 drill Jobs and their pods (label ``checkpoint.gpucluster.io/check-of``), the ``checkpoint-resume`` ConfigMap.
-Writes: a check or drill Job (create only: a second replica's create of the same name is refused as already there),
+Writes: a check or drill Job (create: a second replica's create of the same name is refused as already there; delete:
+one Kueue never admitted within its deadline),
 its record on the claim (a merge patch carrying the resourceVersion read, so a replica that read a stale claim gets a
 conflict, not a lost record), the jobs' entries in the ConfigMap (a merge patch of those keys), and Events.
 """
@@ -66,3 +67,12 @@ class KubeApi(BaseKubeApi):
         path = f"/api/v1/namespaces/{quote(namespace)}/configmaps/{RESUME_CONFIGMAP}"
         what = f"entries of {namespace}/{RESUME_CONFIGMAP}"
         self.request("PATCH", path, what, body={"data": dict(data)}, content_type=MERGE_PATCH)
+
+    def delete_job(self, namespace: str, name: str) -> None:
+        """Delete one of its Jobs and its pods (background propagation); one already gone is no error."""
+        path = f"/apis/batch/v1/namespaces/{quote(namespace)}/jobs/{quote(name)}"
+        body = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Background"}
+        try:
+            self.request("DELETE", path, f"delete job {namespace}/{name}", body=body)
+        except NotFoundError:
+            return

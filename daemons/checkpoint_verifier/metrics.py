@@ -23,6 +23,7 @@ OPERATIONS = (
     "read-resume",
     "create-check",
     "create-drill",
+    "delete-job",
     "write-record",
     "write-resume",
 )
@@ -75,6 +76,12 @@ class Metrics(ControllerMetrics):
         self.drills_started = self.counter("drills_started", "Restore drill Jobs this replica created")
         self.drills_recorded = self.counter(
             "drills_recorded", "Restore drills this replica recorded, by outcome", ["outcome"], known=DRILL_OUTCOMES
+        )
+        self.given_up = self.counter(
+            "jobs_given_up",
+            "Check or drill Jobs this replica deleted because Kueue did not admit them within their deadline",
+            ["kind"],
+            known=("check", "drill"),
         )
         self.resume_writes = self.counter(
             "resume_writes", "Writes of the jobs' entries in a team's checkpoint-resume ConfigMap by this replica"

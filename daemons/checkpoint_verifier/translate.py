@@ -26,6 +26,7 @@ from contract.controllers.checkpoint_verifier import (
 )
 from contract.model import parse_duration
 from contract.times import unix_seconds
+from daemons.checkpoint_verifier.abandon import Waiting
 from daemons.checkpoint_verifier.decide import Check, Report
 from daemons.checkpoint_verifier.drills import DrillJob
 
@@ -132,6 +133,15 @@ class _Ours:
     of: str
     attempt: int
     finished_at: float | None
+    #: When it was created, while it is still suspended (Kueue has not admitted it); None once it is not.
+    suspended_since: float | None
+
+
+def _suspended_since(job: Mapping[str, Any]) -> float | None:
+    spec = job.get("spec")
+    if not isinstance(spec, Mapping) or spec.get("suspend") is not True:
+        return None
+    return unix_seconds(_meta(job).get("creationTimestamp"))
 
 
 def _ours(namespace: str, job: Mapping[str, Any], annotation: str, what: str, problems: list[str]) -> _Ours | None:
@@ -144,7 +154,8 @@ def _ours(namespace: str, job: Mapping[str, Any], annotation: str, what: str, pr
     if not name or not training_job or of is None or not suffix.isdigit():
         problems.append(f"job {namespace}/{name}: not a {what} job of the verifier")
         return None
-    return _Ours(name, training_job, of, int(suffix), _finished_at(job))
+    finished = _finished_at(job)
+    return _Ours(name, training_job, of, int(suffix), finished, _suspended_since(job) if finished is None else None)
 
 
 def _verdict(
@@ -160,9 +171,13 @@ def _verdict(
 
 
 def checks(
-    namespace: str, jobs: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]], problems: list[str]
+    namespace: str,
+    jobs: Iterable[Mapping[str, Any]],
+    pods: Iterable[Mapping[str, Any]],
+    problems: list[str],
+    waiting: list[Waiting] | None = None,
 ) -> list[Check]:
-    """Our check Jobs with their verdicts."""
+    """Our check Jobs with their verdicts; each one still suspended is also added to ``waiting``."""
     messages = _messages(pods, CHECK_CONTAINER)
     out: list[Check] = []
     for job in jobs:
@@ -172,15 +187,22 @@ def checks(
         if ours is None:
             continue
         verdict = _verdict(namespace, ours, messages, read_verdict, problems)
+        if waiting is not None and ours.suspended_since is not None:
+            waiting.append(Waiting(namespace, ours.name, ours.job, "check", ours.suspended_since))
         running = ours.finished_at is None
         out.append(Check(ours.name, namespace, ours.job, ours.of, ours.attempt, running, verdict, ours.finished_at))
     return out
 
 
 def drill_jobs(
-    namespace: str, jobs: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]], problems: list[str]
+    namespace: str,
+    jobs: Iterable[Mapping[str, Any]],
+    pods: Iterable[Mapping[str, Any]],
+    problems: list[str],
+    waiting: list[Waiting] | None = None,
 ) -> list[DrillJob]:
-    """Our restore drill Jobs (``checkpoint.gpucluster.io/kind: restore-drill``) with their verdicts."""
+    """Our restore drill Jobs (``checkpoint.gpucluster.io/kind: restore-drill``) with their verdicts; each one still
+    suspended is also added to ``waiting``."""
     messages = _messages(pods, DRILL_CONTAINER)
     out: list[DrillJob] = []
     for job in jobs:
@@ -190,6 +212,8 @@ def drill_jobs(
         if ours is None:
             continue
         verdict = _verdict(namespace, ours, messages, read_drill_verdict, problems)
+        if waiting is not None and ours.suspended_since is not None:
+            waiting.append(Waiting(namespace, ours.name, ours.job, "drill", ours.suspended_since))
         running = ours.finished_at is None
         out.append(DrillJob(ours.name, namespace, ours.job, ours.of, ours.attempt, running, verdict, ours.finished_at))
     return out

@@ -969,6 +969,20 @@ def test_only_the_verifier_writes_checkpoint_records_and_it_writes_only_records_
     assert as_verifier.returncode == 0, as_verifier.stderr
     labelled = kubectl("label", "configmap", "checkpoint-resume", "-n", TEAM, "team=a")
     assert labelled.returncode == 0, labelled.stderr  # anything but its entries is anyone's to change
+    # it deletes its own Jobs (one Kueue never admitted), never a team's
+    proc = kubectl("create", "-f", "-", doc=good)
+    assert proc.returncode == 0, proc.stderr
+    theirs = copy.deepcopy(good)
+    kept = {k: v for k, v in good["metadata"]["labels"].items() if k.startswith("kueue.x-k8s.io/")}
+    theirs["metadata"] = {"name": "training-step", "namespace": TEAM, "labels": kept}
+    theirs["spec"]["template"]["metadata"] = {}
+    proc = kubectl("create", "-f", "-", doc=theirs)
+    assert proc.returncode == 0, proc.stderr
+    deleted = kubectl("delete", "job", "training-step", "-n", TEAM, "--dry-run=server", "--as", VERIFIER_USER)
+    assert deleted.returncode != 0
+    assert "checkpoint-verifier-deletes-only-its-jobs" in deleted.stderr, deleted.stderr
+    ours = kubectl("delete", "job", good["metadata"]["name"], "-n", TEAM, "--dry-run=server", "--as", VERIFIER_USER)
+    assert ours.returncode == 0, ours.stderr
     # its restore drill Job is taken too, but not one reading outside the checkpoints volume
     drill = drill_job(settings, team, name="restore-drill-x-0", job="llm", directory="step-100", after="none")
     assert created_as_verifier(drill) is None

@@ -6,8 +6,9 @@ refuses it) and their pods, and Events. :meth:`FakeApi.run_checks` plays the Job
 each pending Job's own command (``python3 -m daemons.checkpoint_verifier.check ...`` or ``...drill ...``, as the
 Job says it) in this process against ``volume`` (the directory standing for the claim, mounted at
 ``/checkpoints``), and writes what the check left in its termination log into the pod's status, with the Job's
-Complete or Failed condition. What it does not model: Kueue's admission (a Job runs when ``run_checks`` is
-called), the deadline, pods that never start.
+Complete or Failed condition. A Job is created suspended, as Kueue's webhook leaves it, and ``run_checks`` admits it;
+one never run stays suspended, as a Job Kueue never admits. What it does not model: Kueue's queueing order, the
+deadline of a running Job, pods that never start.
 """
 
 from __future__ import annotations
@@ -86,6 +87,7 @@ class FakeApi:
         for (ns, name), job in sorted(self.jobs.items()):
             if "conditions" in job.get("status", {}):
                 continue
+            job["spec"]["suspend"] = False  # admitted
             container = job["spec"]["template"]["spec"]["containers"][0]
             command = container["command"]
             modules = {CHECK_MODULE: check.main, DRILL_MODULE: drill.main}
@@ -131,6 +133,14 @@ class FakeApi:
         if key in self.jobs:
             raise ConflictError(f"create check job {key}: conflict (AlreadyExists)")
         self.jobs[key] = json.loads(json.dumps(body))
+        self.jobs[key]["metadata"]["creationTimestamp"] = rfc3339(self.clock)
+        # Kueue's webhook suspends a Job of a LocalQueue until it is admitted (``run_checks`` admits it).
+        self.jobs[key]["spec"]["suspend"] = True
+
+    def delete_job(self, namespace: str, name: str) -> None:
+        self._call("delete_job")
+        self.jobs.pop((namespace, name), None)
+        self.pods.pop((namespace, f"{name}-pod"), None)
 
     def write_record(self, namespace: str, annotation: str, value: str, resource_version: str) -> None:
         self._call("write_record")

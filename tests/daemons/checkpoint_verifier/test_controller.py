@@ -295,3 +295,35 @@ def test_without_its_configmap_the_verifier_still_verifies_and_names_what_is_mis
     result = c.cycle()
     assert record(api)["verified"] is not None
     assert any("no checkpoint-resume ConfigMap" in p for p in result.problems), result.problems
+
+
+def test_a_check_kueue_never_admits_is_given_up_after_its_deadline_and_run_again(api: FakeApi) -> None:
+    c = controller(api, checkDeadline="10m")
+    save(api, "step-100")
+    api.report(NS, JOB, START)
+    c.cycle()
+    (first,) = api.jobs
+    api.clock += 600  # exactly the deadline: still waited for
+    assert [j.state for j in c.cycle().jobs] == [State.CHECKING]
+    api.clock += 1
+    result = c.cycle()
+    assert result.given_up == [f"{NS}/{first[1]}"]
+    assert [j.state for j in result.jobs] == [State.START]  # decided afresh, without the deleted Job
+    warning = api.events[-1]
+    assert (warning["type"], warning["reason"]) == ("Warning", "CheckpointJobNotAdmitted")
+    assert "not admitted by Kueue in 601s" in warning["message"]
+    assert sample(c, "jobs_given_up_total", kind="check") == 1
+    api.run_checks()  # admitted this time
+    c.cycle()
+    assert record(api)["verified"] is not None
+
+
+def test_a_standby_never_deletes_a_job_kueue_has_not_admitted(api: FakeApi) -> None:
+    save(api, "step-100")
+    api.report(NS, JOB, START)
+    controller(api, checkDeadline="10m").cycle()
+    api.clock += 601
+    standby = controller(api, leader=False, checkDeadline="10m")
+    result = standby.cycle()
+    assert [g.startswith("would delete") for g in result.given_up] == [True]
+    assert len(api.jobs) == 1

@@ -179,3 +179,16 @@ def test_a_standby_or_a_dry_run_starts_no_drill(api: FakeApi, leader: bool, dry_
     result = c.cycle()
     assert [(d.state, d.action) for d in result.drills] == [(DrillState.START, "would-start")]
     assert len(api.jobs) == before
+
+
+def test_a_drill_kueue_never_admits_is_given_up_after_its_deadline(api: FakeApi) -> None:
+    c = drilling(api, deadline="1h")
+    verified(api, c)
+    c.cycle()
+    (drill,) = drill_jobs(api)
+    api.clock += HOUR + 1
+    api.report(NS, JOB, api.clock)  # still checkpointing
+    result = c.cycle()
+    assert result.given_up == [f"{NS}/{drill['metadata']['name']}"]  # type: ignore[index]
+    assert sample(c, "jobs_given_up_total", kind="drill") == 1
+    assert api.events[-1]["reason"] == "CheckpointJobNotAdmitted"
