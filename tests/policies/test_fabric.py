@@ -71,7 +71,9 @@ def strip_rdma(jobset: dict[str, Any]) -> None:
     [
         (strip_rdma, "container trainer does not request rdma/ib; container trainer lacks the IPC_LOCK capability"),
         (
-            lambda js: trainer(js)["volumeMounts"].pop(),
+            lambda js: trainer(js).update(
+                volumeMounts=[m for m in trainer(js)["volumeMounts"] if m["mountPath"] != "/dev/shm"]
+            ),
             "container trainer has no memory-backed /dev/shm",
         ),
         (
