@@ -190,7 +190,7 @@ def checkpoint_verifier_creates_only_check_jobs(inputs: GuardrailInputs) -> Poli
                 f" && (({container}.command.slice(0, 4) == {command}"
                 f" && {container}.command[4].startsWith({under}))"
                 f" || ({container}.command.slice(0, 3) == {drill}"
-                f" && {container}.command[3].startsWith({under}) && !{container}.command[3].contains('..')))"
+                f" && {container}.command[3].startsWith({under}) && !{container}.command[3].contains('/..')))"
                 f" && !has({container}.args)",
                 message=f"the checkpoint verifier may create only its check and drill Jobs ({CHECK_OF_LABEL}): one "
                 f"container of {inputs.checkpoint_verifier_image} running {PYTHON} -m {CHECK_MODULE} --newest-under "

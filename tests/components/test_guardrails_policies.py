@@ -987,9 +987,13 @@ def test_only_the_verifier_writes_checkpoint_records_and_it_writes_only_records_
     drill = drill_job(settings, team, name="restore-drill-x-0", job="llm", directory="step-100", after="none")
     assert created_as_verifier(drill) is None
     drill_command = drill["spec"]["template"]["spec"]["containers"][0]["command"]
-    for path in ("/etc/shadow", "/checkpoints/../etc"):
+    for path in ("/etc/shadow", "/checkpoints/../etc", "/checkpoints/llm/.."):
         stray = copy.deepcopy(drill)
         stray["spec"]["template"]["spec"]["containers"][0]["command"] = [*drill_command[:3], path, *drill_command[4:]]
         said = created_as_verifier(stray)
         assert said is not None, path
         assert "may create only its check and drill Jobs" in said, said
+    # a step directory whose name holds two dots is still a checkpoint (step_of reads its digits) and is drilled
+    dotted = copy.deepcopy(drill)
+    dotted["spec"]["template"]["spec"]["containers"][0]["command"][3] = "/checkpoints/llm/run..step-100"
+    assert created_as_verifier(dotted) is None
