@@ -71,20 +71,10 @@ images-lock: venv ## resolve the daemon image's wheels from pyproject.toml's pin
 	$(PY) -m images lock
 
 # The tests that need no simulated cluster run on two workers (a file's tests that share one directory or build the
-# images once are grouped onto one worker); then the integration tests: those on the one simulated cluster one at a
-# time (marked cluster), and beside them, in a second process, those that start their own API server, Prometheus or
-# engine (their output follows the cluster's). Both must pass.
+# images once are grouped onto one worker); then the integration tests, one at a time, against the one cluster.
 test: lint debian-deps tools go-test ## the test command: lint, then every test (Go, unit, Ansible, telemetry, integration)
 	$(PY) -m pytest -n 2 --dist loadgroup -m "not integration"
-	@mkdir -p .state; rm -f .state/integration-beside.log; \
-	$(PY) -m pytest -m "integration and not cluster" -p no:cacheprovider --basetemp=.state/pytest-beside \
-		> .state/integration-beside.log 2>&1 & beside=$$!; \
-	$(PY) -m pytest -m "integration and cluster"; cluster=$$?; \
-	wait $$beside; besides=$$?; \
-	echo "--- the integration tests beside the cluster's (.state/integration-beside.log):"; \
-	cat .state/integration-beside.log; \
-	echo "integration: on the cluster exit $$cluster, beside it exit $$besides"; \
-	test $$cluster -eq 0 && test $$besides -eq 0
+	$(PY) -m pytest -m integration
 
 unit: $(STAMP) ## unit tests only (no simulated cluster)
 	$(PY) -m pytest -m "not integration and not molecule and not images"
