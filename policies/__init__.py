@@ -12,6 +12,7 @@ from policies.descheduler import descheduler_bounded
 from policies.fabric import training_jobs_use_the_fabric
 from policies.images import images_pinned, prod_images_by_digest
 from policies.inference import inference_gpu_deployments_burstable, inference_gpu_deployments_have_pdb
+from policies.kueue_api import kueue_objects_are_v1beta2
 from policies.make_before_break import (
     inference_deployments_make_before_break,
     training_queues_carry_make_before_break,
@@ -52,6 +53,7 @@ ALL_POLICIES: list[Policy] = [
     quota_controller_where_queues_are,
     flavors_select_accepted_nodes,
     training_jobs_use_the_fabric,
+    kueue_objects_are_v1beta2,
 ]
 
 #: The policies that only advise: what a stack's choice costs, never a refusal.

@@ -23,10 +23,8 @@ from policies.common import MANDATORY, Report, dig
 DEPLOYMENT = "kubernetes:apps/v1:Deployment"
 CONFIG_MAP = "kubernetes:core/v1:ConfigMap"
 RESOURCE_FLAVOR = "kubernetes:kueue.x-k8s.io/v1beta2:ResourceFlavor"
-CLUSTER_QUEUE_TYPES = (
-    "kubernetes:kueue.x-k8s.io/v1beta2:ClusterQueue",
-    "kubernetes:kueue.x-k8s.io/v1beta1:ClusterQueue",
-)
+#: v1beta2 only: an older version is refused by kueue-objects-are-v1beta2.
+CLUSTER_QUEUE_TYPES = ("kubernetes:kueue.x-k8s.io/v1beta2:ClusterQueue",)
 SETTINGS_VALUE = "quota-controller"
 SETTINGS_FILE = "settings.json"
 

@@ -27,10 +27,8 @@ from policies.common import MANDATORY, Report, dig, object_ref, schema
 from policies.inference import _CONFIG, _gpu_inference_deployment, tolerates
 
 ADMISSION_CHECK = "kubernetes:kueue.x-k8s.io/v1beta2:AdmissionCheck"
-CLUSTER_QUEUE_TYPES = (
-    "kubernetes:kueue.x-k8s.io/v1beta2:ClusterQueue",
-    "kubernetes:kueue.x-k8s.io/v1beta1:ClusterQueue",
-)
+#: v1beta2 only: an older version is refused by kueue-objects-are-v1beta2.
+CLUSTER_QUEUE_TYPES = ("kubernetes:kueue.x-k8s.io/v1beta2:ClusterQueue",)
 #: What a training queue without the check costs (the advisory policy says it).
 COST = (
     "training preempts every inference replica on its GPUs at once, and serving dips until the burst path "
@@ -91,14 +89,13 @@ inference_deployments_make_before_break = ResourceValidationPolicy(
 
 
 def listed_checks(props: Mapping[str, Any]) -> list[str]:
-    """The AdmissionChecks a ClusterQueue lists: v1beta2's strategy, or v1beta1's plain list."""
-    names = [
+    """The AdmissionChecks a v1beta2 ClusterQueue lists (its ``admissionChecksStrategy``; v1beta2 has no plain
+    list)."""
+    return [
         str(entry.get("name"))
         for entry in dig(props, "spec", "admissionChecksStrategy", "admissionChecks") or []
         if isinstance(entry, Mapping)
     ]
-    names += [str(n) for n in dig(props, "spec", "admissionChecks") or []]
-    return names
 
 
 def _queues(args: StackValidationArgs) -> list[tuple[str, list[str]]]:

@@ -92,14 +92,8 @@ def test_rollout_problems_reads_the_strategy_only() -> None:
 # --- training queues -------------------------------------------------------------------------------------------
 
 
-def _cq(name: str, checks: list[str] | None = None, *, v1beta1: bool = False) -> Any:
+def _cq(name: str, checks: list[str] | None = None) -> Any:
     spec: dict[str, Any] = {"cohortName": "research"}
-    if checks is not None and v1beta1:
-        return resource(
-            CQ.replace("v1beta2", "v1beta1"),
-            {"metadata": {"name": name}, "spec": {**spec, "admissionChecks": checks}},
-            name,
-        )
     if checks is not None:
         spec["admissionChecksStrategy"] = {"admissionChecks": [{"name": c} for c in checks]}
     return resource(CQ, {"metadata": {"name": name}, "spec": spec}, name)
@@ -113,7 +107,7 @@ def test_with_the_check_on_every_queue_lists_it() -> None:
     stack = [
         _check(),
         _cq("pretraining", ["make-before-break"]),
-        _cq("evaluation", ["make-before-break"], v1beta1=True),
+        _cq("evaluation", ["make-before-break"]),
     ]
     assert check_stack(training_queues_carry_make_before_break, stack) == []
 
