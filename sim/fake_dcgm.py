@@ -5,7 +5,8 @@ node and serves, on ``GET /metrics``, the Prometheus text dcgm-exporter serves (
 ``gpu``, ``UUID``, ``device``, ``modelName``, ``Hostname``): ``DCGM_FI_DEV_GPU_TEMP`` (°C),
 ``DCGM_FI_DEV_GPU_UTIL`` (%), ``DCGM_FI_PROF_PIPE_TENSOR_ACTIVE`` (ratio) and ``DCGM_FI_DEV_XID_ERRORS`` (last XID),
 each with the counters CSV's label fields (``DCGM_FI_DRIVER_VERSION``, ``DCGM_FI_DEV_SERIAL``).
-``Hostname`` is the node name, as dcgm-exporter reports it in a pod with ``NODE_NAME`` set.
+``Hostname`` is the node name, as dcgm-exporter reports it in a pod with ``NODE_NAME`` set; ``--host-label
+hostname`` writes it as dcgm-exporter's next release does (NVIDIA/dcgm-exporter#655, ``contract/dcgm.py``).
 
 Pod mapping, as dcgm-exporter 4.2.0 does it (``internal/pkg/transformation/kubernetes.go``; our chart values turn
 it on): the series of a GPU that a pod's container holds also carry ``pod``, ``namespace`` and ``container``, and,
@@ -60,7 +61,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from sim import nodes as sim_nodes  # noqa: E402 (run as a script: the repository first on the path)
+from contract.dcgm import HOST_LABELS  # noqa: E402 (run as a script: the repository first on the path)
+from sim import nodes as sim_nodes  # noqa: E402
 
 #: A GPU at rest: cool, idle.
 REST = {"temperature": 45.0, "util": 0.0, "tensor_active": 0.0, "xid": 0.0}
@@ -192,7 +194,11 @@ class Fleet:
         list_pods: Callable[[], list[Mapping[str, Any]]] | None = None,
         pod_labels: bool = False,
         clock: Callable[[], float] = time.monotonic,
+        host_label: str = HOST_LABELS[0],
     ) -> None:
+        if host_label not in HOST_LABELS:
+            raise ValueError(f"host_label {host_label!r}: dcgm-exporter writes one of {', '.join(HOST_LABELS)}")
+        self._host_label = host_label
         self._gpus = {(g.node, g.index): g for g in gpus}
         self._clock = clock
         self._lock = threading.Lock()
@@ -302,7 +308,7 @@ class Fleet:
                 for g in gpus:
                     labels = (
                         f'gpu="{g.index}",UUID="{g.uuid}",device="nvidia{g.index}",modelName="{g.model}",'
-                        f'Hostname="{g.node}",{LABEL_FIELDS}DCGM_FI_DEV_SERIAL="{g.serial}"'
+                        f'{self._host_label}="{g.node}",{LABEL_FIELDS}DCGM_FI_DEV_SERIAL="{g.serial}"'
                     )
                     holder = holders.get((g.node, g.index))
                     value = getattr(g, attr)
@@ -334,6 +340,7 @@ def fleet_of(
     stack_file: Path,
     list_pods: Callable[[], list[Mapping[str, Any]]] | None = None,
     pod_labels: bool = False,
+    host_label: str = HOST_LABELS[0],
 ) -> Fleet:
     gpus: list[Gpu] = []
     for flavor in sim_nodes.load_flavors(stack_file):
@@ -341,7 +348,7 @@ def fleet_of(
         for i in range(flavor.node_count):
             node = sim_nodes.node_name(flavor, i)
             gpus += [Gpu(node, g, model) for g in range(flavor.gpus_per_node)]
-    return Fleet(gpus, list_pods, pod_labels)
+    return Fleet(gpus, list_pods, pod_labels, host_label=host_label)
 
 
 def pod_lister(kubeconfig: Path) -> Callable[[], list[Mapping[str, Any]]]:
@@ -416,12 +423,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--enable-pod-labels", action="store_true", help="copy the pod's labels, names sanitised (needs --kubeconfig)"
     )
+    parser.add_argument(
+        "--host-label",
+        choices=HOST_LABELS,
+        default=HOST_LABELS[0],
+        help="the node's label: Hostname (dcgm-exporter up to 4.8.2) or hostname (its next release)",
+    )
     args = parser.parse_args(argv)
     if args.enable_pod_labels and args.kubeconfig is None:
         parser.error("--enable-pod-labels needs --kubeconfig")
     host, _, port = args.listen.rpartition(":")
     try:
-        fleet = fleet_of(args.stack, pod_lister(args.kubeconfig) if args.kubeconfig else None, args.enable_pod_labels)
+        lister = pod_lister(args.kubeconfig) if args.kubeconfig else None
+        fleet = fleet_of(args.stack, lister, args.enable_pod_labels, args.host_label)
     except sim_nodes.InventoryError as e:
         print(f"sim/fake_dcgm.py: error: {e}", file=sys.stderr)
         return 2

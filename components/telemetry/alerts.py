@@ -48,6 +48,7 @@ from contract.constants import (
     VIRTUAL_NODE_TAINT_KEY,
 )
 from contract.controllers.interruptions import TRAINING
+from contract.dcgm import on_either_host, with_node
 from contract.fabric_settings import METRICS_PREFIX as FABRIC_METRICS_PREFIX
 from contract.registry import CHECKPOINT_VERIFIER, STALL_DETECTOR
 from contract.registry import MAKE_BEFORE_BREAK as MAKE_BEFORE_BREAK_SPEC
@@ -83,8 +84,8 @@ JOB = "namespace, job, team"
 
 
 def _dcgm(metric: str) -> str:
-    """A DCGM series with ``node`` taken from dcgm-exporter's ``Hostname`` label."""
-    return f'label_replace({metric}, "node", "$1", "Hostname", "(.+)")'
+    """A DCGM series with ``node`` taken from dcgm-exporter's host label (either spelling: contract/dcgm.py)."""
+    return with_node(metric)
 
 
 def _job(job: str | None, exporter: str) -> str:
@@ -164,7 +165,7 @@ def rule_groups(settings: TelemetrySettings) -> dict[str, Any]:
         },
         {
             "alert": "GpuXidError",
-            "expr": f'label_replace(({new_xid}) unless ({program}), "node", "$1", "Hostname", "(.+)")',
+            "expr": with_node(f"({new_xid}) unless ({program})"),
             "labels": {"severity": "warning", **_SIGNAL},
             "annotations": {
                 "summary": "XID {{ $value }} on GPU {{ $labels.gpu }} of {{ $labels.node }}",
@@ -175,7 +176,7 @@ def rule_groups(settings: TelemetrySettings) -> dict[str, Any]:
         },
         {
             "alert": "GpuProgramXid",
-            "expr": f'label_replace(({new_xid}) and ({program}), "node", "$1", "Hostname", "(.+)")',
+            "expr": with_node(f"({new_xid}) and ({program})"),
             "labels": {"severity": "info"},
             "annotations": {
                 "summary": "XID {{ $value }} on GPU {{ $labels.gpu }} of {{ $labels.node }}: the program's fault",
@@ -323,8 +324,10 @@ def rule_groups(settings: TelemetrySettings) -> dict[str, Any]:
         ),
     ]
     serials = (
-        "{{ range printf `max by (gpu, UUID, DCGM_FI_DEV_SERIAL) (DCGM_FI_DEV_GPU_TEMP{Hostname=%q," + dcgm_job + "})` "
-        "$labels.node | query }}GPU {{ .Labels.gpu }} {{ .Labels.UUID }} serial {{ .Labels.DCGM_FI_DEV_SERIAL }}; "
+        "{{ range printf `max by (gpu, UUID, DCGM_FI_DEV_SERIAL) "
+        + on_either_host("DCGM_FI_DEV_GPU_TEMP{{{host}=%q," + dcgm_job + "}}")
+        + "` $labels.node $labels.node | query }}"
+        "GPU {{ .Labels.gpu }} {{ .Labels.UUID }} serial {{ .Labels.DCGM_FI_DEV_SERIAL }}; "
         "{{ end }}"
     )
     quarantine_rules: list[dict[str, Any]] = [

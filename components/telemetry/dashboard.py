@@ -19,6 +19,7 @@ from typing import Any
 from components.telemetry.settings import TelemetrySettings
 from contract.constants import TRAINING_JOB_LABEL
 from contract.controllers.interruptions import TRAINING
+from contract.dcgm import on_either_host, with_node
 
 UID = "gpucluster-gpu-fabric"
 FABRIC = "gpucluster_fabric"
@@ -28,14 +29,14 @@ DCGM_JOB_LABEL = re.sub(r"[^a-zA-Z0-9_]", "_", TRAINING_JOB_LABEL)
 
 
 def _dcgm(metric: str) -> str:
-    """DCGM series of the selected nodes, with ``node`` copied from ``Hostname``."""
-    return f'label_replace({metric}{{Hostname=~"$node"}}, "node", "$1", "Hostname", "(.+)")'
+    """DCGM series of the selected nodes, with ``node`` copied from the host label (either spelling)."""
+    return with_node(on_either_host(metric + '{{{host}=~"$node"}}'))
 
 
 def _dcgm_over_time(fn: str, metric: str, window: str) -> str:
-    """``fn(metric[window])`` per node and GPU; ``node`` is copied from ``Hostname`` after the range function."""
-    inner = f'sum by (Hostname, gpu) ({fn}({metric}{{Hostname=~"$node"}}[{window}]))'
-    return f'label_replace({inner}, "node", "$1", "Hostname", "(.+)")'
+    """``fn(metric[window])`` per node and GPU; ``node`` is copied from the host label after the range function."""
+    per_gpu = on_either_host(fn + "(" + metric + '{{{host}=~"$node"}}[' + window + "])")
+    return f"sum by (node, gpu) ({with_node(per_gpu)})"
 
 
 def _panel(

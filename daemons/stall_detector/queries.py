@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from contract.constants import IB_TRANSPORT_ERRORS
+from contract.dcgm import with_node
 from contract.xids import new_xid_filter, program_xid_filter
 from daemons.fabric_exporter import METRIC_PREFIX as FABRIC
 
@@ -53,8 +54,9 @@ def _selector(metric: str, *matchers: str) -> str:
 
 
 def _node(expr: str) -> str:
-    """``expr`` (dcgm-exporter series) with its ``Hostname`` copied into ``node``, as the alerts do."""
-    return f'label_replace({expr}, "node", "$1", "Hostname", "(.+)")'
+    """``expr`` (dcgm-exporter series) with its host label (either spelling) copied into ``node``, as the alerts
+    do."""
+    return with_node(expr)
 
 
 def _job(job: str | None) -> str:

@@ -11,6 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from components.telemetry.dashboard import DCGM_JOB_LABEL
 from contract.constants import TRAINING_JOB_LABEL
+from contract.dcgm import HOST_LABELS
 from sim.fake_dcgm import FABRIC_BACKGROUND, FABRIC_BYTES_PER_TENSOR, HCAS, Allocator, Fleet, Gpu, sanitize_label_name
 
 
@@ -192,3 +193,17 @@ def test_fabric_traffic_follows_the_gangs_tensor_activity_and_a_hang_moves_only_
     now[0] += 10
     hung = {n: v - mark[n] for n, v in moved().items()}
     assert hung["n0"] == pytest.approx(10 * len(HCAS) * FABRIC_BACKGROUND, rel=1e-6)
+
+
+@pytest.mark.parametrize("host_label", HOST_LABELS)
+def test_the_node_is_written_under_the_host_label_asked_for(host_label: str) -> None:
+    fleet = Fleet([Gpu("n0", 0, "H100")], host_label=host_label)
+    (family,) = [f for f in text_string_to_metric_families(fleet.exposition()) if f.name == "DCGM_FI_DEV_GPU_TEMP"]
+    (sample,) = family.samples
+    assert sample.labels[host_label] == "n0"
+    assert not set(HOST_LABELS) - {host_label} & set(sample.labels)
+
+
+def test_a_host_label_no_exporter_writes_is_refused() -> None:
+    with pytest.raises(ValueError, match="host_label 'node'"):
+        Fleet([Gpu("n0", 0, "H100")], host_label="node")

@@ -841,6 +841,44 @@ def test_all_cases_pass_under_promtool(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
+def next_exporter(test: dict[str, Any]) -> dict[str, Any]:
+    """``test`` with its DCGM series as the next dcgm-exporter writes them: the node as ``hostname`` (an alert that
+    keeps the series' labels keeps that one too)."""
+    out = copy.deepcopy(test)
+    for s in out["input_series"]:
+        s["series"] = s["series"].replace("Hostname=", "hostname=")
+    for check in out.get("alert_rule_test", []):
+        for alert in check.get("exp_alerts", []):
+            labels = alert.get("exp_labels", {})
+            if "Hostname" in labels:
+                labels["hostname"] = labels.pop("Hostname")
+    return out
+
+
+def test_every_dcgm_case_gives_the_same_verdict_when_the_exporter_writes_hostname(tmp_path: Path) -> None:
+    """dcgm-exporter's next release names the node ``hostname`` (contract/dcgm.py): each DCGM alert fires with the
+    same node and stays quiet as before. Under a rule reading only ``Hostname`` the firing ones lose their node."""
+    renamed = [
+        next_exporter(c) for pair in CASES.values() for c in pair if any("Hostname=" in s for s, _ in _series(c))
+    ]
+    assert len(renamed) >= 10, len(renamed)
+    assert not any("Hostname=" in s for c in renamed for s, _ in _series(c))
+    proc = promtool_test(tmp_path, rule_groups(TelemetrySettings()), renamed)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    # The same inputs under the rules as they read before: the firing cases no longer name the node.
+    one_spelling = copy.deepcopy(rule_groups(TelemetrySettings()))
+    for g in one_spelling["groups"]:
+        for r in g["rules"]:
+            r["expr"] = re.sub(r', "node", "\$1", "hostname", "\(\.\+\)"\)', ")", r["expr"])
+            r["expr"] = r["expr"].replace("label_replace(label_replace(", "label_replace(")
+    assert one_spelling != rule_groups(TelemetrySettings())
+    assert promtool_test(tmp_path, one_spelling, renamed).returncode != 0
+
+
+def _series(test: dict[str, Any]) -> list[tuple[str, str]]:
+    return [(s["series"], s["values"]) for s in test["input_series"]]
+
+
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_quiet_case_would_fail_if_expected_to_fire(tmp_path: Path, name: str) -> None:
     """Guards against cases that pass vacuously: the quiet input must not satisfy the firing expectation."""

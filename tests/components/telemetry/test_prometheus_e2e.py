@@ -46,6 +46,10 @@ from tests.support.telemetry import (
 
 NODE = "fixture-node"
 GPUS = 2
+#: A second node whose dcgm-exporter is the next release's: it writes the node as ``hostname``, not ``Hostname``
+#: (contract/dcgm.py). The fake serves it at NEXT_PATH, as a rolling upgrade leaves a cluster half way.
+NODE_NEXT = "fixture-node-next"
+NEXT_PATH = "/next/metrics"
 
 
 def trainer_pod() -> dict[str, Any]:
@@ -73,6 +77,7 @@ class FakeDcgm(BaseHTTPRequestHandler):
         with FakeDcgm.lock:
             FakeDcgm.scrapes += 1
             n = FakeDcgm.scrapes
+        host, node, gpus = ("hostname", NODE_NEXT, 1) if self.path == NEXT_PATH else ("Hostname", NODE, GPUS)
         lines = []
         for field, kind, value in (
             ("DCGM_FI_DEV_GPU_TEMP", "gauge", 65),
@@ -93,12 +98,12 @@ class FakeDcgm(BaseHTTPRequestHandler):
         ):
             lines.append(f"# HELP {field} {field}.")
             lines.append(f"# TYPE {field} {kind}")
-            for gpu in range(GPUS):
+            for gpu in range(gpus):
                 labels = (
                     f'gpu="{gpu}",UUID="GPU-{gpu}",pci_bus_id="00000000:{gpu + 10}:00.0",device="nvidia{gpu}",'
-                    f'modelName="NVIDIA H100 80GB HBM3",Hostname="{NODE}",DCGM_FI_DRIVER_VERSION="550.90.07"'
+                    f'modelName="NVIDIA H100 80GB HBM3",{host}="{node}",DCGM_FI_DRIVER_VERSION="550.90.07"'
                 )
-                if gpu == 0:  # in use by a training pod: dcgm-exporter's pod mapping and pod labels
+                if gpu == 0 and node == NODE:  # in use by a training pod: dcgm-exporter's pod mapping and pod labels
                     labels += "".join(f',{k}="{v}"' for k, v in TRAINER.attributes())
                 lines.append(f"{field}{{{labels}}} {value}")
         body = ("\n".join(lines) + "\n").encode()
@@ -213,6 +218,11 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
             {"job_name": "fabric", "static_configs": [{"targets": [f"127.0.0.1:{exporter.port}"]}]},
             {"job_name": "dcgm", "static_configs": [{"targets": [f"127.0.0.1:{dcgm.server_address[1]}"]}]},
             {
+                "job_name": "dcgm-next",
+                "metrics_path": NEXT_PATH,
+                "static_configs": [{"targets": [f"127.0.0.1:{dcgm.server_address[1]}"]}],
+            },
+            {
                 "job_name": "interruptions",
                 # its job and namespace labels are the training job's, not the target's
                 "honor_labels": True,
@@ -260,7 +270,12 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
 
 def test_targets_are_up(stack: dict[str, Any]) -> None:
     up = wait_for(stack["port"], "up")
-    assert {r["metric"]["job"]: r["value"][1] for r in up} == {"fabric": "1", "dcgm": "1", "interruptions": "1"}
+    assert {r["metric"]["job"]: r["value"][1] for r in up} == {
+        "fabric": "1",
+        "dcgm": "1",
+        "dcgm-next": "1",
+        "interruptions": "1",
+    }
 
 
 def test_rate_over_an_advancing_counter(stack: dict[str, Any]) -> None:
@@ -281,8 +296,10 @@ def test_rate_over_an_advancing_counter(stack: dict[str, Any]) -> None:
 
 
 def test_every_dashboard_query_returns_series(stack: dict[str, Any]) -> None:
+    """Every query answers; every per-node GPU panel names both nodes, whichever host label their exporter wrote."""
     doc = dashboard(TelemetrySettings())
     failures = []
+    per_node = 0
     for title, expr in panel_queries(doc):
         q = expr.replace("$__rate_interval", "5s").replace("$node", ".*")
         res = api(stack["port"], q)
@@ -290,7 +307,18 @@ def test_every_dashboard_query_returns_series(stack: dict[str, Any]) -> None:
             failures.append(f"{title}: {q}: {res.get('error')}")
         elif not res["data"]["result"]:
             failures.append(f"{title}: {q}: no series")
+        elif "DCGM_FI_" in q and "by (node, gpu)" in q:
+            per_node += 1
+            nodes = {r["metric"].get("node") for r in res["data"]["result"]}
+            if nodes != {NODE, NODE_NEXT}:
+                failures.append(f"{title}: {q}: nodes {sorted(map(str, nodes))}, not both {NODE} and {NODE_NEXT}")
     assert not failures, "\n".join(failures)
+    assert per_node >= 10, per_node
+    # One node picked: only its series, under either spelling.
+    for picked in (NODE, NODE_NEXT):
+        temp = next(e for t, e in panel_queries(doc) if "DCGM_FI_DEV_GPU_TEMP" in e and "by (node, gpu)" in e)
+        res = api(stack["port"], temp.replace("$node", picked))["data"]["result"]
+        assert {r["metric"]["node"] for r in res} == {picked}, res
     var = doc["templating"]["list"][1]["definition"]  # label_values(<metric>, node)
     metric = var.split("(")[1].split(",")[0]
     assert wait_for(stack["port"], metric)[0]["metric"]["node"] == NODE
