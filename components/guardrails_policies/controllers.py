@@ -361,7 +361,8 @@ CLUSTER_QUEUE_UPDATES = {
     "resources": ["clusterqueues"],
     "operations": ["UPDATE"],
 }
-#: A ClusterQueue's spec fields besides ``resourceGroups`` (Kueue's v1beta2 schema).
+#: A ClusterQueue's spec fields besides ``resourceGroups`` (the pinned Kueue's v1beta2 schema: a test holds this
+#: list to its CRD, so a field a Kueue upgrade adds cannot slip past the rule).
 CLUSTER_QUEUE_SPEC_FIELDS = (
     "admissionChecksStrategy",
     "admissionScope",

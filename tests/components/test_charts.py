@@ -14,11 +14,12 @@ from components.charts import (
     offline_equivalent,
     resolve_chart,
 )
+from contract.queues_settings import KUEUE_CHART_VERSION
 
 
 def test_oci_and_repo_pass_through_with_the_pinned_version() -> None:
-    oci = resolve_chart(ChartSource(oci="oci://registry.k8s.io/kueue/charts/kueue"), "0.17.0")
-    assert (oci.chart, oci.version, oci.repo) == ("oci://registry.k8s.io/kueue/charts/kueue", "0.17.0", None)
+    oci = resolve_chart(ChartSource(oci="oci://registry.k8s.io/kueue/charts/kueue"), KUEUE_CHART_VERSION)
+    assert (oci.chart, oci.version, oci.repo) == ("oci://registry.k8s.io/kueue/charts/kueue", KUEUE_CHART_VERSION, None)
     repo = resolve_chart(ChartSource(repo="https://charts.example/", name="descheduler"), "0.36.0")
     assert (repo.chart, repo.version, repo.repo) == ("descheduler", "0.36.0", "https://charts.example/")
 
@@ -66,7 +67,7 @@ def test_module_path_escaping() -> None:
         ({"oci": "oci://a/b", "path": "/x"}, "got oci, path"),
         ({"repo": "https://x/"}, "needs the chart name"),
         ({"path": "/x", "name": "y"}, "only goes with a repo"),
-        ({"goModule": {"module": "sigs.k8s.io/kueue", "version": "v0.17.0", "path": "../etc"}}, "stay inside"),
+        ({"goModule": {"module": "sigs.k8s.io/kueue", "version": "v1.0.0", "path": "../etc"}}, "stay inside"),
         ({"goModule": {"module": "sigs.k8s.io/kueue", "version": "latest", "path": "charts/kueue"}}, "pattern"),
     ],
 )
@@ -77,8 +78,8 @@ def test_bad_sources_are_refused(data: dict[str, object], message: str) -> None:
 
 def test_offline_mode_reads_registry_charts_from_their_go_modules(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GPUCLUSTER_OFFLINE_CHARTS", "1")
-    resolved = resolve_chart(ChartSource(oci="oci://registry.k8s.io/kueue/charts/kueue"), "0.17.0")
-    assert resolved.chart.endswith("sigs.k8s.io/kueue@v0.17.0/charts/kueue")
+    resolved = resolve_chart(ChartSource(oci="oci://registry.k8s.io/kueue/charts/kueue"), KUEUE_CHART_VERSION)
+    assert resolved.chart.endswith(f"sigs.k8s.io/kueue@v{KUEUE_CHART_VERSION}/charts/kueue")
     assert resolved.version is None
     repo = offline_equivalent(
         ChartSource(repo="https://kubernetes-sigs.github.io/descheduler/", name="descheduler"), "0.36.0"

@@ -15,6 +15,7 @@ from components.descheduler import DeschedulerArgs
 from components.queues import QueuesArgs, kueue_manager_config
 from components.storage import Storage, StorageArgs, checkpoint_cadence_minutes
 from contract.constants import ENVIRONMENT_LABEL
+from contract.queues_settings import KUEUE_CHART_VERSION
 from contract.storage_settings import StorageSettings
 from policies.common import WORKLOAD_TYPES
 from policies.images import prod_images_by_digest
@@ -92,10 +93,10 @@ def test_local_queues_wait_for_their_namespace(local: Graph) -> None:
 
 def test_kueue_chart_is_pinned_and_gangs_wait_for_pods_ready(local: Graph, prod: Graph) -> None:
     local_chart = local.one(CHART, "sim-queues-kueue")
-    assert local_chart.inputs["chart"].endswith("sigs.k8s.io/kueue@v0.17.0/charts/kueue")
+    assert local_chart.inputs["chart"].endswith(f"sigs.k8s.io/kueue@v{KUEUE_CHART_VERSION}/charts/kueue")
     prod_chart = prod.one(CHART, "prod-queues-kueue")
     assert prod_chart.inputs["chart"] == "oci://registry.k8s.io/kueue/charts/kueue"
-    assert prod_chart.inputs["version"] == "0.17.0"
+    assert prod_chart.inputs["version"] == KUEUE_CHART_VERSION
     manager = yaml.safe_load(prod_chart.inputs["values"]["managerConfig"]["controllerManagerConfigYaml"])
     assert manager["waitForPodsReady"]["timeout"] == "15m"
     assert manager["waitForPodsReady"]["blockAdmission"] is True
@@ -110,7 +111,7 @@ def test_kueue_runs_upstreams_image_at_the_charts_release_with_its_own_certifica
         values = chart.inputs["values"]
         assert values["controllerManager"]["manager"]["image"] == {
             "repository": "registry.k8s.io/kueue/kueue",
-            "tag": "v0.17.0",
+            "tag": f"v{KUEUE_CHART_VERSION}",
             "pullPolicy": "IfNotPresent",
         }
         assert "internalCertManagement" not in yaml.safe_load(values["managerConfig"]["controllerManagerConfigYaml"])
@@ -374,7 +375,11 @@ def test_offline_preview_leaves_out_a_chart_no_go_module_carries(
     graph = deploy(lambda: GpuCluster("prod", GpuClusterArgs(config=prod_cfg)))
     dcgm = graph.one("gpucluster:telemetry:DcgmExporter", "prod-telemetry-dcgm")
     assert [c.type for c in graph.children_of(dcgm)] == ["kubernetes:core/v1:ConfigMap"]
-    assert graph.one(CHART, "prod-queues-kueue").inputs["chart"].endswith("sigs.k8s.io/kueue@v0.17.0/charts/kueue")
+    assert (
+        graph.one(CHART, "prod-queues-kueue")
+        .inputs["chart"]
+        .endswith(f"sigs.k8s.io/kueue@v{KUEUE_CHART_VERSION}/charts/kueue")
+    )
 
 
 # --- images ---------------------------------------------------------------------------------------------------

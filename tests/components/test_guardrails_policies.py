@@ -40,7 +40,8 @@ from contract.constants import (
 )
 from contract.constants import RELEASED_AT_ANNOTATION as QUARANTINE_RELEASED
 from contract.guardrails_settings import GuardrailsSettings
-from contract.jobset_settings import JOBSET_API
+from contract.jobset_settings import JOBSET_API, JOBSET_CHART_VERSION
+from contract.queues_settings import KUEUE_CHART_VERSION
 from contract.registry import CHECKPOINT_VERIFIER, INTERRUPTIONS, QUARANTINE, STALL_DETECTOR
 from daemons.checkpoint_verifier.job import check_job, drill_job
 from daemons.quarantine.kube import node_from, quarantine_ops
@@ -67,8 +68,8 @@ RESERVATION_KEY = "gpucluster.io/reservation"
 TAINT_CONTROLLER_USER = "system:serviceaccount:gpucluster-burst:gpucluster-taint-controller"
 BURST_TAINT_KEY = "gpucluster.io/in-cluster-capacity"
 MODULES = Path.home() / "go/pkg/mod/sigs.k8s.io"
-JOBSET_CRD = MODULES / "jobset@v0.11.1/config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml"
-WORKLOAD_CRD = MODULES / "kueue@v0.17.0/config/components/crd/bases/kueue.x-k8s.io_workloads.yaml"
+JOBSET_CRD = MODULES / f"jobset@v{JOBSET_CHART_VERSION}/config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml"
+WORKLOAD_CRD = MODULES / f"kueue@v{KUEUE_CHART_VERSION}/config/components/crd/bases/kueue.x-k8s.io_workloads.yaml"
 
 
 def install_crd(kubectl: Kubectl, path: Path, plural: str) -> None:

@@ -3,10 +3,13 @@ stack runs, and for no other (what each policy refuses is tried on a real API se
 
 from __future__ import annotations
 
+import yaml
+
 from components.guardrails_policies import policies
-from components.guardrails_policies.controllers import declared_bounds
+from components.guardrails_policies.controllers import CLUSTER_QUEUE_SPEC_FIELDS, declared_bounds
 from contract.registry import CONTROLLERS, INTERRUPTIONS, QUARANTINE, STALL_DETECTOR
 from tests.support.admission import controller_inputs
+from tests.support.apiserver import kueue_crds
 
 USERS = {
     INTERRUPTIONS.name: "system:serviceaccount:gpucluster-training:gpucluster-interruptions",
@@ -31,3 +34,13 @@ def test_a_controller_the_stack_does_not_run_gets_no_policy() -> None:
     names = {p.name for p in declared_bounds(inputs)}
     assert not names & {b.policy for b in STALL_DETECTOR.bounds}
     assert declared_bounds(controller_inputs("team-a")) == []
+
+
+def test_the_quota_controllers_rule_covers_every_field_of_the_pinned_cluster_queue() -> None:
+    """Every spec field of the pinned Kueue's v1beta2 ClusterQueue but resourceGroups is held unchanged by
+    quota-controller-writes-only-quotas: an upgrade that adds one (Kueue 0.19 adds ``concurrentAdmissionPolicy``) fails
+    here until the rule covers it."""
+    crd = yaml.safe_load((kueue_crds("clusterqueues")[0]).read_text())
+    (v1beta2,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1beta2"]
+    fields = set(v1beta2["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"])
+    assert fields - {"resourceGroups"} == set(CLUSTER_QUEUE_SPEC_FIELDS)

@@ -41,11 +41,11 @@ def test_the_image_is_upstreams_at_the_charts_release_and_never_pulled_again() -
     a floating staging build. The values always name the release."""
     assert jobset_chart_values(JobSetSettings())["image"] == {
         "repository": "registry.k8s.io/jobset/jobset",
-        "tag": "v0.11.1",
+        "tag": f"v{JOBSET_CHART_VERSION}",
         "pullPolicy": "IfNotPresent",
     }
-    mirrored = JobSetSettings(image="mirror.example/jobset:v0.11.1@sha256:" + "b" * 64)
-    assert jobset_chart_values(mirrored)["image"]["tag"] == "v0.11.1@sha256:" + "b" * 64
+    mirrored = JobSetSettings(image=f"mirror.example/jobset:v{JOBSET_CHART_VERSION}@sha256:" + "b" * 64)
+    assert jobset_chart_values(mirrored)["image"]["tag"] == f"v{JOBSET_CHART_VERSION}@sha256:" + "b" * 64
 
 
 def test_the_controller_pods_go_where_the_stack_places_them() -> None:
@@ -59,14 +59,14 @@ def test_the_controller_pods_go_where_the_stack_places_them() -> None:
 
 
 def test_the_component_installs_the_chart_in_its_namespace() -> None:
-    source = GoModuleChart(module="sigs.k8s.io/jobset", version="v0.11.1", path="charts/jobset")
+    source = GoModuleChart(module="sigs.k8s.io/jobset", version=f"v{JOBSET_CHART_VERSION}", path="charts/jobset")
     settings = JobSetSettings(chart=ChartSource(go_module=source))
     graph = deploy(lambda: JobSet("js", JobSetArgs(settings=settings, labels={"gpucluster.io/environment": "t"})))
     (ns,) = graph.of_type("kubernetes:core/v1:Namespace")
     assert ns.inputs["metadata"]["name"] == "jobset-system"
     (chart,) = graph.of_type("kubernetes:helm.sh/v4:Chart")
     assert chart.inputs["namespace"] == "jobset-system"
-    assert chart.inputs["chart"].endswith("sigs.k8s.io/jobset@v0.11.1/charts/jobset")
+    assert chart.inputs["chart"].endswith(f"sigs.k8s.io/jobset@v{JOBSET_CHART_VERSION}/charts/jobset")
 
 
 def test_a_disabled_controller_is_not_a_component() -> None:

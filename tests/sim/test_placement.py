@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from components.config import load_stack_file
+from contract.queues_settings import KUEUE_CHART_VERSION
 from contract.registry import CONTROLLERS
 from sim import placement
 
@@ -101,7 +102,7 @@ def test_an_image_the_node_does_not_have_is_refused(tmp_path: Path) -> None:
     config = _stack(tmp_path, lambda c: c["gpucluster:kueue"].update(image="registry.k8s.io/kueue/kueue:v0.16.0"))
     (problem,) = placement.problems(config)
     assert problem.startswith("gpucluster:kueue.image is registry.k8s.io/kueue/kueue:v0.16.0, but the real node has ")
-    assert "registry.k8s.io/kueue/kueue:v0.17.0 alone" in problem
+    assert f"registry.k8s.io/kueue/kueue:v{KUEUE_CHART_VERSION} alone" in problem
 
 
 def test_the_cli_exits_2_naming_the_stack_and_the_problem(

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from contract.descheduler_settings import DESCHEDULER_IMAGE
-from contract.jobset_settings import JobSetSettings
-from contract.queues_settings import KueueSettings
+from contract.jobset_settings import JOBSET_CHART_VERSION, JobSetSettings
+from contract.queues_settings import KUEUE_CHART_VERSION, KueueSettings
 from sim import upstream_images
 from sim.upstream_images import DESCHEDULER, JOBSET, KUEUE, UpstreamImageError, build
 
@@ -38,8 +38,14 @@ def _image(archive: Path) -> tuple[dict[str, object], tarfile.TarFile]:
 def test_each_image_is_the_release_the_tools_pin_and_the_stacks_default_names() -> None:
     assert DESCHEDULER.image_name() == "registry.k8s.io/descheduler/descheduler:v0.36.0" == DESCHEDULER_IMAGE
     # Kueue's and JobSet's default images follow their charts' releases, which the tools pin too.
-    assert KUEUE.image_name() == "registry.k8s.io/kueue/kueue:v0.17.0" == KueueSettings().controller_image
-    assert JOBSET.image_name() == "registry.k8s.io/jobset/jobset:v0.11.1" == JobSetSettings().controller_image
+    assert (
+        KUEUE.image_name() == f"registry.k8s.io/kueue/kueue:v{KUEUE_CHART_VERSION}" == KueueSettings().controller_image
+    )
+    assert (
+        JOBSET.image_name()
+        == f"registry.k8s.io/jobset/jobset:v{JOBSET_CHART_VERSION}"
+        == JobSetSettings().controller_image
+    )
 
 
 def test_a_tool_group_requiring_no_such_module_is_refused(tmp_path: Path) -> None:

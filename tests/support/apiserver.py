@@ -27,6 +27,8 @@ import yaml
 from kubernetes import client
 
 from contract.constants import GPU_RESOURCE
+from contract.jobset_settings import JOBSET_CHART_VERSION
+from contract.queues_settings import KUEUE_CHART_VERSION
 from contract.rbac import Grant
 from daemons.toolkit.events import format_time
 from daemons.toolkit.kube import load_kube_config
@@ -36,8 +38,8 @@ from tests.support.sim import ROOT, tools_bin
 
 #: Where ``make tools`` leaves the Go modules of the versions the stack pins, their CRDs among them.
 GO_MODULES = Path.home() / "go/pkg/mod/sigs.k8s.io"
-KUEUE_CRDS = GO_MODULES / "kueue@v0.17.0/config/components/crd/bases"
-JOBSET_CRDS = GO_MODULES / "jobset@v0.11.1/config/components/crd/bases"
+KUEUE_CRDS = GO_MODULES / f"kueue@v{KUEUE_CHART_VERSION}/config/components/crd/bases"
+JOBSET_CRDS = GO_MODULES / f"jobset@v{JOBSET_CHART_VERSION}/config/components/crd/bases"
 
 
 def kueue_crds(*kinds: str) -> list[Path]:

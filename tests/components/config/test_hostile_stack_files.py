@@ -15,6 +15,8 @@ from components.config import StackConfigError, load_stack_file, parse_stack_con
 from components.config.stack import SECTIONS
 from contract.constants import DEFAULT_BURST_TAINT_KEY
 from contract.issues import REDACTED
+from contract.jobset_settings import JOBSET_CHART_VERSION
+from contract.queues_settings import KUEUE_CHART_VERSION
 
 ROOT = Path(__file__).resolve().parents[3]
 PROD = ROOT / "stacks" / "Pulumi.prod.yaml"
@@ -193,12 +195,12 @@ def test_pulumi_yaml_declares_the_same_burst_taint_key_default() -> None:
 @pytest.mark.parametrize(
     ("section", "image", "refusal"),
     [
-        ("kueue", "registry.k8s.io/kueue/kueue:v0.17.0", None),
-        ("kueue", "mirror.example/kueue/kueue:v0.17.0@sha256:" + "a" * 64, None),
+        ("kueue", f"registry.k8s.io/kueue/kueue:v{KUEUE_CHART_VERSION}", None),
+        ("kueue", f"mirror.example/kueue/kueue:v{KUEUE_CHART_VERSION}@sha256:" + "a" * 64, None),
         ("kueue", "registry.k8s.io/kueue/kueue", "is not pinned"),
         # Pinned, but the chart writes repository:tag, so a digest alone makes no reference.
         ("kueue", "registry.k8s.io/kueue/kueue@sha256:" + "a" * 64, "the chart composes repository:tag: name a tag"),
-        ("jobset", "registry.k8s.io/jobset/jobset:v0.11.1", None),
+        ("jobset", f"registry.k8s.io/jobset/jobset:v{JOBSET_CHART_VERSION}", None),
         ("jobset", "registry.k8s.io/jobset/jobset@sha256:" + "a" * 64, "the chart composes repository:tag"),
     ],
 )

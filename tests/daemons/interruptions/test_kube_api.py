@@ -1,4 +1,4 @@
-"""The interruption accounting daemon against a real kube-apiserver (RBAC on) with the JobSet v0.11.1 and Kueue v0.17.0
+"""The interruption accounting daemon against a real kube-apiserver (RBAC on) with the pinned JobSet and Kueue
 CRDs, as the least-privilege ServiceAccount of :mod:`contract.controllers.interruptions`, running as its own process
 (``python -m daemons.interruptions``): it is killed with SIGKILL after recording a restart, restarts and evictions
 happen while it is down (their Events gone for one of them), and the next process accounts for every one of them from
