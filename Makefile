@@ -72,7 +72,11 @@ images-lock: venv ## resolve the daemon image's wheels from pyproject.toml's pin
 
 # The tests that need no simulated cluster run on two workers (a file's tests that share one directory or build the
 # images once are grouped onto one worker); then the integration tests, one at a time, against the one cluster.
-test: lint debian-deps tools go-test ## the test command: lint, then every test (Go, unit, Ansible, telemetry, integration)
+# The linters and the Go tests read the tree and write nothing it shares: they run side by side (each one's output
+# kept together); then the Debian packages and the tools, then pytest.
+test: $(STAMP) ## the test command: lint, then every test (Go, unit, Ansible, telemetry, integration)
+	$(MAKE) --no-print-directory -j4 --output-sync=target lint-python lint-ansible lint-go go-test
+	$(MAKE) --no-print-directory debian-deps tools
 	$(PY) -m pytest -n 2 --dist loadgroup -m "not integration"
 	$(PY) -m pytest -m integration
 
