@@ -130,9 +130,22 @@ def fault_checks(fault: str) -> tuple[str, ...]:
     return (check,) if isinstance(check, str) else check
 
 
+def _worker() -> int:
+    """This pytest-xdist worker's number (0 outside xdist)."""
+    name = os.environ.get("PYTEST_XDIST_WORKER", "")
+    return int(name[2:]) if name.startswith("gw") and name[2:].isdigit() else 0
+
+
 def host_address(index: int) -> str:
-    """The address of a fleet's index-th host: each simulated host has its own loopback address."""
-    return f"127.{1 + index // 250}.{index % 250 + 1}.1"
+    """The address of a fleet's index-th host: each simulated host has its own loopback address, and each xdist
+    worker its own range of them, so Ansible runs on two workers never bind one address and port (the ib_write_bw
+    and fio servers listen on fixed ports of their host's address)."""
+    return f"127.{1 + 8 * _worker() + index // 250}.{index % 250 + 1}.1"
+
+
+def single_host_address() -> str:
+    """The address of a lone simulated host (a molecule scenario's instance): one per xdist worker."""
+    return f"127.{250 - _worker()}.0.1"
 
 
 def host_leaf(index: int) -> str:
@@ -157,12 +170,14 @@ def spread_faults(size: int) -> dict[str, str]:
 
 
 def seed_node(
-    root: Path, name: str, knobs: dict[str, Any] | None = None, address: str = "127.0.0.1", leaf: str = "leaf-0"
+    root: Path, name: str, knobs: dict[str, Any] | None = None, address: str | None = None, leaf: str = "leaf-0"
 ) -> dict[str, Any]:
     """Create one simulated node's fixtures under root/name and return its inventory variables.
 
-    ``address`` is where its ib_write_bw servers listen and partners reach it; ``leaf`` its leaf switch.
+    ``address`` is where its ib_write_bw servers listen and partners reach it (default: this worker's lone-host
+    address); ``leaf`` its leaf switch.
     """
+    address = address or single_host_address()
     knobs = dict(knobs or {})
     node = root / name
     node.mkdir(parents=True, exist_ok=True)

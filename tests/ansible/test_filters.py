@@ -22,9 +22,8 @@ import pytest
 from tests.ansible.harness import SHIMS, filter_plugin
 from tests.support.apiserver import free_port
 
-# The simulated hosts' ib_write_bw servers listen on fixed ports of their addresses: one worker runs the Ansible
-# tests, one after another.
-pytestmark = pytest.mark.xdist_group("ansible")
+# The simulated hosts' ib_write_bw servers listen on fixed ports of their addresses; each xdist worker's hosts have
+# addresses of their own (harness.host_address), so the Ansible tests of two workers run side by side.
 
 SAMPLES = Path(__file__).resolve().parents[1] / "fixtures" / "ansible" / "outputs"
 

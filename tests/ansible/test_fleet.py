@@ -28,10 +28,10 @@ from tests.ansible.harness import (
     spread_paired_faults,
 )
 
-# Real ansible-playbook runs against simulated hosts: grouped with the molecule scenarios.
-# The simulated hosts' ib_write_bw servers listen on fixed ports of their addresses: one worker runs the Ansible
-# tests, one after another.
-pytestmark = [pytest.mark.molecule, pytest.mark.xdist_group("ansible")]
+# Real ansible-playbook runs against simulated hosts. Their ib_write_bw servers listen on fixed ports of their
+# addresses, and each xdist worker's hosts have addresses of their own (harness.host_address): Ansible tests on two
+# workers run side by side.
+pytestmark = pytest.mark.molecule
 
 # Room for one node per group of seeded faults and two healthy ones; every fault is seeded.
 FLEET_SIZE = len(PAIRED_FAULTS) + 2

@@ -23,8 +23,6 @@ import yaml
 from contract.prerequisites_settings import GPU_VISIBILITY_LOCKDOWN
 from tests.ansible.harness import ROLES_DIR, SHIMS, TOOLKIT_CONFIG, filter_plugin
 
-pytestmark = pytest.mark.xdist_group("ansible")
-
 toolkit = filter_plugin("nvidia_container_toolkit")
 ROLE = ROLES_DIR / "nvidia_container_toolkit"
 ENVVAR_KEY = "accept-nvidia-visible-devices-envvar-when-unprivileged"
