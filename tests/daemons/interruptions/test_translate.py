@@ -6,7 +6,15 @@ from contract.checkpoint_record import CheckVerdict, next_record, render_record
 from contract.times import unix_seconds
 from daemons.interruptions.classify import NodeState
 from daemons.interruptions.model import LEDGER_ANNOTATION, WorkloadView
-from daemons.interruptions.translate import checkpoint_at, job_view, node_state, owner_uid, pod_failure, workload_view
+from daemons.interruptions.translate import (
+    checkpoint_at,
+    event_time,
+    job_view,
+    node_state,
+    owner_uid,
+    pod_failure,
+    workload_view,
+)
 
 
 def jobset(**status: Any) -> dict[str, Any]:
@@ -221,3 +229,26 @@ def test_with_a_verifier_only_the_last_verified_checkpoint_counts() -> None:
     )
     forged = {"verified.checkpoint.gpucluster.io/llm": '{"verified": {"step": 1}}'}
     assert checkpoint_at(report | forged, "llm", verified_only=True) is None
+
+
+def test_an_event_is_timed_by_whichever_api_wrote_it() -> None:
+    """core/v1 Events (JobSet up to 0.11: lastTimestamp, count) and events.k8s.io/v1 Events read through core/v1
+    (JobSet 0.12's recorder: eventTime in microseconds, no lastTimestamp, a series once repeated) are both timed;
+    an Event with no time at all is not, and job_view then leaves it out."""
+    legacy = {"lastTimestamp": "2026-01-01T00:09:00Z", "count": 1, "eventTime": None}
+    assert event_time(legacy) == unix_seconds("2026-01-01T00:09:00Z")
+    new = {"eventTime": "2026-01-01T00:09:00.250000Z", "lastTimestamp": None, "firstTimestamp": None}
+    assert event_time(new) == unix_seconds("2026-01-01T00:09:00Z") + 0.25
+    repeated = {**new, "series": {"count": 3, "lastObservedTime": "2026-01-01T00:12:00.000000Z"}}
+    assert event_time(repeated) == unix_seconds("2026-01-01T00:12:00Z")
+    assert event_time({"eventTime": None, "lastTimestamp": None}) is None
+    involved = {"involvedObject": {"name": "llm", "namespace": "team-a", "uid": "u1"}}
+    reason = {"reason": "RestartJobSetFailurePolicyAction"}
+    views = [
+        job_view(
+            jobset(), pods=[], nodes={}, workload=None, events=[{**involved, **reason, **ev}], claim_annotations={}
+        )
+        for ev in (repeated, {"eventTime": None})
+    ]
+    assert views[0].restart_events == (("RestartJobSetFailurePolicyAction", unix_seconds("2026-01-01T00:12:00Z")),)
+    assert views[1].restart_events == ()
