@@ -70,15 +70,16 @@ images: debian-deps venv ## build the daemon and virtual-node images offline (.s
 images-lock: venv ## resolve the daemon image's wheels from pyproject.toml's pins into images/daemons.lock
 	$(PY) -m images lock
 
-# The tests that need no simulated cluster run on two workers (a file's tests that share one directory or build the
-# images once are grouped onto one worker); then the integration tests, one at a time, against the one cluster.
+# The tests that need no simulated cluster run on two workers, the integration tests among them that start their own
+# API server, Prometheus or engine (no cluster is up yet: nothing starves its bring-up); then the tests on the one
+# simulated cluster (marked cluster by tests/conftest.py), one at a time.
 # The linters and the Go tests read the tree and write nothing it shares: they run side by side (each one's output
 # kept together); then the Debian packages and the tools, then pytest.
 test: $(STAMP) ## the test command: lint, then every test (Go, unit, Ansible, telemetry, integration)
 	$(MAKE) --no-print-directory -j4 --output-sync=target lint-python lint-ansible lint-go go-test
 	$(MAKE) --no-print-directory debian-deps tools
-	$(PY) -m pytest -n 2 --dist loadgroup -m "not integration"
-	$(PY) -m pytest -m integration
+	$(PY) -m pytest -n 2 --dist loadgroup -m "not (integration and cluster)"
+	$(PY) -m pytest -m "integration and cluster"
 
 unit: $(STAMP) ## unit tests only (no simulated cluster)
 	$(PY) -m pytest -m "not integration and not molecule and not images"

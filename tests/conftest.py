@@ -4,6 +4,9 @@
 - Every run ends with the number of skipped tests and why, so a green run that skipped half its tests shows it.
 - Shared fixtures: ``local_stack`` (the simulated cluster with the local stack applied), the fabric exporter's
   fixture sysfs tree and processes, and ``--update-golden``.
+- Every test that uses ``local_stack`` (directly or through another fixture) is marked ``cluster``: ``make test``
+  runs those one at a time against the one simulated cluster, after the others; the integration tests that start
+  their own API server, Prometheus or engine run with the unit tests, before any cluster is up.
 """
 
 from __future__ import annotations
@@ -18,6 +21,12 @@ from tests.support.require import under_ci
 from tests.support.telemetry import exporter_factory, sysfs_copy, update_golden
 
 __all__ = ["exporter_factory", "local_stack", "sysfs_copy", "update_golden"]
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "local_stack" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.cluster)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
