@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,10 @@ from sim.processes import DaemonError, kubectl, kubectl_json, stack_config  # no
 
 #: Where the volumes' directories are: under the cluster's own state, so they go with it (make sim-down).
 VOLUMES = ROOT / ".state" / "sim" / "volumes"
+
+
+#: How long the PV controller may take to bind the claims given a volume.
+BIND_TIMEOUT_S = 120.0
 
 
 def volume_directory(namespace: str, claim: str) -> Path:
@@ -114,10 +119,26 @@ def main(argv: Sequence[str] | None = None) -> int:
             directory.mkdir(parents=True, exist_ok=True)
             directory.chmod(0o755)
             kubectl("apply", "-f", "-", input=json.dumps(volume_for(claim)))
+        # The PV controller binds them on its next sync: done means bound, so a test reading a claim's volume
+        # right after `make up` finds it.
+        deadline = time.monotonic() + BIND_TIMEOUT_S
+        while claims and (waiting := pending_claims(namespaces)):
+            if time.monotonic() > deadline:
+                names = ", ".join(f"{c['metadata']['namespace']}/{c['metadata']['name']}" for c in waiting)
+                print(
+                    f"sim/claims.py: error: not bound {BIND_TIMEOUT_S:.0f} s after their volumes: {names}",
+                    file=sys.stderr,
+                )
+                return 1
+            time.sleep(0.5)
     except DaemonError as e:
         print(f"sim/claims.py: error: {e}", file=sys.stderr)
         return 1
-    print(f"==> claims: {len(claims)} Pending training claim(s) given a volume" if claims else "==> claims: all bound")
+    print(
+        f"==> claims: {len(claims)} Pending training claim(s) given a volume and bound"
+        if claims
+        else "==> claims: all bound"
+    )
     return 0
 
 

@@ -154,8 +154,13 @@ def forget_checkpoints(stack: LocalStack) -> None:
 
 def volume(stack: LocalStack) -> Path:
     """The directory of this machine behind the team's checkpoints claim (sim/claims.py)."""
-    claim = stack.get("pvc", "-n", NS, "checkpoints")
-    directory = claims.host_directory(stack.get("pv", claim["spec"]["volumeName"]))
+    bound = wait_for(
+        "the checkpoints claim bound",
+        lambda: stack.get("pvc", "-n", NS, "checkpoints")["spec"].get("volumeName"),
+        timeout=60,
+        interval=0.5,
+    )
+    directory = claims.host_directory(stack.get("pv", bound))
     assert directory is not None, "the checkpoints claim's volume is no directory of this machine: make up again"
     return directory
 
