@@ -165,7 +165,7 @@ def rule_groups(settings: TelemetrySettings) -> dict[str, Any]:
         },
         {
             "alert": "GpuXidError",
-            "expr": with_node(f"({new_xid}) unless ({program})"),
+            "expr": _dcgm(f"({new_xid}) unless ({program})"),
             "labels": {"severity": "warning", **_SIGNAL},
             "annotations": {
                 "summary": "XID {{ $value }} on GPU {{ $labels.gpu }} of {{ $labels.node }}",
@@ -176,7 +176,7 @@ def rule_groups(settings: TelemetrySettings) -> dict[str, Any]:
         },
         {
             "alert": "GpuProgramXid",
-            "expr": with_node(f"({new_xid}) and ({program})"),
+            "expr": _dcgm(f"({new_xid}) and ({program})"),
             "labels": {"severity": "info"},
             "annotations": {
                 "summary": "XID {{ $value }} on GPU {{ $labels.gpu }} of {{ $labels.node }}: the program's fault",
@@ -326,9 +326,8 @@ def rule_groups(settings: TelemetrySettings) -> dict[str, Any]:
     serials = (
         "{{ range printf `max by (gpu, UUID, DCGM_FI_DEV_SERIAL) "
         + on_either_host("DCGM_FI_DEV_GPU_TEMP{{{host}=%q," + dcgm_job + "}}")
-        + "` $labels.node $labels.node | query }}"
-        "GPU {{ .Labels.gpu }} {{ .Labels.UUID }} serial {{ .Labels.DCGM_FI_DEV_SERIAL }}; "
-        "{{ end }}"
+        + "` $labels.node $labels.node | query }}GPU {{ .Labels.gpu }} {{ .Labels.UUID }} serial "
+        "{{ .Labels.DCGM_FI_DEV_SERIAL }}; {{ end }}"
     )
     quarantine_rules: list[dict[str, Any]] = [
         {
