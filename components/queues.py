@@ -5,7 +5,9 @@ by WorkloadPriorityClass inside a ClusterQueue and reclaims lent quota across th
 PriorityClasses then let the scheduler evict inference pods when admitted training pods need their GPUs.
 
 Kueue queues GPUs only: CPU, memory and storage requests are left to the scheduler
-(``resources.excludeResourcePrefixes``), so a ClusterQueue's quota is exactly the GPUs it may hold.
+(``resources.excludeResourcePrefixes``), so a ClusterQueue's quota is exactly the GPUs it may hold. Work that asks for
+no GPU (checkpoint checks, restore drills) queues apart, in the queue of CPU-only work (``kueue.cpuQueue``), whose
+quota is a count of pods.
 """
 
 from __future__ import annotations
@@ -30,7 +32,9 @@ from contract.constants import (
     WORKLOAD_LABEL,
 )
 from contract.queues_settings import (
+    POD_COUNT_RESOURCE,
     ClusterQueueSpec,
+    CpuQueue,
     GpuFlavor,
     KueueSettings,
     Priorities,
@@ -204,6 +208,23 @@ def cluster_queue_spec(
     return out
 
 
+def cpu_queue_spec(cpu: CpuQueue, namespaces: Sequence[str]) -> dict[str, Any]:
+    """The ClusterQueue of CPU-only work: outside the cohort (it lends and borrows nothing), its only quota the
+    pods it runs at once over the flavor of its own name, open to every team namespace, first come first served."""
+    return {
+        "queueingStrategy": "BestEffortFIFO",
+        "namespaceSelector": {
+            "matchExpressions": [{"key": NAMESPACE_NAME_LABEL, "operator": "In", "values": sorted(set(namespaces))}]
+        },
+        "resourceGroups": [
+            {
+                "coveredResources": [POD_COUNT_RESOURCE],
+                "flavors": [{"name": cpu.name, "resources": [{"name": POD_COUNT_RESOURCE, "nominalQuota": cpu.pods}]}],
+            }
+        ],
+    }
+
+
 class KueueObject(pulumi.CustomResource):
     """A Kueue object whose fields sit beside ``metadata`` rather than in a ``spec`` (WorkloadPriorityClass).
 
@@ -320,6 +341,38 @@ class Queues(pulumi.ComponentResource):
                 spec={"clusterQueue": team.cluster_queue},
                 opts=pulumi.ResourceOptions(parent=self, depends_on=deps),
             )
+        # CPU-only work (checkpoint checks, restore drills): its own flavor, which selects no node and declares no
+        # GPU, its own ClusterQueue, and its LocalQueue in every team namespace.
+        cpu = settings.cpu_queue
+        self.cpu_flavor = k8s.apiextensions.CustomResource(
+            f"{name}-flavor-{cpu.name}",
+            api_version=KUEUE_API,
+            kind="ResourceFlavor",
+            metadata={"name": cpu.name, "labels": labels, "annotations": {DECLARED_GPUS_ANNOTATION: "0"}},
+            spec={},
+            opts=after_chart,
+        )
+        team_ns = sorted({t.namespace for t in args.teams})
+        self.cpu_cluster_queue = k8s.apiextensions.CustomResource(
+            f"{name}-cq-{cpu.name}",
+            api_version=KUEUE_API,
+            kind="ClusterQueue",
+            metadata={"name": cpu.name, "labels": labels},
+            spec=cpu_queue_spec(cpu, team_ns),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.chart, self.cpu_flavor]),
+        )
+        for ns in team_ns:
+            deps = [self.chart, self.cpu_cluster_queue]
+            if ns in args.namespaces:
+                deps.append(args.namespaces[ns])
+            self.local_queues[f"{ns}/{cpu.name}"] = k8s.apiextensions.CustomResource(
+                f"{name}-lq-{ns}-{cpu.name}",
+                api_version=KUEUE_API,
+                kind="LocalQueue",
+                metadata={"name": cpu.name, "namespace": ns, "labels": labels},
+                spec={"clusterQueue": cpu.name},
+                opts=pulumi.ResourceOptions(parent=self, depends_on=deps),
+            )
         self.workload_priorities = {
             wp.name: KueueObject(
                 f"{name}-wpc-{wp.name}",
@@ -346,8 +399,9 @@ class Queues(pulumi.ComponentResource):
             {
                 "namespace": settings.namespace,
                 "clusterQueues": sorted(self.cluster_queues),
+                "cpuQueue": cpu.name,
                 "localQueues": sorted(self.local_queues),
-                "resourceFlavors": sorted(self.flavors),
+                "resourceFlavors": sorted([*self.flavors, cpu.name]),
                 "topologies": sorted(self.topologies),
                 "quotaFollowsCapacity": args.quota_follows_capacity,
                 "workloadPriorityClasses": [wp.name for wp in args.priorities.workload],

@@ -77,8 +77,9 @@ _SHORTER = {
 
 
 class TeamQueue(ConfigModel):
-    """Where a team's check Jobs queue: its namespace, its LocalQueue and the research priority they name (the
-    lowest the team may name: a check never delays the team's training)."""
+    """Where a team's check Jobs queue: its namespace, the LocalQueue of CPU-only work there (``kueue.cpuQueue``)
+    and the research priority they name (the lowest the team may name: a check never goes before the team's other
+    CPU-only work)."""
 
     namespace: DnsLabel
     local_queue: DnsLabel

@@ -7,6 +7,7 @@ inference, ...) are in ``components/config/rules.py``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import AfterValidator, Field, field_validator, model_validator
@@ -211,10 +212,42 @@ class WaitForPodsReady(ConfigModel):
     backoff_max_seconds: Annotated[int, Field(ge=1)] = 3600
 
 
+#: The one resource the queue for CPU-only work counts: Kueue adds a pod set's pod count to its requests wherever a
+#: ClusterQueue covers ``pods`` (``flavorassigner.go``), whatever ``excludeResourcePrefixes`` says.
+POD_COUNT_RESOURCE = "pods"
+
+
+def covers_gpus(resource_groups: Any) -> bool:
+    """Whether a ClusterQueue's ``spec.resourceGroups`` (as written to the API) cover anything but the pod count: a
+    queue that covers only ``pods`` cannot admit a pod that asks for a GPU (Kueue leaves a workload whose resources
+    its ClusterQueue does not cover pending), so it admits no training."""
+    if not isinstance(resource_groups, Sequence) or isinstance(resource_groups, str):
+        return True  # unknown shape: assume the worst, the policies hold it as a GPU queue
+    covered = {str(r) for g in resource_groups if isinstance(g, Mapping) for r in g.get("coveredResources") or []}
+    return covered != {POD_COUNT_RESOURCE}
+
+
+class CpuQueue(ConfigModel):
+    """The queue for work that asks for no GPU: checkpoint checks, restore drills, a team's data preparation.
+
+    A ClusterQueue outside the cohort whose only quota is how many pods it runs at once, over one ResourceFlavor of
+    the same name that selects no node (the pods run where their own nodeSelector says), and a LocalQueue of that
+    name in every team namespace. Every Job in a team namespace is Kueue's (``manageJobsWithoutQueueName``) and
+    Kueue leaves CPU and memory to the scheduler, so without it such a Job could only queue in a GPU ClusterQueue;
+    where every flavor of that queue is topology-aware, Kueue from 0.17.5 refuses a pod set that asks for none of
+    the queue's resources ("no TAS flavor assigned", kubernetes-sigs/kueue#12417).
+    """
+
+    name: DnsLabel = "cpu-only"
+    #: At most this many pods of the queue's Jobs run at once, across every team.
+    pods: Annotated[int, Field(ge=1, le=100_000)] = 16
+
+
 class KueueSettings(ChartController):
     IMAGE_REPOSITORY: ClassVar[str] = KUEUE_IMAGE_REPOSITORY
     chart_version: SemVer = KUEUE_CHART_VERSION
     chart: ChartSource = ChartSource(oci="oci://registry.k8s.io/kueue/charts/kueue")
     namespace: DnsLabel = "kueue-system"
     wait_for_pods_ready: WaitForPodsReady = WaitForPodsReady()
+    cpu_queue: CpuQueue = CpuQueue()
     extra_values: dict[str, Any] = {}

@@ -35,6 +35,8 @@ class StackFacts:
     #: name.
     teams: tuple[Team, ...]
     priorities: Priorities
+    #: ``gpucluster:kueue.cpuQueue.name``: the LocalQueue of CPU-only work in every team namespace.
+    cpu_queue: str
     #: Whether the stack runs the checkpoint verifier (``gpucluster:checkpointVerifier``): only verified
     #: checkpoints count.
     checkpoints_verified: bool

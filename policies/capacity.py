@@ -15,10 +15,11 @@ from collections.abc import Mapping
 
 from pulumi_policy import EnforcementLevel, StackValidationArgs, StackValidationPolicy
 
-from contract.constants import ACCEPTED_LABEL, ACCEPTED_VALUE, SETTINGS_LABEL
+from contract.constants import ACCEPTED_LABEL, ACCEPTED_VALUE, DECLARED_GPUS_ANNOTATION, SETTINGS_LABEL
+from contract.queues_settings import covers_gpus
 from contract.quota_controller_settings import APP
 from contract.registry import QUOTA_CONTROLLER
-from policies.common import MANDATORY, Report, dig
+from policies.common import MANDATORY, Report, annotations_of, dig
 
 DEPLOYMENT = "kubernetes:apps/v1:Deployment"
 CONFIG_MAP = "kubernetes:core/v1:ConfigMap"
@@ -60,9 +61,13 @@ def _followed_queues(args: StackValidationArgs) -> set[str] | None:
 
 
 def _validate_controller(args: StackValidationArgs, report: Report) -> None:
-    queues = sorted(_name(r.props, r.name) for r in args.resources if r.resource_type in CLUSTER_QUEUE_TYPES)
+    queues = sorted(
+        _name(r.props, r.name)
+        for r in args.resources
+        if r.resource_type in CLUSTER_QUEUE_TYPES and covers_gpus(dig(r.props, "spec", "resourceGroups"))
+    )
     if not queues:
-        args.not_applicable("no ClusterQueue in the stack")
+        args.not_applicable("no ClusterQueue of GPUs in the stack")
         return
     if not any(r.resource_type == DEPLOYMENT and _runs_the_controller(r.props) for r in args.resources):
         report(
@@ -86,9 +91,14 @@ quota_controller_where_queues_are = StackValidationPolicy(
 
 
 def _validate_accepted(args: StackValidationArgs, report: Report) -> None:
-    flavors = [r for r in args.resources if r.resource_type == RESOURCE_FLAVOR]
+    # A flavor that declares no GPU (the queue of CPU-only work) gives no GPU quota: the quota policy holds it to 0.
+    flavors = [
+        r
+        for r in args.resources
+        if r.resource_type == RESOURCE_FLAVOR and annotations_of(r.props).get(DECLARED_GPUS_ANNOTATION) != "0"
+    ]
     if not flavors:
-        args.not_applicable("no ResourceFlavor in the stack")
+        args.not_applicable("no ResourceFlavor of GPUs in the stack")
         return
     for r in flavors:
         labels = dig(r.props, "spec", "nodeLabels") or {}

@@ -23,6 +23,7 @@ from pulumi_policy import (
 
 from contract.constants import VIRTUAL_NODE_TAINT_KEY, VIRTUAL_NODE_TAINT_VALUE
 from contract.make_before_break_settings import CHECK_NAME, CONTROLLER_NAME
+from contract.queues_settings import covers_gpus
 from policies.common import MANDATORY, Report, dig, object_ref, schema
 from policies.inference import _CONFIG, _gpu_inference_deployment, tolerates
 
@@ -99,10 +100,11 @@ def listed_checks(props: Mapping[str, Any]) -> list[str]:
 
 
 def _queues(args: StackValidationArgs) -> list[tuple[str, list[str]]]:
+    """The ClusterQueues that can admit training (every one that covers a GPU) and the checks each lists."""
     return [
         (str(dig(r.props, "metadata", "name") or r.name), listed_checks(r.props))
         for r in args.resources
-        if r.resource_type in CLUSTER_QUEUE_TYPES
+        if r.resource_type in CLUSTER_QUEUE_TYPES and covers_gpus(dig(r.props, "spec", "resourceGroups"))
     ]
 
 
@@ -129,7 +131,7 @@ def _validate_queues(args: StackValidationArgs, report: Report) -> None:
             f"(controllerName {CONTROLLER_NAME}): Kueue keeps them inactive and they admit nothing"
         )
         return
-    # Every ClusterQueue admits training (inference is no Kueue workload).
+    # Every ClusterQueue of GPUs admits training (inference is no Kueue workload).
     for queue, listed in queues:
         missing = sorted(checks - set(listed))
         if missing:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pulumi_policy import StackValidationArgs, StackValidationPolicy
 
 from contract.constants import DECLARED_GPUS_ANNOTATION
+from contract.queues_settings import POD_COUNT_RESOURCE
 from policies.common import MANDATORY, Report, annotations_of, dig
 
 RESOURCE_FLAVOR = "kubernetes:kueue.x-k8s.io/v1beta2:ResourceFlavor"
@@ -32,6 +33,8 @@ def _validate(args: StackValidationArgs, report: Report) -> None:
         for group in dig(r.props, "spec", "resourceGroups") or []:
             for flavor in group.get("flavors") or []:
                 for res in flavor.get("resources") or []:
+                    if res.get("name") == POD_COUNT_RESOURCE:
+                        continue  # a count of pods (the queue of CPU-only work), no GPU
                     queued.setdefault(flavor["name"], []).append((queue, int(str(res.get("nominalQuota", 0)))))
     if not queued:
         args.not_applicable("no ClusterQueue in the stack")

@@ -183,6 +183,24 @@ def local_queues_agree(s: StackSections) -> Iterator[ConfigIssue]:
         ns_queues.setdefault(nsq, t.cluster_queue)
 
 
+def cpu_queue_name_free(s: StackSections) -> Iterator[ConfigIssue]:
+    """The queue for CPU-only work (``kueue.cpuQueue``) is a ClusterQueue, a ResourceFlavor and a LocalQueue in every
+    team namespace by one name: no GPU queue, flavor or team LocalQueue may take it."""
+    if s.kueue is None:
+        return
+    name = s.kueue.cpu_queue.name
+    for qname in s.queues or {}:
+        if qname == name:
+            yield ConfigIssue(f"queues.{qname}", qname, "is kueue.cpuQueue.name, the ClusterQueue of CPU-only work")
+    for i, f in enumerate(s.flavors or []):
+        if f.name == name:
+            yield ConfigIssue(f"flavors[{i}].name", f.name, "is kueue.cpuQueue.name, the flavor of CPU-only work")
+    for i, t in enumerate(s.teams or []):
+        if t.local_queue == name:
+            why = "is kueue.cpuQueue.name, every team namespace's LocalQueue of CPU-only work"
+            yield ConfigIssue(f"teams[{i}].localQueue", t.local_queue, why)
+
+
 def inference_namespaces_distinct(s: StackSections) -> Iterator[ConfigIssue]:
     if s.inference_namespaces is not None and len(set(s.inference_namespaces)) != len(s.inference_namespaces):
         yield ConfigIssue("inferenceNamespaces", list(s.inference_namespaces), "lists a namespace twice")
@@ -510,6 +528,7 @@ RULES: list[Rule] = [
     teams_point_at_queues,
     training_apart_from_inference,
     local_queues_agree,
+    cpu_queue_name_free,
     inference_namespaces_distinct,
     training_above_inference,
     workload_priorities_ordered,

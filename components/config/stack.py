@@ -333,6 +333,7 @@ class StackSections:
             inference_namespaces=tuple(values["inference_namespaces"]),
             teams=tuple(values["teams"]),
             priorities=values["priorities"],
+            cpu_queue=values["kueue"].cpu_queue.name,
             checkpoints_verified=controllers[CHECKPOINT_VERIFIER.name].enabled,
             burst_taint_key=values["burst_taint_key"],
             virtual_node_name=burst.settings.virtual_node.node_name if burst is not None and burst.enabled else None,

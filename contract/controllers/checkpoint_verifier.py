@@ -92,7 +92,8 @@ def outputs(s: CheckpointVerifierSettings) -> dict[str, object]:
 
 
 def fill(s: CheckpointVerifierSettings, facts: StackFacts) -> CheckpointVerifierSettings:
-    """Each team's check Jobs queue in its LocalQueue at the lowest research priority it may name."""
+    """Each team's check Jobs queue in its namespace's LocalQueue of CPU-only work (never a GPU queue: they ask for
+    no GPU) at the lowest research priority the team may name."""
     value = {p.name: p.value for p in facts.priorities.workload}
     teams: dict[str, TeamQueue] = {}
     for team in facts.teams:
@@ -100,7 +101,7 @@ def fill(s: CheckpointVerifierSettings, facts: StackFacts) -> CheckpointVerifier
         if not allowed or team.namespace in teams:
             continue
         lowest = min(allowed, key=lambda name: value[name])
-        teams[team.namespace] = TeamQueue(namespace=team.namespace, local_queue=team.local_queue, priority=lowest)
+        teams[team.namespace] = TeamQueue(namespace=team.namespace, local_queue=facts.cpu_queue, priority=lowest)
     return s.model_copy(update={"teams": list(teams.values())})
 
 

@@ -2,9 +2,9 @@
 
 What it is, and what the admission rule ``checkpoint-verifier-creates-only-check-jobs`` holds it to:
 
-- Kueue's: the team's LocalQueue and its lowest research priority (``kueue.x-k8s.io/queue-name`` and
-  ``priority-class``), so it queues like any job of the team and never delays its training. It asks for CPU and memory
-  only: Kueue's quota counts GPUs, so it takes none.
+- Kueue's: the LocalQueue of CPU-only work in the team's namespace (``kueue.cpuQueue``) and the team's lowest research
+  priority (``kueue.x-k8s.io/queue-name`` and ``priority-class``). It asks for CPU and memory only, and takes no GPU
+  quota: its ClusterQueue counts only pods (at most ``kueue.cpuQueue.pods`` at once), apart from the GPU queues.
 - one pod, never restarted (``backoffLimit: 0``, ``restartPolicy: Never``): a check that ends with no verdict is
   started again by the controller after ``retryAfter``, as a new Job; ``activeDeadlineSeconds`` is ``checkDeadline``;
   the Job goes ``keepFinished`` after it ends (``ttlSecondsAfterFinished``).

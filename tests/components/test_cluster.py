@@ -71,8 +71,9 @@ def test_component_tokens_and_parents(local: Graph) -> None:
 def test_every_kueue_object_depends_on_the_chart(local: Graph) -> None:
     chart = local.one(CHART, "sim-queues-kueue")
     kueue_objects = [r for r in local.resources if r.type.startswith(KUEUE)]
-    # topology, flavor, cluster queue, local queues, workload priorities, the make-before-break AdmissionCheck
-    assert len(kueue_objects) == 1 + 1 + 1 + 2 + 3 + 1
+    # topology, flavor, cluster queue, local queues, workload priorities, the make-before-break AdmissionCheck, and
+    # the CPU-only queue: its flavor, its ClusterQueue and its LocalQueue in each of the two team namespaces
+    assert len(kueue_objects) == 1 + 1 + 1 + 2 + 3 + 1 + (1 + 1 + 2)
     for r in kueue_objects:
         assert local.depends_on(r, chart), f"{r.name} does not wait for the Kueue chart"
     cq = local.one(f"{KUEUE}:ClusterQueue", "sim-queues-cq-training")
@@ -86,6 +87,29 @@ def test_local_queues_wait_for_their_namespace(local: Graph) -> None:
     assert local.depends_on(lq, local.one("kubernetes:core/v1:Namespace", "sim-ns-team-vision"))
     assert lq.inputs["metadata"]["namespace"] == "team-vision"
     assert lq.inputs["spec"] == {"clusterQueue": "training"}
+    cpu = local.one(f"{KUEUE}:LocalQueue", "sim-queues-lq-team-vision-cpu-only")
+    assert local.depends_on(cpu, local.one("kubernetes:core/v1:Namespace", "sim-ns-team-vision"))
+    assert cpu.inputs["spec"] == {"clusterQueue": "cpu-only"}
+
+
+def test_cpu_only_work_has_a_queue_of_its_own_that_counts_pods_not_gpus(local: Graph) -> None:
+    cq = local.one(f"{KUEUE}:ClusterQueue", "sim-queues-cq-cpu-only")
+    spec = cq.inputs["spec"]
+    # Outside the cohort, no AdmissionCheck (make-before-break is on in this stack: the GPU queues list it).
+    assert "cohortName" not in spec
+    assert "admissionChecksStrategy" not in spec
+    assert spec["resourceGroups"] == [
+        {
+            "coveredResources": ["pods"],
+            "flavors": [{"name": "cpu-only", "resources": [{"name": "pods", "nominalQuota": 16}]}],
+        }
+    ]
+    assert spec["namespaceSelector"]["matchExpressions"][0]["values"] == ["team-foundation", "team-vision"]
+    flavor = local.one(f"{KUEUE}:ResourceFlavor", "sim-queues-flavor-cpu-only")
+    # It selects no node and declares no GPU: the quota policy counts nothing against it.
+    assert flavor.inputs["spec"] == {}
+    assert flavor.inputs["metadata"]["annotations"] == {"gpucluster.io/declared-gpus": "0"}
+    assert local.depends_on(cq, flavor)
 
 
 # --- queues -----------------------------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from components.cluster import GpuCluster, GpuClusterArgs
 from components.config import StackConfigError, parse_stack_config, read_stack_file
 from components.controller import Controller, ControllerArgs
 from contract.controllers.quota_controller import SPEC
+from contract.queues_settings import covers_gpus
 from contract.quota_controller_settings import QuotaControllerSettings, parse_settings
 from tests.support.pulumi_harness import Graph, deploy, secrets_of
 
@@ -120,18 +121,27 @@ def test_prod_runs_it_and_the_queues_leave_their_groups_to_it() -> None:
         "evaluation": {"h100": 64, "l40s": 192},
     }
     for cq in graph.of_type(CQ):
+        if not covers_gpus(cq.inputs["spec"]["resourceGroups"]):
+            # The queue of CPU-only work keeps its count of pods: no GPU there to follow.
+            assert cq.inputs["metadata"]["name"] == "cpu-only"
+            assert cq.ignore_changes == []
+            continue
         assert cq.ignore_changes == ["spec.resourceGroups"]
         # created with the numbers at full capacity
         assert cq.inputs["spec"]["resourceGroups"]
     dep = graph.one("kubernetes:apps/v1:Deployment", "prod-quota-controller-deployment")
-    assert all(graph.depends_on(dep, cq) for cq in graph.of_type(CQ))
+    assert all(
+        graph.depends_on(dep, cq) for cq in graph.of_type(CQ) if covers_gpus(cq.inputs["spec"]["resourceGroups"])
+    )
     namespaces = {r.inputs["metadata"]["name"]: r for r in graph.of_type("kubernetes:core/v1:Namespace")}
     assert namespaces["gpucluster-capacity"].inputs["metadata"]["labels"]["gpucluster.io/workload"] == "capacity"
 
 
 def test_flavors_select_accepted_nodes() -> None:
     graph = _cluster("prod")
-    for flavor in graph.of_type(FLAVOR):
+    gpu_flavors = [f for f in graph.of_type(FLAVOR) if f.inputs["metadata"]["name"] != "cpu-only"]
+    assert len(gpu_flavors) == 2
+    for flavor in gpu_flavors:
         assert flavor.inputs["spec"]["nodeLabels"]["gpucluster.io/accepted"] == "true"
 
 

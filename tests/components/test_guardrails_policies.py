@@ -41,7 +41,7 @@ from contract.constants import (
 from contract.constants import RELEASED_AT_ANNOTATION as QUARANTINE_RELEASED
 from contract.guardrails_settings import GuardrailsSettings
 from contract.jobset_settings import JOBSET_API, JOBSET_CHART_VERSION
-from contract.queues_settings import KUEUE_CHART_VERSION
+from contract.queues_settings import KUEUE_CHART_VERSION, CpuQueue
 from contract.registry import CHECKPOINT_VERIFIER, INTERRUPTIONS, QUARANTINE, STALL_DETECTOR
 from daemons.checkpoint_verifier.job import check_job, drill_job
 from daemons.quarantine.kube import node_from, quarantine_ops
@@ -920,7 +920,7 @@ def test_only_the_verifier_writes_checkpoint_records_and_it_writes_only_records_
         assert "checkpoint-verifier-changes-claims-only-by-its-records" in said, said
     # its check Job, as the controller builds it, is taken; anything else its token sends is refused
     settings = CheckpointVerifierSettings(image=VERIFIER_IMAGE)
-    team = TeamQueue(namespace=TEAM, local_queue="training", priority="research-default")
+    team = TeamQueue(namespace=TEAM, local_queue=CpuQueue().name, priority="research-default")
     good = check_job(
         settings, team, name="checkpoint-check-x-0", job="llm", report="2027-01-15T08:00:00Z", last_verified_step=100
     )

@@ -19,8 +19,9 @@ from components.make_before_break import MakeBeforeBreak
 from components.queues import cluster_queue_spec
 from contract.controllers.make_before_break import SPEC, WORKLOAD_NAMESPACES
 from contract.make_before_break_settings import MakeBeforeBreakSettings, parse_settings
+from contract.queues_settings import covers_gpus
 from contract.registry import MAKE_BEFORE_BREAK
-from tests.support.pulumi_harness import Graph, deploy, secrets_of
+from tests.support.pulumi_harness import Graph, Registered, deploy, secrets_of
 
 ROOT = Path(__file__).resolve().parents[2]
 RBAC = "kubernetes:rbac.authorization.k8s.io/v1"
@@ -177,12 +178,22 @@ def _document(graph: Graph, name: str) -> dict[str, Any]:
     return out
 
 
-def test_prod_lists_the_check_on_every_cluster_queue() -> None:
+def _gpu_queues(graph: Graph) -> list[Registered]:
+    """The ClusterQueues that can admit training: all but the queue of CPU-only work, which covers only pods."""
+    queues = [cq for cq in graph.of_type(CQ) if covers_gpus(cq.inputs["spec"]["resourceGroups"])]
+    assert len(queues) == len(graph.of_type(CQ)) - 1
+    return queues
+
+
+def test_prod_lists_the_check_on_every_cluster_queue_of_gpus() -> None:
     graph = _cluster("prod", bursting=True, enabled=True)
-    queues = graph.of_type(CQ)
-    assert len(queues) == 2
-    for cq in queues:
-        assert cq.inputs["spec"]["admissionChecksStrategy"] == {"admissionChecks": [{"name": "make-before-break"}]}
+    queues = {cq.inputs["metadata"]["name"]: cq.inputs["spec"] for cq in graph.of_type(CQ)}
+    assert len(queues) == 3
+    for name, spec in queues.items():
+        if name == "cpu-only":  # it admits no training: it covers no GPU
+            assert "admissionChecksStrategy" not in spec
+        else:
+            assert spec["admissionChecksStrategy"] == {"admissionChecks": [{"name": "make-before-break"}]}
     (component,) = [r for r in graph.resources if r.type == TOKEN]
     assert graph.parent_of(component).type == "gpucluster:cluster:GpuCluster"
     (check,) = graph.of_type(CHECK)
@@ -199,7 +210,7 @@ def test_local_runs_it_on_the_virtual_node_with_short_figures() -> None:
     graph = _cluster("local")
     (check,) = graph.of_type(CHECK)
     assert check.inputs["spec"]["controllerName"] == "gpucluster.io/make-before-break"
-    assert all(cq.inputs["spec"]["admissionChecksStrategy"] for cq in graph.of_type(CQ))
+    assert all(cq.inputs["spec"]["admissionChecksStrategy"] for cq in _gpu_queues(graph))
     doc = _document(graph, "local-make-before-break-settings")
     assert (doc["virtualNodeName"], doc["maxHold"], doc["interval"]) == ("gpu-burst", "60s", "2s")
 
@@ -217,7 +228,7 @@ def test_local_turned_on_gets_the_virtual_node_in_its_document() -> None:
     graph = _cluster("local", enabled=True, maxHold="90s")
     doc = _document(graph, "local-make-before-break-settings")
     assert (doc["virtualNodeName"], doc["maxHold"]) == ("gpu-burst", "90s")
-    assert all(cq.inputs["spec"]["admissionChecksStrategy"] for cq in graph.of_type(CQ))
+    assert all(cq.inputs["spec"]["admissionChecksStrategy"] for cq in _gpu_queues(graph))
 
 
 def test_draining_keeps_the_controller_and_takes_the_check_off_the_queues() -> None:

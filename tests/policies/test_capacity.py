@@ -102,3 +102,31 @@ def test_a_flavor_that_does_not_require_acceptance_is_advised_against() -> None:
     assert isinstance(found, list)
     assert len(found) == 1
     assert "never passed the acceptance roles" in found[0]
+
+
+def _cpu_queue(*resources: str) -> Any:
+    groups = [{"coveredResources": list(resources), "flavors": [{"name": "cpu-only", "resources": []}]}]
+    return resource(CQ, {"metadata": {"name": "cpu-only"}, "spec": {"resourceGroups": groups}}, "cpu-only")
+
+
+def test_the_queue_of_cpu_only_work_is_not_the_quota_controllers() -> None:
+    stack = [_cq("pretraining"), _controller(), _settings("pretraining"), _cpu_queue("pods")]
+    assert check_stack(quota_controller_where_queues_are, stack) == []
+    assert check_stack(quota_controller_where_queues_are, [_cpu_queue("pods")]) == NA
+    # One that also covers a GPU is a GPU queue: the controller must follow it.
+    found = check_stack(quota_controller_where_queues_are, [*stack[:3], _cpu_queue("pods", "nvidia.com/gpu")])
+    assert isinstance(found, list)
+    assert len(found) == 1
+    assert "['cpu-only'] are not in" in found[0]
+
+
+def test_a_flavor_that_declares_no_gpu_need_not_select_accepted_nodes() -> None:
+    def flavor(gpus: str) -> Any:
+        meta = {"name": "cpu-only", "annotations": {"gpucluster.io/declared-gpus": gpus}}
+        return resource(FLAVOR, {"metadata": meta, "spec": {}}, "cpu-only")
+
+    assert check_stack(flavors_select_accepted_nodes, [flavor("0")]) == NA
+    found = check_stack(flavors_select_accepted_nodes, [flavor("8")])
+    assert isinstance(found, list)
+    assert len(found) == 1
+    assert "ResourceFlavor cpu-only" in found[0]

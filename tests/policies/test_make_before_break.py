@@ -156,3 +156,19 @@ def test_on_the_advisory_policy_is_silent() -> None:
         check_stack(training_queues_make_before_break_off, [_check(), _cq("pretraining", ["make-before-break"])]) == NA
     )
     assert check_stack(training_queues_make_before_break_off, []) == NA
+
+
+def _groups(*resources: str) -> list[dict[str, Any]]:
+    return [{"coveredResources": list(resources), "flavors": [{"name": "f", "resources": []}]}]
+
+
+def test_the_queue_of_cpu_only_work_needs_no_check_a_queue_of_gpus_does() -> None:
+    cpu = resource(CQ, {"metadata": {"name": "cpu-only"}, "spec": {"resourceGroups": _groups("pods")}}, "cpu-only")
+    stack = [_check(), _cq("pretraining", ["make-before-break"]), cpu]
+    assert check_stack(training_queues_carry_make_before_break, stack) == []
+    # Pods and GPUs: it can admit training, so it is held to the check like any other.
+    both = resource(CQ, {"metadata": {"name": "mixed"}, "spec": {"resourceGroups": _groups("pods", "nvidia.com/gpu")}})
+    found = check_stack(training_queues_carry_make_before_break, [*stack, both])
+    assert isinstance(found, list)
+    assert len(found) == 1
+    assert "ClusterQueue mixed" in found[0]

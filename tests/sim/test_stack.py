@@ -161,7 +161,14 @@ def test_kueue_objects_match_the_stack_config(local_stack: LocalStack) -> None:
         assert flavors[f.name]["metadata"]["annotations"]["gpucluster.io/declared-gpus"] == str(f.capacity)
 
     cqs = {c["metadata"]["name"]: c for c in local_stack.items(f"clusterqueues.{KUEUE}")}
-    assert set(cqs) == set(CFG.queues)
+    cpu = CFG.kueue.cpu_queue
+    assert set(cqs) == {*CFG.queues, cpu.name}
+    # the queue of CPU-only work: a count of pods, outside the cohort, Active like the rest
+    assert cqs[cpu.name]["spec"]["resourceGroups"][0]["flavors"] == [
+        {"name": cpu.name, "resources": [{"name": "pods", "nominalQuota": cpu.pods}]}
+    ]
+    assert "cohortName" not in cqs[cpu.name]["spec"]
+    assert condition(cqs[cpu.name], "Active") == "True"
     for name, spec in CFG.queues.items():
         cq = cqs[name]
         assert cq["spec"]["cohortName"] == CFG.cohort
@@ -179,7 +186,10 @@ def test_kueue_objects_match_the_stack_config(local_stack: LocalStack) -> None:
         (q["metadata"]["namespace"], q["metadata"]["name"]): q["spec"]["clusterQueue"]
         for q in local_stack.items(f"localqueues.{KUEUE}", "-A")
     }
-    assert lqs == {(t.namespace, t.local_queue): t.cluster_queue for t in CFG.teams}
+    assert lqs == {
+        **{(t.namespace, t.local_queue): t.cluster_queue for t in CFG.teams},
+        **{(t.namespace, cpu.name): cpu.name for t in CFG.teams},
+    }
 
     wpcs = {w["metadata"]["name"]: w["value"] for w in local_stack.items(f"workloadpriorityclasses.{KUEUE}")}
     assert wpcs == {w.name: w.value for w in CFG.priorities.workload}

@@ -59,6 +59,21 @@ def test_a_rule_waits_for_the_sections_it_reads() -> None:
     assert list(rules_module.quota_within_capacity(sections)) == []
 
 
+def test_the_cpu_queue_name_is_taken_by_no_gpu_queue_flavor_or_team_queue() -> None:
+    raw = read_stack_file(ROOT / "stacks" / "Pulumi.prod.yaml")
+    sections, _ = parse_sections(raw)
+    assert sections.kueue is not None
+    assert sections.kueue.cpu_queue.name == "cpu-only"
+    assert list(rules_module.cpu_queue_name_free(sections)) == []
+    raw["kueue"] = {**(raw.get("kueue") or {}), "cpuQueue": {"name": "pretraining"}}
+    raw["teams"][1] = {**raw["teams"][1], "localQueue": "pretraining"}
+    raw["flavors"][0] = {**raw["flavors"][0], "name": "pretraining"}
+    sections, _ = parse_sections(raw)
+    found = list(rules_module.cpu_queue_name_free(sections))
+    assert [i.path for i in found] == ["queues.pretraining", "flavors[0].name", "teams[1].localQueue"]
+    assert all("kueue.cpuQueue.name" in str(i) for i in found)
+
+
 # --- make-before-break --------------------------------------------------------------------------------------
 
 

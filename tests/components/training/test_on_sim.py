@@ -405,7 +405,15 @@ def test_a_checkpoint_counts_once_the_verifier_read_it_and_a_corrupt_one_never_d
     assert {p["spec"]["nodeName"] for p in checks} == {REAL_NODE}
     assert all(v["persistentVolumeClaim"]["readOnly"] for p in checks for v in p["spec"]["volumes"])
     (check_job,) = stack.items("jobs", "-n", NS, "-l", f"{CHECK_OF_LABEL}=verified,!{KIND_LABEL}")  # not its drill
-    assert check_job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "training"
+    # queued apart from the GPU queues, in the team namespace's LocalQueue of CPU-only work, and admitted there
+    cpu_queue = CFG.kueue.cpu_queue.name
+    assert check_job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == cpu_queue
+    (workload,) = [
+        w
+        for w in stack.items("workloads.kueue.x-k8s.io", "-n", NS)
+        if any(o.get("uid") == check_job["metadata"]["uid"] for o in w["metadata"].get("ownerReferences") or [])
+    ]
+    assert workload["status"]["admission"]["clusterQueue"] == cpu_queue
     assert events(stack, "checkpoints", "CheckpointVerified")
     # its first verified checkpoint is drilled at once: read whole by a drill pod on the real node
     drill = wait_for(
