@@ -706,7 +706,7 @@ def test_hostile_objects_sent_as_the_admin_are_refused_or_never_run(local_stack:
     assert inputs.virtual_node is not None, "the local stack bursts"
     assert inputs.user_of(INTERRUPTIONS.name) is not None, "the local stack counts interruptions"
     node = local_stack.items("nodes", "-l", "type!=virtual-kubelet")[0]["metadata"]["name"]
-    queue = local_stack.items("clusterqueues")[0]["metadata"]["name"]
+    queue = next(iter(CFG.queues))  # a GPU queue: the controller may not even read the queue of CPU-only work
     deployment = local_stack.items("deployments", "-n", infer)[0]["metadata"]["name"]
     evict_all = {"spec": {"taints": [{"key": "evil", "effect": "NoExecute"}]}}
     # Each write is sent the way that controller sends its own (make-before-break has no GET on Deployments, so a
