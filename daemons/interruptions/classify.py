@@ -25,6 +25,10 @@ from enum import StrEnum
 
 #: Kueue's eviction reason for preemption (``WorkloadEvictedByPreemption``).
 PREEMPTED = "Preempted"
+#: Kueue's eviction reason when a node of a topology-placed gang failed and no replacement was found, or a second
+#: one failed (``WorkloadEvictedDueToNodeFailures``): the node's fault, and JobSet often restarts the gang for the
+#: same failure (see ``ledger.pair_node_failures``).
+NODE_FAILURES = "NodeFailures"
 
 
 class Cause(StrEnum):
@@ -91,7 +95,9 @@ def pod_detail(pod: PodFailure, node: NodeState | None) -> str:
 
 def eviction_cause(reason: str) -> Cause:
     """The cause of a Kueue eviction of the given reason."""
-    return Cause.PREEMPTION if reason == PREEMPTED else Cause.REQUEUE
+    if reason == PREEMPTED:
+        return Cause.PREEMPTION
+    return Cause.NODE if reason == NODE_FAILURES else Cause.REQUEUE
 
 
 def restart_causes(before: tuple[int, int], after: tuple[int, int]) -> tuple[int, int]:

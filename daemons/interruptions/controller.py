@@ -275,7 +275,7 @@ class Controller(OnTheApi[InterruptionsSettings, KubeApi, Metrics]):
                 written.append(job.key)
             self._records[job.uid] = record
             records[job.key] = record
-            by_cause = counts(job, record.hangs)
+            by_cause = counts(job, record.hangs, record.paired)
             t = job_time(
                 record,
                 now,

@@ -2,13 +2,16 @@
 
 The counts are the API server's own and exact: JobSet ``status.restarts`` and ``status.restartsCountTowardsMax``
 (program restarts; the difference is the node's, less the hangs: a restart that ended the attempt the stall
-detector's record names), Kueue's ``status.schedulingStats.evictions`` per reason
-(preemption and requeue). The times come from the objects too (JobSet restart Events, the Workload's Evicted
-condition) and from the daemon's own record, kept on the JobSet in the annotation ``gpucluster.io/interruptions``
-(compact JSON, at most ``max_entries`` interruptions, written by the leader only). A daemon killed with -9 loses
-nothing: the next cycle compares the counters in status with those in the record, and every restart counted in status
-but missing from the record is added with the cause from the counter that moved and the time from its Event if the
-API server still keeps it, else the time it was noticed, marked ``timeEstimated``.
+detector's record names), Kueue's ``status.schedulingStats.evictions`` per reason (preemption, a node's failure,
+requeue). One node failure may show twice: Kueue evicts a topology-placed gang's Workload (``NodeFailures``) while
+JobSet restarts the gang for the same failed pods; the two, within :data:`SAME_NODE_FAILURE_S` of each other, are
+one interruption (:func:`pair_node_failures`). The times come from the objects too (JobSet restart Events, the
+Workload's Evicted condition) and from the daemon's own record, kept on the JobSet in the annotation
+``gpucluster.io/interruptions`` (compact JSON, at most ``max_entries`` interruptions, written by the leader only). A
+daemon killed with -9 loses nothing: the next cycle compares the counters in status with those in the record, and
+every restart counted in status but missing from the record is added with the cause from the counter that moved
+and the time from its Event if the API server still keeps it, else the time it was noticed, marked
+``timeEstimated``.
 
 Work lost by an interruption at ``t`` = ``t`` - the last checkpoint the job reported before ``t``, bounded below by
 the time the attempt started running; when the only checkpoint reported is after ``t`` (the daemon was away), the
@@ -27,6 +30,10 @@ from typing import Any
 from daemons.interruptions.classify import Cause, eviction_cause, pod_cause, pod_detail, restart_causes
 from daemons.interruptions.model import NODE_RESTART_REASON, PROGRAM_RESTART_REASON, JobView
 
+#: A Kueue ``NodeFailures`` eviction and a JobSet node restart this close together are one node failure. Both react
+#: to the same failed node within seconds (measured 0.25 s apart on the simulated cluster, Kueue 0.19.2); a minute
+#: leaves room for a slow controller while two real failures of one gang rarely come that close.
+SAME_NODE_FAILURE_S = 60.0
 #: Longest detail text kept per interruption.
 MAX_DETAIL = 120
 #: Longest record (the annotation's value); the oldest interruptions go first beyond it.
@@ -46,6 +53,8 @@ class Interruption:
     #: The time is when the daemon noticed it, not when it happened (its Event was gone).
     time_estimated: bool = False
     detail: str = ""
+    #: A Kueue eviction that JobSet also restarted the gang for (one node failure, counted once).
+    restarted: bool = False
 
     @property
     def recovery_s(self) -> float | None:
@@ -69,10 +78,13 @@ class Record:
     items: tuple[Interruption, ...] = ()
     #: In-place restarts that were the stall detector's (counted by JobSet with the node's).
     hangs: int = 0
+    #: Node restarts that were one failure with a Kueue ``NodeFailures`` eviction (counted by both).
+    paired: int = 0
 
 
-def counts(job: JobView, hangs: int = 0) -> dict[Cause, int]:
-    """Interruptions by cause, exact, from the JobSet's and the Workload's counters and the record's hangs."""
+def counts(job: JobView, hangs: int = 0, paired: int = 0) -> dict[Cause, int]:
+    """Interruptions by cause, exact, from the JobSet's and the Workload's counters and the record's hangs and
+    paired node failures (each counted once, though both JobSet and Kueue count it)."""
     out = dict.fromkeys(Cause, 0)
     out[Cause.PROGRAM] = max(0, job.restarts_towards_max)
     node = max(0, job.restarts - job.restarts_towards_max)
@@ -81,6 +93,7 @@ def counts(job: JobView, hangs: int = 0) -> dict[Cause, int]:
     if job.workload is not None:
         for reason, n in job.workload.evictions.items():
             out[eviction_cause(reason)] += max(0, n)
+    out[Cause.NODE] = max(0, out[Cause.NODE] - max(0, paired))
     return out
 
 
@@ -119,6 +132,7 @@ def parse_record(text: str, uid: str) -> tuple[Record, str]:
                     work_lost_s=float(raw.get("workLost", 0.0)),
                     time_estimated=bool(raw.get("timeEstimated", False)),
                     detail=str(raw.get("detail", ""))[:MAX_DETAIL],
+                    restarted=bool(raw.get("restarted", False)),
                 )
             )
         ev = data.get("evictions") or {}
@@ -130,6 +144,7 @@ def parse_record(text: str, uid: str) -> tuple[Record, str]:
                 restarts=int(data.get("restarts", 0)),
                 towards_max=int(data.get("towardsMax", 0)),
                 hangs=int(data.get("hangs", 0)),
+                paired=int(data.get("paired", 0)),
                 evictions={str(k): int(v) for k, v in ev.items()},
                 first_admitted=_num(data.get("firstAdmitted"), "firstAdmitted"),
                 first_running=_num(data.get("firstRunning"), "firstRunning"),
@@ -154,6 +169,8 @@ def _item_json(i: Interruption) -> dict[str, Any]:
         out["timeEstimated"] = True
     if i.detail:
         out["detail"] = i.detail[:MAX_DETAIL]
+    if i.restarted:
+        out["restarted"] = True
     return out
 
 
@@ -164,6 +181,8 @@ def render(record: Record, max_entries: int) -> str:
     head["towardsMax"] = record.towards_max
     if record.hangs:
         head["hangs"] = record.hangs
+    if record.paired:
+        head["paired"] = record.paired
     if record.evictions:
         head["evictions"] = dict(sorted(record.evictions.items()))
     for key, value in (
@@ -246,6 +265,37 @@ def _new(
     return out
 
 
+def pair_node_failures(items: list[Interruption]) -> tuple[list[Interruption], int]:
+    """Items (sorted by time) with each Kueue ``NodeFailures`` eviction and the JobSet node restart within
+    :data:`SAME_NODE_FAILURE_S` of it made one interruption, and how many were paired.
+
+    The one kept is the eviction (the gang lost its quota: not an in-place restart), at the earlier of the two times,
+    with the larger work lost and both details, marked ``restarted``; a marked eviction pairs with nothing more, so a
+    second failure soon after is still counted. A node restart pairs with the nearest unmarked eviction only.
+    """
+    out = list(items)
+    paired = 0
+    for e in [i for i in out if i.cause == Cause.NODE and not i.restart and not i.restarted]:
+        near = [r for r in out if r.cause == Cause.NODE and r.restart and abs(r.at - e.at) <= SAME_NODE_FAILURE_S]
+        if not near:
+            continue
+        r = min(near, key=lambda x: abs(x.at - e.at))
+        detail = "; ".join(d for d in (e.detail, r.detail) if d)[:MAX_DETAIL]
+        first = e if e.at <= r.at else r
+        merged = replace(
+            e,
+            at=first.at,
+            work_lost_s=max(e.work_lost_s, r.work_lost_s),
+            time_estimated=first.time_estimated,
+            recovered_at=e.recovered_at if e.recovered_at is not None else r.recovered_at,
+            detail=detail,
+            restarted=True,
+        )
+        out = [merged if i is e else i for i in out if i is not r]
+        paired += 1
+    return sorted(out, key=lambda i: i.at), paired
+
+
 def reconcile(record: Record, job: JobView, now: float) -> Record:
     """The record brought up to what the objects say now: new restarts and evictions added, open interruptions
     closed when every pod of the gang is Running again since they happened."""
@@ -272,7 +322,7 @@ def reconcile(record: Record, job: JobView, now: float) -> Record:
             known = wl.evicted_at if wl.evicted_reason == reason else None
             added += _new(record, job, now, eviction_cause(reason), k, restart=False, known_at=known)
             evictions[reason] = max(n, evictions.get(reason, 0))
-    items = sorted((*record.items, *added), key=lambda i: i.at)
+    items, paired = pair_node_failures(sorted((*record.items, *added), key=lambda i: i.at))
     if job.all_running_since is not None:
         items = [
             replace(i, recovered_at=job.all_running_since)
@@ -296,6 +346,7 @@ def reconcile(record: Record, job: JobView, now: float) -> Record:
         restarts=max(record.restarts, job.restarts),
         towards_max=max(record.towards_max, job.restarts_towards_max),
         hangs=record.hangs + hang_new,
+        paired=record.paired + paired,
         evictions=evictions,
         first_admitted=first_admitted,
         first_running=first_running,

@@ -44,7 +44,9 @@ def test_an_unscheduled_pod_does_not_blame_a_node() -> None:
 
 def test_eviction_causes() -> None:
     assert eviction_cause("Preempted") is Cause.PREEMPTION
-    for reason in ("PodsReadyTimeout", "Deactivated", "NodeFailures", "ClusterQueueStopped"):
+    # Kueue gave up on a failed node of a topology-placed gang: the node's fault, not a requeue of its own
+    assert eviction_cause("NodeFailures") is Cause.NODE
+    for reason in ("PodsReadyTimeout", "Deactivated", "ClusterQueueStopped"):
         assert eviction_cause(reason) is Cause.REQUEUE
 
 

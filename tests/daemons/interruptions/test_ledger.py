@@ -6,6 +6,7 @@ from dataclasses import replace
 from daemons.interruptions.classify import Cause, NodeState, PodFailure
 from daemons.interruptions.ledger import (
     MAX_RECORD_BYTES,
+    SAME_NODE_FAILURE_S,
     Interruption,
     Record,
     counts,
@@ -196,3 +197,61 @@ def test_a_restart_ending_the_attempt_the_stall_detector_recorded_is_a_hang_and_
     # the count survives the annotation, as a kill -9 of the daemon would need
     back, problem = parse_record(render(r2, 50), "u1")
     assert (problem, back.hangs) == ("", 1)
+
+
+def _node_failures(n: int, at: float) -> WorkloadView:
+    """The Workload after ``n`` Kueue evictions for a failed node, the last at ``at``, admitted again."""
+    return WorkloadView(
+        "team-a", "w", True, True, at + 5, evictions={"NodeFailures": n}, evicted_reason="NodeFailures", evicted_at=at
+    )
+
+
+def test_one_node_failure_that_kueue_evicts_for_and_jobset_restarts_for_is_one_interruption() -> None:
+    # Seen on Kueue 0.19.2: the eviction, then JobSet's node restart 0.25 s later, in the same cycle.
+    r = reconcile(Record("u1"), job(), T0 + 100)
+    failed = job(
+        restarts=1,
+        restart_events=((NODE_RESTART_REASON, T0 + 400.25),),
+        workload=_node_failures(1, T0 + 400),
+        checkpoint_at=T0 + 350,
+        all_running_since=None,
+    )
+    r = reconcile(r, failed, T0 + 410)
+    (item,) = r.items
+    assert (item.cause, item.at, item.restart, item.restarted) == (Cause.NODE, T0 + 400, False, True)
+    assert item.work_lost_s == 50.25  # the larger of the two readings
+    assert r.paired == 1
+    assert counts(failed, r.hangs, r.paired)[Cause.NODE] == 1
+    # Unpaired, the counters would say two.
+    assert counts(failed)[Cause.NODE] == 2
+    # Nothing is added again, and the record round-trips with the pairing.
+    assert reconcile(r, failed, T0 + 500).items == r.items
+    again, problem = parse_record(render(r, 50), "u1")
+    assert problem == ""
+    assert again == r
+
+
+def test_the_two_seen_in_different_cycles_pair_too_and_a_later_failure_stays_its_own() -> None:
+    r = reconcile(Record("u1"), job(), T0 + 100)
+    # the JobSet's restart first, the Workload's eviction noticed a cycle later
+    r = reconcile(r, job(restarts=1, restart_events=((NODE_RESTART_REASON, T0 + 400),)), T0 + 402)
+    assert [i.restart for i in r.items] == [True]
+    r = reconcile(r, job(restarts=1, workload=_node_failures(1, T0 + 420)), T0 + 425)
+    (item,) = r.items
+    assert (item.at, item.restarted, r.paired) == (T0 + 400, True, 1)
+    # A second node failure half a minute later: its restart may not pair with the eviction already paired.
+    events = ((NODE_RESTART_REASON, T0 + 450),)
+    r = reconcile(r, job(restarts=2, restart_events=events, workload=_node_failures(1, T0 + 420)), T0 + 455)
+    assert [(i.at, i.restart) for i in r.items] == [(T0 + 400, False), (T0 + 450, True)]
+    assert counts(job(restarts=2, workload=_node_failures(1, T0 + 420)), r.hangs, r.paired)[Cause.NODE] == 2
+
+
+def test_an_eviction_and_a_restart_further_apart_than_the_window_are_two() -> None:
+    r = reconcile(Record("u1"), job(), T0 + 100)
+    r = reconcile(r, job(restarts=1, restart_events=((NODE_RESTART_REASON, T0 + 400),)), T0 + 402)
+    r = reconcile(r, job(restarts=1, workload=_node_failures(1, T0 + 400 + SAME_NODE_FAILURE_S + 1)), T0 + 500)
+    assert [(i.cause, i.restart, i.restarted) for i in r.items] == [
+        (Cause.NODE, True, False),
+        (Cause.NODE, False, False),
+    ]
+    assert r.paired == 0
