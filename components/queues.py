@@ -32,6 +32,7 @@ from contract.constants import (
     WORKLOAD_LABEL,
 )
 from contract.queues_settings import (
+    DISABLE_WAIT_FOR_PODS_READY_GATE,
     POD_COUNT_RESOURCE,
     ClusterQueueSpec,
     CpuQueue,
@@ -123,7 +124,8 @@ def excluded_resources(flavors: Sequence[GpuFlavor] = ()) -> list[str]:
 
 
 def kueue_manager_config(settings: KueueSettings, flavors: Sequence[GpuFlavor] = ()) -> dict[str, Any]:
-    """Kueue's Configuration (config.kueue.x-k8s.io/v1beta2) with the all-or-nothing gate switched on."""
+    """Kueue's Configuration (config.kueue.x-k8s.io/v1beta2) with the all-or-nothing gate as the stack sets it (off:
+    left out here, and switched off by a feature gate in ``kueue_chart_values``)."""
     wfpr = settings.wait_for_pods_ready
     config: dict[str, Any] = {
         "apiVersion": "config.kueue.x-k8s.io/v1beta2",
@@ -160,7 +162,11 @@ def kueue_manager_config(settings: KueueSettings, flavors: Sequence[GpuFlavor] =
 def kueue_chart_values(settings: KueueSettings, flavors: Sequence[GpuFlavor] = ()) -> dict[str, Any]:
     """The chart's values: the Configuration, the controller's image at the chart's release, and where it runs."""
     config = kueue_manager_config(settings, flavors)
-    controller = {"manager": {"image": settings.image_values()}, **settings.placement_values()}
+    controller: dict[str, Any] = {"manager": {"image": settings.image_values()}, **settings.placement_values()}
+    if not settings.wait_for_pods_ready.enable:
+        # From Kueue 0.19 the gate is on even where the Configuration leaves it out (30m, not blocking); only this
+        # feature gate turns it off (upstream plans to remove the gate in 0.21).
+        controller["featureGates"] = [{"name": DISABLE_WAIT_FOR_PODS_READY_GATE, "enabled": True}]
     values: dict[str, Any] = {
         "controllerManager": controller,
         "managerConfig": {"controllerManagerConfigYaml": yaml.safe_dump(config, sort_keys=False)},

@@ -26,7 +26,7 @@ from contract.model import (
     check_qualified_name,
 )
 
-KUEUE_CHART_VERSION = "0.17.0"
+KUEUE_CHART_VERSION = "0.19.2"
 KUEUE_IMAGE_REPOSITORY = "registry.k8s.io/kueue/kueue"
 #: Largest value a user-defined Kubernetes PriorityClass may take (bigger values are reserved for the system).
 MAX_USER_PRIORITY = 1_000_000_000
@@ -201,8 +201,15 @@ class Priorities(ConfigModel):
         return [p.name for p in self.workload if p.allows(team)]
 
 
+#: Kueue's feature gate that switches waitForPodsReady off: from 0.19 the gate is on even where the Configuration
+#: leaves it out.
+DISABLE_WAIT_FOR_PODS_READY_GATE = "DisableWaitForPodsReady"
+
+
 class WaitForPodsReady(ConfigModel):
-    """Kueue's all-or-nothing gate: a gang that cannot get every pod ready in time is evicted and requeued."""
+    """Kueue's all-or-nothing gate: a gang that cannot get every pod ready in time is evicted and requeued.
+    ``enable: false`` sets Kueue's ``DisableWaitForPodsReady`` feature gate (leaving the block out is not enough
+    from Kueue 0.19 on)."""
 
     enable: bool = True
     timeout: PositiveDuration = "10m"

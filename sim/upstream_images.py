@@ -68,7 +68,7 @@ class UpstreamImage:
         return ROOT / "tools" / self.tool
 
     def pinned_version(self, group: Path | None = None) -> str:
-        """The release ``tools/<tool>/go.mod`` requires (``v0.17.0``)."""
+        """The release ``tools/<tool>/go.mod`` requires (``v0.19.2``)."""
         go_mod = (group or self.group) / "go.mod"
         try:
             text = go_mod.read_text(encoding="utf-8")

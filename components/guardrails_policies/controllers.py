@@ -367,6 +367,7 @@ CLUSTER_QUEUE_SPEC_FIELDS = (
     "admissionChecksStrategy",
     "admissionScope",
     "cohortName",
+    "concurrentAdmissionPolicy",
     "fairSharing",
     "flavorFungibility",
     "namespaceSelector",

@@ -14,7 +14,7 @@ from daemons.interruptions.classify import NodeState, PodFailure
 JOBSET_API = "jobset.x-k8s.io/v1alpha2"
 #: The daemon's own record on the JobSet (compact JSON, bounded; written by the leader only).
 LEDGER_ANNOTATION = INTERRUPTIONS_LEDGER_ANNOTATION
-#: JobSet's Event reasons for its two restart actions (pkg/constants of JobSet v0.11.1).
+#: JobSet's Event reasons for its two restart actions (pkg/constants of JobSet v0.11.1 and v0.12.0).
 PROGRAM_RESTART_REASON = "RestartJobSetFailurePolicyAction"
 NODE_RESTART_REASON = "RestartJobSetAndIgnoreMaxRestartsFailurePolicyAction"
 #: Ours, on the JobSet, when the restart bound stops it.

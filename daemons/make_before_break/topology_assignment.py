@@ -4,8 +4,9 @@ topologyAssignment`` of a Workload.
 The API server stores Workloads as ``kueue.x-k8s.io/v1beta2``, whose assignment is compressed into ``slices``
 (``apis/kueue/v1beta2/workload_types.go``): each slice holds ``domainCount`` domains, per level either one
 ``universal`` value or ``individual`` values written as ``prefix + root + suffix``, and per domain a pod count
-(``universal`` or ``individual``). Kueue 0.17 writes one slice and picks the longest common prefix and suffix, but
-says the encoding may change, so every variant is read: several slices, empty roots, absent prefix or suffix. The
+(``universal`` or ``individual``). Kueue 0.17 wrote one slice with the longest common prefix and suffix; 0.19 turns
+its ``TASAssignmentsEncodingByHostnamePrefix`` gate on by default, and upstream says the encoding may change, so every
+variant is read: several slices, empty roots, absent prefix or suffix. The
 v1beta1 form (``domains: [{values, count}]``, served through the conversion webhook) is read too.
 
 When the topology's last level is ``kubernetes.io/hostname``, Kueue records that level only: each domain is one

@@ -12,7 +12,7 @@ import yaml
 from components.cluster import GpuCluster, GpuClusterArgs
 from components.config import StackConfig, load_stack_file, parse_stack_config, read_stack_file
 from components.descheduler import DeschedulerArgs
-from components.queues import QueuesArgs, kueue_manager_config
+from components.queues import QueuesArgs, kueue_chart_values, kueue_manager_config
 from components.storage import Storage, StorageArgs, checkpoint_cadence_minutes
 from contract.constants import ENVIRONMENT_LABEL
 from contract.queues_settings import KUEUE_CHART_VERSION
@@ -146,12 +146,16 @@ def test_kueue_runs_upstreams_image_at_the_charts_release_with_its_own_certifica
     assert "nodeSelector" not in prod.one(CHART, "prod-queues-kueue").inputs["values"]["controllerManager"]
 
 
-def test_wait_for_pods_ready_can_be_switched_off_and_then_is_absent(local_cfg: StackConfig) -> None:
+def test_wait_for_pods_ready_can_be_switched_off_by_the_feature_gate_and_is_then_absent(local_cfg: StackConfig) -> None:
+    """Kueue 0.19 fills waitForPodsReady in where the Configuration leaves it out: off takes its feature gate."""
     settings = local_cfg.kueue.model_copy(
         update={"wait_for_pods_ready": local_cfg.kueue.wait_for_pods_ready.model_copy(update={"enable": False})}
     )
     assert "waitForPodsReady" not in kueue_manager_config(settings)
+    off = {"name": "DisableWaitForPodsReady", "enabled": True}
+    assert kueue_chart_values(settings)["controllerManager"]["featureGates"] == [off]
     assert "waitForPodsReady" in kueue_manager_config(local_cfg.kueue)
+    assert "featureGates" not in kueue_chart_values(local_cfg.kueue)["controllerManager"]
 
 
 def test_cluster_queues_quota_cohort_and_preemption(prod: Graph) -> None:

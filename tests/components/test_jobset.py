@@ -1,4 +1,4 @@
-"""The JobSet controller: its pinned chart (the version Kueue v0.17.0 requires), offline from its Go module, in every
+"""The JobSet controller: its pinned chart (the version the pinned Kueue requires), offline from its Go module, in every
 stack, from upstream's image at the chart's release (never the staging image the module's chart names)."""
 
 from __future__ import annotations

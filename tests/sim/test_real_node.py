@@ -352,13 +352,15 @@ def test_the_api_server_calls_the_charts_webhooks_through_their_services(local_s
         "kubectl", "apply", "--dry-run=server", "-f", "-", input=json.dumps(refused["object"]), check=False
     )
     assert out.returncode != 0, f"{group}'s webhook let {refused['object']['kind']} through"
-    assert f'admission webhook "{refused["webhook"]}" denied the request' in out.stderr, out.stderr
+    for words in refused["says"]:
+        assert words in out.stderr, out.stderr
 
 
 #: An object each chart's validating webhook refuses (a server-side dry run: nothing is created).
 WEBHOOK_REFUSALS: dict[str, dict[str, Any]] = {
     "kueue": {
-        "webhook": "vclusterqueue.kb.io",
+        # Kueue's webhook answers Forbidden: kubectl prints the API server's message, which names the webhook.
+        "says": ['admission webhook "vclusterqueue.kb.io" denied the request'],
         "object": {
             "apiVersion": "kueue.x-k8s.io/v1beta2",
             "kind": "ClusterQueue",
@@ -376,7 +378,9 @@ WEBHOOK_REFUSALS: dict[str, dict[str, Any]] = {
         },
     },
     "jobset": {
-        "webhook": "validate-jobset-x-k8s-io-v1alpha2-jobset.x-k8s.io",
+        # JobSet's (from v0.12.0) answers 422 Invalid with field causes: kubectl prints those, not the webhook's name.
+        # The schema has no rule for the name, so only the webhook says it.
+        "says": ['The JobSet "webhook-probe" is invalid', "absent"],
         "object": {
             "apiVersion": "jobset.x-k8s.io/v1alpha2",
             "kind": "JobSet",

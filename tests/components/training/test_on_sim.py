@@ -300,7 +300,7 @@ def test_a_program_fault_restarts_the_gang_in_place_keeping_its_quota_and_a_node
         return items if len(items) >= 2 else None
 
     items = wait_for("the interruption ledger holds both", ledger, timeout=30)
-    assert [i["cause"] for i in items][:2] == ["program", "node"]
+    assert [i["cause"] for i in items][:2] == ["program", "node"], json.dumps(items, indent=1)
 
 
 def test_a_crash_loop_stops_at_the_restart_bound_with_an_event_that_says_why(clean: LocalStack, tmp_path: Path) -> None:
