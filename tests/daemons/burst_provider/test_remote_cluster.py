@@ -1,15 +1,19 @@
 """The kubernetes burst provider against a real second API server: ``sim/remote.sh`` (kwok, 2 nodes x 8 GPUs).
 
 The module's fixture starts the remote cluster and removes it at the end, unless it was already up (then it is
-reused and left running). It never touches the main simulated cluster.
+reused and left running); two pytest-xdist workers running its tests share it, and the last one out removes it. It
+never touches the main simulated cluster.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import subprocess
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -76,19 +80,70 @@ def _up_already() -> bool:
     return probe.returncode == 0
 
 
+#: Who uses the remote cluster now: one file per pytest process (its pid), and ``started`` while a test process
+#: brought it up. The module's tests may run on two pytest-xdist workers at once, each with its own module fixture:
+#: the last one out brings it down, and only if a test process started it.
+USERS = ROOT / ".state" / "remote-users"
+LOCK = ROOT / ".state" / "remote-users.lock"
+
+
+@contextmanager
+def _locked() -> Iterator[None]:
+    LOCK.parent.mkdir(parents=True, exist_ok=True)
+    with LOCK.open("a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _alive(pid: str) -> bool:
+    try:
+        os.kill(int(pid), 0)
+    except (ValueError, ProcessLookupError):
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _others() -> list[str]:
+    """The live pytest processes besides this one that use the remote cluster (a dead one's file is removed)."""
+    out = []
+    for f in USERS.glob("[0-9]*"):
+        if f.name == str(os.getpid()):
+            continue
+        if _alive(f.name):
+            out.append(f.name)
+        else:
+            f.unlink(missing_ok=True)
+    return out
+
+
 @pytest.fixture(scope="module")
 def remote_kubeconfig() -> Iterator[str]:
     absent = [t for t in NEEDED_TOOLS if not (tools_bin() / t).is_file()]
     if absent:
         missing(f"pinned tools not built in {tools_bin()} (missing: {', '.join(absent)}); run make tools")
-    reuse = _up_already()
-    up = _remote("up")
-    if up.returncode != 0:
-        pytest.fail(f"sim/remote.sh up failed (exit {up.returncode}):\n{up.stdout[-3000:]}\n{up.stderr[-3000:]}")
+    started = USERS / "started"
+    with _locked():
+        USERS.mkdir(parents=True, exist_ok=True)
+        if not _others():
+            started.unlink(missing_ok=True)  # left by a run that was killed: whoever finds it up now reuses it
+        if not _up_already():
+            started.touch()
+        up = _remote("up")
+        if up.returncode != 0:
+            pytest.fail(f"sim/remote.sh up failed (exit {up.returncode}):\n{up.stdout[-3000:]}\n{up.stderr[-3000:]}")
+        (USERS / str(os.getpid())).touch()
     yield KUBECONFIG.read_text()
-    if not reuse:
-        down = _remote("down")
-        assert down.returncode == 0, down.stderr[-3000:]
+    with _locked():
+        (USERS / str(os.getpid())).unlink(missing_ok=True)
+        if not _others() and started.exists():
+            started.unlink()
+            down = _remote("down")
+            assert down.returncode == 0, down.stderr[-3000:]
 
 
 def kubectl(*args: str) -> subprocess.CompletedProcess[str]:
