@@ -216,7 +216,8 @@ def cluster_queue_spec(
 
 def cpu_queue_spec(cpu: CpuQueue, namespaces: Sequence[str]) -> dict[str, Any]:
     """The ClusterQueue of CPU-only work: outside the cohort (it lends and borrows nothing), its only quota the
-    pods it runs at once over the flavor of its own name, open to every team namespace, first come first served."""
+    pods it runs at once over the flavor of its own name, open to every team namespace, first come first served.
+    The quantity is written as a string, as the API server stores it: a number would be a change at every preview."""
     return {
         "queueingStrategy": "BestEffortFIFO",
         "namespaceSelector": {
@@ -225,7 +226,9 @@ def cpu_queue_spec(cpu: CpuQueue, namespaces: Sequence[str]) -> dict[str, Any]:
         "resourceGroups": [
             {
                 "coveredResources": [POD_COUNT_RESOURCE],
-                "flavors": [{"name": cpu.name, "resources": [{"name": POD_COUNT_RESOURCE, "nominalQuota": cpu.pods}]}],
+                "flavors": [
+                    {"name": cpu.name, "resources": [{"name": POD_COUNT_RESOURCE, "nominalQuota": str(cpu.pods)}]}
+                ],
             }
         ],
     }

@@ -101,7 +101,7 @@ def test_cpu_only_work_has_a_queue_of_its_own_that_counts_pods_not_gpus(local: G
     assert spec["resourceGroups"] == [
         {
             "coveredResources": ["pods"],
-            "flavors": [{"name": "cpu-only", "resources": [{"name": "pods", "nominalQuota": 16}]}],
+            "flavors": [{"name": "cpu-only", "resources": [{"name": "pods", "nominalQuota": "16"}]}],
         }
     ]
     assert spec["namespaceSelector"]["matchExpressions"][0]["values"] == ["team-foundation", "team-vision"]

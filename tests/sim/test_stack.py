@@ -165,7 +165,7 @@ def test_kueue_objects_match_the_stack_config(local_stack: LocalStack) -> None:
     assert set(cqs) == {*CFG.queues, cpu.name}
     # the queue of CPU-only work: a count of pods, outside the cohort, Active like the rest
     assert cqs[cpu.name]["spec"]["resourceGroups"][0]["flavors"] == [
-        {"name": cpu.name, "resources": [{"name": "pods", "nominalQuota": cpu.pods}]}
+        {"name": cpu.name, "resources": [{"name": "pods", "nominalQuota": str(cpu.pods)}]}
     ]
     assert "cohortName" not in cqs[cpu.name]["spec"]
     assert condition(cqs[cpu.name], "Active") == "True"
