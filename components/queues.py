@@ -184,6 +184,11 @@ def _deep_merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any
     return out
 
 
+def team_namespaces_selector(namespaces: Sequence[str]) -> dict[str, Any]:
+    """A ClusterQueue's ``namespaceSelector``: exactly the given team namespaces, by their name label."""
+    return {"matchExpressions": [{"key": NAMESPACE_NAME_LABEL, "operator": "In", "values": sorted(set(namespaces))}]}
+
+
 def cluster_queue_spec(
     spec: ClusterQueueSpec,
     cohort: str,
@@ -196,9 +201,7 @@ def cluster_queue_spec(
     out: dict[str, Any] = {
         "cohortName": cohort,
         "queueingStrategy": spec.queueing_strategy,
-        "namespaceSelector": {
-            "matchExpressions": [{"key": NAMESPACE_NAME_LABEL, "operator": "In", "values": sorted(set(namespaces))}]
-        },
+        "namespaceSelector": team_namespaces_selector(namespaces),
         "resourceGroups": resource_groups(
             [(f.name, f.gpu_resource) for f in flavors], spec.quota, spec.borrowing_limit
         ),
@@ -220,9 +223,7 @@ def cpu_queue_spec(cpu: CpuQueue, namespaces: Sequence[str]) -> dict[str, Any]:
     The quantity is written as a string, as the API server stores it: a number would be a change at every preview."""
     return {
         "queueingStrategy": "BestEffortFIFO",
-        "namespaceSelector": {
-            "matchExpressions": [{"key": NAMESPACE_NAME_LABEL, "operator": "In", "values": sorted(set(namespaces))}]
-        },
+        "namespaceSelector": team_namespaces_selector(namespaces),
         "resourceGroups": [
             {
                 "coveredResources": [POD_COUNT_RESOURCE],

@@ -130,3 +130,10 @@ def test_the_reservation_key_differs_from_the_stacks_burst_taint_key() -> None:
     assert [i.path for i in rules_module.make_before_break_reservation_apart(sections)] == [
         "makeBeforeBreak.reservationKey"
     ]
+
+
+def test_a_cpu_queue_without_room_for_a_pod_is_refused_naming_the_key() -> None:
+    raw = read_stack_file(ROOT / "stacks" / "Pulumi.prod.yaml")
+    raw["kueue"] = {**(raw.get("kueue") or {}), "cpuQueue": {"pods": 0}}
+    _, issues = parse_sections(raw)
+    assert [i.path for i in issues] == ["kueue.cpuQueue.pods"]
